@@ -1,0 +1,438 @@
+"""Hardware model: :class:`Device`, :class:`Cluster` (with link topology) and :class:`CostModel`.
+
+A cluster has D devices, a bandwidth and a latency per ordered device pair, and a *route* per
+pair: the shared link resources a transfer occupies (at most two, e.g. the source's egress port
+and the destination's ingress port of a PCIe switch). The ``wc`` simulator serialises transfers
+that share a resource; ``paper`` semantics ignores routes (unlimited parallel transfers).
+
+Presets:
+- ``p100x4``: 4 x P100 (16 GB) on a PCIe 3.0 switch: every transfer uses the sender's uplink and
+  the receiver's downlink (about 12 GB/s each way).
+- ``v100x8``: 8 x V100 (32 GB) in the DGX-1 hybrid cube-mesh: pairs joined by one or two NVLink
+  2.0 links (25 or 50 GB/s per direction, a dedicated resource per direction); pairs without
+  NVLink go through PCIe and the host (about 10 GB/s, sharing each GPU's PCIe up/down links).
+- ``h100x8``: 8 x H100 SXM (80 GB) on NVSwitch: any pair at up to 450 GB/s per direction, sharing
+  the sender's egress and the receiver's ingress.
+- ``cpu``: N worker devices in one host (the executor's CPU backend), copies at memory speed.
+- ``uniform``: N identical devices, no latency; for cost-only graphs with explicit costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from .errors import ClusterError, GraphError
+from .graph import DataflowGraph
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device.
+
+    Attributes:
+        name: label shown in charts.
+        kind: ``gpu`` or ``cpu``.
+        flops_per_s: sustained compute rate per dtype (``{"float32": ..., "bfloat16": ...}``);
+            dtypes not listed use ``float32``'s.
+        mem_bytes_per_s: memory bandwidth (for memory-bound ops: the roofline's other side).
+        memory_bytes: capacity.
+        launch_overhead_s: fixed cost per op (kernel launch / dispatch).
+    """
+
+    name: str
+    kind: str = "gpu"
+    flops_per_s: Mapping[str, float] = field(default_factory=lambda: {"float32": 10e12})
+    mem_bytes_per_s: float = 500 * GB
+    memory_bytes: float = 16 * GB
+    launch_overhead_s: float = 5e-6
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "flops_per_s", dict(self.flops_per_s))
+        if "float32" not in self.flops_per_s:
+            raise ClusterError(f"device {self.name!r}: flops_per_s needs a 'float32' entry")
+        for k, v in self.flops_per_s.items():
+            if not (np.isfinite(v) and v > 0):
+                raise ClusterError(f"device {self.name!r}: flops_per_s[{k!r}] = {v}, expected > 0")
+        for attr in ("mem_bytes_per_s", "memory_bytes"):
+            v = getattr(self, attr)
+            if not (np.isfinite(v) and v > 0):
+                raise ClusterError(f"device {self.name!r}: {attr} = {v}, expected a finite value > 0")
+        if not (np.isfinite(self.launch_overhead_s) and self.launch_overhead_s >= 0):
+            raise ClusterError(f"device {self.name!r}: launch_overhead_s = {self.launch_overhead_s}, expected >= 0")
+
+    def rate(self, dtype: str) -> float:
+        return float(self.flops_per_s.get(dtype, self.flops_per_s["float32"]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "flops_per_s": dict(self.flops_per_s),
+            "mem_bytes_per_s": self.mem_bytes_per_s,
+            "memory_bytes": self.memory_bytes,
+            "launch_overhead_s": self.launch_overhead_s,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Device:
+        return cls(**{k: d[k] for k in d if k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True, eq=False)
+class Cluster:
+    """Devices and the links between them.
+
+    Attributes:
+        name: preset or user label.
+        devices: the D devices.
+        bandwidth_bytes_per_s: ``(D, D)``; the diagonal is ignored.
+        latency_s: ``(D, D)``; the diagonal is ignored.
+        routes: ``(D, D, 2)`` link-resource ids each transfer occupies (-1: none); ``None`` gives
+            every ordered pair its own resource.
+        link_names: a label per resource id.
+    """
+
+    name: str
+    devices: tuple[Device, ...]
+    bandwidth_bytes_per_s: np.ndarray
+    latency_s: np.ndarray
+    routes: np.ndarray | None = None
+    link_names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "devices", tuple(self.devices))
+        d = len(self.devices)
+        if d == 0:
+            raise ClusterError(f"cluster {self.name!r} has no devices")
+        bw = np.array(self.bandwidth_bytes_per_s, dtype=np.float64)
+        lat = np.array(self.latency_s, dtype=np.float64)
+        for arr, label in ((bw, "bandwidth_bytes_per_s"), (lat, "latency_s")):
+            if arr.shape != (d, d):
+                raise ClusterError(f"cluster {self.name!r}: {label} has shape {arr.shape}, expected ({d}, {d})")
+        off = ~np.eye(d, dtype=bool)
+        if d > 1 and not (np.isfinite(bw[off]).all() and (bw[off] > 0).all()):
+            i, j = np.argwhere(off & ~((bw > 0) & np.isfinite(bw)))[0]
+            raise ClusterError(f"cluster {self.name!r}: bandwidth {i}->{j} is {bw[i, j]}, expected > 0")
+        if d > 1 and not (np.isfinite(lat[off]).all() and (lat[off] >= 0).all()):
+            i, j = np.argwhere(off & ~((lat >= 0) & np.isfinite(lat)))[0]
+            raise ClusterError(f"cluster {self.name!r}: latency {i}->{j} is {lat[i, j]}, expected >= 0")
+        np.fill_diagonal(bw, np.inf)
+        np.fill_diagonal(lat, 0.0)
+        if self.routes is None:
+            routes = np.full((d, d, 2), -1, dtype=np.int64)
+            names = []
+            for i in range(d):
+                for j in range(d):
+                    if i != j:
+                        routes[i, j, 0] = len(names)
+                        names.append(f"{i}->{j}")
+            set_(self, "link_names", tuple(names))
+        else:
+            routes = np.array(self.routes, dtype=np.int64)
+            if routes.shape != (d, d, 2):
+                raise ClusterError(f"cluster {self.name!r}: routes has shape {routes.shape}, expected ({d}, {d}, 2)")
+            nlinks = int(routes.max()) + 1
+            if len(self.link_names) not in (0, nlinks):
+                raise ClusterError(
+                    f"cluster {self.name!r}: {len(self.link_names)} link names for {nlinks} link resources"
+                )
+            if not self.link_names:
+                set_(self, "link_names", tuple(f"link{i}" for i in range(nlinks)))
+        for a in (bw, lat, routes):
+            a.setflags(write=False)
+        set_(self, "bandwidth_bytes_per_s", bw)
+        set_(self, "latency_s", lat)
+        set_(self, "routes", routes)
+        set_(self, "link_names", tuple(self.link_names))
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.devices)
+
+    @property
+    def num_links(self) -> int:
+        return len(self.link_names)
+
+    @cached_property
+    def inv_bandwidth(self) -> np.ndarray:
+        """Seconds per byte per ordered pair (0 on the diagonal)."""
+        inv = 1.0 / self.bandwidth_bytes_per_s
+        inv.setflags(write=False)
+        return inv
+
+    def to_dict(self) -> dict[str, Any]:
+        bw = self.bandwidth_bytes_per_s.copy()
+        np.fill_diagonal(bw, 0.0)
+        return {
+            "format": "doppler_lab.cluster",
+            "version": 1,
+            "name": self.name,
+            "devices": [dev.to_dict() for dev in self.devices],
+            "bandwidth_bytes_per_s": bw.tolist(),
+            "latency_s": self.latency_s.tolist(),
+            "routes": self.routes.tolist(),
+            "link_names": list(self.link_names),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Cluster:
+        try:
+            return cls(
+                name=d["name"],
+                devices=tuple(Device.from_dict(x) for x in d["devices"]),
+                bandwidth_bytes_per_s=np.array(d["bandwidth_bytes_per_s"], dtype=np.float64),
+                latency_s=np.array(d["latency_s"], dtype=np.float64),
+                routes=np.array(d["routes"]) if d.get("routes") is not None else None,
+                link_names=tuple(d.get("link_names", ())),
+            )
+        except KeyError as exc:
+            raise ClusterError(f"cluster description lacks the field {exc.args[0]!r}") from None
+
+    def __repr__(self) -> str:
+        return f"Cluster(name={self.name!r}, devices={self.num_devices}, links={self.num_links})"
+
+
+# -- presets ----------------------------------------------------------------------------------
+def _switch_routes(d: int, prefix: str) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Each transfer a->b occupies a's egress port and b's ingress port."""
+    routes = np.full((d, d, 2), -1, dtype=np.int64)
+    for a in range(d):
+        for b in range(d):
+            if a != b:
+                routes[a, b] = (a, d + b)
+    names = tuple(f"{prefix}{a} out" for a in range(d)) + tuple(f"{prefix}{b} in" for b in range(d))
+    return routes, names
+
+
+def _gpu(name: str, fp32: float, half: float, mem_bw: float, mem: float, launch: float) -> Device:
+    return Device(
+        name=name,
+        kind="gpu",
+        flops_per_s={"float32": fp32, "float16": half, "bfloat16": half},
+        mem_bytes_per_s=mem_bw,
+        memory_bytes=mem,
+        launch_overhead_s=launch,
+    )
+
+
+def make_p100x4() -> Cluster:
+    d = 4
+    devs = tuple(_gpu(f"P100:{i}", 9.3e12, 18.7e12, 732 * GB, 16 * GB, 5e-6) for i in range(d))
+    routes, names = _switch_routes(d, "pcie")
+    return Cluster("p100x4", devs, np.full((d, d), 12 * GB), np.full((d, d), 10e-6), routes, names)
+
+
+# DGX-1 (V100) hybrid cube-mesh: number of NVLinks between each pair (0: none, via PCIe/host)
+_DGX1_NVLINKS = np.array(
+    [
+        [0, 1, 1, 2, 2, 0, 0, 0],
+        [1, 0, 2, 1, 0, 2, 0, 0],
+        [1, 2, 0, 2, 0, 0, 1, 0],
+        [2, 1, 2, 0, 0, 0, 0, 1],
+        [2, 0, 0, 0, 0, 1, 1, 2],
+        [0, 2, 0, 0, 1, 0, 2, 1],
+        [0, 0, 1, 0, 1, 2, 0, 2],
+        [0, 0, 0, 1, 2, 1, 2, 0],
+    ]
+)
+
+
+def make_v100x8() -> Cluster:
+    d = 8
+    devs = tuple(_gpu(f"V100:{i}", 15.7e12, 100e12, 900 * GB, 32 * GB, 5e-6) for i in range(d))
+    bw = np.zeros((d, d))
+    lat = np.zeros((d, d))
+    routes = np.full((d, d, 2), -1, dtype=np.int64)
+    names: list[str] = [f"pcie{i} out" for i in range(d)] + [f"pcie{i} in" for i in range(d)]
+    for a in range(d):
+        for b in range(d):
+            if a == b:
+                continue
+            links = _DGX1_NVLINKS[a, b]
+            if links:
+                bw[a, b] = 25 * GB * links
+                lat[a, b] = 5e-6
+                routes[a, b, 0] = len(names)
+                names.append(f"nvlink {a}->{b}")
+            else:
+                bw[a, b] = 10 * GB
+                lat[a, b] = 15e-6
+                routes[a, b] = (a, d + b)
+    return Cluster("v100x8", devs, bw, lat, routes, tuple(names))
+
+
+def make_h100x8() -> Cluster:
+    d = 8
+    devs = tuple(_gpu(f"H100:{i}", 67e12, 700e12, 3350 * GB, 80 * GB, 4e-6) for i in range(d))
+    routes, names = _switch_routes(d, "nvswitch")
+    return Cluster("h100x8", devs, np.full((d, d), 450 * GB), np.full((d, d), 3e-6), routes, names)
+
+
+def make_cpu(num_devices: int = 4, flops_per_s: float = 20e9, copy_bytes_per_s: float = 5 * GB) -> Cluster:
+    """CPU worker devices in one host: copies share the host's memory system (one resource)."""
+    if num_devices < 1:
+        raise ClusterError(f"a cpu cluster needs at least 1 device, got {num_devices}")
+    d = num_devices
+    devs = tuple(
+        Device(f"cpu:{i}", "cpu", {"float32": flops_per_s}, 10 * GB, 4 * GB, 20e-6) for i in range(d)
+    )
+    routes = np.full((d, d, 2), -1, dtype=np.int64)
+    for a in range(d):
+        for b in range(d):
+            if a != b:
+                routes[a, b, 0] = 0
+    return Cluster(f"cpu{d}", devs, np.full((d, d), copy_bytes_per_s), np.full((d, d), 5e-6), routes, ("host memory",))
+
+
+def make_uniform(num_devices: int) -> Cluster:
+    """N identical devices with no latency: for graphs whose costs are all explicit."""
+    if num_devices < 1:
+        raise ClusterError(f"a cluster needs at least 1 device, got {num_devices}")
+    d = num_devices
+    devs = tuple(Device(f"dev{i}", launch_overhead_s=0.0) for i in range(d))
+    return Cluster(f"uniform{d}", devs, np.full((d, d), 1e12), np.zeros((d, d)))
+
+
+PRESETS = {
+    "p100x4": make_p100x4,
+    "v100x8": make_v100x8,
+    "h100x8": make_h100x8,
+    "cpu": make_cpu,
+    "uniform": make_uniform,
+}
+
+
+def make_cluster(spec: str | Cluster, num_devices: int | None = None) -> Cluster:
+    """A cluster from a preset name (``p100x4``, ``v100x8``, ``h100x8``, ``cpu``, ``uniform``),
+    a JSON file path, or a :class:`Cluster` (returned as is). ``num_devices`` sizes ``cpu`` and
+    ``uniform`` (default 4) and must match a fixed preset's size when given."""
+    if isinstance(spec, Cluster):
+        return spec
+    if spec in ("cpu", "uniform"):
+        return PRESETS[spec](num_devices or 4)
+    if spec in PRESETS:
+        c = PRESETS[spec]()
+        if num_devices is not None and num_devices != c.num_devices:
+            raise ClusterError(f"preset {spec!r} has {c.num_devices} devices, not {num_devices}")
+        return c
+    if spec.endswith(".json"):
+        from .io import load_cluster
+
+        return load_cluster(spec)
+    raise ClusterError(f"unknown cluster {spec!r}; expected one of {sorted(PRESETS)} or a .json file")
+
+
+# -- cost model -------------------------------------------------------------------------------
+class CostModel:
+    """Per-op and per-transfer times of a graph on a cluster, in the graph's raw units.
+
+    Compute time of op v on device d: the graph's explicit cost if it has one, else the
+    roofline ``max(flops / rate(dtype), bytes moved / memory bandwidth) + launch overhead``.
+    Transfer time of edge u->v between different devices: the graph's explicit edge cost if it has
+    one, else ``latency + out_bytes[u] / bandwidth``. Input nodes cost nothing (they are resident).
+
+    Attributes (arrays used by the simulator):
+        compute: ``(N, D)`` compute time per node and device.
+        edge_fixed: ``(E,)`` explicit transfer cost (0 when modelled).
+        edge_bytes: ``(E,)`` bytes moved per edge (0 when explicit).
+        latency, inv_bandwidth: ``(D, D)`` in raw units (0 when explicit edge costs are used).
+    """
+
+    def __init__(self, graph: DataflowGraph, cluster: Cluster, op_scale: Mapping[str, float] | None = None):
+        self.graph = graph
+        self.cluster = cluster
+        n, d = graph.num_nodes, cluster.num_devices
+        unit = graph.time_scale  # seconds per raw unit for modelled costs
+        cc = graph.compute_cost
+        if cc is not None:
+            if cc.ndim == 2 and cc.shape[1] != d:
+                raise GraphError(
+                    f"graph {graph.name!r} has per-device costs for {cc.shape[1]} devices, "
+                    f"but cluster {cluster.name!r} has {d}"
+                )
+            compute = np.broadcast_to(cc.reshape(n, -1), (n, d)).astype(np.float64)
+        else:
+            compute = self._modelled_compute(op_scale or {}) / unit
+        compute = np.where(graph.is_input[:, None], 0.0, compute)
+        from_input = graph.is_input[graph.edge_src]
+        if graph.edge_cost is not None:
+            self.edge_fixed = np.where(from_input, 0.0, graph.edge_cost)
+            self.edge_bytes = np.zeros(graph.num_edges)
+            self.latency = np.zeros((d, d))
+            self.inv_bandwidth = np.zeros((d, d))
+        else:
+            self.edge_fixed = np.zeros(graph.num_edges)
+            self.edge_bytes = np.where(from_input, 0.0, graph.out_bytes[graph.edge_src])
+            self.latency = cluster.latency_s / unit
+            self.inv_bandwidth = cluster.inv_bandwidth / unit
+        self.compute = compute
+        for a in (self.compute, self.edge_fixed, self.edge_bytes, self.latency, self.inv_bandwidth):
+            a.setflags(write=False)
+
+    def _modelled_compute(self, op_scale: Mapping[str, float]) -> np.ndarray:
+        g, devs = self.graph, self.cluster.devices
+        n = g.num_nodes
+        dtypes = [s.dtype if s is not None else "float32" for s in (g.specs or [None] * n)]
+        moved = np.array(
+            [s.in_bytes + s.out_bytes if s is not None else 2 * g.out_bytes[v] for v, s in enumerate(g.specs or [None] * n)]
+        )
+        scale = np.ones(n)
+        if op_scale and g.specs is not None:
+            for v, s in enumerate(g.specs):
+                if s is not None:
+                    scale[v] = op_scale.get(f"{s.kind}:{s.op}", op_scale.get(s.kind, 1.0))
+        out = np.empty((n, len(devs)))
+        for j, dev in enumerate(devs):
+            rates = np.array([dev.rate(t) for t in dtypes])
+            out[:, j] = np.maximum(g.flops / rates, moved / dev.mem_bytes_per_s) * scale + dev.launch_overhead_s
+        return out
+
+    def transfer_time(self, edge: int, src_dev: int, dst_dev: int) -> float:
+        if src_dev == dst_dev:
+            return 0.0
+        return float(
+            self.edge_fixed[edge]
+            + self.latency[src_dev, dst_dev]
+            + self.edge_bytes[edge] * self.inv_bandwidth[src_dev, dst_dev]
+        )
+
+    @cached_property
+    def mean_edge_cost(self) -> np.ndarray:
+        """Per-edge transfer time averaged over ordered device pairs (for levels and features)."""
+        d = self.cluster.num_devices
+        if d == 1:
+            return np.zeros(self.graph.num_edges)
+        off = ~np.eye(d, dtype=bool)
+        return self.edge_fixed + self.latency[off].mean() + self.edge_bytes * self.inv_bandwidth[off].mean()
+
+    @cached_property
+    def mean_compute(self) -> np.ndarray:
+        return self.compute.mean(axis=1)
+
+    def lower_bound(self) -> float:
+        """max(critical path with zero communication on each op's fastest device,
+        total work / D with each op on its fastest device), in the graph's raw units."""
+        g = self.graph
+        fastest = self.compute.min(axis=1)
+        cp = float(g.b_level(fastest, np.zeros(g.num_edges)).max())
+        work = float(fastest.sum()) / self.cluster.num_devices
+        return max(cp, work)
+
+    def b_level(self) -> np.ndarray:
+        return self.graph.b_level(self.mean_compute, self.mean_edge_cost)
+
+    def t_level(self) -> np.ndarray:
+        return self.graph.t_level(self.mean_compute, self.mean_edge_cost)
+
+
+def lower_bound(graph: DataflowGraph, cluster: Cluster) -> float:
+    """The makespan lower bound of ``graph`` on ``cluster`` in reported time units."""
+    return CostModel(graph, cluster).lower_bound() * graph.time_scale
