@@ -1,0 +1,46 @@
+# doppler_lab: `make demo` runs the main job, `make test` runs the test suite.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-all lint format reports bench gpu-check clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/doppler-lab demo --out reports/demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -q -m "slow or not slow"
+
+lint: $(STAMP)
+	$(BIN)/ruff check doppler_lab tests
+	$(BIN)/ruff format --check doppler_lab tests
+
+format: $(STAMP)
+	$(BIN)/ruff format doppler_lab tests
+	$(BIN)/ruff check --fix doppler_lab tests
+
+reports: $(STAMP)
+	$(BIN)/doppler-lab report --out reports
+
+bench: $(STAMP)
+	$(BIN)/doppler-lab bench sim
+	$(BIN)/doppler-lab bench quality
+	$(BIN)/doppler-lab bench policy
+
+gpu-check: $(STAMP)
+	$(BIN)/doppler-lab gpu-check
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build *.egg-info

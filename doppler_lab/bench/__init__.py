@@ -1,0 +1,15 @@
+"""Benchmarks: each writes JSON and Markdown into ``reports/bench/`` (see ``doppler-lab bench``).
+
+A benchmark module exposes ``run(out_dir: Path, quick: bool = False) -> dict`` and returns the
+record it wrote. Benchmarks report numbers; tests never assert wall time.
+"""
+
+from __future__ import annotations
+
+BENCHMARKS: dict[str, str] = {
+    "sim": "doppler_lab.bench.sim",
+    "quality": "doppler_lab.bench.quality",
+    "policy": "doppler_lab.bench.policy",
+    "executor": "doppler_lab.bench.executor",
+    "fidelity": "doppler_lab.bench.fidelity",
+}

@@ -1,0 +1,113 @@
+"""Writing benchmark results: one JSON record and one Markdown page per benchmark."""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def machine_info() -> dict[str, Any]:
+    import os
+
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "numpy": np.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    try:
+        import numba
+
+        info["numba"] = numba.__version__
+    except ImportError:  # pragma: no cover
+        pass
+    return info
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, float | np.floating):
+        if not np.isfinite(x):
+            return "-"
+        a = abs(float(x))
+        if a == 0:
+            return "0"
+        if a >= 1e5 or a < 1e-3:
+            return f"{x:.3g}"
+        if a >= 100:
+            return f"{x:,.1f}"
+        return f"{x:.4g}"
+    if x is None:
+        return "-"
+    return str(x)
+
+
+def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    if not rows:
+        return "(no rows)\n"
+    cols = list(columns or rows[0].keys())
+    out = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for r in rows:
+        out.append("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
+    return "\n".join(out) + "\n"
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_plain(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _plain(x.tolist())
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    return x
+
+
+def write_report(
+    out_dir: str | Path,
+    name: str,
+    title: str,
+    tables: dict[str, tuple[Sequence[dict[str, Any]], Sequence[str] | None]],
+    summary: dict[str, Any] | None = None,
+    notes: Sequence[str] = (),
+    command: str = "",
+) -> dict[str, Any]:
+    """Write ``<out_dir>/<name>.json`` and ``<name>.md``; returns the JSON record.
+
+    ``tables`` maps a section title to (rows, columns).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    record = {
+        "benchmark": name,
+        "title": title,
+        "command": command,
+        "machine": machine_info(),
+        "summary": summary or {},
+        "tables": {k: list(rows) for k, (rows, _) in tables.items()},
+        "notes": list(notes),
+    }
+    (out / f"{name}.json").write_text(json.dumps(_plain(record), indent=1))
+    md = [f"# {title}", ""]
+    if command:
+        md += [f"Command: `{command}`", ""]
+    m = record["machine"]
+    md += [f"Machine: {m['cpus']} CPUs ({m['processor']}), Python {m['python']}, {m['date']}", ""]
+    if summary:
+        md += ["## Summary", "", markdown_table([{"metric": k, "value": v} for k, v in summary.items()]), ""]
+    for section, (rows, cols) in tables.items():
+        md += [f"## {section}", "", markdown_table(rows, cols), ""]
+    if notes:
+        md += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    (out / f"{name}.md").write_text("\n".join(md))
+    return record

@@ -1,0 +1,104 @@
+"""Argument helpers shared by the subcommands: graphs, clusters, placements, JSON output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, PlacementError
+from ..graph import DataflowGraph
+from ..hardware import Cluster, make_cluster
+from ..placement import Placement, random_placement, round_robin, single_device
+
+PLACEMENT_KEYWORDS = ("round-robin", "single", "random")
+
+
+def add_graph_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("graph", metavar="GRAPH", help="a workload name, a JSON graph, or a paper .txt graph")
+
+
+def add_cluster_arguments(p: argparse.ArgumentParser, default_help: str = "") -> None:
+    p.add_argument(
+        "--cluster",
+        metavar="NAME|FILE",
+        help="preset (p100x4, v100x8, h100x8, cpu, uniform) or cluster JSON; default: uniform "
+        "devices for graphs with explicit costs (paper graphs), p100x4 otherwise" + default_help,
+    )
+    p.add_argument("--devices", type=int, metavar="N", help="number of devices (cpu/uniform clusters)")
+
+
+def resolve_graph(spec: str) -> DataflowGraph:
+    """A graph from a workload name (``chainmm`` or ``chainmm:blocks=4,layers=8``) or a file."""
+    from ..io import load_graph
+
+    path = Path(spec)
+    if path.suffix in (".json", ".txt"):
+        if not path.exists():
+            raise ConfigError(f"graph file {spec!r} does not exist")
+        return load_graph(path)
+    from ..workloads import build_from_spec
+
+    return build_from_spec(spec)
+
+
+def resolve_cluster(args: argparse.Namespace, graph: DataflowGraph | None = None) -> Cluster:
+    devices = getattr(args, "devices", None)
+    if devices is not None and devices < 1:
+        raise ConfigError(f"--devices must be >= 1, got {devices}")
+    if getattr(args, "cluster", None):
+        return make_cluster(args.cluster, devices)
+    explicit = graph is not None and graph.compute_cost is not None
+    if explicit or devices is not None:
+        return make_cluster("uniform", devices or 4)
+    return make_cluster("p100x4")
+
+
+def resolve_placement(spec: str, graph: DataflowGraph, cluster: Cluster, seed: int | None = None) -> Placement:
+    """``round-robin``, ``single``, ``random``, a placement JSON file, or a placer name."""
+    d = cluster.num_devices
+    if spec == "round-robin":
+        return round_robin(graph, d)
+    if spec == "single":
+        return single_device(graph, d)
+    if spec == "random":
+        return random_placement(graph, d, np.random.default_rng(seed))
+    if spec.endswith(".json"):
+        from ..io import load_placement
+
+        if not Path(spec).exists():
+            raise PlacementError(f"placement file {spec!r} does not exist")
+        return load_placement(spec).validate(graph, d)
+    try:
+        from ..placers import available_placers, place
+    except ImportError:
+        raise PlacementError(f"unknown placement {spec!r}; expected one of {PLACEMENT_KEYWORDS} or a .json file") from None
+    if spec not in available_placers():
+        raise PlacementError(
+            f"unknown placement {spec!r}; expected one of {PLACEMENT_KEYWORDS}, a .json file, "
+            f"or a placer: {', '.join(available_placers())}"
+        )
+    return place(spec, graph, cluster, seed=seed)
+
+
+def print_json(obj: dict[str, Any]) -> None:
+    json.dump(_plain(obj), sys.stdout, allow_nan=False)
+    sys.stdout.write("\n")
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_plain(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _plain(x.tolist())
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    return x

@@ -1,0 +1,35 @@
+"""``doppler-lab bench NAME``: run a benchmark, write JSON + Markdown to reports/bench/."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+
+from ..bench import BENCHMARKS
+from ..errors import ConfigError
+
+NAME = "bench"
+HELP = "run a benchmark (sim, quality, policy, executor, fidelity) and write reports/bench/NAME.{json,md}"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", metavar="NAME", help=f"one of: {', '.join(BENCHMARKS)}")
+    p.add_argument("--out", default="reports/bench", help="output folder (default: reports/bench)")
+    p.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.name not in BENCHMARKS:
+        raise ConfigError(f"unknown benchmark {args.name!r}; expected one of {', '.join(BENCHMARKS)}")
+    try:
+        mod = importlib.import_module(BENCHMARKS[args.name])
+    except ModuleNotFoundError as exc:
+        if exc.name == BENCHMARKS[args.name]:
+            raise ConfigError(f"benchmark {args.name!r} is not available in this version") from None
+        raise
+    record = mod.run(Path(args.out), quick=args.quick)
+    print(f"wrote {Path(args.out) / (args.name + '.md')}")
+    for k, v in record.get("summary", {}).items():
+        print(f"  {k}: {v}")
+    return 0

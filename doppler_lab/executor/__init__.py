@@ -1,0 +1,1 @@
+"""The real work-conserving executor (see :mod:`doppler_lab.executor.torch_ops` for op semantics)."""

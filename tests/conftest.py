@@ -1,0 +1,66 @@
+"""Shared fixtures: the paper's released graphs (read from ../shared when present), markers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PAPER_DIR = Path(os.environ.get("DOPPLER_PAPER_GRAPHS", REPO.parent / "shared" / "data" / "doppler-paper"))
+PAPER_GRAPHS_4GPU = (
+    "chain_mm_112nodes",
+    "ffnn_192nodes",
+    "transformer_block_215nodes",
+    "full_transformer_layer_261nodes",
+)
+PAPER_GRAPHS_8GPU = ("8gpu_transformer_block", "8gpu_full_transformer")
+
+
+def paper_graph_path(name: str) -> Path:
+    path = PAPER_DIR / f"{name}.txt"
+    if not path.exists():
+        pytest.skip(f"paper graph {path} not found (set DOPPLER_PAPER_GRAPHS)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def paper_dir() -> Path:
+    if not PAPER_DIR.exists():
+        pytest.skip(f"paper graphs not found at {PAPER_DIR}")
+    return PAPER_DIR
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # pragma: no cover
+        return False
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_gpu = pytest.mark.skip(reason="needs CUDA (marker gpu)")
+    skip_browser = pytest.mark.skip(reason="needs Chromium (marker browser)")
+    has_cuda = None
+    has_chromium = None
+    for item in items:
+        if "gpu" in item.keywords:
+            has_cuda = _cuda() if has_cuda is None else has_cuda
+            if not has_cuda:
+                item.add_marker(skip_gpu)
+        if "browser" in item.keywords:
+            has_chromium = (_chromium() is not None) if has_chromium is None else has_chromium
+            if not has_chromium:
+                item.add_marker(skip_browser)
