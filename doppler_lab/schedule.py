@@ -1,0 +1,238 @@
+"""Incremental list scheduling: the state of a DOPPLER episode and the Critical Path teacher's
+timing model, in one place.
+
+A :class:`ListScheduleState` assigns the compute nodes of a graph one at a time, in any
+topological order, to devices, and keeps an internal estimate of each node's start and finish.
+Two timing models:
+
+- ``"est"``: a node assigned to device d starts at its earliest start time there,
+  ``max(d free, max over preds u of finish(u) + transfer(u -> d))`` (transfer 0 when u is on
+  d), and d is busy until it finishes (appended to d's timeline, no insertion into gaps);
+- ``"paper"``: the released DOPPLER code's additive model: a node assigned to d starts when all
+  compute already assigned to d is done (its load), ``finish = start + compute``. The earliest
+  start time *feature* is still ``max(d free, max over preds finish(u) + transfer)``, computed
+  from those additive times.
+
+The DOPPLER device features of a node v (DOPPLER.md), per device d: (1) compute already on d;
+(2) compute of v's predecessors on d; (3) earliest start among them; (4) latest finish among
+them; (5) earliest start of v on d. Input nodes are never assigned (resident everywhere).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from numba import njit
+
+from .errors import PlacementError
+from .graph import DataflowGraph
+from .hardware import CostModel
+from .placement import Placement
+
+Timing = Literal["est", "paper"]
+TIMINGS: tuple[str, ...] = ("est", "paper")
+NUM_DEVICE_FEATURES = 5
+
+
+@njit(cache=True)
+def _est(
+    v, pred_ptr, pred_idx, pred_eid, is_input, device, finish, dev_free, fixed, nbytes, lat, inv_bw
+):  # pragma: no cover
+    ndev = dev_free.shape[0]
+    out = dev_free.copy()
+    for k in range(pred_ptr[v], pred_ptr[v + 1]):
+        u = pred_idx[k]
+        if is_input[u]:
+            continue
+        a = device[u]
+        e = pred_eid[k]
+        for d in range(ndev):
+            t = finish[u]
+            if d != a:
+                t += fixed[e] + lat[a, d] + nbytes[e] * inv_bw[a, d]
+            if t > out[d]:
+                out[d] = t
+    return out
+
+
+@njit(cache=True)
+def _features(
+    v, pred_ptr, pred_idx, is_input, device, start, finish, comp_on, load, est, out
+):  # pragma: no cover
+    ndev = load.shape[0]
+    for d in range(ndev):
+        out[d, 0] = load[d]
+        out[d, 1] = 0.0
+        out[d, 2] = np.inf
+        out[d, 3] = 0.0
+        out[d, 4] = est[d]
+    for k in range(pred_ptr[v], pred_ptr[v + 1]):
+        u = pred_idx[k]
+        if is_input[u]:
+            continue
+        d = device[u]
+        out[d, 1] += comp_on[u]
+        if start[u] < out[d, 2]:
+            out[d, 2] = start[u]
+        if finish[u] > out[d, 3]:
+            out[d, 3] = finish[u]
+    for d in range(ndev):
+        if out[d, 2] == np.inf:
+            out[d, 2] = 0.0
+
+
+class ListScheduleState:
+    """Assign compute nodes one by one; track start/finish estimates and the frontier.
+
+    Args:
+        graph: the graph.
+        cost_model: its costs on a cluster (raw units).
+        timing: ``"est"`` or ``"paper"`` (see the module docstring).
+
+    Example:
+        >>> from doppler_lab.io import read_paper_graph  # doctest: +SKIP
+        >>> state = ListScheduleState(graph, CostModel(graph, cluster))  # doctest: +SKIP
+        >>> while not state.done:  # doctest: +SKIP
+        ...     v = state.candidates()[0]
+        ...     state.assign(v, int(np.argmin(state.est(v))))
+    """
+
+    def __init__(self, graph: DataflowGraph, cost_model: CostModel, timing: Timing = "est"):
+        if timing not in TIMINGS:
+            raise PlacementError(f"unknown timing model {timing!r}; expected one of {TIMINGS}")
+        self.graph = graph
+        self.cost = cost_model
+        self.timing = timing
+        self.num_devices = cost_model.cluster.num_devices
+        self._pred_ptr = graph.pred_ptr
+        self._pred_idx = graph.pred_idx
+        self._pred_eid = graph.pred_eid
+        self._is_input = graph.is_input
+        self._fixed = np.ascontiguousarray(cost_model.edge_fixed)
+        self._bytes = np.ascontiguousarray(cost_model.edge_bytes)
+        self._lat = np.ascontiguousarray(cost_model.latency)
+        self._inv_bw = np.ascontiguousarray(cost_model.inv_bandwidth)
+        self._comp = cost_model.compute
+        # compute predecessors each node still waits for
+        self._waiting0 = np.bincount(
+            graph.edge_dst[~graph.is_input[graph.edge_src]], minlength=graph.num_nodes
+        ).astype(np.int64)
+        self.reset()
+
+    def reset(self) -> None:
+        n, d = self.graph.num_nodes, self.num_devices
+        self.device = np.full(n, -1, dtype=np.int64)
+        self.start = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.comp_on = np.zeros(n)  # compute time of each node on its device
+        self.load = np.zeros(d)
+        self.dev_free = np.zeros(d)
+        self.order: list[int] = []
+        self._waiting = self._waiting0.copy()
+        self._frontier = np.zeros(n, dtype=bool)
+        self._frontier[(self._waiting == 0) & ~self._is_input] = True
+        self._remaining = int((~self._is_input).sum())
+
+    # -- queries ---------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self._remaining == 0
+
+    @property
+    def num_assigned(self) -> int:
+        return len(self.order)
+
+    def candidates(self) -> np.ndarray:
+        """Unassigned compute nodes whose compute predecessors are all assigned (ascending)."""
+        return np.flatnonzero(self._frontier)
+
+    def is_candidate(self, v: int) -> bool:
+        return bool(self._frontier[v])
+
+    def est(self, v: int) -> np.ndarray:
+        """Earliest start time of ``v`` on each device, ``(D,)``, raw units."""
+        return _est(
+            v,
+            self._pred_ptr,
+            self._pred_idx,
+            self._pred_eid,
+            self._is_input,
+            self.device,
+            self.finish,
+            self.dev_free,
+            self._fixed,
+            self._bytes,
+            self._lat,
+            self._inv_bw,
+        )
+
+    def device_features(self, v: int, est: np.ndarray | None = None) -> np.ndarray:
+        """The five DOPPLER device features of ``v``, ``(D, 5)``, raw units."""
+        out = np.empty((self.num_devices, NUM_DEVICE_FEATURES))
+        _features(
+            v,
+            self._pred_ptr,
+            self._pred_idx,
+            self._is_input,
+            self.device,
+            self.start,
+            self.finish,
+            self.comp_on,
+            self.load,
+            self.est(v) if est is None else est,
+            out,
+        )
+        return out
+
+    # -- transitions -------------------------------------------------------------------------
+    def assign(self, v: int, d: int, est: np.ndarray | None = None) -> None:
+        """Put candidate ``v`` on device ``d`` and update the timeline and frontier."""
+        v, d = int(v), int(d)
+        if not self._frontier[v]:
+            why = (
+                "already assigned"
+                if self.device[v] >= 0
+                else "not ready (a predecessor is unassigned)"
+            )
+            if self._is_input[v]:
+                why = "an input (inputs are never assigned)"
+            raise PlacementError(f"node {v} ({self.graph.names[v]!r}) cannot be assigned: {why}")
+        if not 0 <= d < self.num_devices:
+            raise PlacementError(f"device {d} is not in 0..{self.num_devices - 1}")
+        c = float(self._comp[v, d])
+        if self.timing == "est":
+            s = float((self.est(v) if est is None else est)[d])
+        else:
+            s = float(self.load[d])
+        self.device[v] = d
+        self.start[v] = s
+        self.finish[v] = s + c
+        self.comp_on[v] = c
+        self.load[d] += c
+        self.dev_free[d] = s + c
+        self.order.append(v)
+        self._frontier[v] = False
+        self._remaining -= 1
+        g = self.graph
+        for w in g.succ_idx[g.succ_ptr[v] : g.succ_ptr[v + 1]]:
+            self._waiting[w] -= 1
+            if self._waiting[w] == 0:
+                self._frontier[w] = True
+
+    def placement(self, placer: str = "") -> Placement:
+        """The assignment so far as a :class:`Placement` whose priority is the assignment order."""
+        if not self.done:
+            raise PlacementError(f"{self._remaining} compute nodes are still unassigned")
+        priority = np.zeros(self.graph.num_nodes)
+        priority[np.array(self.order, dtype=np.int64)] = np.arange(len(self.order))
+        dev = self.device.copy()
+        dev[self._is_input] = 0
+        return Placement(dev, priority, placer, {"timing": self.timing}).with_inputs_filled(
+            self.graph
+        )
+
+    @property
+    def schedule_makespan(self) -> float:
+        """The internal model's makespan (raw units)."""
+        return float(np.nanmax(self.finish)) if self.order else 0.0
