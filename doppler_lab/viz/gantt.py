@@ -1,0 +1,661 @@
+"""Gantt charts of traces: a lane per device and per transfer lane, the critical path marked.
+
+A chart uses a handful of plotly traces whatever the size of the execution: one horizontal
+``go.Bar`` (with ``base=`` starts) per colour group, one for the critical path's outlines and one
+line that walks the path across lanes. Past ``max_ops`` bars, back-to-back records of one lane
+and colour are merged into segments so that 100k-op traces stay responsive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal, NamedTuple
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..errors import ConfigError, GraphError
+from ..graph import DataflowGraph
+from ..trace import Trace
+from ._style import (
+    CRITICAL_COLOR,
+    NODE_COLORSCALE,
+    check_choice,
+    kind_color,
+    series_color,
+    with_alpha,
+)
+
+ColorBy = Literal["kind", "device", "node"]
+COLOR_BY: tuple[str, ...] = ("kind", "device", "node")
+DEFAULT_MAX_OPS = 20_000
+
+_OP_HOVER = (
+    "<b>%{customdata[0]}</b><br>kind: %{customdata[1]}<br>%{customdata[2]}"
+    "<br>start: %{customdata[3]:.6g}<br>end: %{customdata[4]:.6g}"
+    "<br>duration: %{customdata[5]:.6g}<extra></extra>"
+)
+_TRANSFER_HOVER = (
+    "<b>%{customdata[0]}</b><br>transfer device %{customdata[6]} on %{customdata[2]}"
+    "<br>start: %{customdata[3]:.6g}<br>end: %{customdata[4]:.6g}"
+    "<br>duration: %{customdata[5]:.6g}<extra></extra>"
+)
+
+
+class PathStep(NamedTuple):
+    """One record on a critical path.
+
+    Attributes:
+        record: ``"op"`` or ``"transfer"``.
+        index: node id of an op, or index of a transfer in the trace's transfer arrays.
+        name: op name, or ``"producer -> consumer"`` for a transfer.
+        lane: the Gantt lane it is drawn in (``device 2``, ``link pcie0 out``, ``link 0->1``).
+        start, end: its times.
+    """
+
+    record: str
+    index: int
+    name: str
+    lane: str
+    start: float
+    end: float
+
+
+# -- lanes ------------------------------------------------------------------------------------
+def device_lane(device: int) -> str:
+    """Lane label of a device."""
+    return f"device {device}"
+
+
+def transfer_lanes(trace: Trace) -> tuple[np.ndarray, list[str]]:
+    """Lane of each transfer and the ordered list of transfer lanes in use.
+
+    A transfer is drawn on its link resource when ``trace.transfer_link`` names one, else on the
+    lane of its directed device pair.
+
+    Returns:
+        ``(lane_index, labels)``: ``lane_index[k]`` indexes ``labels`` for transfer ``k``.
+    """
+    t = trace.num_transfers
+    if t == 0:
+        return np.zeros(0, dtype=np.int64), []
+    link = trace.transfer_link
+    d = max(trace.num_devices, 1)
+    pair = trace.transfer_src_device * d + trace.transfer_dst_device
+    # named resources first (by id), then device pairs (by (src, dst))
+    key = np.where(link >= 0, link, np.iinfo(np.int64).max // 2 + pair)
+    uniq, lane_index = np.unique(key, return_inverse=True)
+    labels = []
+    for k in uniq.tolist():
+        if k < np.iinfo(np.int64).max // 2:
+            name = trace.link_names[k] if k < len(trace.link_names) else str(k)
+        else:
+            p = k - np.iinfo(np.int64).max // 2
+            name = f"{p // d}->{p % d}"
+        labels.append(f"link {name}")
+    return lane_index.astype(np.int64), labels
+
+
+def _transfer_name(trace: Trace, k: int) -> str:
+    return f"{trace.names[int(trace.transfer_src[k])]} -> {trace.names[int(trace.transfer_dst[k])]}"
+
+
+def _check_graph(trace: Trace, graph: DataflowGraph | None) -> None:
+    if graph is None:
+        return
+    if graph.num_nodes != len(trace.names):
+        raise GraphError(
+            f"trace of graph {trace.graph_name!r} has {len(trace.names)} nodes but graph "
+            f"{graph.name!r} has {graph.num_nodes}; expected the graph the trace ran"
+        )
+    if graph.names != trace.names:
+        v = next(i for i, (a, b) in enumerate(zip(graph.names, trace.names)) if a != b)
+        raise GraphError(
+            f"node {v} is {trace.names[v]!r} in the trace but {graph.names[v]!r} in graph "
+            f"{graph.name!r}; expected the graph the trace ran"
+        )
+
+
+# -- critical path ----------------------------------------------------------------------------
+class _PathIndex:
+    """Lookups for walking a trace backwards: records are ops ``0..N-1``, transfers ``N..``."""
+
+    def __init__(self, trace: Trace, graph: DataflowGraph | None):
+        self.trace, self.graph = trace, graph
+        n, t = len(trace.names), trace.num_transfers
+        self.n = n
+        self.start = np.concatenate([trace.start, trace.transfer_start])
+        self.end = np.concatenate([trace.end, trace.transfer_end])
+        self.ran = np.flatnonzero(
+            (trace.device >= 0) & np.isfinite(trace.start) & np.isfinite(trace.end)
+        )
+        self.t_lane, self.t_labels = transfer_lanes(trace)
+        # the record that ran just before on the same device / transfer lane
+        self.prev = np.full(n + t, -1, dtype=np.int64)
+        ops = self.ran[
+            np.lexsort((trace.end[self.ran], trace.start[self.ran], trace.device[self.ran]))
+        ]
+        same = trace.device[ops[1:]] == trace.device[ops[:-1]]
+        self.prev[ops[1:][same]] = ops[:-1][same]
+        if t:
+            tr = np.lexsort((trace.transfer_end, trace.transfer_start, self.t_lane))
+            same = self.t_lane[tr[1:]] == self.t_lane[tr[:-1]]
+            self.prev[n + tr[1:][same]] = n + tr[:-1][same]
+        # arrivals of a producer's tensor: per (producer, consumer), and earliest per (producer, device)
+        self.by_edge: dict[tuple[int, int], int] = {}
+        self.by_device: dict[tuple[int, int], int] = {}
+        self.into: dict[int, list[int]] = {}
+        for k in np.argsort(trace.transfer_end, kind="stable").tolist():
+            u, w = int(trace.transfer_src[k]), int(trace.transfer_dst[k])
+            self.by_edge.setdefault((u, w), n + k)
+            self.by_device.setdefault((u, int(trace.transfer_dst_device[k])), n + k)
+            self.into.setdefault(w, []).append(n + k)
+        finite = np.flatnonzero(np.isfinite(self.end))
+        self.by_end = finite[np.argsort(self.end[finite], kind="stable")]
+        self.sorted_end = self.end[self.by_end]
+
+    def devices(self, r: int) -> tuple[int, ...]:
+        tr = self.trace
+        if r < self.n:
+            return (int(tr.device[r]),)
+        k = r - self.n
+        return (int(tr.transfer_src_device[k]), int(tr.transfer_dst_device[k]))
+
+    def data_inputs(self, r: int) -> list[int]:
+        """Records whose arrival an op or transfer waited for (producers, incoming transfers)."""
+        tr, g = self.trace, self.graph
+        if r >= self.n:
+            return [int(tr.transfer_src[r - self.n])]
+        if g is None:
+            return list(self.into.get(r, ()))
+        d = int(tr.device[r])
+        out = []
+        for u in g.predecessors(r).tolist():
+            if g.is_input[u]:
+                continue
+            if int(tr.device[u]) == d:
+                out.append(u)
+            else:
+                k = self.by_edge.get((u, r), self.by_device.get((u, d)))
+                if k is not None:
+                    out.append(k)
+        return out
+
+    def ended_at(self, s: float, tol: float, r: int) -> int | None:
+        """Any record ending within ``tol`` of ``s``, preferring ones that share a device with ``r``."""
+        lo = np.searchsorted(self.sorted_end, s - tol, side="left")
+        hi = np.searchsorted(self.sorted_end, s + tol, side="right")
+        if lo >= hi:
+            return None
+        mine = set(self.devices(r))
+        best, best_rank = None, 3
+        for c in self.by_end[lo:hi].tolist():
+            if c == r:
+                continue
+            shared = bool(mine.intersection(self.devices(c)))
+            rank = 0 if shared and (c >= self.n) == (r >= self.n) else (1 if shared else 2)
+            if rank < best_rank:
+                best, best_rank = c, rank
+        return best
+
+    def cause(self, r: int, tol: float) -> int | None:
+        """The record that determined when ``r`` started (None: it started unprompted)."""
+        s = self.start[r]
+        data = self.data_inputs(r)
+        latest = max(data, key=lambda c: self.end[c]) if data else -1
+        if latest >= 0 and abs(self.end[latest] - s) <= tol:
+            return latest
+        p = int(self.prev[r])
+        if p >= 0 and abs(self.end[p] - s) <= tol:
+            return p
+        c = self.ended_at(s, tol, r)
+        if c is not None:
+            return c
+        # measured traces: a gap of dispatch overhead; follow the latest related record
+        near = [x for x in (latest, p) if x >= 0 and self.end[x] <= s + tol]
+        return max(near, key=lambda x: self.end[x]) if near else None
+
+    def step(self, r: int) -> PathStep:
+        tr = self.trace
+        if r < self.n:
+            return PathStep(
+                "op",
+                r,
+                tr.names[r],
+                device_lane(int(tr.device[r])),
+                float(self.start[r]),
+                float(self.end[r]),
+            )
+        k = r - self.n
+        lane = self.t_labels[int(self.t_lane[k])]
+        return PathStep(
+            "transfer", k, _transfer_name(tr, k), lane, float(self.start[r]), float(self.end[r])
+        )
+
+
+def critical_path(
+    trace: Trace, graph: DataflowGraph | None = None, rtol: float = 1e-9
+) -> list[PathStep]:
+    """The chain of ops and transfers that determined the makespan, earliest first.
+
+    Walks back from the op that ends last. Each step goes to whatever determined the current
+    record's start: for an op, the local producer or incoming transfer that arrived last, or else
+    the op that ran just before on the same device and ended at that instant; for a transfer,
+    its producer, or else the transfer before it on the same lane. Where none of those ended at
+    the start (barriers in ``bsp``, an unrecorded shared link port), any record ending at that
+    instant is taken, preferring one on the same device. In measured traces, where dispatch
+    overhead leaves gaps, the latest related record is taken. The walk stops at a record that
+    starts at time 0 or has nothing before it.
+
+    Args:
+        trace: the execution.
+        graph: the graph it ran; without it local producers are unknown and the walk relies on
+            device order and transfers.
+        rtol: two instants are equal when they differ by at most ``rtol * makespan``.
+
+    Returns:
+        :class:`PathStep` records in time order; empty for a trace in which nothing ran.
+    """
+    _check_graph(trace, graph)
+    idx = _PathIndex(trace, graph)
+    if idx.ran.size == 0:
+        return []
+    tol = rtol * trace.makespan
+    cur = int(idx.ran[np.argmax(trace.end[idx.ran])])
+    chain, seen = [cur], {cur}
+    while idx.start[cur] > tol:
+        nxt = idx.cause(cur, tol)
+        if nxt is None or nxt in seen:
+            break
+        chain.append(nxt)
+        seen.add(nxt)
+        cur = nxt
+    return [idx.step(r) for r in reversed(chain)]
+
+
+# -- bars -------------------------------------------------------------------------------------
+class _Bars(NamedTuple):
+    """Bars of one record type: lane label, colour group, times, hover fields."""
+
+    lane: np.ndarray
+    group: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    name: np.ndarray
+    kind: np.ndarray
+    color_value: np.ndarray
+    extra: np.ndarray
+
+
+def _op_bars(trace: Trace, color_by: str) -> _Bars:
+    ran = np.flatnonzero((trace.device >= 0) & np.isfinite(trace.start))
+    dev = trace.device[ran]
+    kinds = np.array(trace.kinds, dtype=object)[ran] if ran.size else np.zeros(0, dtype=object)
+    lanes = np.array([device_lane(d) for d in range(trace.num_devices)], dtype=object)
+    group = {"kind": kinds, "device": lanes[dev], "node": np.full(ran.size, "ops", dtype=object)}[
+        color_by
+    ]
+    return _Bars(
+        lane=lanes[dev],
+        group=group,
+        start=trace.start[ran],
+        end=trace.end[ran],
+        name=np.array(trace.names, dtype=object)[ran] if ran.size else np.zeros(0, dtype=object),
+        kind=kinds,
+        color_value=ran.astype(np.float64),
+        extra=np.full(ran.size, "", dtype=object),
+    )
+
+
+def _transfer_bars(trace: Trace, color_by: str) -> _Bars:
+    t = trace.num_transfers
+    lane_index, labels = transfer_lanes(trace)
+    src_dev, dst_dev = trace.transfer_src_device, trace.transfer_dst_device
+    if color_by == "device":
+        group = np.array([device_lane(d) for d in src_dev.tolist()], dtype=object)
+    else:
+        group = np.full(t, "transfer", dtype=object)
+    return _Bars(
+        lane=np.array(labels, dtype=object)[lane_index] if t else np.zeros(0, dtype=object),
+        group=group,
+        start=trace.transfer_start,
+        end=trace.transfer_end,
+        name=np.array([_transfer_name(trace, k) for k in range(t)], dtype=object),
+        kind=np.full(t, "transfer", dtype=object),
+        color_value=trace.transfer_src.astype(np.float64),
+        extra=np.array(
+            [f"{a}->{b}" for a, b in zip(src_dev.tolist(), dst_dev.tolist())], dtype=object
+        ),
+    )
+
+
+def _merge_runs(key: np.ndarray, start: np.ndarray, end: np.ndarray, gap: float) -> np.ndarray:
+    """Segment id of each bar (in the order given) after merging bars of one key that overlap or
+    lie within ``gap`` of each other."""
+    order = np.lexsort((start, key))
+    seg = np.empty(key.size, dtype=np.int64)
+    current, reach, last_key = -1, -np.inf, None
+    for i in order.tolist():
+        if key[i] != last_key or start[i] > reach + gap:
+            current += 1
+            last_key, reach = key[i], end[i]
+        else:
+            reach = max(reach, end[i])
+        seg[i] = current
+    return seg
+
+
+def _coalesce(bars: _Bars, max_bars: int, span: float, what: str) -> _Bars:
+    """Merge back-to-back bars of one lane and group until at most ``max_bars`` remain."""
+    if bars.start.size <= max_bars:
+        return bars
+    _, key = np.unique(
+        np.char.add(bars.lane.astype(str), "\x00" + bars.group.astype(str)), return_inverse=True
+    )
+    gap = span / 2000.0
+    while True:
+        seg = _merge_runs(key, bars.start, bars.end, gap)
+        if seg.max() + 1 <= max_bars or gap > span:
+            break
+        gap *= 2.0
+    m = int(seg.max()) + 1
+    first = np.full(m, -1, dtype=np.int64)
+    order = np.lexsort((bars.start, seg))
+    is_first = np.r_[True, seg[order][1:] != seg[order][:-1]]
+    first[seg[order][is_first]] = order[is_first]
+    last = np.empty(m, dtype=np.int64)
+    is_last = np.r_[seg[order][1:] != seg[order][:-1], True]
+    last[seg[order][is_last]] = order[is_last]
+    count = np.bincount(seg, minlength=m)
+    start = np.full(m, np.inf)
+    np.minimum.at(start, seg, bars.start)
+    end = np.full(m, -np.inf)
+    np.maximum.at(end, seg, bars.end)
+    names = np.array(
+        [
+            bars.name[f] if c == 1 else f"{c} {what}: {bars.name[f]} … {bars.name[la]}"
+            for f, la, c in zip(first.tolist(), last.tolist(), count.tolist())
+        ],
+        dtype=object,
+    )
+    return _Bars(
+        lane=bars.lane[first],
+        group=bars.group[first],
+        start=start,
+        end=end,
+        name=names,
+        kind=bars.kind[first],
+        color_value=bars.color_value[first],
+        extra=bars.extra[first],
+    )
+
+
+def _group_color(group: str, color_by: str) -> str:
+    if color_by == "device" and group.startswith("device "):
+        return series_color(int(group.split()[1]))
+    return kind_color(group)
+
+
+def _bar_traces(
+    bars: _Bars, color_by: str, transfers: bool, node_range: tuple[float, float], legend: set[str]
+) -> list[go.Bar]:
+    out: list[go.Bar] = []
+    hover = _TRANSFER_HOVER if transfers else _OP_HOVER
+    groups = sorted(set(bars.group.tolist()))
+    # a hairline between back-to-back bars while they are wide enough to show it
+    edge = dict(width=0.6, color="white") if bars.start.size <= 3000 else dict(width=0)
+    for grp in groups:
+        sel = np.flatnonzero(bars.group == grp)
+        custom = np.empty((sel.size, 7), dtype=object)
+        custom[:, 0] = bars.name[sel]
+        custom[:, 1] = bars.kind[sel]
+        custom[:, 2] = bars.lane[sel]
+        custom[:, 3] = bars.start[sel]
+        custom[:, 4] = bars.end[sel]
+        custom[:, 5] = bars.end[sel] - bars.start[sel]
+        custom[:, 6] = bars.extra[sel]
+        if color_by == "node":
+            marker = dict(
+                color=bars.color_value[sel],
+                colorscale=NODE_COLORSCALE,
+                cmin=node_range[0],
+                cmax=node_range[1],
+                line=edge,
+            )
+            name = "transfers (colour: producer id)" if transfers else "ops (colour: node id)"
+        else:
+            base = _group_color(grp, color_by)
+            marker = dict(color=with_alpha(base, 0.75) if transfers else base, line=edge)
+            name = grp
+        out.append(
+            go.Bar(
+                orientation="h",
+                y=bars.lane[sel],
+                x=bars.end[sel] - bars.start[sel],
+                base=bars.start[sel],
+                customdata=custom,
+                hovertemplate=hover,
+                marker=marker,
+                width=0.55 if transfers else 0.8,
+                name=name,
+                legendgroup=name,
+                showlegend=name not in legend,
+            )
+        )
+        legend.add(name)
+    return out
+
+
+def _critical_traces(steps: list[PathStep], legend: set[str]) -> list[go.BaseTraceType]:
+    if not steps:
+        return []
+    lanes = [s.lane for s in steps]
+    starts = np.array([s.start for s in steps])
+    ends = np.array([s.end for s in steps])
+    widths = [0.55 if s.record == "transfer" else 0.8 for s in steps]
+    dense = len(steps) > 200  # thinner strokes so that a long path does not hide the lanes
+    name = "critical path"
+    outline = go.Bar(
+        orientation="h",
+        y=lanes,
+        x=ends - starts,
+        base=starts,
+        width=widths,
+        marker=dict(
+            color="rgba(0,0,0,0)", line=dict(color=CRITICAL_COLOR, width=1 if dense else 2)
+        ),
+        name=name,
+        legendgroup=name,
+        showlegend=name not in legend,
+        hoverinfo="skip",
+    )
+    # connectors from each step's end to the next step's start (the jumps across lanes)
+    xs: list[float | None] = []
+    ys: list[str | None] = []
+    for a, b in zip(steps, steps[1:]):
+        if a.lane != b.lane:
+            xs += [a.end, b.start, None]
+            ys += [a.lane, b.lane, None]
+    walk = go.Scatter(
+        x=xs,
+        y=ys,
+        mode="lines",
+        line=dict(
+            color=with_alpha(CRITICAL_COLOR, 0.6) if dense else CRITICAL_COLOR,
+            width=0.6 if dense else 1.5,
+        ),
+        name=name,
+        legendgroup=name,
+        showlegend=False,
+        hoverinfo="skip",
+    )
+    legend.add(name)
+    return [outline, walk]
+
+
+class _Panel(NamedTuple):
+    traces: list[go.BaseTraceType]
+    lanes: list[str]
+    makespan: float
+
+
+def _panel(
+    trace: Trace,
+    graph: DataflowGraph | None,
+    show_transfers: bool,
+    highlight_critical: bool,
+    color_by: str,
+    max_ops: int,
+    legend: set[str],
+) -> _Panel:
+    check_choice(color_by, COLOR_BY, "color_by")
+    if max_ops < 1:
+        raise ConfigError(f"max_ops must be >= 1, got {max_ops}")
+    _check_graph(trace, graph)
+    span = trace.makespan
+    node_range = (0.0, float(max(len(trace.names) - 1, 1)))
+    lanes = [device_lane(d) for d in range(trace.num_devices)]
+    ops = _coalesce(_op_bars(trace, color_by), max_ops, span, "ops")
+    traces: list[go.BaseTraceType] = list(_bar_traces(ops, color_by, False, node_range, legend))
+    if show_transfers and trace.num_transfers:
+        tr = _coalesce(_transfer_bars(trace, color_by), max_ops, span, "transfers")
+        traces += _bar_traces(tr, color_by, True, node_range, legend)
+        lanes += transfer_lanes(trace)[1]
+    # plotly drops categories without data: an invisible point per lane keeps idle lanes shown
+    traces.append(
+        go.Scatter(
+            x=np.zeros(len(lanes)),
+            y=lanes,
+            mode="markers",
+            marker=dict(opacity=0),
+            hoverinfo="skip",
+            showlegend=False,
+            name="lanes",
+        )
+    )
+    if highlight_critical:
+        steps = critical_path(trace, graph)
+        if not show_transfers:
+            steps = [s for s in steps if s.record == "op"]
+        traces += _critical_traces(steps, legend)
+    return _Panel(traces, lanes, span)
+
+
+def _title(trace: Trace) -> str:
+    return f"{trace.graph_name} ({trace.semantics}): makespan {trace.makespan:.6g}"
+
+
+def _axis_title(time_unit: str | None) -> str:
+    return f"time ({time_unit})" if time_unit else "time"
+
+
+def gantt(
+    trace: Trace,
+    graph: DataflowGraph | None = None,
+    title: str | None = None,
+    show_transfers: bool = True,
+    highlight_critical: bool = True,
+    color_by: ColorBy = "kind",
+    max_ops: int = DEFAULT_MAX_OPS,
+    time_unit: str | None = None,
+) -> go.Figure:
+    """A Gantt chart of one execution.
+
+    Args:
+        trace: the execution (simulated or measured).
+        graph: the graph it ran (lets the critical path follow local producers).
+        title: figure title (default: graph, semantics and makespan).
+        show_transfers: add a lane per link resource (or per directed device pair).
+        highlight_critical: outline the critical path and draw its walk across lanes.
+        color_by: ``kind`` (legend by node kind), ``device``, or ``node`` (a colour scale over
+            node ids; a transfer takes its producer's colour).
+        max_ops: most bars per record type; beyond it, back-to-back bars of one lane and colour
+            are merged (their hover names the first and last op).
+        time_unit: unit shown on the time axis (``s``, ``paper units``).
+
+    Returns:
+        A figure with a numeric time axis and one lane per device, then the transfer lanes.
+    """
+    legend: set[str] = set()
+    panel = _panel(trace, graph, show_transfers, highlight_critical, color_by, max_ops, legend)
+    return _assemble(
+        [panel], None, title if title is not None else _title(trace), color_by, time_unit
+    )
+
+
+def compare_gantt(
+    traces: Mapping[str, Trace],
+    graph: DataflowGraph | Mapping[str, DataflowGraph] | None = None,
+    title: str | None = None,
+    show_transfers: bool = True,
+    highlight_critical: bool = True,
+    color_by: ColorBy = "kind",
+    max_ops: int = DEFAULT_MAX_OPS,
+    time_unit: str | None = None,
+) -> go.Figure:
+    """Stacked Gantt charts of several executions on one shared time axis.
+
+    Args:
+        traces: label -> trace (for instance one per placer), drawn top to bottom.
+        graph: the graph they ran, or one per label (labels without one get none).
+        title: figure title.
+        show_transfers, highlight_critical, color_by, max_ops, time_unit: as in :func:`gantt`.
+
+    Returns:
+        A figure with one subplot per trace, titled with its label and makespan.
+    """
+    if not traces:
+        raise ConfigError("compare_gantt needs at least one trace; got an empty mapping")
+    legend: set[str] = set()
+    panels = []
+    for label, tr in traces.items():
+        g = graph.get(label) if isinstance(graph, Mapping) else graph
+        panels.append(_panel(tr, g, show_transfers, highlight_critical, color_by, max_ops, legend))
+    subtitles = [f"{label}: makespan {p.makespan:.6g}" for label, p in zip(traces, panels)]
+    return _assemble(panels, subtitles, title, color_by, time_unit)
+
+
+def _assemble(
+    panels: list[_Panel],
+    subtitles: list[str] | None,
+    title: str | None,
+    color_by: str,
+    time_unit: str | None,
+) -> go.Figure:
+    """Panels stacked on one shared time axis (a plain figure for one panel)."""
+    heights = [len(p.lanes) + 1.5 for p in panels]
+    fig = make_subplots(
+        rows=len(panels),
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=min(0.08, 0.3 / len(panels)),
+        row_heights=[h / sum(heights) for h in heights],
+        subplot_titles=subtitles,
+    )
+    for row, p in enumerate(panels, start=1):
+        for t in p.traces:
+            fig.add_trace(t, row=row, col=1)
+        fig.update_yaxes(
+            type="category",
+            categoryorder="array",
+            categoryarray=p.lanes,
+            autorange="reversed",
+            showgrid=False,
+            row=row,
+            col=1,
+        )
+        fig.add_vline(x=p.makespan, line=dict(color="#444", width=1, dash="dot"), row=row, col=1)
+    fig.update_xaxes(type="linear", rangemode="tozero", showgrid=True)
+    fig.update_xaxes(title=_axis_title(time_unit), row=len(panels), col=1)
+    fig.update_layout(
+        title=title,
+        barmode="overlay",
+        bargap=0.0,
+        template="plotly_white",
+        height=max(280, 90 + 50 * len(panels) + int(26 * sum(heights))),
+        hoverlabel=dict(namelength=-1),
+        legend=dict(title="colour" if color_by == "node" else color_by),
+        margin=dict(l=10, r=10, t=70, b=50),
+    )
+    return fig

@@ -1,0 +1,350 @@
+"""A small builder of self-contained HTML reports: headings, text, tables and plotly figures.
+
+The page embeds plotly.js once, in its head (only when it has figures), so it opens offline
+and each figure adds only its own data.
+
+Example:
+    >>> report = HtmlReport("Demo")
+    >>> _ = report.heading("Results").text("Makespan **ratio** to the lower bound.")
+    >>> _ = report.table([{"graph": "ffnn", "ratio": 1.4849}])
+    >>> "<table" in report.to_html()
+    True
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from collections.abc import Mapping, Sequence
+from numbers import Integral, Real
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..errors import ConfigError
+
+_CSS = """
+:root { --fg:#1f2328; --muted:#6a737d; --line:#d8dee4; --stripe:#f6f8fa; --accent:#3b75af; }
+* { box-sizing: border-box; }
+body { margin:0; color:var(--fg); background:#fff;
+  font:15px/1.55 -apple-system,BlinkMacSystemFont,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif; }
+main { max-width:1240px; margin:0 auto; padding:28px 28px 60px; }
+h1 { font-size:1.9em; margin:0 0 .2em; }
+h2 { font-size:1.4em; margin:1.8em 0 .5em; padding-bottom:.25em; border-bottom:1px solid var(--line); }
+h3 { font-size:1.15em; margin:1.4em 0 .4em; }
+h4,h5,h6 { font-size:1em; margin:1.2em 0 .3em; }
+p.subtitle { color:var(--muted); margin:0 0 1.2em; }
+a { color:var(--accent); }
+code { font:0.9em/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace; background:var(--stripe);
+  padding:.1em .3em; border-radius:4px; }
+pre { background:var(--stripe); padding:12px 14px; border-radius:6px; overflow:auto; }
+pre code { background:none; padding:0; }
+nav.toc { border:1px solid var(--line); border-radius:6px; padding:8px 16px; margin:1em 0; display:inline-block; }
+nav.toc ul { margin:.3em 0; padding-left:1.2em; }
+.table-wrap { overflow-x:auto; margin:.8em 0 1.4em; }
+table { border-collapse:collapse; font-size:.92em; }
+caption { caption-side:top; text-align:left; color:var(--muted); padding-bottom:.4em; }
+th, td { padding:5px 12px; border-bottom:1px solid var(--line); text-align:left; white-space:nowrap; }
+th { border-bottom:2px solid var(--line); font-weight:600; background:#fff; position:sticky; top:0; }
+tbody tr:nth-child(even) { background:var(--stripe); }
+tbody tr:hover { background:#eef4fb; }
+td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; }
+td.na { color:var(--muted); }
+figure { margin:1em 0 1.6em; }
+figcaption { color:var(--muted); font-size:.92em; margin-top:.3em; }
+"""
+
+_MD_INLINE = (
+    (re.compile(r"\*\*(.+?)\*\*"), r"<strong>\1</strong>"),
+    (re.compile(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])"), r"<em>\1</em>"),
+    (re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)"), r'<a href="\2">\1</a>'),
+)
+
+
+def _inline(text: str) -> str:
+    """Escape ``text`` and apply inline markdown: `code`, **bold**, *em*, [link](url)."""
+    parts = text.split("`")
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2 == 1 and i < len(parts) - 1:
+            out.append(f"<code>{html.escape(part, quote=False)}</code>")
+            continue
+        s = html.escape(part if i % 2 == 0 else "`" + part, quote=False)
+        for pattern, repl in _MD_INLINE:
+            s = pattern.sub(repl, s)
+        out.append(s)
+    return "".join(out)
+
+
+def _pipe_row(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def markdown_to_html(text: str) -> str:
+    """A small markdown subset: ``#`` headings, paragraphs, ``-``/``1.`` lists, fenced code
+    blocks, pipe tables, and inline `code`, **bold**, *em*, [links](url)."""
+    out: list[str] = []
+    lines = text.strip("\n").splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.strip()
+        if not stripped:
+            i += 1
+        elif stripped.startswith("```"):
+            j = i + 1
+            while j < len(lines) and not lines[j].strip().startswith("```"):
+                j += 1
+            code = "\n".join(lines[i + 1 : j])
+            out.append(f"<pre><code>{html.escape(code, quote=False)}</code></pre>")
+            i = j + 1
+        elif m := re.match(r"(#{1,6})\s+(.*)", stripped):
+            level = len(m.group(1))
+            out.append(f"<h{level}>{_inline(m.group(2))}</h{level}>")
+            i += 1
+        elif stripped.startswith("|"):
+            block = []
+            while i < len(lines) and lines[i].strip().startswith("|"):
+                block.append(lines[i])
+                i += 1
+            out.append(_pipe_table(block))
+        elif re.match(r"([-*]|\d+\.)\s+", stripped):
+            ordered = bool(re.match(r"\d+\.", stripped))
+            items = []
+            while i < len(lines) and (m := re.match(r"\s*(?:[-*]|\d+\.)\s+(.*)", lines[i])):
+                items.append(f"<li>{_inline(m.group(1))}</li>")
+                i += 1
+            tag = "ol" if ordered else "ul"
+            out.append(f"<{tag}>{''.join(items)}</{tag}>")
+        else:
+            para = []
+            while (
+                i < len(lines)
+                and lines[i].strip()
+                and not re.match(r"(#{1,6}\s|```|\||[-*]\s|\d+\.\s)", lines[i].strip())
+            ):
+                para.append(lines[i].strip())
+                i += 1
+            out.append(f"<p>{_inline(' '.join(para))}</p>")
+    return "\n".join(out)
+
+
+def _pipe_table(block: list[str]) -> str:
+    rows = [_pipe_row(r) for r in block if not re.fullmatch(r"\s*\|?[\s:|-]+\|?\s*", r)]
+    if not rows:
+        return ""
+    head = "".join(f"<th>{_inline(c)}</th>" for c in rows[0])
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in rows[1:]
+    )
+    return f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, Real) and not isinstance(x, bool)
+
+
+def _missing(x: Any) -> bool:
+    return x is None or x is pd.NA or x is pd.NaT or (isinstance(x, float) and math.isnan(x))
+
+
+def _column_format(values: Sequence[Any], digits: int) -> str | None:
+    """A format spec shared by a numeric column (None: not numeric), so that numbers align."""
+    nums = [float(v) for v in values if _is_number(v) and math.isfinite(float(v))]
+    if not nums or not all(_is_number(v) or _missing(v) for v in values):
+        return None
+    if (
+        all(isinstance(v, Integral) or float(v).is_integer() for v in nums)
+        and max(map(abs, nums)) < 1e15
+    ):
+        return ",.0f"
+    top = max(map(abs, nums))
+    if top >= 1e7 or top < 1e-3:
+        return f".{max(digits - 1, 0)}e"
+    decimals = max(0, digits - 1 - math.floor(math.log10(top))) if top > 0 else digits
+    return f",.{min(decimals, 8)}f"
+
+
+def _cell(value: Any, fmt: str | None) -> str:
+    if _missing(value):
+        return '<td class="num na">–</td>' if fmt else '<td class="na">–</td>'
+    if fmt and _is_number(value):
+        v = float(value)
+        text = f"{v:{fmt}}" if math.isfinite(v) else str(v)
+        return f'<td class="num">{text}</td>'
+    return f"<td>{html.escape(str(value), quote=False)}</td>"
+
+
+def _slug(text: str, taken: set[str]) -> str:
+    base = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section"
+    slug, k = base, 2
+    while slug in taken:
+        slug, k = f"{base}-{k}", k + 1
+    taken.add(slug)
+    return slug
+
+
+class HtmlReport:
+    """A one-file HTML report built block by block; every method returns the report.
+
+    Args:
+        title: page title and top heading.
+        subtitle: a muted line under the title (a command, a date, a commit).
+        toc: list the level-2 headings at the top when there are at least three.
+    """
+
+    def __init__(self, title: str, subtitle: str | None = None, toc: bool = True):
+        self.title = title
+        self.subtitle = subtitle
+        self.toc = toc
+        self._blocks: list[str] = []
+        self._headings: list[tuple[int, str, str]] = []
+        self._slugs: set[str] = set()
+        self._figures = 0
+
+    @property
+    def num_figures(self) -> int:
+        """Figures added so far."""
+        return self._figures
+
+    def heading(self, text: str, level: int = 2) -> HtmlReport:
+        """A section heading (level 2 by default; 1 is the page title)."""
+        if not 1 <= level <= 6:
+            raise ConfigError(f"heading level {level} for {text!r}; expected 1..6")
+        slug = _slug(text, self._slugs)
+        self._headings.append((level, text, slug))
+        self._blocks.append(f'<h{level} id="{slug}">{html.escape(text, quote=False)}</h{level}>')
+        return self
+
+    def text(self, content: str) -> HtmlReport:
+        """A block of text: HTML when it starts with ``<``, else a small markdown subset
+        (see :func:`markdown_to_html`)."""
+        s = content.strip()
+        self._blocks.append(s if s.startswith("<") else markdown_to_html(s))
+        return self
+
+    def html(self, raw: str) -> HtmlReport:
+        """Raw HTML, inserted as is."""
+        self._blocks.append(raw)
+        return self
+
+    def code(self, text: str) -> HtmlReport:
+        """A preformatted block (a command line, a config)."""
+        self._blocks.append(f"<pre><code>{html.escape(text, quote=False)}</code></pre>")
+        return self
+
+    def table(
+        self,
+        data: pd.DataFrame | Sequence[Mapping[str, Any]],
+        caption: str | None = None,
+        digits: int = 4,
+        index: bool | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> HtmlReport:
+        """A table from a frame or a list of dicts; numeric columns are right-aligned with one
+        number format per column (``digits`` significant digits for the largest value).
+
+        Args:
+            data: the rows.
+            caption: a line above the table.
+            digits: significant digits of non-integer columns.
+            index: show the frame's index (default: when it is not a plain range).
+            columns: the columns to show, in order (default: all).
+        """
+        if isinstance(data, pd.DataFrame):
+            frame = data
+        elif isinstance(data, Sequence) and not isinstance(data, str):
+            frame = pd.DataFrame(list(data))
+        else:
+            raise ConfigError(
+                f"table data of type {type(data).__name__}; expected a DataFrame or a list of dicts"
+            )
+        if index or (index is None and not isinstance(frame.index, pd.RangeIndex)):
+            frame = frame.reset_index()
+        if columns is not None:
+            missing = [c for c in columns if c not in frame.columns]
+            if missing:
+                raise ConfigError(
+                    f"table has no column {missing[0]!r}; it has {list(frame.columns)}"
+                )
+            frame = frame[list(columns)]
+        cols = [str(c) for c in frame.columns]
+        values = [[_plain(v) for v in frame[c].tolist()] for c in frame.columns]
+        fmts = [_column_format(v, digits) for v in values]
+        num = ' class="num"'
+        head = "".join(
+            f"<th{num if f else ''}>{html.escape(c, quote=False)}</th>" for c, f in zip(cols, fmts)
+        )
+        body = "".join(
+            "<tr>" + "".join(_cell(values[j][i], fmts[j]) for j in range(len(cols))) + "</tr>"
+            for i in range(len(frame))
+        )
+        cap = f"<caption>{_inline(caption)}</caption>" if caption else ""
+        self._blocks.append(
+            f'<div class="table-wrap"><table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+        )
+        return self
+
+    def figure(self, fig: Any, caption: str | None = None) -> HtmlReport:
+        """A plotly figure (interactive; its data embedded in the page)."""
+        if not hasattr(fig, "to_html") or not hasattr(fig, "layout"):
+            raise ConfigError(f"figure of type {type(fig).__name__}; expected a plotly Figure")
+        self._figures += 1
+        height = fig.layout.height or 450
+        div = fig.to_html(
+            full_html=False,
+            include_plotlyjs=False,
+            div_id=f"figure-{self._figures}",
+            default_width="100%",
+            default_height=f"{int(height)}px",
+            config={"displaylogo": False, "responsive": True},
+        )
+        cap = f"<figcaption>{_inline(caption)}</figcaption>" if caption else ""
+        self._blocks.append(f"<figure>{div}{cap}</figure>")
+        return self
+
+    def to_html(self) -> str:
+        """The whole page as a string."""
+        head_js = ""
+        if self._figures:
+            from plotly.offline import get_plotlyjs
+
+            head_js = f'<script type="text/javascript">{get_plotlyjs()}</script>'
+        top = [f"<h1>{html.escape(self.title, quote=False)}</h1>"]
+        if self.subtitle:
+            top.append(f'<p class="subtitle">{_inline(self.subtitle)}</p>')
+        sections = [(t, s) for level, t, s in self._headings if level == 2]
+        if self.toc and len(sections) >= 3:
+            items = "".join(
+                f'<li><a href="#{s}">{html.escape(t, quote=False)}</a></li>' for t, s in sections
+            )
+            top.append(f'<nav class="toc"><strong>Contents</strong><ul>{items}</ul></nav>')
+        return (
+            "<!DOCTYPE html>\n"
+            '<html lang="en"><head><meta charset="utf-8">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            '<meta name="generator" content="doppler_lab.viz.HtmlReport">'
+            f"<title>{html.escape(self.title, quote=False)}</title>"
+            f"<style>{_CSS}</style>{head_js}</head>\n"
+            "<body><main>\n" + "\n".join(top + self._blocks) + "\n</main></body></html>\n"
+        )
+
+    def write(self, path: str | Path) -> Path:
+        """Write the page to ``path`` (parent folders are created); returns the path."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(self.to_html(), encoding="utf-8")
+        return p
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars to Python scalars, so that formatting sees ints and floats."""
+    item = getattr(value, "item", None)
+    if callable(item) and not isinstance(value, str | bytes):
+        try:
+            return item()
+        except (TypeError, ValueError):
+            return value
+    return value
