@@ -333,7 +333,7 @@ def bar_compare(
                 text=rows["mean"].to_numpy(),
                 texttemplate=f"%{{y:{text_format}}}",
                 textposition="inside",
-                insidetextanchor="end",
+                insidetextanchor="start",
                 customdata=rows["count"].fillna(0).to_numpy(),
                 hovertemplate=f"{name}<br>{category}: %{{x}}<br>{value}: %{{y:.5g}}<br>rows: %{{customdata}}<extra></extra>",
             )

@@ -470,11 +470,13 @@ def _critical_traces(steps: list[PathStep], legend: set[str]) -> list[go.BaseTra
         showlegend=name not in legend,
         hoverinfo="skip",
     )
-    # connectors from each step's end to the next step's start (the jumps across lanes)
+    # connectors from each step's end to the next step's start (the jumps across lanes); none
+    # across a gap, which is a hidden transfer or dispatch overhead
+    tol = 1e-9 * max(abs(ends.max()), 1e-300)
     xs: list[float | None] = []
     ys: list[str | None] = []
     for a, b in zip(steps, steps[1:]):
-        if a.lane != b.lane:
+        if a.lane != b.lane and abs(a.end - b.start) <= tol:
             xs += [a.end, b.start, None]
             ys += [a.lane, b.lane, None]
     walk = go.Scatter(
@@ -579,9 +581,8 @@ def gantt(
     """
     legend: set[str] = set()
     panel = _panel(trace, graph, show_transfers, highlight_critical, color_by, max_ops, legend)
-    return _assemble(
-        [panel], None, title if title is not None else _title(trace), color_by, time_unit
-    )
+    title = title if title is not None else _title(trace)
+    return _assemble([panel], None, title, color_by, time_unit, len(legend))
 
 
 def compare_gantt(
@@ -613,7 +614,7 @@ def compare_gantt(
         g = graph.get(label) if isinstance(graph, Mapping) else graph
         panels.append(_panel(tr, g, show_transfers, highlight_critical, color_by, max_ops, legend))
     subtitles = [f"{label}: makespan {p.makespan:.6g}" for label, p in zip(traces, panels)]
-    return _assemble(panels, subtitles, title, color_by, time_unit)
+    return _assemble(panels, subtitles, title, color_by, time_unit, len(legend))
 
 
 def _assemble(
@@ -622,6 +623,7 @@ def _assemble(
     title: str | None,
     color_by: str,
     time_unit: str | None,
+    legend_entries: int,
 ) -> go.Figure:
     """Panels stacked on one shared time axis (a plain figure for one panel)."""
     heights = [len(p.lanes) + 1.5 for p in panels]
@@ -653,7 +655,7 @@ def _assemble(
         barmode="overlay",
         bargap=0.0,
         template="plotly_white",
-        height=max(280, 90 + 50 * len(panels) + int(26 * sum(heights))),
+        height=max(280, 160 + 27 * legend_entries, 90 + 50 * len(panels) + int(26 * sum(heights))),
         hoverlabel=dict(namelength=-1),
         legend=dict(title="colour" if color_by == "node" else color_by),
         margin=dict(l=10, r=10, t=70, b=50),

@@ -1,0 +1,63 @@
+"""Pictures of dataflow graphs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from viz_helpers import random_dag
+
+from doppler_lab.errors import PlacementError
+from doppler_lab.graph import DataflowGraph
+from doppler_lab.viz import layered_layout, plot_graph
+
+
+def node_traces(fig):
+    return [t for t in fig.data if t.name != "edges"]
+
+
+def test_every_node_is_drawn_once(mlp: DataflowGraph) -> None:
+    fig = plot_graph(mlp)
+    nodes = node_traces(fig)
+    assert sum(len(t.x) for t in nodes) == mlp.num_nodes
+    assert {t.name for t in nodes} == {"input", "einsum", "elementwise", "reduce"}
+    names = [row[0] for t in nodes for row in t.customdata]
+    assert sorted(names) == sorted(mlp.names)
+    edges = next(t for t in fig.data if t.name == "edges")
+    assert len(edges.x) == 3 * mlp.num_edges  # one line trace, None between edges
+
+
+def test_inputs_can_be_left_out(mlp: DataflowGraph) -> None:
+    fig = plot_graph(mlp, show_inputs=False)
+    assert sum(len(t.x) for t in node_traces(fig)) == mlp.compute_nodes.size
+    internal = (~mlp.is_input[mlp.edge_src]).sum()
+    assert len(next(t for t in fig.data if t.name == "edges").x) == 3 * internal
+
+
+def test_colour_by_device(mlp: DataflowGraph) -> None:
+    placement = np.arange(mlp.num_nodes) % 3
+    fig = plot_graph(mlp, placement)
+    groups = {t.name: len(t.x) for t in node_traces(fig)}
+    assert groups["input (resident)"] == int(mlp.is_input.sum())
+    for d in range(3):
+        assert groups[f"device {d}"] == int(((placement == d) & ~mlp.is_input).sum())
+    with pytest.raises(PlacementError, match="needs a placement"):
+        plot_graph(mlp, color_by="device")
+    with pytest.raises(PlacementError, match=r"one device per node \(68,\)"):
+        plot_graph(mlp, np.zeros(5, dtype=int))
+
+
+def test_layers_follow_depth(mlp: DataflowGraph) -> None:
+    x, y = layered_layout(mlp)
+    comp = mlp.compute_nodes
+    assert np.array_equal(x[comp], mlp.depth[comp])
+    assert (x[mlp.is_input] % 1 == 0.5).all()  # inputs sit half a layer before a consumer
+    for layer in np.unique(x):
+        ys = y[x == layer]
+        assert len(np.unique(ys)) == ys.size and abs(ys.mean()) < 1e-9
+
+
+def test_thousands_of_nodes_use_webgl() -> None:
+    g = random_dag(3000, seed=2)
+    fig = plot_graph(g)
+    assert all(t.type == "scattergl" for t in fig.data)
+    assert sum(len(t.x) for t in node_traces(fig)) == 3000
