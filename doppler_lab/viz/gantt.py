@@ -9,7 +9,7 @@ and colour are merged into segments so that 100k-op traces stay responsive.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, TypedDict, Unpack
 
 import numpy as np
 import plotly.graph_objects as go
@@ -30,6 +30,17 @@ from ._style import (
 ColorBy = Literal["kind", "device", "node"]
 COLOR_BY: tuple[str, ...] = ("kind", "device", "node")
 DEFAULT_MAX_OPS = 20_000
+
+
+class GanttOptions(TypedDict, total=False):
+    """Keyword options of :func:`compare_gantt`, as in :func:`gantt`."""
+
+    show_transfers: bool
+    highlight_critical: bool
+    color_by: ColorBy
+    max_ops: int
+    time_unit: str | None
+
 
 _OP_HOVER = (
     "<b>%{customdata[0]}</b><br>kind: %{customdata[1]}<br>%{customdata[2]}"
@@ -505,11 +516,11 @@ class _Panel(NamedTuple):
 def _panel(
     trace: Trace,
     graph: DataflowGraph | None,
-    show_transfers: bool,
-    highlight_critical: bool,
-    color_by: str,
-    max_ops: int,
     legend: set[str],
+    show_transfers: bool = True,
+    highlight_critical: bool = True,
+    color_by: str = "kind",
+    max_ops: int = DEFAULT_MAX_OPS,
 ) -> _Panel:
     check_choice(color_by, COLOR_BY, "color_by")
     if max_ops < 1:
@@ -580,7 +591,7 @@ def gantt(
         A figure with a numeric time axis and one lane per device, then the transfer lanes.
     """
     legend: set[str] = set()
-    panel = _panel(trace, graph, show_transfers, highlight_critical, color_by, max_ops, legend)
+    panel = _panel(trace, graph, legend, show_transfers, highlight_critical, color_by, max_ops)
     title = title if title is not None else _title(trace)
     return _assemble([panel], None, title, color_by, time_unit, len(legend))
 
@@ -589,11 +600,7 @@ def compare_gantt(
     traces: Mapping[str, Trace],
     graph: DataflowGraph | Mapping[str, DataflowGraph] | None = None,
     title: str | None = None,
-    show_transfers: bool = True,
-    highlight_critical: bool = True,
-    color_by: ColorBy = "kind",
-    max_ops: int = DEFAULT_MAX_OPS,
-    time_unit: str | None = None,
+    **options: Unpack[GanttOptions],
 ) -> go.Figure:
     """Stacked Gantt charts of several executions on one shared time axis.
 
@@ -601,20 +608,29 @@ def compare_gantt(
         traces: label -> trace (for instance one per placer), drawn top to bottom.
         graph: the graph they ran, or one per label (labels without one get none).
         title: figure title.
-        show_transfers, highlight_critical, color_by, max_ops, time_unit: as in :func:`gantt`.
+        **options: ``show_transfers``, ``highlight_critical``, ``color_by``, ``max_ops``,
+            ``time_unit``, as in :func:`gantt`.
 
     Returns:
         A figure with one subplot per trace, titled with its label and makespan.
     """
     if not traces:
         raise ConfigError("compare_gantt needs at least one trace; got an empty mapping")
+    known = GanttOptions.__annotations__
+    for key in options:
+        if key not in known:
+            raise ConfigError(
+                f"compare_gantt has no option {key!r}; expected one of {tuple(known)}"
+            )
+    panel_options = {k: v for k, v in options.items() if k != "time_unit"}
     legend: set[str] = set()
     panels = []
     for label, tr in traces.items():
         g = graph.get(label) if isinstance(graph, Mapping) else graph
-        panels.append(_panel(tr, g, show_transfers, highlight_critical, color_by, max_ops, legend))
+        panels.append(_panel(tr, g, legend, **panel_options))  # type: ignore[arg-type]
     subtitles = [f"{label}: makespan {p.makespan:.6g}" for label, p in zip(traces, panels)]
-    return _assemble(panels, subtitles, title, color_by, time_unit, len(legend))
+    color_by = options.get("color_by", "kind")
+    return _assemble(panels, subtitles, title, color_by, options.get("time_unit"), len(legend))
 
 
 def _assemble(

@@ -151,6 +151,10 @@ def test_compare_gantt_shares_the_time_axis(mlp: DataflowGraph) -> None:
     assert len(legend) == len(set(legend))  # each kind listed once
     with pytest.raises(ConfigError, match="at least one trace"):
         compare_gantt({})
+    with pytest.raises(ConfigError, match="no option 'colour_by'"):
+        compare_gantt(traces, mlp, colour_by="device")  # type: ignore[call-arg]
+    by_device = compare_gantt(traces, mlp, color_by="device", show_transfers=False)
+    assert {t.name for t in by_device.data if t.type == "bar"} >= {"device 0", "critical path"}
 
 
 # -- critical path ----------------------------------------------------------------------------
