@@ -63,7 +63,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"doppler-lab {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except FileNotFoundError as exc:
-        print(f"doppler-lab {args.command}: error: {exc.filename or exc}: no such file", file=sys.stderr)
+        print(
+            f"doppler-lab {args.command}: error: {exc.filename or exc}: no such file",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         print(f"doppler-lab {args.command}: interrupted", file=sys.stderr)

@@ -41,7 +41,11 @@ def _csr(n: int, key: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.nda
     order = np.argsort(key, kind="stable")
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(key, minlength=n), out=ptr[1:])
-    return _readonly(ptr), _readonly(other[order].astype(np.int64)), _readonly(order.astype(np.int64))
+    return (
+        _readonly(ptr),
+        _readonly(other[order].astype(np.int64)),
+        _readonly(order.astype(np.int64)),
+    )
 
 
 @njit(cache=True)
@@ -140,7 +144,9 @@ class DataflowGraph:
         if self.compute_cost is not None:
             set_(self, "compute_cost", _readonly(np.array(self.compute_cost, dtype=np.float64)))
         if self.edge_cost is not None:
-            set_(self, "edge_cost", _readonly(np.array(self.edge_cost, dtype=np.float64).reshape(-1)))
+            set_(
+                self, "edge_cost", _readonly(np.array(self.edge_cost, dtype=np.float64).reshape(-1))
+            )
         if self.specs is not None:
             set_(self, "specs", tuple(self.specs))
         set_(self, "meta", dict(self.meta))
@@ -167,7 +173,9 @@ class DataflowGraph:
         for attr in ("flops", "out_bytes"):
             self._check_costs(getattr(self, attr), attr)
         if not (np.isfinite(self.time_scale) and self.time_scale > 0):
-            raise GraphError(f"graph {self.name!r}: time_scale {self.time_scale} must be finite and > 0")
+            raise GraphError(
+                f"graph {self.name!r}: time_scale {self.time_scale} must be finite and > 0"
+            )
         e = self.edge_src.shape[0]
         if self.edge_dst.shape[0] != e:
             raise GraphError(
@@ -184,7 +192,9 @@ class DataflowGraph:
         loops = np.flatnonzero(self.edge_src == self.edge_dst)
         if loops.size:
             v = int(self.edge_src[loops[0]])
-            raise GraphError(f"graph {self.name!r} has a cycle: node {self.names[v]!r} depends on itself")
+            raise GraphError(
+                f"graph {self.name!r} has a cycle: node {self.names[v]!r} depends on itself"
+            )
         if e:
             keys = self.edge_src * n + self.edge_dst
             uniq, counts = np.unique(keys, return_counts=True)
@@ -389,7 +399,9 @@ class DataflowGraph:
         c = self.edge_cost if self.edge_cost is not None else self.out_bytes[self.edge_src]
         return np.where(self.is_input[self.edge_src], 0.0, c)
 
-    def t_level(self, node_cost: np.ndarray | None = None, edge_cost: np.ndarray | None = None) -> np.ndarray:
+    def t_level(
+        self, node_cost: np.ndarray | None = None, edge_cost: np.ndarray | None = None
+    ) -> np.ndarray:
         """Longest path from a source to each node, excluding the node's own cost.
 
         ``t(v) = max over preds u of t(u) + w(u) + c(u, v)``; defaults from :meth:`node_cost`
@@ -398,7 +410,9 @@ class DataflowGraph:
         w, c = self._costs(node_cost, edge_cost)
         return _t_levels(self.topo_order, self.pred_ptr, self.pred_idx, self.pred_eid, w, c)
 
-    def b_level(self, node_cost: np.ndarray | None = None, edge_cost: np.ndarray | None = None) -> np.ndarray:
+    def b_level(
+        self, node_cost: np.ndarray | None = None, edge_cost: np.ndarray | None = None
+    ) -> np.ndarray:
         """Longest path from each node to a sink, including the node's own cost.
 
         ``b(v) = w(v) + max over succs s of c(v, s) + b(s)``.
@@ -422,7 +436,9 @@ class DataflowGraph:
             path.append(v)
         return np.array(path, dtype=np.int64)
 
-    def _costs(self, node_cost: np.ndarray | None, edge_cost: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def _costs(
+        self, node_cost: np.ndarray | None, edge_cost: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
         w = self.node_cost() if node_cost is None else np.asarray(node_cost, dtype=np.float64)
         c = self.edge_comm_cost() if edge_cost is None else np.asarray(edge_cost, dtype=np.float64)
         if w.shape != (self.num_nodes,):
@@ -466,7 +482,11 @@ class DataflowGraph:
                 "out_bytes": float(self.out_bytes[v]),
             }
             if self.compute_cost is not None:
-                attrs["cost"] = self.compute_cost[v].tolist() if self.compute_cost.ndim == 2 else float(self.compute_cost[v])
+                attrs["cost"] = (
+                    self.compute_cost[v].tolist()
+                    if self.compute_cost.ndim == 2
+                    else float(self.compute_cost[v])
+                )
             g.add_node(v, **attrs)
         for k in range(self.num_edges):
             attrs = {"eid": k}
@@ -574,9 +594,13 @@ class GraphBuilder:
         v = len(self._names)
         for u in inputs:
             if not 0 <= u < v:
-                raise GraphError(f"node {name!r}: input id {u} is not an existing node (0..{v - 1})")
+                raise GraphError(
+                    f"node {name!r}: input id {u} is not an existing node (0..{v - 1})"
+                )
         if edge_costs is not None and len(edge_costs) != len(inputs):
-            raise GraphError(f"node {name!r}: {len(edge_costs)} edge costs for {len(inputs)} inputs")
+            raise GraphError(
+                f"node {name!r}: {len(edge_costs)} edge costs for {len(inputs)} inputs"
+            )
         self._names.append(name)
         self._index[name] = v
         self._kinds.append(KIND_CODE[kind])
@@ -613,10 +637,14 @@ class GraphBuilder:
             return dtype
         return self._specs[inputs[0]].dtype if inputs and self._specs[inputs[0]] else "float32"
 
-    def add_input(self, name: str, shape: Sequence[int], dtype: str = "float32", init: str = "normal") -> int:
+    def add_input(
+        self, name: str, shape: Sequence[int], dtype: str = "float32", init: str = "normal"
+    ) -> int:
         return self._add_spec(name, OpSpec("input", init, (), tuple(shape), dtype), ())
 
-    def add_einsum(self, name: str, equation: str, inputs: Sequence[int], dtype: str | None = None) -> int:
+    def add_einsum(
+        self, name: str, equation: str, inputs: Sequence[int], dtype: str | None = None
+    ) -> int:
         from .ops import parse_einsum
 
         try:
@@ -625,7 +653,9 @@ class GraphBuilder:
             raise GraphError(f"node {name!r}: {exc}") from None
         shapes = [self._shape(u) for u in inputs]
         if len(operands) != len(shapes):
-            raise GraphError(f"node {name!r}: equation {equation!r} takes {len(operands)} operands, got {len(shapes)}")
+            raise GraphError(
+                f"node {name!r}: equation {equation!r} takes {len(operands)} operands, got {len(shapes)}"
+            )
         sizes: dict[str, int] = {}
         for term, shape in zip(operands, shapes):
             if len(term) != len(shape):
@@ -636,23 +666,41 @@ class GraphBuilder:
         return self._add_spec(name, spec, inputs)
 
     def add_elementwise(
-        self, name: str, op: str, inputs: Sequence[int], params: Mapping[str, Any] | None = None, dtype: str | None = None
+        self,
+        name: str,
+        op: str,
+        inputs: Sequence[int],
+        params: Mapping[str, Any] | None = None,
+        dtype: str | None = None,
     ) -> int:
         shapes = [self._shape(u) for u in inputs]
         try:
             out_shape = broadcast_shape(shapes)
         except ValueError as exc:
             raise GraphError(f"node {name!r}: {exc}") from None
-        spec = OpSpec("elementwise", op, tuple(shapes), out_shape, self._dtype(inputs, dtype), params or {})
+        spec = OpSpec(
+            "elementwise", op, tuple(shapes), out_shape, self._dtype(inputs, dtype), params or {}
+        )
         return self._add_spec(name, spec, inputs)
 
-    def add_reduce(self, name: str, op: str, inp: int, dims: Sequence[int], keepdim: bool = False) -> int:
+    def add_reduce(
+        self, name: str, op: str, inp: int, dims: Sequence[int], keepdim: bool = False
+    ) -> int:
         shape = self._shape(inp)
         dd = {int(d) % len(shape) for d in dims}
-        out = tuple(1 if i in dd else s for i, s in enumerate(shape)) if keepdim else tuple(
-            s for i, s in enumerate(shape) if i not in dd
+        out = (
+            tuple(1 if i in dd else s for i, s in enumerate(shape))
+            if keepdim
+            else tuple(s for i, s in enumerate(shape) if i not in dd)
         )
-        spec = OpSpec("reduce", op, (shape,), out, self._dtype([inp], None), {"dims": list(dims), "keepdim": keepdim})
+        spec = OpSpec(
+            "reduce",
+            op,
+            (shape,),
+            out,
+            self._dtype([inp], None),
+            {"dims": list(dims), "keepdim": keepdim},
+        )
         return self._add_spec(name, spec, [inp])
 
     def add_torch(
@@ -666,7 +714,16 @@ class GraphBuilder:
         dtype: str | None = None,
     ) -> int:
         shapes = tuple(self._shape(u) for u in inputs)
-        spec = OpSpec("torch", op, shapes, tuple(out_shape), self._dtype(inputs, dtype), params or {}, None, flops)
+        spec = OpSpec(
+            "torch",
+            op,
+            shapes,
+            tuple(out_shape),
+            self._dtype(inputs, dtype),
+            params or {},
+            None,
+            flops,
+        )
         return self._add_spec(name, spec, inputs)
 
     def build(self, time_scale: float = 1.0) -> DataflowGraph:
@@ -675,27 +732,33 @@ class GraphBuilder:
         specs = tuple(self._specs) if any(s is not None for s in self._specs) else None
         compute_cost = None
         if any(c is not None for c in self._costs):
-            missing = [self._names[v] for v, c in enumerate(self._costs) if c is None and self._kinds[v] != INPUT]
+            missing = [
+                self._names[v]
+                for v, c in enumerate(self._costs)
+                if c is None and self._kinds[v] != INPUT
+            ]
             if missing:
                 raise GraphError(
                     f"graph {self.name!r}: node {missing[0]!r} has no explicit cost while others do; "
                     "give every non-input node a cost or none"
                 )
-            widths = {len(c) for c in self._costs if c is not None and np.ndim(c) == 1}
-            if len(widths) > 1 or (widths and any(c is not None and np.ndim(c) == 0 for c in self._costs)):
-                bad = next(
-                    v for v, c in enumerate(self._costs)
-                    if c is not None and (np.ndim(c) == 0 or len(c) != min(widths))
-                ) if widths else 0
-                raise GraphError(
-                    f"graph {self.name!r}: node {self._names[bad]!r} has a per-device cost list of "
-                    f"length {np.size(self._costs[bad])}, expected {min(widths)} like the other nodes"
-                )
-            if widths:
-                d = widths.pop()
-                compute_cost = np.array([c if c is not None else [0.0] * d for c in self._costs], dtype=np.float64)
-            else:
-                compute_cost = np.array([0.0 if c is None else c for c in self._costs], dtype=np.float64)
+            first = next(v for v, c in enumerate(self._costs) if c is not None)
+            width = np.size(self._costs[first]) if np.ndim(self._costs[first]) else None
+            for v, c in enumerate(self._costs):
+                if c is None:
+                    continue
+                w = np.size(c) if np.ndim(c) else None
+                if w != width:
+                    expected = f"a list of {width} per-device costs" if width else "a scalar cost"
+                    got = f"a per-device cost list of length {w}" if w else "a scalar cost"
+                    raise GraphError(
+                        f"graph {self.name!r}: node {self._names[v]!r} has {got}, expected {expected} "
+                        f"like node {self._names[first]!r}"
+                    )
+            zero = 0.0 if width is None else [0.0] * width
+            compute_cost = np.array(
+                [zero if c is None else c for c in self._costs], dtype=np.float64
+            )
         edge_cost = None
         if any(c is not None for c in self._edge_costs):
             if any(c is None for c in self._edge_costs):

@@ -63,9 +63,13 @@ class Device:
         for attr in ("mem_bytes_per_s", "memory_bytes"):
             v = getattr(self, attr)
             if not (np.isfinite(v) and v > 0):
-                raise ClusterError(f"device {self.name!r}: {attr} = {v}, expected a finite value > 0")
+                raise ClusterError(
+                    f"device {self.name!r}: {attr} = {v}, expected a finite value > 0"
+                )
         if not (np.isfinite(self.launch_overhead_s) and self.launch_overhead_s >= 0):
-            raise ClusterError(f"device {self.name!r}: launch_overhead_s = {self.launch_overhead_s}, expected >= 0")
+            raise ClusterError(
+                f"device {self.name!r}: launch_overhead_s = {self.launch_overhead_s}, expected >= 0"
+            )
 
     def rate(self, dtype: str) -> float:
         return float(self.flops_per_s.get(dtype, self.flops_per_s["float32"]))
@@ -116,14 +120,20 @@ class Cluster:
         lat = np.array(self.latency_s, dtype=np.float64)
         for arr, label in ((bw, "bandwidth_bytes_per_s"), (lat, "latency_s")):
             if arr.shape != (d, d):
-                raise ClusterError(f"cluster {self.name!r}: {label} has shape {arr.shape}, expected ({d}, {d})")
+                raise ClusterError(
+                    f"cluster {self.name!r}: {label} has shape {arr.shape}, expected ({d}, {d})"
+                )
         off = ~np.eye(d, dtype=bool)
         if d > 1 and not (np.isfinite(bw[off]).all() and (bw[off] > 0).all()):
             i, j = np.argwhere(off & ~((bw > 0) & np.isfinite(bw)))[0]
-            raise ClusterError(f"cluster {self.name!r}: bandwidth {i}->{j} is {bw[i, j]}, expected > 0")
+            raise ClusterError(
+                f"cluster {self.name!r}: bandwidth {i}->{j} is {bw[i, j]}, expected > 0"
+            )
         if d > 1 and not (np.isfinite(lat[off]).all() and (lat[off] >= 0).all()):
             i, j = np.argwhere(off & ~((lat >= 0) & np.isfinite(lat)))[0]
-            raise ClusterError(f"cluster {self.name!r}: latency {i}->{j} is {lat[i, j]}, expected >= 0")
+            raise ClusterError(
+                f"cluster {self.name!r}: latency {i}->{j} is {lat[i, j]}, expected >= 0"
+            )
         np.fill_diagonal(bw, np.inf)
         np.fill_diagonal(lat, 0.0)
         if self.routes is None:
@@ -138,7 +148,9 @@ class Cluster:
         else:
             routes = np.array(self.routes, dtype=np.int64)
             if routes.shape != (d, d, 2):
-                raise ClusterError(f"cluster {self.name!r}: routes has shape {routes.shape}, expected ({d}, {d}, 2)")
+                raise ClusterError(
+                    f"cluster {self.name!r}: routes has shape {routes.shape}, expected ({d}, {d}, 2)"
+                )
             nlinks = int(routes.max()) + 1
             if len(self.link_names) not in (0, nlinks):
                 raise ClusterError(
@@ -276,20 +288,30 @@ def make_h100x8() -> Cluster:
     return Cluster("h100x8", devs, np.full((d, d), 450 * GB), np.full((d, d), 3e-6), routes, names)
 
 
-def make_cpu(num_devices: int = 4, flops_per_s: float = 20e9, copy_bytes_per_s: float = 5 * GB) -> Cluster:
+def make_cpu(
+    num_devices: int = 4, flops_per_s: float = 20e9, copy_bytes_per_s: float = 5 * GB
+) -> Cluster:
     """CPU worker devices in one host: copies share the host's memory system (one resource)."""
     if num_devices < 1:
         raise ClusterError(f"a cpu cluster needs at least 1 device, got {num_devices}")
     d = num_devices
     devs = tuple(
-        Device(f"cpu:{i}", "cpu", {"float32": flops_per_s}, 10 * GB, 4 * GB, 20e-6) for i in range(d)
+        Device(f"cpu:{i}", "cpu", {"float32": flops_per_s}, 10 * GB, 4 * GB, 20e-6)
+        for i in range(d)
     )
     routes = np.full((d, d, 2), -1, dtype=np.int64)
     for a in range(d):
         for b in range(d):
             if a != b:
                 routes[a, b, 0] = 0
-    return Cluster(f"cpu{d}", devs, np.full((d, d), copy_bytes_per_s), np.full((d, d), 5e-6), routes, ("host memory",))
+    return Cluster(
+        f"cpu{d}",
+        devs,
+        np.full((d, d), copy_bytes_per_s),
+        np.full((d, d), 5e-6),
+        routes,
+        ("host memory",),
+    )
 
 
 def make_uniform(num_devices: int) -> Cluster:
@@ -327,7 +349,9 @@ def make_cluster(spec: str | Cluster, num_devices: int | None = None) -> Cluster
         from .io import load_cluster
 
         return load_cluster(spec)
-    raise ClusterError(f"unknown cluster {spec!r}; expected one of {sorted(PRESETS)} or a .json file")
+    raise ClusterError(
+        f"unknown cluster {spec!r}; expected one of {sorted(PRESETS)} or a .json file"
+    )
 
 
 # -- cost model -------------------------------------------------------------------------------
@@ -346,7 +370,9 @@ class CostModel:
         latency, inv_bandwidth: ``(D, D)`` in raw units (0 when explicit edge costs are used).
     """
 
-    def __init__(self, graph: DataflowGraph, cluster: Cluster, op_scale: Mapping[str, float] | None = None):
+    def __init__(
+        self, graph: DataflowGraph, cluster: Cluster, op_scale: Mapping[str, float] | None = None
+    ):
         self.graph = graph
         self.cluster = cluster
         n, d = graph.num_nodes, cluster.num_devices
@@ -382,7 +408,10 @@ class CostModel:
         n = g.num_nodes
         dtypes = [s.dtype if s is not None else "float32" for s in (g.specs or [None] * n)]
         moved = np.array(
-            [s.in_bytes + s.out_bytes if s is not None else 2 * g.out_bytes[v] for v, s in enumerate(g.specs or [None] * n)]
+            [
+                s.in_bytes + s.out_bytes if s is not None else 2 * g.out_bytes[v]
+                for v, s in enumerate(g.specs or [None] * n)
+            ]
         )
         scale = np.ones(n)
         if op_scale and g.specs is not None:
@@ -392,11 +421,14 @@ class CostModel:
         out = np.empty((n, len(devs)))
         for j, dev in enumerate(devs):
             rates = np.array([dev.rate(t) for t in dtypes])
-            out[:, j] = np.maximum(g.flops / rates, moved / dev.mem_bytes_per_s) * scale + dev.launch_overhead_s
+            out[:, j] = (
+                np.maximum(g.flops / rates, moved / dev.mem_bytes_per_s) * scale
+                + dev.launch_overhead_s
+            )
         return out
 
     def transfer_time(self, edge: int, src_dev: int, dst_dev: int) -> float:
-        if src_dev == dst_dev:
+        if src_dev == dst_dev or self.graph.is_input[self.graph.edge_src[edge]]:
             return 0.0
         return float(
             self.edge_fixed[edge]
@@ -411,7 +443,11 @@ class CostModel:
         if d == 1:
             return np.zeros(self.graph.num_edges)
         off = ~np.eye(d, dtype=bool)
-        return self.edge_fixed + self.latency[off].mean() + self.edge_bytes * self.inv_bandwidth[off].mean()
+        return (
+            self.edge_fixed
+            + self.latency[off].mean()
+            + self.edge_bytes * self.inv_bandwidth[off].mean()
+        )
 
     @cached_property
     def mean_compute(self) -> np.ndarray:

@@ -34,7 +34,16 @@ from .trace import Trace
 
 FORMAT_VERSION = 1
 PAPER_TIME_SCALE = 1e-10  # the released code divides makespans by 1e10
-PAPER_NODE_TYPES = ("input", "formation", "complexer", "squeezer", "fill", "select", "einsummable", "unknown")
+PAPER_NODE_TYPES = (
+    "input",
+    "formation",
+    "complexer",
+    "squeezer",
+    "fill",
+    "select",
+    "einsummable",
+    "unknown",
+)
 
 
 # -- generic JSON ------------------------------------------------------------------------------
@@ -54,7 +63,9 @@ def _read_json(path: str | Path, expected: str) -> dict[str, Any]:
         raise FormatError(f"format is {doc['format']!r}, expected {expected!r}", str(p))
     version = doc.get("version")
     if version != FORMAT_VERSION:
-        raise FormatError(f"version {version!r} is not supported (expected {FORMAT_VERSION})", str(p))
+        raise FormatError(
+            f"version {version!r} is not supported (expected {FORMAT_VERSION})", str(p)
+        )
     return doc
 
 
@@ -82,7 +93,10 @@ def graph_to_dict(graph: DataflowGraph) -> dict[str, Any]:
             node["cost"] = cc.tolist() if np.ndim(cc) else float(cc)
         nodes.append(node)
     if graph.edge_cost is not None:
-        edges = [[int(u), int(v), float(c)] for u, v, c in zip(graph.edge_src, graph.edge_dst, graph.edge_cost)]
+        edges = [
+            [int(u), int(v), float(c)]
+            for u, v, c in zip(graph.edge_src, graph.edge_dst, graph.edge_cost)
+        ]
     else:
         edges = [[int(u), int(v)] for u, v in zip(graph.edge_src, graph.edge_dst)]
     return {
@@ -108,7 +122,10 @@ def graph_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> DataflowG
             raise FormatError(f"node {i} must be an object with a 'name'", source)
         kind = node.get("kind", "compute")
         if kind not in KIND_CODE:
-            raise FormatError(f"node {i} ({node['name']!r}) has unknown kind {kind!r}; expected one of {NODE_KINDS}", source)
+            raise FormatError(
+                f"node {i} ({node['name']!r}) has unknown kind {kind!r}; expected one of {NODE_KINDS}",
+                source,
+            )
         names.append(node["name"])
         kinds.append(KIND_CODE[kind])
         spec = None
@@ -132,9 +149,14 @@ def graph_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> DataflowG
     if any(c is not None for c in costs):
         shapes = {np.shape(c) for c in costs if c is not None}
         if len(shapes) != 1:
-            raise FormatError(f"node costs mix shapes {sorted(shapes)}; give all scalars or all lists of one length", source)
+            raise FormatError(
+                f"node costs mix shapes {sorted(shapes)}; give all scalars or all lists of one length",
+                source,
+            )
         width = shapes.pop()
-        compute_cost = np.array([c if c is not None else np.zeros(width) for c in costs], dtype=np.float64)
+        compute_cost = np.array(
+            [c if c is not None else np.zeros(width) for c in costs], dtype=np.float64
+        )
     edge_cost = None
     if any(c is not None for c in ecost):
         if any(c is None for c in ecost):
@@ -203,7 +225,10 @@ def read_paper_graph(path: str | Path, name: str | None = None) -> DataflowGraph
     except OSError as exc:
         raise FormatError(f"cannot read: {exc.strerror}", sp) from None
     if len(lines) < 4:
-        raise FormatError(f"has {len(lines)} lines; expected at least 4 (count, inputs, sources, destinations)", sp)
+        raise FormatError(
+            f"has {len(lines)} lines; expected at least 4 (count, inputs, sources, destinations)",
+            sp,
+        )
     head = lines[0].strip()
     if not re.fullmatch(r"\d+", head):
         raise FormatError(f"line 1 should be the total node count, got {head!r}", sp, 1)
@@ -212,7 +237,9 @@ def read_paper_graph(path: str | Path, name: str | None = None) -> DataflowGraph
     src = _ints(lines[2], sp, 3, "edge sources")
     dst = _ints(lines[3], sp, 4, "edge destinations")
     if len(src) != len(dst):
-        raise FormatError(f"{len(src)} edge sources (line 3) but {len(dst)} destinations (line 4)", sp, 4)
+        raise FormatError(
+            f"{len(src)} edge sources (line 3) but {len(dst)} destinations (line 4)", sp, 4
+        )
     n = total - len(inputs)
     if n <= 0:
         raise FormatError(f"{total} nodes and {len(inputs)} inputs leave no operations", sp, 2)
@@ -229,22 +256,30 @@ def read_paper_graph(path: str | Path, name: str | None = None) -> DataflowGraph
     for i, (lineno, ln) in enumerate(cost_lines):
         fields = [f.strip() for f in ln.split(",")]
         if len(fields) not in (2, 3):
-            raise FormatError(f"expected 'compute,communication[,type]', got {ln.strip()!r}", sp, lineno)
+            raise FormatError(
+                f"expected 'compute,communication[,type]', got {ln.strip()!r}", sp, lineno
+            )
         for j, f in enumerate(fields[:2]):
             if not re.fullmatch(r"\d+(\.\d+)?", f):
                 raise FormatError(
-                    f"{('compute', 'communication')[j]} cost {f!r} is not a non-negative number", sp, lineno
+                    f"{('compute', 'communication')[j]} cost {f!r} is not a non-negative number",
+                    sp,
+                    lineno,
                 )
         comp[i] = float(fields[0])
         comm[i] = float(fields[1])
         t = fields[2] if len(fields) == 3 else "unknown"
         if t not in PAPER_NODE_TYPES:
-            raise FormatError(f"unknown node type {t!r}; expected one of {PAPER_NODE_TYPES}", sp, lineno)
+            raise FormatError(
+                f"unknown node type {t!r}; expected one of {PAPER_NODE_TYPES}", sp, lineno
+            )
         types.append(t)
     for k, (u, v) in enumerate(zip(src, dst)):
         for end, lineno in ((u, 3), (v, 4)):
             if end >= n:
-                raise FormatError(f"edge {k} ({u} -> {v}) names node {end}; expected ids 0..{n - 1}", sp, lineno)
+                raise FormatError(
+                    f"edge {k} ({u} -> {v}) names node {end}; expected ids 0..{n - 1}", sp, lineno
+                )
     pairs = list(dict.fromkeys(zip(src, dst)))  # first occurrence order, duplicates dropped
     es = np.array([u for u, _ in pairs], dtype=np.int64)
     ed = np.array([v for _, v in pairs], dtype=np.int64)
@@ -288,7 +323,12 @@ def load_cluster(path: str | Path) -> Cluster:
         raise FormatError(str(exc), str(path)) from None
 
 
-def save_placement(placement: Placement, path: str | Path, graph: DataflowGraph | None = None, num_devices: int | None = None) -> Path:
+def save_placement(
+    placement: Placement,
+    path: str | Path,
+    graph: DataflowGraph | None = None,
+    num_devices: int | None = None,
+) -> Path:
     return _write_json(path, placement.to_dict(graph, num_devices))
 
 

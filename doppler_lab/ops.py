@@ -128,7 +128,9 @@ class OpSpec:
     flops_override: float | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "in_shapes", tuple(tuple(int(d) for d in s) for s in self.in_shapes))
+        object.__setattr__(
+            self, "in_shapes", tuple(tuple(int(d) for d in s) for s in self.in_shapes)
+        )
         object.__setattr__(self, "out_shape", tuple(int(d) for d in self.out_shape))
         if isinstance(self.params, Mapping):
             object.__setattr__(self, "params", _freeze(self.params))
@@ -173,7 +175,9 @@ class OpSpec:
         except ValueError as exc:
             raise self._fail(str(exc)) from None
         if len(operands) != len(self.in_shapes):
-            raise self._fail(f"{len(operands)} operands in the equation, {len(self.in_shapes)} shapes")
+            raise self._fail(
+                f"{len(operands)} operands in the equation, {len(self.in_shapes)} shapes"
+            )
         sizes: dict[str, int] = {}
         for term, shape in zip(operands, self.in_shapes):
             if len(term) != len(shape):
@@ -209,16 +213,16 @@ class OpSpec:
         if not dims:
             raise self._fail("params need non-empty 'dims'")
         keep = bool(p.get("keepdim", False))
-        expected = tuple(
-            (1 if keep else None) if i in dims else d for i, d in enumerate(shape)
-        )
+        expected = tuple((1 if keep else None) if i in dims else d for i, d in enumerate(shape))
         expected = tuple(d for d in expected if d is not None)
         if expected != self.out_shape:
             raise self._fail(f"output shape {self.out_shape}, expected {expected}")
 
     def _validate_torch(self) -> None:
         if not _DOTTED_RE.match(self.op):
-            raise self._fail("a torch op is named by its dotted path, e.g. 'torch.nn.functional.softmax'")
+            raise self._fail(
+                "a torch op is named by its dotted path, e.g. 'torch.nn.functional.softmax'"
+            )
         if self.flops_override is None:
             raise self._fail("a torch op needs flops_override (its flops cannot be derived)")
         if not self.out_shape:

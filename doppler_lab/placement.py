@@ -47,7 +47,9 @@ class Placement:
             if pr.shape != dev.shape:
                 raise PlacementError(f"priority has {pr.size} entries for {dev.size} nodes")
             if not np.all(np.isfinite(pr)):
-                raise PlacementError(f"priority of node {int(np.flatnonzero(~np.isfinite(pr))[0])} is not finite")
+                raise PlacementError(
+                    f"priority of node {int(np.flatnonzero(~np.isfinite(pr))[0])} is not finite"
+                )
             pr.setflags(write=False)
             object.__setattr__(self, "priority", pr)
         object.__setattr__(self, "meta", dict(self.meta))
@@ -84,7 +86,9 @@ class Placement:
     def devices_used(self, graph: DataflowGraph) -> np.ndarray:
         return np.unique(self.device[graph.compute_nodes])
 
-    def to_dict(self, graph: DataflowGraph | None = None, num_devices: int | None = None) -> dict[str, Any]:
+    def to_dict(
+        self, graph: DataflowGraph | None = None, num_devices: int | None = None
+    ) -> dict[str, Any]:
         d: dict[str, Any] = {
             "format": "doppler_lab.placement",
             "version": 1,
@@ -121,7 +125,9 @@ def _jsonable(x: Any) -> Any:
 
 def round_robin(graph: DataflowGraph, num_devices: int) -> Placement:
     """Node i on device ``i mod D`` (the paper's round-robin baseline)."""
-    return Placement(np.arange(graph.num_nodes) % num_devices, placer="round-robin").with_inputs_filled(graph)
+    return Placement(
+        np.arange(graph.num_nodes) % num_devices, placer="round-robin"
+    ).with_inputs_filled(graph)
 
 
 def single_device(graph: DataflowGraph, num_devices: int = 1, device: int = 0) -> Placement:
@@ -131,4 +137,6 @@ def single_device(graph: DataflowGraph, num_devices: int = 1, device: int = 0) -
 
 
 def random_placement(graph: DataflowGraph, num_devices: int, rng: np.random.Generator) -> Placement:
-    return Placement(rng.integers(0, num_devices, graph.num_nodes), placer="random").with_inputs_filled(graph)
+    return Placement(
+        rng.integers(0, num_devices, graph.num_nodes), placer="random"
+    ).with_inputs_filled(graph)

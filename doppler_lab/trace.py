@@ -50,7 +50,14 @@ class Trace:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("device", "transfer_src", "transfer_dst", "transfer_src_device", "transfer_dst_device", "transfer_link"):
+        for name in (
+            "device",
+            "transfer_src",
+            "transfer_dst",
+            "transfer_src_device",
+            "transfer_dst_device",
+            "transfer_link",
+        ):
             object.__setattr__(self, name, np.asarray(getattr(self, name), dtype=np.int64))
         for name in ("start", "end", "transfer_start", "transfer_end"):
             object.__setattr__(self, name, np.asarray(getattr(self, name), dtype=np.float64))
@@ -69,7 +76,9 @@ class Trace:
     def busy_time(self) -> np.ndarray:
         """Compute time per device."""
         ran = self.device >= 0
-        return np.bincount(self.device[ran], weights=(self.end - self.start)[ran], minlength=self.num_devices)
+        return np.bincount(
+            self.device[ran], weights=(self.end - self.start)[ran], minlength=self.num_devices
+        )
 
     def utilisation(self) -> np.ndarray:
         """Busy fraction of the makespan per device."""
@@ -100,10 +109,16 @@ class Trace:
         tr = pd.DataFrame(
             {
                 "record": "transfer",
-                "name": [f"{self.names[u]} -> {self.names[w]}" for u, w in zip(self.transfer_src, self.transfer_dst)],
+                "name": [
+                    f"{self.names[u]} -> {self.names[w]}"
+                    for u, w in zip(self.transfer_src, self.transfer_dst)
+                ],
                 "kind": "transfer",
                 "node": self.transfer_src,
-                "lane": [f"link {a}->{b}" for a, b in zip(self.transfer_src_device, self.transfer_dst_device)],
+                "lane": [
+                    f"link {a}->{b}"
+                    for a, b in zip(self.transfer_src_device, self.transfer_dst_device)
+                ],
                 "device": self.transfer_dst_device,
                 "start": self.transfer_start,
                 "end": self.transfer_end,
@@ -132,7 +147,7 @@ class Trace:
             problems.append(f"node {graph.names[v]!r} ends before it starts")
         for d in range(self.num_devices):
             on = comp[self.device[comp] == d]
-            order = on[np.argsort(self.start[on], kind="stable")]
+            order = on[np.lexsort((self.end[on], self.start[on]))]
             gaps = self.start[order[1:]] - self.end[order[:-1]]
             if (gaps < -tol).any():
                 k = int(np.argmax(gaps < -tol))
@@ -143,7 +158,9 @@ class Trace:
         for k in range(self.num_transfers):
             u, b = int(self.transfer_src[k]), int(self.transfer_dst_device[k])
             if self.transfer_start[k] < self.end[u] - tol:
-                problems.append(f"transfer of {graph.names[u]!r} to device {b} starts before its producer ends")
+                problems.append(
+                    f"transfer of {graph.names[u]!r} to device {b} starts before its producer ends"
+                )
             key = (u, b)
             arrival[key] = min(arrival.get(key, np.inf), float(self.transfer_end[k]))
         for u, v in zip(graph.edge_src, graph.edge_dst):
@@ -152,9 +169,13 @@ class Trace:
             a, b = int(self.device[u]), int(self.device[v])
             ready = self.end[u] if a == b else arrival.get((int(u), b), np.nan)
             if np.isnan(ready):
-                problems.append(f"edge {graph.names[u]!r} -> {graph.names[v]!r} crosses devices with no transfer")
+                problems.append(
+                    f"edge {graph.names[u]!r} -> {graph.names[v]!r} crosses devices with no transfer"
+                )
             elif self.start[v] < ready - tol:
-                problems.append(f"node {graph.names[v]!r} starts before its input {graph.names[u]!r} is ready")
+                problems.append(
+                    f"node {graph.names[v]!r} starts before its input {graph.names[u]!r} is ready"
+                )
         return problems
 
     def to_dict(self) -> dict[str, Any]:

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PAPER_DIR = Path(os.environ.get("DOPPLER_PAPER_GRAPHS", REPO.parent / "shared" / "data" / "doppler-paper"))
+PAPER_DIR = Path(
+    os.environ.get("DOPPLER_PAPER_GRAPHS", REPO.parent / "shared" / "data" / "doppler-paper")
+)
 PAPER_GRAPHS_4GPU = (
     "chain_mm_112nodes",
     "ffnn_192nodes",

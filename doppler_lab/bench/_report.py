@@ -104,7 +104,12 @@ def write_report(
     m = record["machine"]
     md += [f"Machine: {m['cpus']} CPUs ({m['processor']}), Python {m['python']}, {m['date']}", ""]
     if summary:
-        md += ["## Summary", "", markdown_table([{"metric": k, "value": v} for k, v in summary.items()]), ""]
+        md += [
+            "## Summary",
+            "",
+            markdown_table([{"metric": k, "value": v} for k, v in summary.items()]),
+            "",
+        ]
     for section, (rows, cols) in tables.items():
         md += [f"## {section}", "", markdown_table(rows, cols), ""]
     if notes:

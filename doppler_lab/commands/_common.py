@@ -19,7 +19,9 @@ PLACEMENT_KEYWORDS = ("round-robin", "single", "random")
 
 
 def add_graph_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("graph", metavar="GRAPH", help="a workload name, a JSON graph, or a paper .txt graph")
+    p.add_argument(
+        "graph", metavar="GRAPH", help="a workload name, a JSON graph, or a paper .txt graph"
+    )
 
 
 def add_cluster_arguments(p: argparse.ArgumentParser, default_help: str = "") -> None:
@@ -29,7 +31,9 @@ def add_cluster_arguments(p: argparse.ArgumentParser, default_help: str = "") ->
         help="preset (p100x4, v100x8, h100x8, cpu, uniform) or cluster JSON; default: uniform "
         "devices for graphs with explicit costs (paper graphs), p100x4 otherwise" + default_help,
     )
-    p.add_argument("--devices", type=int, metavar="N", help="number of devices (cpu/uniform clusters)")
+    p.add_argument(
+        "--devices", type=int, metavar="N", help="number of devices (cpu/uniform clusters)"
+    )
 
 
 def resolve_graph(spec: str) -> DataflowGraph:
@@ -58,7 +62,9 @@ def resolve_cluster(args: argparse.Namespace, graph: DataflowGraph | None = None
     return make_cluster("p100x4")
 
 
-def resolve_placement(spec: str, graph: DataflowGraph, cluster: Cluster, seed: int | None = None) -> Placement:
+def resolve_placement(
+    spec: str, graph: DataflowGraph, cluster: Cluster, seed: int | None = None
+) -> Placement:
     """``round-robin``, ``single``, ``random``, a placement JSON file, or a placer name."""
     d = cluster.num_devices
     if spec == "round-robin":
@@ -76,7 +82,9 @@ def resolve_placement(spec: str, graph: DataflowGraph, cluster: Cluster, seed: i
     try:
         from ..placers import available_placers, place
     except ImportError:
-        raise PlacementError(f"unknown placement {spec!r}; expected one of {PLACEMENT_KEYWORDS} or a .json file") from None
+        raise PlacementError(
+            f"unknown placement {spec!r}; expected one of {PLACEMENT_KEYWORDS} or a .json file"
+        ) from None
     if spec not in available_placers():
         raise PlacementError(
             f"unknown placement {spec!r}; expected one of {PLACEMENT_KEYWORDS}, a .json file, "

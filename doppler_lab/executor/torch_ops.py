@@ -65,7 +65,9 @@ def resolve_torch_callable(dotted: str) -> Callable[..., Any]:
         try:  # a submodule not imported yet
             obj = importlib.import_module(".".join(parts[: i + 1]))
         except ImportError:
-            raise GraphError(f"torch op {dotted!r}: {'.'.join(parts[: i + 1])!r} does not exist") from None
+            raise GraphError(
+                f"torch op {dotted!r}: {'.'.join(parts[: i + 1])!r} does not exist"
+            ) from None
     if not callable(obj):
         raise GraphError(f"torch op {dotted!r} is not callable")
     return obj
@@ -124,7 +126,9 @@ def make_input(spec: OpSpec, seed: int, device: str | torch.device = "cpu") -> t
     return x.to(device=device, dtype=dtype)
 
 
-def operands_of(graph: DataflowGraph, v: int, values: Mapping[int, torch.Tensor]) -> list[torch.Tensor]:
+def operands_of(
+    graph: DataflowGraph, v: int, values: Mapping[int, torch.Tensor]
+) -> list[torch.Tensor]:
     """The operands of node ``v`` in operand order (honouring ``operand_map``)."""
     preds = graph.predecessors(v)
     spec = graph.specs[v]  # type: ignore[index]
@@ -149,7 +153,11 @@ def evaluate(
         keep: ``"outputs"`` (sink nodes) or ``"all"``.
     """
     if not graph.is_executable:
-        missing = next(graph.names[v] for v, s in enumerate(graph.specs or [None] * graph.num_nodes) if s is None)
+        missing = next(
+            graph.names[v]
+            for v, s in enumerate(graph.specs or [None] * graph.num_nodes)
+            if s is None
+        )
         raise GraphError(f"graph {graph.name!r} is not executable: node {missing!r} has no op spec")
     values: dict[int, torch.Tensor] = {}
     remaining = graph.out_degree.copy()

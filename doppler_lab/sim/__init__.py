@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+import numba
 import numpy as np
 
 from ..errors import PlacementError, SimulationError
@@ -78,8 +79,13 @@ class Simulator:
         g = graph
         self.num_devices = self.cluster.num_devices
         eids = g.succ_eid
-        self._succ_ptr = np.ascontiguousarray(g.succ_ptr)
-        self._succ_idx = np.ascontiguousarray(g.succ_idx)
+        small = g.num_nodes < 2**31 and g.num_edges < 2**31
+        index = np.int32 if small else np.int64  # halves the memory traffic of the kernels
+        self._succ_ptr = np.ascontiguousarray(g.succ_ptr, dtype=index)
+        self._succ_idx = np.ascontiguousarray(g.succ_idx, dtype=index)
+        self._index = index
+        self._explicit = graph.edge_cost is not None
+        self._kinds = kind_names(g)
         self._slot_src = np.repeat(np.arange(g.num_nodes, dtype=np.int64), np.diff(g.succ_ptr))
         self._slot_fixed = np.ascontiguousarray(self.cost.edge_fixed[eids])
         self._slot_bytes = np.ascontiguousarray(self.cost.edge_bytes[eids])
@@ -87,7 +93,7 @@ class Simulator:
         # only compute predecessors count: inputs are resident everywhere
         self._indeg = np.bincount(
             g.edge_dst[~g.is_input[g.edge_src]], minlength=g.num_nodes
-        ).astype(np.int64)
+        ).astype(np.int32)
         self._comp = np.ascontiguousarray(self.cost.compute)
         self._lat = np.ascontiguousarray(self.cost.latency)
         self._inv_bw = np.ascontiguousarray(self.cost.inv_bandwidth)
@@ -101,6 +107,34 @@ class Simulator:
         nlev = int(levels.max()) + 1 if order.size else 0
         self._level_ptr = np.zeros(nlev + 1, dtype=np.int64)
         np.cumsum(np.bincount(levels, minlength=nlev), out=self._level_ptr[1:])
+        # argument groups shared by the kernels
+        self._head = (
+            self._succ_ptr,
+            self._succ_idx,
+            self._slot_fixed,
+            self._slot_bytes,
+            self._indeg,
+            self._is_input,
+        )
+        self._wc_head = (
+            self._succ_ptr,
+            self._succ_idx,
+            self._slot_src,
+            self._slot_fixed,
+            self._slot_bytes,
+            self._indeg,
+            self._is_input,
+        )
+        self._bsp_head = (
+            self._succ_ptr,
+            self._succ_idx,
+            self._slot_fixed,
+            self._slot_bytes,
+            self._level_order,
+            self._level_ptr,
+        )
+        self._costs = (self._comp, self._lat, self._inv_bw)
+        self._links = (self._routes, self._n_links)
         self._ones_n = np.ones((1, g.num_nodes))
         self._ones_e = np.ones((1, g.num_edges))
 
@@ -108,7 +142,7 @@ class Simulator:
     def _devices(self, placement: Placement | np.ndarray | Sequence[int]) -> np.ndarray:
         p = placement if isinstance(placement, Placement) else Placement(np.asarray(placement))
         p.validate(self.graph, self.num_devices)
-        dev = p.device.copy()
+        dev = p.device.astype(self._index)
         dev[self.graph.is_input] = 0  # never read by the kernels; keeps indexing in range
         return dev
 
@@ -162,26 +196,33 @@ class Simulator:
         tr_start = np.empty(e)
         tr_end = np.empty(e)
         tr_link = np.full(e, -1, np.int64)
+        noisy = self.noise > 0
+        records = (start, end, tr_slot, tr_start, tr_end)
         if self.semantics == "paper":
             _, ntr = K.paper_kernel(
-                self._succ_ptr, self._succ_idx, self._slot_fixed, self._slot_bytes, self._indeg,
-                self._is_input, dev, self._comp, self._lat, self._inv_bw, cn[0], sn[0], start, end,
-                tr_slot, tr_start, tr_end,
+                *self._head, dev, *self._costs, cn[0], sn[0], noisy, self._explicit, True, *records
             )
         elif self.semantics == "wc":
-            pr = pl.priority if use_priority else np.zeros(n)
+            pr = np.ascontiguousarray(
+                pl.priority if use_priority else np.zeros(n), dtype=np.float64
+            )
             _, ntr = K.wc_kernel(
-                self._succ_ptr, self._succ_idx, self._slot_src, self._slot_fixed, self._slot_bytes,
-                self._indeg, self._is_input, dev, self._comp, self._lat, self._inv_bw,
-                self._routes, self._n_links, cn[0], sn[0], np.ascontiguousarray(pr, dtype=np.float64),
-                use_priority, self._dedupe, start, end, tr_slot, tr_start, tr_end, tr_link,
+                *self._wc_head,
+                dev,
+                *self._costs,
+                *self._links,
+                cn[0],
+                sn[0],
+                noisy,
+                pr,
+                use_priority,
+                self._dedupe,
+                *records,
+                tr_link,
             )
         else:
             _, ntr = K.bsp_kernel(
-                self._succ_ptr, self._succ_idx, self._slot_fixed, self._slot_bytes,
-                self._level_order, self._level_ptr, dev, self._comp, self._lat, self._inv_bw,
-                self._routes, self._n_links, cn[0], sn[0], start, end, tr_slot, tr_start, tr_end,
-                tr_link,
+                *self._bsp_head, dev, *self._costs, *self._links, cn[0], sn[0], *records, tr_link
             )
         scale = g.time_scale
         slots = tr_slot[:ntr]
@@ -192,7 +233,7 @@ class Simulator:
         return Trace(
             graph_name=g.name,
             names=g.names,
-            kinds=kind_names(g),
+            kinds=self._kinds,
             device=device,
             start=start * scale,
             end=end * scale,
@@ -206,7 +247,12 @@ class Simulator:
             num_devices=self.num_devices,
             semantics=self.semantics,
             link_names=self.cluster.link_names,
-            meta={"cluster": self.cluster.name, "noise": self.noise, "seed": seed, "dispatch": dispatch},
+            meta={
+                "cluster": self.cluster.name,
+                "noise": self.noise,
+                "seed": seed,
+                "dispatch": dispatch,
+            },
         )
 
     def makespan(
@@ -241,32 +287,43 @@ class Simulator:
         use_priority = any(self._check_dispatch(dispatch, p.priority) for p in pls)
         devs = np.stack([self._devices(p) for p in pls])
         cn, sn = self._noise(self._rng(seed, rng), len(pls))
+        noisy = self.noise > 0
         if self.semantics == "paper":
+            chunks = min(len(pls), numba.get_num_threads())
             out = K.paper_batch(
-                self._succ_ptr, self._succ_idx, self._slot_fixed, self._slot_bytes, self._indeg,
-                self._is_input, devs, self._comp, self._lat, self._inv_bw, cn, sn,
+                *self._head, devs, *self._costs, cn, sn, noisy, self._explicit, chunks
             )
         elif self.semantics == "wc":
             pr = np.stack([p.priority for p in pls]) if use_priority else np.zeros((1, g.num_nodes))
             out = K.wc_batch(
-                self._succ_ptr, self._succ_idx, self._slot_src, self._slot_fixed, self._slot_bytes,
-                self._indeg, self._is_input, devs, self._comp, self._lat, self._inv_bw,
-                self._routes, self._n_links, cn, sn, pr, use_priority, self._dedupe,
+                *self._wc_head,
+                devs,
+                *self._costs,
+                *self._links,
+                cn,
+                sn,
+                noisy,
+                pr,
+                use_priority,
+                self._dedupe,
             )
         else:
             out = np.array(
-                [self._bsp_one(devs[i], cn[min(i, len(cn) - 1)], sn[min(i, len(sn) - 1)]) for i in range(len(pls))]
+                [self._bsp_one(devs[i], cn[i % len(cn)], sn[i % len(sn)]) for i in range(len(pls))]
             )
         return out * g.time_scale
 
     def _bsp_one(self, dev: np.ndarray, cn: np.ndarray, sn: np.ndarray) -> float:
         n, e = self.graph.num_nodes, self.graph.num_edges
-        m, _ = K.bsp_kernel(
-            self._succ_ptr, self._succ_idx, self._slot_fixed, self._slot_bytes, self._level_order,
-            self._level_ptr, dev, self._comp, self._lat, self._inv_bw, self._routes, self._n_links,
-            cn, sn, np.empty(n), np.empty(n), np.empty(e, np.int64), np.empty(e), np.empty(e),
+        records = (
+            np.empty(n),
+            np.empty(n),
+            np.empty(e, np.int64),
+            np.empty(e),
+            np.empty(e),
             np.empty(e, np.int64),
         )
+        m, _ = K.bsp_kernel(*self._bsp_head, dev, *self._costs, *self._links, cn, sn, *records)
         return m
 
     def lower_bound(self) -> float:
@@ -285,7 +342,9 @@ def simulate(
     dispatch: Dispatch = "fifo",
 ) -> Trace:
     """Simulate ``placement`` of ``graph`` on ``cluster``; returns a :class:`Trace`."""
-    return Simulator(graph, cluster, semantics, noise).run(placement, seed=seed, rng=rng, dispatch=dispatch)
+    return Simulator(graph, cluster, semantics, noise).run(
+        placement, seed=seed, rng=rng, dispatch=dispatch
+    )
 
 
 def simulate_batch(

@@ -94,34 +94,69 @@ _COMPT = 6
 
 @njit(cache=True)
 def paper_kernel(
-    succ_ptr, succ_idx, slot_fixed, slot_bytes, indeg, is_input, dev, comp, lat, inv_bw,
-    comp_noise, slot_noise, start, end, tr_slot, tr_start, tr_end,
+    succ_ptr,
+    succ_idx,
+    slot_fixed,
+    slot_bytes,
+    indeg,
+    is_input,
+    dev,
+    comp,
+    lat,
+    inv_bw,
+    comp_noise,
+    slot_noise,
+    has_noise,
+    explicit,
+    record,
+    start,
+    end,
+    tr_slot,
+    tr_start,
+    tr_end,
 ):  # pragma: no cover - compiled
     n = indeg.shape[0]
     ndev = comp.shape[1]
     e = succ_idx.shape[0]
-    fifo = np.empty(6 * n + 2 * e + 8, np.int64)
-    fh = 0
-    ft = 0
+    # same-instant events: a ring buffer large enough for every event that can be pending at
+    # once (one per node, slot and device)
+    cap = 16
+    while cap < n + e + ndev + 8:
+        cap *= 2
+    mask = cap - 1
+    fifo = np.empty(cap, np.int64)
     hcap = n + e + 1
     ht = np.empty(hcap)
     hs = np.empty(hcap, np.int64)
     hc = np.empty(hcap, np.int64)
+    ni = np.empty((n + 1, 4), np.int32)
+    dur = np.empty(n)
+    fh = 0
+    ft = 0
     hn = 0
-    cnt = np.zeros(n, np.int64)
+    # per-node state packed in one row (device, inputs still pending, next in the device queue,
+    # first out-slot): one cache line per node instead of one per array
+    for v in range(n):
+        ni[v, 0] = dev[v]
+        ni[v, 1] = indeg[v]
+        ni[v, 2] = -1
+        ni[v, 3] = succ_ptr[v]
+        dur[v] = comp[v, dev[v]] * comp_noise[v] if has_noise else comp[v, dev[v]]
+    ni[n, 3] = succ_ptr[n]
     busy = np.zeros(ndev, np.bool_)
-    qhead = np.full(ndev, -1, np.int64)
-    qtail = np.full(ndev, -1, np.int64)
-    qnext = np.full(n, -1, np.int64)
+    qhead = np.full(ndev, -1, np.int32)
+    qtail = np.full(ndev, -1, np.int32)
     ntr = 0
     eid = 0
     now = 0.0
-    for v in range(n):
-        start[v] = np.nan
-        end[v] = np.nan
+    makespan = 0.0
+    if record:
+        for v in range(n):
+            start[v] = np.nan
+            end[v] = np.nan
     for v in range(n):
         if not is_input[v] and indeg[v] == 0:
-            fifo[ft] = v * 8 + _COND
+            fifo[ft & mask] = v * 8 + _COND
             ft += 1
             eid += 1
     while True:
@@ -129,7 +164,7 @@ def paper_kernel(
             code = hc[0]
             hn = _hpop(ht, hs, hc, 0, hn)
         elif fh < ft:
-            code = fifo[fh]
+            code = fifo[fh & mask]
             fh += 1
         elif hn > 0:
             now = ht[0]
@@ -139,74 +174,98 @@ def paper_kernel(
         kind = code & 7
         x = code >> 3
         if kind == _FINISH:
-            a = dev[x]
-            for k in range(succ_ptr[x], succ_ptr[x + 1]):
-                b = dev[succ_idx[k]]
+            a = ni[x, 0]
+            for k in range(ni[x, 3], ni[x + 1, 3]):
+                b = ni[succ_idx[k], 0]
                 c = 0.0
                 if a != b:
-                    c = (slot_fixed[k] + lat[a, b] + slot_bytes[k] * inv_bw[a, b]) * slot_noise[k]
-                    tr_slot[ntr] = k
-                    tr_start[ntr] = now
-                    tr_end[ntr] = now + c
+                    if explicit:
+                        c = slot_fixed[k]
+                    else:
+                        c = slot_fixed[k] + lat[a, b] + slot_bytes[k] * inv_bw[a, b]
+                    if has_noise:
+                        c *= slot_noise[k]
+                    if record:
+                        tr_slot[ntr] = k
+                        tr_start[ntr] = now
+                        tr_end[ntr] = now + c
                     ntr += 1
                 eid += 1
                 t = now + c
                 if t == now:
-                    fifo[ft] = k * 8 + _TIMEOUT
+                    fifo[ft & mask] = k * 8 + _TIMEOUT
                     ft += 1
                 else:
                     hn = _hpush(ht, hs, hc, 0, hn, t, eid, k * 8 + _TIMEOUT)
         elif kind == _TIMEOUT:
             eid += 1
-            fifo[ft] = x * 8 + _PEND
+            fifo[ft & mask] = x * 8 + _PEND
             ft += 1
         elif kind == _PEND:
             v = succ_idx[x]
-            cnt[v] += 1
-            if cnt[v] == indeg[v]:
+            ni[v, 1] -= 1
+            if ni[v, 1] == 0:
                 eid += 1
-                fifo[ft] = v * 8 + _COND
+                fifo[ft & mask] = v * 8 + _COND
                 ft += 1
         elif kind == _COND or kind == _RELEASE:
             if kind == _COND:
-                d = dev[x]
+                d = ni[x, 0]
                 if qtail[d] < 0:
                     qhead[d] = x
                 else:
-                    qnext[qtail[d]] = x
+                    ni[qtail[d], 2] = x
                 qtail[d] = x
             else:
                 d = x
             if not busy[d] and qhead[d] >= 0:  # the resource grants the head of its queue
                 w = qhead[d]
-                qhead[d] = qnext[w]
+                qhead[d] = ni[w, 2]
                 if qhead[d] < 0:
                     qtail[d] = -1
                 busy[d] = True
                 eid += 1
-                fifo[ft] = w * 8 + _REQ
+                fifo[ft & mask] = w * 8 + _REQ
                 ft += 1
         elif kind == _REQ:
-            start[x] = now
+            if record:
+                start[x] = now
             eid += 1
-            t = now + comp[x, dev[x]] * comp_noise[x]
+            t = now + dur[x]
             if t == now:
-                fifo[ft] = x * 8 + _COMPT
+                fifo[ft & mask] = x * 8 + _COMPT
                 ft += 1
             else:
                 hn = _hpush(ht, hs, hc, 0, hn, t, eid, x * 8 + _COMPT)
         else:  # _COMPT
-            end[x] = now
-            busy[dev[x]] = False
+            if record:
+                end[x] = now
+            if now > makespan:
+                makespan = now
+            d = ni[x, 0]
+            busy[d] = False
             eid += 2
-            fifo[ft] = dev[x] * 8 + _RELEASE
-            fifo[ft + 1] = x * 8 + _FINISH
+            fifo[ft & mask] = d * 8 + _RELEASE
+            fifo[(ft + 1) & mask] = x * 8 + _FINISH
             ft += 2
-    makespan = 0.0
-    for v in range(n):
-        if not is_input[v] and end[v] > makespan:
-            makespan = end[v]
     return makespan, ntr
+
+
+@njit(inline="always")
+def _reserve_route(link_free, r1, r2, ready, dur):
+    """Occupy link resources r1 and r2 (-1: none) for ``dur`` from the first instant both are
+    free after ``ready``; returns (start, finish)."""
+    s = ready
+    if r1 >= 0 and link_free[r1] > s:
+        s = link_free[r1]
+    if r2 >= 0 and link_free[r2] > s:
+        s = link_free[r2]
+    f = s + dur
+    if r1 >= 0:
+        link_free[r1] = f
+    if r2 >= 0:
+        link_free[r2] = f
+    return s, f
 
 
 # --------------------------------------------------------------------------------------------
@@ -221,9 +280,31 @@ def paper_kernel(
 
 @njit(cache=True)
 def wc_kernel(
-    succ_ptr, succ_idx, slot_src, slot_fixed, slot_bytes, indeg, is_input, dev, comp, lat, inv_bw,
-    routes, n_links, comp_noise, slot_noise, priority, use_priority, dedupe,
-    start, end, tr_slot, tr_start, tr_end, tr_link,
+    succ_ptr,
+    succ_idx,
+    slot_src,
+    slot_fixed,
+    slot_bytes,
+    indeg,
+    is_input,
+    dev,
+    comp,
+    lat,
+    inv_bw,
+    routes,
+    n_links,
+    comp_noise,
+    slot_noise,
+    has_noise,
+    priority,
+    use_priority,
+    dedupe,
+    start,
+    end,
+    tr_slot,
+    tr_start,
+    tr_end,
+    tr_link,
 ):  # pragma: no cover - compiled
     n = indeg.shape[0]
     ndev = comp.shape[1]
@@ -268,7 +349,10 @@ def wc_kernel(
                 busy[d] = True
                 start[v] = now
                 seq += 1
-                hn = _hpush(ht, hs, hc, 0, hn, now + comp[v, d] * comp_noise[v], seq, v * 2)
+                dur = comp[v, d]
+                if has_noise:
+                    dur *= comp_noise[v]
+                hn = _hpush(ht, hs, hc, 0, hn, now + dur, seq, v * 2)
         if hn == 0:
             break
         now = ht[0]
@@ -293,19 +377,11 @@ def wc_kernel(
                         if sent_stamp[b] == x:
                             continue  # this copy is already on its way; its arrival serves w
                         sent_stamp[b] = x
-                    dur = (slot_fixed[k] + lat[a, b] + slot_bytes[k] * inv_bw[a, b]) * slot_noise[k]
+                    dur = slot_fixed[k] + lat[a, b] + slot_bytes[k] * inv_bw[a, b]
+                    if has_noise:
+                        dur *= slot_noise[k]
                     r1 = routes[a, b, 0]
-                    r2 = routes[a, b, 1]
-                    s = now
-                    if r1 >= 0 and link_free[r1] > s:
-                        s = link_free[r1]
-                    if r2 >= 0 and link_free[r2] > s:
-                        s = link_free[r2]
-                    f = s + dur
-                    if r1 >= 0:
-                        link_free[r1] = f
-                    if r2 >= 0:
-                        link_free[r2] = f
+                    s, f = _reserve_route(link_free, r1, routes[a, b, 1], now, dur)
                     tr_slot[ntr] = k
                     tr_start[ntr] = s
                     tr_end[ntr] = f
@@ -348,8 +424,26 @@ def wc_kernel(
 
 @njit(cache=True)
 def bsp_kernel(
-    succ_ptr, succ_idx, slot_fixed, slot_bytes, level_order, level_ptr, dev, comp, lat, inv_bw,
-    routes, n_links, comp_noise, slot_noise, start, end, tr_slot, tr_start, tr_end, tr_link,
+    succ_ptr,
+    succ_idx,
+    slot_fixed,
+    slot_bytes,
+    level_order,
+    level_ptr,
+    dev,
+    comp,
+    lat,
+    inv_bw,
+    routes,
+    n_links,
+    comp_noise,
+    slot_noise,
+    start,
+    end,
+    tr_slot,
+    tr_start,
+    tr_end,
+    tr_link,
 ):  # pragma: no cover - compiled
     n = dev.shape[0]
     ndev = comp.shape[1]
@@ -387,17 +481,7 @@ def bsp_kernel(
                 sent_stamp[b] = u
                 dur = (slot_fixed[k] + lat[a, b] + slot_bytes[k] * inv_bw[a, b]) * slot_noise[k]
                 r1 = routes[a, b, 0]
-                r2 = routes[a, b, 1]
-                s = barrier
-                if r1 >= 0 and link_free[r1] > s:
-                    s = link_free[r1]
-                if r2 >= 0 and link_free[r2] > s:
-                    s = link_free[r2]
-                f = s + dur
-                if r1 >= 0:
-                    link_free[r1] = f
-                if r2 >= 0:
-                    link_free[r2] = f
+                s, f = _reserve_route(link_free, r1, routes[a, b, 1], barrier, dur)
                 tr_slot[ntr] = k
                 tr_start[ntr] = s
                 tr_end[ntr] = f
@@ -420,33 +504,76 @@ def bsp_kernel(
 
 @njit(cache=True, parallel=True)
 def paper_batch(
-    succ_ptr, succ_idx, slot_fixed, slot_bytes, indeg, is_input, devs, comp, lat, inv_bw,
-    comp_noise, slot_noise,
+    succ_ptr,
+    succ_idx,
+    slot_fixed,
+    slot_bytes,
+    indeg,
+    is_input,
+    devs,
+    comp,
+    lat,
+    inv_bw,
+    comp_noise,
+    slot_noise,
+    has_noise,
+    explicit,
+    nchunks,
 ):  # pragma: no cover - compiled
     k = devs.shape[0]
-    n = devs.shape[1]
-    e = succ_idx.shape[0]
     out = np.empty(k)
-    for i in prange(k):
-        start = np.empty(n)
-        end = np.empty(n)
-        tr_slot = np.empty(e, np.int64)
-        tr_s = np.empty(e)
-        tr_e = np.empty(e)
-        cn = comp_noise[i % comp_noise.shape[0]]
-        sn = slot_noise[i % slot_noise.shape[0]]
-        m, _ = paper_kernel(
-            succ_ptr, succ_idx, slot_fixed, slot_bytes, indeg, is_input, devs[i], comp, lat,
-            inv_bw, cn, sn, start, end, tr_slot, tr_s, tr_e,
-        )
-        out[i] = m
+    size = (k + nchunks - 1) // nchunks
+    for c in prange(nchunks):
+        none_f = np.empty(0)
+        none_i = np.empty(0, np.int64)
+        for i in range(c * size, min(k, (c + 1) * size)):
+            m, _ = paper_kernel(
+                succ_ptr,
+                succ_idx,
+                slot_fixed,
+                slot_bytes,
+                indeg,
+                is_input,
+                devs[i],
+                comp,
+                lat,
+                inv_bw,
+                comp_noise[i % comp_noise.shape[0]],
+                slot_noise[i % slot_noise.shape[0]],
+                has_noise,
+                explicit,
+                False,
+                none_f,
+                none_f,
+                none_i,
+                none_f,
+                none_f,
+            )
+            out[i] = m
     return out
 
 
 @njit(cache=True, parallel=True)
 def wc_batch(
-    succ_ptr, succ_idx, slot_src, slot_fixed, slot_bytes, indeg, is_input, devs, comp, lat, inv_bw,
-    routes, n_links, comp_noise, slot_noise, priorities, use_priority, dedupe,
+    succ_ptr,
+    succ_idx,
+    slot_src,
+    slot_fixed,
+    slot_bytes,
+    indeg,
+    is_input,
+    devs,
+    comp,
+    lat,
+    inv_bw,
+    routes,
+    n_links,
+    comp_noise,
+    slot_noise,
+    has_noise,
+    priorities,
+    use_priority,
+    dedupe,
 ):  # pragma: no cover - compiled
     k = devs.shape[0]
     n = devs.shape[1]
@@ -463,9 +590,31 @@ def wc_batch(
         sn = slot_noise[i % slot_noise.shape[0]]
         pr = priorities[i % priorities.shape[0]]
         m, _ = wc_kernel(
-            succ_ptr, succ_idx, slot_src, slot_fixed, slot_bytes, indeg, is_input, devs[i], comp, lat,
-            inv_bw, routes, n_links, cn, sn, pr, use_priority, dedupe, start, end, tr_slot,
-            tr_s, tr_e, tr_l,
+            succ_ptr,
+            succ_idx,
+            slot_src,
+            slot_fixed,
+            slot_bytes,
+            indeg,
+            is_input,
+            devs[i],
+            comp,
+            lat,
+            inv_bw,
+            routes,
+            n_links,
+            cn,
+            sn,
+            has_noise,
+            pr,
+            use_priority,
+            dedupe,
+            start,
+            end,
+            tr_slot,
+            tr_s,
+            tr_e,
+            tr_l,
         )
         out[i] = m
     return out
