@@ -458,9 +458,26 @@ def _bar_traces(
     return out
 
 
-def _critical_traces(steps: list[PathStep], legend: set[str]) -> list[go.BaseTraceType]:
+def _merge_steps(steps: list[PathStep], tol: float) -> list[PathStep]:
+    """Contiguous steps on one lane as one step (for outlining very long paths)."""
+    out = [steps[0]]
+    for s in steps[1:]:
+        last = out[-1]
+        if s.lane == last.lane and abs(s.start - last.end) <= tol:
+            out[-1] = last._replace(end=s.end)
+        else:
+            out.append(s)
+    return out
+
+
+def _critical_traces(
+    steps: list[PathStep], legend: set[str], max_bars: int
+) -> list[go.BaseTraceType]:
     if not steps:
         return []
+    tol = 1e-9 * max(abs(steps[-1].end), 1e-300)
+    if len(steps) > min(max_bars, 2000):
+        steps = _merge_steps(steps, tol)
     lanes = [s.lane for s in steps]
     starts = np.array([s.start for s in steps])
     ends = np.array([s.end for s in steps])
@@ -483,27 +500,26 @@ def _critical_traces(steps: list[PathStep], legend: set[str]) -> list[go.BaseTra
     )
     # connectors from each step's end to the next step's start (the jumps across lanes); none
     # across a gap, which is a hidden transfer or dispatch overhead
-    tol = 1e-9 * max(abs(ends.max()), 1e-300)
     xs: list[float | None] = []
     ys: list[str | None] = []
     for a, b in zip(steps, steps[1:]):
         if a.lane != b.lane and abs(a.end - b.start) <= tol:
             xs += [a.end, b.start, None]
             ys += [a.lane, b.lane, None]
+    # a long path jumps so often that its connectors would hide the chart: listed, not drawn
+    jumps = f"{name} jumps"
     walk = go.Scatter(
         x=xs,
         y=ys,
         mode="lines",
-        line=dict(
-            color=with_alpha(CRITICAL_COLOR, 0.6) if dense else CRITICAL_COLOR,
-            width=0.6 if dense else 1.5,
-        ),
-        name=name,
-        legendgroup=name,
-        showlegend=False,
+        line=dict(color=CRITICAL_COLOR, width=1 if dense else 1.5),
+        name=jumps if dense else name,
+        legendgroup=jumps if dense else name,
+        showlegend=dense and jumps not in legend,
+        visible="legendonly" if dense else True,
         hoverinfo="skip",
     )
-    legend.add(name)
+    legend.update((name, jumps) if dense else (name,))
     return [outline, walk]
 
 
@@ -551,7 +567,7 @@ def _panel(
         steps = critical_path(trace, graph)
         if not show_transfers:
             steps = [s for s in steps if s.record == "op"]
-        traces += _critical_traces(steps, legend)
+        traces += _critical_traces(steps, legend, max_ops)
     return _Panel(traces, lanes, span)
 
 
@@ -658,7 +674,7 @@ def _assemble(
             type="category",
             categoryorder="array",
             categoryarray=p.lanes,
-            autorange="reversed",
+            range=[len(p.lanes) - 0.5, -0.5],  # lane 0 on top, no padding
             showgrid=False,
             row=row,
             col=1,

@@ -134,6 +134,9 @@ def test_ten_thousand_ops_use_few_traces(big) -> None:
     fig = gantt(trace, g)
     assert len(fig.data) <= 10
     assert sum(len(b.x) for b in bars(fig)) == g.compute_nodes.size + trace.num_transfers
+    jumps = next(t for t in fig.data if t.name == "critical path jumps")
+    assert jumps.visible == "legendonly"  # a long path's connectors are offered, not drawn
+    assert list(fig.layout.yaxis.range) == [len(lanes_of(fig)) - 0.5, -0.5]
 
 
 def test_compare_gantt_shares_the_time_axis(mlp: DataflowGraph) -> None:
