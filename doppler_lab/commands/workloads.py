@@ -1,0 +1,91 @@
+"""``doppler-lab workloads list|build``: the workload generators and their default sizes."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ._common import print_json
+
+NAME = "workloads"
+HELP = "list the workload generators, or build one into a graph JSON file"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", metavar="ACTION")
+    sub.required = True
+    lp = sub.add_parser("list", help="names, summaries and default sizes (nodes, edges, depth)")
+    lp.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    bp = sub.add_parser("build", help="build a workload and write its graph JSON")
+    bp.add_argument(
+        "name",
+        metavar="NAME",
+        help="a workload name, optionally with parameters: NAME:key=value,...",
+    )
+    bp.add_argument(
+        "--param",
+        "-p",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a generator parameter (repeatable)",
+    )
+    bp.add_argument(
+        "--out", required=True, metavar="FILE.json", help="where to write the graph (a .json file)"
+    )
+
+
+def _sizes(spec: str) -> dict[str, Any]:
+    from ..workloads import build_from_spec
+
+    s = build_from_spec(spec).summary()
+    return {k: s[k] for k in ("nodes", "compute_nodes", "inputs", "edges", "depth")}
+
+
+def _list(as_json: bool) -> int:
+    from ..workloads import describe
+
+    rows = [{**entry, **_sizes(entry["name"])} for entry in describe()]
+    if as_json:
+        print_json({"workloads": rows})
+        return 0
+    header = ("name", "nodes", "inputs", "edges", "depth", "summary")
+    width = max(len(r["name"]) for r in rows)
+    print(f"{header[0]:<{width}}  " + "".join(f"{h:>7}" for h in header[1:5]) + f"  {header[5]}")
+    for r in rows:
+        print(
+            f"{r['name']:<{width}}  "
+            + "".join(f"{r[h]:>7}" for h in header[1:5])
+            + f"  {r['summary']}"
+        )
+    return 0
+
+
+def _build(name: str, items: list[str], out: str) -> int:
+    from ..io import save_graph
+    from ..workloads import build, parse_param, parse_spec
+
+    if not out.endswith(".json"):
+        raise ConfigError(f"--out {out!r} must name a .json file")
+    workload, params = parse_spec(name)
+    for item in items:
+        key, value = parse_param(item, "--param ")
+        if key in params:
+            raise ConfigError(f"parameter {key!r} is given twice")
+        params[key] = value
+    graph = build(workload, **params)
+    path = save_graph(graph, Path(out))
+    s = graph.summary()
+    print(
+        f"wrote {path}: {workload} ({s['nodes']} nodes, {s['inputs']} inputs, {s['edges']} edges, "
+        f"depth {s['depth']}, {s['total_flops']:.3g} flops)"
+    )
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        return _list(args.json)
+    return _build(args.name, args.param, args.out)
