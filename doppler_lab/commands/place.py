@@ -1,0 +1,176 @@
+"""``doppler-lab place GRAPH --placer NAME``: place a graph, simulate it, report or save it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from ._common import (
+    add_cluster_arguments,
+    add_graph_argument,
+    print_json,
+    resolve_cluster,
+    resolve_graph,
+)
+
+NAME = "place"
+HELP = "place a graph with a placer (cp, heft, exact, ...) and simulate the placement"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_graph_argument(p)
+    from ..placers import available_placers
+
+    p.add_argument(
+        "--placer", required=True, metavar="NAME", help=f"one of: {', '.join(available_placers())}"
+    )
+    add_cluster_arguments(p)
+    p.add_argument(
+        "--semantics",
+        choices=("paper", "wc", "bsp"),
+        help="simulator semantics for the makespan (and for search placers' objective); "
+        "default: paper for graphs with explicit costs, wc otherwise",
+    )
+    p.add_argument(
+        "--noise", type=float, default=0.0, help="lognormal sigma of durations when simulating"
+    )
+    p.add_argument("--budget", type=int, metavar="N", help="simulator calls for search placers")
+    p.add_argument("--time-limit", type=float, metavar="S", help="seconds for the exact solver")
+    p.add_argument("--seed", type=int, default=0, help="seed of the placer and the simulator noise")
+    p.add_argument(
+        "-o",
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another placer option (VALUE read as JSON when it parses), e.g. -o timing=paper",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--out", metavar="FILE", help="write the placement (JSON, readable by simulate --placement)"
+    )
+    p.add_argument("--gantt", metavar="OUT.html", help="write a Gantt chart of the simulated run")
+
+
+def parse_options(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings to a dict (values parsed as JSON when possible)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"option {pair!r} is not KEY=VALUE")
+        try:
+            out[key.replace("-", "_")] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.replace("-", "_")] = value
+    return out
+
+
+def placer_arguments(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The options for placer ``name`` from the command line."""
+    from ..placers import placer_options
+
+    accepted = placer_options(name)
+    opts = parse_options(args.option)
+    for flag, key, value in (
+        ("--budget", "budget", args.budget),
+        ("--time-limit", "time_limit", args.time_limit),
+    ):
+        if value is None:
+            continue
+        if value <= 0:
+            raise ConfigError(f"{flag} must be positive, got {value}")
+        if key not in accepted:
+            raise ConfigError(
+                f"placer {name!r} takes no {flag}; its options: {', '.join(accepted) or 'none'}"
+            )
+        opts[key] = value
+    if "semantics" in accepted and "semantics" not in opts:
+        opts["semantics"] = args.semantics
+    return opts
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..io import save_placement
+    from ..placers import get_placer, placer_spec
+    from ..sim import Simulator
+
+    placer_spec(args.placer)  # unknown names fail before the graph is built
+    graph = resolve_graph(args.graph)
+    cluster = resolve_cluster(args, graph)
+    if args.semantics is None:
+        args.semantics = "paper" if graph.compute_cost is not None else "wc"
+    opts = placer_arguments(args.placer, args)
+    placer = get_placer(args.placer, **opts)
+    rng = np.random.default_rng(args.seed)
+    t0 = time.perf_counter()
+    schedule = None
+    if hasattr(placer, "schedule"):
+        schedule = placer.schedule(graph, cluster, rng)
+        placement = schedule.placement
+    else:
+        placement = placer.place(graph, cluster, rng)
+    runtime = time.perf_counter() - t0
+    placement.validate(graph, cluster.num_devices)
+    sim = Simulator(graph, cluster, args.semantics, noise=args.noise)
+    trace = sim.run(placement, seed=args.seed if args.noise > 0 else None)
+    lower = sim.lower_bound()
+    result: dict[str, Any] = {
+        "placer": args.placer,
+        "graph": graph.name,
+        "cluster": cluster.name,
+        "devices": cluster.num_devices,
+        "semantics": args.semantics,
+        "seed": args.seed,
+        "options": opts,
+        "placement": placement.device.tolist(),
+        "makespan": trace.makespan,
+        "lower_bound": lower,
+        "ratio_to_lower_bound": trace.makespan / lower if lower > 0 else None,
+        "runtime_s": runtime,
+        "sim_calls": placement.meta.get("sim_calls", 0),
+    }
+    if schedule is not None:
+        result["schedule_makespan"] = schedule.makespan
+        result["schedule_model"] = schedule.model
+    for key in ("optimal", "bound", "gap", "status"):
+        if key in placement.meta:
+            result[key] = placement.meta[key]
+    if args.out:
+        save_placement(placement, args.out, graph, cluster.num_devices)
+        result["out"] = str(args.out)
+    if args.gantt:
+        from ..viz.gantt import gantt
+        from ..viz.html import HtmlReport
+
+        title = f"{graph.name}: {args.placer} on {cluster.name} ({args.semantics})"
+        report = HtmlReport(
+            title, subtitle=f"makespan {trace.makespan:.6g}, lower bound {lower:.6g}"
+        )
+        report.figure(gantt(trace, graph))
+        result["gantt"] = str(report.write(Path(args.gantt)))
+    if args.json:
+        print_json(result)
+        return 0
+    print(
+        f"{args.placer} on {graph.name} ({cluster.name}, {args.semantics}): makespan {trace.makespan:.6g}"
+    )
+    print(
+        f"  lower bound {lower:.6g} (ratio {result['ratio_to_lower_bound']:.3f}), placer time {runtime:.3g} s"
+    )
+    if schedule is not None:
+        print(f"  own schedule ({schedule.model}): {schedule.makespan:.6g}")
+    if "optimal" in result:
+        print(
+            f"  optimal: {result['optimal']}, bound {result['bound']:.6g}, gap {result['gap']:.3%}"
+        )
+    for key in ("out", "gantt"):
+        if key in result:
+            print(f"  wrote {result[key]}")
+    return 0

@@ -1,0 +1,206 @@
+"""The Critical Path teacher (DOPPLER.md; Kwok and Ahmad 1999 style list scheduling).
+
+Each step of an episode over a :class:`~doppler_lab.schedule.ListScheduleState`:
+
+- SEL: among the candidates (unassigned nodes whose predecessors are all assigned) pick one with
+  the largest b-level, ties at random. B-levels come from the cost model: mean compute plus mean
+  transfer along the longest path to a sink (on the paper's graphs exactly the released
+  ``cp_utils`` values: compute + the node's communication cost when it has successors);
+- PLC: put it on a device with the smallest earliest start time (device feature 5), ties at
+  random; the state's timing model (``est`` or the released ``paper`` model) then fixes its
+  start and finish.
+
+:class:`CriticalPathTeacher` applies these rules to any state, so Stage I can label the states a
+policy visits; :class:`CriticalPathPlacer` runs a whole episode and records every decision.
+:class:`ReleasedCriticalPathPlacer` reproduces the released baseline's indexing bug: it draws k
+uniformly from the tie list's length and returns ``legal[k]``, the k-th node of the released
+code's candidate list (not the k-th tied node); for comparison only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..graph import DataflowGraph
+from ..hardware import Cluster, CostModel
+from ..placement import Placement
+from ..schedule import TIMINGS, ListScheduleState, Timing
+from .base import Schedule, ScheduleToPlacement, check_choice, make_schedule, ties
+
+
+class CPDecision(NamedTuple):
+    """One step of a Critical Path episode (times in raw units).
+
+    Attributes:
+        step: 0-based step index.
+        candidates: the candidate node ids at this step.
+        b_level: b-level of each candidate.
+        node_ties: candidates with the largest b-level (the teacher's equivalent choices).
+        node: the node chosen.
+        est: ``(D,)`` earliest start time of ``node`` on each device.
+        device_ties: devices with the smallest earliest start.
+        device: the device chosen.
+    """
+
+    step: int
+    candidates: np.ndarray
+    b_level: np.ndarray
+    node_ties: np.ndarray
+    node: int
+    est: np.ndarray
+    device_ties: np.ndarray
+    device: int
+
+
+@dataclass(frozen=True, eq=False)
+class CPRun:
+    """A Critical Path episode: the schedule and the decision trace."""
+
+    schedule: Schedule
+    decisions: list[CPDecision]
+
+    @property
+    def placement(self) -> Placement:
+        return self.schedule.placement
+
+
+class CriticalPathTeacher:
+    """The CP rules on any :class:`ListScheduleState` of ``graph`` (labels for imitation).
+
+    Args:
+        graph: the graph.
+        cost_model: its costs; b-levels are ``cost_model.b_level()``.
+        tie_rtol: relative tolerance under which two b-levels (or two start times) tie.
+    """
+
+    def __init__(self, graph: DataflowGraph, cost_model: CostModel, tie_rtol: float = 1e-9):
+        self.graph = graph
+        self.cost = cost_model
+        self.tie_rtol = tie_rtol
+        self.b_level = cost_model.b_level()
+
+    def node_choices(self, candidates: np.ndarray) -> np.ndarray:
+        """The candidates with the largest b-level."""
+        cand = np.asarray(candidates, dtype=np.int64)
+        return cand[ties(self.b_level[cand], "max", self.tie_rtol)]
+
+    def device_choices(self, est: np.ndarray) -> np.ndarray:
+        """The devices with the smallest earliest start time."""
+        return ties(est, "min", self.tie_rtol)
+
+    def select(self, state: ListScheduleState, rng: np.random.Generator) -> int:
+        """SEL: a max-b-level candidate of ``state``, ties at random."""
+        return int(rng.choice(self.node_choices(state.candidates())))
+
+    def choose_device(
+        self,
+        state: ListScheduleState,
+        v: int,
+        rng: np.random.Generator,
+        est: np.ndarray | None = None,
+    ) -> int:
+        """PLC: a device of smallest earliest start for ``v``, ties at random."""
+        return int(rng.choice(self.device_choices(state.est(v) if est is None else est)))
+
+
+def _episode(
+    graph: DataflowGraph,
+    cluster: Cluster,
+    rng: np.random.Generator,
+    timing: Timing,
+    tie_rtol: float,
+    placer: str,
+    released: bool,
+) -> CPRun:
+    """One CP episode; ``released`` reproduces the released candidate list and its bug."""
+    cost = CostModel(graph, cluster)
+    teacher = CriticalPathTeacher(graph, cost, tie_rtol)
+    state = ListScheduleState(graph, cost, timing)
+    legal = [int(v) for v in state.candidates()]  # the released code's candidate list
+    decisions: list[CPDecision] = []
+    while not state.done:
+        cand = np.array(legal, dtype=np.int64) if released else state.candidates()
+        node_ties = teacher.node_choices(cand)
+        if released:
+            v = legal[int(rng.integers(len(node_ties)))]  # the bug: k indexes the tie list
+        else:
+            v = int(rng.choice(node_ties))
+        est = state.est(v)
+        dev_ties = teacher.device_choices(est)
+        d = int(rng.choice(dev_ties))
+        decisions.append(
+            CPDecision(len(decisions), cand, teacher.b_level[cand], node_ties, v, est, dev_ties, d)
+        )
+        state.assign(v, d, est)
+        if released:
+            legal.remove(v)
+            legal += [
+                int(w)
+                for w in graph.successors(v)
+                if state.is_candidate(int(w)) and int(w) not in legal
+            ]
+    sched = make_schedule(
+        graph,
+        state.device,
+        state.start,
+        state.finish,
+        placer,
+        timing,
+        state.order,
+        {"timing": timing},
+    )
+    return CPRun(sched, decisions)
+
+
+@dataclass(frozen=True)
+class CriticalPathPlacer(ScheduleToPlacement):
+    """The Critical Path teacher as a placer (SEL = max b-level, PLC = min earliest start).
+
+    Attributes:
+        timing: ``est`` (earliest-start timing, default) or ``paper`` (the released additive
+            model: a node starts when the compute already on its device is done).
+        tie_rtol: relative tolerance for ties.
+    """
+
+    timing: Timing = "est"
+    tie_rtol: float = 1e-9
+    name: ClassVar[str] = "cp"
+    released: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        check_choice(self.name, "timing", self.timing, TIMINGS)
+        if not (np.isfinite(self.tie_rtol) and 0 <= self.tie_rtol < 1):
+            raise ConfigError(
+                f"placer {self.name!r}: tie_rtol = {self.tie_rtol!r}, expected 0 <= x < 1"
+            )
+
+    def run(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> CPRun:
+        """One episode with its decision trace."""
+        return _episode(graph, cluster, rng, self.timing, self.tie_rtol, self.name, self.released)
+
+    def schedule(
+        self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator
+    ) -> Schedule:
+        return self.run(graph, cluster, rng).schedule
+
+
+@dataclass(frozen=True)
+class ReleasedCriticalPathPlacer(CriticalPathPlacer):
+    """The released CP baseline, bug included (comparison only).
+
+    The candidate list keeps the released order: source nodes by id, then each newly ready
+    successor appended (in edge order) when its last predecessor is assigned, the chosen node
+    removed. SEL draws k uniformly in ``range(len(ties))`` and returns ``legal[k]``.
+
+    Attributes:
+        timing: ``paper`` (the released model, default) or ``est``.
+        tie_rtol: relative tolerance for ties.
+    """
+
+    timing: Timing = "paper"
+    name: ClassVar[str] = "cp-released"
+    released: ClassVar[bool] = True

@@ -1,0 +1,204 @@
+"""HEFT and CPOP (Topcuoglu, Hariri and Wu, "Performance-effective and low-complexity task
+scheduling for heterogeneous computing", IEEE TPDS 2002).
+
+Both work on heterogeneous machines: compute cost per (node, device) and transfer time per
+(edge, device pair) come from the :class:`~doppler_lab.hardware.CostModel` (explicit per-device
+costs and explicit edge costs included). Ranks use mean costs: the upward rank is the cost
+model's b-level (mean compute + mean transfer to a sink), the downward rank its t-level.
+
+- HEFT: nodes by decreasing upward rank; each goes to the device that gives it the earliest
+  finish time, with insertion into idle gaps of a device's timeline.
+- CPOP: priority = upward + downward rank; the nodes on the critical path (priority equal to
+  the entry node's) all go to the one device that runs them fastest in total; the others, taken
+  ready-first by priority, to their earliest-finish device (insertion-based as well).
+
+Ties (equal ranks, equal finish times) go to the earlier node in topological order and the
+lower device id.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ..graph import DataflowGraph
+from ..hardware import Cluster, CostModel
+from .base import Schedule, ScheduleToPlacement, make_schedule
+
+_RANK_DECIMALS = 9  # ranks equal to 9 significant digits tie (float sums of equal paths differ)
+
+
+class InsertionTimeline:
+    """Busy intervals per device; finds the earliest idle gap that fits a node.
+
+    Args:
+        graph: the graph.
+        cost: its cost model.
+    """
+
+    def __init__(self, graph: DataflowGraph, cost: CostModel):
+        self.graph = graph
+        self.cost = cost
+        d = cost.cluster.num_devices
+        self.busy: list[list[tuple[float, float]]] = [[] for _ in range(d)]
+        n = graph.num_nodes
+        self.device = np.full(n, -1, dtype=np.int64)
+        self.start = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.order: list[int] = []
+
+    def ready_time(self, v: int, d: int) -> float:
+        """When all inputs of ``v`` can be on device ``d`` (predecessors must be placed)."""
+        g = self.graph
+        t = 0.0
+        for k in range(g.pred_ptr[v], g.pred_ptr[v + 1]):
+            u = int(g.pred_idx[k])
+            if g.is_input[u]:
+                continue
+            t = max(
+                t,
+                self.finish[u]
+                + self.cost.transfer_time(int(g.pred_eid[k]), int(self.device[u]), d),
+            )
+        return t
+
+    def earliest_start(self, v: int, d: int) -> float:
+        """The earliest start of ``v`` on ``d``: the first gap after its ready time that fits."""
+        ready = self.ready_time(v, d)
+        dur = float(self.cost.compute[v, d])
+        t = ready
+        for s, f in self.busy[d]:
+            if f <= t:
+                continue
+            if s - t >= dur:
+                return t
+            t = max(t, f)
+        return t
+
+    def assign(self, v: int, d: int, start: float) -> None:
+        fin = start + float(self.cost.compute[v, d])
+        slots = self.busy[d]
+        slots.insert(bisect_left(slots, (start, fin)), (start, fin))
+        self.device[v] = d
+        self.start[v] = start
+        self.finish[v] = fin
+        self.order.append(v)
+
+    def best_device(self, v: int, devices: range | list[int]) -> tuple[int, float]:
+        """The device of earliest finish (ties: lowest id) and the start there."""
+        best: tuple[float, int, float] | None = None
+        for d in devices:
+            s = self.earliest_start(v, d)
+            f = s + float(self.cost.compute[v, d])
+            if best is None or f < best[0]:
+                best = (f, d, s)
+        assert best is not None
+        return best[1], best[2]
+
+    def schedule(self, placer: str, meta: dict | None = None) -> Schedule:
+        return make_schedule(
+            self.graph, self.device, self.start, self.finish, placer, "insertion", self.order, meta
+        )
+
+
+def _rounded(x: np.ndarray) -> np.ndarray:
+    scale = float(np.max(np.abs(x))) or 1.0
+    return np.round(x / scale, _RANK_DECIMALS)
+
+
+def _topo_index(graph: DataflowGraph) -> np.ndarray:
+    pos = np.empty(graph.num_nodes, dtype=np.int64)
+    pos[graph.topo_order] = np.arange(graph.num_nodes)
+    return pos
+
+
+def heft_order(graph: DataflowGraph, cost: CostModel) -> np.ndarray:
+    """Compute nodes by decreasing upward rank (ties: topological order)."""
+    rank = _rounded(cost.b_level())
+    comp = graph.compute_nodes
+    return comp[np.lexsort((_topo_index(graph)[comp], -rank[comp]))]
+
+
+def cpop_critical_path(graph: DataflowGraph, cost: CostModel) -> tuple[np.ndarray, np.ndarray]:
+    """CPOP priorities (upward + downward rank) and the critical-path nodes, entry to exit."""
+    prio = cost.b_level() + cost.t_level()
+    key = _rounded(prio)
+    comp = graph.compute_nodes
+    top = key[comp].max()
+    topo = _topo_index(graph)
+    # an entry node on the critical path (ties: earliest in topological order)
+    entries = [int(v) for v in comp if key[v] == top and not _compute_preds(graph, int(v))]
+    v = min(entries, key=lambda x: topo[x])
+    path = [v]
+    while True:
+        nxt = [int(w) for w in graph.successors(v) if key[w] == top]
+        if not nxt:
+            break
+        v = min(nxt, key=lambda x: topo[x])
+        path.append(v)
+    return prio, np.array(path, dtype=np.int64)
+
+
+def _compute_preds(graph: DataflowGraph, v: int) -> bool:
+    return bool(np.any(~graph.is_input[graph.predecessors(v)]))
+
+
+@dataclass(frozen=True)
+class HeftPlacer(ScheduleToPlacement):
+    """HEFT: upward-rank order, earliest-finish device with insertion."""
+
+    name: ClassVar[str] = "heft"
+
+    def schedule(
+        self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator
+    ) -> Schedule:
+        cost = CostModel(graph, cluster)
+        tl = InsertionTimeline(graph, cost)
+        devices = range(cluster.num_devices)
+        for v in heft_order(graph, cost):
+            d, s = tl.best_device(int(v), devices)
+            tl.assign(int(v), d, s)
+        return tl.schedule(self.name)
+
+
+@dataclass(frozen=True)
+class CpopPlacer(ScheduleToPlacement):
+    """CPOP: critical-path nodes on the device fastest for them, the rest by earliest finish."""
+
+    name: ClassVar[str] = "cpop"
+
+    def schedule(
+        self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator
+    ) -> Schedule:
+        cost = CostModel(graph, cluster)
+        prio, path = cpop_critical_path(graph, cost)
+        cp_device = int(np.argmin(cost.compute[path].sum(axis=0)))
+        on_path = np.zeros(graph.num_nodes, dtype=bool)
+        on_path[path] = True
+        key = _rounded(prio)
+        topo = _topo_index(graph)
+        waiting = np.bincount(
+            graph.edge_dst[~graph.is_input[graph.edge_src]], minlength=graph.num_nodes
+        )
+        heap = [(-key[v], topo[v], int(v)) for v in graph.compute_nodes if waiting[v] == 0]
+        heapq.heapify(heap)
+        tl = InsertionTimeline(graph, cost)
+        devices = range(cluster.num_devices)
+        while heap:
+            _, _, v = heapq.heappop(heap)
+            if on_path[v]:
+                tl.assign(v, cp_device, tl.earliest_start(v, cp_device))
+            else:
+                d, s = tl.best_device(v, devices)
+                tl.assign(v, d, s)
+            for w in graph.successors(v):
+                waiting[w] -= 1
+                if waiting[w] == 0:
+                    heapq.heappush(heap, (-key[w], topo[w], int(w)))
+        return tl.schedule(
+            self.name, {"critical_path": path.tolist(), "critical_path_device": cp_device}
+        )

@@ -1,0 +1,269 @@
+"""The placer registry: names mapped to ``"module:attr"`` targets, imported only when used.
+
+Built-in placers live in this package. The learned policies (``doppler``, ``placeto``, ``gdp``)
+are reserved names whose targets live in :mod:`doppler_lab.policies.placers` (torch); they are
+listed by :func:`available_placers` once that module exists, found without importing it, so
+``doppler_lab.placers`` never imports torch. Other packages can add placers through the entry
+point group ``doppler_lab.placers`` (``name = "package.module:PlacerClass"``).
+
+A target is a class (or factory) called with the placer's options as keyword arguments; the
+object it returns has a ``name`` and a ``place(graph, cluster, rng)`` method (see
+:class:`~doppler_lab.placers.base.Placer`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import inspect
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, PlacementError
+from ..graph import DataflowGraph
+from ..hardware import Cluster
+from ..placement import Placement
+from .base import Placer, make_rng
+
+ENTRY_POINT_GROUP = "doppler_lab.placers"
+LEARNED_MODULE = "doppler_lab.policies.placers"
+
+
+@dataclass(frozen=True)
+class PlacerSpec:
+    """A registry entry.
+
+    Attributes:
+        name: the name used on the command line and in tables.
+        target: ``"module:attr"`` of the placer class or factory.
+        kind: ``baseline``, ``list`` (list scheduler), ``search``, ``exact`` or ``learned``.
+        summary: one line for ``--help`` and tables.
+        stochastic: the result depends on the seed (tables run it once per seed).
+        needs_checkpoint: takes a ``checkpoint`` option (learned policies).
+    """
+
+    name: str
+    target: str
+    kind: str
+    summary: str
+    stochastic: bool = False
+    needs_checkpoint: bool = False
+
+
+def _spec(name: str, target: str, kind: str, summary: str, **kw: Any) -> tuple[str, PlacerSpec]:
+    return name, PlacerSpec(name, target, kind, summary, **kw)
+
+
+_P = "doppler_lab.placers"
+BUILTIN_PLACERS: Mapping[str, PlacerSpec] = MappingProxyType(
+    dict(
+        [
+            _spec(
+                "random",
+                f"{_P}.simple:RandomPlacer",
+                "baseline",
+                "uniform random device per node",
+                stochastic=True,
+            ),
+            _spec(
+                "round-robin",
+                f"{_P}.simple:RoundRobinPlacer",
+                "baseline",
+                "node i on device i mod D",
+            ),
+            _spec("single", f"{_P}.simple:SinglePlacer", "baseline", "every node on one device"),
+            _spec(
+                "cp",
+                f"{_P}.critical_path:CriticalPathPlacer",
+                "list",
+                "Critical Path teacher: max b-level node, min earliest-start device",
+                stochastic=True,
+            ),
+            _spec(
+                "cp-released",
+                f"{_P}.critical_path:ReleasedCriticalPathPlacer",
+                "list",
+                "the released CP baseline with its indexing bug (comparison only)",
+                stochastic=True,
+            ),
+            _spec(
+                "heft",
+                f"{_P}.heft:HeftPlacer",
+                "list",
+                "HEFT (Topcuoglu et al. 2002), insertion-based",
+            ),
+            _spec("cpop", f"{_P}.heft:CpopPlacer", "list", "CPOP (Topcuoglu et al. 2002)"),
+            _spec(
+                "etf",
+                f"{_P}.baechi:EtfPlacer",
+                "list",
+                "earliest task first (Baechi m-ETF), memory cap",
+            ),
+            _spec(
+                "m-topo",
+                f"{_P}.baechi:TopoPlacer",
+                "list",
+                "topological fill per device (Baechi m-TOPO)",
+            ),
+            _spec(
+                "local-search",
+                f"{_P}.local_search:LocalSearchPlacer",
+                "search",
+                "simulated annealing / hill climbing over placements (budget: simulator calls)",
+                stochastic=True,
+            ),
+            _spec(
+                "enumerative",
+                f"{_P}.enumerative:EnumerativePlacer",
+                "search",
+                "greedy per-node/group enumeration of device choices by simulated cost",
+            ),
+            _spec(
+                "exact",
+                f"{_P}.exact:ExactPlacer",
+                "exact",
+                "CP-SAT placement + order under the delay model",
+            ),
+        ]
+    )
+)
+
+LEARNED_PLACERS: Mapping[str, PlacerSpec] = MappingProxyType(
+    dict(
+        [
+            _spec(
+                "doppler",
+                f"{LEARNED_MODULE}:DopplerPlacer",
+                "learned",
+                "DOPPLER dual policy (SEL + PLC), from a checkpoint",
+                needs_checkpoint=True,
+            ),
+            _spec(
+                "placeto",
+                f"{LEARNED_MODULE}:PlacetoPlacer",
+                "learned",
+                "Placeto (Addanki et al. 2019), from a checkpoint",
+                needs_checkpoint=True,
+            ),
+            _spec(
+                "gdp",
+                f"{LEARNED_MODULE}:GdpPlacer",
+                "learned",
+                "GDP (Zhou et al. 2019), from a checkpoint",
+                needs_checkpoint=True,
+            ),
+        ]
+    )
+)
+
+
+def _module_exists(module: str) -> bool:
+    """Whether ``module`` can be imported, found on the path without importing its packages."""
+    if module in sys.modules:
+        return True
+    parts = module.split(".")
+    try:
+        spec = importlib.util.find_spec(parts[0])
+    except (ImportError, ValueError):
+        return False
+    for part in parts[1:]:
+        if spec is None or spec.submodule_search_locations is None:
+            return False
+        spec = importlib.machinery.PathFinder.find_spec(part, list(spec.submodule_search_locations))
+    return spec is not None
+
+
+def _entry_point_specs() -> dict[str, PlacerSpec]:
+    out: dict[str, PlacerSpec] = {}
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        out[ep.name] = PlacerSpec(ep.name, ep.value, "plugin", f"plugin placer {ep.value}")
+    return out
+
+
+def placer_specs() -> dict[str, PlacerSpec]:
+    """Every available placer's :class:`PlacerSpec`, by name (built-ins first)."""
+    specs = dict(BUILTIN_PLACERS)
+    if _module_exists(LEARNED_MODULE):
+        specs.update(LEARNED_PLACERS)
+    for name, spec in _entry_point_specs().items():
+        specs.setdefault(name, spec)
+    return specs
+
+
+def available_placers() -> list[str]:
+    """Names accepted by :func:`get_placer` and :func:`place`."""
+    return list(placer_specs())
+
+
+def placer_spec(name: str) -> PlacerSpec:
+    """The registry entry of ``name`` (:class:`PlacementError` naming the choices if unknown)."""
+    specs = placer_specs()
+    if name not in specs:
+        hint = ""
+        if name in LEARNED_PLACERS:
+            hint = (
+                f" ({name!r} needs the learned policies: module {LEARNED_MODULE} is not installed)"
+            )
+        raise PlacementError(f"unknown placer {name!r}{hint}; expected one of: {', '.join(specs)}")
+    return specs[name]
+
+
+def _resolve(target: str) -> Any:
+    module, _, attr = target.partition(":")
+    obj = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def placer_options(name: str) -> list[str]:
+    """The option names placer ``name`` accepts."""
+    factory = _resolve(placer_spec(name).target)
+    if dataclasses.is_dataclass(factory):
+        return [f.name for f in dataclasses.fields(factory) if f.init and f.name != "name"]
+    params = inspect.signature(factory).parameters.values()
+    return [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def get_placer(name: str, **options: Any) -> Placer:
+    """Build placer ``name`` with ``options`` (unknown options raise :class:`ConfigError`)."""
+    spec = placer_spec(name)
+    factory = _resolve(spec.target)
+    if dataclasses.is_dataclass(factory):
+        known = placer_options(name)
+        bad = [k for k in options if k not in known]
+        if bad:
+            accepted = ", ".join(known) if known else "none"
+            raise ConfigError(f"placer {name!r} has no option {bad[0]!r}; its options: {accepted}")
+    return factory(**options)
+
+
+def place(
+    name: str,
+    graph: DataflowGraph,
+    cluster: Cluster,
+    seed: int | np.random.Generator | None = None,
+    **options: Any,
+) -> Placement:
+    """Place ``graph`` on ``cluster`` with placer ``name``; the result is validated.
+
+    Example:
+        >>> from doppler_lab.graph import GraphBuilder
+        >>> from doppler_lab.hardware import make_cluster
+        >>> b = GraphBuilder("g")
+        >>> a = b.add_node("a", cost=2.0)
+        >>> _ = b.add_node("b", inputs=[a], cost=1.0, edge_costs=[5.0])
+        >>> place("cp", b.build(), make_cluster("uniform", 2), seed=0).device.tolist()
+        [0, 0]
+    """
+    placer = get_placer(name, **options)
+    placement = placer.place(graph, cluster, make_rng(seed))
+    return placement.validate(graph, cluster.num_devices)

@@ -1,0 +1,77 @@
+"""``doppler-lab place``: JSON fields, files, and clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from placer_helpers import small_dag
+
+from doppler_lab.cli import main
+from doppler_lab.io import load_placement, save_graph
+
+
+@pytest.fixture(scope="module")
+def graph_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("g") / "dag.json"
+    save_graph(small_dag(12, 0, inputs=2), path)
+    return str(path)
+
+
+def _json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_json_output_of_a_list_scheduler(capsys, graph_file, tmp_path):
+    out = tmp_path / "p.json"
+    r = _json(
+        capsys,
+        ["place", graph_file, "--placer", "heft", "--devices", "3", "--json", "--out", str(out)],
+    )
+    for key in ("placer", "placement", "makespan", "lower_bound", "schedule_makespan"):
+        assert key in r
+    assert r["placer"] == "heft" and r["semantics"] == "paper" and len(r["placement"]) == 14
+    assert r["makespan"] >= r["lower_bound"] > 0
+    assert load_placement(out).device.tolist() == r["placement"]
+
+
+def test_json_output_of_exact_and_search(capsys, graph_file):
+    r = _json(
+        capsys,
+        ["place", graph_file, "--placer", "exact", "--devices", "2", "--time-limit", "5", "--json"],
+    )
+    assert r["optimal"] is True and r["bound"] == pytest.approx(r["schedule_makespan"])
+    r = _json(
+        capsys,
+        [
+            "place",
+            graph_file,
+            "--placer",
+            "local-search",
+            "--budget",
+            "40",
+            "--semantics",
+            "wc",
+            "--json",
+        ],
+    )
+    assert r["sim_calls"] <= 40 and r["options"]["semantics"] == "wc"
+    r = _json(capsys, ["place", graph_file, "--placer", "cp", "-o", "timing=paper", "--json"])
+    assert r["schedule_model"] == "paper"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--placer", "nope"], "unknown placer 'nope'"),
+        (["--placer", "cp", "--budget", "5"], "takes no --budget"),
+        (["--placer", "local-search", "--budget", "0"], "--budget must be positive"),
+        (["--placer", "exact", "--time-limit", "-1"], "--time-limit must be positive"),
+        (["--placer", "etf", "-o", "memory_cap=1"], "no placement meets the cap"),
+        (["--placer", "cp", "-o", "timing"], "KEY=VALUE"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(capsys, graph_file, argv, message):
+    assert main(["place", graph_file, *argv]) == 2
+    assert message in capsys.readouterr().err
