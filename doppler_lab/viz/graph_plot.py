@@ -60,7 +60,8 @@ def layered_layout(graph: DataflowGraph, sweeps: int = 3) -> tuple[np.ndarray, n
     return col, y
 
 
-def _node_sizes(graph: DataflowGraph, size_by: str) -> np.ndarray:
+def _node_sizes(graph: DataflowGraph, size_by: str, largest: float) -> np.ndarray:
+    """Marker diameters up to ``largest`` pixels; marker area grows with the node's work."""
     if size_by == "auto":
         size_by = "flops" if graph.flops[graph.compute_nodes].max(initial=0.0) > 0 else "cost"
     w = {"flops": graph.flops, "cost": graph.node_cost(), "none": np.zeros(graph.num_nodes)}[
@@ -69,8 +70,8 @@ def _node_sizes(graph: DataflowGraph, size_by: str) -> np.ndarray:
     w = np.where(graph.is_input, 0.0, w)
     top = w.max(initial=0.0)
     if top <= 0:
-        return np.full(graph.num_nodes, 9.0)
-    return 6.0 + 16.0 * np.sqrt(w / top)  # marker area grows with work
+        return np.full(graph.num_nodes, 0.6 * largest)
+    return largest * (0.3 + 0.7 * np.sqrt(w / top))
 
 
 def _devices(graph: DataflowGraph, placement: Placement | np.ndarray | Sequence[int]) -> np.ndarray:
@@ -111,7 +112,12 @@ def plot_graph(
         raise PlacementError("color_by='device' needs a placement (a device per node)")
     dev = _devices(graph, placement) if placement is not None else None
     x, y = layered_layout(graph)
-    size = _node_sizes(graph, size_by)
+    columns, per_column = np.unique(x, return_counts=True)
+    widest = int(per_column.max())
+    height = int(min(1400, max(380, 16 * widest + 140)))
+    # markers no wider than the spacing of layers and rows in a typical 1000-px-wide plot
+    spacing = min(1000.0 / columns.size, (height - 140) / widest)
+    size = _node_sizes(graph, size_by, float(np.clip(0.9 * spacing, 4.0, 22.0)))
     keep = np.ones(graph.num_nodes, dtype=bool) if show_inputs else ~graph.is_input
     gl = int(keep.sum()) > _GL_NODES
     scatter = go.Scattergl if gl else go.Scatter
@@ -165,7 +171,7 @@ def plot_graph(
                 textposition="top center",
                 textfont=dict(size=9),
                 marker=dict(
-                    size=np.where(graph.is_input[sel], 7.0, size[sel]),
+                    size=np.where(graph.is_input[sel], np.minimum(size[sel], 7.0), size[sel]),
                     color=color,
                     symbol=np.where(graph.is_input[sel], "diamond", "circle"),
                     line=dict(width=0.5, color="white"),
@@ -180,15 +186,14 @@ def plot_graph(
                 name=grp,
             )
         )
-    widest = max(int(np.bincount(np.unique(x, return_inverse=True)[1]).max()), 1)
     fig = go.Figure(data=traces)
     fig.update_layout(
         title=title
         if title is not None
         else f"{graph.name}: {graph.compute_nodes.size} ops, {int(graph.is_input.sum())} inputs, {graph.num_edges} edges",
         template="plotly_white",
-        height=int(min(1400, max(380, 16 * widest + 140))),
-        legend=dict(title=color_by),
+        height=height,
+        legend=dict(title=color_by, itemsizing="constant"),
         hovermode="closest",
         margin=dict(l=10, r=10, t=60, b=40),
     )
