@@ -2,8 +2,9 @@
 
 A chart uses a handful of plotly traces whatever the size of the execution: one horizontal
 ``go.Bar`` (with ``base=`` starts) per colour group, one for the critical path's outlines and one
-line that walks the path across lanes. Past ``max_ops`` bars, back-to-back records of one lane
-and colour are merged into segments so that 100k-op traces stay responsive.
+line for its jumps across lanes (listed in the legend but not drawn when the path is long). Past
+``max_ops`` bars, back-to-back records of one lane and colour are merged into segments so that
+100k-op traces stay responsive.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ._style import (
 ColorBy = Literal["kind", "device", "node"]
 COLOR_BY: tuple[str, ...] = ("kind", "device", "node")
 DEFAULT_MAX_OPS = 20_000
+_PAIR_LANE = 1 << 40  # transfer lane keys: link resource ids, then _PAIR_LANE + directed pair
 
 
 class GanttOptions(TypedDict, total=False):
@@ -95,15 +97,14 @@ def transfer_lanes(trace: Trace) -> tuple[np.ndarray, list[str]]:
     d = max(trace.num_devices, 1)
     pair = trace.transfer_src_device * d + trace.transfer_dst_device
     # named resources first (by id), then device pairs (by (src, dst))
-    key = np.where(link >= 0, link, np.iinfo(np.int64).max // 2 + pair)
+    key = np.where(link >= 0, link, _PAIR_LANE + pair)
     uniq, lane_index = np.unique(key, return_inverse=True)
     labels = []
     for k in uniq.tolist():
-        if k < np.iinfo(np.int64).max // 2:
+        if k < _PAIR_LANE:
             name = trace.link_names[k] if k < len(trace.link_names) else str(k)
         else:
-            p = k - np.iinfo(np.int64).max // 2
-            name = f"{p // d}->{p % d}"
+            name = f"{(k - _PAIR_LANE) // d}->{(k - _PAIR_LANE) % d}"
         labels.append(f"link {name}")
     return lane_index.astype(np.int64), labels
 
