@@ -1,0 +1,158 @@
+"""Running the notebooks: papermill execution with parameters, JSON summaries, HTML rendering.
+
+Every notebook in ``notebooks/`` has a cell tagged ``parameters`` (flat literals, among them
+``out_dir``, ``seed`` and ``interactive``) and ends by writing ``summary.json`` into ``out_dir``.
+:func:`run_notebook` executes one headlessly and returns that summary; the test suite and
+``doppler-lab report`` both go through it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+DEFAULT_PAPER_GRAPHS_DIR = REPO_ROOT.parent / "shared" / "data" / "doppler-paper"
+
+
+def paper_graphs_dir(explicit: str | os.PathLike | None = None) -> Path | None:
+    """Where the paper's released graphs are: ``explicit`` when given, else
+    ``$DOPPLER_PAPER_GRAPHS`` or the ``shared/data/doppler-paper`` folder beside the checkout;
+    ``None`` when that folder has no graphs."""
+    candidates = (
+        (explicit,)
+        if explicit
+        else (os.environ.get("DOPPLER_PAPER_GRAPHS"), DEFAULT_PAPER_GRAPHS_DIR)
+    )
+    for cand in candidates:
+        if cand and Path(cand).is_dir() and any(Path(cand).glob("*.txt")):
+            return Path(cand)
+    return None
+
+
+def notebook_parameters(path: str | os.PathLike) -> dict[str, Any]:
+    """The defaults in a notebook's ``parameters`` cell (evaluated as Python literals)."""
+    import ast
+
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "parameters" in cell.metadata.get("tags", []):
+            params: dict[str, Any] = {}
+            for node in ast.parse(cell.source).body:
+                if (
+                    isinstance(node, ast.Assign)
+                    and len(node.targets) == 1
+                    and isinstance(node.targets[0], ast.Name)
+                ):
+                    params[node.targets[0].id] = ast.literal_eval(node.value)
+            return params
+    raise ConfigError(f"notebook {path} has no cell tagged 'parameters'")
+
+
+def run_notebook(
+    notebook: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    parameters: Mapping[str, Any] | None = None,
+    kernel_name: str | None = None,
+    timeout_s: int = 1800,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Execute ``notebook`` with papermill into ``out_dir`` and return its ``summary.json``.
+
+    The executed copy is written to ``out_dir/<name>.ipynb``; the notebook runs with its own
+    folder as working directory and gets ``out_dir`` (absolute) as a parameter.
+    """
+    import papermill as pm
+
+    nb_path = Path(notebook)
+    if not nb_path.is_absolute() and not nb_path.exists():
+        nb_path = NOTEBOOKS_DIR / nb_path
+    if not nb_path.exists():
+        raise ConfigError(f"notebook {notebook} does not exist")
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    declared = notebook_parameters(nb_path)
+    params = dict(parameters or {})
+    unknown = sorted(set(params) - set(declared))
+    if unknown:
+        raise ConfigError(
+            f"notebook {nb_path.name} has no parameter(s) {unknown}; it takes {sorted(declared)}"
+        )
+    params["out_dir"] = str(out)
+    env_before = os.environ.get("PYDEVD_DISABLE_FILE_VALIDATION")
+    os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"  # quiets a debugger warning in kernels
+    try:
+        pm.execute_notebook(
+            str(nb_path),
+            str(out / nb_path.name),
+            parameters=params,
+            kernel_name=kernel_name or _kernel_name(),
+            cwd=str(nb_path.parent),
+            progress_bar=progress,
+            execution_timeout=timeout_s,
+        )
+    finally:
+        if env_before is None:
+            os.environ.pop("PYDEVD_DISABLE_FILE_VALIDATION", None)
+    summary = out / "summary.json"
+    if not summary.exists():
+        raise ConfigError(f"notebook {nb_path.name} ran but wrote no summary.json into {out}")
+    return json.loads(summary.read_text())
+
+
+def _kernel_name() -> str:
+    """The Jupyter kernel of this interpreter: ``python3`` from ipykernel (sys.executable)."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    specs = KernelSpecManager().find_kernel_specs()
+    if "python3" not in specs:
+        raise ConfigError(f"no 'python3' Jupyter kernel for {sys.executable}; install ipykernel")
+    return "python3"
+
+
+def write_summary(out_dir: str | os.PathLike, summary: Mapping[str, Any]) -> Path:
+    """Write a notebook's ``summary.json`` (numpy values made plain)."""
+    from .bench._report import _plain
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "summary.json"
+    path.write_text(json.dumps(_plain(dict(summary)), indent=1))
+    return path
+
+
+def render_html(executed_notebook: str | os.PathLike, html_path: str | os.PathLike) -> Path:
+    """Render an executed notebook to HTML with its plotly charts live (no input prompts)."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.read(str(executed_notebook), as_version=4)
+    exporter = HTMLExporter(template_name="lab")
+    exporter.exclude_input_prompt = True
+    exporter.exclude_output_prompt = True
+    body, _ = exporter.from_notebook_node(nb)
+    out = Path(html_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(body)
+    return out
+
+
+def setup_notebook(interactive: bool = False) -> None:
+    """Configure plotly for notebooks: live charts in JupyterLab and in rendered HTML reports.
+
+    ``plotly_mimetype`` shows figures in JupyterLab; ``notebook`` embeds plotly.js once per
+    notebook, so the HTML rendered from an executed notebook draws its charts offline.
+    ``interactive`` is accepted for symmetry with the widgets (nothing else changes).
+    """
+    import plotly.io as pio
+
+    pio.renderers.default = "plotly_mimetype+notebook"
