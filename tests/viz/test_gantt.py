@@ -4,13 +4,39 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from viz_helpers import blocked_mlp, random_dag
+from viz_helpers import blocked_mlp, random_dag, round_robin_wc
 
 from doppler_lab.errors import ConfigError, GraphError
 from doppler_lab.graph import DataflowGraph
+from doppler_lab.io import read_paper_graph
 from doppler_lab.sim import simulate
 from doppler_lab.trace import Trace
 from doppler_lab.viz import compare_gantt, critical_path, gantt, transfer_lanes
+
+
+@pytest.fixture(scope="module")
+def mlp() -> DataflowGraph:
+    return blocked_mlp()
+
+
+@pytest.fixture(scope="module")
+def mlp_wc(mlp: DataflowGraph) -> Trace:
+    return round_robin_wc(mlp)
+
+
+@pytest.fixture(scope="module")
+def big() -> tuple[DataflowGraph, Trace]:
+    g = random_dag(10_000)
+    placement = np.random.default_rng(1).integers(0, 4, g.num_nodes)
+    return g, simulate(g, "uniform", placement, semantics="paper")
+
+
+@pytest.fixture(scope="module")
+def ffnn(paper_dir) -> DataflowGraph:
+    path = paper_dir / "ffnn_192nodes.txt"
+    if not path.exists():
+        pytest.skip(f"paper graph {path} not found")
+    return read_paper_graph(path)
 
 
 def bars(fig):

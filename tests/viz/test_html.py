@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from plotly.offline import get_plotlyjs
+from viz_helpers import blocked_mlp, round_robin_wc
 
 from doppler_lab.errors import ConfigError
 from doppler_lab.graph import DataflowGraph
@@ -19,6 +20,16 @@ from doppler_lab.trace import Trace
 from doppler_lab.viz import HtmlReport, bar_compare, gantt, markdown_to_html, plot_graph
 
 PLOTLY_HEAD = get_plotlyjs()[:200]
+
+
+@pytest.fixture(scope="module")
+def mlp() -> DataflowGraph:
+    return blocked_mlp()
+
+
+@pytest.fixture(scope="module")
+def mlp_wc(mlp: DataflowGraph) -> Trace:
+    return round_robin_wc(mlp)
 
 
 @pytest.fixture

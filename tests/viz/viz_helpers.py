@@ -1,10 +1,13 @@
-"""Graphs for the plotting tests (imported by conftest.py and the test modules)."""
+"""Graphs and traces for the plotting tests (a helper module, not a conftest, so that
+``from conftest import ...`` elsewhere in the suite stays unambiguous)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from doppler_lab.graph import DataflowGraph, GraphBuilder
+from doppler_lab.sim import simulate
+from doppler_lab.trace import Trace
 
 
 def blocked_mlp(blocks: int = 4, layers: int = 3, n: int = 128) -> DataflowGraph:
@@ -45,3 +48,8 @@ def random_dag(n: int, seed: int = 0, window: int = 30) -> DataflowGraph:
             edge_costs=[float(rng.uniform(1, 5)) for _ in ins],
         )
     return b.build()
+
+
+def round_robin_wc(graph: DataflowGraph) -> Trace:
+    """``graph`` placed round robin on ``p100x4``, simulated with ``wc`` semantics."""
+    return simulate(graph, "p100x4", np.arange(graph.num_nodes) % 4, semantics="wc")
