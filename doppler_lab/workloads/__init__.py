@@ -69,6 +69,8 @@ def _coerce(workload: str, key: str, value: Any, default: Any) -> Any:
             value = int(value)  # "1e3"
         ok, expected = isinstance(value, int) and not isinstance(value, bool), "an integer"
     elif isinstance(default, float):
+        if isinstance(value, str):  # a named value (scale="tiny"): the generator checks it
+            return value
         ok, expected = isinstance(value, int | float) and not isinstance(value, bool), "a number"
         value = float(value) if ok else value
     elif isinstance(default, str):

@@ -9,6 +9,8 @@ from typing import Any
 from ..errors import ConfigError
 
 FLOAT_DTYPES: tuple[str, ...] = ("float32", "float64", "bfloat16", "float16")
+#: named values of the ``scale`` parameter: ``tiny`` leaves a few elements per block
+NAMED_SCALES: tuple[str, ...] = ("tiny",)
 
 
 def check_int(generator: str, name: str, value: Any, minimum: int = 1) -> int:
@@ -28,6 +30,17 @@ def check_float(generator: str, name: str, value: Any, positive: bool = True) ->
             f"{generator}: parameter {name}={value!r}; expected a finite number{' > 0' if positive else ''}"
         )
     return float(value)
+
+
+def check_scale(generator: str, scale: Any, tiny: float) -> float:
+    """The size factor ``scale`` (a number > 0, or ``"tiny"``: the generator's ``tiny`` factor)."""
+    if scale == "tiny":
+        return tiny
+    if isinstance(scale, str):
+        raise ConfigError(
+            f"{generator}: parameter scale={scale!r}; expected a number > 0 or one of {', '.join(NAMED_SCALES)}"
+        )
+    return check_float(generator, "scale", scale)
 
 
 def check_choice(generator: str, name: str, value: Any, choices: Sequence[str]) -> str:

@@ -6,9 +6,12 @@ import math
 
 from ..graph import DataflowGraph
 from ._blocks import BlockBuilder, BlockTensor
-from ._params import check_choice, check_dtype, check_float, check_int, scaled_dim
+from ._params import check_choice, check_dtype, check_int, check_scale, scaled_dim
 
 ORDERS = ("tree", "left")
+
+#: the ``scale="tiny"`` factor: a few elements per block
+TINY_SCALE = 1 / 1024
 
 
 def chainmm(
@@ -17,7 +20,7 @@ def chainmm(
     blocks: int = 2,
     order: str = "tree",
     dtype: str = "float32",
-    scale: float = 1.0,
+    scale: float | str = 1.0,
 ) -> DataflowGraph:
     """A chain of square block-matrix products A0 @ A1 @ ... (tree or left-to-right order).
 
@@ -32,7 +35,7 @@ def chainmm(
         blocks: blocks along each matrix dimension.
         order: ``tree`` or ``left``.
         dtype: element type.
-        scale: multiplies ``n`` (tiny executable versions keep the same graph structure).
+        scale: multiplies ``n`` (same graph structure); ``"tiny"`` divides it by 1024.
     """
     gen = "chainmm"
     params = {
@@ -48,8 +51,8 @@ def chainmm(
     check_int(gen, "blocks", blocks)
     check_choice(gen, "order", order, ORDERS)
     check_dtype(gen, dtype)
-    check_float(gen, "scale", scale)
-    size = scaled_dim(gen, "n", n, scale, "blocks", blocks)
+    factor = check_scale(gen, scale, tiny=TINY_SCALE)
+    size = scaled_dim(gen, "n", n, factor, "blocks", blocks)
 
     bb = BlockBuilder(gen)
     mats = [

@@ -6,9 +6,12 @@ import math
 
 from ..graph import DataflowGraph
 from ._blocks import BlockBuilder
-from ._params import check_choice, check_dtype, check_float, check_int, scaled_dim
+from ._params import check_choice, check_dtype, check_int, check_scale, scaled_dim
 
 ACTIVATIONS = ("gelu", "relu", "silu", "tanh")
+
+#: the ``scale="tiny"`` factor: a few elements per block
+TINY_SCALE = 1 / 1024
 
 
 def ffnn(
@@ -20,7 +23,7 @@ def ffnn(
     blocks: int = 4,
     activation: str = "gelu",
     dtype: str = "float32",
-    scale: float = 1.0,
+    scale: float | str = 1.0,
 ) -> DataflowGraph:
     """A multi-layer perceptron on block matrices, layers split Megatron-style.
 
@@ -40,7 +43,8 @@ def ffnn(
         blocks: blocks along the weight dimension each layer splits.
         activation: ``gelu``, ``relu``, ``silu`` or ``tanh``.
         dtype: element type.
-        scale: multiplies ``tokens``, ``d_model`` and ``hidden``.
+        scale: multiplies ``tokens``, ``d_model`` and ``hidden`` (same graph structure);
+            ``"tiny"`` divides them by 1024.
     """
     gen = "ffnn"
     params = {
@@ -52,11 +56,11 @@ def ffnn(
         check_int(gen, name, params[name])
     check_choice(gen, "activation", activation, ACTIVATIONS)
     check_dtype(gen, dtype)
-    check_float(gen, "scale", scale)
+    factor = check_scale(gen, scale, tiny=TINY_SCALE)
     dims = {
-        "tokens": scaled_dim(gen, "tokens", tokens, scale, "batch_blocks", batch_blocks),
-        "d_model": scaled_dim(gen, "d_model", d_model, scale, "blocks", blocks),
-        "hidden": scaled_dim(gen, "hidden", hidden, scale, "blocks", blocks),
+        "tokens": scaled_dim(gen, "tokens", tokens, factor, "batch_blocks", batch_blocks),
+        "d_model": scaled_dim(gen, "d_model", d_model, factor, "blocks", blocks),
+        "hidden": scaled_dim(gen, "hidden", hidden, factor, "blocks", blocks),
     }
 
     bb = BlockBuilder(gen)

@@ -25,9 +25,11 @@ import numpy as np
 from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ._blocks import BlockBuilder, BlockTensor, split_sizes
-from ._params import check_blocks, check_dtype, check_float, check_int, scaled_dim
+from ._params import check_blocks, check_dtype, check_float, check_int, check_scale, scaled_dim
 
 MASK_VALUE = -1e9
+#: the ``scale="tiny"`` factor: sequence 8, head_dim 2 at the default sizes
+TINY_SCALE = 1 / 256
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ def resolve_dims(
         check_int(gen, name, p[name])
     check_float(gen, "eps", p["eps"])
     check_float(gen, "rope_theta", p["rope_theta"])
-    scale = check_float(gen, "scale", p["scale"])
+    scale = check_scale(gen, p["scale"], tiny=TINY_SCALE)
     check_dtype(gen, p["dtype"])
     if p["d_model"] % p["heads"]:
         raise ConfigError(
@@ -363,7 +365,7 @@ def llama_block(
     eps: float = 1e-5,
     rope_theta: float = 10000.0,
     dtype: str = "float32",
-    scale: float = 1.0,
+    scale: float | str = 1.0,
 ) -> DataflowGraph:
     """A Llama transformer block (RMSNorm, rotary causal attention, SwiGLU MLP, residuals).
 
@@ -385,7 +387,8 @@ def llama_block(
         eps: RMSNorm epsilon.
         rope_theta: rotary base.
         dtype: element type.
-        scale: multiplies ``seq``, ``head_dim`` and ``ffn`` (same graph structure).
+        scale: multiplies ``seq``, ``head_dim`` and ``ffn`` (same graph structure);
+            ``"tiny"`` divides them by 256.
     """
     params = dict(locals())
     dims = resolve_dims("llama_block", params)
@@ -412,7 +415,7 @@ def llama_layer(
     eps: float = 1e-5,
     rope_theta: float = 10000.0,
     dtype: str = "float32",
-    scale: float = 1.0,
+    scale: float | str = 1.0,
 ) -> DataflowGraph:
     """A full Llama layer: token embedding, Llama blocks, final RMSNorm, LM head, log-softmax.
 

@@ -29,7 +29,7 @@ def moe_layer(
     rope_theta: float = 1e6,
     seed: int = 0,
     dtype: str = "float32",
-    scale: float = 1.0,
+    scale: float | str = 1.0,
 ) -> DataflowGraph:
     """A Mixtral-style layer: attention, a router and SwiGLU experts with static routing.
 
