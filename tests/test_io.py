@@ -7,7 +7,7 @@ import json
 import networkx as nx
 import numpy as np
 import pytest
-from conftest import paper_graph_path
+from paper_graphs import paper_graph_path
 
 from doppler_lab.errors import FormatError
 from doppler_lab.graph import GraphBuilder

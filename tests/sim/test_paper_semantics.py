@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import paper_graph_path
+from paper_graphs import paper_graph_path
 
 from doppler_lab.graph import GraphBuilder
 from doppler_lab.hardware import CostModel, make_cluster

@@ -1,0 +1,216 @@
+"""The main job (``make demo`` / ``doppler-lab demo``): an end-to-end tour that writes
+``reports/demo/index.html``.
+
+Steps, each with progress shown: build the generated workloads; place each with the baseline
+placers and simulate (wc semantics on 4 x P100); the paper's graphs under paper semantics when
+they are present; a short DOPPLER fine-tuning from a shipped checkpoint and a comparison with its
+teacher; a real run on CPU worker devices checked against the single-device reference. Steps
+whose pieces are not installed are skipped with a note in the report.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from .analysis import GENERATED_WORKLOADS, default_cluster, load_paper_graphs
+from .experiments import paper_graphs_dir
+from .graph import DataflowGraph
+from .hardware import make_cluster
+from .placers import available_placers, place
+from .sim import Simulator
+
+BASELINES: tuple[str, ...] = ("single", "round-robin", "random", "cp", "heft", "etf", "m-topo")
+# YARDSTICK.md (shared/): best-known makespans of the paper's graphs, paper semantics / 1e10
+BEST_KNOWN = {
+    "chain_mm_112nodes": 1200.07,
+    "ffnn_192nodes": 56.696,
+    "transformer_block_215nodes": 166.74,
+    "full_transformer_layer_261nodes": 122.11,
+}
+
+
+@dataclass
+class DemoContext:
+    """What the steps share: options, the report being built, and a log of step timings."""
+
+    out_dir: Path
+    scale: float = 1.0
+    seed: int = 0
+    quick: bool = False
+    paper_graphs: str | None = None
+    sections: list[tuple[str, Callable[[Any], None]]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def _placer_rows(
+    name: str, graph: DataflowGraph, cluster, semantics: str, placers, seed: int
+) -> tuple[list[dict], dict]:
+    sim = Simulator(graph, cluster, semantics)
+    lb = sim.lower_bound()
+    rows, traces = [], {}
+    for p in placers:
+        if p not in available_placers():
+            continue
+        t0 = time.perf_counter()
+        pl = place(p, graph, cluster, seed=seed)
+        secs = time.perf_counter() - t0
+        tr = sim.run(pl)
+        traces[p] = tr
+        rows.append(
+            {
+                "graph": name,
+                "placer": p,
+                "makespan": tr.makespan,
+                "ratio_to_lower_bound": tr.makespan / lb,
+                "placer_seconds": secs,
+            }
+        )
+    return rows, traces
+
+
+def step_baselines(ctx: DemoContext) -> None:
+    """Every generated workload under the baseline placers, wc semantics on 4 x P100."""
+    from .workloads import build
+
+    cluster = make_cluster("p100x4")
+    rows: list[dict] = []
+    keep: dict[str, Any] = {}
+    for name in tqdm(GENERATED_WORKLOADS, desc="demo: baselines", leave=False):
+        g = build(name, scale=ctx.scale)
+        r, traces = _placer_rows(name, g, cluster, "wc", BASELINES, ctx.seed)
+        rows += r
+        if name == "llama_layer":
+            keep = {"graph": g, "traces": traces}
+    df = pd.DataFrame(rows)
+    ctx.summary["baselines"] = df.to_dict(orient="records")
+
+    def render(report) -> None:
+        from .viz import bar_compare, compare_gantt
+
+        report.heading("Baseline placers on the generated workloads")
+        report.text(
+            "Each workload is placed by every baseline and simulated work-conservingly on 4 x P100 "
+            "(PCIe, link contention, launch overhead). Ratio to the lower bound: 1.0 would be perfect."
+        )
+        pivot = df.pivot(index="graph", columns="placer", values="ratio_to_lower_bound")
+        report.table(pivot.reset_index(), caption="makespan / lower bound")
+        report.figure(
+            bar_compare(
+                df,
+                value="ratio_to_lower_bound",
+                category="graph",
+                series="placer",
+                title="makespan / lower bound",
+            )
+        )
+        if keep:
+            best = df[df.graph == "llama_layer"].sort_values("makespan").placer.iloc[0]
+            chosen = {
+                k: keep["traces"][k]
+                for k in dict.fromkeys(["round-robin", "cp", best])
+                if k in keep["traces"]
+            }
+            report.figure(
+                compare_gantt(
+                    chosen, keep["graph"], title="llama_layer: device timelines", time_unit="s"
+                )
+            )
+
+    ctx.sections.append(("baselines", render))
+
+
+def step_paper_graphs(ctx: DemoContext) -> None:
+    """The paper's released graphs under paper semantics, against YARDSTICK's best known."""
+    found = paper_graphs_dir(ctx.paper_graphs)
+    graphs = load_paper_graphs(found)
+    if not graphs:
+        ctx.summary["paper"] = None
+
+        def render_absent(report) -> None:
+            report.heading("The paper's graphs")
+            report.text(
+                "Not found. They ship with the paper's code (github.com/xinyuyao/Doppler, folder "
+                "`compute_graph`); run `doppler-lab demo --paper-graphs DIR` to include them."
+            )
+
+        ctx.sections.append(("paper", render_absent))
+        return
+    rows = []
+    for name, g in tqdm(graphs.items(), desc="demo: paper graphs", leave=False):
+        r, _ = _placer_rows(
+            name, g, default_cluster(g), "paper", ("round-robin", "cp", "heft"), ctx.seed
+        )
+        for row in r:
+            row["best_known"] = BEST_KNOWN.get(name)
+            row["gap_to_best_known"] = (
+                row["makespan"] / BEST_KNOWN[name] - 1 if name in BEST_KNOWN else None
+            )
+        rows += r
+    df = pd.DataFrame(rows)
+    ctx.summary["paper"] = df.to_dict(orient="records")
+
+    def render(report) -> None:
+        report.heading("The paper's graphs (paper semantics, 4 devices)")
+        report.text(
+            "Makespans in the paper's units; best known from long simulated-annealing searches (YARDSTICK)."
+        )
+        report.table(df, caption="baselines vs best known")
+
+    ctx.sections.append(("paper", render))
+
+
+STEPS: list[tuple[str, Callable[[DemoContext], None]]] = [
+    ("baselines", step_baselines),
+    ("paper graphs", step_paper_graphs),
+]
+
+
+def run_demo(
+    out_dir: str | Path = "reports/demo",
+    scale: float = 1.0,
+    seed: int = 0,
+    quick: bool = False,
+    paper_graphs: str | None = None,
+) -> Path:
+    """Run every step and write ``out_dir/index.html`` and ``out_dir/summary.json``."""
+    from .viz import HtmlReport
+
+    ctx = DemoContext(Path(out_dir), scale=scale, seed=seed, quick=quick, paper_graphs=paper_graphs)
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    for label, step in tqdm(STEPS, desc="demo", unit="step"):
+        t0 = time.perf_counter()
+        step(ctx)
+        ctx.timings[label] = round(time.perf_counter() - t0, 2)
+    report = HtmlReport(
+        "doppler_lab demo", subtitle=f"doppler-lab demo, {time.strftime('%Y-%m-%d %H:%M')}"
+    )
+    report.text(
+        "An end-to-end tour of the workbench: generated dataflow graphs, baseline placers, the "
+        "simulator, learned DOPPLER policies and a real work-conserving run."
+    )
+    for _, render in ctx.sections:
+        render(report)
+    report.heading("Step timings")
+    report.table(pd.DataFrame([{"step": k, "seconds": v} for k, v in ctx.timings.items()]))
+    ctx.summary["timings"] = ctx.timings
+    path = report.write(ctx.out_dir / "index.html")
+    (ctx.out_dir / "summary.json").write_text(json.dumps(_plain(ctx.summary), indent=1))
+    return path
+
+
+def _plain(x: Any) -> Any:
+    from .bench._report import _plain as plain
+
+    return plain(x)
+
+
+__all__ = ["STEPS", "DemoContext", "run_demo"]
