@@ -10,7 +10,7 @@ from __future__ import annotations
 from .curves import bar_compare, learning_curves, read_metrics, smooth
 from .gantt import PathStep, compare_gantt, critical_path, gantt, transfer_lanes
 from .graph_plot import layered_layout, plot_graph
-from .html import HtmlReport, markdown_to_html
+from .html import HtmlReport, markdown_to_html, write_gantt_html
 
 __all__ = [
     "HtmlReport",
@@ -26,4 +26,5 @@ __all__ = [
     "read_metrics",
     "smooth",
     "transfer_lanes",
+    "write_gantt_html",
 ]

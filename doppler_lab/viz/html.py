@@ -348,3 +348,24 @@ def _plain(value: Any) -> Any:
         except (TypeError, ValueError):
             return value
     return value
+
+
+def write_gantt_html(
+    trace: Any,
+    graph: Any,
+    path: str | Path,
+    title: str | None = None,
+    time_unit: str | None = "auto",
+) -> Path:
+    """Write one self-contained HTML page holding the Gantt chart of ``trace``.
+
+    ``time_unit="auto"`` labels the axis in seconds for graphs whose costs come from the cost
+    model, and leaves it unlabelled for graphs with explicit costs (the paper's units).
+    """
+    from .gantt import gantt
+
+    if time_unit == "auto":
+        time_unit = None if graph is not None and graph.compute_cost is not None else "s"
+    report = HtmlReport(title or f"{trace.graph_name}: makespan {trace.makespan:.6g}")
+    report.figure(gantt(trace, graph, title=title, time_unit=time_unit))
+    return report.write(path)

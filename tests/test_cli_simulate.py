@@ -1,0 +1,72 @@
+"""``doppler-lab simulate``: JSON output, paper graphs, placement files, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from doppler_lab.cli import main
+from doppler_lab.io import save_placement
+from doppler_lab.placement import Placement
+from paper_graphs import paper_graph_path
+
+
+def run_json(capsys, *argv) -> dict:
+    assert main(["simulate", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_paper_graph_round_robin(capsys):
+    path = paper_graph_path("chain_mm_112nodes")
+    out = run_json(capsys, str(path), "--devices", "4")
+    assert out["semantics"] == "paper" and out["num_devices"] == 4 and out["num_nodes"] == 76
+    assert out["makespan"] == pytest.approx(2000.14, abs=0.006)
+    assert out["lower_bound"] == pytest.approx(1200.07, abs=0.006)
+
+
+def test_workload_with_noise_and_gantt(capsys, tmp_path):
+    html = tmp_path / "g.html"
+    a = run_json(
+        capsys,
+        "chainmm:scale=0.1",
+        "--cluster",
+        "v100x8",
+        "--noise",
+        "0.2",
+        "--seed",
+        "5",
+        "--gantt",
+        str(html),
+    )
+    b = run_json(
+        capsys, "chainmm:scale=0.1", "--cluster", "v100x8", "--noise", "0.2", "--seed", "5"
+    )
+    assert a["makespan"] == b["makespan"] and a["semantics"] == "wc" and a["num_devices"] == 8
+    assert html.exists() and "plotly" in html.read_text()[:200000]
+    assert set(a) >= {"makespan", "lower_bound", "num_nodes", "num_devices", "semantics"}
+
+
+def test_placement_file(capsys, tmp_path):
+    path = paper_graph_path("ffnn_192nodes")
+    pl = save_placement(Placement(np.zeros(180, dtype=int)), tmp_path / "p.json")
+    out = run_json(capsys, str(path), "--devices", "4", "--placement", str(pl))
+    assert out["makespan"] == pytest.approx(226.78, abs=0.006)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["no_such_workload"], "unknown workload 'no_such_workload'"),
+        (["missing.json"], "graph file 'missing.json' does not exist"),
+        (["chainmm", "--cluster", "tpu"], "unknown cluster 'tpu'"),
+        (["chainmm", "--placement", "psychic"], "unknown placement 'psychic'"),
+        (["chainmm", "--noise", "-1"], "--noise must be >= 0"),
+        (["chainmm", "--cluster", "cpu", "--devices", "0"], "--devices must be >= 1"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(capsys, argv, message):
+    assert main(["simulate", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
