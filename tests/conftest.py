@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from paper_graphs import PAPER_DIR  # noqa: E402  (tests/ is on sys.path)
 
 

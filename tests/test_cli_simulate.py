@@ -10,6 +10,7 @@ import pytest
 from doppler_lab.cli import main
 from doppler_lab.io import save_placement
 from doppler_lab.placement import Placement
+
 from paper_graphs import paper_graph_path
 
 

@@ -7,7 +7,6 @@ import json
 import networkx as nx
 import numpy as np
 import pytest
-from paper_graphs import paper_graph_path
 
 from doppler_lab.errors import FormatError
 from doppler_lab.graph import GraphBuilder
@@ -26,6 +25,8 @@ from doppler_lab.io import (
 )
 from doppler_lab.placement import Placement
 from doppler_lab.sim import simulate
+
+from paper_graphs import paper_graph_path
 
 # name: (nodes without inputs, inputs, edges, depth, sinks, sources), counted by hand from the
 # files' line 1-4 and cross-checked with networkx below

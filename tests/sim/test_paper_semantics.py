@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from paper_graphs import paper_graph_path
 
 from doppler_lab.graph import GraphBuilder
 from doppler_lab.hardware import CostModel, make_cluster
@@ -13,6 +12,8 @@ from doppler_lab.placement import round_robin, single_device
 from doppler_lab.sim import Simulator, simulate
 from doppler_lab.sim.reference import simulate_paper_simpy
 from doppler_lab.workloads.random_dag import random_dag
+
+from paper_graphs import paper_graph_path
 
 # YARDSTICK.md (shared/): the released simulator's makespans / 1e10 for one device and round robin
 RELEASED = {
