@@ -23,7 +23,7 @@ import itertools
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -223,17 +223,7 @@ class BlockBuilder:
         )
         preds = list(dict.fromkeys(int(u) for u in operands))
         if len(preds) != len(operands):
-            omap = tuple(preds.index(int(u)) for u in operands)
-            spec = OpSpec(
-                spec.kind,
-                spec.op,
-                spec.in_shapes,
-                spec.out_shape,
-                spec.dtype,
-                spec.params,
-                omap,
-                flops,
-            )
+            spec = replace(spec, operand_map=tuple(preds.index(int(u)) for u in operands))
         return self.graph.add_node(name, spec.kind, spec.flops, spec.out_bytes, preds, spec)
 
     # -- leaves -------------------------------------------------------------------------------

@@ -108,6 +108,24 @@ def test_default_sizes_match_the_paper(name):
     assert abs(graph.num_nodes - total) <= 0.15 * total
 
 
+# counted by hand from the generators' docstrings, e.g. llama_block: RMSNorm 5 per batch block,
+# rotary tables 11, q/k/v 3 x 8 blocks, rotary 16, scores/mask/softmax 8 + 2 + 8 + 8, attention
+# x values 8, output projection 8 + 6 adds, residuals 2 + 2, MLP norm 10, SwiGLU 8 x 4 + 8 + 6 adds
+DEFAULT_SIZES = {  # compute nodes, inputs, depth
+    "chainmm": (72, 28, 6),
+    "ffnn": (188, 28, 17),
+    "llama_block": (169, 32, 27),
+    "llama_layer": (211, 38, 38),
+    "moe_layer": (273, 49, 27),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DEFAULT_SIZES))
+def test_default_sizes_are_the_documented_ones(name):
+    s = build(name).summary()
+    assert (s["compute_nodes"], s["inputs"], s["depth"]) == DEFAULT_SIZES[name]
+
+
 def test_default_moe_size():
     graph = build("moe_layer")
     assert 150 <= graph.compute_nodes.size and graph.num_nodes <= 400
