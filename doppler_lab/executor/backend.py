@@ -1,0 +1,256 @@
+"""The backend interface of the executor, and how a backend is chosen.
+
+A :class:`Backend` owns real devices. :meth:`Backend.open` prepares one graph on it (inputs
+cache, compiled ops) and returns a :class:`BackendSession`, whose :meth:`~BackendSession.run`
+executes one :class:`~doppler_lab.executor.plan.ExecutionPlan` once and returns a
+:class:`RawRun` (times in seconds from the run's clock start). Callers never see more than this,
+so a new backend (for instance one process per device on ``torch.distributed``, with send/recv
+for transfers) plugs in without touching them: it implements ``open`` and ``run``.
+
+Backends here:
+
+- ``cpu`` (:class:`~doppler_lab.executor.cpu.CpuBackend`): worker threads as devices.
+- ``cuda`` (:class:`~doppler_lab.executor.streams.StreamBackend` over CUDA streams);
+  ``cuda-shared`` puts several logical devices on one GPU (tests the multi-device path).
+- ``inline`` (the same stream dispatcher over synchronous CPU "streams"; for tests of the
+  dispatcher without a GPU).
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ClusterError, ConfigError, ExecutorError
+from ..graph import DataflowGraph
+from ..hardware import Cluster, make_cluster, make_cpu
+from .plan import ExecutionPlan
+
+BACKENDS: tuple[str, ...] = ("cpu", "cuda", "cuda-shared", "inline")
+DEFAULT_TIMEOUT_S = 120.0
+
+
+@dataclass
+class RawRun:
+    """What one execution measured, in seconds from the clock start.
+
+    Attributes:
+        start_s, end_s: ``(N,)`` op start and end (NaN for inputs).
+        transfers: ``(src node, first consumer, src device, dst device, start, end, lane)``.
+        ready_order: ``(N,)`` the order in which ops became ready (-1 for inputs).
+        dispatch_order: ``(N,)`` the order in which ops were launched (-1 for inputs).
+        outputs: the graph's results on the host, when asked for.
+        info: backend details (threads, lanes, leaked workers).
+    """
+
+    start_s: np.ndarray
+    end_s: np.ndarray
+    transfers: list[tuple[int, int, int, int, float, float, int]]
+    ready_order: np.ndarray
+    dispatch_order: np.ndarray
+    outputs: dict[int, Any] | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def makespan_s(self) -> float:
+        ran = ~np.isnan(self.end_s)
+        return float(self.end_s[ran].max()) if ran.any() else 0.0
+
+
+class BackendSession(abc.ABC):
+    """One graph prepared on a backend: each input is materialised once per device that
+    consumes it (generated on the CPU from its seed, then :meth:`place_input` puts it there) and
+    kept for every later run."""
+
+    def __init__(self, backend: Backend, graph: DataflowGraph, seed: int):
+        self.backend = backend
+        self.graph = graph
+        self.seed = int(seed)
+        self._inputs: dict[tuple[int, int], Any] = {}
+
+    def place_input(self, tensor: Any, device: int, first: bool) -> Any:
+        """``tensor`` (generated on the CPU) on ``device``; ``first`` when no device has it yet."""
+        return tensor
+
+    def resident(self, plan: ExecutionPlan) -> list[list[Any]]:
+        """Per device, a slot per node holding the inputs that device consumes."""
+        from .torch_ops import input_seed, make_input
+
+        n, d = plan.num_nodes, plan.num_devices
+        bufs: list[list[Any]] = [[None] * n for _ in range(d)]
+        for u, devs in plan.input_devices.items():
+            host = None
+            for k in devs:
+                t = self._inputs.get((u, k))
+                if t is None:
+                    first = host is None and not any((u, j) in self._inputs for j in range(d))
+                    if host is None:
+                        host = make_input(self.graph.specs[u], input_seed(self.seed, u))  # type: ignore[index, arg-type]
+                    try:
+                        t = self.place_input(host, k, first)
+                    except Exception as exc:  # noqa: BLE001 - out of memory, most likely
+                        from .cpu import failure_verb
+
+                        what = f"{failure_verb(exc)} while its input was materialised"
+                        raise executor_error(
+                            what, op_label(self.graph, u), self.backend.device_label(k), exc
+                        ) from exc
+                    self._inputs[(u, k)] = t
+                bufs[k][u] = t
+        return bufs
+
+    @abc.abstractmethod
+    def run(self, plan: ExecutionPlan, timeout_s: float, keep_outputs: bool = False) -> RawRun:
+        """Execute ``plan`` once. Raises :class:`ExecutorError` naming the op and device on a
+        failure, and on a timeout; the session stays usable afterwards."""
+
+    def close(self) -> None:
+        """Release cached tensors."""
+        self._inputs.clear()
+
+
+class Backend(abc.ABC):
+    """Real devices that run plans.
+
+    Attributes:
+        name: ``cpu``, ``cuda``, ...
+        cluster: a description of the devices and links for placers and the simulator.
+    """
+
+    name: str = ""
+    cluster: Cluster
+
+    @property
+    def num_devices(self) -> int:
+        return self.cluster.num_devices
+
+    def device_label(self, d: int) -> str:
+        """How errors name device ``d``."""
+        return f"device {d} ({self.cluster.devices[d].name})"
+
+    @abc.abstractmethod
+    def open(self, graph: DataflowGraph, seed: int = 0) -> BackendSession:
+        """Prepare ``graph`` (inputs from ``seed``) on these devices."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.name, "cluster": self.cluster.name, "devices": self.num_devices}
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the devices."""
+
+
+def default_cpu_devices() -> int:
+    """CPU worker devices when none are asked for: 2 on small machines, at most 4."""
+    return max(2, min(4, (os.cpu_count() or 2) // 2))
+
+
+def make_cpu_cluster(num_devices: int) -> Cluster:
+    """``hardware.make_cpu`` for any count (its 1-device form names a link it does not have)."""
+    if num_devices != 1:
+        return make_cpu(num_devices)
+    dev = make_cpu(2).devices[0]
+    return Cluster("cpu1", (dev,), np.zeros((1, 1)), np.zeros((1, 1)))
+
+
+def cluster_from_file(path: str | Path) -> Cluster:
+    """A cluster from a cluster JSON or a calibration profile JSON."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"cluster file {str(path)!r} does not exist")
+    try:
+        doc = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"cluster file {str(path)!r} is not JSON: {exc}") from None
+    if isinstance(doc, dict) and doc.get("format") == "doppler_lab.profile":
+        from ..calibration import Profile
+
+        return Profile.from_dict(doc, source=str(path)).cluster
+    return make_cluster(str(path))
+
+
+def make_backend(
+    spec: str | Cluster | Backend = "cpu",
+    num_devices: int | None = None,
+    threads_per_device: int | None = None,
+) -> Backend:
+    """A backend from ``cpu``, ``cuda``, ``cuda-shared``, ``inline``, a cluster/profile JSON path, a
+    :class:`Cluster` (CPU or GPU devices), or a :class:`Backend` (returned as is).
+
+    Args:
+        spec: what to run on.
+        num_devices: devices for ``cpu``/``cuda``/``inline`` (default: 2-4 CPU workers, or every
+            visible GPU); must match a cluster's size when one is given.
+        threads_per_device: intra-op threads of each CPU worker (default: cores / devices).
+    """
+    if isinstance(spec, Backend):
+        if num_devices is not None and num_devices != spec.num_devices:
+            raise ConfigError(f"backend has {spec.num_devices} devices, not {num_devices}")
+        return spec
+    if num_devices is not None and num_devices < 1:
+        raise ConfigError(f"the number of devices must be >= 1, got {num_devices}")
+    if isinstance(spec, str) and spec.endswith(".json"):
+        spec = cluster_from_file(spec)
+    if isinstance(spec, Cluster):
+        if num_devices is not None and num_devices != spec.num_devices:
+            raise ClusterError(
+                f"cluster {spec.name!r} has {spec.num_devices} devices, not {num_devices}"
+            )
+        kinds = {dev.kind for dev in spec.devices}
+        if kinds == {"cpu"}:
+            from .cpu import CpuBackend
+
+            return CpuBackend(spec, threads_per_device=threads_per_device)
+        if kinds == {"gpu"}:
+            import torch
+
+            from .streams import make_cuda_backend
+
+            shared = spec.num_devices > torch.cuda.device_count()
+            return make_cuda_backend(spec.num_devices, cluster=spec, shared=shared)
+        raise ClusterError(
+            f"cluster {spec.name!r} mixes device kinds {sorted(kinds)}; the executor runs all-cpu "
+            "or all-gpu clusters"
+        )
+    if spec == "cpu":
+        from .cpu import CpuBackend
+
+        return CpuBackend(
+            make_cpu_cluster(num_devices or default_cpu_devices()),
+            threads_per_device=threads_per_device,
+        )
+    if spec in ("cuda", "cuda-shared"):
+        from .streams import make_cuda_backend
+
+        return make_cuda_backend(num_devices, shared=spec == "cuda-shared")
+    if spec == "inline":
+        from .streams import make_inline_backend
+
+        return make_inline_backend(num_devices or 2)
+    raise ConfigError(
+        f"unknown backend {spec!r}; expected one of {BACKENDS}, a cluster/profile .json or a Cluster"
+    )
+
+
+def op_label(graph: DataflowGraph, v: int) -> str:
+    """How errors name node ``v``: ``'name' (kind 'op')``."""
+    spec = graph.specs[v] if graph.specs is not None else None
+    name = repr(graph.names[v])
+    return name if spec is None else f"{name} ({spec.kind} {spec.op!r})"
+
+
+def executor_error(
+    what: str, op: str, device: str, exc: BaseException | None = None
+) -> ExecutorError:
+    """The error of op ``op`` (an :func:`op_label`) on ``device``: ``what`` happened."""
+    cause = (
+        ""
+        if exc is None
+        else f": {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    )
+    return ExecutorError(f"op {op} on {device} {what}{cause}")

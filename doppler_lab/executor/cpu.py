@@ -1,0 +1,462 @@
+"""CPU worker devices: one compute thread per device, one thread per copy lane.
+
+Each device is a worker thread with its own ready queue; a finished op itself marks its
+successors (no central scheduler round trip): same-device successors go straight onto the
+worker's own queue, outputs needed elsewhere go onto a copy lane, which copies the tensor
+(``clone``: a real memory copy) and then wakes the consuming device. One lock guards the
+counters; torch releases the GIL inside ops, so devices compute in parallel.
+
+Copy lanes are the cluster's link resources (``routes[a, b, 0]``; the ``cpu`` preset has one,
+"host memory"), so copies that share a resource are served one after another, as in the ``wc``
+simulator.
+
+Limits, on purpose documented:
+- Intra-op threads: each worker calls ``torch.set_num_threads(threads_per_device)`` in its own
+  thread (with the OpenMP backend the setting is per calling thread, so the main thread keeps
+  its own). The default is 1: OpenMP teams spin-wait at barriers, and as soon as threads
+  outnumber free cores (other devices, copy lanes, other processes) a team waits for preempted
+  members and ops slow down 10-100x (measured on a 2-core machine). Raise it only with
+  ``devices x threads_per_device`` well below the free cores. More devices than cores
+  oversubscribe and make durations depend on what the other devices run at the same time (the
+  simulator does not model that).
+- Workers are persistent threads of the backend (one per device and per copy lane): a new
+  thread per run would get a new OpenMP team each time, whose threads linger and spin.
+- Copy threads and Python bookkeeping share the cores with compute; tiny ops are dominated by
+  the GIL and wake-up latency (see ``doppler-lab bench executor``).
+- A stuck op cannot be interrupted inside a thread: on a timeout the run is abandoned (the
+  worker exits when its op returns) and later runs use fresh threads.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError, ExecutorError
+from ..graph import DataflowGraph
+from ..hardware import Cluster
+from .backend import Backend, BackendSession, RawRun, executor_error, make_cpu_cluster, op_label
+from .plan import ExecutionPlan, ReadyQueues
+
+_JOIN_S = 0.5  # how long a finished or failed run waits for its workers
+
+
+def failure_verb(exc: BaseException) -> str:
+    """``ran out of memory`` for allocation failures, else ``raised``."""
+    text = str(exc).lower()
+    oom = isinstance(exc, MemoryError) or "out of memory" in text or "can't allocate memory" in text
+    return "ran out of memory" if oom else "raised"
+
+
+class _Worker(threading.Thread):
+    """A persistent thread that runs one job at a time (a device's or a copy lane's part of a
+    run). Persistent on purpose: each new thread that enters an OpenMP region gets a new OpenMP
+    team whose threads linger and spin, which on a small machine slows later runs by 10-100x."""
+
+    def __init__(self, name: str, threads: int):
+        super().__init__(name=name, daemon=True)
+        self.threads = threads
+        self.cv = threading.Condition()
+        self.job: Any = None
+        self.busy = False
+        self.retired = False
+
+    def run(self) -> None:
+        torch.set_num_threads(self.threads)
+        while True:
+            with self.cv:
+                while self.job is None and not self.retired:
+                    self.cv.wait()
+                if self.job is None:
+                    return
+                job = self.job
+            try:
+                job()
+            finally:
+                with self.cv:
+                    self.job = None
+                    self.busy = False
+                    self.cv.notify_all()
+                    retired = self.retired
+            if retired:
+                return
+
+    def submit(self, job: Any) -> None:
+        with self.cv:
+            self.job = job
+            self.busy = True
+            self.cv.notify_all()
+
+    def wait_idle(self, deadline: float) -> bool:
+        with self.cv:
+            while self.busy:
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    return False
+                self.cv.wait(left)
+        return True
+
+    def retire(self) -> None:
+        with self.cv:
+            self.retired = True
+            self.cv.notify_all()
+
+
+class CpuBackend(Backend):
+    """CPU worker devices in this process.
+
+    Args:
+        cluster: a cluster of CPU devices (``make_cpu(n)``), or a device count.
+        threads_per_device: intra-op threads per worker (default 1; see the module notes).
+    """
+
+    name = "cpu"
+
+    def __init__(self, cluster: Cluster | int = 2, threads_per_device: int | None = None):
+        self.cluster = make_cpu_cluster(cluster) if isinstance(cluster, int) else cluster
+        d = self.cluster.num_devices
+        if threads_per_device is not None and threads_per_device < 1:
+            raise ConfigError(f"threads_per_device must be >= 1, got {threads_per_device}")
+        self.threads_per_device = threads_per_device or 1
+        routes = self.cluster.routes
+        lanes = np.where(routes[:, :, 0] >= 0, routes[:, :, 0], -1)
+        extra = int(lanes.max()) + 1 if lanes.size else 0
+        for a in range(d):  # pairs without a modelled resource get a lane of their own
+            for b in range(d):
+                if a != b and lanes[a, b] < 0:
+                    lanes[a, b] = extra
+                    extra += 1
+        self.lane_of: tuple[tuple[int, ...], ...] = tuple(
+            tuple(int(x) for x in row) for row in lanes
+        )
+        self.num_lanes = max(extra, 1)
+        self._workers: dict[str, _Worker] = {}
+        self._lock = threading.Lock()
+
+    def workers(self, names: list[str]) -> list[_Worker]:
+        """The persistent workers called ``names`` (started on first use, replaced when a run
+        abandoned them)."""
+        with self._lock:
+            out = []
+            for name in names:
+                w = self._workers.get(name)
+                if w is None or w.retired or not w.is_alive():
+                    threads = 1 if "-copy" in name else self.threads_per_device
+                    w = _Worker(name, threads)
+                    w.start()
+                    self._workers[name] = w
+                out.append(w)
+            return out
+
+    def abandon(self, worker: _Worker) -> None:
+        """Forget a worker stuck in an op; it exits when the op returns."""
+        with self._lock:
+            worker.retire()
+            if self._workers.get(worker.name) is worker:
+                del self._workers[worker.name]
+
+    def close(self) -> None:
+        """Stop the workers (waiting briefly for each)."""
+        with self._lock:
+            workers = list(self._workers.values())
+            self._workers.clear()
+        for w in workers:
+            w.retire()
+        deadline = time.perf_counter() + _JOIN_S
+        for w in workers:
+            w.join(max(0.0, deadline - time.perf_counter()))
+
+    def open(self, graph: DataflowGraph, seed: int = 0) -> CpuSession:
+        return CpuSession(self, graph, seed)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "threads_per_device": self.threads_per_device,
+            "copy_lanes": self.num_lanes,
+            "cores": os.cpu_count(),
+        }
+
+
+class CpuSession(BackendSession):
+    """A graph on CPU workers: every device holds its own copy of the inputs it consumes."""
+
+    backend: CpuBackend
+
+    def place_input(self, tensor: torch.Tensor, device: int, first: bool) -> torch.Tensor:
+        return tensor if first else tensor.clone()
+
+    def run(self, plan: ExecutionPlan, timeout_s: float, keep_outputs: bool = False) -> RawRun:
+        if plan.num_devices != self.backend.num_devices:
+            raise ConfigError(
+                f"plan for {plan.num_devices} devices on a {self.backend.num_devices}-device backend"
+            )
+        return _CpuRun(self.backend, plan, self.resident(plan)).execute(timeout_s, keep_outputs)
+
+
+class _CpuRun:
+    """The state of one execution; its threads live for this run only."""
+
+    def __init__(self, backend: CpuBackend, plan: ExecutionPlan, bufs: list[list[Any]]):
+        self.backend = backend
+        self.plan = plan
+        n, d = plan.num_nodes, plan.num_devices
+        self.bufs = bufs
+        self.lock = threading.Lock()
+        self.cvs = [threading.Condition(self.lock) for _ in range(d)]
+        self.lane_cvs = [threading.Condition(self.lock) for _ in range(backend.num_lanes)]
+        self.lane_q: list[deque[tuple[int, int, int, tuple[int, ...]]]] = [
+            deque() for _ in range(backend.num_lanes)
+        ]
+        self.need = plan.need.tolist()
+        self.hold = plan.hold.tolist()
+        self.start = [float("nan")] * n
+        self.end = [float("nan")] * n
+        self.transfers: list[tuple[int, int, int, int, float, float, int]] = []
+        self.remaining = plan.num_ops
+        self.running = [-1] * d
+        self.stopped = False
+        self.error: ExecutorError | None = None
+        self.finished = threading.Event()
+        self.go = threading.Event()
+        self.ready = threading.Barrier(1)
+        self.rq = ReadyQueues(plan)
+        if self.remaining == 0:
+            self.finished.set()
+
+    # -- shared helpers (called with the lock held) ---------------------------------------------
+    def _wait(self, q: Any, cv: threading.Condition) -> bool:
+        """Wait (lock held) until ``q`` has work; False when the run stopped instead."""
+        while not q and not self.stopped:
+            cv.wait()
+        return not self.stopped
+
+    def _stop(self) -> None:
+        self.stopped = True
+        for cv in self.cvs:
+            cv.notify_all()
+        for cv in self.lane_cvs:
+            cv.notify_all()
+        self.finished.set()
+
+    def _fail(self, error: ExecutorError) -> None:
+        with self.lock:
+            if self.error is None:
+                self.error = error
+            self._stop()
+
+    # -- threads ----------------------------------------------------------------------------
+    def _serve(
+        self, q: Any, cv: threading.Condition, take: Callable[[], Any], step: Callable[[Any], bool]
+    ) -> None:
+        """A worker's loop: wait for work on ``q``, ``take`` it (lock held), ``step`` it
+        (lock released) until the run stops or ``step`` returns False."""
+        lock = self.lock
+        self.ready.wait()
+        self.go.wait()
+        with torch.inference_mode():
+            while True:
+                with lock:
+                    if not self._wait(q, cv):
+                        return
+                    item = take()
+                if not step(item):
+                    return
+
+    def _compute(self, d: int) -> None:
+        plan, rq = self.plan, self.rq
+        fns, operands, preds = plan.fns, plan.operands, plan.preds
+        local_succ, sends = plan.local_succ, plan.sends
+        need, hold, buf = self.need, self.hold, self.bufs[d]
+        lane_of, lane_q, lane_cvs = self.backend.lane_of[d], self.lane_q, self.lane_cvs
+        lock, push, pop = self.lock, rq.push, rq.pop
+        start, end, running = self.start, self.end, self.running
+        clock = time.perf_counter
+
+        def take() -> int:
+            v = pop(d)
+            running[d] = v
+            return v
+
+        def step(v: int) -> bool:
+            args = [buf[u] for u in operands[v]]
+            t0 = clock()
+            try:
+                out = fns[v](*args)  # type: ignore[misc]
+            except BaseException as exc:  # noqa: BLE001 - every failure is reported
+                self._fail(self._op_error(v, d, exc))
+                return False
+            t1 = clock()
+            del args
+            start[v] = t0
+            end[v] = t1
+            buf[v] = out
+            del out
+            with lock:
+                if self.stopped:
+                    return False
+                running[d] = -1
+                for w in local_succ[v]:
+                    need[w] -= 1
+                    if need[w] == 0:
+                        push(d, w)
+                for b, ws in sends[v]:
+                    lane = lane_of[b]
+                    lane_q[lane].append((v, d, b, ws))
+                    lane_cvs[lane].notify()
+                for u in preds[v]:
+                    h = hold[u]
+                    h[d] -= 1
+                    if h[d] == 0:
+                        buf[u] = None
+                self.remaining -= 1
+                if self.remaining == 0:
+                    self._stop()
+                    return False
+            return True
+
+        self._serve(rq.queues[d], self.cvs[d], take, step)
+
+    def _copy(self, lane: int) -> None:
+        bufs, need, hold, cvs = self.bufs, self.need, self.hold, self.cvs
+        cq, lock, push = self.lane_q[lane], self.lock, self.rq.push
+        transfers = self.transfers
+        clock = time.perf_counter
+
+        def step(item: tuple[int, int, int, tuple[int, ...]]) -> bool:
+            u, a, b, ws = item
+            x = bufs[a][u]
+            t0 = clock()
+            try:
+                y = x.clone()
+            except BaseException as exc:  # noqa: BLE001
+                what = f"could not be copied to {self.backend.device_label(b)}"
+                self._fail(
+                    executor_error(
+                        what, op_label(self.plan.graph, u), self.backend.device_label(a), exc
+                    )
+                )
+                return False
+            t1 = clock()
+            bufs[b][u] = y
+            del x, y
+            with lock:
+                if self.stopped:
+                    return False
+                transfers.append((u, ws[0], a, b, t0, t1, lane))
+                woke = False
+                for w in ws:
+                    need[w] -= 1
+                    if need[w] == 0:
+                        push(b, w)
+                        woke = True
+                if woke:
+                    cvs[b].notify()
+                h = hold[u]
+                h[a] -= 1
+                if h[a] == 0:
+                    bufs[a][u] = None
+            return True
+
+        self._serve(cq, self.lane_cvs[lane], cq.popleft, step)
+
+    def _guard(self, job: Any, *args: Any) -> None:
+        """Run a worker's part; an unexpected error ends the run instead of hanging it."""
+        try:
+            job(*args)
+        except BaseException as exc:  # noqa: BLE001
+            self._fail(ExecutorError(f"executor worker failed: {type(exc).__name__}: {exc}"))
+            self.ready.abort()
+            self.go.set()
+
+    def _op_error(self, v: int, d: int, exc: BaseException) -> ExecutorError:
+        err = executor_error(
+            failure_verb(exc), op_label(self.plan.graph, v), self.backend.device_label(d), exc
+        )
+        err.__cause__ = exc
+        return err
+
+    # -- driver -----------------------------------------------------------------------------
+    def execute(self, timeout_s: float, keep_outputs: bool) -> RawRun:
+        plan, backend = self.plan, self.backend
+        lanes = sorted(self._lanes_used())
+        tag = f"doppler-{id(backend):x}"
+        workers = backend.workers(
+            [f"{tag}-cpu{d}" for d in range(plan.num_devices)] + [f"{tag}-copy{k}" for k in lanes]
+        )
+        self.ready = threading.Barrier(len(workers) + 1)
+        jobs = [partial(self._guard, self._compute, d) for d in range(plan.num_devices)]
+        jobs += [partial(self._guard, self._copy, k) for k in lanes]
+        for w, job in zip(workers, jobs):
+            w.submit(job)
+        t0 = float("nan")
+        try:
+            try:
+                self.ready.wait(timeout=max(10.0, timeout_s))
+            except threading.BrokenBarrierError:
+                self._fail(ExecutorError("the executor's workers did not start"))
+            else:
+                t0 = time.perf_counter()
+                self.go.set()
+                if not self.finished.wait(timeout_s):
+                    self._fail(self._timeout_error(timeout_s))
+        except BaseException:
+            with self.lock:
+                self._stop()
+            self.go.set()
+            raise
+        finally:
+            deadline = time.perf_counter() + _JOIN_S
+            stuck = [w for w in workers if not w.wait_idle(deadline)]
+            for w in stuck:
+                backend.abandon(w)
+        if self.error is not None:
+            raise self.error
+        outputs = None
+        if keep_outputs:
+            outputs = {int(v): self.bufs[int(plan.device[v])][int(v)] for v in plan.outputs}
+        tr = [(u, w, a, b, s - t0, e - t0, k) for u, w, a, b, s, e, k in self.transfers]
+        return RawRun(
+            start_s=np.asarray(self.start) - t0,
+            end_s=np.asarray(self.end) - t0,
+            transfers=tr,
+            ready_order=np.asarray(self.rq.ready_seq, dtype=np.int64),
+            dispatch_order=np.asarray(self.rq.dispatch_seq, dtype=np.int64),
+            outputs=outputs,
+            info={"abandoned_workers": [w.name for w in stuck]},
+        )
+
+    def _lanes_used(self) -> set[int]:
+        lane_of = self.backend.lane_of
+        return {
+            lane_of[int(self.plan.device[u])][b]
+            for u, s in enumerate(self.plan.sends)
+            for b, _ in s
+        }
+
+    def _timeout_error(self, timeout_s: float) -> ExecutorError:
+        g = self.plan.graph
+        with self.lock:
+            running = [(v, d) for d, v in enumerate(self.running) if v >= 0]
+            waiting = [
+                v for v in g.compute_nodes if np.isnan(self.end[v]) and self.rq.dispatch_seq[v] < 0
+            ]
+        if running:
+            what = "; ".join(
+                f"op {op_label(g, v)} on {self.backend.device_label(d)} still running"
+                for v, d in running
+            )
+        elif waiting:
+            v = int(waiting[0])
+            what = f"op {op_label(g, v)} on {self.backend.device_label(int(self.plan.device[v]))} never became ready"
+        else:
+            what = "no op was running"
+        return ExecutorError(f"run of graph {g.name!r} timed out after {timeout_s:g} s: {what}")

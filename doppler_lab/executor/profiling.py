@@ -1,0 +1,233 @@
+"""Measuring devices with the executor itself: dispatch gaps, links, op times; calibration.
+
+Every number comes from executor traces, so it includes what the executor really costs (the
+dispatch path, the copy lanes, the wake-ups, the other devices running at the same time).
+
+- :func:`dispatch_gaps`: a chain of tiny ops on one device; the median gap between two ops.
+- :func:`link_samples`: chains that alternate between two devices on tensors of several sizes;
+  each crossing gives the copy's duration and the delay a consumer saw.
+- :func:`op_samples`: graphs (a synthetic sweep of op kinds and shapes, plus any workloads) run
+  under random placements; every op's measured duration.
+- :func:`calibrate`: all three, fitted into a :class:`~doppler_lab.calibration.Profile`.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..calibration import LinkSample, OpSample, Profile, fit_profile
+from ..graph import DataflowGraph, GraphBuilder
+from ..placement import Placement, random_placement
+from ..trace import Trace
+from .backend import Backend
+from .runner import Executor
+
+
+# -- graphs for measuring ---------------------------------------------------------------------
+def tiny_chain_graph(
+    num_ops: int, chains: int = 1, numel: int = 1, op: str = "add_scalar"
+) -> DataflowGraph:
+    """``chains`` independent chains of ``num_ops // chains`` tiny elementwise ops each.
+
+    Chain ``c``'s ops are named ``c{c}_{i}``; all read one shared input of ``numel`` elements.
+    """
+    b = GraphBuilder(f"tiny-chains-{num_ops}x{chains}")
+    x = b.add_input("x", (numel,))
+    params = {"value": 1.0} if op == "add_scalar" else None
+    for c in range(chains):
+        prev = x
+        for i in range(max(1, num_ops // chains)):
+            prev = b.add_elementwise(f"c{c}_{i}", op, [prev], params=params)
+    return b.build()
+
+
+def chain_placement(graph: DataflowGraph, devices: Sequence[int]) -> Placement:
+    """Chain ``c`` of a :func:`tiny_chain_graph` on ``devices[c % len(devices)]``."""
+    dev = np.zeros(graph.num_nodes, dtype=np.int64)
+    for v in graph.compute_nodes:
+        c = int(graph.names[v][1:].split("_")[0])
+        dev[v] = devices[c % len(devices)]
+    return Placement(dev, placer="chains").with_inputs_filled(graph)
+
+
+def alternating_placement(graph: DataflowGraph, devices: Sequence[int]) -> Placement:
+    """The k-th op of a single chain on ``devices[k % len(devices)]`` (a transfer per op)."""
+    dev = np.zeros(graph.num_nodes, dtype=np.int64)
+    for k, v in enumerate(graph.compute_nodes):
+        dev[v] = devices[k % len(devices)]
+    return Placement(dev, placer="alternating").with_inputs_filled(graph)
+
+
+def sweep_graph(quick: bool = False, dtype: str = "float32") -> DataflowGraph:
+    """Independent ops over the kinds the workloads use, at several sizes (for the roofline)."""
+    b = GraphBuilder("calibration-sweep")
+    mm = (32, 96, 192) if quick else (32, 64, 128, 192, 256, 384)
+    ew = (1 << 10, 1 << 14, 1 << 17) if quick else (1 << 10, 1 << 13, 1 << 16, 1 << 18, 1 << 20)
+    for n in mm:
+        a = b.add_input(f"A{n}", (n, n), dtype)
+        w = b.add_input(f"B{n}", (n, n), dtype)
+        b.add_einsum(f"mm{n}", "ij,jk->ik", [a, w])
+        b.add_einsum(f"mmT{n}", "ij,kj->ik", [a, w])
+        q = b.add_input(f"Q{n}", (4, n, n // 4), dtype)
+        k = b.add_input(f"K{n}", (4, n, n // 4), dtype)
+        b.add_einsum(f"bmm{n}", "hij,hkj->hik", [q, k])
+    for m in ew:
+        x = b.add_input(f"x{m}", (m // 256 or 1, 256) if m >= 256 else (m,), dtype)
+        y = b.add_input(f"y{m}", (m // 256 or 1, 256) if m >= 256 else (m,), dtype)
+        for op in ("add", "mul") if quick else ("add", "mul", "maximum"):
+            b.add_elementwise(f"{op}{m}", op, [x, y])
+        for op in ("tanh", "silu") if quick else ("exp", "tanh", "silu", "gelu", "relu", "rsqrt"):
+            b.add_elementwise(f"{op}{m}", op, [x])
+        b.add_elementwise(f"scale{m}", "scale", [x], params={"factor": 0.5})
+        if m >= 256:
+            b.add_reduce(f"sum{m}", "sum", x, dims=[-1])
+            b.add_reduce(f"max{m}", "max", x, dims=[-1], keepdim=True)
+    return b.build()
+
+
+# -- measurements ----------------------------------------------------------------------------
+def device_gaps(trace: Trace, graph: DataflowGraph) -> list[np.ndarray]:
+    """Per device, the idle gaps between consecutive ops (seconds)."""
+    comp = graph.compute_nodes
+    out = []
+    for d in range(trace.num_devices):
+        on = comp[trace.device[comp] == d]
+        order = on[np.argsort(trace.start[on], kind="stable")]
+        out.append(trace.start[order[1:]] - trace.end[order[:-1]])
+    return out
+
+
+def dispatch_gaps(backend: Backend, num_ops: int = 400, repeats: int = 5) -> tuple[float, ...]:
+    """Per device, the median gap between two ops of a tiny chain run on that device alone."""
+    g = tiny_chain_graph(num_ops)
+    gaps = []
+    with Executor(g, backend) as ex:
+        for d in range(backend.num_devices):
+            r = ex.run(chain_placement(g, [d]), repeats=repeats, warmup=1)
+            gaps.append(float(np.median(device_gaps(r.trace, g)[d])))
+    return tuple(gaps)
+
+
+def link_samples(
+    backend: Backend,
+    sizes: Sequence[int] = (1, 1 << 12, 1 << 16, 1 << 19),
+    hops: int = 16,
+    repeats: int = 3,
+    pairs: Iterable[tuple[int, int]] | None = None,
+) -> list[LinkSample]:
+    """Transfers between device pairs: a chain alternating between ``a`` and ``b`` per size."""
+    d = backend.num_devices
+    pairs = (
+        list(pairs) if pairs is not None else [(a, b) for a in range(d) for b in range(a + 1, d)]
+    )
+    out: list[LinkSample] = []
+    for numel in sizes:
+        g = tiny_chain_graph(hops + 1, numel=numel)
+        nbytes = float(g.out_bytes[g.compute_nodes[0]])
+        with Executor(g, backend) as ex:
+            for a, b in pairs:
+                r = ex.run(alternating_placement(g, [a, b]), repeats=repeats, warmup=1)
+                t = r.trace
+                for k in range(t.num_transfers):
+                    u, w = int(t.transfer_src[k]), int(t.transfer_dst[k])
+                    out.append(
+                        LinkSample(
+                            int(t.transfer_src_device[k]),
+                            int(t.transfer_dst_device[k]),
+                            nbytes,
+                            float(t.transfer_end[k] - t.transfer_start[k]),
+                            float(t.start[w] - t.end[u]),
+                        )
+                    )
+    return out
+
+
+def op_samples(
+    backend: Backend,
+    graphs: Sequence[DataflowGraph],
+    placements: int = 4,
+    repeats: int = 3,
+    seed: int = 0,
+    progress: bool = False,
+) -> list[OpSample]:
+    """Every op's duration in ``placements`` random placements x ``repeats`` runs per graph."""
+    rng = np.random.default_rng(seed)
+    out: list[OpSample] = []
+    total = len(graphs) * placements
+    with tqdm(total=total, desc="profile ops", disable=not progress, leave=False) as bar:
+        for g in graphs:
+            with Executor(g, backend, seed=seed) as ex:
+                for _ in range(placements):
+                    pl = random_placement(g, backend.num_devices, rng)
+                    ex.run(pl, warmup=1)
+                    for _ in range(repeats):
+                        t = ex.run(pl).trace
+                        for v in g.compute_nodes:
+                            out.append(
+                                OpSample.of(
+                                    g.specs[v], int(t.device[v]), float(t.end[v] - t.start[v])
+                                )
+                            )  # type: ignore[index, arg-type]
+                    bar.update()
+    return out
+
+
+def calibrate(
+    backend: Backend,
+    graphs: Sequence[DataflowGraph] = (),
+    name: str = "",
+    quick: bool = False,
+    seed: int = 0,
+    progress: bool = False,
+) -> Profile:
+    """Measure ``backend`` (dispatch, links, op times over a sweep and ``graphs``) and fit a
+    :class:`Profile`.
+
+    Args:
+        backend: the devices.
+        graphs: workloads whose ops should be measured exactly (their signatures).
+        name: the profile's label (default: the backend's cluster name).
+        quick: fewer sizes and repeats (a smoke run).
+        seed: placements and inputs.
+        progress: show progress bars.
+    """
+    steps: list[tuple[str, Callable[[], Any]]] = []
+    results: dict[str, Any] = {}
+    rep = 2 if quick else 3
+    steps.append(("dispatch", lambda: dispatch_gaps(backend, 100 if quick else 400, rep)))
+    if backend.num_devices > 1:
+        sizes = (1, 1 << 14) if quick else (1, 1 << 12, 1 << 16, 1 << 19)
+        steps.append(("links", lambda: link_samples(backend, sizes, 6 if quick else 16, rep)))
+    all_graphs = [sweep_graph(quick), *graphs]
+    steps.append(
+        ("ops", lambda: op_samples(backend, all_graphs, 2 if quick else 4, rep, seed, progress))
+    )
+    t0 = time.perf_counter()
+    for key, fn in tqdm(steps, desc="calibrate", disable=not progress):
+        results[key] = fn()
+    meta = {
+        **backend.describe(),
+        "graphs": [g.name for g in graphs],
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "seconds": time.perf_counter() - t0,
+        "quick": quick,
+    }
+    return fit_profile(
+        name or backend.cluster.name,
+        backend.name,
+        backend.cluster,
+        results["ops"],
+        results.get("links", []),
+        results["dispatch"],
+        meta,
+    )

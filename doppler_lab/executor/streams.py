@@ -1,0 +1,550 @@
+"""Stream backends: one host thread dispatching onto asynchronous per-device streams.
+
+The CUDA backend gives every GPU one compute stream and two copy streams: an *egress* stream on
+which the GPU's outgoing peer copies run (torch runs a cross-device ``copy_`` on the source's
+current stream), and an *ingress* stream that torch's copy barrier uses on the receiving side,
+so copies into one GPU are served one after another. Transfers therefore occupy the sender's
+out-port and the receiver's in-port, like the ``wc`` simulator's switch routes, and they never
+block compute streams. Events give dependencies and timing (``elapsed_time`` from a start event
+recorded on every device after a full synchronisation).
+
+Dispatch is work-conserving with a bounded look-ahead. The host keeps a ready queue per device
+(FIFO by readiness, ties by node id, or by priority):
+
+- an op whose inputs are all produced on its own device is ready as soon as those producers are
+  *enqueued* (stream order makes it safe), so the host can run ahead of the GPU;
+- an input from another device counts only once its copy has *completed* (polled event), so a
+  compute stream never waits on a transfer and a later ready op is never stuck behind it;
+- at most ``window`` ops are in flight per device (enqueued, completion not yet seen), which
+  bounds how far the enqueue order can run ahead of the dynamic ready order;
+- a copy is enqueued when the host sees its producer complete.
+
+Memory: a tensor is dropped as soon as nothing on its device needs it; tensors read or written
+on another stream are marked with ``record_stream`` so the caching allocator never reuses them
+early.
+
+The ``inline`` backend runs the same dispatcher over synchronous CPU "streams" whose events
+complete after a configurable number of polls: it tests the dispatcher on machines without a GPU
+(it is not a performance backend).
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError, ExecutorError
+from ..graph import DataflowGraph
+from ..hardware import GB, Cluster, Device
+from .backend import Backend, BackendSession, RawRun, executor_error, op_label
+from .cpu import failure_verb
+from .plan import ExecutionPlan, ReadyQueues
+
+DEFAULT_WINDOW = 2
+
+
+class StreamApi(abc.ABC):
+    """The device primitives the stream dispatcher needs."""
+
+    kind: str = ""
+
+    def __init__(self, num_devices: int):
+        self.num_devices = num_devices
+
+    @abc.abstractmethod
+    def device(self, d: int) -> torch.device:
+        """The torch device of device ``d``."""
+
+    @abc.abstractmethod
+    def event(self, d: int) -> Any:
+        """A new timing event for device ``d``."""
+
+    def begin(self) -> None:  # noqa: B027 - optional hook
+        """Make the compute streams current (before dispatching)."""
+
+    def end(self) -> None:  # noqa: B027 - optional hook
+        """Restore the streams that were current before :meth:`begin`."""
+
+    shared: bool = False
+
+    def activate(self, d: int) -> None:  # noqa: B027 - optional hook
+        """Make device ``d``'s compute stream current (when devices share a GPU)."""
+
+    @abc.abstractmethod
+    def record(self, ev: Any, d: int) -> None:
+        """Record ``ev`` on device ``d``'s compute stream."""
+
+    @abc.abstractmethod
+    def copy(self, x: torch.Tensor, a: int, b: int, ev_start: Any, ev_end: Any) -> torch.Tensor:
+        """Enqueue a copy of ``x`` from device ``a`` to ``b`` between two timing events."""
+
+    @abc.abstractmethod
+    def query(self, ev: Any) -> bool:
+        """Whether the work before ``ev`` has completed (raises on a device error)."""
+
+    @abc.abstractmethod
+    def elapsed_s(self, t0: Any, ev: Any) -> float:
+        """Seconds from ``t0`` to ``ev`` (both complete, same device)."""
+
+    @abc.abstractmethod
+    def wait_idle(self, timeout_s: float) -> int:
+        """Wait until every stream is idle; the first still-busy device after ``timeout_s``,
+        or -1 when all are idle."""
+
+
+class CudaApi(StreamApi):
+    """CUDA streams and events; logical device ``d`` runs on GPU ``gpus[d]``.
+
+    Several logical devices may share one GPU (``cuda-shared``: each keeps its own streams), to
+    exercise the multi-device path on fewer GPUs; that is a test configuration, not a
+    performance one (the devices then contend for one GPU).
+    """
+
+    kind = "cuda"
+
+    def __init__(self, num_devices: int, gpus: list[int] | None = None):
+        super().__init__(num_devices)
+        gpus = list(range(num_devices)) if gpus is None else list(gpus)
+        if len(gpus) != num_devices:
+            raise ConfigError(f"{len(gpus)} GPUs named for {num_devices} devices")
+        self.gpus = gpus
+        self.shared = len(set(gpus)) < len(gpus)
+        self.devices = [torch.device("cuda", g) for g in gpus]
+        self.compute = [torch.cuda.Stream(device=dev) for dev in self.devices]
+        self.egress = [torch.cuda.Stream(device=dev) for dev in self.devices]
+        self.ingress = [torch.cuda.Stream(device=dev) for dev in self.devices]
+        self._saved: list[Any] = []
+        self._saved_device = 0
+
+    def device(self, d: int) -> torch.device:
+        return self.devices[d]
+
+    def event(self, d: int) -> Any:
+        with torch.cuda.device(self.devices[d]):
+            return torch.cuda.Event(enable_timing=True)
+
+    def begin(self) -> None:
+        self._saved_device = torch.cuda.current_device()
+        self._saved = [
+            torch.cuda.current_stream(torch.device("cuda", g)) for g in sorted(set(self.gpus))
+        ]
+        for s in self.compute:
+            torch.cuda.set_stream(s)
+
+    def end(self) -> None:
+        for s in self._saved:
+            torch.cuda.set_stream(s)
+        torch.cuda.set_device(self._saved_device)
+
+    def activate(self, d: int) -> None:
+        torch.cuda.set_stream(self.compute[d])
+
+    def record(self, ev: Any, d: int) -> None:
+        ev.record(self.compute[d])
+
+    def copy(self, x: torch.Tensor, a: int, b: int, ev_start: Any, ev_end: Any) -> torch.Tensor:
+        if self.shared:
+            torch.cuda.set_stream(self.compute[b])
+        # allocated on b's compute stream (current), where its consumers run
+        y = torch.empty_like(x, device=self.devices[b])
+        out = self.egress[a]
+        across = self.gpus[a] != self.gpus[b]
+        torch.cuda.set_stream(out)
+        if across:  # torch's cross-GPU copy barriers with the receiver's current stream
+            torch.cuda.set_stream(self.ingress[b])
+        try:
+            ev_start.record(out)
+            y.copy_(x, non_blocking=True)  # runs on the sender's current stream
+            ev_end.record(out)
+        finally:
+            torch.cuda.set_stream(self.compute[a])
+            if across:
+                torch.cuda.set_stream(self.compute[b])
+        x.record_stream(out)
+        y.record_stream(out)
+        return y
+
+    def query(self, ev: Any) -> bool:
+        return bool(ev.query())
+
+    def elapsed_s(self, t0: Any, ev: Any) -> float:
+        return float(t0.elapsed_time(ev)) * 1e-3
+
+    def wait_idle(self, timeout_s: float) -> int:
+        marks = []
+        for d in range(self.num_devices):
+            for s in (self.compute[d], self.egress[d], self.ingress[d]):
+                ev = torch.cuda.Event()
+                ev.record(s)
+                marks.append((d, ev))
+        deadline = time.perf_counter() + timeout_s
+        while True:
+            busy = [d for d, ev in marks if not ev.query()]
+            if not busy:
+                return -1
+            if time.perf_counter() > deadline:
+                return busy[0]
+            time.sleep(1e-4)
+
+
+class _InlineEvent:
+    __slots__ = ("t", "polls")
+
+    def __init__(self) -> None:
+        self.t = float("nan")
+        self.polls = 0
+
+
+class InlineApi(StreamApi):
+    """Synchronous CPU stand-in: ops run at launch, an event completes after ``lag`` polls."""
+
+    kind = "inline"
+
+    def __init__(self, num_devices: int, lag: int = 1):
+        super().__init__(num_devices)
+        self.lag = int(lag)
+
+    def device(self, d: int) -> torch.device:
+        return torch.device("cpu")
+
+    def event(self, d: int) -> Any:
+        return _InlineEvent()
+
+    def record(self, ev: Any, d: int) -> None:
+        ev.t = time.perf_counter()
+        ev.polls = 0
+
+    def copy(self, x: torch.Tensor, a: int, b: int, ev_start: Any, ev_end: Any) -> torch.Tensor:
+        self.record(ev_start, a)
+        y = x.clone()
+        self.record(ev_end, a)
+        return y
+
+    def query(self, ev: Any) -> bool:
+        ev.polls += 1
+        return ev.polls > self.lag
+
+    def elapsed_s(self, t0: Any, ev: Any) -> float:
+        return ev.t - t0.t
+
+    def wait_idle(self, timeout_s: float) -> int:
+        return -1
+
+
+class StreamBackend(Backend):
+    """A host-side work-conserving dispatcher over asynchronous device streams.
+
+    Args:
+        api: the device primitives (:class:`CudaApi` or :class:`InlineApi`).
+        cluster: the description of the devices (for placers and the simulator).
+        window: ops in flight per device (enqueued, completion not yet observed).
+    """
+
+    def __init__(self, api: StreamApi, cluster: Cluster, window: int = DEFAULT_WINDOW):
+        if window < 1:
+            raise ConfigError(f"window must be >= 1, got {window}")
+        if cluster.num_devices != api.num_devices:
+            raise ConfigError(
+                f"cluster {cluster.name!r} has {cluster.num_devices} devices, the streams {api.num_devices}"
+            )
+        self.api = api
+        self.cluster = cluster
+        self.window = int(window)
+        self.name = api.kind
+
+    def open(self, graph: DataflowGraph, seed: int = 0) -> StreamSession:
+        return StreamSession(self, graph, seed)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "window": self.window}
+
+
+class StreamSession(BackendSession):
+    """A graph on stream devices: inputs are copied to each device that consumes them."""
+
+    backend: StreamBackend
+
+    def place_input(self, tensor: torch.Tensor, device: int, first: bool) -> torch.Tensor:
+        return tensor.to(self.backend.api.device(device), copy=True)
+
+    def run(self, plan: ExecutionPlan, timeout_s: float, keep_outputs: bool = False) -> RawRun:
+        api = self.backend.api
+        busy = api.wait_idle(timeout_s)
+        if busy >= 0:
+            raise ExecutorError(
+                f"{self.backend.device_label(busy)} is still busy with an earlier run after {timeout_s:g} s"
+            )
+        bufs = self.resident(plan)
+        return _StreamRun(self.backend, plan, bufs).execute(timeout_s, keep_outputs)
+
+    def close(self) -> None:
+        self.backend.api.wait_idle(5.0)
+        super().close()
+
+
+class _StreamRun:
+    """One execution: the host loop, its queues and events."""
+
+    def __init__(self, backend: StreamBackend, plan: ExecutionPlan, bufs: list[list[Any]]):
+        api = backend.api
+        self.backend, self.api, self.plan, self.bufs = backend, api, plan, bufs
+        n, d = plan.num_nodes, plan.num_devices
+        comp = plan.graph.compute_nodes
+        self.ev_start: list[Any] = [None] * n
+        self.ev_end: list[Any] = [None] * n
+        for v in comp:
+            dv = int(plan.device[v])
+            self.ev_start[v] = api.event(dv)
+            self.ev_end[v] = api.event(dv)
+        self.ev_copy = [
+            (api.event(int(plan.device[u])), api.event(int(plan.device[u])))
+            for u, s in enumerate(plan.sends)
+            for _ in s
+        ]
+        self.t0 = [api.event(k) for k in range(d)]
+        self.need = plan.need.tolist()
+        self.hold = plan.hold.tolist()
+        self.rq = ReadyQueues(plan)
+        self.inflight = [0] * d
+        self.pending: list[deque[int]] = [deque() for _ in range(d)]
+        # copies in flight per egress lane (source device), completing in order
+        self.copies: list[deque[tuple[int, int, int, tuple[int, ...]]]] = [
+            deque() for _ in range(d)
+        ]
+        self.copy_records: list[tuple[int, int, int, int, int]] = []
+        self.remaining = plan.num_ops
+
+    def _launch(self, v: int, d: int) -> None:
+        plan, api, buf, hold = self.plan, self.api, self.bufs[d], self.hold
+        args = [buf[u] for u in plan.operands[v]]
+        try:
+            if api.shared:
+                api.activate(d)
+            api.record(self.ev_start[v], d)
+            out = plan.fns[v](*args)  # type: ignore[misc]
+            api.record(self.ev_end[v], d)
+        except Exception as exc:  # noqa: BLE001 - every failure is reported
+            raise self._error(failure_verb(exc), v, d, exc) from exc
+        del args
+        buf[v] = out
+        self.inflight[d] += 1
+        self.pending[d].append(v)
+        need, push = self.need, self.rq.push
+        for w in plan.local_succ[v]:
+            need[w] -= 1
+            if need[w] == 0:
+                push(d, w)
+        for u in plan.preds[v]:
+            h = hold[u]
+            h[d] -= 1
+            if h[d] == 0:
+                buf[u] = None
+
+    def _send(self, u: int, a: int) -> None:
+        for b, ws in self.plan.sends[u]:
+            k = len(self.copy_records)
+            ev_s, ev_e = self.ev_copy[k]
+            try:
+                y = self.api.copy(self.bufs[a][u], a, b, ev_s, ev_e)
+            except Exception as exc:  # noqa: BLE001
+                raise self._error(
+                    f"could not be copied to {self.backend.device_label(b)}", u, a, exc
+                ) from exc
+            self.bufs[b][u] = y
+            self.copy_records.append((u, ws[0], a, b, k))
+            self.copies[a].append((u, b, k, ws))
+
+    def _arrive(self, u: int, a: int, b: int, ws: tuple[int, ...]) -> None:
+        need, push = self.need, self.rq.push
+        for w in ws:
+            need[w] -= 1
+            if need[w] == 0:
+                push(b, w)
+        h = self.hold[u]
+        h[a] -= 1
+        if h[a] == 0:
+            self.bufs[a][u] = None
+
+    def _query(self, ev: Any, v: int, d: int) -> bool:
+        try:
+            return self.api.query(ev)
+        except Exception as exc:  # noqa: BLE001 - asynchronous device errors surface here
+            raise self._error(
+                "failed on the device (asynchronous error; it may come from an earlier op)",
+                v,
+                d,
+                exc,
+            ) from exc
+
+    def _error(self, what: str, v: int, d: int, exc: BaseException) -> ExecutorError:
+        return executor_error(what, op_label(self.plan.graph, v), self.backend.device_label(d), exc)
+
+    def _loop(self, deadline: float) -> None:
+        d_range = range(self.plan.num_devices)
+        queues, pop = self.rq.queues, self.rq.pop
+        inflight, pending, copies = self.inflight, self.pending, self.copies
+        window, ev_end, ev_copy = self.backend.window, self.ev_end, self.ev_copy
+        clock = time.perf_counter
+        while self.remaining:
+            progress = False
+            for d in d_range:
+                q = queues[d]
+                while q and inflight[d] < window:
+                    self._launch(pop(d), d)
+                    progress = True
+            for d in d_range:
+                pc = pending[d]
+                while pc and self._query(ev_end[pc[0]], pc[0], d):
+                    v = pc.popleft()
+                    inflight[d] -= 1
+                    self.remaining -= 1
+                    progress = True
+                    if self.plan.sends[v]:
+                        self._send(v, d)
+                cc = copies[d]
+                while cc and self._query(ev_copy[cc[0][2]][1], cc[0][0], d):
+                    u, b, _, ws = cc.popleft()
+                    self._arrive(u, d, b, ws)
+                    progress = True
+            if not progress and clock() > deadline:
+                raise self._timeout()
+
+    def _timeout(self) -> ExecutorError:
+        g = self.plan.graph
+        running = [(pc[0], d) for d, pc in enumerate(self.pending) if pc]
+        if running:
+            what = "; ".join(
+                f"op {op_label(g, v)} on {self.backend.device_label(d)} still running"
+                for v, d in running
+            )
+        else:
+            what = "a transfer never completed"
+        return ExecutorError(f"run of graph {g.name!r} timed out: {what}")
+
+    def execute(self, timeout_s: float, keep_outputs: bool) -> RawRun:
+        api, plan = self.api, self.plan
+        api.begin()
+        try:
+            with torch.inference_mode():
+                for k in range(plan.num_devices):
+                    api.record(self.t0[k], k)
+                self._loop(time.perf_counter() + timeout_s)
+        finally:
+            api.end()
+        busy = api.wait_idle(timeout_s)
+        if busy >= 0:
+            raise ExecutorError(
+                f"run of graph {plan.graph.name!r}: {self.backend.device_label(busy)} still busy after {timeout_s:g} s"
+            )
+        n = plan.num_nodes
+        start = np.full(n, np.nan)
+        end = np.full(n, np.nan)
+        for v in plan.graph.compute_nodes:
+            t0 = self.t0[int(plan.device[v])]
+            start[v] = api.elapsed_s(t0, self.ev_start[v])
+            end[v] = api.elapsed_s(t0, self.ev_end[v])
+        transfers = []
+        for u, w, a, b, k in self.copy_records:
+            ev_s, ev_e = self.ev_copy[k]
+            transfers.append(
+                (
+                    u,
+                    w,
+                    a,
+                    b,
+                    api.elapsed_s(self.t0[a], ev_s),
+                    api.elapsed_s(self.t0[a], ev_e),
+                    self._link(a, b),
+                )
+            )
+        outputs = None
+        if keep_outputs:
+            outputs = {
+                int(v): self.bufs[int(plan.device[v])][int(v)].to("cpu") for v in plan.outputs
+            }
+        return RawRun(
+            start_s=start,
+            end_s=end,
+            transfers=transfers,
+            ready_order=np.asarray(self.rq.ready_seq, dtype=np.int64),
+            dispatch_order=np.asarray(self.rq.dispatch_seq, dtype=np.int64),
+            outputs=outputs,
+        )
+
+    def _link(self, a: int, b: int) -> int:
+        return int(self.backend.cluster.routes[a, b, 0])
+
+
+def gpu_cluster(gpus: list[int]) -> Cluster:
+    """A description of the GPUs ``gpus`` (nominal rates; ``doppler-lab calibrate`` measures).
+
+    Links follow the copy streams: a transfer occupies the sender's out-port and the receiver's
+    in-port (nominal 50 GB/s, 10 us).
+    """
+    from ..hardware import _switch_routes
+
+    n = len(gpus)
+    devs = []
+    for d, g in enumerate(gpus):
+        props = torch.cuda.get_device_properties(g)
+        devs.append(
+            Device(
+                name=f"{props.name}:{d}" if n == len(set(gpus)) else f"{props.name}:{g}/{d}",
+                kind="gpu",
+                flops_per_s={"float32": 50e12, "float16": 500e12, "bfloat16": 500e12},
+                mem_bytes_per_s=2000 * GB,
+                memory_bytes=float(props.total_memory),
+                launch_overhead_s=10e-6,
+            )
+        )
+    routes, names = _switch_routes(n, "gpu")
+    return Cluster(
+        f"cuda{n}" if n == len(set(gpus)) else f"cuda{n}-shared",
+        tuple(devs),
+        np.full((n, n), 50 * GB),
+        np.full((n, n), 10e-6),
+        routes,
+        names,
+    )
+
+
+def make_cuda_backend(
+    num_devices: int | None = None,
+    cluster: Cluster | None = None,
+    window: int = DEFAULT_WINDOW,
+    shared: bool = False,
+) -> StreamBackend:
+    """The CUDA backend on the first ``num_devices`` visible GPUs (default: all).
+
+    With ``shared``, ``num_devices`` logical devices (default 2 per GPU, at least 2) take the
+    visible GPUs in turn, each with its own streams.
+    """
+    if not torch.cuda.is_available():
+        raise ConfigError("no CUDA device is visible; use the 'cpu' backend")
+    visible = torch.cuda.device_count()
+    if shared:
+        n = num_devices or (cluster.num_devices if cluster is not None else max(2, 2 * visible))
+        gpus = [d % visible for d in range(n)]
+    else:
+        n = num_devices or (cluster.num_devices if cluster is not None else visible)
+        if n > visible:
+            raise ConfigError(
+                f"{n} CUDA devices asked for, {visible} visible (cuda-shared puts several on one GPU)"
+            )
+        gpus = list(range(n))
+    api = CudaApi(n, gpus)
+    return StreamBackend(api, cluster if cluster is not None else gpu_cluster(gpus), window)
+
+
+def make_inline_backend(
+    num_devices: int = 2, lag: int = 1, window: int = DEFAULT_WINDOW
+) -> StreamBackend:
+    """The stream dispatcher over synchronous CPU stand-ins (tests without a GPU)."""
+    from .backend import make_cpu_cluster
+
+    return StreamBackend(InlineApi(num_devices, lag), make_cpu_cluster(num_devices), window)
