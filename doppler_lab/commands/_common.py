@@ -37,7 +37,7 @@ def add_cluster_arguments(p: argparse.ArgumentParser, default_help: str = "") ->
 
 
 def resolve_graph(spec: str) -> DataflowGraph:
-    """A graph from a workload name (``chainmm`` or ``chainmm:blocks=4,layers=8``) or a file."""
+    """A graph from a workload name (``chainmm`` or ``chainmm:blocks=4,matrices=8``) or a file."""
     from ..io import load_graph
 
     path = Path(spec)
