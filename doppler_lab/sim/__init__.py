@@ -146,6 +146,31 @@ class Simulator:
         dev[self.graph.is_input] = 0  # never read by the kernels; keeps indexing in range
         return dev
 
+    def _device_matrix(self, placements: np.ndarray) -> np.ndarray:
+        """Validate a ``(K, N)`` array of device ids in one pass."""
+        g = self.graph
+        if placements.shape[1] != g.num_nodes:
+            raise PlacementError(
+                f"placements have {placements.shape[1]} entries each but graph {g.name!r} has {g.num_nodes} nodes"
+            )
+        if not np.issubdtype(placements.dtype, np.integer):
+            raise PlacementError(
+                f"placements must be integer device ids, got dtype {placements.dtype}"
+            )
+        comp = g.compute_nodes
+        sub = placements[:, comp]
+        bad = (sub < 0) | (sub >= self.num_devices)
+        if bad.any():
+            k, j = np.argwhere(bad)[0]
+            v = int(comp[j])
+            raise PlacementError(
+                f"placement {k}: node {v} ({g.names[v]!r}) is on device {int(sub[k, j])}, "
+                f"expected 0..{self.num_devices - 1}"
+            )
+        devs = placements.astype(self._index)
+        devs[:, g.is_input] = 0
+        return np.ascontiguousarray(devs)
+
     def _noise(self, rng: np.random.Generator | None, rows: int) -> tuple[np.ndarray, np.ndarray]:
         if self.noise == 0.0:
             return self._ones_n, self._ones_e
@@ -279,17 +304,21 @@ class Simulator:
         """
         g = self.graph
         if isinstance(placements, np.ndarray) and placements.ndim == 2:
-            pls = [Placement(row) for row in placements]
+            pls: list[Placement] = []  # plain device arrays: validated all at once
+            devs = self._device_matrix(placements)
+            use_priority = self._check_dispatch(dispatch, None)
         else:
             pls = [p if isinstance(p, Placement) else Placement(np.asarray(p)) for p in placements]
-        if not pls:
+            if not pls:
+                return np.zeros(0)
+            use_priority = any(self._check_dispatch(dispatch, p.priority) for p in pls)
+            devs = np.stack([self._devices(p) for p in pls])
+        if devs.shape[0] == 0:
             return np.zeros(0)
-        use_priority = any(self._check_dispatch(dispatch, p.priority) for p in pls)
-        devs = np.stack([self._devices(p) for p in pls])
-        cn, sn = self._noise(self._rng(seed, rng), len(pls))
+        cn, sn = self._noise(self._rng(seed, rng), devs.shape[0])
         noisy = self.noise > 0
         if self.semantics == "paper":
-            chunks = min(len(pls), numba.get_num_threads())
+            chunks = min(devs.shape[0], numba.get_num_threads())
             out = K.paper_batch(
                 *self._head, devs, *self._costs, cn, sn, noisy, self._explicit, chunks
             )
@@ -309,7 +338,10 @@ class Simulator:
             )
         else:
             out = np.array(
-                [self._bsp_one(devs[i], cn[i % len(cn)], sn[i % len(sn)]) for i in range(len(pls))]
+                [
+                    self._bsp_one(devs[i], cn[i % len(cn)], sn[i % len(sn)])
+                    for i in range(devs.shape[0])
+                ]
             )
         return out * g.time_scale
 

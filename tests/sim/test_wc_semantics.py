@@ -132,3 +132,17 @@ def test_bad_placements():
         simulate(g, cluster, [0, 0, 0, 0, 5, 0, 0, 0, 0, 0])
     with pytest.raises(PlacementError, match="expected an integer id"):
         Placement(np.array([0.5, 1.0]))
+
+
+def test_batch_array_validation():
+    g = random_dag(20, seed=0)
+    sim = Simulator(g, make_cluster("uniform", 2), "paper")
+    bad = np.zeros((3, 20), dtype=int)
+    bad[2, 7] = 4
+    with pytest.raises(PlacementError, match=r"placement 2: node 7 \('v7'\) is on device 4"):
+        sim.makespans(bad)
+    with pytest.raises(PlacementError, match="21 entries each"):
+        sim.makespans(np.zeros((2, 21), dtype=int))
+    with pytest.raises(PlacementError, match="integer device ids"):
+        sim.makespans(np.zeros((2, 20)))
+    assert sim.makespans(np.zeros((0, 20), dtype=int)).shape == (0,)
