@@ -71,7 +71,7 @@ class LocalSearchPlacer:
     budget: int = 2000
     method: str = "anneal"
     start: str = "cp"
-    batch: int = 32
+    batch: int = 8
     semantics: str = "paper"
     temperature: float = 0.02
     swap_prob: float = 0.2

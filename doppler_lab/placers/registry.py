@@ -125,6 +125,7 @@ BUILTIN_PLACERS: Mapping[str, PlacerSpec] = MappingProxyType(
                 f"{_P}.enumerative:EnumerativePlacer",
                 "search",
                 "greedy per-node/group enumeration of device choices by simulated cost",
+                stochastic=True,  # its start (cp) breaks ties at random
             ),
             _spec(
                 "exact",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import paper_graph_path
 from placer_helpers import assert_valid_schedule, small_dag
 
 from doppler_lab.graph import GraphBuilder
@@ -13,6 +12,8 @@ from doppler_lab.io import read_paper_graph
 from doppler_lab.placers import CriticalPathPlacer, CriticalPathTeacher, get_placer, place
 from doppler_lab.schedule import ListScheduleState
 from doppler_lab.sim import Simulator
+
+from paper_graphs import paper_graph_path
 
 
 def released_b_levels(graph) -> np.ndarray:

@@ -1,0 +1,456 @@
+"""``doppler-lab bench quality``: every placer on the paper's graphs and the generated workloads.
+
+Protocol (ARCHITECTURE.md): every method is evaluated with the same simulator settings and the
+same noise seeds; a table row gives the mean and spread over the seeds. A stochastic placer
+(``random``, ``cp``, ``local-search``, ...) is run once per seed (seed s for both the placer and
+the noise); a deterministic one is run once and its placement evaluated at every noise seed.
+Search placers get the same budget in simulator calls (stated in the table); ``exact`` a time
+limit. Paper graphs: 4 devices, paper semantics (deterministic, so the spread is the placers'
+own); workloads: ``p100x4``, wc semantics with lognormal duration noise.
+
+Learned placers (``doppler``, ``placeto``, ``gdp``) join the table by themselves once they are
+registered and a checkpoint exists for the graph: ``<checkpoints>/<placer>/<graph>.pt`` or a
+directory ``<checkpoints>/<placer>/<graph>/`` (see :func:`find_checkpoint`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..errors import ConfigError
+from ..graph import DataflowGraph
+from ..hardware import Cluster, make_cluster
+from ..placement import Placement
+from ..sim import Simulator
+from ._report import write_report
+
+PAPER_GRAPHS: tuple[str, ...] = (
+    "chain_mm_112nodes",
+    "ffnn_192nodes",
+    "transformer_block_215nodes",
+    "full_transformer_layer_261nodes",
+)
+WORKLOADS: tuple[str, ...] = ("chainmm", "ffnn", "llama_block", "llama_layer", "moe_layer")
+
+# From /work/shared/YARDSTICK.md ("Yardstick: how good placements on the paper's graphs can be"):
+# paper semantics, makespans / 1e10, measured with an independent reference simulator and a long
+# simulated-annealing search. best_known: its "best known" column; cp_mean / cp_best: "CP mean /
+# best (20 tie seeds)" with the released timing model; cp_hill: "CP + hill climb".
+YARDSTICK: dict[str, dict[str, float]] = {
+    "chain_mm_112nodes": {"lower_bound": 1200.07, "cp_mean": 1695.08, "cp_best": 1500.05, "cp_hill": 1400.07, "best_known": 1200.07},
+    "ffnn_192nodes": {"lower_bound": 56.696, "cp_mean": 83.98, "cp_best": 77.74, "cp_hill": 76.24, "best_known": 56.696},
+    "transformer_block_215nodes": {"lower_bound": 97.17, "cp_mean": 247.59, "cp_best": 226.51, "cp_hill": 172.75, "best_known": 166.74},
+    "full_transformer_layer_261nodes": {"lower_bound": 97.24, "cp_mean": 233.42, "cp_best": 212.43, "cp_hill": 165.90, "best_known": 122.11},
+    "8gpu_transformer_block": {"lower_bound": 97.15, "cp_mean": 336.23, "cp_best": 321.07, "cp_hill": 279.83, "best_known": 166.80},
+    "8gpu_full_transformer": {"lower_bound": 97.23, "cp_mean": 277.52, "cp_best": 265.48, "cp_hill": 219.52, "best_known": 166.85},
+}  # fmt: skip
+
+COLUMNS = [
+    "graph", "placer", "makespan", "std", "best", "ratio_lb", "vs_cp", "vs_best_known",
+    "schedule", "runtime_s", "sim_calls", "note",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class QualityConfig:
+    """Settings of the quality table.
+
+    Attributes:
+        paper_graphs: paper graph names (files ``<paper_dir>/<name>.txt``), 4 devices.
+        paper_dir: folder of the paper's graphs (default: ``$DOPPLER_PAPER_GRAPHS`` or
+            ``../shared/data/doppler-paper`` beside the repository, see
+            :func:`doppler_lab.experiments.paper_graphs_dir`).
+        workloads: generated workloads (``doppler_lab.workloads.build`` names or specs).
+        workload_cluster: cluster preset of the workloads.
+        workload_semantics: simulator semantics of the workloads.
+        noise: lognormal sigma of durations for the workloads (paper graphs: 0).
+        seeds: noise (and stochastic placer) seeds.
+        placers: placer names; None: every registered placer (learned ones with a checkpoint).
+        search_budget: simulator calls for ``local-search`` and ``enumerative``.
+        exact_time_limit: seconds for ``exact`` per graph.
+        checkpoints: folder searched for learned placers' checkpoints.
+        cp_tie_seeds: tie seeds of the CP-vs-yardstick table.
+    """
+
+    paper_graphs: tuple[str, ...] = PAPER_GRAPHS
+    paper_dir: str | None = None
+    workloads: tuple[str, ...] = WORKLOADS
+    workload_cluster: str = "p100x4"
+    workload_semantics: str = "wc"
+    noise: float = 0.1
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    placers: tuple[str, ...] | None = None
+    search_budget: int = 2000
+    exact_time_limit: float = 20.0
+    checkpoints: str = "checkpoints"
+    cp_tie_seeds: int = 20
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.seeds:
+            raise ConfigError("quality: seeds is empty; expected at least one seed")
+        for name, value in (
+            ("search_budget", self.search_budget),
+            ("exact_time_limit", self.exact_time_limit),
+        ):
+            if not (np.isfinite(value) and value > 0):
+                raise ConfigError(f"quality: {name} = {value!r}, expected a positive number")
+        if not (np.isfinite(self.noise) and self.noise >= 0):
+            raise ConfigError(f"quality: noise = {self.noise!r}, expected >= 0")
+
+
+@dataclass(frozen=True, eq=False)
+class Case:
+    """One graph of the table with its evaluation settings."""
+
+    name: str
+    group: str  # "paper" or "workload"
+    graph: DataflowGraph
+    cluster: Cluster
+    semantics: str
+    noise: float
+
+
+def load_cases(config: QualityConfig) -> tuple[list[Case], list[str]]:
+    """The table's graphs and notes about any that are missing."""
+    from ..analysis import load_paper_graphs
+    from ..experiments import DEFAULT_PAPER_GRAPHS_DIR, paper_graphs_dir
+    from ..workloads import build_from_spec
+
+    folder = paper_graphs_dir(config.paper_dir)
+    paper = load_paper_graphs(folder, config.paper_graphs)
+    where = folder or config.paper_dir or DEFAULT_PAPER_GRAPHS_DIR
+    notes = [
+        f"paper graph {name} not found in {where}: get compute_graph/{name}.txt from the DOPPLER "
+        "code (github.com/xinyuyao/Doppler) and set DOPPLER_PAPER_GRAPHS (or paper_dir)"
+        for name in config.paper_graphs
+        if name not in paper
+    ]
+    cases = [
+        Case(
+            name,
+            "paper",
+            g,
+            make_cluster("uniform", 8 if name.startswith("8gpu") else 4),
+            "paper",
+            0.0,
+        )
+        for name, g in paper.items()
+    ]
+    for spec in config.workloads:
+        g = build_from_spec(spec)
+        name = g.name if all(c.name != g.name for c in cases) else spec
+        cluster = make_cluster(config.workload_cluster)
+        cases.append(Case(name, "workload", g, cluster, config.workload_semantics, config.noise))
+    return cases, notes
+
+
+def find_checkpoint(root: str | Path, placer: str, graph: str) -> Path | None:
+    """A learned placer's checkpoint for ``graph``: ``root/placer/graph.pt`` or ``root/placer/graph/``."""
+    base = Path(root) / placer
+    for path in (base / f"{graph}.pt", base / graph):
+        if path.exists():
+            return path
+    return None
+
+
+def placer_plan(config: QualityConfig, case: Case) -> list[tuple[str, dict[str, Any]]]:
+    """(placer, options) pairs to run on ``case``."""
+    from ..placers import placer_options, placer_specs
+
+    specs = placer_specs()
+    names = list(config.placers) if config.placers is not None else list(specs)
+    plan = []
+    for name in names:
+        if name not in specs:
+            raise ConfigError(
+                f"quality: unknown placer {name!r}; expected one of {', '.join(specs)}"
+            )
+        opts: dict[str, Any] = dict(config.options.get(name, {}))
+        if specs[name].needs_checkpoint:
+            ckpt = find_checkpoint(config.checkpoints, name, case.name)
+            if ckpt is None:
+                continue
+            opts.setdefault("checkpoint", str(ckpt))
+        accepted = placer_options(name) if specs[name].kind in ("search", "exact") else []
+        if "budget" in accepted:
+            opts.setdefault("budget", int(config.search_budget))
+        if "passes" in accepted:
+            opts.setdefault("passes", 10)  # the budget, not the passes, ends the search
+        if "semantics" in accepted:
+            opts.setdefault("semantics", case.semantics)
+        if "time_limit" in accepted:
+            opts.setdefault("time_limit", float(config.exact_time_limit))
+        plan.append((name, opts))
+    return plan
+
+
+def evaluate_placer(
+    case: Case, name: str, options: dict[str, Any], seeds: Sequence[int]
+) -> tuple[dict[str, Any], list[Placement]]:
+    """Run placer ``name`` on ``case`` and simulate it at every seed; a table row + placements."""
+    from ..placers import get_placer, placer_spec
+
+    stochastic = placer_spec(name).stochastic
+    sim = Simulator(case.graph, case.cluster, case.semantics, noise=case.noise)
+    placer = get_placer(name, **options)
+    placements: list[Placement] = []
+    runtimes: list[float] = []
+    makespans: list[float] = []
+    for i, seed in enumerate(seeds):
+        if stochastic or i == 0:
+            t0 = time.perf_counter()
+            placements.append(placer.place(case.graph, case.cluster, np.random.default_rng(seed)))
+            runtimes.append(time.perf_counter() - t0)
+        p = placements[-1]
+        makespans.append(sim.makespan(p, seed=seed if case.noise > 0 else None))
+    ms = np.array(makespans)
+    meta = placements[0].meta
+    note = ""
+    if "optimal" in meta:
+        note = (
+            "optimal (delay model)" if meta["optimal"] else f"gap {meta['gap']:.1%} (delay model)"
+        )
+    if "budget" in options:
+        note = f"budget {options['budget']} sim calls"
+    row = {
+        "graph": case.name,
+        "group": case.group,
+        "placer": name,
+        "makespan": float(ms.mean()),
+        "std": float(ms.std()),
+        "best": float(ms.min()),
+        "lower_bound": sim.lower_bound(),
+        "ratio_lb": float(ms.mean() / sim.lower_bound()),
+        "schedule": float(np.mean([p.meta.get("schedule_makespan", np.nan) for p in placements])),
+        "runtime_s": float(np.mean(runtimes)),
+        "sim_calls": float(np.mean([p.meta.get("sim_calls", 0) for p in placements])),
+        "runs": len(placements),
+        "seeds": list(seeds),
+        "note": note,
+        "options": {k: v for k, v in options.items() if k != "progress"},
+    }
+    return row, placements
+
+
+def _compare(rows: list[dict[str, Any]]) -> None:
+    """Add improvement over ``cp`` and distance to the yardstick's best known, in place."""
+    cp = {r["graph"]: r["makespan"] for r in rows if r["placer"] == "cp"}
+    for r in rows:
+        base = cp.get(r["graph"])
+        r["vs_cp"] = (base - r["makespan"]) / base if base else None
+        known = YARDSTICK.get(r["graph"], {}).get("best_known")
+        r["vs_best_known"] = r["makespan"] / known - 1.0 if known else None
+
+
+def quality_rows(
+    config: QualityConfig, progress: bool = True
+) -> tuple[list[dict[str, Any]], dict[tuple[str, str], list[Placement]], list[Case], list[str]]:
+    """Every (graph, placer) row, the placements by (graph, placer), the cases and notes."""
+    cases, notes = load_cases(config)
+    work = [(case, name, opts) for case in cases for name, opts in placer_plan(config, case)]
+    rows: list[dict[str, Any]] = []
+    placements: dict[tuple[str, str], list[Placement]] = {}
+    bar = tqdm(work, desc="quality", disable=not progress)
+    for case, name, opts in bar:
+        bar.set_postfix_str(f"{case.name} {name}")
+        row, pls = evaluate_placer(case, name, opts, config.seeds)
+        rows.append(row)
+        placements[(case.name, name)] = pls
+    _compare(rows)
+    return rows, placements, cases, notes
+
+
+def cp_yardstick_rows(cases: Sequence[Case], tie_seeds: int = 20) -> list[dict[str, Any]]:
+    """CP with the released timing model over ``tie_seeds`` seeds vs YARDSTICK's column."""
+    from ..placers import place
+
+    rows = []
+    for case in cases:
+        if case.name not in YARDSTICK:
+            continue
+        sim = Simulator(case.graph, case.cluster, "paper")
+        out = {}
+        for timing in ("paper", "est"):
+            ms = np.array(
+                [
+                    sim.makespan(place("cp", case.graph, case.cluster, seed=s, timing=timing))
+                    for s in range(tie_seeds)
+                ]
+            )
+            out[timing] = ms
+        y = YARDSTICK[case.name]
+        rows.append(
+            {
+                "graph": case.name,
+                "cp_paper_mean": float(out["paper"].mean()),
+                "cp_paper_best": float(out["paper"].min()),
+                "yardstick_mean": y["cp_mean"],
+                "yardstick_best": y["cp_best"],
+                "cp_est_mean": float(out["est"].mean()),
+                "cp_est_best": float(out["est"].min()),
+                "best_known": y["best_known"],
+            }
+        )
+    return rows
+
+
+def summary_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per placer: geometric-mean ratio to the lower bound and to cp, per group."""
+    out = []
+    for name in dict.fromkeys(r["placer"] for r in rows):
+        entry: dict[str, Any] = {"placer": name}
+        for group in ("paper", "workload"):
+            mine = [r for r in rows if r["placer"] == name and r["group"] == group]
+            if mine:
+                entry[f"{group}_ratio_lb"] = float(
+                    np.exp(np.mean([np.log(r["ratio_lb"]) for r in mine]))
+                )
+                vs = [r["vs_cp"] for r in mine if r["vs_cp"] is not None]
+                entry[f"{group}_vs_cp"] = float(np.mean(vs)) if vs else None
+        out.append(entry)
+    return out
+
+
+def notebook_config(
+    paper_graphs_dir: str | None,
+    paper_graphs: str,
+    workloads: str,
+    scale: float | str,
+    seeds: int,
+    noise: float,
+    search_budget: int,
+    exact_time_limit: float,
+    placers: str = "",
+    seed: int = 0,
+) -> QualityConfig:
+    """A :class:`QualityConfig` from a notebook's flat parameters (comma-separated names)."""
+
+    def names(text: str) -> tuple[str, ...]:
+        return tuple(x.strip() for x in text.split(",") if x.strip())
+
+    return QualityConfig(
+        paper_graphs=names(paper_graphs),
+        paper_dir=paper_graphs_dir,
+        workloads=tuple(f"{w}:scale={scale}" for w in names(workloads)),
+        noise=noise,
+        seeds=tuple(range(seed, seed + int(seeds))),
+        placers=names(placers) or None,
+        search_budget=search_budget,
+        exact_time_limit=exact_time_limit,
+    )
+
+
+def quality_frame(rows: Sequence[dict[str, Any]]):
+    """The rows as a pandas frame with the table's columns (and ``group``)."""
+    import pandas as pd
+
+    return pd.DataFrame([{c: r.get(c) for c in ["group", *COLUMNS]} for r in rows])
+
+
+def extreme_traces(
+    rows: Sequence[dict[str, Any]],
+    placements: dict[tuple[str, str], list[Placement]],
+    cases: Sequence[Case],
+    graph: str,
+) -> dict[str, Any]:
+    """Traces of the best and the worst placer on ``graph`` (first seed), keyed by label."""
+    case = next((c for c in cases if c.name == graph), None)
+    mine = [r for r in rows if r["graph"] == graph]
+    if case is None or not mine:
+        raise ConfigError(
+            f"quality: no rows for graph {graph!r}; have {sorted({r['graph'] for r in rows})}"
+        )
+    best = min(mine, key=lambda r: r["makespan"])
+    worst = max(mine, key=lambda r: r["makespan"])
+    sim = Simulator(case.graph, case.cluster, case.semantics, noise=case.noise)
+    seed = best["seeds"][0] if case.noise > 0 else None
+    return {
+        f"{label}: {r['placer']}": sim.run(placements[(graph, r["placer"])][0], seed=seed)
+        for label, r in (("best", best), ("worst", worst))
+    }
+
+
+def quick_config() -> QualityConfig:
+    """Small settings for a smoke run (two seeds, small budgets, small workloads)."""
+    return QualityConfig(
+        workloads=tuple(f"{w}:scale=0.25" for w in WORKLOADS),
+        seeds=(0, 1),
+        search_budget=200,
+        exact_time_limit=2.0,
+        cp_tie_seeds=5,
+    )
+
+
+def run(out_dir: Path, quick: bool = False, config: QualityConfig | None = None) -> dict[str, Any]:
+    """Build the quality table and write ``quality.json`` / ``quality.md`` into ``out_dir``."""
+    cfg = config or (quick_config() if quick else QualityConfig())
+    t0 = time.perf_counter()
+    rows, _, cases, notes = quality_rows(cfg)
+    cp_rows = cp_yardstick_rows(cases, cfg.cp_tie_seeds)
+    paper = [r for r in rows if r["group"] == "paper"]
+    work = [r for r in rows if r["group"] == "workload"]
+    tables = {
+        "Summary per placer (geometric mean of makespan / lower bound; mean improvement over cp)": (
+            summary_rows(rows),
+            None,
+        ),
+        "Paper graphs (4 devices, paper semantics)": (paper, COLUMNS),
+        f"Generated workloads ({cfg.workload_cluster}, {cfg.workload_semantics} semantics, noise {cfg.noise})": (
+            work,
+            [c for c in COLUMNS if c != "vs_best_known"],
+        ),
+        f"CP vs YARDSTICK.md (paper semantics, {cfg.cp_tie_seeds} tie seeds)": (cp_rows, None),
+    }
+    notes = [
+        *notes,
+        f"seeds {list(cfg.seeds)}: stochastic placers run once per seed; deterministic ones once, "
+        "evaluated at every noise seed; makespan = mean, std and best over the seeds",
+        f"search placers: budget {cfg.search_budget} simulator calls each (their objective: the "
+        "noise-free simulator of the graph's semantics); exact: CP-SAT under the delay model (no "
+        f"contention), time limit {cfg.exact_time_limit} s",
+        "ratio_lb = makespan / lower bound; vs_cp = (cp - placer) / cp; vs_best_known = makespan / "
+        "YARDSTICK.md best known - 1; schedule = the placer's own schedule length (its timing model)",
+        "paper-graph times are the released costs / 1e10; workload times are seconds",
+    ]
+    summary = {
+        "graphs": len(cases),
+        "placers": len({r["placer"] for r in rows}),
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+    command = "doppler-lab bench quality" + (" --quick" if quick else "")
+    return write_report(
+        out_dir,
+        "quality",
+        "Placement quality",
+        tables,
+        summary=summary,
+        notes=notes,
+        command=command,
+    )
+
+
+__all__ = [
+    "COLUMNS",
+    "PAPER_GRAPHS",
+    "WORKLOADS",
+    "YARDSTICK",
+    "Case",
+    "QualityConfig",
+    "cp_yardstick_rows",
+    "evaluate_placer",
+    "find_checkpoint",
+    "load_cases",
+    "placer_plan",
+    "quality_rows",
+    "quick_config",
+    "run",
+    "summary_rows",
+]

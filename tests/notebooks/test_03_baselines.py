@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+TINY = dict(
+    paper_graphs="chain_mm_112nodes",
+    workloads="chainmm,llama_block",
+    scale="tiny",
+    seeds=2,
+    search_budget=40,
+    exact_time_limit=1.0,
+    gantt_graph="llama_block",
+)
+
+
+def test_baselines(run_notebook):
+    s = run_notebook("03_baselines.ipynb", **TINY)
+    assert {"cp", "heft", "local-search", "exact"} <= set(s["placers"])
+    assert {"chainmm", "llama_block"} <= set(s["graphs"])
+    for r in s["rows"]:
+        assert r["ratio_lb"] >= 1 - 1e-9
+        if r["placer"] in ("local-search", "enumerative"):
+            assert r["sim_calls"] <= 40
+    cp = {r["graph"]: r for r in s["rows"] if r["placer"] == "cp"}
+    assert all(cp[g]["vs_cp"] == 0 for g in cp)
+    assert len(s["gantt"]) == 2 and s["gantt"][0].startswith("best")
+
+
+def test_baselines_without_paper_files(run_notebook, tmp_path):
+    s = run_notebook("03_baselines.ipynb", **{**TINY, "paper_graphs_dir": str(tmp_path / "nowhere")})
+    assert "chain_mm_112nodes" not in s["graphs"] and "chainmm" in s["graphs"]
+    assert any("not found" in n for n in s["notes"])
+    assert s["cp_vs_yardstick"] == []
