@@ -25,7 +25,9 @@ def test_baselines(run_notebook):
 
 
 def test_baselines_without_paper_files(run_notebook, tmp_path):
-    s = run_notebook("03_baselines.ipynb", **{**TINY, "paper_graphs_dir": str(tmp_path / "nowhere")})
+    s = run_notebook(
+        "03_baselines.ipynb", **{**TINY, "paper_graphs_dir": str(tmp_path / "nowhere")}
+    )
     assert "chain_mm_112nodes" not in s["graphs"] and "chainmm" in s["graphs"]
     assert any("not found" in n for n in s["notes"])
     assert s["cp_vs_yardstick"] == []
