@@ -7,7 +7,7 @@ import pytest
 from placer_helpers import assert_valid_schedule, small_dag, topcuoglu_graph
 
 from doppler_lab.hardware import CostModel, make_cluster
-from doppler_lab.placers import get_placer, place
+from doppler_lab.placers import get_placer
 from doppler_lab.placers.heft import cpop_critical_path, heft_order
 
 RNG = np.random.default_rng(0)
@@ -80,10 +80,14 @@ def test_schedules_are_valid_on_random_heterogeneous_graphs(name, seed):
     assert s.makespan >= cost.lower_bound() - 1e-9
 
 
-def test_homogeneous_modelled_costs_on_a_preset():
-    g = small_dag(12, 3)
-    g = g.with_costs(None, None)  # modelled from flops / bytes on the cluster
-    c = make_cluster("p100x4")
-    for name in ("heft", "cpop"):
-        p = place(name, g, c, seed=0)
-        assert p.meta["schedule_makespan"] > 0
+@pytest.mark.parametrize("name", ["heft", "cpop", "etf", "cp"])
+@pytest.mark.parametrize("preset", ["uniform", "v100x8"])
+def test_schedules_are_valid_with_modelled_and_pair_dependent_costs(name, preset):
+    from doppler_lab.workloads import build
+
+    g = build("llama_block", scale="tiny")  # modelled costs; v100x8 links differ per pair
+    c = make_cluster(preset, 4 if preset == "uniform" else None)
+    cost = CostModel(g, c)
+    s = get_placer(name).schedule(g, c, RNG)
+    assert_valid_schedule(g, cost, s.placement.device, s.start, s.finish)
+    assert s.makespan >= cost.lower_bound() * g.time_scale * (1 - 1e-9)

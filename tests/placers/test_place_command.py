@@ -34,6 +34,18 @@ def test_json_output_of_a_list_scheduler(capsys, graph_file, tmp_path):
     assert r["placer"] == "heft" and r["semantics"] == "paper" and len(r["placement"]) == 14
     assert r["makespan"] >= r["lower_bound"] > 0
     assert load_placement(out).device.tolist() == r["placement"]
+    # simulate --placement reads what place --out wrote
+    sim = _json(
+        capsys, ["simulate", graph_file, "--devices", "3", "--placement", str(out), "--json"]
+    )
+    assert sim["makespan"] == pytest.approx(r["makespan"])
+
+
+def test_gantt_file(capsys, graph_file, tmp_path):
+    out = tmp_path / "g.html"
+    assert main(["place", graph_file, "--placer", "cp", "--gantt", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert out.exists() and "plotly" in out.read_text()
 
 
 def test_json_output_of_exact_and_search(capsys, graph_file):
