@@ -8,6 +8,7 @@ TINY = dict(
     search_budget=40,
     exact_time_limit=1.0,
     gantt_graph="llama_block",
+    cp_tie_seeds=3,
 )
 
 
