@@ -253,6 +253,16 @@ def _median(xs: Iterable[float]) -> float:
     return float(np.median(arr)) if arr.size else math.nan
 
 
+def _throughput(work_time: list[tuple[float, float]]) -> float:
+    """Total work / total time over the larger half of the samples (by work); NaN if none."""
+    if not work_time:
+        return math.nan
+    arr = np.array(sorted(work_time))
+    top = arr[arr.shape[0] // 2 :]
+    total = float(top[:, 1].sum())
+    return float(top[:, 0].sum()) / total if total > 0 else math.nan
+
+
 def fit_links(
     samples: Iterable[LinkSample], num_devices: int, dispatch_s: tuple[float, ...]
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -294,9 +304,9 @@ def fit_devices(
     """Fit each device's roofline and the per-``kind:op`` scales to op samples.
 
     Per device: ``call_s`` = the median time of the cheapest tenth of its samples (what any
-    op costs); ``flops_per_s`` = median flops / (time - call) of its einsum samples that take at
-    least 10 x ``call_s``; ``mem_bytes_per_s`` likewise over elementwise and reduce samples
-    (bytes read and written). ``launch_overhead_s`` = call + dispatch gap. Then per ``kind:op``:
+    op costs; refined once the roofline below is fitted, to their time beyond it); ``flops_per_s`` = total flops / total (time - call) over the larger half (by
+    flops) of its einsum samples; ``mem_bytes_per_s`` likewise over elementwise and reduce
+    samples (bytes read and written). ``launch_overhead_s`` = call + dispatch gap. Then per ``kind:op``:
     ``op_scale`` = median of (time - call) / roofline. Returns (devices, op_scale, fit report).
     """
     ss = list(samples)
@@ -311,18 +321,25 @@ def fit_devices(
             continue
         times = np.sort([s.time_s for s in mine])
         c = float(np.median(times[: max(1, times.size // 10)]))
-        big = [
-            s
-            for s in mine
-            if s.kind_op.startswith("einsum:") and s.time_s >= 10 * c and s.flops > 0
-        ]
-        rate = _median(s.flops / (s.time_s - c) for s in big) if big else dev.rate("float32")
+        rate = _throughput(
+            [
+                (s.flops, s.time_s - c)
+                for s in mine
+                if s.kind_op.startswith("einsum:") and s.time_s > 2 * c
+            ]
+        )
         mem = [
-            s
+            (s.moved_bytes, s.time_s - c)
             for s in mine
-            if s.kind_op.split(":")[0] in ("elementwise", "reduce") and s.time_s >= 10 * c
+            if s.kind_op.split(":")[0] in ("elementwise", "reduce") and s.time_s > 2 * c
         ]
-        bw = _median(s.moved_bytes / (s.time_s - c) for s in mem) if mem else dev.mem_bytes_per_s
+        bw = _throughput(mem)
+        rate = rate if math.isfinite(rate) else dev.rate("float32")
+        bw = bw if math.isfinite(bw) else dev.mem_bytes_per_s
+        # refine the per-call cost now that the roofline is known: what the cheapest ops take
+        # beyond it
+        cheap = sorted(mine, key=lambda s: s.time_s)[: max(1, len(mine) // 10)]
+        c = max(0.0, _median(s.time_s - max(s.flops / rate, s.moved_bytes / bw) for s in cheap))
         flops = {k: v * rate / dev.rate("float32") for k, v in dev.flops_per_s.items()}
         flops["float32"] = rate
         devices.append(

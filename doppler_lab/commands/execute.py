@@ -12,13 +12,14 @@ NAME = "execute"
 HELP = "run a placement of an executable graph on real devices (CPU workers or CUDA GPUs)"
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_graph_argument(p)
+def add_device_arguments(p: argparse.ArgumentParser) -> None:
+    """``--cluster``, ``--devices`` and ``--threads``: which real devices to use."""
     p.add_argument(
         "--cluster",
         default="cpu",
         metavar="cpu|cuda|FILE",
-        help="cpu (worker threads, default), cuda (GPUs), or a cluster / calibration profile JSON",
+        help="cpu (worker threads, default), cuda (GPUs), cuda-shared (several devices per GPU), "
+        "or a cluster / calibration profile JSON",
     )
     p.add_argument(
         "--devices",
@@ -26,6 +27,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="number of devices (default: 2-4 CPU workers, or all GPUs)",
     )
+    p.add_argument(
+        "--threads", type=int, metavar="N", help="intra-op threads per CPU device (default 1)"
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_graph_argument(p)
+    add_device_arguments(p)
     p.add_argument(
         "--placement",
         default="round-robin",
@@ -57,9 +66,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=120.0,
         metavar="S",
         help="a run that takes longer fails (default 120)",
-    )
-    p.add_argument(
-        "--threads", type=int, metavar="N", help="intra-op threads per CPU device (default 1)"
     )
     p.add_argument(
         "--check",

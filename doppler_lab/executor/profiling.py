@@ -157,15 +157,23 @@ def op_samples(
     seed: int = 0,
     progress: bool = False,
 ) -> list[OpSample]:
-    """Every op's duration in ``placements`` random placements x ``repeats`` runs per graph."""
+    """Every op's duration in ``repeats`` runs of each of ``placements`` placements per graph.
+
+    The first ``D`` placements are round-robin shifted by one device each, so every op runs on
+    every device at least once; the others are random."""
     rng = np.random.default_rng(seed)
+    d = backend.num_devices
     out: list[OpSample] = []
+    placements = max(placements, d)
     total = len(graphs) * placements
     with tqdm(total=total, desc="profile ops", disable=not progress, leave=False) as bar:
         for g in graphs:
             with Executor(g, backend, seed=seed) as ex:
-                for _ in range(placements):
-                    pl = random_placement(g, backend.num_devices, rng)
+                for k in range(placements):
+                    if k < d:
+                        pl = Placement((np.arange(g.num_nodes) + k) % d).with_inputs_filled(g)
+                    else:
+                        pl = random_placement(g, d, rng)
                     ex.run(pl, warmup=1)
                     for _ in range(repeats):
                         t = ex.run(pl).trace

@@ -264,10 +264,36 @@ class StreamBackend(Backend):
         return {**super().describe(), "window": self.window}
 
 
+class _EventPool:
+    """Timing events per device, reused by every run of a session (creating a CUDA event costs
+    microseconds; a run needs two per op and per transfer)."""
+
+    def __init__(self, api: StreamApi):
+        self.api = api
+        self.events: list[list[Any]] = [[] for _ in range(api.num_devices)]
+        self.used = [0] * api.num_devices
+
+    def reset(self) -> None:
+        """Start a run: every event may be recorded again (the previous run has completed)."""
+        self.used = [0] * self.api.num_devices
+
+    def take(self, d: int) -> Any:
+        i = self.used[d]
+        pool = self.events[d]
+        if i == len(pool):
+            pool.append(self.api.event(d))
+        self.used[d] = i + 1
+        return pool[i]
+
+
 class StreamSession(BackendSession):
     """A graph on stream devices: inputs are copied to each device that consumes them."""
 
     backend: StreamBackend
+
+    def __init__(self, backend: StreamBackend, graph: DataflowGraph, seed: int):
+        super().__init__(backend, graph, seed)
+        self.events = _EventPool(backend.api)
 
     def place_input(self, tensor: torch.Tensor, device: int, first: bool) -> torch.Tensor:
         return tensor.to(self.backend.api.device(device), copy=True)
@@ -280,7 +306,8 @@ class StreamSession(BackendSession):
                 f"{self.backend.device_label(busy)} is still busy with an earlier run after {timeout_s:g} s"
             )
         bufs = self.resident(plan)
-        return _StreamRun(self.backend, plan, bufs).execute(timeout_s, keep_outputs)
+        self.events.reset()
+        return _StreamRun(self.backend, plan, bufs, self.events).execute(timeout_s, keep_outputs)
 
     def close(self) -> None:
         self.backend.api.wait_idle(5.0)
@@ -290,23 +317,26 @@ class StreamSession(BackendSession):
 class _StreamRun:
     """One execution: the host loop, its queues and events."""
 
-    def __init__(self, backend: StreamBackend, plan: ExecutionPlan, bufs: list[list[Any]]):
+    def __init__(
+        self, backend: StreamBackend, plan: ExecutionPlan, bufs: list[list[Any]], events: _EventPool
+    ):
         api = backend.api
         self.backend, self.api, self.plan, self.bufs = backend, api, plan, bufs
         n, d = plan.num_nodes, plan.num_devices
-        comp = plan.graph.compute_nodes
+        take = events.take
         self.ev_start: list[Any] = [None] * n
         self.ev_end: list[Any] = [None] * n
-        for v in comp:
+        for v in plan.graph.compute_nodes:
             dv = int(plan.device[v])
-            self.ev_start[v] = api.event(dv)
-            self.ev_end[v] = api.event(dv)
+            self.ev_start[v] = take(dv)
+            self.ev_end[v] = take(dv)
+        # a copy's events live on its sender (the egress stream runs it)
         self.ev_copy = [
-            (api.event(int(plan.device[u])), api.event(int(plan.device[u])))
+            (take(int(plan.device[u])), take(int(plan.device[u])))
             for u, s in enumerate(plan.sends)
             for _ in s
         ]
-        self.t0 = [api.event(k) for k in range(d)]
+        self.t0 = [take(k) for k in range(d)]
         self.need = plan.need.tolist()
         self.hold = plan.hold.tolist()
         self.rq = ReadyQueues(plan)

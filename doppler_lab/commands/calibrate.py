@@ -1,0 +1,100 @@
+"""``doppler-lab calibrate``: measure real devices with the executor and write a profile."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigError
+from ._common import print_json, resolve_graph
+from .execute import add_device_arguments
+
+NAME = "calibrate"
+HELP = "measure devices with the executor (ops, dispatch, links) and write a calibration profile"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="FILE.json",
+        help="where to write the profile (e.g. data/profiles/cpu2.json)",
+    )
+    add_device_arguments(p)
+    p.add_argument(
+        "--graph",
+        action="append",
+        default=[],
+        metavar="GRAPH",
+        help="a workload spec or JSON graph whose ops to measure exactly (repeatable)",
+    )
+    p.add_argument(
+        "--bench-workloads",
+        action="store_true",
+        help="also measure the workloads of 'doppler-lab bench fidelity' at their sizes",
+    )
+    p.add_argument("--name", help="profile label (default: the file name)")
+    p.add_argument("--seed", type=int, default=0, help="placements and inputs (default 0)")
+    p.add_argument("--quick", action="store_true", help="fewer sizes and repeats (a smoke run)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..bench.fidelity import CPU_WORKLOADS
+    from ..executor import make_backend
+    from ..executor.profiling import calibrate
+
+    out = Path(args.out)
+    if out.suffix != ".json":
+        raise ConfigError(f"--out {args.out!r}: expected a .json file name")
+    if args.devices is not None and args.devices < 1:
+        raise ConfigError(f"--devices must be >= 1, got {args.devices}")
+    graphs = [resolve_graph(s) for s in args.graph]
+    if args.bench_workloads:
+        from ..workloads import build_from_spec
+
+        graphs += [build_from_spec(s) for s in CPU_WORKLOADS.values()]
+    backend = make_backend(args.cluster, args.devices, args.threads)
+    try:
+        profile = calibrate(
+            backend,
+            graphs,
+            name=args.name or out.stem,
+            quick=args.quick,
+            seed=args.seed,
+            progress=not args.json,
+        )
+    finally:
+        backend.close()
+    profile.save(out)
+    summary = {
+        "profile": str(out),
+        "name": profile.name,
+        "backend": profile.backend,
+        "num_devices": profile.num_devices,
+        "dispatch_us": [round(g * 1e6, 2) for g in profile.dispatch_s],
+        "flops_per_s": [d.rate("float32") for d in profile.devices],
+        "mem_bytes_per_s": [d.mem_bytes_per_s for d in profile.devices],
+        "launch_overhead_us": [round(d.launch_overhead_s * 1e6, 2) for d in profile.devices],
+        "op_signatures": len(profile.op_times),
+        "graphs": [g.name for g in graphs],
+        "coverage": {g.name: round(profile.coverage(g), 4) for g in graphs},
+    }
+    if profile.num_devices > 1:
+        off = ~np.eye(profile.num_devices, dtype=bool)
+        summary["latency_us"] = float(profile.latency_s[off].mean() * 1e6)
+        summary["bandwidth_gb_per_s"] = float(
+            profile.cluster.bandwidth_bytes_per_s[off].mean() / 1e9
+        )
+    if args.json:
+        print_json(summary)
+    else:
+        print(
+            f"wrote {out}: {profile.num_devices} {profile.backend} devices, {len(profile.op_times)} op signatures"
+        )
+        for k, v in summary.items():
+            if k not in ("profile", "name"):
+                print(f"  {k}: {v}")
+    return 0
