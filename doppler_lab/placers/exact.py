@@ -15,7 +15,8 @@ Identical devices are interchangeable, so the k-th node in topological order is 
 devices 0..k (symmetry breaking). A heuristic schedule (HEFT by default) is given to the solver
 as a hint. Graphs with more than :data:`MAX_NODES_WITHOUT_TIME_LIMIT` compute nodes need a time
 limit; with one, the best placement found is returned with the solver's proven lower bound and
-the relative gap.
+the relative gap. A wall-clock limit with several workers is not reproducible run to run (the
+solver's threads race); proven optima are.
 """
 
 from __future__ import annotations
