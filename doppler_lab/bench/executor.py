@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from ._report import write_report
 
 #: targets of the issue, microseconds per op
-TARGET_US = {"cpu": 30.0, "cuda": 15.0, "cuda-shared": 15.0, "inline": float("inf")}
+TARGET_US = {"cpu": 30.0, "dist": 30.0, "cuda": 15.0, "cuda-shared": 15.0, "inline": float("inf")}
 
 
 def plain_loop_us(backend: Any, graph: Any, repeats: int) -> float:
@@ -168,7 +168,7 @@ def run(
     backends: Sequence[str] | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Run the benchmark on ``backends`` (default: cpu, plus cuda when visible); write
+    """Run the benchmark on ``backends`` (default: cpu and dist, plus cuda when visible); write
     ``executor.{json,md}``."""
     import torch
 
@@ -176,14 +176,14 @@ def run(
     from .fidelity import CPU_WORKLOADS, QUICK_WORKLOADS
 
     if backends is None:
-        backends = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+        backends = ["cpu", "dist"] + (["cuda"] if torch.cuda.is_available() else [])
     num_ops, repeats = (500, 3) if quick else (2000, 5)
     specs = list((QUICK_WORKLOADS if quick else CPU_WORKLOADS).values())
     dispatch_rows: list[dict[str, Any]] = []
     wl_rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     for name in backends:
-        be = make_backend(name, 2 if name in ("cpu", "inline", "cuda-shared") else None)
+        be = make_backend(name, 2 if name in ("cpu", "dist", "inline", "cuda-shared") else None)
         try:
             dispatch_rows += dispatch_overhead(be, num_ops, repeats)
             wl_rows += workload_rows(

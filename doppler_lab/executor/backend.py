@@ -10,6 +10,8 @@ for transfers) plugs in without touching them: it implements ``open`` and ``run`
 Backends here:
 
 - ``cpu`` (:class:`~doppler_lab.executor.cpu.CpuBackend`): worker threads as devices.
+- ``dist`` (:class:`~doppler_lab.executor.dist.DistBackend`): a worker process per device in a
+  ``torch.distributed`` (gloo) group, send/recv for transfers.
 - ``cuda`` (:class:`~doppler_lab.executor.streams.StreamBackend` over CUDA streams);
   ``cuda-shared`` puts several logical devices on one GPU (tests the multi-device path).
 - ``inline`` (the same stream dispatcher over synchronous CPU "streams"; for tests of the
@@ -32,7 +34,7 @@ from ..graph import DataflowGraph
 from ..hardware import Cluster, make_cluster, make_cpu
 from .plan import ExecutionPlan
 
-BACKENDS: tuple[str, ...] = ("cpu", "cuda", "cuda-shared", "inline")
+BACKENDS: tuple[str, ...] = ("cpu", "dist", "cuda", "cuda-shared", "inline")
 DEFAULT_TIMEOUT_S = 120.0
 
 
@@ -179,7 +181,7 @@ def make_backend(
     num_devices: int | None = None,
     threads_per_device: int | None = None,
 ) -> Backend:
-    """A backend from ``cpu``, ``cuda``, ``cuda-shared``, ``inline``, a cluster/profile JSON path, a
+    """A backend from ``cpu``, ``dist``, ``cuda``, ``cuda-shared``, ``inline``, a cluster/profile JSON path, a
     :class:`Cluster` (CPU or GPU devices), or a :class:`Backend` (returned as is).
 
     Args:
@@ -228,6 +230,12 @@ def make_backend(
         from .streams import make_cuda_backend
 
         return make_cuda_backend(num_devices, shared=spec == "cuda-shared")
+    if spec == "dist":
+        from .dist import DistBackend
+
+        return DistBackend(
+            num_devices or default_cpu_devices(), threads_per_device=threads_per_device
+        )
     if spec == "inline":
         from .streams import make_inline_backend
 
