@@ -10,7 +10,6 @@ whose pieces are not installed are skipped with a note in the report.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from .analysis import GENERATED_WORKLOADS, default_cluster, load_paper_graphs
 from .experiments import paper_graphs_dir
 from .graph import DataflowGraph
 from .hardware import make_cluster
+from .jsonutil import write_json
 from .placers import available_placers, place
 from .sim import Simulator
 
@@ -203,14 +203,8 @@ def run_demo(
     report.table(pd.DataFrame([{"step": k, "seconds": v} for k, v in ctx.timings.items()]))
     ctx.summary["timings"] = ctx.timings
     path = report.write(ctx.out_dir / "index.html")
-    (ctx.out_dir / "summary.json").write_text(json.dumps(_plain(ctx.summary), indent=1))
+    write_json(ctx.out_dir / "summary.json", ctx.summary)
     return path
-
-
-def _plain(x: Any) -> Any:
-    from .bench._report import _plain as plain
-
-    return plain(x)
 
 
 __all__ = ["STEPS", "DemoContext", "run_demo"]

@@ -121,13 +121,9 @@ def _kernel_name() -> str:
 
 def write_summary(out_dir: str | os.PathLike, summary: Mapping[str, Any]) -> Path:
     """Write a notebook's ``summary.json`` (numpy values made plain)."""
-    from .bench._report import _plain
+    from .jsonutil import write_json
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "summary.json"
-    path.write_text(json.dumps(_plain(dict(summary)), indent=1))
-    return path
+    return write_json(Path(out_dir) / "summary.json", dict(summary))
 
 
 def render_html(executed_notebook: str | os.PathLike, html_path: str | os.PathLike) -> Path:

@@ -10,6 +10,7 @@ import numpy as np
 
 from .errors import PlacementError
 from .graph import DataflowGraph
+from .jsonutil import to_jsonable
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,7 +96,7 @@ class Placement:
             "device": self.device.tolist(),
             "priority": None if self.priority is None else self.priority.tolist(),
             "placer": self.placer,
-            "meta": _jsonable(self.meta),
+            "meta": to_jsonable(self.meta),
         }
         if graph is not None:
             d["graph"] = graph.name
@@ -111,16 +112,7 @@ class Placement:
         return cls(np.array(d["device"]), d.get("priority"), d.get("placer", ""), d.get("meta", {}))
 
 
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, Mapping):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    if isinstance(x, np.generic):
-        return x.item()
-    return x
+_jsonable = to_jsonable  # kept for callers that import it from here
 
 
 def round_robin(graph: DataflowGraph, num_devices: int) -> Placement:

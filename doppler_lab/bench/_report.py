@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import platform
 import time
 from collections.abc import Sequence
@@ -10,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ..jsonutil import to_jsonable, write_json
 
 
 def machine_info() -> dict[str, Any]:
@@ -59,18 +60,7 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None
     return "\n".join(out) + "\n"
 
 
-def _plain(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_plain(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _plain(x.tolist())
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, float) and not np.isfinite(x):
-        return None
-    return x
+_plain = to_jsonable  # kept for callers that import it from here
 
 
 def write_report(
@@ -97,7 +87,7 @@ def write_report(
         "tables": {k: list(rows) for k, (rows, _) in tables.items()},
         "notes": list(notes),
     }
-    (out / f"{name}.json").write_text(json.dumps(_plain(record), indent=1))
+    write_json(out / f"{name}.json", record)
     md = [f"# {title}", ""]
     if command:
         md += [f"Command: `{command}`", ""]

@@ -13,6 +13,7 @@ import numpy as np
 from ..errors import ConfigError, PlacementError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, make_cluster
+from ..jsonutil import to_jsonable
 from ..placement import Placement, random_placement, round_robin, single_device
 
 PLACEMENT_KEYWORDS = ("round-robin", "single", "random")
@@ -94,19 +95,5 @@ def resolve_placement(
 
 
 def print_json(obj: dict[str, Any]) -> None:
-    json.dump(_plain(obj), sys.stdout, allow_nan=False)
+    json.dump(to_jsonable(obj), sys.stdout, allow_nan=False)
     sys.stdout.write("\n")
-
-
-def _plain(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_plain(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _plain(x.tolist())
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, float) and not np.isfinite(x):
-        return None
-    return x

@@ -1,0 +1,40 @@
+"""JSON helpers: plain Python values from numpy-laden structures, and atomic writes."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def to_jsonable(x: Any) -> Any:
+    """``x`` with numpy arrays and scalars made plain, mapping keys made strings, tuples made
+    lists and non-finite floats made ``None`` (strict JSON has no NaN)."""
+    if isinstance(x, Mapping):
+        return {str(k): to_jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [to_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return to_jsonable(x.tolist())
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, Path):
+        return str(x)
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 1) -> Path:
+    """Write ``obj`` as strict JSON, atomically (a reader never sees half a file)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps(to_jsonable(obj), indent=indent, allow_nan=False))
+    os.replace(tmp, p)
+    return p
