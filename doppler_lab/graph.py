@@ -539,6 +539,41 @@ class DataflowGraph:
         )
 
 
+def cost_graph(
+    compute_cost: np.ndarray,
+    comm_cost: np.ndarray,
+    edge_src: np.ndarray,
+    edge_dst: np.ndarray,
+    name: str = "graph",
+    names: Sequence[str] | None = None,
+    time_scale: float = 1.0,
+    meta: Mapping[str, Any] | None = None,
+) -> DataflowGraph:
+    """A cost-only graph in the paper's style: node v computes for ``compute_cost[v]`` and its
+    output costs ``comm_cost[v]`` to move to another device (every out-edge of v costs that).
+    ``flops`` and ``out_bytes`` mirror the two costs so structural tools have something to read.
+    """
+    comp = np.asarray(compute_cost, dtype=np.float64)
+    comm = np.asarray(comm_cost, dtype=np.float64)
+    src = np.asarray(edge_src, dtype=np.int64)
+    n = comp.shape[0]
+    if comm.shape != (n,):
+        raise GraphError(f"graph {name!r}: comm_cost has shape {comm.shape}, expected ({n},)")
+    return DataflowGraph(
+        names=tuple(names) if names is not None else tuple(f"n{i}" for i in range(n)),
+        kinds=np.full(n, KIND_CODE["compute"], dtype=np.int8),
+        flops=comp.copy(),
+        out_bytes=comm.copy(),
+        edge_src=src,
+        edge_dst=np.asarray(edge_dst, dtype=np.int64),
+        compute_cost=comp,
+        edge_cost=comm[src] if src.size else np.zeros(0),
+        time_scale=time_scale,
+        name=name,
+        meta=meta or {},
+    )
+
+
 class GraphBuilder:
     """Builds a :class:`DataflowGraph` node by node, inferring shapes, flops and bytes.
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .errors import FormatError, GraphError
-from .graph import KIND_CODE, NODE_KINDS, DataflowGraph
+from .graph import KIND_CODE, NODE_KINDS, DataflowGraph, cost_graph
 from .hardware import Cluster
 from .ops import OpSpec
 from .placement import Placement
@@ -284,17 +284,13 @@ def read_paper_graph(path: str | Path, name: str | None = None) -> DataflowGraph
     es = np.array([u for u, _ in pairs], dtype=np.int64)
     ed = np.array([v for _, v in pairs], dtype=np.int64)
     try:
-        return DataflowGraph(
-            names=tuple(f"n{i}" for i in range(n)),
-            kinds=np.full(n, KIND_CODE["compute"], dtype=np.int8),
-            flops=comp.copy(),
-            out_bytes=comm.copy(),
-            edge_src=es,
-            edge_dst=ed,
-            compute_cost=comp,
-            edge_cost=comm[es],
-            time_scale=PAPER_TIME_SCALE,
+        return cost_graph(
+            comp,
+            comm,
+            es,
+            ed,
             name=name or p.stem,
+            time_scale=PAPER_TIME_SCALE,
             meta={
                 "source": "doppler-paper",
                 "file": p.name,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from ..graph import KIND_CODE, DataflowGraph
+from ..graph import DataflowGraph, cost_graph
 
 
 def random_dag(
@@ -58,22 +58,22 @@ def random_dag(
     comm = rng.uniform(1, 100, n) * comm_ratio
     if integer_costs:
         comp, comm = np.round(comp), np.round(comm)
-    return DataflowGraph(
-        names=tuple(f"v{i}" for i in range(n)),
-        kinds=np.full(n, KIND_CODE["compute"], dtype=np.int8),
-        flops=comp.copy(),
-        out_bytes=comm.copy(),
-        edge_src=es,
-        edge_dst=ed,
-        compute_cost=comp,
-        edge_cost=comm[es],
+    return cost_graph(
+        comp,
+        comm,
+        es,
+        ed,
         name=f"random_dag_{n}_s{seed}",
+        names=[f"v{i}" for i in range(n)],
         meta={
             "generator": "random_dag",
-            "num_nodes": n,
-            "width": width,
-            "max_in_degree": max_in_degree,
-            "comm_ratio": comm_ratio,
-            "seed": seed,
+            "params": {
+                "num_nodes": n,
+                "width": width,
+                "max_in_degree": max_in_degree,
+                "comm_ratio": comm_ratio,
+                "integer_costs": integer_costs,
+                "seed": seed,
+            },
         },
     )
