@@ -203,6 +203,10 @@ def run(
     summary["all_outputs_match"] = bool(all(r["outputs_match"] for r in wl_rows))
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     summary["load_average_1min"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    if any(b in ("cpu", "dist") for b in backends):
+        from ..executor.profiling import parallel_capacity
+
+        summary["parallel_capacity"] = round(parallel_capacity(2), 2)
     dcols = [
         "backend",
         "case",

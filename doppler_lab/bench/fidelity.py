@@ -159,12 +159,13 @@ def run(
 ) -> dict[str, Any]:
     """Run the benchmark and write ``fidelity.{json,md}`` into ``out_dir``."""
     from ..executor import make_backend
-    from ..executor.profiling import calibrate
+    from ..executor.profiling import calibrate, parallel_capacity
     from ..sim import Simulator
     from ..workloads import build_from_spec
 
     t_start = time.perf_counter()
     be = make_backend(backend, num_devices or 2)
+    capacity = [parallel_capacity(be.num_devices)] if be.name in ("cpu", "dist") else []
     specs = QUICK_WORKLOADS if quick else CPU_WORKLOADS
     graphs = {k: build_from_spec(s) for k, s in specs.items()}
     repeats, warmup, rounds = (2, 1, 1) if quick else (3, 1, 2)
@@ -204,6 +205,8 @@ def run(
                 row[f"spearman_{label}"] = spearman(pred, measured)
                 row[f"mre_{label}"] = median_rel_error(pred, measured)
             rows.append(row)
+        if capacity:
+            capacity.append(parallel_capacity(be.num_devices))
     finally:
         be.close()
     spear = [r["spearman_calibrated"] for r in rows]
@@ -218,6 +221,8 @@ def run(
         "seconds": round(time.perf_counter() - t_start, 1),
         "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
+    if capacity:
+        summary["parallel_capacity"] = round(min(capacity), 2)
     cols = [
         "workload",
         "ops",
@@ -240,6 +245,9 @@ def run(
         "CPU devices share the machine's cores and memory bandwidth with each other, with the copy lane "
         "and with any other process (see load_average_1min): the simulator models none of that.",
         f"Profile: dispatch gap {', '.join(f'{g * 1e6:.1f}' for g in profile.dispatch_s)} us per device.",
+        "parallel_capacity: how many of the devices' threads really ran at once (a matmul probe before "
+        "and after; the smaller): below the device count, other processes held cores and the measured "
+        "makespans of multi-device placements say more about the machine's load than about placement.",
     ]
     return write_report(
         out_dir,

@@ -47,6 +47,7 @@ from .backend import Backend, BackendSession, RawRun, executor_error, make_cpu_c
 from .plan import ExecutionPlan, ReadyQueues
 
 _JOIN_S = 0.5  # how long a finished or failed run waits for its workers
+_CLOSE_S = 5.0  # how long closing a backend waits for its idle workers to leave
 
 
 def failure_verb(exc: BaseException) -> str:
@@ -170,7 +171,7 @@ class CpuBackend(Backend):
             self._workers.clear()
         for w in workers:
             w.retire()
-        deadline = time.perf_counter() + _JOIN_S
+        deadline = time.perf_counter() + _CLOSE_S
         for w in workers:
             w.join(max(0.0, deadline - time.perf_counter()))
 
@@ -203,7 +204,7 @@ class CpuSession(BackendSession):
 
 
 class _CpuRun:
-    """The state of one execution; its threads live for this run only."""
+    """The state of one execution, served by the backend's persistent workers."""
 
     def __init__(self, backend: CpuBackend, plan: ExecutionPlan, bufs: list[list[Any]]):
         self.backend = backend
@@ -229,7 +230,8 @@ class _CpuRun:
         self.go = threading.Event()
         self.ready = threading.Barrier(1)
         self.rq = ReadyQueues(plan)
-        if self.remaining == 0:
+        if self.remaining == 0:  # nothing to run: the workers return at once
+            self.stopped = True
             self.finished.set()
 
     # -- shared helpers (called with the lock held) ---------------------------------------------

@@ -93,6 +93,37 @@ def sweep_graph(quick: bool = False, dtype: str = "float32") -> DataflowGraph:
 
 
 # -- measurements ----------------------------------------------------------------------------
+def parallel_capacity(threads: int = 2, seconds: float = 0.3) -> float:
+    """How many of ``threads`` busy threads really run at once (1.0 .. ``threads``): the same
+    matmul loop timed on one thread and on ``threads`` threads at once. Below ``threads`` means
+    other processes take cores, and real multi-device runs cannot match the simulator."""
+    a = torch.randn(192, 192)
+
+    def loop(out: list[float], n: int) -> None:
+        torch.set_num_threads(1)
+        t = time.perf_counter()
+        for _ in range(n):
+            a @ a
+        out.append(time.perf_counter() - t)
+
+    import threading
+
+    probe: list[float] = []
+    loop(probe, 10)
+    n = max(10, int(seconds / 2 / max(probe[0] / 10, 1e-6)))
+    one: list[float] = []
+    loop(one, n)
+    many: list[float] = []
+    workers = [threading.Thread(target=loop, args=(many, n)) for _ in range(threads)]
+    t0 = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    wall = time.perf_counter() - t0
+    return float(min(threads, threads * one[0] / wall))
+
+
 def device_gaps(trace: Trace, graph: DataflowGraph) -> list[np.ndarray]:
     """Per device, the idle gaps between consecutive ops (seconds)."""
     comp = graph.compute_nodes

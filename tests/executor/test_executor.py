@@ -229,3 +229,13 @@ def test_make_backend_specs(tmp_path):
         make_backend(backend, num_devices=5)
     with pytest.raises(ConfigError, match="does not exist"):
         make_backend(str(tmp_path / "missing.json"))
+
+
+@pytest.mark.parametrize("backend_name", ["cpu2", "inline3"])
+def test_a_graph_of_inputs_only_runs_nothing(backend_name, request):
+    backend = request.getfixturevalue(backend_name)
+    b = GraphBuilder("inputs")
+    b.add_input("x", (2,))
+    g = b.build()
+    trace = Executor(g, backend).run(np.zeros(1, dtype=np.int64)).trace
+    assert trace.makespan == 0.0 and trace.num_transfers == 0
