@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all lint format reports bench gpu-check clean
+.PHONY: demo test test-all lint format reports reports-quick bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +32,10 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix doppler_lab tests
 
 reports: $(STAMP)
-	$(BIN)/doppler-lab report --out reports
+	$(BIN)/doppler-lab report --out reports --keep-going
+
+reports-quick: $(STAMP)
+	$(BIN)/doppler-lab report --out reports --keep-going --quick
 
 bench: $(STAMP)
 	$(BIN)/doppler-lab bench sim

@@ -38,3 +38,17 @@ def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 1) -> Pat
     tmp.write_text(json.dumps(to_jsonable(obj), indent=indent, allow_nan=False))
     os.replace(tmp, p)
     return p
+
+
+def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
+    """The document in ``path``; :class:`~doppler_lab.errors.ConfigError` naming ``what`` and the
+    path when the file is missing or is not JSON."""
+    from .errors import ConfigError
+
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"{what} {str(p)!r} does not exist")
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{what} {str(p)!r} is not JSON: {exc}") from None

@@ -1,0 +1,95 @@
+"""``doppler-lab report``: execute the notebooks and build the HTML report site (reports/)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+NAME = "report"
+HELP = "execute every notebook, render each to HTML, and write reports/index.html"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--only",
+        nargs="+",
+        metavar="NAME",
+        help="notebooks to run, by stem, number or name (00_quickstart, 00, quickstart); "
+        "the index keeps the others' earlier results",
+    )
+    p.add_argument("--out", default="reports", help="site folder (default: reports)")
+    p.add_argument("--notebooks", metavar="DIR", help="notebooks folder (default: notebooks/)")
+    p.add_argument(
+        "--params-file",
+        metavar="JSON",
+        help='per-notebook parameter overrides: {"00_quickstart": {"scale": 0.1}, ...}',
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small parameters per notebook (the built-in quick profile): the site in minutes",
+    )
+    p.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="run the other notebooks after a failure (the exit code is still 1)",
+    )
+    p.add_argument(
+        "--timeout", type=int, default=3600, metavar="S", help="limit per cell (default 3600 s)"
+    )
+    p.add_argument("--list", action="store_true", help="list the notebooks and their quick profile")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import ConfigError
+    from ..report import (
+        build_site,
+        find_notebooks,
+        notebook_info,
+        quick_parameters,
+        read_params_file,
+    )
+
+    if args.timeout < 1:
+        raise ConfigError(f"--timeout must be >= 1 second, got {args.timeout}")
+    if args.list:
+        for path in find_notebooks(args.only, args.notebooks):
+            quick = quick_parameters(path)
+            shown = "no quick profile" if quick is None else f"quick: {quick}"
+            print(f"{path.stem:34s} {notebook_info(path).title}\n{'':34s} {shown}")
+        return 0
+    overrides = read_params_file(args.params_file) if args.params_file else None
+    site = build_site(
+        args.out,
+        only=args.only,
+        parameters=overrides,
+        quick=args.quick,
+        keep_going=args.keep_going,
+        progress=not args.no_progress,
+        timeout_s=args.timeout,
+        notebooks_dir=args.notebooks,
+        command=_command_line(args),
+    )
+    print(f"wrote {site.index}")
+    if not site.ok:
+        print(f"failed or not run: {', '.join(site.failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The command as the index page shows it (rebuilt from the parsed options)."""
+    parts = ["doppler-lab", "report"]
+    if args.only:
+        parts += ["--only", *args.only]
+    if args.out != "reports":
+        parts += ["--out", args.out]
+    if args.notebooks:
+        parts += ["--notebooks", args.notebooks]
+    if args.params_file:
+        parts += ["--params-file", args.params_file]
+    flags = (("--quick", args.quick), ("--keep-going", args.keep_going))
+    parts += [flag for flag, on in flags if on]
+    return " ".join(shlex.quote(p) for p in parts)

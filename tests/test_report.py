@@ -1,0 +1,190 @@
+"""The report site: notebook discovery, key numbers, quick profiles, the build and its index."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from doppler_lab.cli import main
+from doppler_lab.errors import ConfigError
+from doppler_lab.experiments import NOTEBOOKS_DIR, notebook_parameters
+from doppler_lab.report import (
+    QUICK_PARAMETERS,
+    build_site,
+    find_notebooks,
+    key_numbers,
+    notebook_info,
+    quick_parameters,
+    read_params_file,
+    read_site,
+)
+
+
+def _notebook(folder: Path, stem: str, body: str, quick: dict | None = None) -> Path:
+    """A small notebook in the house layout whose last cell writes ``summary.json``."""
+    nb = new_notebook(
+        cells=[
+            new_markdown_cell(f"# Title of {stem}\n\n**Question.** Does {stem}\nwork?\n\nMore."),
+            new_code_cell("from doppler_lab.experiments import write_summary"),
+            new_code_cell(
+                'value = 1.5  # a number\nseed = 0  # seed\ninteractive = False  # widgets\nout_dir = "."  # output',
+                metadata={"tags": ["parameters"]},
+            ),
+            new_code_cell(body),
+            new_code_cell(
+                'write_summary(out_dir, {"value": value, "name": "x", "rows": [1, 2], '
+                '"by": {"a": 1, "b": 2}})'
+            ),
+        ]
+    )
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    if quick is not None:
+        nb.metadata["doppler_lab"] = {"quick": quick}
+    path = folder / f"{stem}.ipynb"
+    nbformat.write(nb, str(path))
+    return path
+
+
+@pytest.fixture
+def notebooks(tmp_path: Path) -> Path:
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    _notebook(folder, "00_fails", "raise ValueError('bad value ' + str(value))")
+    _notebook(folder, "01_works", "value = value * 2", quick={"value": 0.5, "unknown": 1})
+    return folder
+
+
+def test_key_numbers_pick_flat_fields():
+    summary = {
+        "workload": "llama_block",
+        "num_nodes": 201,
+        "ok": True,
+        "long": "x" * 200,
+        "rows": [{"a": 1}],
+        "makespans": {"cp": 1.0, "heft": 0.9},
+        "nested": {"deep": {"x": 1}},
+        "missing": None,
+    }
+    assert key_numbers(summary) == {
+        "workload": "llama_block",
+        "num_nodes": 201,
+        "ok": True,
+        "makespans.cp": 1.0,
+        "makespans.heft": 0.9,
+    }
+    assert len(key_numbers({f"k{i}": i for i in range(30)})) == 10
+    assert key_numbers({"a": 1, "key_numbers": {"b": 2, "c": {"d": 3}}}) == {"b": 2, "c.d": 3}
+
+
+def test_notebook_info(notebooks):
+    info = notebook_info(notebooks / "01_works.ipynb")
+    assert info.title == "Title of 01_works"
+    assert info.question == "**Question.** Does 01_works work?"
+    real = notebook_info(NOTEBOOKS_DIR / "00_quickstart.ipynb")
+    assert real.title.startswith("Quickstart") and real.question.startswith("**Question.**")
+
+
+def test_find_notebooks(notebooks):
+    assert [p.stem for p in find_notebooks(None, notebooks)] == ["00_fails", "01_works"]
+    for name in ("01_works", "01", "works", "01_works.ipynb"):
+        assert [p.stem for p in find_notebooks([name], notebooks)] == ["01_works"]
+    with pytest.raises(ConfigError, match="'nope' matches no notebook; expected one of: 00_fails"):
+        find_notebooks(["nope"], notebooks)
+    with pytest.raises(ConfigError, match="no notebooks"):
+        find_notebooks(None, notebooks / "missing")
+
+
+def test_quick_parameters(notebooks):
+    assert quick_parameters(notebooks / "01_works.ipynb") == {"value": 0.5}  # unknown dropped
+    assert quick_parameters(notebooks / "00_fails.ipynb") is None
+    for stem, params in QUICK_PARAMETERS.items():  # the built-in profile fits the notebooks
+        path = NOTEBOOKS_DIR / f"{stem}.ipynb"
+        if path.exists():
+            assert set(params) <= set(notebook_parameters(path)), stem
+
+
+def test_read_params_file(tmp_path):
+    good = tmp_path / "p.json"
+    good.write_text(json.dumps({"00": {"scale": 0.1}}))
+    assert read_params_file(good) == {"00": {"scale": 0.1}}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"00": 3}))
+    with pytest.raises(ConfigError, match="expected an object of notebook name"):
+        read_params_file(bad)
+    bad.write_text("{")
+    with pytest.raises(ConfigError, match="is not JSON"):
+        read_params_file(bad)
+    with pytest.raises(ConfigError, match="does not exist"):
+        read_params_file(tmp_path / "none.json")
+
+
+def test_build_site_stops_at_a_failure_then_keeps_going(notebooks, tmp_path):
+    out = tmp_path / "site"
+    site = build_site(out, notebooks_dir=notebooks, progress=False)
+    status = {r.stem: r.status for r in site.results}
+    assert status == {"00_fails": "failed", "01_works": "not run"}
+    assert not site.ok and site.failed == ["00_fails", "01_works"]
+    failed = site.results[0]
+    assert "ValueError: bad value 1.5" in failed.error
+    assert failed.page == "00_fails/00_fails.html"  # the traceback is readable on its page
+    assert "ValueError" in (out / failed.page).read_text()
+    page = site.index.read_text()
+    assert "ValueError: bad value 1.5" in page and "not run" in page
+
+    site = build_site(
+        out,
+        notebooks_dir=notebooks,
+        keep_going=True,
+        quick=True,
+        parameters={"works": {"seed": 3}},
+        progress=False,
+    )
+    works = {r.stem: r for r in site.results}["01_works"]
+    assert works.status == "ok" and works.profile == "custom"
+    assert works.parameters == {"value": 0.5, "seed": 3}
+    assert works.key_numbers == {"value": 1.0, "name": "x", "by.a": 1, "by.b": 2}
+    assert (out / "01_works" / "summary.json").exists()
+    assert (out / "01_works" / "01_works.html").exists()
+    page = site.index.read_text()
+    assert 'href="01_works/01_works.html"' in page and "Title of 01_works" in page
+    assert "Does 01_works work?" in page and "More." not in page
+    assert [r.stem for r in read_site(out)] == ["00_fails", "01_works"]
+
+
+def test_build_site_only_keeps_earlier_results(notebooks, tmp_path):
+    out = tmp_path / "site"
+    site = build_site(out, only=["01"], notebooks_dir=notebooks, progress=False)
+    assert site.ok and site.ran == ["01_works"]
+    assert [r.status for r in site.results] == ["not run", "ok"]
+    first_run = site.results[1].finished
+    site = build_site(
+        out, only=["00"], notebooks_dir=notebooks, keep_going=True, progress=False
+    )  # 00 fails; 01 keeps its earlier result
+    assert [r.status for r in site.results] == ["failed", "ok"]
+    assert site.results[1].finished == first_run and site.failed == ["00_fails"]
+    with pytest.raises(ConfigError, match="notebook 'nope', which is not being run"):
+        build_site(out, notebooks_dir=notebooks, parameters={"nope": {}}, progress=False)
+
+
+def test_report_command(notebooks, tmp_path, capsys):
+    out = tmp_path / "site"
+    params = tmp_path / "params.json"
+    params.write_text(json.dumps({"01_works": {"value": 4}}))
+    args = ["report", "--notebooks", str(notebooks), "--out", str(out), "--no-progress"]
+    assert main([*args, "--list"]) == 0
+    assert "01_works" in capsys.readouterr().out
+    assert main([*args, "--only", "01", "--params-file", str(params)]) == 0
+    assert read_site(out)[1].key_numbers["value"] == 8
+    assert "--params-file" in (out / "index.html").read_text()
+    assert main([*args, "--only", "00", "--keep-going"]) == 1
+    assert "failed or not run: 00_fails" in capsys.readouterr().err
+    assert main([*args, "--only", "zz"]) == 2
+    assert "'zz' matches no notebook" in capsys.readouterr().err
