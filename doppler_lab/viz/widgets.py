@@ -142,13 +142,47 @@ def workload_choices(paper_graphs: str | None = None) -> list[str]:
 
 
 def checkpoint_choices(placer: str, root: str | Path | None = None) -> list[str]:
-    """Shipped checkpoints for a learned ``placer``: every ``.pt`` file or folder in
-    ``root/<placer>/`` (``root`` defaults to ``data/checkpoints``); empty when there are none."""
-    base = Path(root) if root is not None else default_checkpoints_dir()
-    folder = base / placer
-    if not folder.is_dir():
+    """Checkpoints offered for a learned ``placer``.
+
+    With ``root``: the ``.pt`` files (and checkpoint folders) in ``root/<placer>/`` and the
+    ``.pt`` files in ``root``, as paths. Without: the shipped checkpoints (``data/checkpoints``,
+    see :func:`doppler_lab.policies.pretrained.list_checkpoints`), by name, whose recorded policy
+    kind suits the placer; empty when there are none or the policies are not installed.
+    """
+    if root is not None:
+        base = Path(root)
+        own = base / placer
+        found = (
+            [p for p in own.iterdir() if p.suffix == ".pt" or p.is_dir()] if own.is_dir() else []
+        )
+        found += base.glob("*.pt") if base.is_dir() else []
+        return sorted(str(p) for p in found)
+    try:
+        from ..policies.pretrained import list_checkpoints
+    except ImportError:
         return []
-    return sorted(str(p) for p in folder.iterdir() if p.suffix == ".pt" or p.is_dir())
+    kinds = _placer_kinds(placer)
+    return sorted(
+        name
+        for name, record in list_checkpoints().items()
+        if not kinds or record.get("kind") in (None, *kinds)
+    )
+
+
+def _placer_kinds(placer: str) -> tuple[str, ...]:
+    """The policy kinds a learned placer loads (its class's ``kinds``; empty when unknown)."""
+    import importlib
+
+    from ..placers import placer_specs
+
+    spec = placer_specs().get(placer)
+    if spec is None:
+        return ()
+    module, _, attr = spec.target.partition(":")
+    try:
+        return tuple(getattr(getattr(importlib.import_module(module), attr), "kinds", ()))
+    except (ImportError, AttributeError):
+        return ()
 
 
 @dataclass(frozen=True)
@@ -460,6 +494,132 @@ class CriticalPathStepper:
         return self._state.placement(self.name).validate(self.graph, self.num_devices)
 
 
+class PolicyStepper:
+    """A learned policy's greedy episode as an :class:`EpisodeStepper`: the same decisions as
+    its greedy rollout (:func:`doppler_lab.policies.rollout.run_episodes` with ``GREEDY``).
+
+    SEL: learned scores (the policy's static per-node scores, softmax over the candidates), the
+    Critical Path rule (``sel-only`` ablations keep PLC learned: b-levels, uniform over ties), or
+    the topological order (Placeto, GDP: one-hot). PLC: the policy's logits over the devices and
+    their softmax, or the Critical Path rule (``plc-only``: ``-EST``, uniform over ties). A learned
+    placer's placement is the best of this greedy episode and K sampled ones, so it can differ.
+
+    Args:
+        policy: a :class:`~doppler_lab.policies.base.PlacementPolicy`.
+        graph: the graph.
+        cluster: the cluster (its device count must be the policy's).
+        seed: seeds the Critical Path rule's ties (ablations).
+        name: label (default: the policy's kind).
+    """
+
+    def __init__(
+        self,
+        policy: Any,
+        graph: DataflowGraph,
+        cluster: Cluster,
+        seed: int = 0,
+        name: str | None = None,
+    ):
+        from ..policies.context import GraphContext
+
+        self.policy = policy
+        self.graph = graph
+        self.num_devices = cluster.num_devices
+        self.seed = seed
+        self.name = name or policy.kind
+        cfg = policy.config
+        self.ctx = GraphContext(graph, cluster, cfg.layout, cfg.timing)
+        self.sel_label = {"learned": "SEL score", "topo": "-topological position"}.get(
+            policy.sel_mode, "b-level (CP rule)"
+        )
+        self.plc_label = (
+            "PLC logit" if policy.plc_mode == "learned" else "-earliest start (CP rule)"
+        )
+        with self._no_grad():
+            self._enc = policy.encode(self.ctx)
+            self._sel = policy.sel_scores(self._enc) if policy.sel_mode == "learned" else None
+        topo = np.asarray(self.ctx.topo_global)
+        self._topo_pos = np.empty(graph.num_nodes)
+        self._topo_pos[topo] = np.arange(topo.size)
+        self.reset()
+
+    def _no_grad(self) -> Any:
+        """``torch.no_grad`` with denormals flushed, as in the policy's own rollouts."""
+        import contextlib
+
+        import torch
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.no_grad())
+        try:
+            from ..policies.tensors import flush_denormal
+        except ImportError:
+            return stack
+        stack.enter_context(flush_denormal())
+        return stack
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.graph.compute_nodes.size)
+
+    @property
+    def done(self) -> bool:
+        return self._state.done
+
+    def reset(self) -> None:
+        self._state = self.ctx.new_state()
+        self._rng = np.random.default_rng(self.seed)
+        self._pstate = (
+            self.policy.plc_begin(self.ctx, self._enc, 1)
+            if self.policy.plc_mode == "learned"
+            else None
+        )
+
+    def step(self) -> StepInfo:
+        state, teacher, local = self._state, self.ctx.teacher, self.ctx.features.local
+        if state.done:
+            raise PlacementError(f"episode of {self.name!r} is done ({self.num_steps} steps)")
+        t = state.num_assigned
+        cand = state.candidates()
+        if self.policy.sel_mode == "topo":
+            v = int(self.ctx.topo_global[t])
+            sel_scores = -self._topo_pos[cand]
+            sel_probs = (cand == v).astype(float)
+        elif self._sel is not None:
+            sel_scores = np.asarray(self._sel[local[cand]], dtype=np.float64)
+            sel_probs = _softmax(sel_scores)
+            v = int(cand[int(np.argmax(sel_scores))])
+        else:
+            ties = teacher.node_choices(cand)
+            sel_scores = teacher.b_level[cand]
+            sel_probs = _uniform_on(cand.size, np.searchsorted(cand, ties))
+            v = int(self._rng.choice(ties))
+        est = state.est(v)
+        if self._pstate is not None:
+            feats = self.ctx.normalize(self.ctx.raw_device_features(state, v, est)[None])
+            with self._no_grad():
+                logits = self.policy.plc_logits(
+                    self.ctx, self._enc, self._pstate, local[[v]], feats
+                )
+            plc_scores = np.asarray(logits, dtype=np.float64)[0]
+            plc_probs = _softmax(plc_scores)
+            d = int(np.argmax(plc_scores))
+        else:
+            ties = teacher.device_choices(est)
+            plc_scores = -est
+            plc_probs = _uniform_on(self.num_devices, ties)
+            d = int(self._rng.choice(ties))
+        state.assign(v, d, est)
+        if self._pstate is not None:
+            self.policy.plc_observe(self._pstate, local[[v]], np.array([d]))
+        return StepInfo(
+            t, cand, sel_scores, sel_probs, v, plc_scores, plc_probs, d, state.device.copy()
+        )
+
+    def placement(self) -> Placement:
+        return self._state.placement(self.policy.kind).validate(self.graph, self.num_devices)
+
+
 def run_episode(stepper: EpisodeStepper, max_steps: int | None = None) -> list[StepInfo]:
     """Reset ``stepper`` and step it to the end (or ``max_steps`` decisions)."""
     stepper.reset()
@@ -475,11 +635,14 @@ StepperFactory = Callable[[DataflowGraph, Cluster, int], EpisodeStepper]
 def make_stepper(
     choice: PlacerChoice | str, graph: DataflowGraph, cluster: Cluster, seed: int = 0
 ) -> EpisodeStepper:
-    """An episode stepper for a placer: ``cp`` (its ``timing`` option is honoured), or a learned
-    placer whose module provides ``make_stepper(choice, graph, cluster, seed)``.
+    """An episode stepper for a placer: ``cp`` (:class:`CriticalPathStepper`, its ``timing``
+    option honoured), or a learned placer (its module's ``make_stepper(choice, graph, cluster,
+    seed)`` when it has one, else a :class:`PolicyStepper` over the policy the placer loads from
+    its checkpoint).
 
     Raises:
-        ConfigError: the placer cannot be stepped (it is not a SEL + PLC episode).
+        ConfigError: the placer cannot be stepped (it is not a SEL + PLC episode), or a learned
+            placer has no checkpoint.
     """
     choice = choice if isinstance(choice, PlacerChoice) else PlacerChoice(choice)
     if choice.name == "cp":
@@ -487,41 +650,35 @@ def make_stepper(
         if extra:
             raise ConfigError(f"cp stepper has no option {extra[0]!r}; it takes timing")
         return CriticalPathStepper(graph, cluster, seed, choice.options.get("timing", "est"))
-    factory = _learned_stepper_factory(choice.name)
-    if factory is None:
+    if not _is_learned(choice.name):
         raise ConfigError(
             f"placer {choice.name!r} cannot be stepped; steppable: {', '.join(steppable_placers())}"
         )
-    return factory(choice, graph, cluster, seed)
-
-
-def _learned_stepper_factory(name: str) -> Callable[..., EpisodeStepper] | None:
-    """``make_stepper`` of a learned placer's module, when it provides one."""
     import importlib
 
+    from ..placers import get_placer, placer_spec
+
+    module = importlib.import_module(placer_spec(choice.name).target.partition(":")[0])
+    factory = getattr(module, "make_stepper", None)
+    if factory is not None:
+        return factory(choice, graph, cluster, seed)
+    placer = get_placer(choice.name, **choice.placer_options())
+    policy = placer.policy(cluster.num_devices)  # type: ignore[attr-defined]
+    return PolicyStepper(policy, graph, cluster, seed, name=choice.label)
+
+
+def _is_learned(name: str) -> bool:
     from ..placers import placer_specs
 
     spec = placer_specs().get(name)
-    if spec is None or spec.kind != "learned":
-        return None
-    module = importlib.import_module(spec.target.partition(":")[0])
-    return getattr(module, "make_stepper", None)
+    return spec is not None and spec.kind == "learned"
 
 
 def steppable_placers() -> list[str]:
-    """Placers whose episodes the explorer can step through (``cp`` and learned placers whose
-    module provides ``make_stepper``)."""
+    """Placers whose episodes the explorer can step through: ``cp`` and the learned placers."""
     from ..placers import placer_specs
 
-    out = ["cp"]
-    for name, spec in placer_specs().items():
-        if spec.kind == "learned":
-            try:
-                if _learned_stepper_factory(name) is not None:
-                    out.append(name)
-            except ImportError:
-                continue
-    return out
+    return ["cp"] + [n for n, s in placer_specs().items() if s.kind == "learned"]
 
 
 def step_table(steps: Sequence[StepInfo], graph: DataflowGraph) -> pd.DataFrame:
@@ -910,6 +1067,8 @@ class ExplorerWidget:
         return cmp
 
     def _update_episode(self, cmp: Comparison) -> None:
+        from ..errors import DopplerLabError
+
         choices = [self.choice(0), self.choice(1)]
         names = steppable_placers()
         pick = next((c for c in choices if c.name in names), None)
@@ -919,7 +1078,11 @@ class ExplorerWidget:
                 f"neither placer can be stepped; steppable: {', '.join(names)}",
             )
             return
-        stepper = make_stepper(pick, cmp.graph, cmp.cluster, cmp.scenario.seed)
+        try:
+            stepper = make_stepper(pick, cmp.graph, cmp.cluster, cmp.scenario.seed)
+        except DopplerLabError as exc:
+            self.episode.set_stepper(None, f"cannot step {pick.label}: {exc}")
+            return
         self.episode.set_stepper(stepper)
 
 

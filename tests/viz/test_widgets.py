@@ -38,6 +38,12 @@ def graph():
 
 
 @pytest.fixture(scope="module")
+def small():
+    """A smaller graph for the learned policies (Placeto re-embeds at every step)."""
+    return build("chainmm", scale="tiny")
+
+
+@pytest.fixture(scope="module")
 def cluster():
     return make_cluster("p100x4")
 
@@ -112,14 +118,16 @@ def test_checkpoint_choices(tmp_path):
     (tmp_path / "doppler" / "ffnn.pt").write_bytes(b"")
     (tmp_path / "doppler" / "llama").mkdir()
     (tmp_path / "doppler" / "notes.txt").write_text("")
+    (tmp_path / "shared.pt").write_bytes(b"")
     found = checkpoint_choices("doppler", tmp_path)
-    assert [p.rsplit("/", 1)[1] for p in found] == ["ffnn.pt", "llama"]
-    assert checkpoint_choices("gdp", tmp_path) == []
+    assert [p.rsplit("/", 1)[1] for p in found] == ["ffnn.pt", "llama", "shared.pt"]
+    assert [p.rsplit("/", 1)[1] for p in checkpoint_choices("gdp", tmp_path)] == ["shared.pt"]
     assert PlacerChoice("doppler", found[0]).label == "doppler [ffnn]"
 
 
-def _check_step(s, graph, before):
-    """A step's candidates are exactly the ready unassigned compute nodes of ``before``."""
+def _check_step(s, graph, before, greedy=False):
+    """A step's candidates are exactly the ready unassigned compute nodes of ``before``; the
+    chosen node and device are among the most likely (the best scored, for greedy steps)."""
     comp = graph.compute_nodes
     ready = [
         v
@@ -132,8 +140,10 @@ def _check_step(s, graph, before):
     assert s.sel_scores[k] == pytest.approx(s.sel_scores.max())
     for p in (s.sel_probs, s.plc_probs):
         assert (p >= 0).all() and p.sum() == pytest.approx(1.0)
-    assert s.sel_probs[k] > 0
+    assert s.sel_probs[k] == pytest.approx(s.sel_probs.max())
     assert s.plc_probs[s.chosen_device] == pytest.approx(s.plc_probs.max())
+    if greedy:
+        assert s.plc_scores[s.chosen_device] == pytest.approx(s.plc_scores.max())
     assert s.device[s.chosen_node] == s.chosen_device
     assert (s.device >= 0).sum() == (before >= 0).sum() + 1
 
@@ -171,13 +181,62 @@ def test_cp_stepper_tie_view(graph, cluster):
 
 
 def test_make_stepper(graph, cluster):
-    assert "cp" in steppable_placers()
     s = make_stepper(PlacerChoice("cp", options={"timing": "paper"}), graph, cluster, seed=1)
     assert s.name == "cp [timing=paper]"
+    assert steppable_placers()[0] == "cp"
     with pytest.raises(ConfigError, match="cannot be stepped; steppable: cp"):
         make_stepper("heft", graph, cluster)
     with pytest.raises(ConfigError, match="no option 'budget'"):
         make_stepper(PlacerChoice("cp", options={"budget": 3}), graph, cluster)
+
+
+POLICY_KINDS = ("dual", "sel-only", "plc-only", "placeto", "gdp")
+
+
+@pytest.mark.parametrize("kind", POLICY_KINDS)
+def test_policy_stepper_replays_the_greedy_rollout(small, cluster, kind):
+    graph = small
+    torch = pytest.importorskip("torch")
+    policies = pytest.importorskip("doppler_lab.policies.checkpoint")
+    from doppler_lab.policies.config import PolicyConfig
+    from doppler_lab.policies.context import GraphContext
+    from doppler_lab.policies.rollout import GREEDY, run_episodes
+    from doppler_lab.viz.widgets import PolicyStepper
+
+    cfg = PolicyConfig(kind=kind, hidden=8, head_hidden=8, mp_steps=1)
+    policy = policies.make_policy(cfg, cluster.num_devices, seed=1)
+    stepper = PolicyStepper(policy, graph, cluster, seed=5)
+    assert isinstance(stepper, EpisodeStepper)
+    before = np.full(graph.num_nodes, -1)
+    while not stepper.done:
+        s = stepper.step()
+        _check_step(s, graph, before, greedy=True)
+        before = s.device
+    ctx = GraphContext(graph, cluster, cfg.layout, cfg.timing)
+    with torch.no_grad():
+        enc = policy.encode(ctx)
+        rollout = run_episodes(policy, ctx, enc, 1, np.random.default_rng(5), GREEDY, GREEDY)
+    assert (stepper.placement().device == rollout.placements[0].device).all()
+
+
+def test_learned_placer_steps_from_its_checkpoint(small, cluster, tmp_path):
+    graph = small
+    pytest.importorskip("torch")
+    if "doppler" not in available_placers():
+        pytest.skip("learned placers not installed")
+    from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
+    from doppler_lab.policies.config import PolicyConfig
+
+    policy = make_policy(PolicyConfig(hidden=8, head_hidden=8, mp_steps=1), 4, seed=2)
+    ckpt = str(save_checkpoint(tmp_path / "tiny.pt", policy))
+    choice = PlacerChoice("doppler", ckpt, {"samples": 0})  # the greedy rollout alone
+    stepper = make_stepper(choice, graph, cluster)
+    assert stepper.name == "doppler [tiny, samples=0]"
+    run_episode(stepper)
+    expected = place("doppler", graph, cluster, seed=0, checkpoint=ckpt, samples=0)
+    assert (stepper.placement().device == expected.device).all()
+    with pytest.raises(ConfigError, match="needs a checkpoint"):
+        make_stepper("doppler", graph, cluster)
 
 
 def test_step_table_and_figure(graph, cluster):
