@@ -156,8 +156,19 @@ def run(
     num_devices: int | None = None,
     profile_out: str | Path | None = None,
     progress: bool = True,
+    rounds: int | None = None,
 ) -> dict[str, Any]:
-    """Run the benchmark and write ``fidelity.{json,md}`` into ``out_dir``."""
+    """Run the benchmark and write ``fidelity.{json,md}`` into ``out_dir``.
+
+    Args:
+        out_dir: report folder.
+        quick: smaller workloads, fewer placements and repeats (a smoke run).
+        backend: the devices (``cpu`` by default; ``dist`` for one process per device).
+        num_devices: devices (default 2).
+        profile_out: also save the calibration profile there.
+        progress: show progress bars.
+        rounds: shuffled measuring passes over the placements (default 2, quick 1).
+    """
     from ..executor import make_backend
     from ..executor.profiling import calibrate, parallel_capacity
     from ..sim import Simulator
@@ -168,7 +179,8 @@ def run(
     capacity = [parallel_capacity(be.num_devices)] if be.name in ("cpu", "dist") else []
     specs = QUICK_WORKLOADS if quick else CPU_WORKLOADS
     graphs = {k: build_from_spec(s) for k, s in specs.items()}
-    repeats, warmup, rounds = (2, 1, 1) if quick else (3, 1, 2)
+    repeats, warmup = (2, 1) if quick else (3, 1)
+    rounds = rounds or (1 if quick else 2)
     try:
         profile = calibrate(
             be,

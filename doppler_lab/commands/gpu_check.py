@@ -2,9 +2,11 @@
 
 One command, sized to finish in a few minutes on one GPU: the ``gpu`` tests (pytest), the
 executor benchmark on ``cuda`` (every visible GPU) and ``cuda-shared`` (logical devices sharing
-them, which exercises transfers on a single GPU), and a quick calibration. Results go to
-``--out`` as ``gpu_check.{json,md}`` (plus ``executor.{json,md}``, the pytest report and the
-calibration profile).
+them, which exercises transfers on a single GPU), a quick calibration, and the simulator
+fidelity benchmark on CPU worker devices (GPU machines have idle cores to spare; a busy
+workstation does not give meaningful CPU fidelity numbers). Results go to ``--out`` as
+``gpu_check.{json,md}`` (plus ``executor.{json,md}``, ``fidelity.{json,md}``, the pytest report
+and the calibration profile).
 """
 
 from __future__ import annotations
@@ -125,6 +127,19 @@ def run(args: argparse.Namespace) -> int:
         "flops_per_s": [d.rate("float32") for d in profile.devices],
         "mem_bytes_per_s": [d.mem_bytes_per_s for d in profile.devices],
     }
+    if not args.skip_fidelity:
+        from ..bench import fidelity as bench_fidelity
+
+        print("gpu-check: simulator fidelity on CPU devices ...", flush=True)
+        fid = bench_fidelity.run(out, quick=False, backend="cpu", progress=False, rounds=1)
+        summary["fidelity_cpu"] = fid["summary"]
+        summary["fidelity_cpu_per_workload"] = {
+            r["workload"]: {
+                "spearman": round(r["spearman_calibrated"], 3),
+                "mre": round(r["mre_calibrated"], 3),
+            }
+            for r in fid["tables"]["Per workload"]
+        }
     tests_ok = args.skip_tests or (summary["tests"].get("returncode") == 0)
     summary["ok"] = bool(tests_ok and bench["summary"].get("all_outputs_match", False))
     summary["seconds"] = round(time.perf_counter() - t0, 1)
@@ -134,7 +149,10 @@ def run(args: argparse.Namespace) -> int:
         "gpu_check",
         "GPU check: tests, executor benchmark, calibration",
         {"Results": (rows, ["check", "result"])},
-        notes=[f"Details: {out / 'executor.md'}, {out / 'gpu_tests.log'}, {out / 'profile.json'}."],
+        notes=[
+            f"Details: {out / 'executor.md'}, {out / 'fidelity.md'}, {out / 'gpu_tests.log'}, "
+            f"{out / 'profile.json'}."
+        ],
         command=f"doppler-lab gpu-check --out {args.out}",
     )
     print(

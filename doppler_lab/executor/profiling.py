@@ -13,6 +13,7 @@ dispatch path, the copy lanes, the wake-ups, the other devices running at the sa
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -260,7 +261,10 @@ def calibrate(
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "seconds": time.perf_counter() - t0,
         "quick": quick,
+        "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
+    if backend.name in ("cpu", "dist"):
+        meta["parallel_capacity"] = parallel_capacity(backend.num_devices)
     return fit_profile(
         name or backend.cluster.name,
         backend.name,
