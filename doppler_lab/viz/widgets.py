@@ -408,7 +408,47 @@ def _uniform_on(n: int, idx: np.ndarray) -> np.ndarray:
     return p
 
 
-class CriticalPathStepper:
+class _ScheduleStepper:
+    """What the steppers share: an episode over a
+    :class:`~doppler_lab.schedule.ListScheduleState` and the Critical Path rule's decisions
+    (ties drawn from the episode's generator in the teacher's order: node, then device)."""
+
+    name: str
+    graph: DataflowGraph
+    num_devices: int
+    _state: Any
+    _teacher: Any
+    _rng: np.random.Generator
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.graph.compute_nodes.size)
+
+    @property
+    def done(self) -> bool:
+        return self._state.done
+
+    def _candidates(self) -> np.ndarray:
+        if self._state.done:
+            raise PlacementError(f"episode of {self.name!r} is done ({self.num_steps} steps)")
+        return self._state.candidates()
+
+    def _cp_node(self, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """SEL by the CP rule: (b-levels, uniform over the max ties, the node drawn)."""
+        ties = self._teacher.node_choices(cand)
+        probs = _uniform_on(cand.size, np.searchsorted(cand, ties))
+        return self._teacher.b_level[cand], probs, int(self._rng.choice(ties))
+
+    def _cp_device(self, est: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """PLC by the CP rule: (-EST, uniform over the min ties, the device drawn)."""
+        ties = self._teacher.device_choices(est)
+        return -est, _uniform_on(self.num_devices, ties), int(self._rng.choice(ties))
+
+    def _placement(self, placer: str) -> Placement:
+        return self._state.placement(placer).validate(self.graph, self.num_devices)
+
+
+class CriticalPathStepper(_ScheduleStepper):
     """The Critical Path teacher as an :class:`EpisodeStepper` (makes the same decisions as
     ``place("cp", graph, cluster, seed=seed, timing=timing)``).
 
@@ -454,54 +494,35 @@ class CriticalPathStepper:
         self._state = ListScheduleState(graph, cost, timing)  # type: ignore[arg-type]
         self.reset()
 
-    @property
-    def num_steps(self) -> int:
-        return int(self.graph.compute_nodes.size)
-
-    @property
-    def done(self) -> bool:
-        return self._state.done
-
     def reset(self) -> None:
-        from ..placers.base import make_rng
-
         self._state.reset()
-        self._rng = make_rng(self.seed)
+        self._rng = np.random.default_rng(self.seed)
 
     def step(self) -> StepInfo:
-        state, teacher = self._state, self._teacher
-        if state.done:
-            raise PlacementError(f"episode of {self.name!r} is done ({self.num_steps} steps)")
-        cand = state.candidates()
-        scores = teacher.b_level[cand]
-        sel_probs = _uniform_on(cand.size, np.searchsorted(cand, teacher.node_choices(cand)))
-        v = teacher.select(state, self._rng)
-        est = state.est(v)
-        d = teacher.choose_device(state, v, self._rng, est)
-        rel = est - est.min()
+        cand = self._candidates()
+        sel_scores, sel_probs, v = self._cp_node(cand)
+        est = self._state.est(v)
+        plc_scores, plc_probs, d = self._cp_device(est)
         c = float(self._mean_compute[v])
         if self.plc_view == "softmax" and c > 0:
-            plc_probs = _softmax(-rel / c)
-        else:
-            plc_probs = _uniform_on(self.num_devices, teacher.device_choices(est))
-        info = StepInfo(
-            state.num_assigned, cand, scores, sel_probs, v, -est, plc_probs, d, np.empty(0)
-        )
-        state.assign(v, d, est)
-        return info._replace(device=state.device.copy())
+            plc_probs = _softmax(-(est - est.min()) / c)
+        t = self._state.num_assigned
+        self._state.assign(v, d, est)
+        device = self._state.device.copy()
+        return StepInfo(t, cand, sel_scores, sel_probs, v, plc_scores, plc_probs, d, device)
 
     def placement(self) -> Placement:
-        return self._state.placement(self.name).validate(self.graph, self.num_devices)
+        return self._placement(self.name)
 
 
-class PolicyStepper:
+class PolicyStepper(_ScheduleStepper):
     """A learned policy's greedy episode as an :class:`EpisodeStepper`: the same decisions as
     its greedy rollout (:func:`doppler_lab.policies.rollout.run_episodes` with ``GREEDY``).
 
     SEL: learned scores (the policy's static per-node scores, softmax over the candidates), the
-    Critical Path rule (``sel-only`` ablations keep PLC learned: b-levels, uniform over ties), or
-    the topological order (Placeto, GDP: one-hot). PLC: the policy's logits over the devices and
-    their softmax, or the Critical Path rule (``plc-only``: ``-EST``, uniform over ties). A learned
+    Critical Path rule (``plc-only`` ablation: b-levels, uniform over ties), or the topological
+    order (Placeto, GDP: one-hot). PLC: the policy's logits over the devices and their softmax,
+    or the Critical Path rule (``sel-only`` ablation: ``-EST``, uniform over ties). A learned
     placer's placement is the best of this greedy episode and K sampled ones, so it can differ.
 
     Args:
@@ -529,6 +550,7 @@ class PolicyStepper:
         self.name = name or policy.kind
         cfg = policy.config
         self.ctx = GraphContext(graph, cluster, cfg.layout, cfg.timing)
+        self._teacher = self.ctx.teacher
         self.sel_label = {"learned": "SEL score", "topo": "-topological position"}.get(
             policy.sel_mode, "b-level (CP rule)"
         )
@@ -558,66 +580,47 @@ class PolicyStepper:
         stack.enter_context(flush_denormal())
         return stack
 
-    @property
-    def num_steps(self) -> int:
-        return int(self.graph.compute_nodes.size)
-
-    @property
-    def done(self) -> bool:
-        return self._state.done
-
     def reset(self) -> None:
         self._state = self.ctx.new_state()
         self._rng = np.random.default_rng(self.seed)
-        self._pstate = (
-            self.policy.plc_begin(self.ctx, self._enc, 1)
-            if self.policy.plc_mode == "learned"
-            else None
-        )
+        learned_plc = self.policy.plc_mode == "learned"
+        with self._no_grad():
+            self._pstate = self.policy.plc_begin(self.ctx, self._enc, 1) if learned_plc else None
 
     def step(self) -> StepInfo:
-        state, teacher, local = self._state, self.ctx.teacher, self.ctx.features.local
-        if state.done:
-            raise PlacementError(f"episode of {self.name!r} is done ({self.num_steps} steps)")
+        with self._no_grad():  # the PLC state must not record autograd history
+            return self._step()
+
+    def _step(self) -> StepInfo:
+        state, local = self._state, self.ctx.features.local
+        cand = self._candidates()
         t = state.num_assigned
-        cand = state.candidates()
         if self.policy.sel_mode == "topo":
             v = int(self.ctx.topo_global[t])
-            sel_scores = -self._topo_pos[cand]
-            sel_probs = (cand == v).astype(float)
+            sel_scores, sel_probs = -self._topo_pos[cand], (cand == v).astype(float)
         elif self._sel is not None:
             sel_scores = np.asarray(self._sel[local[cand]], dtype=np.float64)
             sel_probs = _softmax(sel_scores)
             v = int(cand[int(np.argmax(sel_scores))])
         else:
-            ties = teacher.node_choices(cand)
-            sel_scores = teacher.b_level[cand]
-            sel_probs = _uniform_on(cand.size, np.searchsorted(cand, ties))
-            v = int(self._rng.choice(ties))
+            sel_scores, sel_probs, v = self._cp_node(cand)
         est = state.est(v)
-        if self._pstate is not None:
+        if self._pstate is None:
+            plc_scores, plc_probs, d = self._cp_device(est)
+        else:
             feats = self.ctx.normalize(self.ctx.raw_device_features(state, v, est)[None])
-            with self._no_grad():
-                logits = self.policy.plc_logits(
-                    self.ctx, self._enc, self._pstate, local[[v]], feats
-                )
+            logits = self.policy.plc_logits(self.ctx, self._enc, self._pstate, local[[v]], feats)
             plc_scores = np.asarray(logits, dtype=np.float64)[0]
             plc_probs = _softmax(plc_scores)
             d = int(np.argmax(plc_scores))
-        else:
-            ties = teacher.device_choices(est)
-            plc_scores = -est
-            plc_probs = _uniform_on(self.num_devices, ties)
-            d = int(self._rng.choice(ties))
         state.assign(v, d, est)
         if self._pstate is not None:
             self.policy.plc_observe(self._pstate, local[[v]], np.array([d]))
-        return StepInfo(
-            t, cand, sel_scores, sel_probs, v, plc_scores, plc_probs, d, state.device.copy()
-        )
+        device = state.device.copy()
+        return StepInfo(t, cand, sel_scores, sel_probs, v, plc_scores, plc_probs, d, device)
 
     def placement(self) -> Placement:
-        return self._state.placement(self.policy.kind).validate(self.graph, self.num_devices)
+        return self._placement(self.policy.kind)
 
 
 def run_episode(stepper: EpisodeStepper, max_steps: int | None = None) -> list[StepInfo]:

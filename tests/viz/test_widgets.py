@@ -40,7 +40,7 @@ def graph():
 @pytest.fixture(scope="module")
 def small():
     """A smaller graph for the learned policies (Placeto re-embeds at every step)."""
-    return build("chainmm", scale="tiny")
+    return build("random_dag", num_nodes=30, width=6, seed=1)
 
 
 @pytest.fixture(scope="module")
@@ -193,8 +193,18 @@ def test_make_stepper(graph, cluster):
 POLICY_KINDS = ("dual", "sel-only", "plc-only", "placeto", "gdp")
 
 
+@pytest.fixture
+def one_torch_thread():
+    """Tiny per-step torch ops: one thread avoids OpenMP contention on a busy machine."""
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("kind", POLICY_KINDS)
-def test_policy_stepper_replays_the_greedy_rollout(small, cluster, kind):
+def test_policy_stepper_replays_the_greedy_rollout(small, cluster, kind, one_torch_thread):
     graph = small
     torch = pytest.importorskip("torch")
     policies = pytest.importorskip("doppler_lab.policies.checkpoint")
@@ -219,7 +229,7 @@ def test_policy_stepper_replays_the_greedy_rollout(small, cluster, kind):
     assert (stepper.placement().device == rollout.placements[0].device).all()
 
 
-def test_learned_placer_steps_from_its_checkpoint(small, cluster, tmp_path):
+def test_learned_placer_steps_from_its_checkpoint(small, cluster, tmp_path, one_torch_thread):
     graph = small
     pytest.importorskip("torch")
     if "doppler" not in available_placers():
