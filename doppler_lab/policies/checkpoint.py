@@ -1,0 +1,164 @@
+"""Policy checkpoints: build a policy from its config, save it, load it back with checks.
+
+A checkpoint is a ``torch.save`` dict (loaded with ``weights_only=True``)::
+
+    {"format": "doppler_lab.policy", "version": 1,
+     "policy": {"kind", "config", "layout", "num_devices"},
+     "state_dict": ..., "meta": {how it was trained}, "train": {optional resume state}}
+
+Loading checks the policy kind, the feature layout (names of every feature) and the device
+count, and raises :class:`~doppler_lab.errors.CheckpointError` naming what differs. Fine-tuning to
+another device count is explicit (``allow_device_change=True``): the DOPPLER networks score each
+device with shared weights and load unchanged; Placeto's and GDP's device-sized layers are
+re-initialised.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import CheckpointError
+from .base import PlacementPolicy
+from .config import PolicyConfig
+from .features import LAYOUTS
+
+CHECKPOINT_FORMAT = "doppler_lab.policy"
+CHECKPOINT_VERSION = 1
+
+
+def make_policy(config: PolicyConfig, num_devices: int, seed: int = 0) -> PlacementPolicy:
+    """A freshly initialised policy; the weights depend only on ``seed`` (the global torch RNG
+    is left as it was)."""
+    from .doppler import DualPolicy
+    from .gdp import GDP
+    from .placeto import Placeto
+
+    cls = {"placeto": Placeto, "gdp": GDP}.get(config.kind, DualPolicy)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return cls(config, num_devices)
+
+
+def policy_header(policy: PlacementPolicy) -> dict[str, Any]:
+    """The identity of a policy as stored in its checkpoint."""
+    cfg = policy.config
+    return {
+        "kind": cfg.kind,
+        "config": cfg.to_dict(),
+        "layout": LAYOUTS[cfg.layout].to_dict(),
+        "num_devices": policy.num_devices,
+    }
+
+
+def save_checkpoint(
+    path: str | Path,
+    policy: PlacementPolicy,
+    meta: dict[str, Any] | None = None,
+    train: dict[str, Any] | None = None,
+) -> Path:
+    """Write ``policy`` (and optional resume state) to ``path`` atomically."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "policy": policy_header(policy),
+        "state_dict": policy.state_dict(),
+        "meta": meta or {},
+    }
+    if train is not None:
+        doc["train"] = train
+    tmp = p.with_name(p.name + ".tmp")
+    torch.save(doc, tmp)
+    os.replace(tmp, p)
+    return p
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The raw checkpoint dict of ``path`` (format and version checked)."""
+    p = Path(path)
+    if not p.exists():
+        raise CheckpointError(f"checkpoint {str(p)!r} does not exist")
+    try:
+        doc = torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises several types for foreign files
+        raise CheckpointError(f"checkpoint {str(p)!r} cannot be read: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(
+            f"{str(p)!r} is not a doppler_lab policy checkpoint (format "
+            f"{doc.get('format') if isinstance(doc, dict) else type(doc).__name__!r}, "
+            f"expected {CHECKPOINT_FORMAT!r})"
+        )
+    if doc.get("version") != CHECKPOINT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {str(p)!r} has version {doc.get('version')!r}, expected {CHECKPOINT_VERSION}"
+        )
+    return doc
+
+
+def _check_layout(path: str, saved: dict[str, Any]) -> None:
+    name = saved.get("name")
+    if name not in LAYOUTS:
+        raise CheckpointError(
+            f"checkpoint {path!r} uses feature layout {name!r}, which this version does not "
+            f"know; expected one of {sorted(LAYOUTS)}"
+        )
+    ours = LAYOUTS[name].to_dict()
+    for key in ("node", "edge", "device", "device_norm"):
+        if saved.get(key) != ours[key]:
+            raise CheckpointError(
+                f"checkpoint {path!r}: feature layout {name!r} has {key} features "
+                f"{saved.get(key)!r}, but this version's layout {name!r} has {ours[key]!r}"
+            )
+
+
+def load_policy(
+    path: str | Path,
+    kinds: Sequence[str] | None = None,
+    num_devices: int | None = None,
+    allow_device_change: bool = False,
+) -> tuple[PlacementPolicy, dict[str, Any]]:
+    """Load a policy; returns ``(policy, checkpoint dict)``.
+
+    Args:
+        path: the checkpoint.
+        kinds: accepted policy kinds (None: any).
+        num_devices: the device count it will run on (None: the saved one).
+        allow_device_change: fine-tune to another device count instead of failing.
+
+    Raises:
+        CheckpointError: another policy kind, feature layout or device count; a foreign file.
+    """
+    sp = str(path)
+    doc = read_checkpoint(path)
+    head = doc["policy"]
+    kind = head.get("kind")
+    if kinds is not None and kind not in kinds:
+        raise CheckpointError(
+            f"checkpoint {sp!r} holds a {kind!r} policy, expected {' or '.join(map(repr, kinds))}"
+        )
+    _check_layout(sp, head.get("layout", {}))
+    config = PolicyConfig.from_dict(dict(head["config"]))
+    saved_d = int(head["num_devices"])
+    d = saved_d if num_devices is None else int(num_devices)
+    if d != saved_d and not allow_device_change:
+        raise CheckpointError(
+            f"checkpoint {sp!r} was trained for {saved_d} devices, but the cluster has {d}; "
+            "fine-tuning to another device count is explicit (allow_device_change=True, "
+            "--allow-device-change)"
+        )
+    policy = make_policy(config, d)
+    state = doc["state_dict"]
+    if d == saved_d:
+        policy.load_state_dict(state)
+    else:
+        own = policy.state_dict()
+        keep = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
+        policy.load_state_dict(keep, strict=False)
+        doc.setdefault("meta", {})["reinitialised"] = sorted(set(own) - set(keep))
+    return policy, doc

@@ -1,0 +1,101 @@
+"""The configuration of a placement policy (frozen, validated; saved in every checkpoint)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from ..errors import ConfigError
+from ..schedule import TIMINGS
+from .encoder import EDGE_MODES
+from .features import LAYOUTS
+
+POLICY_KINDS: tuple[str, ...] = ("dual", "sel-only", "plc-only", "placeto", "gdp")
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """What a policy is; two checkpoints with different configs are different policies.
+
+    Attributes:
+        kind: ``dual`` (learned SEL and PLC), ``sel-only`` (PLC by the Critical Path rule),
+            ``plc-only`` (SEL by the Critical Path rule), ``placeto`` or ``gdp``.
+        layout: feature layout (:data:`doppler_lab.policies.features.LAYOUTS`).
+        timing: the episode state's timing model (``est`` or the released ``paper`` model);
+            device features are computed with it.
+        hidden: encoder width (DOPPLER), released 128.
+        head_hidden: width of the SEL/PLC heads' hidden layer, released 64.
+        mp_steps: message-passing rounds, released 6.
+        num_bases: edge-conditioned basis matrices (``edge_mode="basis"``).
+        edge_mode: ``basis`` (edge coefficients once per pass) or ``nnconv`` (released form).
+        edge_hidden: NNConv edge-network width (``edge_mode="nnconv"``), released 128.
+        shared_encoder: one encoder for SEL and PLC (released: two).
+        placeto_hidden: Placeto embedding width.
+        placeto_steps: Placeto message-passing rounds per direction (released 3).
+        gdp_hidden: GDP width (released 64).
+        gdp_heads: GDP attention heads (released 4).
+        gdp_segment: GDP Transformer-XL segment length (released 8).
+    """
+
+    kind: str = "dual"
+    layout: str = "doppler8"
+    timing: str = "est"
+    hidden: int = 64
+    head_hidden: int = 64
+    mp_steps: int = 4
+    num_bases: int = 8
+    edge_mode: str = "basis"
+    edge_hidden: int = 128
+    shared_encoder: bool = False
+    placeto_hidden: int = 8
+    placeto_steps: int = 3
+    gdp_hidden: int = 64
+    gdp_heads: int = 4
+    gdp_segment: int = 8
+
+    def __post_init__(self) -> None:
+        if self.kind not in POLICY_KINDS:
+            raise ConfigError(f"policy kind {self.kind!r}; expected one of {POLICY_KINDS}")
+        if self.layout not in LAYOUTS:
+            raise ConfigError(f"feature layout {self.layout!r}; expected one of {sorted(LAYOUTS)}")
+        if self.timing not in TIMINGS:
+            raise ConfigError(f"timing {self.timing!r}; expected one of {TIMINGS}")
+        if self.edge_mode not in EDGE_MODES:
+            raise ConfigError(f"edge_mode {self.edge_mode!r}; expected one of {EDGE_MODES}")
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.type == "int" and (not isinstance(v, int) or v < 1):
+                raise ConfigError(f"policy config {f.name} = {v!r}, expected an integer >= 1")
+        if self.gdp_hidden % self.gdp_heads:
+            raise ConfigError(
+                f"gdp_hidden {self.gdp_hidden} must be a multiple of gdp_heads {self.gdp_heads}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PolicyConfig:
+        known = {f.name for f in fields(cls)}
+        bad = sorted(set(d) - known)
+        if bad:
+            raise ConfigError(f"policy config has unknown field {bad[0]!r}")
+        return cls(**d)
+
+    def replace(self, **changes: Any) -> PolicyConfig:
+        return PolicyConfig(**{**self.to_dict(), **changes})
+
+
+POLICY_PRESETS: dict[str, PolicyConfig] = {
+    # ours: est timing, the extended device features, a cheap edge-conditioned message
+    "default": PolicyConfig(),
+    # the released architecture and features (two encoders, width 128, 6 steps, z-scored
+    # device features from the additive timing model), with our once-per-pass edge weights
+    "released": PolicyConfig(
+        layout="doppler5", timing="paper", hidden=128, head_hidden=64, mp_steps=6, num_bases=8
+    ),
+    # the released form exactly, NNConv edge network re-evaluated each step (speed reference)
+    "released-nnconv": PolicyConfig(
+        layout="doppler5", timing="paper", hidden=128, mp_steps=6, edge_mode="nnconv"
+    ),
+}

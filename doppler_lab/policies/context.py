@@ -1,0 +1,81 @@
+"""A graph on a cluster, prepared once for a policy: features, tensors, teacher, episode states."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..graph import DataflowGraph
+from ..hardware import Cluster, CostModel, make_cluster
+from ..placers.critical_path import CriticalPathTeacher
+from ..schedule import ListScheduleState, Timing
+from .features import (
+    FeatureLayout,
+    device_features,
+    get_layout,
+    graph_features,
+    normalize_device_features,
+)
+from .tensors import as_tensor
+
+
+class GraphContext:
+    """Everything about one graph on one cluster that a policy reads, built once.
+
+    Args:
+        graph: the graph.
+        cluster: a :class:`Cluster` or a preset name.
+        layout: the feature layout (or its name).
+        timing: the episode state's timing model.
+
+    Attributes:
+        features: the static :class:`~doppler_lab.policies.features.GraphFeatures`.
+        x, edge_index, edge_attr: torch tensors of the node features and message edges.
+        b_jumps, t_jumps: pointer-doubling tables as torch index tensors.
+        teacher: the Critical Path rules on this graph.
+        cache: static data that a policy kind derives from the graph, built on first use.
+    """
+
+    def __init__(
+        self,
+        graph: DataflowGraph,
+        cluster: Cluster | str,
+        layout: FeatureLayout | str,
+        timing: Timing = "est",
+    ):
+        self.graph = graph
+        self.cluster = make_cluster(cluster) if isinstance(cluster, str) else cluster
+        self.layout = get_layout(layout) if isinstance(layout, str) else layout
+        self.timing: Timing = timing
+        self.cost = CostModel(graph, self.cluster)
+        self.features = graph_features(graph, self.cost, self.layout)
+        self.teacher = CriticalPathTeacher(graph, self.cost)
+        f = self.features
+        self.x = as_tensor(f.x)
+        self.edge_index = as_tensor(f.edge_index)
+        self.edge_attr = as_tensor(f.edge_attr)
+        self.b_jumps = [as_tensor(j) for j in f.b_jumps]
+        self.t_jumps = [as_tensor(j) for j in f.t_jumps]
+        self.topo_global = f.nodes[f.topo]
+        self.cache: dict[str, Any] = {}  # per-policy-kind static data (e.g. Placeto's groups)
+
+    @property
+    def num_nodes(self) -> int:
+        """Compute nodes (= steps of an episode)."""
+        return self.features.num_nodes
+
+    @property
+    def num_devices(self) -> int:
+        return self.cluster.num_devices
+
+    def new_state(self) -> ListScheduleState:
+        return ListScheduleState(self.graph, self.cost, self.timing)
+
+    def raw_device_features(self, state: ListScheduleState, v: int, est: np.ndarray) -> np.ndarray:
+        """The layout's device features of global node ``v``, raw units, ``(D, F_dev)``."""
+        return device_features(state, v, self.layout, est)
+
+    def normalize(self, raw: np.ndarray) -> np.ndarray:
+        """Normalise raw device features ``(..., D, F)`` for the policy."""
+        return normalize_device_features(raw, self.layout, self.features.time_unit)

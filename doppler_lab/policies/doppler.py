@@ -1,0 +1,298 @@
+"""The DOPPLER dual policy: :class:`SelPolicy` (which node next), :class:`PlcPolicy` (which
+device), and :class:`DualPolicy` with the SEL-only and PLC-only ablations.
+
+Costs are arranged so an episode does one encoder pass and O(1) small tensor operations per
+step: SEL scores depend only on static quantities (node features, embeddings, path embeddings),
+so all n scores are computed once and a step is a softmax over the candidates' scores (numpy).
+PLC's first layer splits into a static node part (computed once per episode for every node), a
+device-feature part and a placed-set part; a step evaluates only the last two for D devices.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from .base import (
+    Episodes,
+    PlacementPolicy,
+    StepTerms,
+    device_terms,
+    masked_log_sum,
+    segment_log_softmax,
+)
+from .config import PolicyConfig
+from .context import GraphContext
+from .encoder import MPNNEncoder
+from .features import get_layout
+from .tensors import as_tensor
+
+
+def zscore_t(x: Tensor, dim: int, eps: float = 1e-6) -> Tensor:
+    """``(x - mean) / (std + eps)`` along ``dim`` (population std)."""
+    mean = x.mean(dim=dim, keepdim=True)
+    std = x.std(dim=dim, keepdim=True, unbiased=False)
+    return (x - mean) / (std + eps)
+
+
+def path_sum(emb: Tensor, jumps: list[Tensor]) -> Tensor:
+    """Sum of ``emb`` along each node's path, by pointer doubling (see
+    :func:`~doppler_lab.policies.features.pointer_doubling`).
+
+    Shapes:
+        - input: emb ``(n, C)``
+        - output: ``(n, C)``
+    """
+    s = torch.cat([emb, emb.new_zeros(1, emb.shape[1])])
+    for j in jumps:
+        s = s + s[j]
+    return s[:-1]
+
+
+def _leaky(x: Tensor) -> Tensor:
+    return F.leaky_relu(x, 0.1)
+
+
+def _encoder(cfg: PolicyConfig) -> MPNNEncoder:
+    layout = get_layout(cfg.layout)
+    return MPNNEncoder(
+        layout.node_dim,
+        layout.edge_dim,
+        cfg.hidden,
+        cfg.mp_steps,
+        cfg.num_bases,
+        cfg.edge_mode,
+        cfg.edge_hidden,
+    )
+
+
+class SelPolicy(nn.Module):
+    """Candidate scores: ``MLP([Linear(node feats), emb, b-path emb, t-path emb])``.
+
+    The b-path (t-path) embedding of v sums the embeddings along v's longest path to a sink
+    (from a source), z-scored over the graph. Scores are static within an episode.
+
+    Args:
+        config: the policy configuration.
+        encoder: an encoder to share, or None for its own.
+
+    Shapes:
+        - output of :meth:`forward`: ``(n,)`` one score per compute node
+    """
+
+    def __init__(self, config: PolicyConfig, encoder: MPNNEncoder | None = None):
+        super().__init__()
+        layout = get_layout(config.layout)
+        h = config.hidden
+        self.encoder = encoder if encoder is not None else _encoder(config)
+        self.node_lin = nn.Linear(layout.node_dim, h)
+        self.hidden_layer = nn.Linear(4 * h, config.head_hidden)
+        self.out = nn.Linear(config.head_hidden, 1)
+
+    def forward(self, ctx: GraphContext, emb: Tensor | None = None) -> Tensor:
+        e = self.encoder(ctx.x, ctx.edge_index, ctx.edge_attr) if emb is None else emb
+        b_path = zscore_t(path_sum(e, ctx.b_jumps), 0)
+        t_path = zscore_t(path_sum(e, ctx.t_jumps), 0)
+        z = torch.cat([_leaky(self.node_lin(ctx.x)), e, b_path, t_path], dim=1)
+        return self.out(_leaky(self.hidden_layer(z))).squeeze(-1)
+
+
+class PlcStatic(NamedTuple):
+    """PLC's static part of an episode.
+
+    Attributes:
+        emb: ``(n, C)`` node embeddings (summed into placed-set embeddings).
+        node_term: ``(n, H)`` the node's contribution to the first head layer.
+    """
+
+    emb: Tensor
+    node_term: Tensor
+
+
+class PlcPolicy(nn.Module):
+    """Device scores: ``MLP([Linear(device feats), Linear(node feats), emb(v), placed(d)])``
+    where ``placed(d)`` is the sum of the embeddings of the nodes already on d, z-scored over
+    the devices.
+
+    Args:
+        config: the policy configuration.
+        encoder: an encoder to share, or None for its own.
+
+    Shapes:
+        - :meth:`scores`: nodes ``(B,)``, feats ``(B, D, F)``, placed ``(B, D, C)`` ->
+          ``(B, D)``
+    """
+
+    def __init__(self, config: PolicyConfig, encoder: MPNNEncoder | None = None):
+        super().__init__()
+        layout = get_layout(config.layout)
+        h = config.hidden
+        self.hidden = h
+        self.encoder = encoder if encoder is not None else _encoder(config)
+        self.dev_lin = nn.Linear(layout.device_dim, h)
+        self.node_lin = nn.Linear(layout.node_dim, h)
+        self.hidden_layer = nn.Linear(4 * h, config.head_hidden)
+        self.out = nn.Linear(config.head_hidden, 1)
+
+    def static(self, ctx: GraphContext, emb: Tensor | None = None) -> PlcStatic:
+        e = self.encoder(ctx.x, ctx.edge_index, ctx.edge_attr) if emb is None else emb
+        h = self.hidden
+        w = self.hidden_layer.weight
+        node_term = (
+            _leaky(self.node_lin(ctx.x)) @ w[:, h : 2 * h].T
+            + e @ w[:, 2 * h : 3 * h].T
+            + self.hidden_layer.bias
+        )
+        return PlcStatic(e, node_term)
+
+    def scores(self, static: PlcStatic, nodes: Tensor, feats: Tensor, placed: Tensor) -> Tensor:
+        h = self.hidden
+        w = self.hidden_layer.weight
+        pre = (
+            _leaky(self.dev_lin(feats)) @ w[:, :h].T
+            + zscore_t(placed, -2) @ w[:, 3 * h :].T
+            + static.node_term[nodes].unsqueeze(-2)
+        )
+        return self.out(_leaky(pre)).squeeze(-1)
+
+
+class PlcHeadNumpy:
+    """:meth:`PlcPolicy.scores` in numpy for rollouts (float32 views of the live weights).
+
+    Shapes:
+        - call: node_term ``(B, H)``, feats ``(B, D, F)``, placed ``(B, D, C)`` -> ``(B, D)``
+    """
+
+    def __init__(self, plc: PlcPolicy):
+        h = plc.hidden
+        w = plc.hidden_layer.weight.detach().numpy()
+        self.dev_w = plc.dev_lin.weight.detach().numpy().T
+        self.dev_b = plc.dev_lin.bias.detach().numpy()
+        self.w_dev = np.ascontiguousarray(w[:, :h].T)
+        self.w_placed = np.ascontiguousarray(w[:, 3 * h :].T)
+        self.out_w = plc.out.weight.detach().numpy()[0]
+        self.out_b = float(plc.out.bias.detach().numpy()[0])
+
+    def __call__(self, node_term: np.ndarray, feats: np.ndarray, placed: np.ndarray) -> np.ndarray:
+        a = feats @ self.dev_w
+        a += self.dev_b
+        np.maximum(a, 0.1 * a, out=a)  # leaky relu
+        inv_d = 1.0 / placed.shape[-2]
+        diff = placed - np.add.reduce(placed, axis=-2, keepdims=True) * inv_d
+        std = np.sqrt(np.add.reduce(diff * diff, axis=-2, keepdims=True) * inv_d)
+        diff /= std + 1e-6
+        pre = a @ self.w_dev
+        pre += diff @ self.w_placed
+        pre += node_term[:, None, :]
+        np.maximum(pre, 0.1 * pre, out=pre)
+        return pre @ self.out_w + self.out_b
+
+
+class DualEncoding(NamedTuple):
+    """A :class:`DualPolicy`'s static part of an episode."""
+
+    sel_scores: Tensor | None
+    plc: PlcStatic | None
+
+
+class _PlacedSums:
+    """Per-rollout PLC state: placed-set sums ``(K, D, C)`` and the numpy head."""
+
+    def __init__(self, plc: PlcPolicy, static: PlcStatic, num_episodes: int, num_devices: int):
+        self.emb = static.emb.detach().numpy()
+        self.node_term = static.node_term.detach().numpy()
+        self.head = PlcHeadNumpy(plc)
+        self.sums = np.zeros((num_episodes, num_devices, self.emb.shape[1]), dtype=np.float32)
+
+
+class DualPolicy(PlacementPolicy):
+    """DOPPLER: learned SEL and PLC (``dual``), or one of them replaced by the Critical Path
+    rule (``sel-only``: PLC by the rule; ``plc-only``: SEL by the rule).
+
+    Args:
+        config: the policy configuration (``kind`` in ``dual``, ``sel-only``, ``plc-only``).
+        num_devices: the device count (the networks themselves work for any count).
+    """
+
+    def __init__(self, config: PolicyConfig, num_devices: int):
+        super().__init__(config, num_devices)
+        shared = _encoder(config) if config.shared_encoder else None
+        learns_sel = config.kind in ("dual", "sel-only")
+        learns_plc = config.kind in ("dual", "plc-only")
+        self.shared = shared
+        self.sel = SelPolicy(config, shared) if learns_sel else None
+        self.plc = PlcPolicy(config, shared) if learns_plc else None
+        self.sel_mode = "learned" if learns_sel else "cp"
+        self.plc_mode = "learned" if learns_plc else "cp"
+
+    def encode(self, ctx: GraphContext) -> DualEncoding:
+        emb = None
+        if self.shared is not None:
+            emb = self.shared(ctx.x, ctx.edge_index, ctx.edge_attr)
+        sel = self.sel(ctx, emb) if self.sel is not None else None
+        plc = self.plc.static(ctx, emb) if self.plc is not None else None
+        return DualEncoding(sel, plc)
+
+    def sel_scores(self, enc: DualEncoding) -> np.ndarray:
+        assert enc.sel_scores is not None
+        return enc.sel_scores.detach().numpy()
+
+    def plc_begin(self, ctx: GraphContext, enc: DualEncoding, num_episodes: int) -> _PlacedSums:
+        assert enc.plc is not None and self.plc is not None
+        return _PlacedSums(self.plc, enc.plc, num_episodes, ctx.num_devices)
+
+    def plc_logits(
+        self,
+        ctx: GraphContext,
+        enc: DualEncoding,
+        pstate: _PlacedSums,
+        nodes: np.ndarray,
+        feats: np.ndarray,
+    ) -> np.ndarray:
+        return pstate.head(pstate.node_term[nodes], feats, pstate.sums)
+
+    def plc_observe(self, pstate: _PlacedSums, nodes: np.ndarray, devices: np.ndarray) -> None:
+        pstate.sums[np.arange(nodes.size), devices] += pstate.emb[nodes]
+
+    def log_probs(self, ctx: GraphContext, enc: DualEncoding, episodes: Episodes) -> StepTerms:
+        k, t = episodes.num_episodes, episodes.num_steps
+        sel_logp = sel_ent = sel_tl = plc_logp = plc_ent = plc_tl = None
+        if enc.sel_scores is not None:
+            assert episodes.cand_ptr is not None and episodes.cand_idx is not None
+            counts = np.diff(episodes.cand_ptr)
+            seg = as_tensor(np.repeat(np.arange(k * t), counts))
+            cand = as_tensor(episodes.cand_idx)
+            logp_all, ent = segment_log_softmax(enc.sel_scores[cand], seg, k * t)
+            # position of the chosen node within its step's candidates
+            chosen = as_tensor(episodes.nodes.reshape(-1))
+            hit = cand == chosen[seg]
+            sel_logp = torch.zeros(k * t).index_add(0, seg[hit], logp_all[hit]).view(k, t)
+            sel_ent = ent.view(k, t)
+            if episodes.sel_teacher is not None:
+                mask = as_tensor(episodes.sel_teacher)
+                sel_tl = masked_log_sum(logp_all, mask, seg, k * t).view(k, t)
+        if enc.plc is not None:
+            assert self.plc is not None
+            nodes = as_tensor(episodes.nodes)
+            devs = as_tensor(episodes.devices)
+            emb = enc.plc.emb[nodes]  # (K, T, C)
+            onehot = F.one_hot(devs, ctx.num_devices)
+            contrib = onehot.unsqueeze(-1).to(emb.dtype) * emb.unsqueeze(-2)  # (K, T, D, C)
+            placed = torch.cumsum(contrib, dim=1) - contrib  # sums before each step
+            logits = self.plc.scores(enc.plc, nodes, as_tensor(episodes.dev_feats), placed)
+            plc_logp, plc_ent, plc_tl = device_terms(logits, devs, episodes.plc_teacher)
+        return StepTerms(sel_logp, plc_logp, sel_ent, plc_ent, sel_tl, plc_tl)
+
+    def param_groups(self) -> dict[str, list[nn.Parameter]]:
+        groups: dict[str, list[nn.Parameter]] = {}
+        if self.shared is not None:
+            return {"plc" if self.plc is not None else "sel": list(self.parameters())}
+        if self.sel is not None:
+            groups["sel"] = list(self.sel.parameters())
+        if self.plc is not None:
+            groups["plc"] = list(self.plc.parameters())
+        return groups

@@ -1,0 +1,321 @@
+"""Static node and edge features of a graph, and device-feature normalisation (numpy only).
+
+A learned policy sees the *compute-node subgraph*: input nodes are never placed, so they are
+dropped and nodes get local ids ``0..n-1`` (:attr:`GraphFeatures.nodes` maps local to global).
+
+Feature layouts (recorded in every checkpoint, checked on load):
+
+- ``doppler5`` (the released code): node features compute cost, b-level, t-level (including the
+  node's own cost), total incoming communication, total outgoing communication, each z-scored
+  over the graph; one edge feature (the communication cost of the edge, z-scored), messages in
+  both directions; the five device features of :mod:`doppler_lab.schedule`, z-scored over the
+  devices at each step.
+- ``doppler8`` (ours): the same node and edge features plus an edge direction flag; the five
+  device features in units of the graph's lower bound (start/finish times relative to the
+  earliest start of the node), plus three: the transfer time the node would wait for on the
+  device (incoming edges from other devices), the fraction of its predecessors' compute already
+  there, and a one-hot of the minimum earliest start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from numba import njit
+
+from ..errors import ConfigError
+from ..graph import DataflowGraph
+from ..hardware import CostModel
+from ..schedule import ListScheduleState
+
+NODE_FEATURES: tuple[str, ...] = ("compute", "b_level", "t_level", "in_comm", "out_comm")
+
+
+@dataclass(frozen=True)
+class FeatureLayout:
+    """Which features a policy reads; part of a checkpoint's identity.
+
+    Attributes:
+        name: the layout's name.
+        node: node feature names.
+        edge: edge feature names.
+        device: device feature names.
+        device_norm: ``zscore`` (over devices, per step) or ``scaled`` (lower-bound units).
+    """
+
+    name: str
+    node: tuple[str, ...]
+    edge: tuple[str, ...]
+    device: tuple[str, ...]
+    device_norm: str
+
+    def __post_init__(self) -> None:
+        if self.device_norm not in ("zscore", "scaled"):
+            raise ConfigError(
+                f"feature layout {self.name!r}: device_norm {self.device_norm!r}, "
+                "expected 'zscore' or 'scaled'"
+            )
+
+    @property
+    def node_dim(self) -> int:
+        return len(self.node)
+
+    @property
+    def edge_dim(self) -> int:
+        return len(self.edge)
+
+    @property
+    def device_dim(self) -> int:
+        return len(self.device)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "node": list(self.node),
+            "edge": list(self.edge),
+            "device": list(self.device),
+            "device_norm": self.device_norm,
+        }
+
+
+_DEV5 = ("load", "pred_compute", "pred_min_start", "pred_max_finish", "est")
+LAYOUTS: dict[str, FeatureLayout] = {
+    "doppler5": FeatureLayout("doppler5", NODE_FEATURES, ("comm",), _DEV5, "zscore"),
+    "doppler8": FeatureLayout(
+        "doppler8",
+        NODE_FEATURES,
+        ("comm", "backward"),
+        _DEV5 + ("wait_transfer", "pred_share", "is_min_est"),
+        "scaled",
+    ),
+}
+
+
+def get_layout(name: str) -> FeatureLayout:
+    """The :class:`FeatureLayout` called ``name``."""
+    if name not in LAYOUTS:
+        raise ConfigError(f"unknown feature layout {name!r}; expected one of {sorted(LAYOUTS)}")
+    return LAYOUTS[name]
+
+
+def zscore(x: np.ndarray, axis: int = 0, eps: float = 1e-6) -> np.ndarray:
+    """``(x - mean) / (std + eps)`` along ``axis`` (population std)."""
+    mean = x.mean(axis=axis, keepdims=True)
+    std = x.std(axis=axis, keepdims=True)
+    return (x - mean) / (std + eps)
+
+
+def _critical_next(n: int, src: np.ndarray, dst: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """For each node u, the ``dst`` of its edge (u -> dst) of largest ``value`` (ties: first
+    edge); ``n`` for nodes without edges."""
+    nxt = np.full(n, n, dtype=np.int64)
+    if src.size == 0:
+        return nxt
+    order = np.lexsort((np.arange(src.size), -value, src))
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = src[order][1:] != src[order][:-1]
+    pick = order[first]
+    nxt[src[pick]] = dst[pick]
+    return nxt
+
+
+def pointer_doubling(nxt: np.ndarray) -> list[np.ndarray]:
+    """Jump tables for summing along ``nxt`` chains in ``O(log L)`` gathers.
+
+    ``nxt`` has ``n`` entries in ``0..n`` (``n`` = end of chain). Returns ``[j_0, j_1, ...]`` with
+    ``j_k[i]`` the node ``2^k`` hops after ``i`` (a sentinel row ``n`` maps to itself), as many as
+    the longest chain needs. With ``S_0 = X`` (plus a zero sentinel row) and
+    ``S_{k+1} = S_k + S_k[j_k]``, the last ``S`` holds the sum of ``X`` along each chain.
+    """
+    n = nxt.size
+    jump = np.append(nxt, n).astype(np.int64)
+    tables = []
+    while np.any(jump[:n] != n):
+        tables.append(jump.copy())
+        jump = jump[jump]
+    return tables
+
+
+@dataclass(frozen=True, eq=False)
+class GraphFeatures:
+    """Static per-graph arrays of the compute-node subgraph (local ids).
+
+    Attributes:
+        graph: the graph.
+        nodes: ``(n,)`` global id of each local node.
+        local: ``(N,)`` local id of each global node (-1 for inputs).
+        x: ``(n, F_node)`` node features, float32, z-scored.
+        edge_index: ``(2, E')`` message edges (local ids; both directions).
+        edge_attr: ``(E', F_edge)`` edge features, float32.
+        b_level: ``(n,)`` raw b-levels (the teacher's priority).
+        b_jumps, t_jumps: pointer-doubling tables along each node's b-level (critical) path to a
+            sink and its t-level path from a source (see :func:`pointer_doubling`).
+        topo: ``(n,)`` local ids in topological order.
+        time_unit: the graph's makespan lower bound (raw units), the scale of ``scaled``
+            device features.
+    """
+
+    graph: DataflowGraph
+    nodes: np.ndarray
+    local: np.ndarray
+    x: np.ndarray
+    edge_index: np.ndarray
+    edge_attr: np.ndarray
+    b_level: np.ndarray
+    b_jumps: list[np.ndarray]
+    t_jumps: list[np.ndarray]
+    topo: np.ndarray
+    time_unit: float
+    layout: FeatureLayout
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.nodes.size)
+
+    @cached_property
+    def fwd_edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """Forward (dependency) edges among compute nodes, local ids."""
+        g = self.graph
+        keep = ~g.is_input[g.edge_src]
+        return self.local[g.edge_src[keep]], self.local[g.edge_dst[keep]]
+
+
+def graph_features(graph: DataflowGraph, cost: CostModel, layout: FeatureLayout) -> GraphFeatures:
+    """Node features, message edges and path tables of ``graph`` under ``cost``.
+
+    Shapes:
+        x: ``(n, layout.node_dim)``; edge_attr: ``(2 E_c, layout.edge_dim)`` where ``E_c`` is
+        the number of edges between compute nodes.
+    """
+    g = graph
+    nodes = g.compute_nodes.astype(np.int64)
+    n = nodes.size
+    local = np.full(g.num_nodes, -1, dtype=np.int64)
+    local[nodes] = np.arange(n)
+    w = cost.mean_compute
+    c = cost.mean_edge_cost
+    b = g.b_level(w, c)
+    t = g.t_level(w, c) + w  # the released t-level includes the node's own cost
+    keep = ~g.is_input[g.edge_src]
+    es, ed, ec = g.edge_src[keep], g.edge_dst[keep], c[keep]
+    in_comm = np.bincount(ed, weights=ec, minlength=g.num_nodes)
+    out_comm = np.bincount(es, weights=ec, minlength=g.num_nodes)
+    cols = {"compute": w, "b_level": b, "t_level": t, "in_comm": in_comm, "out_comm": out_comm}
+    x = np.stack([cols[k][nodes] for k in layout.node], axis=1)
+    x = zscore(x).astype(np.float32)
+    ls, ld = local[es], local[ed]
+    comm = zscore(ec.reshape(-1, 1)) if ec.size else ec.reshape(-1, 1)
+    fwd = {"comm": comm[:, 0], "backward": np.zeros(ec.size)}
+    bwd = {"comm": comm[:, 0], "backward": np.ones(ec.size)}
+    edge_index = np.concatenate([np.stack([ls, ld]), np.stack([ld, ls])], axis=1)
+    edge_attr = np.concatenate(
+        [np.stack([fwd[k] for k in layout.edge], 1), np.stack([bwd[k] for k in layout.edge], 1)]
+    ).astype(np.float32)
+    # critical successor (b-level path) and critical predecessor (t-level path), local ids
+    b_next = _critical_next(n, ls, ld, ec + b[ed])
+    t_val = g.t_level(w, c)[es] + w[es] + ec
+    t_next = _critical_next(n, ld, ls, t_val)
+    topo_global = g.topo_order[~g.is_input[g.topo_order]]
+    return GraphFeatures(
+        graph=g,
+        nodes=nodes,
+        local=local,
+        x=x,
+        edge_index=edge_index.astype(np.int64),
+        edge_attr=edge_attr.reshape(-1, layout.edge_dim),
+        b_level=b[nodes],
+        b_jumps=pointer_doubling(b_next),
+        t_jumps=pointer_doubling(t_next),
+        topo=local[topo_global],
+        time_unit=max(cost.lower_bound(), 1e-30),
+        layout=layout,
+    )
+
+
+def normalize_device_features(f: np.ndarray, layout: FeatureLayout, time_unit: float) -> np.ndarray:
+    """Normalise raw device features ``(..., D, F)`` for a policy (float32).
+
+    ``zscore``: per feature over the D devices. ``scaled``: times and loads divided by
+    ``time_unit``; start/finish times made relative to the smallest earliest start.
+    """
+    if layout.device_norm == "zscore":
+        return zscore(f, axis=-2).astype(np.float32)
+    out = f / time_unit
+    ref = out[..., 4:5].min(axis=-2, keepdims=True)
+    out[..., 2:5] -= ref
+    if f.shape[-1] > 5:
+        out[..., 6:] = f[..., 6:]  # shares and flags are unit-free
+    return out.astype(np.float32)
+
+
+@njit(cache=True)
+def _wait_transfer(
+    v, pred_ptr, pred_idx, pred_eid, is_input, device, fixed, nbytes, lat, inv_bw, out
+):  # pragma: no cover - compiled
+    ndev = out.shape[0]
+    for d in range(ndev):
+        out[d] = 0.0
+    for k in range(pred_ptr[v], pred_ptr[v + 1]):
+        u = pred_idx[k]
+        if is_input[u]:
+            continue
+        a = device[u]
+        e = pred_eid[k]
+        for d in range(ndev):
+            if d != a:
+                out[d] += fixed[e] + lat[a, d] + nbytes[e] * inv_bw[a, d]
+
+
+def device_features(
+    state: ListScheduleState, v: int, layout: FeatureLayout, est: np.ndarray | None = None
+) -> np.ndarray:
+    """The layout's raw device features of node ``v`` in ``state``, ``(D, F_dev)``."""
+    base = state.device_features(v, est)
+    if layout.device_dim == 5:
+        return base
+    return extended_device_features(state.graph, state.cost, state.device, v, base)
+
+
+def extended_device_features(
+    graph: DataflowGraph, cost: CostModel, device: np.ndarray, v: int, base: np.ndarray
+) -> np.ndarray:
+    """The ``doppler8`` device features of node ``v``: ``base`` (the five of
+    :meth:`~doppler_lab.schedule.ListScheduleState.device_features`, ``(D, 5)``) and three more.
+
+    Args:
+        graph: the graph.
+        cost: its cost model.
+        device: ``(N,)`` current device per node (-1: unassigned).
+        v: the node being placed.
+        base: its five base features, raw units.
+
+    Returns:
+        ``(D, 8)``: base, the transfer time ``v`` would wait for on each device (sum over its
+        predecessors on other devices), the share of its predecessors' compute on each device,
+        and 1 where the earliest start is smallest.
+    """
+    d = base.shape[0]
+    out = np.empty((d, 8))
+    out[:, :5] = base
+    wait = np.empty(d)
+    _wait_transfer(
+        v,
+        graph.pred_ptr,
+        graph.pred_idx,
+        graph.pred_eid,
+        graph.is_input,
+        device,
+        cost.edge_fixed,
+        cost.edge_bytes,
+        cost.latency,
+        cost.inv_bandwidth,
+        wait,
+    )
+    out[:, 5] = wait
+    total = base[:, 1].sum()
+    out[:, 6] = base[:, 1] / total if total > 0 else 0.0
+    est = base[:, 4]
+    out[:, 7] = est <= est.min() * (1 + 1e-9)
+    return out

@@ -1,0 +1,68 @@
+"""Shipped pretrained checkpoints (``data/checkpoints/`` of the repository).
+
+:func:`checkpoint_dirs` finds them whether the package is installed editable (the repository's
+``data/checkpoints``) or not (a copy under the package's ``data/checkpoints``, under
+``<prefix>/share/doppler_lab/checkpoints``, or a folder named by ``DOPPLER_LAB_CHECKPOINTS``).
+Each checkpoint ``NAME.pt`` is described in ``index.json`` beside it (how it was trained).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import CheckpointError
+
+ENV_VAR = "DOPPLER_LAB_CHECKPOINTS"
+
+
+def checkpoint_dirs() -> list[Path]:
+    """Folders searched for shipped checkpoints, in order (existing ones only)."""
+    pkg = Path(__file__).resolve().parents[1]
+    cands = []
+    if os.environ.get(ENV_VAR):
+        cands.append(Path(os.environ[ENV_VAR]))
+    cands += [
+        pkg / "data" / "checkpoints",
+        pkg.parent / "data" / "checkpoints",  # editable install / source checkout
+        Path(sys.prefix) / "share" / "doppler_lab" / "checkpoints",
+        Path.cwd() / "data" / "checkpoints",
+    ]
+    out: list[Path] = []
+    for c in cands:
+        if c.is_dir() and c.resolve() not in [o.resolve() for o in out]:
+            out.append(c)
+    return out
+
+
+def list_checkpoints() -> dict[str, dict[str, Any]]:
+    """Shipped checkpoints by name, with their ``index.json`` record (and ``path``)."""
+    found: dict[str, dict[str, Any]] = {}
+    for d in checkpoint_dirs():
+        index = {}
+        if (d / "index.json").exists():
+            index = json.loads((d / "index.json").read_text()).get("checkpoints", {})
+        for p in sorted(d.glob("*.pt")):
+            if p.stem not in found:
+                found[p.stem] = {**index.get(p.stem, {}), "path": str(p)}
+    return found
+
+
+def resolve_checkpoint(spec: str | Path) -> Path:
+    """A checkpoint path from a path or the name of a shipped checkpoint."""
+    p = Path(spec)
+    if p.suffix == ".pt" or p.exists():
+        if not p.exists():
+            raise CheckpointError(f"checkpoint {str(p)!r} does not exist")
+        return p
+    shipped = list_checkpoints()
+    if str(spec) in shipped:
+        return Path(shipped[str(spec)]["path"])
+    names = ", ".join(sorted(shipped)) or "none found"
+    raise CheckpointError(
+        f"checkpoint {str(spec)!r} is neither a file nor a shipped checkpoint (shipped: {names}; "
+        f"searched {', '.join(str(d) for d in checkpoint_dirs()) or 'no folder'})"
+    )

@@ -1,0 +1,222 @@
+"""Training configuration (frozen, validated, saved next to every run) and presets."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from ..errors import ConfigError
+from ..sim import SEMANTICS
+
+STAGES: tuple[str, ...] = ("imitation", "sim", "real")
+LR_SCHEDULES: tuple[str, ...] = ("constant", "linear", "cosine")
+BASELINES: tuple[str, ...] = ("batch", "ema", "mean")
+ADVANTAGES: tuple[str, ...] = ("relative", "raw", "std")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training stage (cleanrl style: every knob here, nothing hidden in the loop).
+
+    Attributes:
+        stage: ``imitation`` (Stage I: imitate the Critical Path teacher at the states the policy
+            visits), ``sim`` (Stage II: REINFORCE on simulated makespans) or ``real``
+            (Stage III: REINFORCE on measured makespans).
+        episodes: episodes in the stage (in ``sim``/``real``: cost evaluations).
+        episodes_per_update: K episodes share one encoder pass and one update.
+        lr: learning rate of both optimisers (SEL and PLC get separate Adam optimisers).
+        lr_sel: SEL's learning rate if different (None: ``lr``).
+        lr_schedule: ``constant``, ``linear`` or ``cosine`` decay over the stage.
+        lr_final: the final rate as a fraction of the initial one.
+        epsilon_start: probability of a uniform random action at the start.
+        epsilon_end: ... at the end (linear in between).
+        teacher_start: probability of taking the teacher's action at the start (DAgger mixing).
+        teacher_end: ... at the end.
+        explore: ``sample`` (act by sampling the policy) or ``greedy`` (its argmax; released).
+        sel_temperature: SEL's sampling temperature (0: greedy selection while PLC explores).
+        plc_temperature: PLC's sampling temperature.
+        entropy_coef: weight of the entropy bonus.
+        imitation_coef: weight of the teacher log-likelihood (Stage I; may be > 0 in Stage II).
+        pg_coef: weight of the policy-gradient term (0 in Stage I).
+        gamma: the released discount of the terminal reward, ``G_t = gamma^(T-1-t) R``.
+        baseline: ``batch`` (leave-one-out mean of the update's episodes), ``ema`` (moving
+            average) or ``mean`` (running mean of all costs: released).
+        baseline_decay: EMA decay per update.
+        advantage: ``relative`` ((baseline - cost) / baseline), ``raw`` (baseline - cost) or
+            ``std`` (divided by the batch's standard deviation).
+        step_baseline: with the ``batch`` baseline, judge step t's actions by the cost added
+            after t (cost minus the makespan of the state's own schedule before t), compared
+            across the batch at the same step: a state-dependent baseline (unbiased).
+        sil_coef: weight of self-imitation: the log-likelihood of the best episodes found so far
+            on the graph (their recorded states), as in self-imitation learning (0: off).
+        sil_size: how many best episodes per graph self-imitation keeps.
+        grad_clip: max gradient norm per optimiser (0: off).
+        semantics: simulator semantics of the cost (``sim`` stage and monitoring).
+        noise: simulator duration noise sigma.
+        repeats: real-system timed runs per cost evaluation (``real`` stage).
+        seed: the run's seed (initial weights, rollouts, noise).
+        checkpoint_every: updates between checkpoints (the run resumes from the last one).
+        eval_every: updates between greedy evaluations (0: never); not counted as episodes.
+    """
+
+    stage: str = "sim"
+    episodes: int = 2000
+    episodes_per_update: int = 16
+    lr: float = 1e-3
+    lr_sel: float | None = None
+    lr_schedule: str = "cosine"
+    lr_final: float = 0.1
+    epsilon_start: float = 0.0
+    epsilon_end: float = 0.0
+    teacher_start: float = 0.0
+    teacher_end: float = 0.0
+    explore: str = "sample"
+    sel_temperature: float = 1.0
+    plc_temperature: float = 1.0
+    entropy_coef: float = 1e-3
+    imitation_coef: float = 0.0
+    pg_coef: float = 1.0
+    gamma: float = 1.0
+    baseline: str = "batch"
+    baseline_decay: float = 0.9
+    advantage: str = "std"
+    step_baseline: bool = True
+    sil_coef: float = 0.0
+    sil_size: int = 4
+    grad_clip: float = 1.0
+    semantics: str = "paper"
+    noise: float = 0.0
+    repeats: int = 3
+    seed: int = 0
+    checkpoint_every: int = 10
+    eval_every: int = 0
+
+    def __post_init__(self) -> None:
+        choices = {
+            "stage": STAGES,
+            "lr_schedule": LR_SCHEDULES,
+            "explore": ("sample", "greedy"),
+            "baseline": BASELINES,
+            "advantage": ADVANTAGES,
+            "semantics": SEMANTICS,
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(
+                    f"train config {name} = {getattr(self, name)!r}, expected one of {allowed}"
+                )
+        for name in ("episodes", "episodes_per_update", "repeats", "checkpoint_every", "sil_size"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"train config {name} = {v!r}, expected an integer >= 1")
+        if not isinstance(self.eval_every, int) or self.eval_every < 0:
+            raise ConfigError(f"train config eval_every = {self.eval_every!r}, expected >= 0")
+        for name in ("epsilon_start", "epsilon_end", "teacher_start", "teacher_end", "lr_final"):
+            v = getattr(self, name)
+            if not 0.0 <= v <= 1.0:
+                raise ConfigError(f"train config {name} = {v!r}, expected a value in [0, 1]")
+        for name in ("baseline_decay", "gamma"):
+            v = getattr(self, name)
+            if not 0.0 < v <= 1.0:
+                raise ConfigError(f"train config {name} = {v!r}, expected a value in (0, 1]")
+        for name in ("lr", "lr_sel"):
+            v = getattr(self, name)
+            if v is not None and not v > 0:
+                raise ConfigError(f"train config {name} = {v!r}, expected > 0")
+        for name in (
+            "entropy_coef",
+            "imitation_coef",
+            "pg_coef",
+            "grad_clip",
+            "noise",
+            "sil_coef",
+            "sel_temperature",
+            "plc_temperature",
+        ):
+            v = getattr(self, name)
+            if not v >= 0:
+                raise ConfigError(f"train config {name} = {v!r}, expected >= 0")
+        if self.stage == "imitation" and self.imitation_coef == 0:
+            raise ConfigError("train config: stage 'imitation' needs imitation_coef > 0")
+        if self.stage != "imitation" and self.pg_coef == 0 and self.imitation_coef == 0:
+            raise ConfigError(
+                f"train config: stage {self.stage!r} needs pg_coef or imitation_coef > 0"
+            )
+
+    @property
+    def updates(self) -> int:
+        """Number of updates (the last one may have fewer episodes)."""
+        return -(-self.episodes // self.episodes_per_update)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        bad = sorted(set(d) - known)
+        if bad:
+            raise ConfigError(f"train config has unknown field {bad[0]!r}")
+        return cls(**d)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        return TrainConfig(**{**self.to_dict(), **changes})
+
+
+# the released Stage II/III settings (config_files/run_doppler/rl_*_learning.json)
+_RELEASED_RL = TrainConfig(
+    stage="sim",
+    episodes=2000,
+    episodes_per_update=1,
+    lr=1e-4,
+    lr_schedule="constant",
+    epsilon_start=0.2,
+    epsilon_end=0.0,
+    explore="greedy",
+    entropy_coef=0.0,
+    gamma=0.99,
+    baseline="mean",
+    advantage="raw",
+    step_baseline=False,
+    grad_clip=0.0,
+)
+
+TRAIN_PRESETS: dict[str, TrainConfig] = {
+    # ours: DAgger-style imitation with teacher mixing, batched episodes
+    "imitation": TrainConfig(
+        stage="imitation",
+        episodes=400,
+        episodes_per_update=8,
+        lr=3e-3,
+        teacher_start=0.5,
+        teacher_end=0.0,
+        entropy_coef=1e-3,
+        imitation_coef=1.0,
+        pg_coef=0.0,
+    ),
+    # ours: REINFORCE with many sampled episodes per update and a leave-one-out baseline
+    "sim": TrainConfig(stage="sim", episodes=3600, episodes_per_update=16, lr=1e-3),
+    "real": TrainConfig(stage="real", episodes=400, episodes_per_update=4, lr=3e-4),
+    # the released settings (config_files/run_doppler/*.json): one episode per update,
+    # epsilon-greedy around the argmax, running-mean baseline, constant rate (the released
+    # decay never reached the optimiser)
+    "released-imitation": _RELEASED_RL.replace(
+        stage="imitation",
+        lr=1e-3,
+        epsilon_start=1.0,
+        entropy_coef=1e-3,
+        imitation_coef=1.0,
+        pg_coef=0.0,
+    ),
+    "released-sim": _RELEASED_RL.replace(stage="sim"),
+    "released-real": _RELEASED_RL.replace(stage="real", episodes=4000),
+}
+
+
+def preset(name: str, **changes: Any) -> TrainConfig:
+    """A preset of :data:`TRAIN_PRESETS` with ``changes`` applied."""
+    if name not in TRAIN_PRESETS:
+        raise ConfigError(
+            f"unknown training preset {name!r}; expected one of {sorted(TRAIN_PRESETS)}"
+        )
+    return TRAIN_PRESETS[name].replace(**changes)

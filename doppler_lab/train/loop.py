@@ -1,0 +1,581 @@
+"""The training loop shared by Stage I (imitation), Stage II (REINFORCE in the simulator) and
+Stage III (REINFORCE on the real system): only the cost function and the loss weights differ.
+
+One update: pick the next graph (round robin), encode it once, roll out K episodes, evaluate
+their costs (one batched call), then recompute the log-probabilities of the actions taken with
+autograd and step the optimisers (one Adam per policy half). The loss per update::
+
+    pg_coef * mean_k,t[-A_k gamma^(T-1-t) (log pi_sel + log pi_plc)]
+    - imitation_coef * mean_k,t[log pi(teacher's choices)]
+    - entropy_coef * mean_k,t[H_sel + H_plc]
+
+A run directory holds ``config.json`` (the frozen configs), ``metrics.csv``,
+``checkpoints/last.pt`` (weights, optimisers, schedules, every RNG state, counters) and, at the
+end, ``policy.pt`` and ``summary.json``. Restarting a run in the same directory resumes from
+the last checkpoint: the metrics rows after it are dropped and recomputed, so an interrupted run
+ends with the same rows and weights as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..errors import CheckpointError, ConfigError
+from ..graph import DataflowGraph
+from ..hardware import Cluster
+from ..policies.base import Episodes, PlacementPolicy, StepTerms
+from ..policies.checkpoint import load_policy, make_policy, read_checkpoint, save_checkpoint
+from ..policies.config import PolicyConfig
+from ..policies.context import GraphContext
+from ..policies.rollout import GREEDY, ActionMode, run_episodes
+from ..policies.tensors import as_tensor, flush_denormal
+from .config import TrainConfig
+from .costs import CostFunction, SimulatorCost, evaluate_costs, make_executor_cost
+from .metrics import MetricsLog
+
+METRICS: tuple[str, ...] = (
+    "cost_mean",
+    "cost_min",
+    "cost_best",
+    "baseline",
+    "loss",
+    "sel_entropy",
+    "plc_entropy",
+    "sel_teacher_prob",
+    "plc_teacher_prob",
+    "grad_norm",
+    "lr_sel",
+    "lr_plc",
+    "epsilon",
+    "teacher",
+    "greedy_cost",
+)
+
+Callback = Callable[["Trainer", dict[str, Any]], None]
+
+
+def metric_columns(stage: str) -> list[str]:
+    """The CSV header of a stage's metrics."""
+    return ["update", "episode", "graph"] + [f"{stage}/{m}" for m in METRICS]
+
+
+def _lerp(a: float, b: float, f: float) -> float:
+    return a + (b - a) * f
+
+
+def lr_factor(schedule: str, final: float, update: int, updates: int) -> float:
+    """Multiplier of the initial learning rate at ``update`` (0-based) of ``updates``."""
+    f = update / max(updates - 1, 1)
+    if schedule == "linear":
+        return 1.0 - (1.0 - final) * f
+    if schedule == "cosine":
+        return final + (1.0 - final) * 0.5 * (1.0 + math.cos(math.pi * f))
+    return 1.0
+
+
+@dataclass
+class _Baseline:
+    """Per-graph cost statistics for the baseline."""
+
+    total: float = 0.0
+    count: int = 0
+    ema: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"total": self.total, "count": self.count, "ema": self.ema}
+
+
+def advantages(
+    costs: np.ndarray,
+    state: _Baseline,
+    kind: str,
+    decay: float,
+    norm: str,
+    partial: np.ndarray | None = None,
+) -> tuple[np.ndarray, float]:
+    """Advantages (higher = better than the baseline) and the mean baseline.
+
+    ``batch``: each episode's baseline is the mean of the others' costs (needs K >= 2; falls back
+    to ``ema``); ``ema``: a moving average of past batch means (the first batch's mean to
+    start); ``mean``: the running mean of every cost so far, this batch included (released).
+    With ``partial`` ``(K, T)`` (and the batch baseline) step t is judged by the cost added
+    from t on, ``cost - partial[:, t]``, against the other episodes at the same step; the
+    result is then ``(K, T)``, else ``(K,)``. ``state`` is updated.
+    """
+    k = costs.size
+    mean = float(costs.mean())
+    if kind == "batch" and k >= 2:
+        r = costs[:, None] - partial if partial is not None else costs[:, None]
+        base = (r.sum(axis=0) - r) / (k - 1)
+        adv = base - r
+        base_mean = mean
+        spread = float(r.std(axis=0).mean())
+        ref = mean
+    else:
+        if kind == "mean":
+            state.total += float(costs.sum())
+            state.count += k
+            ref = state.total / state.count
+        else:
+            ref = mean if state.ema is None else state.ema
+        adv = (ref - costs)[:, None]
+        base_mean = ref
+        spread = float(costs.std())
+    state.ema = mean if state.ema is None else decay * state.ema + (1 - decay) * mean
+    if norm == "relative" or (norm == "std" and k < 2):
+        adv = adv / max(ref, 1e-30)
+    elif norm == "std":
+        adv = adv / (spread + 1e-8 * abs(mean) + 1e-30)
+    return (adv[:, 0] if adv.shape[1] == 1 else adv), base_mean
+
+
+def policy_loss(terms: StepTerms, adv: torch.Tensor, config: TrainConfig) -> torch.Tensor:
+    """The update's loss for one chunk of episodes (a sum over them; divide by K T outside).
+
+    Shapes:
+        - input: each term ``(K, T)``, adv ``(K,)`` or ``(K, T)``
+    """
+    logp = [x for x in (terms.sel_logp, terms.plc_logp) if x is not None]
+    t = logp[0].shape[1]
+    disc = config.gamma ** torch.arange(t - 1, -1, -1, dtype=logp[0].dtype)
+    loss = logp[0].new_zeros(())
+    if config.pg_coef:
+        a = adv if adv.dim() == 2 else adv[:, None]
+        loss = loss - config.pg_coef * (a * disc * sum(logp)).sum()
+    ents = [x for x in (terms.sel_entropy, terms.plc_entropy) if x is not None]
+    if config.entropy_coef:
+        loss = loss - config.entropy_coef * sum(e.sum() for e in ents)
+    tl = [x for x in (terms.sel_teacher_ll, terms.plc_teacher_ll) if x is not None]
+    if config.imitation_coef and tl:
+        loss = loss - config.imitation_coef * sum(x.sum() for x in tl)
+    return loss
+
+
+@dataclass
+class TrainResult:
+    """What a finished run returns.
+
+    Attributes:
+        policy: the trained policy.
+        rows: the metrics rows (the whole run, resumed parts included).
+        out_dir: the run directory (None for an in-memory run).
+        checkpoint: ``policy.pt`` of the run (None in memory).
+    """
+
+    policy: PlacementPolicy
+    rows: list[dict[str, Any]]
+    out_dir: Path | None
+    checkpoint: Path | None
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def _run_header(
+    config: TrainConfig,
+    policy_config: PolicyConfig,
+    graphs: Sequence[DataflowGraph],
+    cluster: Cluster,
+    init: str | None,
+) -> dict[str, Any]:
+    return {
+        "train": config.to_dict(),
+        "policy": policy_config.to_dict(),
+        "graphs": [g.name for g in graphs],
+        "graph_nodes": [g.num_nodes for g in graphs],
+        "cluster": cluster.name,
+        "num_devices": cluster.num_devices,
+        "init": init,
+    }
+
+
+class Trainer:
+    """One training stage over one or more graphs (see the module docstring).
+
+    Args:
+        config: the stage's configuration.
+        graphs: the training graphs (updates cycle through them).
+        cluster: the cluster (all graphs run on it).
+        policy: a policy config (fresh weights from ``config.seed``) or a policy object.
+        out_dir: the run directory (None: in memory, no checkpoints).
+        init: a checkpoint to start from (warm start; its policy config is used).
+        cost_fns: one cost function per graph (default: the stage's: simulator or executor).
+        callbacks: called after every update with ``(trainer, row)``; may raise to stop.
+        progress: show a tqdm bar.
+        allow_device_change: accept an ``init`` checkpoint trained on another device count.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        graphs: Sequence[DataflowGraph],
+        cluster: Cluster,
+        policy: PolicyConfig | PlacementPolicy | None = None,
+        out_dir: str | Path | None = None,
+        init: str | Path | None = None,
+        cost_fns: Sequence[CostFunction] | None = None,
+        callbacks: Sequence[Callback] = (),
+        progress: bool = True,
+        allow_device_change: bool = False,
+    ):
+        if not graphs:
+            raise ConfigError("training needs at least one graph")
+        if cost_fns is not None and len(cost_fns) != len(graphs):
+            raise ConfigError(f"{len(cost_fns)} cost functions for {len(graphs)} graphs")
+        self.config = config
+        self.graphs = list(graphs)
+        self.cluster = cluster
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.callbacks = list(callbacks)
+        self.progress = progress
+        self.init = str(init) if init is not None else None
+        d = cluster.num_devices
+        resume = self.out_dir is not None and (self.out_dir / "checkpoints" / "last.pt").exists()
+        if resume:
+            assert self.out_dir is not None
+            self.policy, doc = load_policy(self.out_dir / "checkpoints" / "last.pt", num_devices=d)
+            self._resume_doc: dict[str, Any] | None = doc
+        else:
+            self._resume_doc = None
+            if init is not None:
+                kinds = None
+                if isinstance(policy, PolicyConfig):
+                    kinds = [policy.kind]
+                self.policy, _ = load_policy(init, kinds, d, allow_device_change)
+            elif isinstance(policy, PlacementPolicy):
+                self.policy = policy
+            else:
+                self.policy = make_policy(policy or PolicyConfig(), d, config.seed)
+        pcfg = self.policy.config
+        self.header = _run_header(config, pcfg, self.graphs, cluster, self.init)
+        self.contexts = [GraphContext(g, cluster, pcfg.layout, pcfg.timing) for g in self.graphs]  # type: ignore[arg-type]
+        seeds = np.random.SeedSequence(config.seed).spawn(1 + len(self.graphs))
+        self.rng = np.random.default_rng(seeds[0])
+        if cost_fns is None:
+            cost_fns = [self._default_cost(g, s) for g, s in zip(self.graphs, seeds[1:])]
+        self.cost_fns = list(cost_fns)
+        groups = self.policy.param_groups()
+        lrs = {"sel": config.lr_sel or config.lr, "plc": config.lr}
+        self.optimizers = {k: torch.optim.Adam(ps, lr=lrs[k]) for k, ps in groups.items()}
+        u = config.updates
+        self.schedulers = {
+            k: torch.optim.lr_scheduler.LambdaLR(
+                opt, lambda i: lr_factor(config.lr_schedule, config.lr_final, i, u)
+            )
+            for k, opt in self.optimizers.items()
+        }
+        self.update = 0
+        self.baselines = [_Baseline() for _ in self.graphs]
+        self.best = [math.inf for _ in self.graphs]
+        self.elites: list[list[tuple[float, Episodes]]] = [[] for _ in self.graphs]
+        keep_rows = None
+        if self._resume_doc is not None:
+            keep_rows = self._restore(self._resume_doc)
+        self.columns = metric_columns(config.stage)
+        self.log: MetricsLog | None = None
+        if self.out_dir is not None:
+            self._write_header(resume)
+            self.log = MetricsLog(self.out_dir / "metrics.csv", self.columns, keep_rows)
+        self.rows: list[dict[str, Any]] = list(self.log.rows) if self.log else []
+
+    # -- setup -----------------------------------------------------------------------------
+    def _default_cost(self, graph: DataflowGraph, seed: np.random.SeedSequence) -> CostFunction:
+        c = self.config
+        if c.stage == "real":
+            return make_executor_cost(graph, self.cluster, c.repeats)
+        return SimulatorCost(graph, self.cluster, c.semantics, c.noise, seed)
+
+    def _write_header(self, resume: bool) -> None:
+        assert self.out_dir is not None
+        path = self.out_dir / "config.json"
+        if resume and path.exists():
+            saved = json.loads(path.read_text())
+            for key, value in self.header.items():
+                if key == "init":
+                    continue
+                now, was = json.loads(json.dumps(value)), saved.get(key)
+                if now != was:
+                    what = key
+                    if isinstance(now, dict) and isinstance(was, dict):
+                        diff = sorted(k for k in set(now) | set(was) if now.get(k) != was.get(k))
+                        what = f"{key}: " + ", ".join(
+                            f"{k} = {was.get(k)!r}, now {now.get(k)!r}" for k in diff
+                        )
+                    else:
+                        what = f"{key} = {was!r}, now {now!r}"
+                    raise ConfigError(
+                        f"run directory {str(self.out_dir)!r} holds a run with another "
+                        f"configuration ({what}); resume it unchanged or use a new --out"
+                    )
+            return
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.header, indent=1))
+
+    def _train_state(self) -> dict[str, Any]:
+        return {
+            "update": self.update,
+            "rows": len(self.rows),
+            "rng": self.rng.bit_generator.state,
+            "costs": [c.get_state() if hasattr(c, "get_state") else None for c in self.cost_fns],
+            "baselines": [b.to_dict() for b in self.baselines],
+            "best": list(self.best),
+            "elites": [[(c, e.to_state()) for c, e in el] for el in self.elites],
+            "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
+            "schedulers": {k: s.state_dict() for k, s in self.schedulers.items()},
+            "header": json.loads(json.dumps(self.header)),
+        }
+
+    def _restore(self, doc: dict[str, Any]) -> int:
+        state = doc.get("train")
+        if state is None:
+            raise CheckpointError("the run's last checkpoint has no training state to resume from")
+        self.update = int(state["update"])
+        self.rng.bit_generator.state = state["rng"]
+        for c, s in zip(self.cost_fns, state["costs"]):
+            if s is not None and hasattr(c, "set_state"):
+                c.set_state(s)
+        self.baselines = [_Baseline(**b) for b in state["baselines"]]
+        self.best = [float(b) for b in state["best"]]
+        self.elites = [
+            [(float(c), Episodes.from_state(e)) for c, e in el] for el in state["elites"]
+        ]
+        for k, o in self.optimizers.items():
+            o.load_state_dict(state["optimizers"][k])
+        for k, s in self.schedulers.items():
+            s.load_state_dict(state["schedulers"][k])
+        return int(state["rows"])
+
+    def save(self, path: str | Path, with_train_state: bool = True) -> Path:
+        """Write a checkpoint (with the resume state unless ``with_train_state`` is False)."""
+        meta = {
+            "stage": self.config.stage,
+            "graphs": self.header["graphs"],
+            "cluster": self.cluster.name,
+            "num_devices": self.cluster.num_devices,
+            "episodes": min(self.update * self.config.episodes_per_update, self.config.episodes),
+            "seed": self.config.seed,
+            "train_config": self.config.to_dict(),
+            "init": self.init,
+            "final": self.rows[-1] if self.rows else {},
+        }
+        return save_checkpoint(
+            path, self.policy, meta, self._train_state() if with_train_state else None
+        )
+
+    # -- the loop --------------------------------------------------------------------------
+    def _modes(self, frac: float) -> tuple[ActionMode, ActionMode, float, float]:
+        c = self.config
+        eps = _lerp(c.epsilon_start, c.epsilon_end, frac)
+        teach = _lerp(c.teacher_start, c.teacher_end, frac)
+        greedy = c.explore == "greedy"
+        sel = ActionMode(greedy, eps, teach, c.sel_temperature)
+        plc = ActionMode(greedy, eps, teach, c.plc_temperature)
+        return sel, plc, eps, teach
+
+    def _remember(self, gi: int, costs: np.ndarray, episodes: Episodes) -> None:
+        """Keep the best ``sil_size`` distinct episodes of graph ``gi`` (self-imitation)."""
+        el = self.elites[gi]
+        for k in np.argsort(costs, kind="stable"):
+            c = float(costs[k])
+            if len(el) >= self.config.sil_size and c >= el[-1][0]:
+                break
+            if any(np.array_equal(e.devices[0], episodes.devices[k]) for _, e in el):
+                continue
+            el.append((c, episodes.select(np.array([k]))))
+            el.sort(key=lambda x: x[0])
+            del el[self.config.sil_size :]
+
+    def _terms_and_backward(
+        self, gi: int, enc: Any, episodes: Episodes, adv: np.ndarray
+    ) -> tuple[float, dict[str, float]]:
+        """Recompute log-probabilities (chunked for memory-heavy policies) and backpropagate."""
+        ctx = self.contexts[gi]
+        k, t = episodes.num_episodes, episodes.num_steps
+        chunk = self.policy.eval_chunk or k
+        total = 0.0
+        stats: dict[str, float] = {}
+        sums: dict[str, float] = {}
+        if self.config.sil_coef > 0 and self.elites[gi]:
+            best = Episodes.concat([e for _, e in self.elites[gi]])
+            terms = self.policy.log_probs(ctx, enc, best)
+            ll = sum(x.sum() for x in (terms.sel_logp, terms.plc_logp) if x is not None)
+            sil = -self.config.sil_coef * ll / (best.num_episodes * t)
+            sil.backward(retain_graph=True)
+            total += float(sil.detach())
+        for lo in range(0, k, chunk):
+            rows = slice(lo, min(lo + chunk, k))
+            part = episodes if chunk >= k else episodes.select(rows)
+            terms = self.policy.log_probs(ctx, enc, part)
+            loss = policy_loss(terms, as_tensor(adv[rows]).float(), self.config) / (k * t)
+            loss.backward(retain_graph=lo + chunk < k)
+            total += float(loss.detach())
+            with torch.no_grad():
+                for name, x in (
+                    ("sel_entropy", terms.sel_entropy),
+                    ("plc_entropy", terms.plc_entropy),
+                    ("sel_teacher_prob", terms.sel_teacher_ll),
+                    ("plc_teacher_prob", terms.plc_teacher_ll),
+                ):
+                    if x is not None:
+                        v = x.exp() if name.endswith("prob") else x
+                        sums[name] = sums.get(name, 0.0) + float(v.sum())
+        for name, s in sums.items():
+            stats[name] = s / (k * t)
+        return total, stats
+
+    def _step(self) -> float:
+        norms = []
+        for name, opt in self.optimizers.items():
+            params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
+            if self.config.grad_clip > 0 and params:
+                norms.append(float(torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip)))
+            elif params:
+                norms.append(float(torch.norm(torch.stack([p.grad.norm() for p in params]))))
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            self.schedulers[name].step()
+        return float(np.sqrt(np.sum(np.square(norms)))) if norms else 0.0
+
+    def greedy_cost(self, graph_index: int = 0) -> float:
+        """Cost of the current policy's greedy rollout on graph ``graph_index``."""
+        ctx = self.contexts[graph_index]
+        with torch.no_grad():
+            enc = self.policy.encode(ctx)
+            ep = run_episodes(self.policy, ctx, enc, 1, self.rng, GREEDY, GREEDY)
+        return float(evaluate_costs(self.cost_fns[graph_index], ep.placements)[0])
+
+    def run(self) -> TrainResult:
+        """Train to the end of the stage (resuming if the run directory has a checkpoint)."""
+        with flush_denormal():
+            return self._run()
+
+    def _run(self) -> TrainResult:
+        c = self.config
+        k_max = c.episodes_per_update
+        stage = c.stage
+        lr_names = {"sel": "lr_sel", "plc": "lr_plc"}
+        done = min(self.update * k_max, c.episodes)
+        bar = tqdm(
+            total=c.episodes,
+            initial=done,
+            desc=f"{stage} {self.policy.kind}",
+            unit="ep",
+            disable=not self.progress,
+            leave=False,
+        )
+        try:
+            while self.update < c.updates:
+                u = self.update
+                gi = u % len(self.graphs)
+                ctx = self.contexts[gi]
+                k = min(k_max, c.episodes - u * k_max)
+                sel_mode, plc_mode, eps, teach = self._modes(u * k_max / c.episodes)
+                lrs = {lr_names[n]: o.param_groups[0]["lr"] for n, o in self.optimizers.items()}
+                enc = self.policy.encode(ctx)
+                episodes = run_episodes(
+                    self.policy, ctx, enc, k, self.rng, sel_mode, plc_mode, c.imitation_coef > 0
+                )
+                costs = evaluate_costs(self.cost_fns[gi], episodes.placements)
+                adv, base = advantages(
+                    costs,
+                    self.baselines[gi],
+                    c.baseline,
+                    c.baseline_decay,
+                    c.advantage,
+                    episodes.partial if c.step_baseline else None,
+                )
+                if c.sil_coef > 0:
+                    self._remember(gi, costs, episodes)
+                loss, stats = self._terms_and_backward(gi, enc, episodes, adv)
+                grad_norm = self._step()
+                self.best[gi] = min(self.best[gi], float(costs.min()))
+                self.update += 1
+                greedy = None
+                if c.eval_every and (self.update % c.eval_every == 0 or self.update == c.updates):
+                    greedy = self.greedy_cost(gi)
+                metrics = {
+                    "cost_mean": float(costs.mean()),
+                    "cost_min": float(costs.min()),
+                    "cost_best": self.best[gi],
+                    "baseline": base,
+                    "loss": loss,
+                    "grad_norm": grad_norm,
+                    "epsilon": eps,
+                    "teacher": teach,
+                    "greedy_cost": greedy,
+                    **stats,
+                    **lrs,
+                }
+                row = {
+                    "update": self.update,
+                    "episode": u * k_max + k,
+                    "graph": self.graphs[gi].name,
+                    **{f"{stage}/{m}": v for m, v in metrics.items()},
+                }
+                self.rows.append(row)
+                if self.log is not None:
+                    self.log.append(row)
+                if self.out_dir is not None and (
+                    self.update % c.checkpoint_every == 0 or self.update == c.updates
+                ):
+                    self.save(self.out_dir / "checkpoints" / "last.pt")
+                bar.update(k)
+                bar.set_postfix(cost=f"{costs.mean():.4g}", best=f"{self.best[gi]:.4g}")
+                for cb in self.callbacks:
+                    cb(self, row)
+        finally:
+            bar.close()
+        return self._finish()
+
+    def _finish(self) -> TrainResult:
+        ckpt = None
+        summary = {
+            "stage": self.config.stage,
+            "policy": self.policy.kind,
+            "graphs": self.header["graphs"],
+            "episodes": self.config.episodes,
+            "best_cost": dict(zip(self.header["graphs"], self.best)),
+            "final": self.rows[-1] if self.rows else {},
+        }
+        if self.out_dir is not None:
+            ckpt = self.save(self.out_dir / "policy.pt", with_train_state=False)
+            summary["checkpoint"] = str(ckpt)
+            (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        return TrainResult(self.policy, self.rows, self.out_dir, ckpt, summary)
+
+
+def train(
+    config: TrainConfig,
+    graphs: Sequence[DataflowGraph],
+    cluster: Cluster,
+    policy: PolicyConfig | PlacementPolicy | None = None,
+    out_dir: str | Path | None = None,
+    **options: Any,
+) -> TrainResult:
+    """Run one training stage (``Trainer(...).run()``; ``options`` are the other
+    :class:`Trainer` arguments); resumes if ``out_dir`` has a checkpoint.
+
+    Example:
+        >>> from doppler_lab.train import preset, train  # doctest: +SKIP
+        >>> result = train(preset("imitation", episodes=64), [graph], cluster)  # doctest: +SKIP
+    """
+    return Trainer(config, graphs, cluster, policy, out_dir, **options).run()
+
+
+def is_finished(out_dir: str | Path) -> bool:
+    """Whether the run in ``out_dir`` completed (its ``policy.pt`` exists and reads)."""
+    path = Path(out_dir) / "policy.pt"
+    if not path.exists():
+        return False
+    try:
+        read_checkpoint(path)
+    except CheckpointError:
+        return False
+    return True

@@ -1,0 +1,80 @@
+"""The metrics log: one CSV row per update, columns ``update``, ``episode``, ``graph`` and
+``stage/metric`` keys; resumable (rows after the last checkpoint are dropped on restart)."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import CheckpointError
+
+
+def _cell(v: Any) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return ""
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def _parse(v: str) -> Any:
+    if v == "":
+        return None
+    try:
+        f = float(v)
+    except ValueError:
+        return v
+    return int(f) if f.is_integer() and "." not in v and "e" not in v.lower() else f
+
+
+class MetricsLog:
+    """Append rows to ``path`` with a fixed header.
+
+    Args:
+        path: the CSV file.
+        columns: the header.
+        keep_rows: resume: keep the first ``keep_rows`` data rows of an existing file (which must
+            have the same header) and drop the rest; None starts a new file.
+    """
+
+    def __init__(self, path: str | Path, columns: Sequence[str], keep_rows: int | None = None):
+        self.path = Path(path)
+        self.columns = list(columns)
+        self.rows: list[dict[str, Any]] = []
+        if keep_rows is not None and self.path.exists():
+            old = read_rows(self.path)
+            with self.path.open(newline="") as fh:
+                header = next(csv.reader(fh), [])
+            if header != self.columns:
+                raise CheckpointError(
+                    f"metrics file {str(self.path)!r} has columns {header}, expected {self.columns}"
+                )
+            if len(old) < keep_rows:
+                raise CheckpointError(
+                    f"metrics file {str(self.path)!r} has {len(old)} rows but the checkpoint "
+                    f"was written after {keep_rows}"
+                )
+            self.rows = old[:keep_rows]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(self.columns)
+            for r in self.rows:
+                w.writerow([_cell(r.get(c)) for c in self.columns])
+
+    def append(self, row: dict[str, Any]) -> None:
+        bad = sorted(set(row) - set(self.columns))
+        if bad:
+            raise KeyError(f"metric {bad[0]!r} is not a column of {str(self.path)!r}")
+        self.rows.append(dict(row))
+        with self.path.open("a", newline="") as fh:
+            csv.writer(fh).writerow([_cell(row.get(c)) for c in self.columns])
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a metrics CSV, numbers parsed, empty cells None."""
+    with Path(path).open(newline="") as fh:
+        return [{k: _parse(v) for k, v in r.items()} for r in csv.DictReader(fh)]

@@ -1,0 +1,177 @@
+"""Training: determinism by seed, resume after a real interruption, schedules, improvement."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from doppler_lab.errors import CheckpointError, ConfigError
+from doppler_lab.hardware import make_cluster
+from doppler_lab.policies.config import PolicyConfig
+from doppler_lab.policies.placers import best_of_rollouts
+from doppler_lab.train import TrainConfig, Trainer, preset, read_rows, train
+from doppler_lab.train.loop import _Baseline, advantages, lr_factor
+from doppler_lab.workloads import build_from_spec
+
+SMALL = PolicyConfig(hidden=16, head_hidden=16, mp_steps=2, num_bases=4)
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return build_from_spec("chainmm:matrices=3,scale=0.001")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    return make_cluster("p100x4")
+
+
+def _weights(policy):
+    return {k: v.detach().clone() for k, v in policy.state_dict().items()}
+
+
+def _same_weights(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+
+
+def _sim(**kw):
+    return preset("sim", **{"episodes": 24, "episodes_per_update": 4, "semantics": "wc", **kw})
+
+
+def test_same_seed_same_run(graph, cluster):
+    cfg = _sim(sil_coef=0.5, noise=0.1)
+    a = train(cfg, [graph], cluster, SMALL, progress=False)
+    b = train(cfg, [graph], cluster, SMALL, progress=False)
+    assert a.rows == b.rows
+    _same_weights(_weights(a.policy), _weights(b.policy))
+    c = train(cfg.replace(seed=1), [graph], cluster, SMALL, progress=False)
+    assert c.rows != a.rows
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("stage", ["imitation", "sim"])
+def test_resume_after_interruption(tmp_path, graph, cluster, stage):
+    cfg = (
+        preset("imitation", episodes=24, episodes_per_update=4)
+        if stage == "imitation"
+        else _sim(sil_coef=0.5, noise=0.1)
+    ).replace(checkpoint_every=2)
+    full = train(cfg, [graph], cluster, SMALL, out_dir=tmp_path / "full", progress=False)
+
+    def stop_after_5(trainer, row):
+        if row["update"] == 5:
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        train(
+            cfg, [graph], cluster, SMALL, tmp_path / "cut", callbacks=[stop_after_5], progress=False
+        )
+    # killed after update 5: the last checkpoint holds 4 updates, the log 5 rows
+    assert len(read_rows(tmp_path / "cut" / "metrics.csv")) == 5
+    resumed = train(cfg, [graph], cluster, SMALL, tmp_path / "cut", progress=False)
+    assert read_rows(tmp_path / "cut" / "metrics.csv") == read_rows(
+        tmp_path / "full" / "metrics.csv"
+    )
+    _same_weights(_weights(resumed.policy), _weights(full.policy))
+    assert (tmp_path / "cut" / "policy.pt").exists()
+    saved = json.loads((tmp_path / "cut" / "config.json").read_text())
+    assert saved["train"]["stage"] == stage and saved["policy"]["hidden"] == 16
+
+
+def test_resume_refuses_another_config(tmp_path, graph, cluster):
+    cfg = _sim()
+    train(cfg.replace(episodes=8), [graph], cluster, SMALL, tmp_path, progress=False)
+    with pytest.raises(ConfigError, match="lr = 0.001, now 0.5"):
+        Trainer(cfg.replace(episodes=8, lr=0.5), [graph], cluster, SMALL, tmp_path, progress=False)
+
+
+def test_learning_rate_really_changes(graph, cluster):
+    r = train(_sim(lr_schedule="linear", lr_final=0.1), [graph], cluster, SMALL, progress=False)
+    lrs = [row["sim/lr_plc"] for row in r.rows]
+    assert lrs[0] == pytest.approx(1e-3) and lrs[-1] == pytest.approx(1e-4)
+    assert all(a > b for a, b in zip(lrs, lrs[1:]))
+    sel = [row["sim/lr_sel"] for row in r.rows]
+    assert sel == lrs
+    assert lr_factor("cosine", 0.0, 0, 10) == 1 and lr_factor(
+        "cosine", 0.0, 9, 10
+    ) == pytest.approx(0)
+    assert lr_factor("constant", 0.0, 5, 10) == 1
+
+
+def test_separate_optimisers(graph, cluster):
+    t = Trainer(_sim(lr_sel=5e-4), [graph], cluster, SMALL, progress=False)
+    assert set(t.optimizers) == {"sel", "plc"}
+    assert t.optimizers["sel"].param_groups[0]["lr"] == 5e-4
+    sel_params = {id(p) for p in t.policy.sel.parameters()}
+    assert not sel_params & {id(p) for g in t.optimizers["plc"].param_groups for p in g["params"]}
+
+
+def test_advantages():
+    costs = np.array([1.0, 2.0, 3.0])
+    adv, base = advantages(costs, _Baseline(), "batch", 0.9, "raw")
+    np.testing.assert_allclose(adv, [1.5, 0.0, -1.5])
+    st = _Baseline()
+    adv, base = advantages(costs, st, "mean", 0.9, "raw")
+    np.testing.assert_allclose(adv, [1.0, 0.0, -1.0])
+    adv2, base2 = advantages(np.array([4.0]), st, "mean", 0.9, "raw")
+    assert base2 == pytest.approx(2.5) and adv2[0] == pytest.approx(-1.5)
+    partial = np.array([[0.0, 1.0], [0.0, 0.5], [0.0, 0.0]])
+    adv, _ = advantages(costs, _Baseline(), "batch", 0.9, "raw", partial)
+    assert adv.shape == (3, 2)
+    np.testing.assert_allclose(adv[:, 0], [1.5, 0.0, -1.5])
+
+
+def test_imitation_improves_on_the_starting_policy():
+    from doppler_lab.io import read_paper_graph
+    from doppler_lab.sim import Simulator
+
+    from paper_graphs import paper_graph_path
+
+    g = read_paper_graph(paper_graph_path("chain_mm_112nodes"))
+    cl = make_cluster("uniform", 4)
+    start = train(_sim(episodes=1, semantics="paper"), [g], cl, SMALL, progress=False).policy
+    before = best_of_rollouts(start, g, cl, 0).placement
+    cfg = preset("imitation", episodes=96, episodes_per_update=8, lr=1e-2)
+    r = train(cfg, [g], cl, SMALL, progress=False)
+    first, last = r.rows[0], r.rows[-1]
+    assert last["imitation/sel_teacher_prob"] > first["imitation/sel_teacher_prob"] + 0.1
+    assert last["imitation/plc_teacher_prob"] > first["imitation/plc_teacher_prob"] + 0.05
+    assert last["imitation/cost_mean"] < first["imitation/cost_mean"]
+    sim = Simulator(g, cl)
+    after = best_of_rollouts(r.policy, g, cl, 0).placement
+    assert sim.makespan(after) < sim.makespan(before)
+
+
+def test_reinforce_improves_on_the_starting_policy(graph, cluster):
+    cfg = _sim(episodes=160, episodes_per_update=16, lr=3e-3, sil_coef=1.0)
+    r = train(cfg, [graph], cluster, SMALL, progress=False)
+    means = [row["sim/cost_mean"] for row in r.rows]
+    assert np.mean(means[-3:]) < np.mean(means[:3])
+
+
+def test_warm_start_and_kind_check(tmp_path, graph, cluster):
+    r = train(_sim(episodes=4), [graph], cluster, SMALL, tmp_path / "a", progress=False)
+    w = train(_sim(episodes=4), [graph], cluster, SMALL, init=r.checkpoint, progress=False)
+    assert w.policy.config == r.policy.config
+    with pytest.raises(CheckpointError, match="holds a 'dual' policy"):
+        Trainer(
+            _sim(), [graph], cluster, PolicyConfig(kind="gdp"), init=r.checkpoint, progress=False
+        )
+
+
+def test_config_validation():
+    with pytest.raises(ConfigError, match="stage"):
+        TrainConfig(stage="nope")
+    with pytest.raises(ConfigError, match="episodes"):
+        TrainConfig(episodes=0)
+    with pytest.raises(ConfigError, match="imitation_coef"):
+        TrainConfig(stage="imitation", imitation_coef=0.0, pg_coef=0.0)
+    assert preset("released-sim").episodes_per_update == 1
