@@ -339,7 +339,7 @@ def run_one(
         result.error = _error_line(exc)
     if executed.exists():
         try:
-            render_html(executed, page)
+            add_back_link(render_html(executed, page), "../index.html")
             result.page = page.relative_to(out_dir).as_posix()
         except Exception as exc:  # e.g. a corrupt partial notebook
             result.status = "failed"
@@ -347,6 +347,22 @@ def run_one(
     result.seconds = round(time.perf_counter() - t0, 2)
     result.finished = dt.datetime.now().isoformat(timespec="seconds")
     return result
+
+
+_BACK_LINK = (
+    '<nav style="font:14px/1.4 sans-serif;padding:8px 20px;border-bottom:1px solid #d8dee4">'
+    '<a href="{href}" style="color:#3b75af">&larr; all reports</a></nav>'
+)
+
+
+def add_back_link(page: Path, href: str) -> Path:
+    """Put a link to the index (``href``) at the top of a rendered page."""
+    text = page.read_text(encoding="utf-8")
+    m = re.search(r"<body[^>]*>", text)
+    if m is not None:
+        link = _BACK_LINK.format(href=html.escape(href))
+        page.write_text(text[: m.end()] + link + text[m.end() :], encoding="utf-8")
+    return page
 
 
 def build_site(

@@ -136,6 +136,7 @@ def test_build_site_stops_at_a_failure_then_keeps_going(notebooks, tmp_path):
     assert "ValueError: bad value 1.5" in failed.error
     assert failed.page == "00_fails/00_fails.html"  # the traceback is readable on its page
     assert "ValueError" in (out / failed.page).read_text()
+    assert 'href="../index.html"' in (out / failed.page).read_text()  # back to the index
     page = site.index.read_text()
     assert "ValueError: bad value 1.5" in page and "not run" in page
 
