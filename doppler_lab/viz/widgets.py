@@ -7,15 +7,19 @@ run it headless under papermill and tests call it directly:
   returns a :class:`Comparison` (metrics table, stacked Gantt charts, traces);
 - an *episode stepper* (:class:`EpisodeStepper`) replays the SEL/PLC decisions of one episode:
   ``reset()``, then ``step() -> StepInfo`` until ``done``; :class:`CriticalPathStepper` is the
-  Critical Path teacher (SEL scores = b-levels, PLC = earliest start times), and
-  :func:`make_stepper` picks a stepper for a placer name; :func:`step_figure` draws one step.
+  Critical Path teacher (SEL scores = b-levels, PLC = earliest start times),
+  :class:`PolicyStepper` a learned policy's greedy episode (its SEL scores and PLC logits, through
+  the :class:`~doppler_lab.policies.base.PlacementPolicy` methods), and :func:`make_stepper`
+  picks one for a placer name; :func:`step_figure` draws one step.
 
 The widget layer (:class:`ExplorerWidget`, :class:`EpisodePanel`) imports ipywidgets when it is
 built and only wires controls to those functions.
 
-A learned policy plugs into the episode panel by implementing :class:`EpisodeStepper`: per step
-it must expose the candidate set, a SEL score and probability per candidate, the chosen node, a
-PLC score and probability per device, and the chosen device (see :class:`StepInfo`).
+Any other policy plugs into the episode panel by implementing :class:`EpisodeStepper`: per step
+it exposes the candidate set, a SEL score and probability per candidate, the chosen node, a PLC
+score and probability per device, the chosen device and the partial placement (:class:`StepInfo`);
+a learned placer's module may provide ``make_stepper(choice, graph, cluster, seed)`` to be used
+instead of :class:`PolicyStepper`.
 
 Example:
     >>> ex = compare(Scenario("chainmm", scale="tiny"), PlacerChoice("round-robin"), PlacerChoice("cp"))
