@@ -403,6 +403,8 @@ def build_site(
     plans = []
     for info in infos:
         params = quick_parameters(info.path) if quick else {}
+        if params is None and progress:
+            tqdm.write(f"note: {info.stem} has no quick profile; it runs with its defaults")
         profile = "quick" if quick and params is not None else "defaults"
         extra = _overrides_for(info.stem, overrides)
         if extra:
