@@ -37,3 +37,12 @@ def test_layout(path):
         "last cell writes summary.json"
     )
     assert path.stem[:2].isdigit() and path.stem[2] == "_", "named NN_verb_object.ipynb"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_papermill_reads_every_parameter(path):
+    """papermill's own parser must see every parameter (a comment containing '=' hides one)."""
+    from papermill.inspection import inspect_notebook
+
+    seen = set(inspect_notebook(str(path)))
+    assert set(notebook_parameters(path)) <= seen, sorted(set(notebook_parameters(path)) - seen)
