@@ -32,9 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tests", default="tests", help="test folder holding the gpu-marked tests (default: tests)"
     )
-    p.add_argument(
-        "--skip-tests", action="store_true", help="only the benchmark and the calibration"
-    )
+    p.add_argument("--skip-tests", action="store_true", help="skip the pytest part")
+    p.add_argument("--skip-fidelity", action="store_true", help="skip the CPU fidelity benchmark")
     p.add_argument(
         "--allow-cpu",
         action="store_true",

@@ -87,7 +87,7 @@ def test_fifo_and_priority_dispatch_on_streams(shared3):
 
 
 def test_timings_are_device_times(shared3):
-    """A long kernel is timed on the device: its duration is at least what it slept."""
+    """Ops are timed with device events: one device's ops never overlap and fill the run."""
     from doppler_lab.graph import GraphBuilder
 
     b = GraphBuilder("mm")
@@ -119,7 +119,7 @@ class _Sabotage:
                 if self.mode == "oom":  # far more than any GPU has
                     torch.empty(1 << 46, dtype=torch.uint8, device=xs[0].device)
                 if self.mode == "spin":
-                    torch.cuda._sleep(int(3e9))  # a few seconds of device time
+                    torch.cuda._sleep(int(1e10))  # about 5 s of device time at 2 GHz
                 return fn(*xs)
 
             return wrapped
@@ -153,7 +153,7 @@ def test_a_stuck_kernel_times_out_and_the_next_run_waits_for_it(shared3, monkeyp
         start = time.perf_counter()
         with pytest.raises(ExecutorError, match="timed out"):
             ex.run(round_robin(g, 3))
-        assert time.perf_counter() - start < 2.5  # returned while the kernel still ran
+        assert time.perf_counter() - start < 3.0  # returned while the kernel still ran
         sabotage.mode = None
         ex.timeout_s = 60.0
         assert ex.run(round_robin(g, 3)).trace.check(g) == []
