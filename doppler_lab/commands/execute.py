@@ -17,9 +17,9 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cluster",
         default="cpu",
-        metavar="cpu|cuda|FILE",
-        help="cpu (worker threads, default), cuda (GPUs), cuda-shared (several devices per GPU), "
-        "or a cluster / calibration profile JSON",
+        metavar="cpu|dist|cuda|FILE",
+        help="cpu (worker threads, default), dist (a process per device), cuda (GPUs), "
+        "cuda-shared (several devices per GPU), or a cluster / calibration profile JSON",
     )
     p.add_argument(
         "--devices",

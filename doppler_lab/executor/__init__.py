@@ -1,10 +1,23 @@
 """The real work-conserving executor.
 
-Runs a placed executable graph on real devices -- CPU worker threads (default) or CUDA GPUs --
-and returns the measured :class:`~doppler_lab.trace.Trace` (``semantics="measured"``), the type
-the simulator returns. See :mod:`doppler_lab.executor.torch_ops` for what each op computes,
-:mod:`~doppler_lab.executor.cpu` and :mod:`~doppler_lab.executor.streams` for the backends, and
-:class:`ExecutorCost` for a placement -> measured makespan cost function (Stage III training).
+Runs a placed executable graph on real devices and returns the measured
+:class:`~doppler_lab.trace.Trace` (``semantics="measured"``, seconds), the type the simulator
+returns. Backends (:func:`make_backend`):
+
+- ``cpu`` (default): a worker thread per device, a thread per copy lane
+  (:mod:`~doppler_lab.executor.cpu`);
+- ``dist``: a worker process per device in a ``torch.distributed`` gloo group, send/recv for
+  transfers (:mod:`~doppler_lab.executor.dist`);
+- ``cuda``: one host dispatcher over a compute stream and copy streams per GPU, events for
+  dependencies and timing; ``cuda-shared`` puts several logical devices on one GPU
+  (:mod:`~doppler_lab.executor.streams`);
+- ``inline``: the stream dispatcher over synchronous CPU stand-ins (tests).
+
+Every backend dispatches work-conservingly: an op starts once its inputs are on its device
+and its device is free, ready ops in the order they became ready (ties by node id) or by the
+placement's priority. See :mod:`~doppler_lab.executor.torch_ops` for what each op computes,
+:class:`ExecutorCost` for a placement -> measured makespan cost function (Stage III training),
+and :mod:`~doppler_lab.executor.profiling` for calibration.
 
 Example:
     >>> from doppler_lab.graph import GraphBuilder

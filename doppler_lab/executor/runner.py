@@ -91,9 +91,9 @@ class Executor:
 
     Args:
         graph: a graph whose every node has an op spec (a generated workload, or JSON).
-        backend: ``cpu`` (default), ``cuda``, ``inline``, a cluster/profile JSON path, a
-            :class:`Cluster` or a :class:`Backend`.
-        num_devices: devices for ``cpu``/``cuda``/``inline``.
+        backend: ``cpu`` (default), ``dist``, ``cuda``, ``cuda-shared``, ``inline``, a
+            cluster/profile JSON path, a :class:`Cluster` or a :class:`Backend`.
+        num_devices: devices for the named backends.
         seed: input seed (inputs are the same for every placement).
         timeout_s: a run that has not ended after this long raises :class:`ExecutorError`.
         threads_per_device: intra-op threads of each CPU worker.
