@@ -4,7 +4,8 @@
 A profile holds what ``doppler-lab calibrate`` measured with the executor (see
 :mod:`doppler_lab.executor.profiling`):
 
-- per-op durations by *signature* (kind, op, operand shapes, dtype, params) and device;
+- per-op durations by *signature* (kind, op, operand shapes, dtype, params) and device (a
+  low quantile of the samples, :data:`OP_TIME_QUANTILE`);
 - per device, a fitted roofline: ``flops_per_s``, ``mem_bytes_per_s``, the per-call cost of a
   tiny op and the executor's dispatch gap between two ops (together: ``launch_overhead_s``);
 - ``op_scale`` per ``"kind:op"``: the median ratio of measured time to the fitted roofline;
@@ -370,12 +371,22 @@ def fit_devices(
     return tuple(devices), op_scale, report
 
 
-def op_time_table(samples: Iterable[OpSample], num_devices: int) -> dict[str, list[float | None]]:
-    """``{signature: [median seconds per device or None]}``."""
+#: quantile of an op's measured durations kept in a profile: low, because other processes only
+#: ever make an op slower (the devices' own contention is present in most samples anyway)
+OP_TIME_QUANTILE = 0.25
+
+
+def op_time_table(
+    samples: Iterable[OpSample], num_devices: int, quantile: float = OP_TIME_QUANTILE
+) -> dict[str, list[float | None]]:
+    """``{signature: [seconds per device or None]}``: the ``quantile`` of each op's samples."""
     acc: dict[str, list[list[float]]] = {}
     for s in samples:
         acc.setdefault(s.signature, [[] for _ in range(num_devices)])[s.device].append(s.time_s)
-    return {k: [float(np.median(x)) if x else None for x in v] for k, v in sorted(acc.items())}
+    return {
+        k: [float(np.quantile(x, quantile)) if x else None for x in v]
+        for k, v in sorted(acc.items())
+    }
 
 
 def fit_profile(

@@ -117,6 +117,21 @@ def median_rel_error(predicted: Sequence[float], measured: Sequence[float]) -> f
     return float(np.median(np.abs(p - m) / m))
 
 
+#: a run whose ops took this much longer (median) than calibrated was disturbed by other work
+DISTURBED_SLOWDOWN = 1.3
+#: how often a disturbed run is repeated before it is kept anyway
+MAX_RETRIES = 4
+
+
+def op_slowdown(trace: Any, graph: DataflowGraph, expected: np.ndarray) -> float:
+    """Median over ops of measured duration / expected duration on its device."""
+    comp = graph.compute_nodes
+    exp = expected[comp, trace.device[comp]]
+    dur = (trace.end - trace.start)[comp]
+    ok = exp > 0
+    return float(np.median(dur[ok] / exp[ok])) if ok.any() else 1.0
+
+
 def measure_placements(
     graph: DataflowGraph,
     backend: Any,
@@ -126,12 +141,20 @@ def measure_placements(
     rounds: int,
     rng: np.random.Generator,
     progress: bool = False,
-) -> np.ndarray:
+    expected: np.ndarray | None = None,
+) -> tuple[np.ndarray, dict[str, int]]:
     """Every measured makespan of each placement, ``(placements, rounds x repeats)``, over
-    ``rounds`` passes in shuffled order."""
+    ``rounds`` passes in shuffled order.
+
+    With ``expected`` (``(N, D)`` op times, e.g. a calibrated cost model's), a run whose ops
+    took :data:`DISTURBED_SLOWDOWN` times longer than expected (median) is taken again, up to
+    :data:`MAX_RETRIES` times (then kept). Returns the samples and the counts of runs
+    ``discarded`` and ``kept_disturbed``.
+    """
     from ..executor import Executor
 
-    per = [[] for _ in placements]
+    per: list[list[float]] = [[] for _ in placements]
+    counts = {"runs": 0, "discarded": 0, "kept_disturbed": 0}
     with (
         Executor(graph, backend) as ex,
         tqdm(
@@ -143,11 +166,25 @@ def measure_placements(
     ):
         for _ in range(rounds):
             for i in rng.permutation(len(placements)):
-                per[i].extend(
-                    ex.run(placements[i], repeats=repeats, warmup=warmup).makespans_s.tolist()
-                )
+                pl = placements[i]
+                for _ in range(warmup):
+                    ex.run(pl)
+                for _ in range(repeats):
+                    for attempt in range(MAX_RETRIES + 1):
+                        trace = ex.run(pl).trace
+                        counts["runs"] += 1
+                        if (
+                            expected is None
+                            or op_slowdown(trace, graph, expected) <= DISTURBED_SLOWDOWN
+                        ):
+                            break
+                        if attempt == MAX_RETRIES:
+                            counts["kept_disturbed"] += 1
+                        else:
+                            counts["discarded"] += 1
+                    per[i].append(trace.makespan)
                 bar.update()
-    return np.array(per, dtype=np.float64)
+    return np.array(per, dtype=np.float64), counts
 
 
 def run(
@@ -196,11 +233,14 @@ def run(
         rng = np.random.default_rng(0)
         for name, g in graphs.items():
             pls = fidelity_placements(g, profile.cluster, rng, quick)
-            samples = measure_placements(g, be, pls, repeats, warmup, rounds, rng, progress)
+            calibrated = profile.cost_model(g)
+            samples, counts = measure_placements(
+                g, be, pls, repeats, warmup, rounds, rng, progress, expected=calibrated.compute
+            )
             measured = np.median(samples, axis=1)
             best = samples.min(axis=1)
             cost_models = {
-                "calibrated": profile.cost_model(g),
+                "calibrated": calibrated,
                 "roofline": profile.cost_model(g, use_op_times=False),
                 "preset": CostModel(g, be.cluster),
             }
@@ -212,6 +252,9 @@ def run(
                 "measured_min_ms": float(measured.min() * 1e3),
                 "measured_max_ms": float(measured.max() * 1e3),
                 "coverage": profile.coverage(g),
+                "runs": counts["runs"],
+                "discarded_runs": counts["discarded"],
+                "kept_disturbed_runs": counts["kept_disturbed"],
             }
             for label, cm in cost_models.items():
                 cluster = profile.cluster if label != "preset" else be.cluster
@@ -259,6 +302,9 @@ def run(
         "spearman_preset",
         "mre_preset",
         "coverage",
+        "runs",
+        "discarded_runs",
+        "kept_disturbed_runs",
     ]
     notes = [
         f"Measured: median of {repeats} timed runs after {warmup} warm-up, over {rounds} shuffled round(s).",
@@ -267,6 +313,9 @@ def run(
         "mre = median over placements of |simulated - measured| / measured.",
         "*_best: against the fastest of a placement's runs instead of their median (the run least "
         "disturbed by other processes; useful when the machine's load comes and goes).",
+        f"A run whose ops took over {DISTURBED_SLOWDOWN}x their calibrated time (median over ops) was "
+        f"disturbed by other work and was taken again, up to {MAX_RETRIES} times (discarded_runs); "
+        "kept_disturbed_runs counts those kept after the last retry.",
         "CPU devices share the machine's cores and memory bandwidth with each other, with the copy lane "
         "and with any other process (see load_average_1min): the simulator models none of that.",
         f"Profile: dispatch gap {', '.join(f'{g * 1e6:.1f}' for g in profile.dispatch_s)} us per device.",
