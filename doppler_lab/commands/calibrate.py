@@ -88,6 +88,14 @@ def run(args: argparse.Namespace) -> int:
         summary["bandwidth_gb_per_s"] = float(
             profile.cluster.bandwidth_bytes_per_s[off].mean() / 1e9
         )
+    capacity = profile.meta.get("parallel_capacity")
+    if capacity is not None:
+        summary["parallel_capacity"] = round(capacity, 2)
+        if capacity < 0.9 * profile.num_devices:
+            summary["warning"] = (
+                f"only {capacity:.2f} of {profile.num_devices} devices could run at once: other "
+                "processes held cores, so this profile reflects the machine's load"
+            )
     if args.json:
         print_json(summary)
     else:
