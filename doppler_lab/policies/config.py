@@ -38,7 +38,7 @@ class PolicyConfig:
     """
 
     kind: str = "dual"
-    layout: str = "doppler8"
+    layout: str = "doppler9"
     timing: str = "est"
     hidden: int = 64
     head_hidden: int = 64

@@ -10,11 +10,13 @@ Feature layouts (recorded in every checkpoint, checked on load):
   over the graph; one edge feature (the communication cost of the edge, z-scored), messages in
   both directions; the five device features of :mod:`doppler_lab.schedule`, z-scored over the
   devices at each step.
-- ``doppler8`` (ours): the same node and edge features plus an edge direction flag; the five
+- ``doppler9`` (ours): the same node and edge features plus an edge direction flag; the five
   device features in units of the graph's lower bound (start/finish times relative to the
-  earliest start of the node), plus three: the transfer time the node would wait for on the
+  earliest start of the node), plus four: the transfer time the node would wait for on the
   device (incoming edges from other devices), the fraction of its predecessors' compute already
-  there, and a one-hot of the minimum earliest start.
+  there, a one-hot of the minimum earliest start, and the co-producer affinity: the mean
+  transfer cost of the edges into the node's successors from other producers already on the
+  device (a successor is cheapest where its inputs are, so this looks one step ahead).
 """
 
 from __future__ import annotations
@@ -83,11 +85,11 @@ class FeatureLayout:
 _DEV5 = ("load", "pred_compute", "pred_min_start", "pred_max_finish", "est")
 LAYOUTS: dict[str, FeatureLayout] = {
     "doppler5": FeatureLayout("doppler5", NODE_FEATURES, ("comm",), _DEV5, "zscore"),
-    "doppler8": FeatureLayout(
-        "doppler8",
+    "doppler9": FeatureLayout(
+        "doppler9",
         NODE_FEATURES,
         ("comm", "backward"),
-        _DEV5 + ("wait_transfer", "pred_share", "is_min_est"),
+        _DEV5 + ("wait_transfer", "pred_share", "is_min_est", "coproducer_comm"),
         "scaled",
     ),
 }
@@ -246,7 +248,7 @@ def normalize_device_features(f: np.ndarray, layout: FeatureLayout, time_unit: f
     ref = out[..., 4:5].min(axis=-2, keepdims=True)
     out[..., 2:5] -= ref
     if f.shape[-1] > 5:
-        out[..., 6:] = f[..., 6:]  # shares and flags are unit-free
+        out[..., 6:8] = f[..., 6:8]  # shares and flags are unit-free
     return out.astype(np.float32)
 
 
@@ -268,6 +270,21 @@ def _wait_transfer(
                 out[d] += fixed[e] + lat[a, d] + nbytes[e] * inv_bw[a, d]
 
 
+@njit(cache=True)
+def _coproducers(
+    v, succ_ptr, succ_idx, pred_ptr, pred_idx, pred_eid, is_input, device, edge_cost, out
+):  # pragma: no cover - compiled
+    for d in range(out.shape[0]):
+        out[d] = 0.0
+    for k in range(succ_ptr[v], succ_ptr[v + 1]):
+        w = succ_idx[k]
+        for j in range(pred_ptr[w], pred_ptr[w + 1]):
+            u = pred_idx[j]
+            if u == v or is_input[u] or device[u] < 0:
+                continue
+            out[device[u]] += edge_cost[pred_eid[j]]
+
+
 def device_features(
     state: ListScheduleState, v: int, layout: FeatureLayout, est: np.ndarray | None = None
 ) -> np.ndarray:
@@ -281,8 +298,8 @@ def device_features(
 def extended_device_features(
     graph: DataflowGraph, cost: CostModel, device: np.ndarray, v: int, base: np.ndarray
 ) -> np.ndarray:
-    """The ``doppler8`` device features of node ``v``: ``base`` (the five of
-    :meth:`~doppler_lab.schedule.ListScheduleState.device_features`, ``(D, 5)``) and three more.
+    """The ``doppler9`` device features of node ``v``: ``base`` (the five of
+    :meth:`~doppler_lab.schedule.ListScheduleState.device_features`, ``(D, 5)``) and four more.
 
     Args:
         graph: the graph.
@@ -292,12 +309,13 @@ def extended_device_features(
         base: its five base features, raw units.
 
     Returns:
-        ``(D, 8)``: base, the transfer time ``v`` would wait for on each device (sum over its
+        ``(D, 9)``: base, the transfer time ``v`` would wait for on each device (sum over its
         predecessors on other devices), the share of its predecessors' compute on each device,
-        and 1 where the earliest start is smallest.
+        1 where the earliest start is smallest, and the mean transfer cost of the edges into
+        ``v``'s successors from their other producers on each device.
     """
     d = base.shape[0]
-    out = np.empty((d, 8))
+    out = np.empty((d, 9))
     out[:, :5] = base
     wait = np.empty(d)
     _wait_transfer(
@@ -318,4 +336,18 @@ def extended_device_features(
     out[:, 6] = base[:, 1] / total if total > 0 else 0.0
     est = base[:, 4]
     out[:, 7] = est <= est.min() * (1 + 1e-9)
+    co = np.empty(d)
+    _coproducers(
+        v,
+        graph.succ_ptr,
+        graph.succ_idx,
+        graph.pred_ptr,
+        graph.pred_idx,
+        graph.pred_eid,
+        graph.is_input,
+        device,
+        cost.mean_edge_cost,
+        co,
+    )
+    out[:, 8] = co
     return out

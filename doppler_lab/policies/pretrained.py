@@ -3,7 +3,9 @@
 :func:`checkpoint_dirs` finds them whether the package is installed editable (the repository's
 ``data/checkpoints``) or not (a copy under the package's ``data/checkpoints``, under
 ``<prefix>/share/doppler_lab/checkpoints``, or a folder named by ``DOPPLER_LAB_CHECKPOINTS``).
-Each checkpoint ``NAME.pt`` is described in ``index.json`` beside it (how it was trained).
+A checkpoint ``<dir>/doppler/llama_block.pt`` is named ``doppler/llama_block`` (the layout
+``bench quality`` reads: ``<placer>/<graph>.pt``) and described in ``<dir>/index.json`` (how it
+was trained: command, episodes, graph, cluster, seed, final metrics).
 """
 
 from __future__ import annotations
@@ -45,9 +47,10 @@ def list_checkpoints() -> dict[str, dict[str, Any]]:
         index = {}
         if (d / "index.json").exists():
             index = json.loads((d / "index.json").read_text()).get("checkpoints", {})
-        for p in sorted(d.glob("*.pt")):
-            if p.stem not in found:
-                found[p.stem] = {**index.get(p.stem, {}), "path": str(p)}
+        for p in sorted(d.rglob("*.pt")):
+            name = p.relative_to(d).with_suffix("").as_posix()
+            if name not in found:
+                found[name] = {**index.get(name, {}), "path": str(p)}
     return found
 
 

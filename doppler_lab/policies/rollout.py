@@ -29,12 +29,16 @@ class ActionMode:
         epsilon: probability of a uniform random action.
         teacher: probability of the Critical Path rule's action (DAgger-style mixing).
         temperature: sampling temperature (scores are divided by it; 0 acts greedily).
+        perturb: with ``greedy``, ``epsilon`` is the probability of a sample from the policy
+            (instead of a uniform action): episodes that follow the argmax except at a few
+            steps, neighbours of the greedy rollout.
     """
 
     greedy: bool = False
     epsilon: float = 0.0
     teacher: float = 0.0
     temperature: float = 1.0
+    perturb: bool = False
 
     def __post_init__(self) -> None:
         for name in ("epsilon", "teacher"):
@@ -51,9 +55,10 @@ SAMPLE = ActionMode()
 
 def _choose(logits: np.ndarray, rng: np.random.Generator, mode: ActionMode) -> int:
     """An index into ``logits`` by ``mode`` (teacher mixing is handled by the caller)."""
-    if mode.epsilon > 0.0 and rng.random() < mode.epsilon:
+    explore = mode.epsilon > 0.0 and rng.random() < mode.epsilon
+    if explore and not mode.perturb:
         return int(rng.integers(logits.shape[0]))
-    if mode.greedy or mode.temperature == 0.0:
+    if (mode.greedy and not explore) or mode.temperature == 0.0:
         return int(np.argmax(logits))
     z = logits if mode.temperature == 1.0 else logits / mode.temperature
     p = np.exp(z - z.max())
@@ -70,6 +75,7 @@ def run_episodes(
     sel: ActionMode = SAMPLE,
     plc: ActionMode = SAMPLE,
     record_teacher: bool = False,
+    anchor: np.ndarray | None = None,
 ) -> Episodes:
     """Roll out ``num_episodes`` episodes of ``policy`` on ``ctx``'s graph.
 
@@ -81,6 +87,8 @@ def run_episodes(
         rng: the only source of randomness.
         sel, plc: how each learned half acts.
         record_teacher: record the Critical Path choices at every visited state (Stage I).
+        anchor: ``(N,)`` a device per node that replaces the Critical Path rule as PLC's teacher
+            (for mixing and labels): exploration around a known placement (learned PLC only).
 
     Returns:
         The recorded :class:`Episodes`.
@@ -140,11 +148,11 @@ def run_episodes(
             with torch.no_grad():
                 logits = policy.plc_logits(ctx, enc, pstate, loc_v, norm)
         for k, st in enumerate(states):
-            d_ties = (
-                teacher.device_choices(ests[k])
-                if (record_teacher or plc.teacher or logits is None)
-                else None
-            )
+            d_ties = None
+            if anchor is not None and logits is not None:
+                d_ties = anchor[vs[k] : vs[k] + 1]
+            elif record_teacher or plc.teacher or logits is None:
+                d_ties = teacher.device_choices(ests[k])
             if logits is None or (plc.teacher and rng.random() < plc.teacher):
                 assert d_ties is not None
                 d = int(rng.choice(d_ties))

@@ -11,7 +11,7 @@ from ..sim import SEMANTICS
 STAGES: tuple[str, ...] = ("imitation", "sim", "real")
 LR_SCHEDULES: tuple[str, ...] = ("constant", "linear", "cosine")
 BASELINES: tuple[str, ...] = ("batch", "ema", "mean")
-ADVANTAGES: tuple[str, ...] = ("relative", "raw", "std")
+ADVANTAGES: tuple[str, ...] = ("relative", "raw", "std", "rank")
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,8 @@ class TrainConfig:
         epsilon_end: ... at the end (linear in between).
         teacher_start: probability of taking the teacher's action at the start (DAgger mixing).
         teacher_end: ... at the end.
-        explore: ``sample`` (act by sampling the policy) or ``greedy`` (its argmax; released).
+        explore: ``sample`` (act by sampling the policy), ``greedy`` (its argmax, epsilon: a
+            uniform action; released) or ``perturb`` (its argmax, epsilon: a sample from it).
         sel_temperature: SEL's sampling temperature (0: greedy selection while PLC explores).
         plc_temperature: PLC's sampling temperature.
         entropy_coef: weight of the entropy bonus.
@@ -43,13 +44,20 @@ class TrainConfig:
             average) or ``mean`` (running mean of all costs: released).
         baseline_decay: EMA decay per update.
         advantage: ``relative`` ((baseline - cost) / baseline), ``raw`` (baseline - cost) or
-            ``std`` (divided by the batch's standard deviation).
+            ``std`` (divided by the batch's standard deviation) or ``rank`` (costs replaced by
+            their ranks in the batch, then as ``std``).
         step_baseline: with the ``batch`` baseline, judge step t's actions by the cost added
             after t (cost minus the makespan of the state's own schedule before t), compared
             across the batch at the same step: a state-dependent baseline (unbiased).
         sil_coef: weight of self-imitation: the log-likelihood of the best episodes found so far
             on the graph (their recorded states), as in self-imitation learning (0: off).
         sil_size: how many best episodes per graph self-imitation keeps.
+        anchor: explore around the best placement found so far on the graph: PLC takes that
+            placement's device except with probability epsilon (then it samples the policy),
+            and learns to reproduce it at the states it visits (weight ``sil_coef``, instead of
+            replaying the best episodes).
+        sil_epochs: gradient steps per update on that imitation (anchor mode; the first one is
+            shared with the policy-gradient step).
         grad_clip: max gradient norm per optimiser (0: off).
         semantics: simulator semantics of the cost (``sim`` stage and monitoring).
         noise: simulator duration noise sigma.
@@ -83,6 +91,8 @@ class TrainConfig:
     step_baseline: bool = True
     sil_coef: float = 0.0
     sil_size: int = 4
+    anchor: bool = False
+    sil_epochs: int = 1
     grad_clip: float = 1.0
     semantics: str = "paper"
     noise: float = 0.0
@@ -95,7 +105,7 @@ class TrainConfig:
         choices = {
             "stage": STAGES,
             "lr_schedule": LR_SCHEDULES,
-            "explore": ("sample", "greedy"),
+            "explore": ("sample", "greedy", "perturb"),
             "baseline": BASELINES,
             "advantage": ADVANTAGES,
             "semantics": SEMANTICS,
@@ -105,7 +115,14 @@ class TrainConfig:
                 raise ConfigError(
                     f"train config {name} = {getattr(self, name)!r}, expected one of {allowed}"
                 )
-        for name in ("episodes", "episodes_per_update", "repeats", "checkpoint_every", "sil_size"):
+        for name in (
+            "episodes",
+            "episodes_per_update",
+            "repeats",
+            "checkpoint_every",
+            "sil_size",
+            "sil_epochs",
+        ):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"train config {name} = {v!r}, expected an integer >= 1")
@@ -138,9 +155,9 @@ class TrainConfig:
                 raise ConfigError(f"train config {name} = {v!r}, expected >= 0")
         if self.stage == "imitation" and self.imitation_coef == 0:
             raise ConfigError("train config: stage 'imitation' needs imitation_coef > 0")
-        if self.stage != "imitation" and self.pg_coef == 0 and self.imitation_coef == 0:
+        if self.stage != "imitation" and not (self.pg_coef or self.imitation_coef or self.sil_coef):
             raise ConfigError(
-                f"train config: stage {self.stage!r} needs pg_coef or imitation_coef > 0"
+                f"train config: stage {self.stage!r} needs pg_coef, imitation_coef or sil_coef > 0"
             )
 
     @property

@@ -115,6 +115,8 @@ def advantages(
     mean = float(costs.mean())
     if kind == "batch" and k >= 2:
         r = costs[:, None] - partial if partial is not None else costs[:, None]
+        if norm == "rank":  # centred ranks: robust to outliers, scale-free
+            r = np.argsort(np.argsort(r, axis=0, kind="stable"), axis=0).astype(np.float64)
         base = (r.sum(axis=0) - r) / (k - 1)
         adv = base - r
         base_mean = mean
@@ -131,15 +133,19 @@ def advantages(
         base_mean = ref
         spread = float(costs.std())
     state.ema = mean if state.ema is None else decay * state.ema + (1 - decay) * mean
-    if norm == "relative" or (norm == "std" and k < 2):
+    if norm == "relative" or (norm in ("std", "rank") and k < 2):
         adv = adv / max(ref, 1e-30)
-    elif norm == "std":
+    elif norm in ("std", "rank"):
         adv = adv / (spread + 1e-8 * abs(mean) + 1e-30)
     return (adv[:, 0] if adv.shape[1] == 1 else adv), base_mean
 
 
-def policy_loss(terms: StepTerms, adv: torch.Tensor, config: TrainConfig) -> torch.Tensor:
+def policy_loss(
+    terms: StepTerms, adv: torch.Tensor, config: TrainConfig, anchored: bool = False
+) -> torch.Tensor:
     """The update's loss for one chunk of episodes (a sum over them; divide by K T outside).
+
+    ``anchored``: PLC's labels are an anchor placement's devices (weight ``sil_coef``).
 
     Shapes:
         - input: each term ``(K, T)``, adv ``(K,)`` or ``(K, T)``
@@ -154,6 +160,10 @@ def policy_loss(terms: StepTerms, adv: torch.Tensor, config: TrainConfig) -> tor
     ents = [x for x in (terms.sel_entropy, terms.plc_entropy) if x is not None]
     if config.entropy_coef:
         loss = loss - config.entropy_coef * sum(e.sum() for e in ents)
+    if anchored:
+        if terms.plc_teacher_ll is not None:
+            loss = loss - config.sil_coef * terms.plc_teacher_ll.sum()
+        return loss
     tl = [x for x in (terms.sel_teacher_ll, terms.plc_teacher_ll) if x is not None]
     if config.imitation_coef and tl:
         loss = loss - config.imitation_coef * sum(x.sum() for x in tl)
@@ -275,6 +285,7 @@ class Trainer:
         self.baselines = [_Baseline() for _ in self.graphs]
         self.best = [math.inf for _ in self.graphs]
         self.elites: list[list[tuple[float, Episodes]]] = [[] for _ in self.graphs]
+        self.anchors: list[tuple[float, np.ndarray] | None] = [None for _ in self.graphs]
         keep_rows = None
         if self._resume_doc is not None:
             keep_rows = self._restore(self._resume_doc)
@@ -327,6 +338,7 @@ class Trainer:
             "baselines": [b.to_dict() for b in self.baselines],
             "best": list(self.best),
             "elites": [[(c, e.to_state()) for c, e in el] for el in self.elites],
+            "anchors": [None if a is None else (a[0], as_tensor(a[1])) for a in self.anchors],
             "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
             "schedulers": {k: s.state_dict() for k, s in self.schedulers.items()},
             "header": json.loads(json.dumps(self.header)),
@@ -343,6 +355,9 @@ class Trainer:
                 c.set_state(s)
         self.baselines = [_Baseline(**b) for b in state["baselines"]]
         self.best = [float(b) for b in state["best"]]
+        self.anchors = [
+            None if a is None else (float(a[0]), a[1].numpy()) for a in state["anchors"]
+        ]
         self.elites = [
             [(float(c), Episodes.from_state(e)) for c, e in el] for el in state["elites"]
         ]
@@ -374,9 +389,10 @@ class Trainer:
         c = self.config
         eps = _lerp(c.epsilon_start, c.epsilon_end, frac)
         teach = _lerp(c.teacher_start, c.teacher_end, frac)
-        greedy = c.explore == "greedy"
-        sel = ActionMode(greedy, eps, teach, c.sel_temperature)
-        plc = ActionMode(greedy, eps, teach, c.plc_temperature)
+        greedy = c.explore != "sample"
+        perturb = c.explore == "perturb"
+        sel = ActionMode(greedy, eps, teach, c.sel_temperature, perturb)
+        plc = ActionMode(greedy, eps, teach, c.plc_temperature, perturb)
         return sel, plc, eps, teach
 
     def _remember(self, gi: int, costs: np.ndarray, episodes: Episodes) -> None:
@@ -392,8 +408,14 @@ class Trainer:
             el.sort(key=lambda x: x[0])
             del el[self.config.sil_size :]
 
+    def _anchor_update(self, gi: int, costs: np.ndarray, episodes: Episodes) -> None:
+        """Make the batch's best placement the graph's anchor if it beats the anchor."""
+        best = int(np.argmin(costs))
+        if self.anchors[gi] is None or costs[best] < self.anchors[gi][0]:  # type: ignore[index]
+            self.anchors[gi] = (float(costs[best]), episodes.placements[best].device.copy())
+
     def _terms_and_backward(
-        self, gi: int, enc: Any, episodes: Episodes, adv: np.ndarray
+        self, gi: int, enc: Any, episodes: Episodes, adv: np.ndarray, anchored: bool = False
     ) -> tuple[float, dict[str, float]]:
         """Recompute log-probabilities (chunked for memory-heavy policies) and backpropagate."""
         ctx = self.contexts[gi]
@@ -402,7 +424,7 @@ class Trainer:
         total = 0.0
         stats: dict[str, float] = {}
         sums: dict[str, float] = {}
-        if self.config.sil_coef > 0 and self.elites[gi]:
+        if self.config.sil_coef > 0 and self.elites[gi] and not self.config.anchor:
             best = Episodes.concat([e for _, e in self.elites[gi]])
             terms = self.policy.log_probs(ctx, enc, best)
             ll = sum(x.sum() for x in (terms.sel_logp, terms.plc_logp) if x is not None)
@@ -413,7 +435,8 @@ class Trainer:
             rows = slice(lo, min(lo + chunk, k))
             part = episodes if chunk >= k else episodes.select(rows)
             terms = self.policy.log_probs(ctx, enc, part)
-            loss = policy_loss(terms, as_tensor(adv[rows]).float(), self.config) / (k * t)
+            loss = policy_loss(terms, as_tensor(adv[rows]).float(), self.config, anchored)
+            loss = loss / (k * t)
             loss.backward(retain_graph=lo + chunk < k)
             total += float(loss.detach())
             with torch.no_grad():
@@ -430,7 +453,19 @@ class Trainer:
             stats[name] = s / (k * t)
         return total, stats
 
-    def _step(self) -> float:
+    def _refit_anchor(self, gi: int, episodes: Episodes) -> None:
+        """Extra gradient steps on the anchor's labels at the batch's states."""
+        ctx = self.contexts[gi]
+        for _ in range(self.config.sil_epochs - 1):
+            enc = self.policy.encode(ctx)
+            terms = self.policy.log_probs(ctx, enc, episodes)
+            if terms.plc_teacher_ll is None:
+                return
+            loss = -self.config.sil_coef * terms.plc_teacher_ll.mean()
+            loss.backward()
+            self._step(schedule=False)
+
+    def _step(self, schedule: bool = True) -> float:
         norms = []
         for name, opt in self.optimizers.items():
             params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
@@ -440,7 +475,8 @@ class Trainer:
                 norms.append(float(torch.norm(torch.stack([p.grad.norm() for p in params]))))
             opt.step()
             opt.zero_grad(set_to_none=True)
-            self.schedulers[name].step()
+            if schedule:
+                self.schedulers[name].step()
         return float(np.sqrt(np.sum(np.square(norms)))) if norms else 0.0
 
     def greedy_cost(self, graph_index: int = 0) -> float:
@@ -478,9 +514,20 @@ class Trainer:
                 k = min(k_max, c.episodes - u * k_max)
                 sel_mode, plc_mode, eps, teach = self._modes(u * k_max / c.episodes)
                 lrs = {lr_names[n]: o.param_groups[0]["lr"] for n, o in self.optimizers.items()}
+                anchor = self.anchors[gi] if c.anchor else None
+                if anchor is not None:
+                    plc_mode = ActionMode(False, 0.0, 1.0 - eps, c.plc_temperature)
                 enc = self.policy.encode(ctx)
                 episodes = run_episodes(
-                    self.policy, ctx, enc, k, self.rng, sel_mode, plc_mode, c.imitation_coef > 0
+                    self.policy,
+                    ctx,
+                    enc,
+                    k,
+                    self.rng,
+                    sel_mode,
+                    plc_mode,
+                    c.imitation_coef > 0 or anchor is not None,
+                    None if anchor is None else anchor[1],
                 )
                 costs = evaluate_costs(self.cost_fns[gi], episodes.placements)
                 adv, base = advantages(
@@ -491,10 +538,14 @@ class Trainer:
                     c.advantage,
                     episodes.partial if c.step_baseline else None,
                 )
-                if c.sil_coef > 0:
+                if c.sil_coef > 0 and not c.anchor:
                     self._remember(gi, costs, episodes)
-                loss, stats = self._terms_and_backward(gi, enc, episodes, adv)
+                loss, stats = self._terms_and_backward(gi, enc, episodes, adv, anchor is not None)
+                if c.anchor:
+                    self._anchor_update(gi, costs, episodes)
                 grad_norm = self._step()
+                if anchor is not None:
+                    self._refit_anchor(gi, episodes)
                 self.best[gi] = min(self.best[gi], float(costs.min()))
                 self.update += 1
                 greedy = None

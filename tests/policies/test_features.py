@@ -79,8 +79,8 @@ def test_device_features_and_normalisation(small_graph, cluster4):
         st.assign(v, st.num_assigned % 4)
     v = int(st.candidates()[0])
     f5 = device_features(st, v, get_layout("doppler5"))
-    f8 = device_features(st, v, get_layout("doppler8"))
-    assert f5.shape == (4, 5) and f8.shape == (4, 8)
+    f8 = device_features(st, v, get_layout("doppler9"))
+    assert f5.shape == (4, 5) and f8.shape == (4, 9)
     np.testing.assert_array_equal(f8[:, :5], f5)
     est = st.est(v)
     # the wait-transfer feature is the sum of transfers from predecessors on other devices
@@ -94,8 +94,8 @@ def test_device_features_and_normalisation(small_graph, cluster4):
     assert f8[:, 7].sum() >= 1 and f8[np.argmin(est), 7] == 1
     z = normalize_device_features(f5, get_layout("doppler5"), 1.0)
     assert z.dtype == np.float32 and np.allclose(z.mean(axis=0), 0, atol=1e-5)
-    s = normalize_device_features(f8[None], get_layout("doppler8"), 2.0)
-    assert s.shape == (1, 4, 8) and np.isclose(s[0, :, 4].min(), 0)
+    s = normalize_device_features(f8[None], get_layout("doppler9"), 2.0)
+    assert s.shape == (1, 4, 9) and np.isclose(s[0, :, 4].min(), 0)
 
 
 def test_unknown_layout():

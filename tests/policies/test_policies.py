@@ -19,7 +19,7 @@ from doppler_lab.policies.rollout import GREEDY, SAMPLE, ActionMode, run_episode
 
 @pytest.fixture(scope="module")
 def ctx(small_graph, cluster4):
-    return GraphContext(small_graph, cluster4, "doppler8")
+    return GraphContext(small_graph, cluster4, "doppler9")
 
 
 def test_edge_conditioned_conv_equals_per_edge_matrices():
@@ -74,7 +74,7 @@ def test_numpy_head_equals_torch_head(ctx):
     with torch.no_grad():
         st = pol.plc.static(ctx)
         nodes = torch.tensor([0, 3, 5])
-        feats = torch.randn(3, 4, 8)
+        feats = torch.randn(3, 4, 9)
         placed = torch.randn(3, 4, 16)
         ref = pol.plc.scores(st, nodes, feats, placed).numpy()
     out = PlcHeadNumpy(pol.plc)(st.node_term.numpy()[nodes.numpy()], feats.numpy(), placed.numpy())
@@ -89,7 +89,7 @@ def test_rollout_and_log_probs(ctx, small_graph, kind):
     ep = run_episodes(pol, ctx, enc, 3, rng, SAMPLE, SAMPLE, record_teacher=True)
     n = ctx.num_nodes
     assert ep.nodes.shape == (3, n) and ep.devices.shape == (3, n)
-    assert ep.dev_feats.shape == (3, n, 4, 8)
+    assert ep.dev_feats.shape == (3, n, 4, 9)
     for k, p in enumerate(ep.placements):
         assert isinstance(p, Placement)
         p.validate(small_graph, 4)
@@ -171,7 +171,7 @@ def test_dual_policy_runs_on_any_device_count(small_graph):
     from doppler_lab.hardware import make_cluster
 
     pol = make_policy(PolicyConfig(hidden=16, head_hidden=16, mp_steps=2), 4)
-    ctx8 = GraphContext(small_graph, make_cluster("uniform", 8), "doppler8")
+    ctx8 = GraphContext(small_graph, make_cluster("uniform", 8), "doppler9")
     with torch.no_grad():
         ep = run_episodes(pol, ctx8, pol.encode(ctx8), 1, np.random.default_rng(0), GREEDY, GREEDY)
     ep.placements[0].validate(small_graph, 8)

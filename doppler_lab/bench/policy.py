@@ -1,0 +1,634 @@
+"""``doppler-lab bench policy``: speed of the learned policies and quality of trained ones.
+
+Three parts, each written into ``reports/bench/policy.{json,md}``:
+
+- **speed** (one CPU core, ``torch.set_num_threads(1)``): milliseconds per inference episode
+  (one encoder pass + a greedy rollout) and per training episode (encoder, sampled rollout,
+  log-probability recompute, backward), on the paper's 229-node graph for each architecture
+  (ours, the released architecture with once-per-pass edge weights, the released NNConv form,
+  Placeto, GDP), and microseconds per node from 100 to 10,000 nodes;
+- **quality**: each learned method trained per graph within ``episodes`` episodes (Stage I +
+  II for DOPPLER, PLACETO and GDP alike), evaluated by the experiment protocol (best of the
+  greedy rollout and 16 sampled rollouts of the final policy), over seeds; beside them CP and
+  the search placers given as many simulator calls as the learned method used;
+- **ablations**: dual vs SEL-only vs PLC-only, and Stages I+II vs II alone vs I alone.
+
+Every (graph, method, seed) trains in its own resumable run directory under
+``<out>/policy_runs/`` and writes ``result.json`` when evaluated; a rerun skips finished cases
+and resumes unfinished ones, so the full benchmark can be stopped and restarted.
+Trained policies are also copied to ``<out>/policy_runs/checkpoints/<placer>/<graph>.pt``
+where ``bench quality`` finds them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from ._report import write_report
+from .quality import PAPER_GRAPHS, WORKLOADS
+
+SPEED_GRAPH = "full_transformer_layer_261nodes"
+
+#: method -> (policy kind, stages): "I+II" imitation then sim RL, "II" sim RL only, "I" imitation
+METHODS: dict[str, tuple[str, str]] = {
+    "doppler": ("dual", "I+II"),
+    "placeto": ("placeto", "I+II"),
+    "gdp": ("gdp", "I+II"),
+    "sel-only": ("sel-only", "I+II"),
+    "plc-only": ("plc-only", "I+II"),
+    "doppler-II-only": ("dual", "II"),
+    "doppler-I-only": ("dual", "I"),
+}
+PLACER_OF_KIND = {"dual": "doppler", "sel-only": "doppler", "plc-only": "doppler"}
+
+
+@dataclass(frozen=True)
+class PolicyBenchConfig:
+    """Settings of ``bench policy``.
+
+    Attributes:
+        paper_graphs: paper graph names (4 devices, paper semantics).
+        paper_dir: their folder (default: ``$DOPPLER_PAPER_GRAPHS`` or ``../shared/...``).
+        workloads: generated workloads (p100x4, ``workload_semantics``).
+        workload_semantics: simulator semantics of the workloads.
+        methods: methods of the quality table (keys of :data:`METHODS`).
+        ablations: methods of the ablation table.
+        ablation_graphs: graphs of the ablation table.
+        seeds: training seeds per (graph, method).
+        episodes: episode budget per graph (Stage I + Stage II).
+        imitation_episodes: Stage I's share of the budget.
+        samples: sampled rollouts besides the greedy one (protocol: 16).
+        search_placers: non-learned search placers run with the learned method's simulator calls.
+        speed_sizes: graph sizes (nodes) of the per-node speed table.
+        speed_repeats: repetitions per speed measurement (the median is reported).
+        jobs: training processes in parallel.
+        policy: policy-config overrides for every run.
+        train: training-config overrides for every Stage II run.
+    """
+
+    paper_graphs: tuple[str, ...] = PAPER_GRAPHS
+    paper_dir: str | None = None
+    workloads: tuple[str, ...] = WORKLOADS
+    workload_semantics: str = "wc"
+    methods: tuple[str, ...] = ("doppler", "placeto", "gdp")
+    ablations: tuple[str, ...] = ("sel-only", "plc-only", "doppler-II-only", "doppler-I-only")
+    ablation_graphs: tuple[str, ...] = (
+        "transformer_block_215nodes",
+        "full_transformer_layer_261nodes",
+    )
+    seeds: int = 3
+    episodes: int = 4000
+    imitation_episodes: int = 400
+    samples: int = 16
+    search_placers: tuple[str, ...] = ("local-search", "enumerative")
+    speed_sizes: tuple[int, ...] = (100, 1000, 10000)
+    speed_repeats: int = 5
+    jobs: int = 2
+    policy: dict[str, Any] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        bad = [m for m in self.methods + self.ablations if m not in METHODS]
+        if bad:
+            raise ConfigError(
+                f"bench policy: unknown method {bad[0]!r}; expected one of {list(METHODS)}"
+            )
+        if not 0 <= self.imitation_episodes < self.episodes:
+            raise ConfigError(
+                f"bench policy: imitation_episodes {self.imitation_episodes} must lie in "
+                f"[0, episodes={self.episodes})"
+            )
+        if self.seeds < 1 or self.jobs < 1:
+            raise ConfigError("bench policy: seeds and jobs must be >= 1")
+
+
+def quick_config() -> PolicyBenchConfig:
+    """A smoke run: one small paper graph, one workload, tiny budgets."""
+    return PolicyBenchConfig(
+        paper_graphs=("chain_mm_112nodes",),
+        workloads=("chainmm:matrices=3,scale=0.01",),
+        ablation_graphs=("chain_mm_112nodes",),
+        seeds=1,
+        episodes=64,
+        imitation_episodes=16,
+        samples=4,
+        speed_sizes=(100, 1000),
+        speed_repeats=2,
+        jobs=1,
+        policy={"hidden": 32, "mp_steps": 2, "placeto_hidden": 8},
+    )
+
+
+# -- cases --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Case:
+    name: str
+    group: str
+    spec: str  # how a worker rebuilds the graph: "paper:<path>" or a workload spec
+    cluster: str
+    devices: int
+    semantics: str
+
+
+def _cases(cfg: PolicyBenchConfig) -> tuple[list[_Case], list[str]]:
+    from ..experiments import paper_graphs_dir
+    from ..workloads import build_from_spec
+
+    folder = paper_graphs_dir(cfg.paper_dir)
+    cases, notes = [], []
+    for name in cfg.paper_graphs:
+        path = Path(folder) / f"{name}.txt" if folder else None
+        if path is None or not path.exists():
+            notes.append(f"paper graph {name} not found (set DOPPLER_PAPER_GRAPHS)")
+            continue
+        cases.append(_Case(name, "paper", f"paper:{path}", "uniform", 4, "paper"))
+    for spec in cfg.workloads:
+        g = build_from_spec(spec)
+        cases.append(_Case(g.name, "workload", spec, "p100x4", 4, cfg.workload_semantics))
+    return cases, notes
+
+
+def _load(case: _Case):
+    from ..hardware import make_cluster
+    from ..io import read_paper_graph
+    from ..workloads import build_from_spec
+
+    if case.spec.startswith("paper:"):
+        g = read_paper_graph(case.spec[len("paper:") :])
+    else:
+        g = build_from_spec(case.spec)
+    return g, make_cluster(case.cluster, case.devices if case.cluster == "uniform" else None)
+
+
+# -- one (graph, method, seed) --------------------------------------------------------------
+def _stages(cfg: PolicyBenchConfig, kind_stages: str, semantics: str, seed: int) -> list:
+    from ..train.config import preset
+
+    common = {"semantics": semantics, "seed": seed}
+    n1 = cfg.imitation_episodes
+    imit = preset("imitation", episodes=max(n1, 1), **common)
+    rl = preset("sim", **{**common, **cfg.train, "episodes": cfg.episodes - n1})
+    if kind_stages == "I+II":
+        return [imit, rl]
+    if kind_stages == "II":
+        return [preset("sim", **{**common, **cfg.train, "episodes": cfg.episodes})]
+    return [imit]
+
+
+def run_case(
+    cfg: PolicyBenchConfig, case: _Case, method: str, seed: int, root: Path
+) -> dict[str, Any]:
+    """Train (or resume) and evaluate one (graph, method, seed); cached in ``result.json``."""
+    import torch
+
+    from ..policies.config import POLICY_PRESETS
+    from ..policies.placers import best_of_rollouts
+    from ..train.pipeline import run_pipeline
+
+    run_dir = root / case.name / method / f"seed{seed}"
+    result_path = run_dir / "result.json"
+    if result_path.exists():
+        return json.loads(result_path.read_text())
+    torch.set_num_threads(1)
+    kind, kind_stages = METHODS[method]
+    graph, cluster = _load(case)
+    pcfg = POLICY_PRESETS["default"].replace(kind=kind, **cfg.policy)
+    stages = _stages(cfg, kind_stages, case.semantics, seed)
+    t0 = time.perf_counter()
+    results = run_pipeline(stages, [graph], cluster, pcfg, run_dir, progress=False)
+    train_s = time.perf_counter() - t0
+    policy = results[-1].policy
+    res = best_of_rollouts(
+        policy, graph, cluster, cfg.samples, np.random.default_rng(1000 + seed), case.semantics
+    )
+    episodes = sum(s.episodes for s in stages)
+    sim_episodes = sum(s.episodes for s in stages if s.stage != "imitation")
+    out = {
+        "graph": case.name,
+        "group": case.group,
+        "method": method,
+        "kind": kind,
+        "stages": kind_stages,
+        "seed": seed,
+        "makespan": res.best_cost,
+        "greedy": res.greedy_cost,
+        "episodes": episodes,
+        # every episode is simulated (Stage I for monitoring), plus the 1 + samples of the protocol
+        "sim_calls": episodes + 1 + cfg.samples,
+        "rl_episodes": sim_episodes,
+        "train_s": train_s,
+        "best_seen": min(r.summary["best_cost"][graph.name] for r in results),
+        "checkpoint": str(results[-1].checkpoint),
+    }
+    result_path.write_text(json.dumps(out, indent=1))
+    return out
+
+
+def _run_case_star(args: tuple) -> dict[str, Any]:
+    return run_case(*args)
+
+
+def _reference_rows(cfg: PolicyBenchConfig, case: _Case, budget: int) -> list[dict[str, Any]]:
+    """CP over the seeds and the search placers with ``budget`` simulator calls."""
+    from ..placers import place
+    from ..sim import Simulator
+
+    graph, cluster = _load(case)
+    sim = Simulator(graph, cluster, case.semantics)  # type: ignore[arg-type]
+    rows = []
+    for name in ("cp",) + tuple(cfg.search_placers):
+        opts: dict[str, Any] = {}
+        if name != "cp":
+            opts = {"budget": int(budget), "semantics": case.semantics}
+            if name == "enumerative":
+                opts["passes"] = 10
+        ms = [sim.makespan(place(name, graph, cluster, seed=s, **opts)) for s in range(cfg.seeds)]
+        rows.append(
+            {
+                "graph": case.name,
+                "method": name,
+                "makespans": ms,
+                "sim_calls": budget if name != "cp" else 0,
+                "episodes": 0,
+            }
+        )
+    return rows
+
+
+# -- tables ------------------------------------------------------------------------------
+def _yardstick() -> dict[str, dict[str, float]]:
+    from .quality import YARDSTICK
+
+    return YARDSTICK
+
+
+def _row(
+    case: _Case, method: str, ms: Sequence[float], lb: float, cp: float | None, **extra: Any
+) -> dict[str, Any]:
+    a = np.asarray(ms, dtype=np.float64)
+    known = _yardstick().get(case.name, {}).get("best_known")
+    mean = float(a.mean())
+    return {
+        "graph": case.name,
+        "method": method,
+        "makespan": mean,
+        "std": float(a.std()),
+        "best": float(a.min()),
+        "ratio_lb": mean / lb,
+        "vs_best_known": mean / known - 1.0 if known else None,
+        "vs_cp": (cp - mean) / cp if cp else None,
+        **extra,
+    }
+
+
+def _lower_bound(case: _Case) -> float:
+    from ..sim import Simulator
+
+    g, cl = _load(case)
+    return Simulator(g, cl, case.semantics).lower_bound()  # type: ignore[arg-type]
+
+
+def quality_tables(
+    cfg: PolicyBenchConfig,
+    cases: list[_Case],
+    results: list[dict[str, Any]],
+    methods: Sequence[str],
+) -> list[dict[str, Any]]:
+    """Rows per (graph, method): learned methods, CP and equal-budget search."""
+    rows: list[dict[str, Any]] = []
+    for case in cases:
+        mine = [r for r in results if r["graph"] == case.name and r["method"] in methods]
+        if not mine:
+            continue
+        lb = _lower_bound(case)
+        budget = int(max(r["sim_calls"] for r in mine))
+        refs = _reference_rows(cfg, case, budget)
+        cp = float(np.mean(refs[0]["makespans"]))
+        for ref in refs:
+            rows.append(
+                _row(
+                    case,
+                    ref["method"],
+                    ref["makespans"],
+                    lb,
+                    cp,
+                    sim_calls=ref["sim_calls"],
+                    episodes=0,
+                )
+            )
+        for m in methods:
+            rs = [r for r in mine if r["method"] == m]
+            if not rs:
+                continue
+            rows.append(
+                _row(
+                    case,
+                    m,
+                    [r["makespan"] for r in rs],
+                    lb,
+                    cp,
+                    greedy=float(np.mean([r["greedy"] for r in rs])),
+                    episodes=rs[0]["episodes"],
+                    sim_calls=rs[0]["sim_calls"],
+                    train_s=float(np.mean([r["train_s"] for r in rs])),
+                    seeds=len(rs),
+                )
+            )
+    return rows
+
+
+# -- speed -------------------------------------------------------------------------------
+def _median_ms(fn, repeats: int) -> float:
+    fn()  # warm up (numba, PyG templates)
+    ts = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return float(np.median(ts) * 1e3)
+
+
+def episode_times(policy, graph, cluster, repeats: int = 5, batch: int = 16) -> dict[str, float]:
+    """Milliseconds per inference episode, per training episode (one per update) and per
+    training episode in a batch of ``batch`` (one encoder pass shared)."""
+    import torch
+
+    from ..policies.context import GraphContext
+    from ..policies.rollout import GREEDY, SAMPLE, run_episodes
+    from ..policies.tensors import flush_denormal
+
+    ctx = GraphContext(graph, cluster, policy.config.layout, policy.config.timing)
+    rng = np.random.default_rng(0)
+
+    def infer() -> None:
+        with torch.no_grad():
+            run_episodes(policy, ctx, policy.encode(ctx), 1, rng, GREEDY, GREEDY)
+
+    def train(k: int) -> None:
+        enc = policy.encode(ctx)
+        ep = run_episodes(policy, ctx, enc, k, rng, SAMPLE, SAMPLE)
+        chunk = policy.eval_chunk or k
+        for lo in range(0, k, chunk):
+            part = ep if chunk >= k else ep.select(slice(lo, lo + chunk))
+            t = policy.log_probs(ctx, enc, part)
+            loss = -sum(x.sum() for x in (t.sel_logp, t.plc_logp) if x is not None)
+            loss.backward(retain_graph=lo + chunk < k)
+        policy.zero_grad()
+
+    with flush_denormal():
+        return {
+            "inference_ms": _median_ms(infer, repeats),
+            "train_ms": _median_ms(lambda: train(1), repeats),
+            "train_batched_ms": _median_ms(lambda: train(batch), max(1, repeats // 2)) / batch,
+        }
+
+
+def speed_rows(cfg: PolicyBenchConfig, paper_case: _Case | None) -> tuple[list, list]:
+    """The architecture table (229-node graph) and the per-node scaling table."""
+    import torch
+
+    from ..hardware import make_cluster
+    from ..policies.checkpoint import make_policy
+    from ..policies.config import POLICY_PRESETS
+    from ..workloads import build_from_spec
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        arch = []
+        if paper_case is not None:
+            graph, cluster = _load(paper_case)
+            variants = [
+                ("doppler (ours)", POLICY_PRESETS["default"]),
+                (
+                    "doppler (ours, shared encoder)",
+                    POLICY_PRESETS["default"].replace(shared_encoder=True),
+                ),
+                ("doppler (released arch, edge weights once per pass)", POLICY_PRESETS["released"]),
+                (
+                    "doppler (released NNConv, edge net every step)",
+                    POLICY_PRESETS["released-nnconv"],
+                ),
+                ("placeto", POLICY_PRESETS["default"].replace(kind="placeto")),
+                ("gdp", POLICY_PRESETS["default"].replace(kind="gdp")),
+            ]
+            for label, pc in variants:
+                pol = make_policy(
+                    pc.replace(**{k: v for k, v in cfg.policy.items() if k in ("placeto_hidden",)}),
+                    4,
+                )
+                reps = 1 if pc.edge_mode == "nnconv" or pc.kind == "placeto" else cfg.speed_repeats
+                t = episode_times(
+                    pol, graph, cluster, reps, batch=4 if pc.kind == "placeto" else 16
+                )
+                arch.append(
+                    {
+                        "policy": label,
+                        "graph": paper_case.name,
+                        "nodes": graph.compute_nodes.size,
+                        "params": pol.num_parameters(),
+                        **t,
+                    }
+                )
+        scale = []
+        pol = make_policy(POLICY_PRESETS["default"], 4)
+        for n in cfg.speed_sizes:
+            g = build_from_spec(f"random_dag:num_nodes={n},width=16")
+            t = episode_times(
+                pol,
+                g,
+                make_cluster("uniform", 4),
+                max(1, cfg.speed_repeats if n <= 1000 else 1),
+                batch=4,
+            )
+            scale.append(
+                {
+                    "graph": f"random_dag {n}",
+                    "nodes": n,
+                    **t,
+                    "inference_us_per_node": t["inference_ms"] * 1e3 / n,
+                    "train_us_per_node": t["train_ms"] * 1e3 / n,
+                }
+            )
+    finally:
+        torch.set_num_threads(threads)
+    return arch, scale
+
+
+def ablation_rows(
+    graphs: Sequence[str],
+    methods: Sequence[str],
+    out_dir: str | Path,
+    seeds: int = 3,
+    episodes: int = 4000,
+    imitation_episodes: int = 400,
+    samples: int = 16,
+    paper_dir: str | None = None,
+    policy: dict[str, Any] | None = None,
+    train: dict[str, Any] | None = None,
+    search_placers: Sequence[str] = (),
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Train and evaluate ``methods`` (keys of :data:`METHODS`) on ``graphs`` (paper names or
+    workload specs) over ``seeds``; cached per (graph, method, seed) under ``out_dir``.
+
+    Returns:
+        The table rows (mean over seeds, with CP and ``search_placers`` at the same simulator
+        calls) and the per-seed results.
+    """
+    paper = tuple(g for g in graphs if ":" not in g and g not in WORKLOADS)
+    work = tuple(g for g in graphs if g not in paper)
+    cfg = PolicyBenchConfig(
+        paper_graphs=paper,
+        paper_dir=paper_dir,
+        workloads=work,
+        methods=tuple(methods),
+        ablations=(),
+        seeds=seeds,
+        episodes=episodes,
+        imitation_episodes=imitation_episodes,
+        samples=samples,
+        search_placers=tuple(search_placers),
+        jobs=1,
+        policy=dict(policy or {}),
+        train=dict(train or {}),
+    )
+    cases, _ = _cases(cfg)
+    root = Path(out_dir)
+    results = [run_case(cfg, c, m, s, root) for c in cases for m in methods for s in range(seeds)]
+    return quality_tables(cfg, cases, results, methods), results
+
+
+# -- the benchmark -----------------------------------------------------------------------
+def run(
+    out_dir: Path, quick: bool = False, config: PolicyBenchConfig | None = None
+) -> dict[str, Any]:
+    """Run (or resume) the benchmark and write ``policy.json`` / ``policy.md``."""
+    cfg = config or (quick_config() if quick else PolicyBenchConfig())
+    out_dir = Path(out_dir)
+    root = out_dir / ("policy_runs_quick" if quick else "policy_runs")
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "bench_config.json").write_text(json.dumps(asdict(cfg), indent=1))
+    t0 = time.perf_counter()
+    cases, notes = _cases(cfg)
+    paper = [c for c in cases if c.group == "paper"]
+    speed_case = next((c for c in paper if c.name == SPEED_GRAPH), paper[0] if paper else None)
+    arch, scale = speed_rows(cfg, speed_case)
+    tasks = []
+    for case in cases:
+        methods = list(cfg.methods) if case.group == "paper" else ["doppler"]
+        if case.name in cfg.ablation_graphs:
+            methods += [m for m in cfg.ablations if m not in methods]
+        for m in methods:
+            for s in range(cfg.seeds):
+                tasks.append((cfg, case, m, s, root))
+    if cfg.jobs > 1:
+        with ProcessPoolExecutor(cfg.jobs) as ex:
+            results = list(ex.map(_run_case_star, tasks))
+    else:
+        results = [_run_case_star(t) for t in tasks]
+    _export_checkpoints(results, root)
+    quality = quality_tables(cfg, [c for c in cases if c.group == "paper"], results, cfg.methods)
+    workloads = quality_tables(
+        cfg, [c for c in cases if c.group == "workload"], results, ["doppler"]
+    )
+    ablation = quality_tables(
+        cfg,
+        [c for c in cases if c.name in cfg.ablation_graphs],
+        results,
+        ("doppler",) + tuple(cfg.ablations),
+    )
+    summary = _summary(quality, ablation, arch, scale)
+    summary["wall_s"] = time.perf_counter() - t0
+    cols = [
+        "graph",
+        "method",
+        "makespan",
+        "std",
+        "best",
+        "ratio_lb",
+        "vs_best_known",
+        "vs_cp",
+        "greedy",
+        "episodes",
+        "sim_calls",
+        "train_s",
+    ]
+    return write_report(
+        out_dir,
+        "policy",
+        "Learned policies: speed and quality",
+        {
+            "Speed on one CPU core (229-node paper graph)": (arch, None),
+            "Speed per node (random DAGs, width 16)": (scale, None),
+            "Quality: paper graphs (4 devices, paper semantics)": (quality, cols),
+            f"Quality: generated workloads (p100x4, {cfg.workload_semantics} semantics)": (
+                workloads,
+                cols,
+            ),
+            "Ablations": (ablation, cols),
+        },
+        summary=summary,
+        notes=notes
+        + [
+            f"Each learned method: Stage I ({cfg.imitation_episodes} episodes) + Stage II "
+            f"({cfg.episodes - cfg.imitation_episodes}) per graph and seed ({cfg.seeds} seeds); "
+            "II-only: all episodes in Stage II; I-only: Stage I alone.",
+            f"Protocol: the best of the final policy's greedy rollout and {cfg.samples} sampled "
+            "rollouts, by the simulator; never the best placement seen during training.",
+            "Search placers (local-search, enumerative) get the learned method's simulator calls "
+            "(every training episode, Stage I included, plus the protocol's rollouts).",
+            "vs_cp = (cp - makespan) / cp with cp the mean over the same seeds; vs_best_known = "
+            "makespan / YARDSTICK.md best known - 1; ratio_lb = makespan / lower bound.",
+            f"Runs and checkpoints: {root}",
+        ],
+        command="doppler-lab bench policy" + (" --quick" if quick else ""),
+    )
+
+
+def _export_checkpoints(results: list[dict[str, Any]], root: Path) -> None:
+    """Copy seed 0's policy of each (graph, method) to ``checkpoints/<placer>/<graph>.pt``."""
+    for r in results:
+        if r["seed"] != 0 or r["method"] not in ("doppler", "placeto", "gdp"):
+            continue
+        dest = root / "checkpoints" / r["method"] / f"{r['graph']}.pt"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if Path(r["checkpoint"]).exists():
+            shutil.copyfile(r["checkpoint"], dest)
+
+
+def _summary(quality, ablation, arch, scale) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    ours = next((a for a in arch if a["policy"] == "doppler (ours)"), None)
+    if ours:
+        out["inference_ms_229"] = round(ours["inference_ms"], 2)
+        out["train_ms_229"] = round(ours["train_ms"], 2)
+    for r in quality:
+        if r["method"] == "doppler":
+            out[f"{r['graph']}: doppler vs cp"] = (
+                round(r["vs_cp"], 4) if r["vs_cp"] is not None else None
+            )
+    if scale:
+        per = [s["inference_us_per_node"] for s in scale]
+        out["inference_us_per_node (min..max)"] = f"{min(per):.1f}..{max(per):.1f}"
+    return out
+
+
+__all__ = [
+    "METHODS",
+    "PolicyBenchConfig",
+    "ablation_rows",
+    "episode_times",
+    "quick_config",
+    "run",
+    "run_case",
+]

@@ -1,0 +1,177 @@
+"""``doppler-lab train``: train a placement policy (Stage I imitation, Stage II simulator RL,
+Stage III real-system RL), resumable in its run directory."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ._common import add_cluster_arguments, print_json, resolve_cluster, resolve_graph
+
+NAME = "train"
+HELP = "train a placement policy (imitation, simulator RL, real-system RL); resumes in --out"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--stage",
+        default="sim",
+        metavar="STAGE[,STAGE]",
+        help="imitation, sim or real; several comma-separated run in sequence, each warm-starting "
+        "from the previous (e.g. imitation,sim)",
+    )
+    p.add_argument(
+        "--graph",
+        action="append",
+        required=True,
+        metavar="GRAPH",
+        help="a workload name (chainmm, llama_block:layers=2, ...), a JSON graph or a paper .txt; "
+        "repeat for several graphs (updates cycle through them)",
+    )
+    add_cluster_arguments(p)
+    p.add_argument(
+        "--semantics",
+        choices=("paper", "wc", "bsp"),
+        help="simulator semantics; default: paper for graphs with explicit costs, wc otherwise",
+    )
+    p.add_argument("--noise", type=float, help="simulator duration noise sigma (default 0)")
+    p.add_argument("--episodes", type=int, metavar="N", help="episodes per stage")
+    p.add_argument("--episodes-per-update", type=int, metavar="K", help="episodes per update")
+    p.add_argument("--lr", type=float, help="learning rate (both optimisers)")
+    p.add_argument("--seed", type=int, help="seed (weights, rollouts, noise); default 0")
+    p.add_argument(
+        "--out", required=True, metavar="DIR", help="run directory (resumed if it holds a run)"
+    )
+    p.add_argument(
+        "--init", metavar="CKPT", help="warm start from a checkpoint (path or shipped name)"
+    )
+    p.add_argument(
+        "--policy",
+        choices=("dual", "sel-only", "plc-only", "placeto", "gdp"),
+        help="policy kind for a fresh start (default dual)",
+    )
+    p.add_argument(
+        "--preset",
+        choices=("ours", "released"),
+        default="ours",
+        help="training and architecture settings: ours (default) or the released code's",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any training-config field, e.g. --set sil_coef=1 --set explore=perturb",
+    )
+    p.add_argument(
+        "--policy-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any policy-config field for a fresh start, e.g. --policy-set hidden=128",
+    )
+    p.add_argument("--repeats", type=int, help="real stage: timed runs per cost evaluation")
+    p.add_argument(
+        "--allow-device-change",
+        action="store_true",
+        help="fine-tune an --init checkpoint trained on another device count",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+
+
+def _pairs(items: list[str]) -> dict[str, Any]:
+    from .place import parse_options
+
+    return parse_options(items)
+
+
+def stage_configs(args: argparse.Namespace, default_semantics: str) -> list:
+    """The training configurations of ``--stage`` with the command-line overrides."""
+    from ..train.config import STAGES, preset
+
+    stages = [s.strip() for s in args.stage.split(",") if s.strip()]
+    bad = [s for s in stages if s not in STAGES]
+    if bad or not stages:
+        raise ConfigError(f"--stage {args.stage!r}: expected one or more of {', '.join(STAGES)}")
+    common: dict[str, Any] = {"semantics": args.semantics or default_semantics}
+    for key in ("noise", "episodes", "episodes_per_update", "lr", "seed", "repeats"):
+        if getattr(args, key) is not None:
+            common[key] = getattr(args, key)
+    common.update(_pairs(args.set))
+    prefix = "released-" if args.preset == "released" else ""
+    return [preset(prefix + s, **common) for s in stages]
+
+
+def policy_config(args: argparse.Namespace):
+    from ..policies.config import POLICY_PRESETS
+
+    base = POLICY_PRESETS["released" if args.preset == "released" else "default"]
+    changes = _pairs(args.policy_set)
+    if args.policy:
+        changes["kind"] = args.policy
+    return base.replace(**changes)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..train.pipeline import run_pipeline
+
+    graphs = [resolve_graph(g) for g in args.graph]
+    cluster = resolve_cluster(args, graphs[0])
+    explicit = all(g.compute_cost is not None for g in graphs)
+    configs = stage_configs(args, "paper" if explicit else "wc")
+    pcfg = policy_config(args)
+    init = None
+    if args.init:
+        from ..policies.pretrained import resolve_checkpoint
+
+        init = resolve_checkpoint(args.init)
+    out = Path(args.out)
+    results = (
+        run_pipeline(
+            configs,
+            graphs,
+            cluster,
+            pcfg,
+            out if len(configs) > 1 else None,
+            init,
+            progress=not args.no_progress,
+            allow_device_change=args.allow_device_change,
+        )
+        if len(configs) > 1
+        else None
+    )
+    if results is None:
+        from ..train.loop import Trainer
+
+        results = [
+            Trainer(
+                configs[0],
+                graphs,
+                cluster,
+                pcfg,
+                out,
+                init=init,
+                progress=not args.no_progress,
+                allow_device_change=args.allow_device_change,
+            ).run()
+        ]
+    summary = {
+        "out": str(out),
+        "stages": [r.summary for r in results],
+        "checkpoint": str(results[-1].checkpoint),
+    }
+    if args.json:
+        print_json(summary)
+    else:
+        for r in results:
+            s = r.summary
+            best = ", ".join(f"{g} {c:.6g}" for g, c in s["best_cost"].items())
+            print(f"{s['stage']}: {s['episodes']} episodes, best cost seen {best}")
+        print(f"checkpoint: {results[-1].checkpoint}")
+        (out / "train_summary.json").parent.mkdir(parents=True, exist_ok=True)
+        (out / "train_summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    return 0

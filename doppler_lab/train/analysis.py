@@ -1,0 +1,131 @@
+"""Helpers the training notebooks call: a graph with its evaluation settings, and learned
+policies compared with placers under the experiment protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..graph import DataflowGraph
+from ..hardware import Cluster, make_cluster
+from ..placement import Placement
+from ..policies.base import PlacementPolicy
+from ..sim import Simulator
+from ..trace import Trace
+
+
+def graph_case(
+    name: str, paper_graphs_dir: str | None = None
+) -> tuple[DataflowGraph, Cluster, str]:
+    """A graph and how it is evaluated: a paper graph name gives ``(graph, uniform devices,
+    "paper")`` (4 devices, 8 for the ``8gpu_*`` graphs); anything else is a workload spec
+    (``llama_block``, ``chainmm:scale=0.01``) giving ``(graph, p100x4, "wc")``."""
+    from ..experiments import paper_graphs_dir as find_dir
+    from ..io import read_paper_graph
+    from ..workloads import WORKLOADS, build_from_spec
+
+    if name.split(":")[0] in WORKLOADS:
+        return build_from_spec(name), make_cluster("p100x4"), "wc"
+    folder = find_dir(paper_graphs_dir)
+    path = Path(folder) / f"{name}.txt" if folder else None
+    if path is None or not path.exists():
+        raise ConfigError(
+            f"graph {name!r} is neither a workload ({', '.join(WORKLOADS)}) nor a paper graph in "
+            f"{folder or paper_graphs_dir or 'the paper graph folder (set DOPPLER_PAPER_GRAPHS)'}"
+        )
+    devices = 8 if name.startswith("8gpu") else 4
+    return read_paper_graph(path), make_cluster("uniform", devices), "paper"
+
+
+def compare_placements(
+    entries: Mapping[str, PlacementPolicy | Placement | str],
+    graph: DataflowGraph,
+    cluster: Cluster,
+    semantics: str,
+    samples: int = 16,
+    seed: int = 0,
+    reference: str = "cp",
+) -> tuple[list[dict[str, Any]], dict[str, Trace]]:
+    """Evaluate policies (protocol: best of greedy + ``samples`` sampled rollouts), placers (by
+    registry name, seeded) and fixed placements side by side on one simulator.
+
+    Returns:
+        Rows (label, makespan, greedy, ratio_lb, vs_reference) and the simulated trace of each
+        entry's placement, by label.
+    """
+    from ..placers import place
+    from ..policies.placers import best_of_rollouts
+
+    sim = Simulator(graph, cluster, semantics)  # type: ignore[arg-type]
+    lb = sim.lower_bound()
+    rows: list[dict[str, Any]] = []
+    traces: dict[str, Trace] = {}
+    for label, entry in entries.items():
+        greedy = None
+        if isinstance(entry, PlacementPolicy):
+            res = best_of_rollouts(entry, graph, cluster, samples, seed, semantics)
+            placement, greedy = res.placement, res.greedy_cost
+        elif isinstance(entry, Placement):
+            placement = entry
+        else:
+            placement = place(entry, graph, cluster, seed=seed)
+        trace = sim.run(placement)
+        traces[label] = trace
+        rows.append(
+            {
+                "label": label,
+                "makespan": trace.makespan,
+                "greedy": greedy if greedy is not None else np.nan,
+                "ratio_lb": trace.makespan / lb,
+            }
+        )
+    ref = next((r["makespan"] for r in rows if r["label"] == reference), None)
+    for r in rows:
+        r[f"vs_{reference}"] = (ref - r["makespan"]) / ref if ref else np.nan
+    return rows, traces
+
+
+def starting_policy(
+    init: str | None,
+    graph: DataflowGraph,
+    cluster: Cluster,
+    semantics: str,
+    out_dir: str | Path,
+    imitation_episodes: int = 400,
+    seed: int = 0,
+    policy: Any = None,
+    progress: bool = False,
+) -> tuple[PlacementPolicy, Path, str]:
+    """The policy Stage II starts from, and how it was obtained.
+
+    ``init``: a checkpoint path or shipped name; ``"auto"``: the shipped DOPPLER checkpoint of
+    the graph if there is one (``doppler/<graph name>``), else a Stage I run of
+    ``imitation_episodes`` episodes in ``<out_dir>/stage1`` (resumed if present); None: always
+    that Stage I run.
+
+    Returns:
+        ``(policy, checkpoint path, "shipped ..." | "checkpoint ..." | "stage I ...")``.
+    """
+    from ..policies.checkpoint import load_policy
+    from ..policies.pretrained import list_checkpoints, resolve_checkpoint
+    from .config import preset
+    from .loop import train
+
+    d = cluster.num_devices
+    if init == "auto":
+        name = f"doppler/{graph.name}"
+        if name in list_checkpoints():
+            path = resolve_checkpoint(name)
+            return load_policy(path, num_devices=d)[0], path, f"shipped {name}"
+        init = None
+    if init is not None:
+        path = resolve_checkpoint(init)
+        return load_policy(path, num_devices=d)[0], path, f"checkpoint {path}"
+    cfg = preset("imitation", episodes=imitation_episodes, semantics=semantics, seed=seed)
+    res = train(cfg, [graph], cluster, policy, Path(out_dir) / "stage1", progress=progress)
+    assert res.checkpoint is not None
+    return res.policy, res.checkpoint, f"stage I ({imitation_episodes} episodes)"

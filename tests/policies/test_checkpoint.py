@@ -1,0 +1,122 @@
+"""Checkpoints: round trip, clear errors for another kind / layout / device count, shipped
+checkpoint lookup, learned placers in the registry."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from doppler_lab.errors import CheckpointError, ConfigError
+from doppler_lab.hardware import make_cluster
+from doppler_lab.placers import available_placers, place
+from doppler_lab.policies.checkpoint import load_policy, make_policy, save_checkpoint
+from doppler_lab.policies.config import PolicyConfig
+from doppler_lab.policies.pretrained import list_checkpoints, resolve_checkpoint
+
+SMALL = dict(hidden=16, head_hidden=16, mp_steps=2, num_bases=4)
+
+
+def _save(tmp_path, kind="dual", devices=4, name="p.pt", **kw):
+    pol = make_policy(PolicyConfig(kind=kind, **SMALL, **kw), devices, seed=3)
+    return pol, save_checkpoint(tmp_path / name, pol, {"note": "test"})
+
+
+def test_round_trip(tmp_path):
+    pol, path = _save(tmp_path)
+    back, doc = load_policy(path, ["dual"], 4)
+    assert back.config == pol.config and doc["meta"]["note"] == "test"
+    for k, v in pol.state_dict().items():
+        torch.testing.assert_close(back.state_dict()[k], v)
+
+
+def test_same_seed_same_weights():
+    a = make_policy(PolicyConfig(**SMALL), 4, seed=1)
+    b = make_policy(PolicyConfig(**SMALL), 4, seed=1)
+    state = torch.random.get_rng_state()
+    c = make_policy(PolicyConfig(**SMALL), 4, seed=2)
+    assert torch.equal(state, torch.random.get_rng_state())  # global RNG untouched
+    for k, v in a.state_dict().items():
+        torch.testing.assert_close(b.state_dict()[k], v)
+    assert any(not torch.equal(c.state_dict()[k], v) for k, v in a.state_dict().items())
+
+
+def test_wrong_kind(tmp_path):
+    _, path = _save(tmp_path, kind="gdp")
+    with pytest.raises(CheckpointError, match="holds a 'gdp' policy, expected 'placeto'"):
+        load_policy(path, ["placeto"])
+
+
+def test_wrong_device_count(tmp_path):
+    _, path = _save(tmp_path)
+    with pytest.raises(CheckpointError, match="trained for 4 devices, but the cluster has 8"):
+        load_policy(path, num_devices=8)
+    pol, _ = load_policy(path, num_devices=8, allow_device_change=True)
+    assert pol.num_devices == 8
+
+
+def test_device_change_reinitialises_device_sized_layers(tmp_path):
+    _, path = _save(tmp_path, kind="gdp")
+    pol, doc = load_policy(path, num_devices=2, allow_device_change=True)
+    assert pol.out.out_features == 2
+    assert "out.weight" in doc["meta"]["reinitialised"]
+
+
+def test_wrong_feature_layout(tmp_path):
+    _, path = _save(tmp_path)
+    doc = torch.load(path, weights_only=True)
+    doc["policy"]["layout"]["device"] = doc["policy"]["layout"]["device"][:-1]
+    torch.save(doc, tmp_path / "edited.pt")
+    with pytest.raises(CheckpointError, match="device features"):
+        load_policy(tmp_path / "edited.pt")
+    doc["policy"]["layout"]["name"] = "doppler7"
+    torch.save(doc, tmp_path / "edited.pt")
+    with pytest.raises(CheckpointError, match="'doppler7'"):
+        load_policy(tmp_path / "edited.pt")
+
+
+def test_foreign_files(tmp_path):
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="not a doppler_lab policy checkpoint"):
+        load_policy(tmp_path / "other.pt")
+    (tmp_path / "text.pt").write_text("hello")
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        load_policy(tmp_path / "text.pt")
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_policy(tmp_path / "missing.pt")
+
+
+def test_shipped_lookup(tmp_path, monkeypatch):
+    _, path = _save(tmp_path / "ship" / "doppler", name="tiny.pt")
+    (tmp_path / "ship" / "index.json").write_text(
+        '{"checkpoints": {"doppler/tiny": {"episodes": 3}}}'
+    )
+    monkeypatch.setenv("DOPPLER_LAB_CHECKPOINTS", str(tmp_path / "ship"))
+    found = list_checkpoints()
+    assert found["doppler/tiny"]["episodes"] == 3
+    assert resolve_checkpoint("doppler/tiny") == path
+    with pytest.raises(CheckpointError, match="neither a file nor a shipped checkpoint"):
+        resolve_checkpoint("doppler/nope")
+
+
+def test_learned_placers(tmp_path, small_graph, cluster4):
+    assert {"doppler", "placeto", "gdp"} <= set(available_placers())
+    _, path = _save(tmp_path)
+    p = place(
+        "doppler", small_graph, cluster4, seed=0, checkpoint=str(path), samples=3, semantics="wc"
+    )
+    assert p.placer == "doppler"
+    assert p.meta["best_cost"] <= p.meta["greedy_cost"]
+    a = place(
+        "doppler", small_graph, cluster4, seed=5, checkpoint=str(path), samples=3, semantics="wc"
+    )
+    b = place(
+        "doppler", small_graph, cluster4, seed=5, checkpoint=str(path), samples=3, semantics="wc"
+    )
+    np.testing.assert_array_equal(a.device, b.device)
+    with pytest.raises(ConfigError, match="needs a checkpoint"):
+        place("gdp", small_graph, cluster4)
+    with pytest.raises(CheckpointError, match="expected 'gdp'"):
+        place("gdp", small_graph, cluster4, checkpoint=str(path))
+    with pytest.raises(CheckpointError, match="trained for 4 devices"):
+        place("doppler", small_graph, make_cluster("uniform", 2), checkpoint=str(path))
