@@ -285,8 +285,16 @@ def run(
         "seconds": round(time.perf_counter() - t_start, 1),
         "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
+    warnings = []
     if capacity:
         summary["parallel_capacity"] = round(min(capacity), 2)
+        if min(capacity) < 0.9 * be.num_devices:
+            warnings.append(
+                f"WARNING: parallel capacity {min(capacity):.2f} < {be.num_devices} devices: other "
+                "processes held cores during this run, so its devices did not run independently and "
+                "these correlations measure the machine's load, not the simulator. Rerun on an idle "
+                "machine (doppler-lab gpu-check runs this benchmark on a GPU machine's idle cores)."
+            )
     cols = [
         "workload",
         "ops",
@@ -306,7 +314,7 @@ def run(
         "discarded_runs",
         "kept_disturbed_runs",
     ]
-    notes = [
+    notes = warnings + [
         f"Measured: median of {repeats} timed runs after {warmup} warm-up, over {rounds} shuffled round(s).",
         "Simulated: wc semantics, no noise. calibrated = profile with measured op times per signature; "
         "roofline = the profile's fitted devices without the op table; preset = uncalibrated cluster preset.",
