@@ -124,7 +124,15 @@ def test_calibrate_then_execute_on_the_profile(capsys, tmp_path):
 
 @pytest.mark.slow
 def test_gpu_check_smoke_on_cpu(capsys, tmp_path):
-    rc, out, _ = run_cli(capsys, "gpu-check", "--out", str(tmp_path), "--allow-cpu", "--skip-tests", "--skip-fidelity")
+    rc, out, _ = run_cli(
+        capsys,
+        "gpu-check",
+        "--out",
+        str(tmp_path),
+        "--allow-cpu",
+        "--skip-tests",
+        "--skip-fidelity",
+    )
     assert (
         rc == 0 and (tmp_path / "gpu_check.json").exists() and (tmp_path / "executor.md").exists()
     )
