@@ -136,3 +136,23 @@ def test_gpu_check_smoke_on_cpu(capsys, tmp_path):
     assert (
         rc == 0 and (tmp_path / "gpu_check.json").exists() and (tmp_path / "executor.md").exists()
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["executor", "fidelity"])
+def test_benchmarks_write_their_reports(capsys, tmp_path, name):
+    rc, out, _ = run_cli(capsys, "bench", name, "--quick", "--out", str(tmp_path))
+    assert rc == 0
+    record = json.loads((tmp_path / f"{name}.json").read_text())
+    assert record["benchmark"] == name and (tmp_path / f"{name}.md").exists()
+    if name == "executor":
+        assert record["summary"]["all_outputs_match"] is True
+    else:
+        rows = record["tables"]["Per workload"]
+        assert {r["workload"] for r in rows} >= {
+            "chainmm",
+            "ffnn",
+            "llama_block",
+            "llama_layer",
+            "moe_layer",
+        }
