@@ -310,7 +310,7 @@ def make_cpu(
         np.full((d, d), copy_bytes_per_s),
         np.full((d, d), 5e-6),
         routes,
-        ("host memory",),
+        ("host memory",) if d > 1 else (),
     )
 
 

@@ -310,13 +310,32 @@ def save_cluster(cluster: Cluster, path: str | Path) -> Path:
 
 
 def load_cluster(path: str | Path) -> Cluster:
+    """A cluster from a cluster JSON, or the cluster of a calibration profile JSON."""
     from .errors import ClusterError
 
+    profile = load_profile(path)
+    if profile is not None:
+        return profile.cluster
     doc = _read_json(path, "doppler_lab.cluster")
     try:
         return Cluster.from_dict(doc)
     except ClusterError as exc:
         raise FormatError(str(exc), str(path)) from None
+
+
+def load_profile(path: str | Path):
+    """The calibration profile in ``path`` (a :class:`doppler_lab.calibration.Profile`), or
+    ``None`` when the file is some other document."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(doc, dict) or doc.get("format") != "doppler_lab.profile":
+        return None
+    from .calibration import Profile
+
+    return Profile.from_dict(doc, source=str(p))
 
 
 def save_placement(

@@ -71,3 +71,32 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, message):
     assert main(["simulate", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
+
+
+def test_calibration_profile_as_cluster(capsys, tmp_path):
+    """--cluster PROFILE.json simulates with the profile's measured op times."""
+    from doppler_lab.calibration import Profile, op_signature
+    from doppler_lab.hardware import make_cpu
+    from doppler_lab.workloads import build_from_spec
+
+    graph = build_from_spec("chainmm:scale=0.05")
+    cpu = make_cpu(2)
+    op_times = {
+        op_signature(s): [1e-3, 1e-3] for s in graph.specs if s is not None and s.kind != "input"
+    }
+    profile = Profile(
+        "test",
+        "cpu",
+        cpu.devices,
+        cpu.bandwidth_bytes_per_s,
+        cpu.latency_s,
+        cpu.routes,
+        cpu.link_names,
+        op_times=op_times,
+        dispatch_s=(0.0, 0.0),
+    )
+    path = profile.save(tmp_path / "p.json")
+    out = run_json(capsys, "chainmm:scale=0.05", "--cluster", str(path), "--placement", "single")
+    n_ops = int(graph.compute_nodes.size)
+    assert out["num_devices"] == 2
+    assert out["makespan"] == pytest.approx(n_ops * 1e-3, rel=0.05)

@@ -63,6 +63,18 @@ def resolve_cluster(args: argparse.Namespace, graph: DataflowGraph | None = None
     return make_cluster("p100x4")
 
 
+def resolve_cost_model(args: argparse.Namespace, graph: DataflowGraph, cluster: Cluster):
+    """The calibrated cost model when ``--cluster`` names a calibration profile, else ``None``
+    (the simulator then builds the roofline model of the cluster)."""
+    spec = getattr(args, "cluster", None)
+    if not spec or not str(spec).endswith(".json"):
+        return None
+    from ..io import load_profile
+
+    profile = load_profile(spec)
+    return profile.cost_model(graph) if profile is not None else None
+
+
 def resolve_placement(
     spec: str, graph: DataflowGraph, cluster: Cluster, seed: int | None = None
 ) -> Placement:

@@ -11,6 +11,7 @@ from ._common import (
     add_graph_argument,
     print_json,
     resolve_cluster,
+    resolve_cost_model,
     resolve_graph,
     resolve_placement,
 )
@@ -54,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     cluster = resolve_cluster(args, graph)
     semantics = args.semantics or ("paper" if graph.compute_cost is not None else "wc")
     placement = resolve_placement(args.placement, graph, cluster, seed=args.seed)
-    sim = Simulator(graph, cluster, semantics, noise=args.noise)
+    cost = resolve_cost_model(args, graph, cluster)
+    sim = Simulator(graph, cluster, semantics, noise=args.noise, cost_model=cost)
     trace = sim.run(placement, seed=args.seed, dispatch=args.dispatch)
     lb = sim.lower_bound()
     result = {

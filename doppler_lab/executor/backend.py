@@ -21,7 +21,6 @@ Backends here:
 from __future__ import annotations
 
 import abc
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,11 +152,8 @@ def default_cpu_devices() -> int:
 
 
 def make_cpu_cluster(num_devices: int) -> Cluster:
-    """``hardware.make_cpu`` for any count (its 1-device form names a link it does not have)."""
-    if num_devices != 1:
-        return make_cpu(num_devices)
-    dev = make_cpu(2).devices[0]
-    return Cluster("cpu1", (dev,), np.zeros((1, 1)), np.zeros((1, 1)))
+    """``hardware.make_cpu``: CPU worker devices sharing the host's memory system."""
+    return make_cpu(num_devices)
 
 
 def cluster_from_file(path: str | Path) -> Cluster:
@@ -165,15 +161,7 @@ def cluster_from_file(path: str | Path) -> Cluster:
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"cluster file {str(path)!r} does not exist")
-    try:
-        doc = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"cluster file {str(path)!r} is not JSON: {exc}") from None
-    if isinstance(doc, dict) and doc.get("format") == "doppler_lab.profile":
-        from ..calibration import Profile
-
-        return Profile.from_dict(doc, source=str(path)).cluster
-    return make_cluster(str(path))
+    return make_cluster(str(path))  # cluster JSON or calibration profile
 
 
 def make_backend(
