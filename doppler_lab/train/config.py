@@ -212,7 +212,8 @@ TRAIN_PRESETS: dict[str, TrainConfig] = {
         pg_coef=0.0,
     ),
     # ours: REINFORCE with many sampled episodes per update and a leave-one-out baseline
-    "sim": TrainConfig(stage="sim", episodes=3600, episodes_per_update=16, lr=1e-3),
+    # (a high initial rate matters: the policy must move far from the teacher; see the report)
+    "sim": TrainConfig(stage="sim", episodes=3600, episodes_per_update=16, lr=3e-2, sil_coef=1.0),
     "real": TrainConfig(stage="real", episodes=400, episodes_per_update=4, lr=3e-4),
     # the released settings (config_files/run_doppler/*.json): one episode per update,
     # epsilon-greedy around the argmax, running-mean baseline, constant rate (the released

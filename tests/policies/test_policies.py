@@ -175,3 +175,11 @@ def test_dual_policy_runs_on_any_device_count(small_graph):
     with torch.no_grad():
         ep = run_episodes(pol, ctx8, pol.encode(ctx8), 1, np.random.default_rng(0), GREEDY, GREEDY)
     ep.placements[0].validate(small_graph, 8)
+
+
+def test_sparse_inference_path_equals_message_passing(ctx):
+    enc = MPNNEncoder(5, 2, hidden=16, steps=3, num_bases=4)
+    ref = enc(ctx.x, ctx.edge_index, ctx.edge_attr)
+    with torch.no_grad():
+        fast = enc(ctx.x, ctx.edge_index, ctx.edge_attr)
+    torch.testing.assert_close(fast, ref.detach(), rtol=1e-4, atol=1e-5)

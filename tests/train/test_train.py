@@ -90,14 +90,14 @@ def test_resume_after_interruption(tmp_path, graph, cluster, stage):
 def test_resume_refuses_another_config(tmp_path, graph, cluster):
     cfg = _sim()
     train(cfg.replace(episodes=8), [graph], cluster, SMALL, tmp_path, progress=False)
-    with pytest.raises(ConfigError, match="lr = 0.001, now 0.5"):
+    with pytest.raises(ConfigError, match="lr = 0.03, now 0.5"):
         Trainer(cfg.replace(episodes=8, lr=0.5), [graph], cluster, SMALL, tmp_path, progress=False)
 
 
 def test_learning_rate_really_changes(graph, cluster):
     r = train(_sim(lr_schedule="linear", lr_final=0.1), [graph], cluster, SMALL, progress=False)
     lrs = [row["sim/lr_plc"] for row in r.rows]
-    assert lrs[0] == pytest.approx(1e-3) and lrs[-1] == pytest.approx(1e-4)
+    assert lrs[0] == pytest.approx(3e-2) and lrs[-1] == pytest.approx(3e-3)
     assert all(a > b for a, b in zip(lrs, lrs[1:]))
     sel = [row["sim/lr_sel"] for row in r.rows]
     assert sel == lrs
