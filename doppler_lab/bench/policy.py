@@ -13,11 +13,11 @@ Three parts, each written into ``reports/bench/policy.{json,md}``:
   the search placers given as many simulator calls as the learned method used;
 - **ablations**: dual vs SEL-only vs PLC-only, and Stages I+II vs II alone vs I alone.
 
-Every (graph, method, seed) trains in its own resumable run directory under
-``<out>/policy_runs/`` and writes ``result.json`` when evaluated; a rerun skips finished cases
-and resumes unfinished ones, so the full benchmark can be stopped and restarted.
-Trained policies are also copied to ``<out>/policy_runs/checkpoints/<placer>/<graph>.pt``
-where ``bench quality`` finds them.
+Every (graph, method, seed) trains in its own resumable run directory under ``runs_dir``
+(default ``runs/bench_policy``, beside the reports, never committed) and writes
+``result.json`` when evaluated; a rerun skips finished cases and resumes unfinished ones, so the
+full benchmark can be stopped and restarted. Trained policies are also copied to
+``<runs_dir>/checkpoints/<placer>/<graph>.pt`` where ``bench quality`` finds them.
 """
 
 from __future__ import annotations
@@ -74,6 +74,10 @@ class PolicyBenchConfig:
         jobs: training processes in parallel.
         policy: policy-config overrides for every run.
         train: training-config overrides for every Stage II run.
+        method_train: further Stage II overrides per method (the baselines' learning rate:
+            each method gets the better of 3e-2 and 3e-3 on the Llama block).
+        method_seeds: fewer seeds for a method (Placeto's episodes cost ~15x DOPPLER's).
+        runs_dir: where the runs are cached (``<runs_dir>_quick`` for ``--quick``).
     """
 
     paper_graphs: tuple[str, ...] = PAPER_GRAPHS
@@ -96,6 +100,11 @@ class PolicyBenchConfig:
     jobs: int = 2
     policy: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
+    method_train: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {"placeto": {"lr": 3e-3}, "gdp": {"lr": 3e-3}}
+    )
+    method_seeds: dict[str, int] = field(default_factory=lambda: {"placeto": 2})
+    runs_dir: str = "runs/bench_policy"
 
     def __post_init__(self) -> None:
         bad = [m for m in self.methods + self.ablations if m not in METHODS]
@@ -171,17 +180,19 @@ def _load(case: _Case):
 
 
 # -- one (graph, method, seed) --------------------------------------------------------------
-def _stages(cfg: PolicyBenchConfig, kind_stages: str, semantics: str, seed: int) -> list:
+def _stages(cfg: PolicyBenchConfig, method: str, semantics: str, seed: int) -> list:
     from ..train.config import preset
 
+    kind_stages = METHODS[method][1]
     common = {"semantics": semantics, "seed": seed}
+    over = {**common, **cfg.train, **cfg.method_train.get(method, {})}
     n1 = cfg.imitation_episodes
     imit = preset("imitation", episodes=max(n1, 1), **common)
-    rl = preset("sim", **{**common, **cfg.train, "episodes": cfg.episodes - n1})
+    rl = preset("sim", **{**over, "episodes": cfg.episodes - n1})
     if kind_stages == "I+II":
         return [imit, rl]
     if kind_stages == "II":
-        return [preset("sim", **{**common, **cfg.train, "episodes": cfg.episodes})]
+        return [preset("sim", **{**over, "episodes": cfg.episodes})]
     return [imit]
 
 
@@ -203,7 +214,7 @@ def run_case(
     kind, kind_stages = METHODS[method]
     graph, cluster = _load(case)
     pcfg = POLICY_PRESETS["default"].replace(kind=kind, **cfg.policy)
-    stages = _stages(cfg, kind_stages, case.semantics, seed)
+    stages = _stages(cfg, method, case.semantics, seed)
     t0 = time.perf_counter()
     results = run_pipeline(stages, [graph], cluster, pcfg, run_dir, progress=False)
     train_s = time.perf_counter() - t0
@@ -348,8 +359,9 @@ def quality_tables(
 
 
 # -- speed -------------------------------------------------------------------------------
-def _median_ms(fn, repeats: int) -> float:
-    fn()  # warm up (numba, PyG templates)
+def _median_ms(fn, repeats: int, warmup: bool = True) -> float:
+    if warmup:
+        fn()  # warm up (numba, PyG templates)
     ts = []
     for _ in range(repeats):
         t = time.perf_counter()
@@ -358,9 +370,12 @@ def _median_ms(fn, repeats: int) -> float:
     return float(np.median(ts) * 1e3)
 
 
-def episode_times(policy, graph, cluster, repeats: int = 5, batch: int = 16) -> dict[str, float]:
+def episode_times(
+    policy, graph, cluster, repeats: int = 5, batch: int = 16, warmup: bool = True
+) -> dict[str, float]:
     """Milliseconds per inference episode, per training episode (one per update) and per
-    training episode in a batch of ``batch`` (one encoder pass shared)."""
+    training episode in a batch of ``batch`` (one encoder pass shared; ``batch=0``: not
+    measured, NaN). ``warmup=False`` skips the untimed first call of each measurement."""
     import torch
 
     from ..policies.context import GraphContext
@@ -387,9 +402,13 @@ def episode_times(policy, graph, cluster, repeats: int = 5, batch: int = 16) -> 
 
     with flush_denormal():
         return {
-            "inference_ms": _median_ms(infer, repeats),
-            "train_ms": _median_ms(lambda: train(1), repeats),
-            "train_batched_ms": _median_ms(lambda: train(batch), max(1, repeats // 2)) / batch,
+            "inference_ms": _median_ms(infer, repeats, warmup),
+            "train_ms": _median_ms(lambda: train(1), repeats, warmup),
+            "train_batched_ms": (
+                _median_ms(lambda: train(batch), max(1, repeats // 2), warmup) / batch
+                if batch > 0
+                else float("nan")
+            ),
         }
 
 
@@ -515,28 +534,37 @@ def run(
     """Run (or resume) the benchmark and write ``policy.json`` / ``policy.md``."""
     cfg = config or (quick_config() if quick else PolicyBenchConfig())
     out_dir = Path(out_dir)
-    root = out_dir / ("policy_runs_quick" if quick else "policy_runs")
+    root = Path(cfg.runs_dir + ("_quick" if quick else ""))
     root.mkdir(parents=True, exist_ok=True)
     (root / "bench_config.json").write_text(json.dumps(asdict(cfg), indent=1))
     t0 = time.perf_counter()
     cases, notes = _cases(cfg)
     paper = [c for c in cases if c.group == "paper"]
     speed_case = next((c for c in paper if c.name == SPEED_GRAPH), paper[0] if paper else None)
-    arch, scale = speed_rows(cfg, speed_case)
     tasks = []
     for case in cases:
         methods = list(cfg.methods) if case.group == "paper" else ["doppler"]
         if case.name in cfg.ablation_graphs:
             methods += [m for m in cfg.ablations if m not in methods]
         for m in methods:
-            for s in range(cfg.seeds):
+            for s in range(cfg.method_seeds.get(m, cfg.seeds)):
                 tasks.append((cfg, case, m, s, root))
+    # cheap and headline cases first, Placeto (the slowest) last
+    order = {m: i for i, m in enumerate(("doppler", "gdp") + tuple(cfg.ablations) + ("placeto",))}
+    tasks.sort(key=lambda t: (order.get(t[2], len(order)), t[1].group != "paper", t[3]))
     if cfg.jobs > 1:
         with ProcessPoolExecutor(cfg.jobs) as ex:
             results = list(ex.map(_run_case_star, tasks))
     else:
         results = [_run_case_star(t) for t in tasks]
     _export_checkpoints(results, root)
+    # speed last, after the training processes are gone; cached (delete speed.json to remeasure)
+    speed_path = root / "speed.json"
+    if speed_path.exists():
+        arch, scale = json.loads(speed_path.read_text())
+    else:
+        arch, scale = speed_rows(cfg, speed_case)
+        speed_path.write_text(json.dumps([arch, scale], indent=1))
     quality = quality_tables(cfg, [c for c in cases if c.group == "paper"], results, cfg.methods)
     workloads = quality_tables(
         cfg, [c for c in cases if c.group == "workload"], results, ["doppler"]

@@ -29,7 +29,8 @@ def test_edge_conditioned_conv_equals_per_edge_matrices():
     ei = torch.tensor([[0, 1, 2, 3, 1], [1, 2, 3, 4, 4]])
     ea = torch.randn(5, 2)
     coef = conv.edge_coefficients(ea)
-    out = conv(x, ei, coef)
+    out = conv(x, ei, coef, reference=True)
+    torch.testing.assert_close(conv(x, ei, coef), out)
     bases = conv.bases.view(8, 4, 8)  # (C_in, K + 1, C_out)
     ref = conv.root(x)
     for e in range(5):
@@ -177,9 +178,17 @@ def test_dual_policy_runs_on_any_device_count(small_graph):
     ep.placements[0].validate(small_graph, 8)
 
 
-def test_sparse_inference_path_equals_message_passing(ctx):
-    enc = MPNNEncoder(5, 2, hidden=16, steps=3, num_bases=4)
-    ref = enc(ctx.x, ctx.edge_index, ctx.edge_attr)
-    with torch.no_grad():
-        fast = enc(ctx.x, ctx.edge_index, ctx.edge_attr)
-    torch.testing.assert_close(fast, ref.detach(), rtol=1e-4, atol=1e-5)
+@pytest.mark.parametrize("fused_limit", [0, 10**9])
+def test_aggregate_first_equals_message_passing(ctx, monkeypatch, fused_limit):
+    monkeypatch.setattr(EdgeConditionedConv, "FUSED_LIMIT", fused_limit)
+    torch.manual_seed(0)
+    conv = EdgeConditionedConv(16, 2, 4)
+    x = torch.randn(ctx.num_nodes, 16, requires_grad=True)
+    coef = conv.edge_coefficients(ctx.edge_attr)
+    fast = conv(x, ctx.edge_index, coef)
+    ref = conv(x, ctx.edge_index, coef, reference=True)
+    torch.testing.assert_close(fast, ref, rtol=1e-4, atol=1e-5)
+    g1 = torch.autograd.grad(fast.sum(), [x, conv.bases])
+    g2 = torch.autograd.grad(ref.sum(), [x, conv.bases])
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
