@@ -1,0 +1,69 @@
+"""The ``doppler-lab train`` command, the pipeline and Stage III on the real executor."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from doppler_lab.cli import main
+from doppler_lab.errors import ConfigError
+from doppler_lab.hardware import make_cluster
+from doppler_lab.train import preset, read_rows
+from doppler_lab.train.costs import make_executor_cost
+from doppler_lab.workloads import build_from_spec
+
+GRAPH = "chainmm:matrices=3,scale=0.001"
+SMALL = ["--policy-set", "hidden=16", "--policy-set", "mp_steps=2"]
+
+
+def test_train_two_stages_then_resume(tmp_path, capsys):
+    args = ["train", "--stage", "imitation,sim", "--graph", GRAPH, "--episodes", "8"]
+    args += ["--episodes-per-update", "4", "--out", str(tmp_path), "--no-progress", *SMALL]
+    assert main(args + ["--set", "sil_coef=0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "imitation: 8 episodes" in out and "sim: 8 episodes" in out
+    assert len(read_rows(tmp_path / "1_imitation" / "metrics.csv")) == 2
+    sim_cfg = json.loads((tmp_path / "2_sim" / "config.json").read_text())
+    assert sim_cfg["train"]["sil_coef"] == 0.5 and sim_cfg["train"]["semantics"] == "wc"
+    assert sim_cfg["init"].endswith("1_imitation/policy.pt")
+    # a finished run restarted in place does nothing new
+    assert main(args + ["--set", "sil_coef=0.5"]) == 0
+    assert len(read_rows(tmp_path / "2_sim" / "metrics.csv")) == 2
+
+
+def test_train_released_preset_and_errors(tmp_path, capsys):
+    args = ["train", "--stage", "sim", "--graph", GRAPH, "--episodes", "2", "--no-progress"]
+    assert main(args + ["--out", str(tmp_path / "r"), "--preset", "released", *SMALL]) == 0
+    cfg = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert cfg["train"]["episodes_per_update"] == 1 and cfg["policy"]["layout"] == "doppler5"
+    assert main(args + ["--out", str(tmp_path / "x"), "--stage", "nope"]) == 2
+    assert "expected one or more of" in capsys.readouterr().err
+    gdp = ["--policy", "gdp", "--init", str(tmp_path / "r" / "policy.pt")]
+    assert main(args + ["--out", str(tmp_path / "y"), *gdp]) == 2
+    assert "holds a 'dual' policy, expected 'gdp'" in capsys.readouterr().err
+
+
+def test_stage_real_without_executor(monkeypatch):
+    monkeypatch.setitem(sys.modules, "doppler_lab.executor", None)
+    with pytest.raises(ConfigError, match="ExecutorCost"):
+        make_executor_cost(build_from_spec(GRAPH), make_cluster("cpu", 2), 1)
+
+
+def test_stage_real_on_cpu_devices(tmp_path):
+    from doppler_lab.policies.config import PolicyConfig
+    from doppler_lab.train import train
+
+    cfg = preset("real", episodes=4, episodes_per_update=2, repeats=1)
+    g = build_from_spec(GRAPH)
+    r = train(
+        cfg,
+        [g],
+        make_cluster("cpu", 2),
+        PolicyConfig(hidden=16, mp_steps=2),
+        tmp_path,
+        progress=False,
+    )
+    assert [row["episode"] for row in r.rows] == [2, 4]
+    assert all(row["real/cost_min"] > 0 for row in r.rows)
