@@ -39,16 +39,49 @@ from .quality import PAPER_GRAPHS, WORKLOADS
 
 SPEED_GRAPH = "full_transformer_layer_261nodes"
 
-#: method -> (policy kind, stages): "I+II" imitation then sim RL, "II" sim RL only, "I" imitation
-METHODS: dict[str, tuple[str, str]] = {
-    "doppler": ("dual", "I+II"),
-    "placeto": ("placeto", "I+II"),
-    "gdp": ("gdp", "I+II"),
-    "sel-only": ("sel-only", "I+II"),
-    "plc-only": ("plc-only", "I+II"),
-    "doppler-II-only": ("dual", "II"),
-    "doppler-I-only": ("dual", "I"),
+
+@dataclass(frozen=True)
+class Method:
+    """A trained method of the tables.
+
+    Attributes:
+        kind: the policy kind.
+        stages: ``I+II`` (imitation then simulator RL), ``II`` (RL only) or ``I`` (imitation).
+        policy: policy-config changes (``preset`` names a :data:`POLICY_PRESETS` entry).
+        train: Stage II config changes.
+        released_training: use the released training presets (``released-imitation`` and
+            ``released-sim``) instead of ours.
+    """
+
+    kind: str
+    stages: str = "I+II"
+    policy: dict[str, Any] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+    released_training: bool = False
+
+
+METHODS: dict[str, Method] = {
+    "doppler": Method("dual"),
+    "placeto": Method("placeto"),
+    "gdp": Method("gdp"),
+    "sel-only": Method("sel-only"),
+    "plc-only": Method("plc-only"),
+    "doppler-II-only": Method("dual", "II"),
+    "doppler-I-only": Method("dual", "I"),
+    # design ablations: what each speed/quality choice costs
+    "doppler-shared-encoder": Method("dual", policy={"shared_encoder": True}),
+    "doppler-1-basis": Method("dual", policy={"num_bases": 1}),
+    "doppler-released-features": Method("dual", policy={"layout": "doppler5", "timing": "paper"}),
+    "doppler-released-arch": Method("dual", policy={"preset": "released"}),
+    "doppler-released-training": Method("dual", released_training=True),
+    "doppler-no-sil": Method("dual", train={"sil_coef": 0.0}),
+    "doppler-lr1e-3": Method("dual", train={"lr": 1e-3}),
 }
+DESIGN_ABLATIONS: tuple[str, ...] = tuple(
+    m
+    for m in METHODS
+    if m.startswith("doppler-") and m not in ("doppler-II-only", "doppler-I-only")
+)
 PLACER_OF_KIND = {"dual": "doppler", "sel-only": "doppler", "plc-only": "doppler"}
 
 
@@ -64,6 +97,10 @@ class PolicyBenchConfig:
         methods: methods of the quality table (keys of :data:`METHODS`).
         ablations: methods of the ablation table.
         ablation_graphs: graphs of the ablation table.
+        design_ablations: methods of the design-ablation table (architecture, features,
+            training settings: what each choice costs in quality).
+        design_graphs: graphs of the design-ablation table.
+        design_seeds: seeds of the design-ablation table.
         seeds: training seeds per (graph, method).
         episodes: episode budget per graph (Stage I + Stage II).
         imitation_episodes: Stage I's share of the budget.
@@ -90,6 +127,9 @@ class PolicyBenchConfig:
         "transformer_block_215nodes",
         "full_transformer_layer_261nodes",
     )
+    design_ablations: tuple[str, ...] = DESIGN_ABLATIONS
+    design_graphs: tuple[str, ...] = ("transformer_block_215nodes",)
+    design_seeds: int = 2
     seeds: int = 3
     episodes: int = 4000
     imitation_episodes: int = 400
@@ -107,7 +147,7 @@ class PolicyBenchConfig:
     runs_dir: str = "runs/bench_policy"
 
     def __post_init__(self) -> None:
-        bad = [m for m in self.methods + self.ablations if m not in METHODS]
+        bad = [m for m in self.methods + self.ablations + self.design_ablations if m not in METHODS]
         if bad:
             raise ConfigError(
                 f"bench policy: unknown method {bad[0]!r}; expected one of {list(METHODS)}"
@@ -127,6 +167,9 @@ def quick_config() -> PolicyBenchConfig:
         paper_graphs=("chain_mm_112nodes",),
         workloads=("chainmm:matrices=3,scale=0.01",),
         ablation_graphs=("chain_mm_112nodes",),
+        design_ablations=("doppler-shared-encoder", "doppler-released-training"),
+        design_graphs=("chain_mm_112nodes",),
+        design_seeds=1,
         seeds=1,
         episodes=64,
         imitation_episodes=16,
@@ -183,16 +226,16 @@ def _load(case: _Case):
 def _stages(cfg: PolicyBenchConfig, method: str, semantics: str, seed: int) -> list:
     from ..train.config import preset
 
-    kind_stages = METHODS[method][1]
+    spec = METHODS[method]
     common = {"semantics": semantics, "seed": seed}
-    over = {**common, **cfg.train, **cfg.method_train.get(method, {})}
+    over = {**common, **cfg.train, **cfg.method_train.get(method, {}), **spec.train}
+    prefix = "released-" if spec.released_training else ""
     n1 = cfg.imitation_episodes
-    imit = preset("imitation", episodes=max(n1, 1), **common)
-    rl = preset("sim", **{**over, "episodes": cfg.episodes - n1})
-    if kind_stages == "I+II":
-        return [imit, rl]
-    if kind_stages == "II":
-        return [preset("sim", **{**over, "episodes": cfg.episodes})]
+    imit = preset(prefix + "imitation", episodes=max(n1, 1), **common)
+    if spec.stages == "I+II":
+        return [imit, preset(prefix + "sim", **{**over, "episodes": cfg.episodes - n1})]
+    if spec.stages == "II":
+        return [preset(prefix + "sim", **{**over, "episodes": cfg.episodes})]
     return [imit]
 
 
@@ -211,9 +254,12 @@ def run_case(
     if result_path.exists():
         return json.loads(result_path.read_text())
     torch.set_num_threads(1)
-    kind, kind_stages = METHODS[method]
+    spec = METHODS[method]
+    kind, kind_stages = spec.kind, spec.stages
     graph, cluster = _load(case)
-    pcfg = POLICY_PRESETS["default"].replace(kind=kind, **cfg.policy)
+    changes = {**cfg.policy, **spec.policy}
+    base = POLICY_PRESETS[changes.pop("preset", "default")]
+    pcfg = base.replace(kind=kind, **changes)
     stages = _stages(cfg, method, case.semantics, seed)
     t0 = time.perf_counter()
     results = run_pipeline(stages, [graph], cluster, pcfg, run_dir, progress=False)
@@ -549,8 +595,13 @@ def run(
         for m in methods:
             for s in range(cfg.method_seeds.get(m, cfg.seeds)):
                 tasks.append((cfg, case, m, s, root))
+        if case.name in cfg.design_graphs:
+            for m in cfg.design_ablations:
+                for s in range(cfg.design_seeds):
+                    tasks.append((cfg, case, m, s, root))
     # cheap and headline cases first, Placeto (the slowest) last
-    order = {m: i for i, m in enumerate(("doppler", "gdp") + tuple(cfg.ablations) + ("placeto",))}
+    first = ("doppler", "gdp") + tuple(cfg.ablations) + tuple(cfg.design_ablations)
+    order = {m: i for i, m in enumerate(first + ("placeto",))}
     tasks.sort(key=lambda t: (order.get(t[2], len(order)), t[1].group != "paper", t[3]))
     if cfg.jobs > 1:
         with ProcessPoolExecutor(cfg.jobs) as ex:
@@ -574,6 +625,12 @@ def run(
         [c for c in cases if c.name in cfg.ablation_graphs],
         results,
         ("doppler",) + tuple(cfg.ablations),
+    )
+    design = quality_tables(
+        cfg,
+        [c for c in cases if c.name in cfg.design_graphs],
+        results,
+        ("doppler",) + tuple(cfg.design_ablations),
     )
     summary = _summary(quality, ablation, arch, scale)
     summary["wall_s"] = time.perf_counter() - t0
@@ -603,7 +660,8 @@ def run(
                 workloads,
                 cols,
             ),
-            "Ablations": (ablation, cols),
+            "Ablations: dual vs one learned half; training stages": (ablation, cols),
+            "Design ablations (architecture, features, training)": (design, cols),
         },
         summary=summary,
         notes=notes
@@ -611,6 +669,12 @@ def run(
             f"Each learned method: Stage I ({cfg.imitation_episodes} episodes) + Stage II "
             f"({cfg.episodes - cfg.imitation_episodes}) per graph and seed ({cfg.seeds} seeds); "
             "II-only: all episodes in Stage II; I-only: Stage I alone.",
+            "Design ablations: shared-encoder (one encoder for SEL and PLC), 1-basis (edge "
+            "messages nearly independent of the edge), released-features (doppler5 layout, "
+            "the released additive timing), released-arch (width 128, 6 steps, doppler5, paper "
+            "timing), released-training (the released presets: one episode per update, "
+            "epsilon-greedy around the argmax, lr 1e-3/1e-4, running-mean baseline), no-sil "
+            "(plain REINFORCE), lr1e-3 (Stage II at a thirtieth of our rate).",
             f"Protocol: the best of the final policy's greedy rollout and {cfg.samples} sampled "
             "rollouts, by the simulator; never the best placement seen during training.",
             "Search placers (local-search, enumerative) get the learned method's simulator calls "

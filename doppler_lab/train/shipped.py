@@ -89,6 +89,43 @@ def train_shipped(
     }
 
 
+def write_readme(dest: str | Path) -> Path:
+    """Render ``<dest>/index.json`` as ``<dest>/README.md``."""
+    dest = Path(dest)
+    index = json.loads((dest / "index.json").read_text())["checkpoints"]
+    lines = [
+        "# Shipped policy checkpoints",
+        "",
+        "DOPPLER dual policies (`PolicyConfig()` defaults: layout doppler9, est timing, width 64, "
+        "4 message-passing steps) trained per generated workload on `p100x4` with `wc` "
+        "semantics: Stage I (imitation of the Critical Path teacher) then Stage II (REINFORCE "
+        "in the simulator, the `sim` preset). Load one by name with "
+        "`doppler_lab.policies.load_policy(resolve_checkpoint('doppler/llama_block'))`, "
+        "`doppler-lab place llama_block --placer doppler --checkpoint doppler/llama_block`, or "
+        "start training from it with `doppler-lab train --init doppler/llama_block ...`.",
+        "",
+        "Makespans in seconds (simulated, wc, no noise); `protocol` = best of the greedy rollout "
+        "and 16 sampled rollouts; `cp` = the Critical Path teacher, mean over 5 tie seeds. "
+        "`index.json` has the full record (training config, command, seed).",
+        "",
+        "| checkpoint | graph nodes | episodes (I + II) | seed | protocol | greedy | cp | vs cp "
+        "| lower bound | train s | size |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in sorted(index.items()):
+        f, e = r["final"], r["episodes"]
+        lines.append(
+            f"| {name} | {r['graph_nodes']} | {e['imitation']} + {e['sim']} | {r['seed']} "
+            f"| {f['protocol_makespan_s']:.4g} | {f['greedy_makespan_s']:.4g} "
+            f"| {f['cp_mean_makespan_s']:.4g} | {f['vs_cp']:+.1%} | {f['lower_bound_s']:.4g} "
+            f"| {r['train_s']:.0f} | {r['size_bytes'] / 1e6:.2f} MB |"
+        )
+    lines += ["", "Reproduce: `" + "python -m doppler_lab.train.shipped --dest data/checkpoints`", ""]
+    path = dest / "README.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--name", action="append", help="workloads (default: all)")
@@ -104,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         index["checkpoints"][f"doppler/{name}"] = rec
         index_path.write_text(json.dumps(index, indent=1))
         print(f"doppler/{name}: {rec['final']}", file=sys.stderr)
+    write_readme(dest)
     return 0
 
 
