@@ -67,3 +67,15 @@ def test_stage_real_on_cpu_devices(tmp_path):
     )
     assert [row["episode"] for row in r.rows] == [2, 4]
     assert all(row["real/cost_min"] > 0 for row in r.rows)
+
+
+def test_starting_policy_prefers_the_shipped_checkpoint(tmp_path):
+    from doppler_lab.train.analysis import graph_case, starting_policy
+
+    g, cl, sem = graph_case("chainmm:matrices=3,scale=0.001")
+    assert (cl.name, sem) == ("p100x4", "wc")
+    pol, path, how = starting_policy("auto", g, cl, sem, tmp_path)
+    assert how == "shipped doppler/chainmm" and path.name == "chainmm.pt"
+    assert pol.num_devices == 4
+    with pytest.raises(ConfigError, match="neither a workload"):
+        graph_case("no_such_graph", str(tmp_path))
