@@ -1,0 +1,102 @@
+"""The training experiments of notebooks 08-10 and the demo, as package calls.
+
+- **Stage ablation** (notebook 08): Stages I+II+III against I+II, II alone, I alone and III alone
+  on CPU worker devices, Stage III measuring every episode on the real executor
+  (:func:`run_stage_ablation`); learning curves, the protocol's makespans, measured makespans
+  of the final placements, convergence statistics.
+- **Transfer** (notebook 09): a policy trained on one graph and cluster fine-tuned on another,
+  against training from scratch with the same episode budget (:func:`run_transfers`).
+- **Scaling** (notebook 10): milliseconds per inference and training episode against graph
+  size, DOPPLER against Placeto (:func:`scaling_rows`, :func:`scaling_fit`).
+- **Demo helpers**: a short Stage II from a shipped checkpoint (:func:`short_finetune`) and a
+  real run of two placements checked against the single-device reference
+  (:func:`executor_comparison`).
+
+Learning curves are long frames (one row per logged update: ``episode``, ``cost_mean``,
+``cost_min``, ``greedy_cost`` and label columns) for :func:`doppler_lab.viz.learning_curves`.
+"""
+
+from .common import (
+    CURVE_METRICS,
+    convergence_stats,
+    cpu_cluster,
+    episodes_to_reach,
+    greedy_makespan,
+    mean_std_table,
+    measure_placements,
+    spec_with,
+    stage_curve,
+    start_point,
+    torch_threads,
+)
+from .demo import ExecutorComparison, ShortFinetune, executor_comparison, short_finetune
+from .scaling import (
+    SCALING_METHODS,
+    scaling_fit,
+    scaling_key_numbers,
+    scaling_rows,
+    speedup_rows,
+)
+from .stages import (
+    STAGE_VARIANTS,
+    VARIANT_RUNS,
+    StageAblation,
+    StageAblationConfig,
+    convergence_table,
+    run_stage_ablation,
+    stage_curve_frames,
+    stage_key_numbers,
+    stage_table,
+)
+from .transfer import (
+    TransferCase,
+    TransferResult,
+    case_graph,
+    match_row,
+    parse_transfer_cases,
+    run_transfers,
+    source_policy,
+    transfer_key_numbers,
+    transfer_table,
+)
+
+__all__ = [
+    "CURVE_METRICS",
+    "SCALING_METHODS",
+    "STAGE_VARIANTS",
+    "VARIANT_RUNS",
+    "ExecutorComparison",
+    "ShortFinetune",
+    "StageAblation",
+    "StageAblationConfig",
+    "TransferCase",
+    "TransferResult",
+    "case_graph",
+    "convergence_stats",
+    "convergence_table",
+    "cpu_cluster",
+    "episodes_to_reach",
+    "executor_comparison",
+    "greedy_makespan",
+    "match_row",
+    "mean_std_table",
+    "measure_placements",
+    "parse_transfer_cases",
+    "run_stage_ablation",
+    "run_transfers",
+    "scaling_fit",
+    "scaling_key_numbers",
+    "scaling_rows",
+    "short_finetune",
+    "source_policy",
+    "spec_with",
+    "speedup_rows",
+    "stage_curve",
+    "stage_curve_frames",
+    "stage_key_numbers",
+    "stage_table",
+    "start_point",
+    "torch_threads",
+    "transfer_key_numbers",
+    "transfer_table",
+]

@@ -1,0 +1,188 @@
+"""Notebook 10: milliseconds per inference and training episode against graph size, DOPPLER
+against Placeto; fitted exponents (1 is linear)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from ...errors import ConfigError
+from ...graph import DataflowGraph
+from ...hardware import Cluster, make_cluster
+from .common import finite_or_none, spec_with, torch_threads
+
+#: method -> policy kind
+SCALING_METHODS: dict[str, str] = {"doppler": "dual", "placeto": "placeto", "gdp": "gdp"}
+
+
+def _simulate_ms(graph: DataflowGraph, cluster: Cluster, repeats: int, batch: int) -> float:
+    """Milliseconds of simulated makespan per episode, ``batch`` placements per call (as in
+    a training update); torch's thread count is kept (numba's OpenMP pool resets it)."""
+    from ...placement import round_robin
+    from ...policies.tensors import keep_torch_threads
+    from ...sim import Simulator
+
+    sim = Simulator(graph, cluster, "wc")
+    pls = [round_robin(graph, cluster.num_devices)] * batch
+    with keep_torch_threads():
+        sim.makespans(pls)  # compile
+        ts = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            sim.makespans(pls)
+            ts.append(time.perf_counter() - t0)
+    return float(np.median(ts) * 1e3 / batch)
+
+
+def scaling_rows(
+    workload: str = "llama_block",
+    size_param: str = "layers",
+    sizes: Sequence[int] = (1, 2, 4),
+    cluster: str = "p100x4",
+    methods: Sequence[str] = ("doppler", "placeto"),
+    max_nodes: Mapping[str, int] | None = None,
+    repeats: int = 3,
+    batch: int = 4,
+    policy: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Milliseconds per episode of each method on ``workload`` at each size (one torch thread).
+
+    Args:
+        workload: a workload spec.
+        size_param: the parameter that sizes it (``layers``, ``matrices``).
+        sizes: its values, increasing.
+        cluster: the cluster preset.
+        methods: keys of :data:`SCALING_METHODS`.
+        max_nodes: per method, the largest graph (compute nodes) it is timed on (Placeto's
+            per-step re-embedding makes it quadratic); larger sizes are skipped.
+        repeats: timed calls per measurement (the median); the first size of each method is
+            also warmed up (numba and PyG compile once).
+        batch: DOPPLER's training episodes per encoder pass for ``train_batched_ms``
+            (0: not measured); the others are timed one episode per update only.
+        policy: policy-config overrides.
+        seed: seed of the policies' weights.
+        progress: a progress bar.
+
+    Returns:
+        One row per (size, method): ``method``, ``size``, ``nodes`` (compute nodes), ``edges``,
+        ``inference_ms``, ``train_ms``, ``train_batched_ms``, ``simulate_ms`` (the simulated
+        makespan of an episode, batched as in a Stage II update), and the per-node microseconds.
+    """
+    from ...bench.policy import episode_times
+    from ...policies.checkpoint import make_policy
+    from ...policies.config import POLICY_PRESETS
+    from ...workloads import build_from_spec
+
+    bad = [m for m in methods if m not in SCALING_METHODS]
+    if bad:
+        raise ConfigError(f"scaling: method {bad[0]!r}; expected one of {list(SCALING_METHODS)}")
+    if list(sizes) != sorted(sizes) or not sizes:
+        raise ConfigError(f"scaling: sizes {list(sizes)} must be given, increasing")
+    cl = make_cluster(cluster)
+    caps = dict(max_nodes or {})
+    base = POLICY_PRESETS["default"].replace(**dict(policy or {}))
+    warmed: set[str] = set()
+    rows = []
+    with torch_threads(1):
+        for size in tqdm(sizes, desc="sizes", disable=not progress):
+            g = build_from_spec(spec_with(workload, **{size_param: size}))
+            n = int(g.compute_nodes.size)
+            sim_ms = _simulate_ms(g, cl, repeats, max(batch, 1))
+            for m in methods:
+                if n > caps.get(m, math.inf):
+                    continue
+                pol = make_policy(base.replace(kind=SCALING_METHODS[m]), cl.num_devices, seed)
+                t = episode_times(
+                    pol, g, cl, repeats, batch if m == "doppler" else 0, m not in warmed
+                )
+                warmed.add(m)
+                rows.append(
+                    {
+                        "method": m,
+                        "size": size,
+                        "nodes": n,
+                        "edges": int(g.num_edges),
+                        **t,
+                        "simulate_ms": sim_ms,
+                        "inference_us_per_node": t["inference_ms"] * 1e3 / n,
+                        "train_us_per_node": t["train_ms"] * 1e3 / n,
+                    }
+                )
+    return rows
+
+
+def scaling_fit(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per method: the exponent of time ~ nodes^k (least squares on logs; 1 is linear) for
+    inference and training, and the spread of the per-node cost (max / min)."""
+    frame = pd.DataFrame(list(rows))
+    out = []
+    for m, f in frame.groupby("method", sort=False):
+        rec: dict[str, Any] = {"method": m, "sizes": len(f), "max_nodes": int(f.nodes.max())}
+        for what in ("inference", "train"):
+            per = f[f"{what}_us_per_node"]
+            rec[f"{what}_exponent"] = (
+                float(np.polyfit(np.log(f.nodes), np.log(f[f"{what}_ms"]), 1)[0])
+                if f.nodes.nunique() >= 2
+                else math.nan
+            )
+            rec[f"{what}_us_per_node_min"] = float(per.min())
+            rec[f"{what}_us_per_node_max"] = float(per.max())
+            rec[f"{what}_per_node_spread"] = float(per.max() / per.min())
+        out.append(rec)
+    return out
+
+
+def speedup_rows(
+    rows: Sequence[Mapping[str, Any]], method: str = "doppler", baseline: str = "placeto"
+) -> list[dict[str, Any]]:
+    """At each size both were timed: ``baseline`` time / ``method`` time (inference, training)."""
+    frame = pd.DataFrame(list(rows))
+    a = frame[frame.method == method].set_index("nodes")
+    b = frame[frame.method == baseline].set_index("nodes")
+    both = a.index.intersection(b.index)
+    return [
+        {
+            "nodes": int(n),
+            "inference_speedup": float(b.at[n, "inference_ms"] / a.at[n, "inference_ms"]),
+            "train_speedup": float(b.at[n, "train_ms"] / a.at[n, "train_ms"]),
+        }
+        for n in both
+    ]
+
+
+def scaling_key_numbers(
+    rows: Sequence[Mapping[str, Any]], method: str = "doppler", baseline: str = "placeto"
+) -> dict[str, Any]:
+    """The report index's numbers: ``method``'s time exponents and per-node spread, its
+    milliseconds per episode on the largest graph, and the speed-up over ``baseline`` on the
+    largest graph both were timed on."""
+    fit = {f["method"]: f for f in scaling_fit(rows)}
+    out: dict[str, Any] = {}
+    if method in fit:
+        f = fit[method]
+        big = max((r for r in rows if r["method"] == method), key=lambda r: r["nodes"])
+        out.update(
+            {
+                f"{method} inference exponent": f["inference_exponent"],
+                f"{method} train exponent": f["train_exponent"],
+                f"{method} inference per-node spread": f["inference_per_node_spread"],
+                f"{method} largest graph nodes": big["nodes"],
+                f"{method} inference ms (largest)": big["inference_ms"],
+                f"{method} train ms (largest)": big["train_ms"],
+            }
+        )
+    if baseline in fit:
+        out[f"{baseline} inference exponent"] = fit[baseline]["inference_exponent"]
+    sp = speedup_rows(rows, method, baseline)
+    if sp:
+        out[f"inference speed-up over {baseline}"] = sp[-1]["inference_speedup"]
+        out[f"train speed-up over {baseline}"] = sp[-1]["train_speedup"]
+    return {k: finite_or_none(v) for k, v in out.items()}
