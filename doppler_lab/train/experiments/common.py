@@ -236,8 +236,10 @@ def measure_placements(
     return {k: np.asarray(v) for k, v in samples.items()}, traces
 
 
-def finite_or_none(x: float) -> float | None:
-    """``x`` as a float, or None for NaN (JSON-friendly)."""
+def finite_or_none(x: float) -> float | int | None:
+    """``x`` as a float (an int stays an int), or None for NaN (JSON-friendly)."""
+    if isinstance(x, int | np.integer):
+        return int(x)
     v = float(x)
     return None if math.isnan(v) else v
 

@@ -37,6 +37,16 @@ STAGE_VARIANTS: dict[str, tuple[str, ...]] = {
     "I": ("imitation",),
     "III": ("real",),
 }
+#: the runs each variant consists of (keys of :meth:`StageAblationConfig.stage_configs`)
+VARIANT_RUNS: dict[str, tuple[str, ...]] = {
+    "I+II+III": ("I", "II", "III"),
+    "I+II": ("I", "II"),
+    "II": ("II alone",),
+    "I": ("I",),
+    "III": ("III alone",),
+}
+#: the run each run warm-starts from
+WARM_START: dict[str, str] = {"II": "I", "III": "II"}
 
 
 @dataclass(frozen=True)
@@ -212,18 +222,6 @@ def _needed_runs(variants: Sequence[str]) -> list[str]:
     run's warm start first."""
     need = {k for v in variants for k in VARIANT_RUNS[v]}
     return [k for k in ("I", "II", "III", "II alone", "III alone") if k in need]
-
-
-#: the runs each variant consists of (keys of :meth:`StageAblationConfig.stage_configs`)
-VARIANT_RUNS: dict[str, tuple[str, ...]] = {
-    "I+II+III": ("I", "II", "III"),
-    "I+II": ("I", "II"),
-    "II": ("II alone",),
-    "I": ("I",),
-    "III": ("III alone",),
-}
-#: the run each run warm-starts from
-WARM_START: dict[str, str] = {"II": "I", "III": "II"}
 
 
 def _variant_curve(variant: str, seed: int, done: Mapping[str, Any]) -> pd.DataFrame:
