@@ -185,3 +185,10 @@ def test_config_validation():
     with pytest.raises(ConfigError, match="imitation_coef"):
         TrainConfig(stage="imitation", imitation_coef=0.0, pg_coef=0.0)
     assert preset("released-sim").episodes_per_update == 1
+
+
+def test_several_graphs_in_one_run(graph, cluster):
+    other = build_from_spec("ffnn:scale=0.001")
+    r = train(_sim(episodes=16), [graph, other], cluster, SMALL, progress=False)
+    assert [row["graph"] for row in r.rows] == [graph.name, other.name] * 2
+    assert set(r.summary["best_cost"]) == {graph.name, other.name}
