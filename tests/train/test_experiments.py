@@ -257,6 +257,9 @@ def test_match_row_counts_episodes_until_scratch_is_reached():
     m = match_row(ft, scratch, 100, case="x", seed=0)
     assert m["finetune_episodes_to_match"] == 100 and m["fraction_of_budget"] == 1.0
     assert m["zero_shot_greedy"] == 7.0 and m["scratch_final_greedy"] == 5.0
+    assert m["finetune_final_matches"]
+    dip = match_row(_curve([(0, 7.0), (50, 4.0), (100, 6.0)], "fine-tune"), scratch, 100)
+    assert dip["finetune_episodes_to_match"] == 50 and not dip["finetune_final_matches"]
     never = match_row(_curve([(0, 7.0), (100, 6.0)], "fine-tune"), scratch, 100)
     assert never["finetune_episodes_to_match"] is None and never["fraction_of_budget"] is None
 
@@ -264,8 +267,20 @@ def test_match_row_counts_episodes_until_scratch_is_reached():
 def test_transfer_table_means_over_matched_seeds():
     matches = pd.DataFrame(
         [
-            {"case": "a -> b", "seed": 0, "budget": 100, "finetune_episodes_to_match": 20},
-            {"case": "a -> b", "seed": 1, "budget": 100, "finetune_episodes_to_match": None},
+            {
+                "case": "a -> b",
+                "seed": 0,
+                "budget": 100,
+                "finetune_episodes_to_match": 20,
+                "finetune_final_matches": False,
+            },
+            {
+                "case": "a -> b",
+                "seed": 1,
+                "budget": 100,
+                "finetune_episodes_to_match": None,
+                "finetune_final_matches": False,
+            },
         ]
     )
     table = pd.DataFrame(
@@ -277,6 +292,7 @@ def test_transfer_table_means_over_matched_seeds():
     res = TransferResult(pd.DataFrame(), pd.DataFrame(), table, matches, {})
     (row,) = transfer_table(res).to_dict(orient="records")
     assert row["matched"] == 1 and row["seeds"] == 2 and row["episodes_to_match"] == 20
+    assert row["final_matched"] == 0
     assert row["fraction_of_budget"] == 0.2 and row["fine-tuned_vs_cp"] == 0.2
 
 

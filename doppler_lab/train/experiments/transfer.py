@@ -106,9 +106,9 @@ def source_policy(
     """The policy to transfer: a shipped or given checkpoint, or Stages I+II trained here.
 
     ``init="auto"`` takes the shipped ``doppler/<graph>`` checkpoint when it was trained on a
-    cluster of ``cluster``'s name and a graph of as many nodes, else trains Stage I (``imitation_episodes``) and Stage II
-    (``sim_episodes``) in ``out_dir`` (resumed if present); a path or shipped name loads that;
-    None always trains.
+    cluster of ``cluster``'s name and a graph of as many nodes, else trains Stage I
+    (``imitation_episodes``) and Stage II (``sim_episodes``) in ``out_dir`` (resumed if
+    present); a path or shipped name loads that; None always trains.
 
     Returns:
         ``(policy, checkpoint, how)``.
@@ -120,9 +120,7 @@ def source_policy(
 
     shipped = list_checkpoints().get(f"doppler/{graph.name}", {})
     same = shipped.get("cluster") == cluster.name and shipped.get("graph_nodes") == graph.num_nodes
-    if init == "auto" and same:
-        return starting_policy(init, graph, cluster, semantics, out_dir)
-    if init not in (None, "auto"):
+    if (init == "auto" and same) or init not in (None, "auto"):
         return starting_policy(init, graph, cluster, semantics, out_dir)
     common = {"semantics": semantics, "seed": seed}
     stages = [
@@ -275,7 +273,8 @@ def run_transfers(
 
     if not 0 <= imitation_episodes < episodes:
         raise ConfigError(
-            f"transfer: imitation_episodes {imitation_episodes} must lie in [0, episodes={episodes})"
+            f"transfer: imitation_episodes {imitation_episodes} must lie in "
+            f"[0, episodes={episodes})"
         )
     out = Path(out_dir)
     pcfg = POLICY_PRESETS["default"].replace(**dict(policy or {}))
@@ -343,7 +342,9 @@ def run_transfers(
 def match_row(
     finetune: pd.DataFrame, scratch: pd.DataFrame, budget: int, **labels: Any
 ) -> dict[str, Any]:
-    """How many target episodes fine-tuning needed to reach scratch's final greedy cost."""
+    """How many target episodes fine-tuning needed to first reach scratch's final greedy cost
+    (None: not within the budget), and whether its own final greedy cost is still that good
+    (the greedy curve of a policy in training goes up as well as down)."""
     sg = scratch.dropna(subset=["greedy_cost"]).sort_values("episode")
     fg = finetune.dropna(subset=["greedy_cost"]).sort_values("episode")
     target = float(sg.greedy_cost.iloc[-1])
@@ -357,14 +358,16 @@ def match_row(
         "scratch_final_greedy": target,
         "finetune_episodes_to_match": n,
         "fraction_of_budget": n / budget if n is not None else None,
+        "finetune_final_matches": bool(fg.greedy_cost.iloc[-1] <= target * (1 + 1e-9)),
     }
 
 
 def transfer_table(result: TransferResult) -> pd.DataFrame:
     """One row per case: the budget, in how many seeds fine-tuning reached scratch's final
-    greedy cost within it and after how many episodes (mean over those seeds; as a fraction of
-    the budget), and the protocol's improvement over CP of the zero-shot, fine-tuned and
-    scratch policies (mean over seeds)."""
+    greedy cost within it (``matched``) and after how many episodes (mean over those seeds; as
+    a fraction of the budget), in how many it still was at the end (``final_matched``), and the
+    protocol's improvement over CP of the zero-shot, fine-tuned and scratch policies (mean over
+    seeds)."""
     m = result.matches
     rows = []
     for case, f in m.groupby("case", sort=False):
@@ -376,6 +379,7 @@ def transfer_table(result: TransferResult) -> pd.DataFrame:
                 "budget": int(f.budget.iloc[0]),
                 "seeds": len(f),
                 "matched": len(hit),
+                "final_matched": int(f.finetune_final_matches.sum()),
                 "episodes_to_match": float(hit.mean()) if len(hit) else math.nan,
                 "fraction_of_budget": float(hit.mean() / f.budget.iloc[0])
                 if len(hit)
