@@ -7,7 +7,8 @@ Conventions shared by the kernels:
   arrays (``slot_fixed``, ``slot_bytes``, ``slot_noise``) are indexed by slot;
 - the transfer time of slot k from device a to b != a is
   ``(slot_fixed[k] + lat[a, b] + slot_bytes[k] * inv_bw[a, b]) * slot_noise[k]``;
-- compute time of v on d is ``comp[v, d] * comp_noise[v]``.
+- compute time of v on d is ``comp[v, d] * comp_noise[v]`` (``comp`` may have one column when
+  every device is the same: then column 0 serves all; the device count comes from ``lat``).
 Each kernel fills ``start``/``end`` and transfer records and returns (makespan, n_transfers).
 """
 
@@ -116,7 +117,7 @@ def paper_kernel(
     tr_end,
 ):  # pragma: no cover - compiled
     n = indeg.shape[0]
-    ndev = comp.shape[1]
+    ndev = lat.shape[0]
     e = succ_idx.shape[0]
     # same-instant events: a ring buffer large enough for every event that can be pending at
     # once (one per node, slot and device)
@@ -141,7 +142,8 @@ def paper_kernel(
         ni[v, 1] = indeg[v]
         ni[v, 2] = -1
         ni[v, 3] = succ_ptr[v]
-        dur[v] = comp[v, dev[v]] * comp_noise[v] if has_noise else comp[v, dev[v]]
+        c = comp[v, dev[v] if comp.shape[1] > 1 else 0]
+        dur[v] = c * comp_noise[v] if has_noise else c
     ni[n, 3] = succ_ptr[n]
     busy = np.zeros(ndev, np.bool_)
     qhead = np.full(ndev, -1, np.int32)
@@ -166,6 +168,9 @@ def paper_kernel(
         elif fh < ft:
             code = fifo[fh & mask]
             fh += 1
+            if fh == ft:  # empty: restart at the front, which stays in cache
+                fh = 0
+                ft = 0
         elif hn > 0:
             now = ht[0]
             continue
@@ -307,7 +312,7 @@ def wc_kernel(
     tr_link,
 ):  # pragma: no cover - compiled
     n = indeg.shape[0]
-    ndev = comp.shape[1]
+    ndev = lat.shape[0]
     e = succ_idx.shape[0]
     # event heap: (time, seq) -> code (node*2 for finish, transfer*2+1 for arrival)
     hcap = n + e + 1
@@ -349,7 +354,7 @@ def wc_kernel(
                 busy[d] = True
                 start[v] = now
                 seq += 1
-                dur = comp[v, d]
+                dur = comp[v, d if comp.shape[1] > 1 else 0]
                 if has_noise:
                     dur *= comp_noise[v]
                 hn = _hpush(ht, hs, hc, 0, hn, now + dur, seq, v * 2)
@@ -446,7 +451,7 @@ def bsp_kernel(
     tr_link,
 ):  # pragma: no cover - compiled
     n = dev.shape[0]
-    ndev = comp.shape[1]
+    ndev = lat.shape[0]
     for v in range(n):
         start[v] = np.nan
         end[v] = np.nan
@@ -462,7 +467,7 @@ def bsp_kernel(
             v = level_order[i]
             d = dev[v]
             start[v] = dev_time[d]
-            dev_time[d] += comp[v, d] * comp_noise[v]
+            dev_time[d] += comp[v, d if comp.shape[1] > 1 else 0] * comp_noise[v]
             end[v] = dev_time[d]
         barrier = level_start
         for d in range(ndev):
