@@ -131,7 +131,7 @@ def test_stage_ablation_config_validates_and_sets_budgets():
     runs = cfg.stage_configs(seed=7)
     assert runs["II alone"].episodes == 40 and runs["II"].episodes == 30
     assert runs["III"].stage == runs["III alone"].stage == "real"
-    assert runs["III"].repeats == 2 and runs["III"].eval_every == 0
+    assert runs["III"].repeats == 2 and runs["III"].eval_every == cfg.eval_every
     assert {c.seed for c in runs.values()} == {7}
     assert {c.semantics for c in runs.values()} == {"wc"}
 

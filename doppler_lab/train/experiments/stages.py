@@ -69,7 +69,8 @@ class StageAblationConfig:
         repeats: timed real runs per Stage III cost (their median; one warm-up run each).
         measure_repeats: timed runs per round when measuring the final placements.
         measure_rounds: rounds of those measurements (placements interleaved).
-        eval_every: updates between greedy evaluations in Stages I and II (0: none).
+        eval_every: updates between greedy evaluations (0: none); in Stage III each one is a
+            measured run of the greedy placement.
         policy: policy-config overrides (``hidden``, ``mp_steps``, ...).
         sim_train: Stage II training-config overrides.
         real_train: Stage III training-config overrides.
@@ -126,7 +127,7 @@ class StageAblationConfig:
 
         common = {"semantics": "wc", "seed": seed}
         sim = {**common, "eval_every": self.eval_every, **self.sim_train}
-        real = {**common, "repeats": self.repeats, "eval_every": 0, **self.real_train}
+        real = {**common, "repeats": self.repeats, "eval_every": self.eval_every, **self.real_train}
         return {
             "I": preset(
                 "imitation",
