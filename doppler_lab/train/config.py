@@ -35,7 +35,8 @@ class TrainConfig:
         explore: ``sample`` (act by sampling the policy), ``greedy`` (its argmax, epsilon: a
             uniform action; released) or ``perturb`` (its argmax, epsilon: a sample from it).
         sel_temperature: SEL's sampling temperature (0: greedy selection while PLC explores).
-        plc_temperature: PLC's sampling temperature.
+        plc_temperature: PLC's sampling temperature at the start.
+        plc_temperature_end: ... at the end (linear in between; None: constant).
         entropy_coef: weight of the entropy bonus.
         imitation_coef: weight of the teacher log-likelihood (Stage I; may be > 0 in Stage II).
         pg_coef: weight of the policy-gradient term (0 in Stage I).
@@ -81,6 +82,7 @@ class TrainConfig:
     explore: str = "sample"
     sel_temperature: float = 1.0
     plc_temperature: float = 1.0
+    plc_temperature_end: float | None = None
     entropy_coef: float = 1e-3
     imitation_coef: float = 0.0
     pg_coef: float = 1.0
@@ -153,6 +155,10 @@ class TrainConfig:
             v = getattr(self, name)
             if not v >= 0:
                 raise ConfigError(f"train config {name} = {v!r}, expected >= 0")
+        if self.plc_temperature_end is not None and not self.plc_temperature_end >= 0:
+            raise ConfigError(
+                f"train config plc_temperature_end = {self.plc_temperature_end!r}, expected >= 0"
+            )
         if self.stage == "imitation" and self.imitation_coef == 0:
             raise ConfigError("train config: stage 'imitation' needs imitation_coef > 0")
         if self.stage != "imitation" and not (self.pg_coef or self.imitation_coef or self.sil_coef):
@@ -213,7 +219,15 @@ TRAIN_PRESETS: dict[str, TrainConfig] = {
     ),
     # ours: REINFORCE with many sampled episodes per update and a leave-one-out baseline
     # (a high initial rate matters: the policy must move far from the teacher; see the report)
-    "sim": TrainConfig(stage="sim", episodes=3600, episodes_per_update=16, lr=3e-2, sil_coef=1.0),
+    "sim": TrainConfig(
+        stage="sim",
+        episodes=3600,
+        episodes_per_update=16,
+        lr=3e-2,
+        sil_coef=1.0,
+        entropy_coef=3e-3,
+        plc_temperature=1.5,
+    ),
     "real": TrainConfig(stage="real", episodes=400, episodes_per_update=4, lr=3e-4),
     # the released settings (config_files/run_doppler/*.json): one episode per update,
     # epsilon-greedy around the argmax, running-mean baseline, constant rate (the released

@@ -391,8 +391,10 @@ class Trainer:
         teach = _lerp(c.teacher_start, c.teacher_end, frac)
         greedy = c.explore != "sample"
         perturb = c.explore == "perturb"
+        t_end = c.plc_temperature if c.plc_temperature_end is None else c.plc_temperature_end
+        plc_t = _lerp(c.plc_temperature, t_end, frac)
         sel = ActionMode(greedy, eps, teach, c.sel_temperature, perturb)
-        plc = ActionMode(greedy, eps, teach, c.plc_temperature, perturb)
+        plc = ActionMode(greedy, eps, teach, plc_t, perturb)
         return sel, plc, eps, teach
 
     def _remember(self, gi: int, costs: np.ndarray, episodes: Episodes) -> None:
@@ -516,7 +518,7 @@ class Trainer:
                 lrs = {lr_names[n]: o.param_groups[0]["lr"] for n, o in self.optimizers.items()}
                 anchor = self.anchors[gi] if c.anchor else None
                 if anchor is not None:
-                    plc_mode = ActionMode(False, 0.0, 1.0 - eps, c.plc_temperature)
+                    plc_mode = ActionMode(False, 0.0, 1.0 - eps, plc_mode.temperature)
                 enc = self.policy.encode(ctx)
                 episodes = run_episodes(
                     self.policy,
