@@ -131,6 +131,7 @@ def executor_comparison(
     from ...executor.runner import compare_outputs
     from ...executor.torch_ops import evaluate
     from ...placers import place
+    from ...policies.tensors import keep_torch_threads
     from ...sim import Simulator
 
     cluster, how = cpu_cluster(graph, devices, calibrate, seed)
@@ -144,12 +145,14 @@ def executor_comparison(
             res = ex.run(pl, repeats=repeats, warmup=1, keep_outputs=True)
             check = compare_outputs(graph, res.outputs or {}, reference)
             traces[name] = res.trace
+            with keep_torch_threads():
+                simulated = calibrated.makespan(pl), preset_sim.makespan(pl)
             rows.append(
                 {
                     "placement": name,
                     "measured_s": res.makespan,
-                    "simulated_calibrated_s": calibrated.makespan(pl),
-                    "simulated_preset_s": preset_sim.makespan(pl),
+                    "simulated_calibrated_s": simulated[0],
+                    "simulated_preset_s": simulated[1],
                     "outputs_match": bool(check.ok),
                     "max_abs_error": check.max_abs_error,
                     "transfers": res.trace.num_transfers,
