@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+import sys
+
 import numba
 import numpy as np
 
@@ -37,6 +39,24 @@ from . import _kernels as K
 SEMANTICS: tuple[str, ...] = ("paper", "wc", "bsp")
 Semantics = Literal["paper", "wc", "bsp"]
 Dispatch = Literal["fifo", "priority"]
+
+
+def _keep_torch_threads(run):
+    """Call ``run()`` and restore torch's intra-op thread count if it changed.
+
+    numba's ``omp`` threading layer shares the OpenMP runtime with torch, and the first parallel
+    kernel of a process sets the OpenMP thread count; a training loop that asked torch for one
+    thread would silently get all of them. torch is only consulted if already imported.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return run()
+    before = torch.get_num_threads()
+    try:
+        return run()
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 class Simulator:
@@ -321,12 +341,14 @@ class Simulator:
         noisy = self.noise > 0
         if self.semantics == "paper":
             chunks = min(devs.shape[0], numba.get_num_threads())
-            out = K.paper_batch(
-                *self._head, devs, *self._costs, cn, sn, noisy, self._explicit, chunks
+            out = _keep_torch_threads(
+                lambda: K.paper_batch(
+                    *self._head, devs, *self._costs, cn, sn, noisy, self._explicit, chunks
+                )
             )
         elif self.semantics == "wc":
             pr = np.stack([p.priority for p in pls]) if use_priority else np.zeros((1, g.num_nodes))
-            out = K.wc_batch(
+            wc_args = (
                 *self._wc_head,
                 devs,
                 *self._costs,
@@ -338,6 +360,7 @@ class Simulator:
                 use_priority,
                 self._dedupe,
             )
+            out = _keep_torch_threads(lambda: K.wc_batch(*wc_args))
         else:
             out = np.array(
                 [

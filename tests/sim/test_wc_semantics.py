@@ -146,3 +146,23 @@ def test_batch_array_validation():
     with pytest.raises(PlacementError, match="integer device ids"):
         sim.makespans(np.zeros((2, 20)))
     assert sim.makespans(np.zeros((0, 20), dtype=int)).shape == (0,)
+
+
+@pytest.mark.parametrize("semantics", ["paper", "wc"])
+def test_parallel_batch_keeps_torch_threads(semantics):
+    """numba's OpenMP layer must not change the thread count a torch training loop asked for."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, numpy as np\n"
+        "torch.set_num_threads(1)\n"
+        "from doppler_lab.sim import Simulator\n"
+        "from doppler_lab.hardware import make_cluster\n"
+        "from doppler_lab.workloads.random_dag import random_dag\n"
+        "g = random_dag(50, seed=0)\n"
+        f"Simulator(g, make_cluster('uniform', 2), '{semantics}').makespans(np.zeros((4, 50), int))\n"
+        "print(torch.get_num_threads())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1"
