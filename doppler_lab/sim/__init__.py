@@ -21,10 +21,9 @@ factor drawn from an explicit generator; sigma = 0 is deterministic.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Literal
-
-import sys
 
 import numba
 import numpy as np
