@@ -77,6 +77,7 @@ METHODS: dict[str, Method] = {
     "doppler-released-training": Method("dual", released_training=True),
     "doppler-no-sil": Method("dual", train={"sil_coef": 0.0}),
     "doppler-lr1e-3": Method("dual", train={"lr": 1e-3}),
+    "doppler-T1": Method("dual", train={"plc_temperature": 1.0, "entropy_coef": 1e-3}),
 }
 DESIGN_ABLATIONS: tuple[str, ...] = tuple(
     m
@@ -131,7 +132,7 @@ class PolicyBenchConfig:
         "full_transformer_layer_261nodes",
     )
     design_ablations: tuple[str, ...] = DESIGN_ABLATIONS
-    design_graphs: tuple[str, ...] = ("transformer_block_215nodes",)
+    design_graphs: tuple[str, ...] = ("transformer_block_215nodes", "ffnn_192nodes")
     design_seeds: int = 1
     seeds: int = 3
     episodes: int = 4000
@@ -688,7 +689,8 @@ def run(
             "the released additive timing), released-arch (width 128, 6 steps, doppler5, paper "
             "timing), released-training (the released presets: one episode per update, "
             "epsilon-greedy around the argmax, lr 1e-3/1e-4, running-mean baseline), no-sil "
-            "(plain REINFORCE), lr1e-3 (Stage II at a thirtieth of our rate).",
+            "(plain REINFORCE), lr1e-3 (Stage II at a thirtieth of our rate), T1 (PLC sampled "
+            "at temperature 1 with entropy weight 1e-3 instead of 1.5 and 3e-3).",
             f"Protocol: the best of the final policy's greedy rollout and {cfg.samples} sampled "
             "rollouts, by the simulator; never the best placement seen during training.",
             "Search placers (local-search, enumerative) get the learned method's simulator calls "
