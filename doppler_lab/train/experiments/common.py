@@ -76,18 +76,12 @@ def start_point(cost: float, stage: str, **labels: Any) -> pd.DataFrame:
 
 
 def greedy_makespan(policy: Any, graph: DataflowGraph, cluster: Cluster, semantics: str) -> float:
-    """Simulated makespan of ``policy``'s greedy rollout (no sampling, no search).
-
-    The simulator's first parallel kernel in a process resets torch's thread count (they share
-    the OpenMP runtime); the count is kept, so a one-thread training run stays on one thread.
-    """
+    """Simulated makespan of ``policy``'s greedy rollout (no sampling, no search)."""
     from ...policies.placers import best_of_rollouts
-    from ...policies.tensors import keep_torch_threads
     from ...sim import Simulator
 
     placement = best_of_rollouts(policy, graph, cluster, 0, 0, semantics).placement
-    with keep_torch_threads():
-        return float(Simulator(graph, cluster, semantics).makespan(placement))  # type: ignore[arg-type]
+    return float(Simulator(graph, cluster, semantics).makespan(placement))  # type: ignore[arg-type]
 
 
 def episodes_to_reach(

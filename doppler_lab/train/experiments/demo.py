@@ -131,7 +131,6 @@ def executor_comparison(
     from ...executor.runner import compare_outputs
     from ...executor.torch_ops import evaluate
     from ...placers import place
-    from ...policies.tensors import keep_torch_threads
     from ...sim import Simulator
 
     cluster, how = cpu_cluster(graph, devices, calibrate, seed)
@@ -145,8 +144,7 @@ def executor_comparison(
             res = ex.run(pl, repeats=repeats, warmup=1, keep_outputs=True)
             check = compare_outputs(graph, res.outputs or {}, reference)
             traces[name] = res.trace
-            with keep_torch_threads():
-                simulated = calibrated.makespan(pl), preset_sim.makespan(pl)
+            simulated = calibrated.makespan(pl), preset_sim.makespan(pl)
             rows.append(
                 {
                     "placement": name,

@@ -23,20 +23,18 @@ SCALING_METHODS: dict[str, str] = {"doppler": "dual", "placeto": "placeto", "gdp
 
 def _simulate_ms(graph: DataflowGraph, cluster: Cluster, repeats: int, batch: int) -> float:
     """Milliseconds of simulated makespan per episode, ``batch`` placements per call (as in
-    a training update); torch's thread count is kept (numba's OpenMP pool resets it)."""
+    a training update)."""
     from ...placement import round_robin
-    from ...policies.tensors import keep_torch_threads
     from ...sim import Simulator
 
     sim = Simulator(graph, cluster, "wc")
     pls = [round_robin(graph, cluster.num_devices)] * batch
-    with keep_torch_threads():
-        sim.makespans(pls)  # compile
-        ts = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            sim.makespans(pls)
-            ts.append(time.perf_counter() - t0)
+    sim.makespans(pls)  # compile
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        sim.makespans(pls)
+        ts.append(time.perf_counter() - t0)
     return float(np.median(ts) * 1e3 / batch)
 
 

@@ -289,7 +289,6 @@ def run_stage_ablation(
     from ...placers import place
     from ...policies.config import POLICY_PRESETS
     from ...policies.placers import best_of_rollouts
-    from ...policies.tensors import keep_torch_threads
     from ...sim import Simulator
     from ...workloads import build_from_spec
 
@@ -319,11 +318,10 @@ def run_stage_ablation(
     measured, traces = measure_placements(
         graph, cluster, placements, config.measure_repeats, config.measure_rounds
     )
-    with keep_torch_threads():
-        for r in runs:
-            key = f"{r['variant']}#{r['seed']}"
-            r.setdefault("makespan", sim.makespan(placements[key]))
-            r["measured"] = float(np.median(measured[key]))
+    for r in runs:
+        key = f"{r['variant']}#{r['seed']}"
+        r.setdefault("makespan", sim.makespan(placements[key]))
+        r["measured"] = float(np.median(measured[key]))
     frame = pd.DataFrame(runs)
     frame["ratio_lb"] = frame["makespan"] / sim.lower_bound()
     curve_frame = pd.concat(curves, ignore_index=True)
