@@ -58,13 +58,15 @@ class _Stop(Exception):
     pass
 
 
-@pytest.mark.parametrize("stage", ["imitation", "sim"])
+@pytest.mark.parametrize("stage", ["imitation", "sim", "anchor"])
 def test_resume_after_interruption(tmp_path, graph, cluster, stage):
-    cfg = (
-        preset("imitation", episodes=24, episodes_per_update=4)
-        if stage == "imitation"
-        else _sim(sil_coef=0.5, noise=0.1)
-    ).replace(checkpoint_every=2)
+    cfg = {
+        "imitation": preset("imitation", episodes=24, episodes_per_update=4),
+        "sim": _sim(sil_coef=0.5, noise=0.1),
+        "anchor": _sim(
+            anchor=True, sil_coef=1.0, sil_epochs=2, epsilon_start=0.1, explore="perturb"
+        ),
+    }[stage].replace(checkpoint_every=2)
     full = train(cfg, [graph], cluster, SMALL, out_dir=tmp_path / "full", progress=False)
 
     def stop_after_5(trainer, row):
@@ -84,7 +86,7 @@ def test_resume_after_interruption(tmp_path, graph, cluster, stage):
     _same_weights(_weights(resumed.policy), _weights(full.policy))
     assert (tmp_path / "cut" / "policy.pt").exists()
     saved = json.loads((tmp_path / "cut" / "config.json").read_text())
-    assert saved["train"]["stage"] == stage and saved["policy"]["hidden"] == 16
+    assert saved["train"]["stage"] == cfg.stage and saved["policy"]["hidden"] == 16
 
 
 def test_resume_refuses_another_config(tmp_path, graph, cluster):
