@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..graph import DataflowGraph
-from ..hardware import Cluster
+from ..hardware import Cluster, CostModel
 from ..placement import Placement
 from ..sim import Simulator
 
@@ -34,6 +34,8 @@ class SimulatorCost:
         semantics: ``paper``, ``wc`` or ``bsp``.
         noise: lognormal duration noise sigma (0: deterministic).
         seed: seed of the noise stream.
+        cost_model: a prepared cost model (e.g. a calibrated one; default: built from the
+            cluster).
 
     Attributes:
         calls: placements evaluated so far.
@@ -46,8 +48,9 @@ class SimulatorCost:
         semantics: str = "paper",
         noise: float = 0.0,
         seed: int | np.random.SeedSequence = 0,
+        cost_model: CostModel | None = None,
     ):
-        self.sim = Simulator(graph, cluster, semantics, noise)  # type: ignore[arg-type]
+        self.sim = Simulator(graph, cluster, semantics, noise, cost_model)  # type: ignore[arg-type]
         self.rng = np.random.default_rng(seed)
         self.calls = 0
 
