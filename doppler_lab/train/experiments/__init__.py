@@ -8,6 +8,9 @@
   against training from scratch with the same episode budget (:func:`run_transfers`).
 - **Scaling** (notebook 10): milliseconds per inference and training episode against graph
   size, DOPPLER against Placeto (:func:`scaling_rows`, :func:`scaling_fit`).
+- **Stage III on the real system** (notebook 06): calibration of the CPU workers, simulated
+  against measured makespans over many placements, Stage III from a Stage II policy, and both
+  policies measured side by side (:func:`run_stage3`, :func:`side_by_side`).
 - **Demo helpers**: a short Stage II from a shipped checkpoint (:func:`short_finetune`) and a
   real run of two placements checked against the single-device reference
   (:func:`executor_comparison`).
@@ -30,6 +33,30 @@ from .common import (
     torch_threads,
 )
 from .demo import ExecutorComparison, ShortFinetune, executor_comparison, short_finetune
+from .real import (
+    FIDELITY_MODELS,
+    STAGE_LABELS,
+    SideBySide,
+    Stage3Run,
+    WarmStart,
+    calibrate_workers,
+    calibrated_simulator,
+    comparison_runs,
+    fidelity_scatter,
+    fidelity_set,
+    fidelity_stats,
+    improvement,
+    measure_fidelity,
+    placement_labels,
+    policy_rollouts,
+    profile_numbers,
+    profile_tables,
+    real_key_numbers,
+    run_stage3,
+    shipped_match,
+    side_by_side,
+    stage2_policy,
+)
 from .scaling import (
     SCALING_METHODS,
     scaling_fit,
@@ -62,35 +89,57 @@ from .transfer import (
 
 __all__ = [
     "CURVE_METRICS",
+    "FIDELITY_MODELS",
     "SCALING_METHODS",
+    "STAGE_LABELS",
     "STAGE_VARIANTS",
     "VARIANT_RUNS",
     "ExecutorComparison",
     "ShortFinetune",
+    "SideBySide",
+    "Stage3Run",
     "StageAblation",
     "StageAblationConfig",
     "TransferCase",
     "TransferResult",
+    "WarmStart",
+    "calibrate_workers",
+    "calibrated_simulator",
     "case_graph",
+    "comparison_runs",
     "convergence_stats",
     "convergence_table",
     "cpu_cluster",
     "episodes_to_reach",
     "executor_comparison",
+    "fidelity_scatter",
+    "fidelity_set",
+    "fidelity_stats",
     "greedy_makespan",
+    "improvement",
     "match_row",
     "mean_std_table",
+    "measure_fidelity",
     "measure_placements",
     "parse_transfer_cases",
+    "placement_labels",
+    "policy_rollouts",
+    "profile_numbers",
+    "profile_tables",
+    "real_key_numbers",
+    "run_stage3",
     "run_stage_ablation",
     "run_transfers",
     "scaling_fit",
     "scaling_key_numbers",
     "scaling_rows",
+    "shipped_match",
     "short_finetune",
+    "side_by_side",
     "source_policy",
     "spec_with",
     "speedup_rows",
+    "stage2_policy",
     "stage_curve",
     "stage_curve_frames",
     "stage_key_numbers",
