@@ -142,7 +142,8 @@ class WarmStart:
         policy: the Stage II policy Stage III starts from.
         checkpoint: its checkpoint.
         how: where it came from.
-        curve: the Stages I and II learning curve when trained here (empty otherwise).
+        curve: the Stage II learning curve when trained here, on episodes counted from the start
+            of Stage I (empty otherwise).
     """
 
     policy: Any
