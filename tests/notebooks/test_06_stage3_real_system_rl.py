@@ -39,8 +39,10 @@ def test_stage3_real_system_rl(run_notebook):
     s = run_notebook("06_stage3_real_system_rl.ipynb", **TINY)
     assert KEYS <= set(s)
     assert s["stage2_policy"].startswith("stage I")
-    # the benchmark's 35 placements and the Stage II policy's greedy + 2 sampled rollouts
-    assert s["placements"] == len(s["fidelity"]) == 35 + 3
+    # the benchmark's placements and the Stage II policy's greedy + 2 sampled rollouts
+    assert s["placements"] == len(s["fidelity"]) >= 30
+    groups = [r["group"] for r in s["fidelity"]]
+    assert groups.count("policy-greedy") == 1 and groups.count("policy-sample") == 2
     for r in s["fidelity"]:
         assert r["measured_s"] > 0 and r["simulated_calibrated_s"] > 0
     for key in ("spearman_calibrated", "spearman_preset"):
