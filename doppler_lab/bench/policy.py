@@ -125,7 +125,7 @@ class PolicyBenchConfig:
     paper_dir: str | None = None
     workloads: tuple[str, ...] = WORKLOADS
     workload_semantics: str = "wc"
-    methods: tuple[str, ...] = ("doppler", "placeto", "gdp")
+    methods: tuple[str, ...] = ("doppler", "doppler-T1", "placeto", "gdp")
     ablations: tuple[str, ...] = ("sel-only", "plc-only", "doppler-II-only", "doppler-I-only")
     ablation_graphs: tuple[str, ...] = (
         "transformer_block_215nodes",
@@ -615,7 +615,7 @@ def run(
                 for s in range(cfg.design_seeds):
                     tasks.append((cfg, case, m, s, root))
     # cheap and headline cases first, Placeto (the slowest) last
-    first = ("doppler", "gdp") + tuple(cfg.ablations) + tuple(cfg.design_ablations)
+    first = ("doppler", "doppler-T1", "gdp") + tuple(cfg.ablations) + tuple(cfg.design_ablations)
     order = {m: i for i, m in enumerate(first + ("placeto",))}
     tasks.sort(key=lambda t: (order.get(t[2], len(order)), t[1].group != "paper", t[3]))
     if cfg.jobs > 1:
