@@ -21,7 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.name not in BENCHMARKS:
-        raise ConfigError(f"unknown benchmark {args.name!r}; expected one of {', '.join(BENCHMARKS)}")
+        raise ConfigError(
+            f"unknown benchmark {args.name!r}; expected one of {', '.join(BENCHMARKS)}"
+        )
     try:
         mod = importlib.import_module(BENCHMARKS[args.name])
     except ModuleNotFoundError as exc:

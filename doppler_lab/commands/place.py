@@ -44,6 +44,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-limit", type=float, metavar="S", help="seconds for the exact solver")
     p.add_argument("--seed", type=int, default=0, help="seed of the placer and the simulator noise")
     p.add_argument(
+        "--checkpoint",
+        metavar="CKPT",
+        help="learned placers (doppler, placeto, gdp): a policy checkpoint or a shipped name",
+    )
+    p.add_argument(
         "-o",
         "--option",
         action="append",
@@ -93,6 +98,10 @@ def placer_arguments(name: str, args: argparse.Namespace) -> dict[str, Any]:
         opts[key] = value
     if "semantics" in accepted and "semantics" not in opts:
         opts["semantics"] = args.semantics
+    if getattr(args, "checkpoint", None):
+        if "checkpoint" not in accepted:
+            raise ConfigError(f"placer {name!r} takes no --checkpoint")
+        opts["checkpoint"] = args.checkpoint
     return opts
 
 

@@ -131,7 +131,7 @@ class _LearnedPlacer:
             )
         from .pretrained import resolve_checkpoint
 
-        self.checkpoint = resolve_checkpoint(checkpoint)
+        self.checkpoint = resolve_checkpoint(checkpoint, self.name)
         self.samples = samples
         self.semantics = semantics
         self.noise = float(noise)
@@ -165,6 +165,7 @@ class _LearnedPlacer:
             "greedy_cost": res.greedy_cost,
             "best_cost": res.best_cost,
             "samples": self.samples,
+            "sim_calls": self.samples + 1,  # the greedy rollout and the samples, each judged once
         }
         p = res.placement
         return Placement(p.device, p.priority, self.name, meta)

@@ -54,8 +54,12 @@ def list_checkpoints() -> dict[str, dict[str, Any]]:
     return found
 
 
-def resolve_checkpoint(spec: str | Path) -> Path:
-    """A checkpoint path from a path or the name of a shipped checkpoint."""
+def resolve_checkpoint(spec: str | Path, family: str | None = None) -> Path:
+    """A checkpoint path from a path or the name of a shipped checkpoint.
+
+    With ``family`` (a placer name such as ``doppler``) a bare graph name like ``llama_block``
+    also finds the shipped ``doppler/llama_block``.
+    """
     p = Path(spec)
     if p.suffix == ".pt" or p.exists():
         if not p.exists():
@@ -64,6 +68,8 @@ def resolve_checkpoint(spec: str | Path) -> Path:
     shipped = list_checkpoints()
     if str(spec) in shipped:
         return Path(shipped[str(spec)]["path"])
+    if family is not None and f"{family}/{spec}" in shipped:
+        return Path(shipped[f"{family}/{spec}"]["path"])
     names = ", ".join(sorted(shipped)) or "none found"
     raise CheckpointError(
         f"checkpoint {str(spec)!r} is neither a file nor a shipped checkpoint (shipped: {names}; "

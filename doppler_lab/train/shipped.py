@@ -120,7 +120,11 @@ def write_readme(dest: str | Path) -> Path:
             f"| {f['cp_mean_makespan_s']:.4g} | {f['vs_cp']:+.1%} | {f['lower_bound_s']:.4g} "
             f"| {r['train_s']:.0f} | {r['size_bytes'] / 1e6:.2f} MB |"
         )
-    lines += ["", "Reproduce: `" + "python -m doppler_lab.train.shipped --dest data/checkpoints`", ""]
+    lines += [
+        "",
+        "Reproduce: `" + "python -m doppler_lab.train.shipped --dest data/checkpoints`",
+        "",
+    ]
     path = dest / "README.md"
     path.write_text("\n".join(lines))
     return path

@@ -73,6 +73,15 @@ def test_json_output_of_exact_and_search(capsys, graph_file):
     assert r["schedule_model"] == "paper"
 
 
+def test_learned_placer_from_a_shipped_checkpoint(capsys):
+    r = _json(
+        capsys,
+        ["place", "chainmm", "--placer", "doppler", "--checkpoint", "chainmm", "--json"],
+    )
+    assert r["placer"] == "doppler" and r["sim_calls"] == 17  # greedy + 16 samples
+    assert r["options"]["checkpoint"] == "chainmm" and r["makespan"] >= r["lower_bound"]
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -82,6 +91,9 @@ def test_json_output_of_exact_and_search(capsys, graph_file):
         (["--placer", "exact", "--time-limit", "-1"], "--time-limit must be positive"),
         (["--placer", "etf", "-o", "memory_cap=1"], "no placement meets the cap"),
         (["--placer", "cp", "-o", "timing"], "KEY=VALUE"),
+        (["--placer", "heft", "--checkpoint", "x.pt"], "takes no --checkpoint"),
+        (["--placer", "doppler"], "needs a checkpoint"),
+        (["--placer", "doppler", "--checkpoint", "nope.pt"], "'nope.pt' does not exist"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(capsys, graph_file, argv, message):

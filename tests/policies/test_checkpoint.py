@@ -95,6 +95,9 @@ def test_shipped_lookup(tmp_path, monkeypatch):
     found = list_checkpoints()
     assert found["doppler/tiny"]["episodes"] == 3
     assert resolve_checkpoint("doppler/tiny") == path
+    assert resolve_checkpoint("tiny", "doppler") == path  # a bare name within the placer family
+    with pytest.raises(CheckpointError, match="'tiny' is neither"):
+        resolve_checkpoint("tiny", "gdp")
     with pytest.raises(CheckpointError, match="neither a file nor a shipped checkpoint"):
         resolve_checkpoint("doppler/nope")
 

@@ -1,5 +1,5 @@
 """Graphs and traces for the plotting tests (a helper module, not a conftest, so that
-``from conftest import ...`` elsewhere in the suite stays unambiguous)."""
+``from paper_graphs import ...`` elsewhere in the suite stays unambiguous)."""
 
 from __future__ import annotations
 
