@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from placer_helpers import assert_valid_schedule, small_dag
 
 from doppler_lab.errors import ConfigError, PlacementError
 from doppler_lab.graph import GraphBuilder
@@ -12,6 +11,8 @@ from doppler_lab.hardware import CostModel, make_cluster
 from doppler_lab.placers import get_placer, place
 from doppler_lab.placers.baechi import device_memory
 from doppler_lab.schedule import ListScheduleState
+
+from placer_helpers import assert_valid_schedule, small_dag
 
 RNG = np.random.default_rng(0)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from placer_helpers import assert_valid_schedule, small_dag
 
 from doppler_lab.graph import GraphBuilder
 from doppler_lab.hardware import CostModel, make_cluster
@@ -14,6 +13,7 @@ from doppler_lab.schedule import ListScheduleState
 from doppler_lab.sim import Simulator
 
 from paper_graphs import paper_graph_path
+from placer_helpers import assert_valid_schedule, small_dag
 
 
 def released_b_levels(graph) -> np.ndarray:

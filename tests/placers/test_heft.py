@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from placer_helpers import assert_valid_schedule, small_dag, topcuoglu_graph
 
 from doppler_lab.hardware import CostModel, make_cluster
 from doppler_lab.placers import get_placer
 from doppler_lab.placers.heft import cpop_critical_path, heft_order
+
+from placer_helpers import assert_valid_schedule, small_dag, topcuoglu_graph
 
 RNG = np.random.default_rng(0)
 

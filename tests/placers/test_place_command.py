@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from placer_helpers import small_dag
 
 from doppler_lab.cli import main
 from doppler_lab.io import load_placement, save_graph
+
+from placer_helpers import small_dag
 
 
 @pytest.fixture(scope="module")

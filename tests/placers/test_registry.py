@@ -7,7 +7,6 @@ import sys
 
 import numpy as np
 import pytest
-from placer_helpers import small_dag
 
 from doppler_lab.errors import ConfigError, PlacementError
 from doppler_lab.hardware import make_cluster
@@ -21,6 +20,8 @@ from doppler_lab.placers import (
     placer_options,
 )
 from doppler_lab.placers.registry import _module_exists
+
+from placer_helpers import small_dag
 
 BUILTINS = [
     "random", "round-robin", "single", "cp", "cp-released", "heft", "cpop", "etf", "m-topo",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from placer_helpers import small_dag
 
 from doppler_lab.errors import ConfigError
 from doppler_lab.graph import GraphBuilder
@@ -13,6 +12,8 @@ from doppler_lab.placers import get_placer, place
 from doppler_lab.placers.enumerative import group_choices, load_cost, node_groups
 from doppler_lab.placers.local_search import neighbours
 from doppler_lab.sim import Simulator
+
+from placer_helpers import small_dag
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from viz_helpers import blocked_mlp, random_dag, round_robin_wc
 
 from doppler_lab.errors import ConfigError, GraphError
 from doppler_lab.graph import DataflowGraph
@@ -12,6 +11,8 @@ from doppler_lab.io import read_paper_graph
 from doppler_lab.sim import simulate
 from doppler_lab.trace import Trace
 from doppler_lab.viz import compare_gantt, critical_path, gantt, transfer_lanes
+
+from viz_helpers import blocked_mlp, random_dag, round_robin_wc
 
 
 @pytest.fixture(scope="module")

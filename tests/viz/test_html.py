@@ -12,12 +12,13 @@ import numpy as np
 import pandas as pd
 import pytest
 from plotly.offline import get_plotlyjs
-from viz_helpers import blocked_mlp, round_robin_wc
 
 from doppler_lab.errors import ConfigError
 from doppler_lab.graph import DataflowGraph
 from doppler_lab.trace import Trace
 from doppler_lab.viz import HtmlReport, bar_compare, gantt, markdown_to_html, plot_graph
+
+from viz_helpers import blocked_mlp, round_robin_wc
 
 PLOTLY_HEAD = get_plotlyjs()[:200]
 
