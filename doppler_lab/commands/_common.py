@@ -37,6 +37,17 @@ def add_cluster_arguments(p: argparse.ArgumentParser, default_help: str = "") ->
     )
 
 
+def add_placement_argument(p: argparse.ArgumentParser) -> None:
+    """``--placement``: what :func:`resolve_placement` accepts."""
+    p.add_argument(
+        "--placement",
+        default="round-robin",
+        metavar="round-robin|single|random|FILE|PLACER",
+        help="how to place the graph: a baseline, a placement JSON (what `place --out` writes) "
+        "or a placer name (default: round-robin)",
+    )
+
+
 def resolve_graph(spec: str) -> DataflowGraph:
     """A graph from a workload name (``chainmm`` or ``chainmm:blocks=4,matrices=8``) or a file."""
     from ..io import load_graph

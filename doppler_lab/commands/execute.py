@@ -6,7 +6,13 @@ import argparse
 from pathlib import Path
 
 from ..errors import ConfigError
-from ._common import add_graph_argument, print_json, resolve_graph, resolve_placement
+from ._common import (
+    add_graph_argument,
+    add_placement_argument,
+    print_json,
+    resolve_graph,
+    resolve_placement,
+)
 
 NAME = "execute"
 HELP = "run a placement of an executable graph on real devices (CPU workers or CUDA GPUs)"
@@ -35,12 +41,7 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_graph_argument(p)
     add_device_arguments(p)
-    p.add_argument(
-        "--placement",
-        default="round-robin",
-        metavar="round-robin|single|random|FILE|PLACER",
-        help="how to place the graph (default: round-robin)",
-    )
+    add_placement_argument(p)
     p.add_argument(
         "--repeats",
         type=int,

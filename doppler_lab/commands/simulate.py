@@ -9,6 +9,7 @@ from ..sim import SEMANTICS, Simulator
 from ._common import (
     add_cluster_arguments,
     add_graph_argument,
+    add_placement_argument,
     print_json,
     resolve_cluster,
     resolve_cost_model,
@@ -23,12 +24,7 @@ HELP = "simulate a placement of a graph (paper, wc or bsp semantics)"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_graph_argument(p)
     add_cluster_arguments(p)
-    p.add_argument(
-        "--placement",
-        default="round-robin",
-        metavar="round-robin|single|random|FILE|PLACER",
-        help="how to place the graph (default: round-robin)",
-    )
+    add_placement_argument(p)
     p.add_argument(
         "--semantics",
         choices=SEMANTICS,

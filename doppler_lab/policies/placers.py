@@ -24,7 +24,7 @@ from .base import PlacementPolicy
 from .checkpoint import load_policy
 from .context import GraphContext
 from .rollout import GREEDY, SAMPLE, run_episodes
-from .tensors import flush_denormal, keep_torch_threads
+from .tensors import flush_denormal
 
 
 @dataclass(frozen=True)
@@ -86,10 +86,10 @@ def best_of_rollouts(
         return RolloutResult(cands[0], np.array([np.nan]), 0)
     sim = Simulator(graph, cluster, semantics, noise)  # type: ignore[arg-type]
     reps = noise_seeds if noise > 0 else 1
-    with keep_torch_threads():
-        costs = np.mean(
-            [sim.makespans(cands, rng=rng if noise > 0 else None) for _ in range(reps)], axis=0
-        )
+    # (the simulator restores torch's thread count after its parallel kernels itself)
+    costs = np.mean(
+        [sim.makespans(cands, rng=rng if noise > 0 else None) for _ in range(reps)], axis=0
+    )
     best = int(np.argmin(costs))
     return RolloutResult(cands[best], costs, best)
 

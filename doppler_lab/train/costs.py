@@ -74,7 +74,11 @@ class SimulatorCost:
 
 
 def evaluate_costs(cost: CostFunction, placements: Sequence[Placement]) -> np.ndarray:
-    """Costs of ``placements`` (batched when the cost function can)."""
+    """Costs of ``placements`` (batched when the cost function can).
+
+    Torch's thread count is restored afterwards: a user's cost function (the executor's CPU
+    workers, a foreign simulator with OpenMP) may change it, and results of reductions depend on it.
+    """
     from ..policies.tensors import keep_torch_threads
 
     batch = getattr(cost, "batch", None)
