@@ -79,6 +79,13 @@ class StreamApi(abc.ABC):
     def record(self, ev: Any, d: int) -> None:
         """Record ``ev`` on device ``d``'s compute stream."""
 
+    def record_origins(self, origins: list[Any]) -> None:
+        """Record each device's time origin (all streams idle). Times on device ``k`` are
+        measured from ``origins[k]``; on CUDA the origins are enqueued one device after the other
+        by the host, so devices' clocks agree to within that host time (microseconds)."""
+        for k, ev in enumerate(origins):
+            self.record(ev, k)
+
     @abc.abstractmethod
     def copy(self, x: torch.Tensor, a: int, b: int, ev_start: Any, ev_end: Any) -> torch.Tensor:
         """Enqueue a copy of ``x`` from device ``a`` to ``b`` between two timing events."""
@@ -218,6 +225,14 @@ class InlineApi(StreamApi):
     def record(self, ev: Any, d: int) -> None:
         ev.t = time.perf_counter()
         ev.polls = 0
+
+    def record_origins(self, origins: list[Any]) -> None:
+        # one host clock: every device shares one origin (recording them one by one would shift
+        # the devices' timelines apart by however long the host was preempted in between)
+        t = time.perf_counter()
+        for ev in origins:
+            ev.t = t
+            ev.polls = 0
 
     def copy(self, x: torch.Tensor, a: int, b: int, ev_start: Any, ev_end: Any) -> torch.Tensor:
         self.record(ev_start, a)
@@ -461,8 +476,7 @@ class _StreamRun:
         api.begin()
         try:
             with torch.inference_mode():
-                for k in range(plan.num_devices):
-                    api.record(self.t0[k], k)
+                api.record_origins(self.t0)
                 self._loop(time.perf_counter() + timeout_s)
         finally:
             api.end()

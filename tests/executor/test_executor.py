@@ -239,3 +239,31 @@ def test_a_graph_of_inputs_only_runs_nothing(backend_name, request):
     g = b.build()
     trace = Executor(g, backend).run(np.zeros(1, dtype=np.int64)).trace
     assert trace.makespan == 0.0 and trace.num_transfers == 0
+
+
+def test_stream_devices_share_one_time_origin(toy, monkeypatch):  # noqa: F811
+    """A host that stalls while the run starts (here: the first records of every run take
+    30 ms, as if the thread were preempted) must not shift the devices' timelines apart: a
+    consumer would seem to start before its input arrived."""
+    import time
+
+    from doppler_lab.executor.streams import InlineApi
+
+    begin, record = InlineApi.begin, InlineApi.record
+    calls = [0]
+
+    def counting_begin(self):
+        calls[0] = 0
+        begin(self)
+
+    def stalling_record(self, ev, d):
+        calls[0] += 1
+        if calls[0] <= self.num_devices:
+            time.sleep(0.03)
+        record(self, ev, d)
+
+    monkeypatch.setattr(InlineApi, "begin", counting_begin)
+    monkeypatch.setattr(InlineApi, "record", stalling_record)
+    with Executor(toy, make_backend("inline", 3), seed=1) as ex:
+        for pl in placements(toy, 3, seed=5):
+            assert ex.run(pl, warmup=0).trace.check(toy) == []
