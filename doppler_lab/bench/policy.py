@@ -618,11 +618,15 @@ def run(
     first = ("doppler", "doppler-T1", "gdp") + tuple(cfg.ablations) + tuple(cfg.design_ablations)
     order = {m: i for i, m in enumerate(first + ("placeto",))}
     tasks.sort(key=lambda t: (order.get(t[2], len(order)), t[1].group != "paper", t[3]))
+    from tqdm.auto import tqdm
+
+    # one bar over (graph, method, seed) runs; cached runs tick at once
+    bar = dict(total=len(tasks), desc="bench policy: training runs", unit="run")
     if cfg.jobs > 1:
         with ProcessPoolExecutor(cfg.jobs) as ex:
-            results = list(ex.map(_run_case_star, tasks))
+            results = list(tqdm(ex.map(_run_case_star, tasks), **bar))
     else:
-        results = [_run_case_star(t) for t in tasks]
+        results = [_run_case_star(t) for t in tqdm(tasks, **bar)]
     _export_checkpoints(results, root)
     # speed last, after the training processes are gone; cached (delete speed.json to remeasure)
     speed_path = root / "speed.json"
