@@ -9,8 +9,12 @@ limit. Paper graphs: 4 devices, paper semantics (deterministic, so the spread is
 own); workloads: ``p100x4``, wc semantics with lognormal duration noise.
 
 Learned placers (``doppler``, ``placeto``, ``gdp``) join the table by themselves once they are
-registered and a checkpoint exists for the graph: ``<checkpoints>/<placer>/<graph>.pt`` or a
-directory ``<checkpoints>/<placer>/<graph>/`` (see :func:`find_checkpoint`).
+registered and a checkpoint exists for the graph: ``<folder>/<placer>/<graph>.pt`` or a
+directory ``<folder>/<placer>/<graph>/`` (see :func:`find_checkpoint`), the first of the
+``checkpoints`` folders that has one: by default what ``bench policy`` trained
+(``runs/bench_policy/checkpoints``), then the shipped ones (``data/checkpoints``, see
+:func:`doppler_lab.policies.pretrained.checkpoint_dirs`). Their
+rollouts are judged by the case's simulator semantics.
 """
 
 from __future__ import annotations
@@ -75,7 +79,8 @@ class QualityConfig:
         placers: placer names; None: every registered placer (learned ones with a checkpoint).
         search_budget: simulator calls for ``local-search`` and ``enumerative``.
         exact_time_limit: seconds for ``exact`` per graph.
-        checkpoints: folder searched for learned placers' checkpoints.
+        checkpoints: folders searched, in order, for learned placers' checkpoints (``shipped``:
+            the shipped checkpoints' folders).
         cp_tie_seeds: tie seeds of the CP-vs-yardstick table.
     """
 
@@ -89,7 +94,7 @@ class QualityConfig:
     placers: tuple[str, ...] | None = None
     search_budget: int = 2000
     exact_time_limit: float = 20.0
-    checkpoints: str = "checkpoints"
+    checkpoints: tuple[str, ...] = ("runs/bench_policy/checkpoints", "shipped")
     cp_tie_seeds: int = 20
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -161,6 +166,19 @@ def find_checkpoint(root: str | Path, placer: str, graph: str) -> Path | None:
     return None
 
 
+def _checkpoint_folders(folders: Sequence[str]) -> list[Path]:
+    """``folders`` with ``shipped`` standing for the shipped checkpoints' folders."""
+    out: list[Path] = []
+    for f in folders:
+        if f == "shipped":
+            from ..policies.pretrained import checkpoint_dirs
+
+            out += checkpoint_dirs()
+        else:
+            out.append(Path(f))
+    return out
+
+
 def placer_plan(config: QualityConfig, case: Case) -> list[tuple[str, dict[str, Any]]]:
     """(placer, options) pairs to run on ``case``."""
     from ..placers import placer_options, placer_specs
@@ -175,10 +193,15 @@ def placer_plan(config: QualityConfig, case: Case) -> list[tuple[str, dict[str, 
             )
         opts: dict[str, Any] = dict(config.options.get(name, {}))
         if specs[name].needs_checkpoint:
-            ckpt = find_checkpoint(config.checkpoints, name, case.name)
+            folders = (
+                (config.checkpoints,) if isinstance(config.checkpoints, str) else config.checkpoints
+            )
+            found = (find_checkpoint(f, name, case.name) for f in _checkpoint_folders(folders))
+            ckpt = next((c for c in found if c is not None), None)
             if ckpt is None:
                 continue
             opts.setdefault("checkpoint", str(ckpt))
+            opts.setdefault("semantics", case.semantics)
         accepted = placer_options(name) if specs[name].kind in ("search", "exact") else []
         if "budget" in accepted:
             opts.setdefault("budget", int(config.search_budget))

@@ -83,6 +83,22 @@ def test_learned_placers_need_a_checkpoint_for_the_graph(tmp_path):
     assert find_checkpoint(tmp_path, "doppler", "ffnn") is None
 
 
+def test_learned_placers_take_the_first_folder_with_a_checkpoint(tmp_path):
+    cases, _ = load_cases(QualityConfig(paper_graphs=(), workloads=("chainmm:scale=tiny",)))
+    (tmp_path / "mine" / "doppler").mkdir(parents=True)
+    (tmp_path / "mine" / "doppler" / "chainmm.pt").write_bytes(b"")
+    cfg = QualityConfig(checkpoints=(str(tmp_path / "none"), str(tmp_path / "mine"), "shipped"))
+    plan = dict(placer_plan(cfg, cases[0]))
+    # judged by the case's semantics (wc for the workloads), not the placer's default
+    assert plan["doppler"] == {
+        "checkpoint": str(tmp_path / "mine" / "doppler" / "chainmm.pt"),
+        "semantics": "wc",
+    }
+    assert "gdp" not in plan  # no checkpoint anywhere
+    shipped = dict(placer_plan(QualityConfig(checkpoints=("shipped",)), cases[0]))
+    assert shipped["doppler"]["checkpoint"].endswith("doppler/chainmm.pt")
+
+
 def test_plan_passes_budgets_and_semantics():
     cases, _ = load_cases(QualityConfig(paper_graphs=(), workloads=("chainmm:scale=tiny",)))
     plan = dict(placer_plan(QualityConfig(search_budget=77, exact_time_limit=3.0), cases[0]))
