@@ -273,9 +273,9 @@ def run_case(
         return json.loads(result_path.read_text())
     torch.set_num_threads(1)
     graph, cluster = _load(case)
-    t0 = time.perf_counter()
     results = run_pipeline(stages, [graph], cluster, pcfg, run_dir, progress=False)
-    train_s = time.perf_counter() - t0
+    # the trainers' own clocks: a run resumed after an interruption counts every session
+    train_s = sum(float(r.summary.get("train_s", 0.0)) for r in results)
     policy = results[-1].policy
     res = best_of_rollouts(
         policy, graph, cluster, cfg.samples, np.random.default_rng(1000 + seed), case.semantics

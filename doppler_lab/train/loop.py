@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -282,6 +283,7 @@ class Trainer:
             for k, opt in self.optimizers.items()
         }
         self.update = 0
+        self.train_s = 0.0  # wall seconds spent in updates, summed over resumed sessions
         self.baselines = [_Baseline() for _ in self.graphs]
         self.best = [math.inf for _ in self.graphs]
         self.elites: list[list[tuple[float, Episodes]]] = [[] for _ in self.graphs]
@@ -332,6 +334,7 @@ class Trainer:
     def _train_state(self) -> dict[str, Any]:
         return {
             "update": self.update,
+            "train_s": self.train_s,
             "rows": len(self.rows),
             "rng": self.rng.bit_generator.state,
             "costs": [c.get_state() if hasattr(c, "get_state") else None for c in self.cost_fns],
@@ -349,6 +352,7 @@ class Trainer:
         if state is None:
             raise CheckpointError("the run's last checkpoint has no training state to resume from")
         self.update = int(state["update"])
+        self.train_s = float(state.get("train_s", 0.0))  # absent in older checkpoints
         self.rng.bit_generator.state = state["rng"]
         for c, s in zip(self.cost_fns, state["costs"]):
             if s is not None and hasattr(c, "set_state"):
@@ -510,6 +514,7 @@ class Trainer:
         )
         try:
             while self.update < c.updates:
+                t_update = time.perf_counter()
                 u = self.update
                 gi = u % len(self.graphs)
                 ctx = self.contexts[gi]
@@ -573,6 +578,7 @@ class Trainer:
                     **{f"{stage}/{m}": v for m, v in metrics.items()},
                 }
                 self.rows.append(row)
+                self.train_s += time.perf_counter() - t_update
                 if self.log is not None:
                     self.log.append(row)
                 if self.out_dir is not None and (
@@ -595,6 +601,7 @@ class Trainer:
             "graphs": self.header["graphs"],
             "episodes": self.config.episodes,
             "best_cost": dict(zip(self.header["graphs"], self.best)),
+            "train_s": self.train_s,
             "final": self.rows[-1] if self.rows else {},
         }
         if self.out_dir is not None:

@@ -79,7 +79,11 @@ def test_resume_after_interruption(tmp_path, graph, cluster, stage):
         )
     # killed after update 5: the last checkpoint holds 4 updates, the log 5 rows
     assert len(read_rows(tmp_path / "cut" / "metrics.csv")) == 5
-    resumed = train(cfg, [graph], cluster, SMALL, tmp_path / "cut", progress=False)
+    trainer = Trainer(cfg, [graph], cluster, SMALL, tmp_path / "cut", progress=False)
+    before = trainer.train_s  # the first session's training time, from the checkpoint
+    assert trainer.update == 4 and before > 0
+    resumed = trainer.run()
+    assert resumed.summary["train_s"] > before  # both sessions count
     assert read_rows(tmp_path / "cut" / "metrics.csv") == read_rows(
         tmp_path / "full" / "metrics.csv"
     )
