@@ -205,7 +205,9 @@ def run(
         num_devices: devices (default 2).
         profile_out: also save the calibration profile there.
         progress: show progress bars.
-        rounds: shuffled measuring passes over the placements (default 2, quick 1).
+        rounds: shuffled measuring passes over the placements (default 4, quick 1: on a
+            2-core machine four passes lifted the mean rank correlation from 0.82 to 0.87,
+            so the measurement noise, not only the model, limits it).
     """
     from ..executor import make_backend
     from ..executor.profiling import calibrate, parallel_capacity
@@ -218,7 +220,7 @@ def run(
     specs = QUICK_WORKLOADS if quick else CPU_WORKLOADS
     graphs = {k: build_from_spec(s) for k, s in specs.items()}
     repeats, warmup = (2, 1) if quick else (3, 1)
-    rounds = rounds or (1 if quick else 2)
+    rounds = rounds or (1 if quick else 4)
     try:
         profile = calibrate(
             be,
