@@ -585,6 +585,14 @@ def ablation_rows(
     return quality_tables(cfg, cases, results, methods), results
 
 
+def bench_runs_dir() -> Path:
+    """The benchmark's run cache at the project root (``runs/bench_policy``): notebooks that
+    train the same (graph, method, seed) configurations reuse what ``bench policy`` trained."""
+    from ..experiments import REPO_ROOT
+
+    return REPO_ROOT / PolicyBenchConfig.runs_dir
+
+
 # -- the benchmark -----------------------------------------------------------------------
 def run(
     out_dir: Path, quick: bool = False, config: PolicyBenchConfig | None = None

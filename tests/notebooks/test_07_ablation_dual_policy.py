@@ -11,9 +11,10 @@ TINY = dict(
 )
 
 
-def test_ablation_dual_policy(run_notebook):
-    s = run_notebook("07_ablation_dual_policy.ipynb", **TINY)
+def test_ablation_dual_policy(run_notebook, tmp_path):
+    s = run_notebook("07_ablation_dual_policy.ipynb", **TINY, runs_dir=str(tmp_path / "runs"))
     methods = {r["method"] for r in s["rows"]}
     assert {"doppler", "sel-only", "plc-only", "doppler-II-only", "doppler-I-only", "cp"} <= methods
     assert len(s["runs"]) == 5 * 2
+    assert len(list((tmp_path / "runs").rglob("result.json"))) == 5 * 2  # cached where asked
     assert all(r["ratio_lb"] >= 1 - 1e-9 for r in s["rows"])
