@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -195,7 +196,8 @@ def test_run_stage_ablation_tiny_and_cached(tmp_path):
         policy=SMALL,
     )
     a = run_stage_ablation(cfg, tmp_path)
-    assert sorted(p.name for p in (tmp_path / "seed5").iterdir()) == ["I", "III_alone"]
+    (seed_dir,) = tmp_path.glob("seed5-*")  # keyed by the configuration
+    assert sorted(p.name for p in seed_dir.iterdir()) == ["I", "III_alone"]
     assert set(a.runs.variant) == {"I", "III", "cp", "single"}
     assert (a.runs.measured > 0).all() and (a.runs.ratio_lb >= 1 - 1e-9).all()
     assert set(a.traces) == {"I", "III", "cp", "single"}
@@ -204,6 +206,9 @@ def test_run_stage_ablation_tiny_and_cached(tmp_path):
     b = run_stage_ablation(cfg, tmp_path)  # cached: same training, same evaluation
     cols = ["variant", "seed", "makespan", "greedy", "train_s"]
     pd.testing.assert_frame_equal(a.runs[cols], b.runs[cols])
+    # changed settings train anew beside the old run (not a resume-check error)
+    run_stage_ablation(dataclasses.replace(cfg, real_train={"lr": 1e-3}), tmp_path)
+    assert len(list(tmp_path.glob("seed5-*"))) == 2
 
 
 # -- real runs ------------------------------------------------------------------------------

@@ -4,6 +4,8 @@ over seeds, one torch thread, and runs on the real CPU worker devices."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -20,6 +22,15 @@ from ...trace import Trace
 
 #: metrics copied from a stage's rows into a learning-curve frame
 CURVE_METRICS: tuple[str, ...] = ("cost_mean", "cost_min", "greedy_cost")
+
+
+def config_key(*parts: Any) -> str:
+    """A short digest of the configurations that shape a run (``to_dict()`` of train and policy
+    configs, plain values): experiment runs live in ``<name>-<key>`` so that changed settings or
+    presets train anew beside the old run instead of tripping over its resume check."""
+    plain = [p.to_dict() if hasattr(p, "to_dict") else p for p in parts]
+    text = json.dumps(plain, sort_keys=True, default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ from ...hardware import Cluster
 from ...placement import Placement
 from ...trace import Trace
 from .common import (
+    config_key,
     convergence_stats,
     cpu_cluster,
     finite_or_none,
@@ -301,8 +302,9 @@ def run_stage_ablation(
         placements: dict[str, Placement] = {}
         first = config.seed
         for seed in tqdm(range(first, first + config.seeds), desc="seeds", disable=not progress):
+            key = config_key(pcfg, *config.stage_configs(seed).values())
             done = _train_seed(
-                config, seed, graph, cluster, pcfg, Path(out_dir) / f"seed{seed}", progress
+                config, seed, graph, cluster, pcfg, Path(out_dir) / f"seed{seed}-{key}", progress
             )
             for variant in config.variants:
                 curves.append(_variant_curve(variant, seed, done))

@@ -16,6 +16,7 @@ from ...errors import ConfigError
 from ...graph import DataflowGraph
 from ...hardware import Cluster, make_cluster
 from .common import (
+    config_key,
     episodes_to_reach,
     finite_or_none,
     greedy_makespan,
@@ -285,11 +286,19 @@ def run_transfers(
         for case in tqdm(cases, desc="transfer cases", disable=not progress):
             if case.source_label not in sources:
                 sg, sc, ssem = case_graph(case.source, case.source_cluster, paper_graphs_dir)
+                key = config_key(
+                    pcfg,
+                    preset("sim", **overrides),
+                    source_imitation_episodes,
+                    source_sim_episodes,
+                    seed,
+                    ssem,
+                )
                 _, ckpt, how = source_policy(
                     sg,
                     sc,
                     ssem,
-                    out / "sources" / _slug(case.source_label),
+                    out / "sources" / f"{_slug(case.source_label)}-{key}",
                     source_init,
                     source_imitation_episodes,
                     source_sim_episodes,
@@ -306,15 +315,17 @@ def run_transfers(
                 rl = preset(
                     "sim", **{"semantics": sem, "seed": s, "eval_every": eval_every, **overrides}
                 )
+                rl = rl.replace(episodes=episodes)
+                key = config_key(pcfg, rl, imitation_episodes, str(ckpt))
                 ft_curve, sc_curve, rows = _transfer_seed(
                     graph,
                     cluster,
                     ckpt,
                     pcfg,
-                    rl.replace(episodes=episodes),
+                    rl,
                     imitation_episodes,
                     samples,
-                    out / _slug(case.label) / f"seed{s}",
+                    out / _slug(case.label) / f"seed{s}-{key}",
                     labels,
                     progress,
                 )
