@@ -6,6 +6,12 @@ from papermill.translators import PythonTranslator
 from doppler_lab.experiments import NOTEBOOKS_DIR, notebook_parameters
 
 
+def test_placement_explorer_defaults_step_the_learned_policy(run_notebook):
+    s = run_notebook("11_placement_explorer.ipynb", workload="chainmm", scale="tiny", noise_seeds=2)
+    assert set(s["makespans"]) == {"cp", "doppler [llama_block]"}  # CP vs a shipped DOPPLER
+    assert s["stepped"] == "doppler [llama_block]" and 0 < s["steps"] < s["num_nodes"]
+
+
 def test_placement_explorer(run_notebook):
     s = run_notebook(
         "11_placement_explorer.ipynb",
@@ -13,6 +19,10 @@ def test_placement_explorer(run_notebook):
         scale="tiny",
         noise_seeds=2,
         show_steps="0,3,100000",
+        first="round-robin",
+        second="cp",
+        second_checkpoint="",
+        stepped="cp",
     )
     assert set(s["makespans"]) == {"round-robin", "cp"}
     assert all(m >= s["lower_bound"] * (1 - 1e-9) for m in s["makespans"].values())
