@@ -451,8 +451,40 @@ def _merge(
             results.append(earlier[stem])
         else:
             info = notebook_info(path)
-            results.append(NotebookResult(stem, info.title, info.question))
+            results.append(
+                recovered_result(out, info) or NotebookResult(stem, info.title, info.question)
+            )
     return results
+
+
+def recovered_result(out_dir: str | os.PathLike, info: NotebookInfo) -> NotebookResult | None:
+    """A notebook's line rebuilt from what an earlier build left on disk (its executed copy,
+    ``summary.json`` and page) when ``site.json`` does not list it, e.g. after that build was
+    interrupted before writing the index; None when any of the three is missing."""
+    folder = Path(out_dir) / info.stem
+    executed, page, summary = (
+        folder / info.path.name,
+        folder / f"{info.stem}.html",
+        folder / "summary.json",
+    )
+    if not (executed.exists() and page.exists() and summary.exists()):
+        return None
+    meta = json.loads(executed.read_text(encoding="utf-8")).get("metadata", {}).get("papermill", {})
+    params = {k: v for k, v in (meta.get("parameters") or {}).items() if k != "out_dir"}
+    failed = bool(meta.get("exception"))
+    return NotebookResult(
+        info.stem,
+        info.title,
+        info.question,
+        status="failed" if failed else "ok",
+        seconds=meta.get("duration"),
+        profile="custom" if params else "defaults",
+        parameters=params,
+        key_numbers={} if failed else key_numbers(json.loads(summary.read_text())),
+        error="failed in an earlier build (see its page)" if failed else None,
+        page=page.relative_to(Path(out_dir)).as_posix(),
+        finished=(meta.get("end_time") or "")[:19] or None,
+    )
 
 
 def read_site(out_dir: str | os.PathLike) -> list[NotebookResult]:

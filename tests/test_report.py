@@ -175,6 +175,25 @@ def test_build_site_only_keeps_earlier_results(notebooks, tmp_path):
         build_site(out, notebooks_dir=notebooks, parameters={"nope": {}}, progress=False)
 
 
+def test_index_recovers_results_an_interrupted_build_left(notebooks, tmp_path):
+    out = tmp_path / "site"
+    build_site(
+        out, only=["01"], notebooks_dir=notebooks, parameters={"01": {"value": 2.0}}, progress=False
+    )
+    (out / "site.json").unlink()  # as if the build was killed before writing its index
+    site = build_site(out, only=["00"], notebooks_dir=notebooks, keep_going=True, progress=False)
+    works = {r.stem: r for r in site.results}["01_works"]
+    assert works.status == "ok" and works.page == "01_works/01_works.html"
+    assert works.key_numbers["value"] == 4.0 and works.parameters == {"value": 2.0}
+    assert works.profile == "custom" and works.seconds > 0
+    (out / "01_works" / "summary.json").unlink()  # incomplete leftovers are not shown as ok
+    site = build_site(out, only=["00"], notebooks_dir=notebooks, keep_going=True, progress=False)
+    assert {r.stem: r.status for r in site.results}["01_works"] == "ok"  # site.json has it now
+    (out / "site.json").unlink()
+    site = build_site(out, only=["00"], notebooks_dir=notebooks, keep_going=True, progress=False)
+    assert {r.stem: r.status for r in site.results}["01_works"] == "not run"
+
+
 def test_report_command(notebooks, tmp_path, capsys):
     out = tmp_path / "site"
     params = tmp_path / "params.json"
