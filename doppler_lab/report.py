@@ -445,8 +445,10 @@ def _merge(
         stem = path.stem
         if stem in fresh:
             results.append(fresh[stem])
-        elif stem in earlier and (
-            earlier[stem].page is None or (out / earlier[stem].page).exists()
+        elif (
+            stem in earlier
+            and earlier[stem].status != "not run"
+            and (earlier[stem].page is None or (out / earlier[stem].page).exists())
         ):
             results.append(earlier[stem])
         else:

@@ -186,6 +186,13 @@ def test_index_recovers_results_an_interrupted_build_left(notebooks, tmp_path):
     assert works.status == "ok" and works.page == "01_works/01_works.html"
     assert works.key_numbers["value"] == 4.0 and works.parameters == {"value": 2.0}
     assert works.profile == "custom" and works.seconds > 0
+    doc = json.loads((out / "site.json").read_text())  # an index that lists it as never run
+    for r in doc["notebooks"]:
+        if r["stem"] == "01_works":
+            r.update(status="not run", page=None, key_numbers={})
+    (out / "site.json").write_text(json.dumps(doc))
+    site = build_site(out, only=["00"], notebooks_dir=notebooks, keep_going=True, progress=False)
+    assert {r.stem: r.status for r in site.results}["01_works"] == "ok"
     (out / "01_works" / "summary.json").unlink()  # incomplete leftovers are not shown as ok
     site = build_site(out, only=["00"], notebooks_dir=notebooks, keep_going=True, progress=False)
     assert {r.stem: r.status for r in site.results}["01_works"] == "ok"  # site.json has it now
