@@ -22,7 +22,6 @@ full benchmark can be stopped and restarted. Trained policies are also copied to
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import time
@@ -255,6 +254,7 @@ def run_case(
 
     from ..policies.config import POLICY_PRESETS
     from ..policies.placers import best_of_rollouts
+    from ..train.experiments.common import config_key
     from ..train.pipeline import run_pipeline
 
     spec = METHODS[method]
@@ -265,8 +265,7 @@ def run_case(
     stages = _stages(cfg, method, case.semantics, seed)
     # the run directory is keyed by everything that shapes the result: a changed configuration
     # trains anew instead of reusing a stale result
-    ident = json.dumps([pcfg.to_dict(), [c.to_dict() for c in stages], cfg.samples], sort_keys=True)
-    key = hashlib.sha1(ident.encode()).hexdigest()[:8]
+    key = config_key(pcfg, [c.to_dict() for c in stages], cfg.samples)
     run_dir = root / case.name / method / f"seed{seed}-{key}"
     result_path = run_dir / "result.json"
     if result_path.exists():
