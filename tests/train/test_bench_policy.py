@@ -36,7 +36,8 @@ def _config(tmp_path, **over):
 
 
 def test_tables_protocol_and_cache(tmp_path):
-    cfg = _config(tmp_path)
+    # sel-only is in the ablation and the design tables: it trains once and counts once
+    cfg = _config(tmp_path, design_ablations=("sel-only",), design_graphs=("chainmm",))
     rec = bench.run(tmp_path / "out", config=cfg)
     assert (tmp_path / "out" / "policy.md").exists()
     assert json.loads((tmp_path / "out" / "policy.json").read_text())["benchmark"] == "policy"
@@ -55,6 +56,8 @@ def test_tables_protocol_and_cache(tmp_path):
         r["method"] for r in rec["tables"]["Ablations: dual vs one learned half; training stages"]
     }
     assert {"doppler", "sel-only"} <= ablation
+    design = rec["tables"]["Design ablations (architecture, features, training)"]
+    assert [r["seeds"] for r in design if r["method"] == "sel-only"] == [1]
     (scale,) = rec["tables"]["Speed per node (random DAGs, width 16)"]
     assert scale["nodes"] == 40 and scale["inference_ms"] > 0
     # a second run reuses every finished (graph, method, seed) instead of training again
