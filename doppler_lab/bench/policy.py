@@ -78,6 +78,13 @@ METHODS: dict[str, Method] = {
     "doppler-lr1e-3": Method("dual", train={"lr": 1e-3}),
     "doppler-T1": Method("dual", train={"plc_temperature": 1.0, "entropy_coef": 1e-3}),
     "doppler-T1.25": Method("dual", train={"plc_temperature": 1.25, "entropy_coef": 2e-3}),
+    "doppler-lr1e-2": Method("dual", train={"lr": 1e-2}),
+    "doppler-lr1e-2-T1.25": Method(
+        "dual", train={"lr": 1e-2, "plc_temperature": 1.25, "entropy_coef": 2e-3}
+    ),
+    "doppler-lr1e-2-T1": Method(
+        "dual", train={"lr": 1e-2, "plc_temperature": 1.0, "entropy_coef": 1e-3}
+    ),
 }
 DESIGN_ABLATIONS: tuple[str, ...] = tuple(
     m
@@ -125,7 +132,16 @@ class PolicyBenchConfig:
     paper_dir: str | None = None
     workloads: tuple[str, ...] = WORKLOADS
     workload_semantics: str = "wc"
-    methods: tuple[str, ...] = ("doppler", "doppler-T1", "doppler-T1.25", "placeto", "gdp")
+    methods: tuple[str, ...] = (
+        "doppler",
+        "doppler-T1",
+        "doppler-T1.25",
+        "doppler-lr1e-2",
+        "doppler-lr1e-2-T1.25",
+        "doppler-lr1e-2-T1",
+        "placeto",
+        "gdp",
+    )
     ablations: tuple[str, ...] = ("sel-only", "plc-only", "doppler-II-only", "doppler-I-only")
     ablation_graphs: tuple[str, ...] = (
         "transformer_block_215nodes",
@@ -624,7 +640,7 @@ def run(
                     tasks.append((cfg, case, m, s, root))
     # cheap and headline cases first, Placeto (the slowest) last
     first = (
-        ("doppler", "doppler-T1", "doppler-T1.25", "gdp")
+        tuple(m for m in cfg.methods if m != "placeto")
         + tuple(cfg.ablations)
         + tuple(cfg.design_ablations)
     )
@@ -710,7 +726,7 @@ def run(
             "timing), released-training (the released presets: one episode per update, "
             "epsilon-greedy around the argmax, lr 1e-3/1e-4, running-mean baseline), no-sil "
             "(plain REINFORCE), lr1e-3 (Stage II at a thirtieth of our rate), T1 (PLC sampled "
-            "at temperature 1 with entropy weight 1e-3 instead of 1.5 and 3e-3), T1.25 (1.25 and 2e-3).",
+            "at temperature 1 with entropy weight 1e-3 instead of 1.5 and 3e-3), T1.25 (1.25 and 2e-3), lr1e-2 (Stage II at a third of our rate), lr1e-2-T1.25 and lr1e-2-T1 (both changes).",
             f"Protocol: the best of the final policy's greedy rollout and {cfg.samples} sampled "
             "rollouts, by the simulator; never the best placement seen during training.",
             "Search placers (local-search, enumerative) get the learned method's simulator calls "
