@@ -85,6 +85,9 @@ METHODS: dict[str, Method] = {
     "doppler-lr1e-2-T1": Method(
         "dual", train={"lr": 1e-2, "plc_temperature": 1.0, "entropy_coef": 1e-3}
     ),
+    "doppler-lr1e-2-T1.1": Method(
+        "dual", train={"lr": 1e-2, "plc_temperature": 1.1, "entropy_coef": 1.5e-3}
+    ),
 }
 DESIGN_ABLATIONS: tuple[str, ...] = tuple(
     m
@@ -139,6 +142,7 @@ class PolicyBenchConfig:
         "doppler-lr1e-2",
         "doppler-lr1e-2-T1.25",
         "doppler-lr1e-2-T1",
+        "doppler-lr1e-2-T1.1",
         "placeto",
         "gdp",
     )
@@ -726,7 +730,7 @@ def run(
             "timing), released-training (the released presets: one episode per update, "
             "epsilon-greedy around the argmax, lr 1e-3/1e-4, running-mean baseline), no-sil "
             "(plain REINFORCE), lr1e-3 (Stage II at a thirtieth of our rate), T1 (PLC sampled "
-            "at temperature 1 with entropy weight 1e-3 instead of 1.5 and 3e-3), T1.25 (1.25 and 2e-3), lr1e-2 (Stage II at a third of our rate), lr1e-2-T1.25 and lr1e-2-T1 (both changes).",
+            "at temperature 1 with entropy weight 1e-3 instead of 1.5 and 3e-3), T1.25 (1.25 and 2e-3), lr1e-2 (Stage II at a third of our rate), lr1e-2-T1.25, lr1e-2-T1 and lr1e-2-T1.1 (1.1 and 1.5e-3) (both changes).",
             f"Protocol: the best of the final policy's greedy rollout and {cfg.samples} sampled "
             "rollouts, by the simulator; never the best placement seen during training.",
             "Search placers (local-search, enumerative) get the learned method's simulator calls "
