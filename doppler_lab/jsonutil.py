@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -52,3 +53,12 @@ def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
         return json.loads(p.read_text())
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{what} {str(p)!r} is not JSON: {exc}") from None
+
+
+def config_key(*parts: Any) -> str:
+    """A short digest of the configurations that shape a run (``to_dict()`` of train and policy
+    configs, plain values): runs live in ``<name>-<key>`` so that changed settings or
+    presets train anew beside the old run instead of tripping over its resume check."""
+    plain = [p.to_dict() if hasattr(p, "to_dict") else p for p in parts]
+    text = json.dumps(plain, sort_keys=True, default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:8]

@@ -273,9 +273,9 @@ def run_case(
     """Train (or resume) and evaluate one (graph, method, seed); cached in ``result.json``."""
     import torch
 
+    from ..jsonutil import config_key
     from ..policies.config import POLICY_PRESETS
     from ..policies.placers import best_of_rollouts
-    from ..train.experiments.common import config_key
     from ..train.pipeline import run_pipeline
 
     spec = METHODS[method]

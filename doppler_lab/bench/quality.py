@@ -166,10 +166,11 @@ def find_checkpoint(root: str | Path, placer: str, graph: str) -> Path | None:
     return None
 
 
-def _checkpoint_folders(folders: Sequence[str]) -> list[Path]:
-    """``folders`` with ``shipped`` standing for the shipped checkpoints' folders."""
+def _checkpoint_folders(folders: str | Sequence[str]) -> list[Path]:
+    """``folders`` (one or several) with ``shipped`` standing for the shipped checkpoints'
+    folders."""
     out: list[Path] = []
-    for f in folders:
+    for f in (folders,) if isinstance(folders, str) else folders:
         if f == "shipped":
             from ..policies.pretrained import checkpoint_dirs
 
@@ -193,10 +194,9 @@ def placer_plan(config: QualityConfig, case: Case) -> list[tuple[str, dict[str, 
             )
         opts: dict[str, Any] = dict(config.options.get(name, {}))
         if specs[name].needs_checkpoint:
-            folders = (
-                (config.checkpoints,) if isinstance(config.checkpoints, str) else config.checkpoints
+            found = (
+                find_checkpoint(f, name, case.name) for f in _checkpoint_folders(config.checkpoints)
             )
-            found = (find_checkpoint(f, name, case.name) for f in _checkpoint_folders(folders))
             ckpt = next((c for c in found if c is not None), None)
             if ckpt is None:
                 continue

@@ -4,8 +4,6 @@ over seeds, one torch thread, and runs on the real CPU worker devices."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -17,20 +15,12 @@ from tqdm.auto import tqdm
 from ...errors import ConfigError
 from ...graph import DataflowGraph
 from ...hardware import Cluster
+from ...jsonutil import config_key  # noqa: F401 - re-exported for the experiments
 from ...placement import Placement
 from ...trace import Trace
 
 #: metrics copied from a stage's rows into a learning-curve frame
 CURVE_METRICS: tuple[str, ...] = ("cost_mean", "cost_min", "greedy_cost")
-
-
-def config_key(*parts: Any) -> str:
-    """A short digest of the configurations that shape a run (``to_dict()`` of train and policy
-    configs, plain values): experiment runs live in ``<name>-<key>`` so that changed settings or
-    presets train anew beside the old run instead of tripping over its resume check."""
-    plain = [p.to_dict() if hasattr(p, "to_dict") else p for p in parts]
-    text = json.dumps(plain, sort_keys=True, default=str)
-    return hashlib.sha1(text.encode()).hexdigest()[:8]
 
 
 @contextlib.contextmanager
