@@ -11,6 +11,7 @@ from .encoder import EDGE_MODES
 from .features import LAYOUTS
 
 POLICY_KINDS: tuple[str, ...] = ("dual", "sel-only", "plc-only", "placeto", "gdp")
+PLACED_NORMS: tuple[str, ...] = ("smooth", "zscore")
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,11 @@ class PolicyConfig:
         edge_mode: ``basis`` (edge coefficients once per pass) or ``nnconv`` (released form).
         edge_hidden: NNConv edge-network width (``edge_mode="nnconv"``), released 128.
         shared_encoder: one encoder for SEL and PLC (released: two).
+        placed_norm: how PLC normalises the placed-set sums over the devices: ``smooth``
+            (centred, divided by ``sqrt(var + 1)``) or ``zscore`` (divided by the standard
+            deviation: scale-free, but its gradient grows as 1 / std when the devices' sums are
+            nearly equal, which froze Stage II on some graphs; checkpoints written before this
+            option read as ``zscore``).
         placeto_hidden: Placeto embedding width.
         placeto_steps: Placeto message-passing rounds per direction (released 3).
         gdp_hidden: GDP width (released 64).
@@ -47,6 +53,7 @@ class PolicyConfig:
     edge_mode: str = "basis"
     edge_hidden: int = 128
     shared_encoder: bool = False
+    placed_norm: str = "smooth"
     placeto_hidden: int = 8
     placeto_steps: int = 3
     gdp_hidden: int = 64
@@ -62,6 +69,8 @@ class PolicyConfig:
             raise ConfigError(f"timing {self.timing!r}; expected one of {TIMINGS}")
         if self.edge_mode not in EDGE_MODES:
             raise ConfigError(f"edge_mode {self.edge_mode!r}; expected one of {EDGE_MODES}")
+        if self.placed_norm not in PLACED_NORMS:
+            raise ConfigError(f"placed_norm {self.placed_norm!r}; expected one of {PLACED_NORMS}")
         for f in fields(self):
             v = getattr(self, f.name)
             if f.type == "int" and (not isinstance(v, int) or v < 1):
@@ -80,7 +89,8 @@ class PolicyConfig:
         bad = sorted(set(d) - known)
         if bad:
             raise ConfigError(f"policy config has unknown field {bad[0]!r}")
-        return cls(**d)
+        # written before the option existed: those policies were trained with the z-score
+        return cls(**{"placed_norm": "zscore", **d})
 
     def replace(self, **changes: Any) -> PolicyConfig:
         return PolicyConfig(**{**self.to_dict(), **changes})

@@ -39,6 +39,13 @@ def zscore_t(x: Tensor, dim: int, eps: float = 1e-6) -> Tensor:
     return (x - mean) / (std + eps)
 
 
+def smooth_centre(x: Tensor, dim: int) -> Tensor:
+    """``(x - mean) / sqrt(var + 1)`` along ``dim``: z-score-like for spreads well above 1,
+    the plain centred values (gradient bounded) when the values nearly agree."""
+    diff = x - x.mean(dim=dim, keepdim=True)
+    return diff / torch.sqrt(diff.pow(2).mean(dim=dim, keepdim=True) + 1.0)
+
+
 def path_sum(emb: Tensor, jumps: list[Tensor]) -> Tensor:
     """Sum of ``emb`` along each node's path, by pointer doubling (see
     :func:`~doppler_lab.policies.features.pointer_doubling`).
@@ -115,8 +122,8 @@ class PlcStatic(NamedTuple):
 
 class PlcPolicy(nn.Module):
     """Device scores: ``MLP([Linear(device feats), Linear(node feats), emb(v), placed(d)])``
-    where ``placed(d)`` is the sum of the embeddings of the nodes already on d, z-scored over
-    the devices.
+    where ``placed(d)`` is the sum of the embeddings of the nodes already on d, normalised over
+    the devices (``config.placed_norm``).
 
     Args:
         config: the policy configuration.
@@ -132,6 +139,7 @@ class PlcPolicy(nn.Module):
         layout = get_layout(config.layout)
         h = config.hidden
         self.hidden = h
+        self.placed_norm = config.placed_norm
         self.encoder = encoder if encoder is not None else _encoder(config)
         self.dev_lin = nn.Linear(layout.device_dim, h)
         self.node_lin = nn.Linear(layout.node_dim, h)
@@ -152,9 +160,10 @@ class PlcPolicy(nn.Module):
     def scores(self, static: PlcStatic, nodes: Tensor, feats: Tensor, placed: Tensor) -> Tensor:
         h = self.hidden
         w = self.hidden_layer.weight
+        norm = smooth_centre(placed, -2) if self.placed_norm == "smooth" else zscore_t(placed, -2)
         pre = (
             _leaky(self.dev_lin(feats)) @ w[:, :h].T
-            + zscore_t(placed, -2) @ w[:, 3 * h :].T
+            + norm @ w[:, 3 * h :].T
             + static.node_term[nodes].unsqueeze(-2)
         )
         return self.out(_leaky(pre)).squeeze(-1)
@@ -169,6 +178,8 @@ class PlcHeadNumpy:
 
     def __init__(self, plc: PlcPolicy):
         h = plc.hidden
+        # smooth: divide by sqrt(var + 1); zscore: by std + 1e-6
+        self.var_add, self.std_add = (1.0, 0.0) if plc.placed_norm == "smooth" else (0.0, 1e-6)
         w = plc.hidden_layer.weight.detach().numpy()
         self.dev_w = plc.dev_lin.weight.detach().numpy().T
         self.dev_b = plc.dev_lin.bias.detach().numpy()
@@ -183,8 +194,8 @@ class PlcHeadNumpy:
         np.maximum(a, 0.1 * a, out=a)  # leaky relu
         inv_d = 1.0 / placed.shape[-2]
         diff = placed - np.add.reduce(placed, axis=-2, keepdims=True) * inv_d
-        std = np.sqrt(np.add.reduce(diff * diff, axis=-2, keepdims=True) * inv_d)
-        diff /= std + 1e-6
+        var = np.add.reduce(diff * diff, axis=-2, keepdims=True) * inv_d
+        diff /= np.sqrt(var + self.var_add) + self.std_add
         pre = a @ self.w_dev
         pre += diff @ self.w_placed
         pre += node_term[:, None, :]

@@ -123,3 +123,15 @@ def test_learned_placers(tmp_path, small_graph, cluster4):
         place("gdp", small_graph, cluster4, checkpoint=str(path))
     with pytest.raises(CheckpointError, match="trained for 4 devices"):
         place("doppler", small_graph, make_cluster("uniform", 2), checkpoint=str(path))
+
+
+def test_checkpoint_without_placed_norm_reads_as_the_zscore_it_was_trained_with(tmp_path):
+    pol, path = _save(tmp_path, placed_norm="zscore")
+    doc = torch.load(path, weights_only=False)
+    del doc["policy"]["config"]["placed_norm"]  # written before the option existed
+    torch.save(doc, tmp_path / "old.pt")
+    back, _ = load_policy(tmp_path / "old.pt", ["dual"], 4)
+    assert back.config.placed_norm == "zscore" and back.plc.placed_norm == "zscore"
+    assert PolicyConfig().placed_norm == "smooth"
+    with pytest.raises(ConfigError, match="placed_norm 'std'"):
+        PolicyConfig(placed_norm="std")

@@ -12,7 +12,7 @@ from doppler_lab.policies.base import Episodes, segment_log_softmax
 from doppler_lab.policies.checkpoint import make_policy
 from doppler_lab.policies.config import POLICY_KINDS, PolicyConfig
 from doppler_lab.policies.context import GraphContext
-from doppler_lab.policies.doppler import PlcHeadNumpy, path_sum
+from doppler_lab.policies.doppler import PlcHeadNumpy, path_sum, smooth_centre, zscore_t
 from doppler_lab.policies.encoder import EdgeConditionedConv, MPNNEncoder
 from doppler_lab.policies.rollout import GREEDY, SAMPLE, ActionMode, run_episodes
 
@@ -70,16 +70,35 @@ def test_segment_log_softmax():
     torch.testing.assert_close(ent[1], -(ref1.exp() * ref1).sum())
 
 
-def test_numpy_head_equals_torch_head(ctx):
-    pol = make_policy(PolicyConfig(hidden=16, head_hidden=8), 4)
+@pytest.mark.parametrize("norm", ["smooth", "zscore"])
+def test_numpy_head_equals_torch_head(ctx, norm):
+    pol = make_policy(PolicyConfig(hidden=16, head_hidden=8, placed_norm=norm), 4)
     with torch.no_grad():
         st = pol.plc.static(ctx)
-        nodes = torch.tensor([0, 3, 5])
-        feats = torch.randn(3, 4, 9)
-        placed = torch.randn(3, 4, 16)
+        nodes = torch.tensor([0, 3, 5, 6])
+        feats = torch.randn(4, 4, 9)
+        placed = torch.randn(4, 4, 16) * torch.tensor([0.1, 1.0, 3.0, 0.0])[:, None, None]
         ref = pol.plc.scores(st, nodes, feats, placed).numpy()
     out = PlcHeadNumpy(pol.plc)(st.node_term.numpy()[nodes.numpy()], feats.numpy(), placed.numpy())
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_smooth_placed_norm_has_bounded_gradient():
+    """The z-score's gradient grows as 1 / std when the devices' placed sums nearly agree (one
+    node placed, a channel near zero): that is what froze Stage II; the smooth norm's does not."""
+    grads = {}
+    for eps in (1e-1, 1e-3, 1e-5):
+        for name, fn in (("smooth", smooth_centre), ("zscore", zscore_t)):
+            placed = torch.zeros(1, 4, 3)
+            placed[0, 0] = torch.tensor([eps, 1.0, 5.0])
+            placed.requires_grad_(True)
+            fn(placed, -2)[0, 0, 0].backward()  # device 0, channel 0
+            grads[name, eps] = float(placed.grad[..., 0].abs().max())
+    assert max(grads["smooth", e] for e in (1e-1, 1e-3, 1e-5)) <= 1.0
+    assert grads["zscore", 1e-5] > 1e3 * grads["zscore", 1e-1]
+    # far from agreement both are the same standardisation, up to the +1 in the variance
+    x = torch.tensor([[0.0, 10.0, 20.0, 30.0]])
+    torch.testing.assert_close(smooth_centre(x, -1), zscore_t(x, -1), rtol=0.02, atol=0.0)
 
 
 @pytest.mark.parametrize("kind", POLICY_KINDS)
