@@ -34,6 +34,7 @@ def train_shipped(
     imitation_episodes: int = IMITATION_EPISODES,
     sim_episodes: int = SIM_EPISODES,
     train_overrides: dict[str, Any] | None = None,
+    placed_norm: str = "smooth",
 ) -> dict[str, Any]:
     """Train the shipped checkpoint of workload ``name``; returns its index record."""
     import torch
@@ -57,7 +58,12 @@ def train_shipped(
     ]
     t0 = time.perf_counter()
     results = run_pipeline(
-        stages, [graph], cluster, POLICY_PRESETS["default"], Path(work_dir) / name, progress=False
+        stages,
+        [graph],
+        cluster,
+        POLICY_PRESETS["default"].replace(placed_norm=placed_norm),
+        Path(work_dir) / f"{name}-{placed_norm}",
+        progress=False,
     )
     train_s = time.perf_counter() - t0
     policy = results[-1].policy
@@ -68,7 +74,10 @@ def train_shipped(
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(results[-1].checkpoint, out)  # type: ignore[arg-type]
     return {
-        "command": f"python -m doppler_lab.train.shipped --name {name} --seed {seed}",
+        "command": (
+            f"python -m doppler_lab.train.shipped --name {name} --seed {seed} "
+            f"--placed-norm {placed_norm}"
+        ),
         "policy": "dual",
         "graph": name,
         "graph_nodes": graph.num_nodes,
@@ -91,13 +100,17 @@ def train_shipped(
 
 def write_readme(dest: str | Path) -> Path:
     """Render ``<dest>/index.json`` as ``<dest>/README.md``."""
+    from ..policies.checkpoint import read_checkpoint
+    from ..policies.config import PolicyConfig
+
     dest = Path(dest)
     index = json.loads((dest / "index.json").read_text())["checkpoints"]
     lines = [
         "# Shipped policy checkpoints",
         "",
-        "DOPPLER dual policies (`PolicyConfig()` defaults: layout doppler9, est timing, width 64, "
-        "4 message-passing steps) trained per generated workload on `p100x4` with `wc` "
+        "DOPPLER dual policies (the default policy config: layout doppler9, est timing, width 64, "
+        "4 message-passing steps; `placed norm` is how PLC normalises its placed-set sums, "
+        "checkpoints written before that option read as `zscore`) trained per generated workload on `p100x4` with `wc` "
         "semantics: Stage I (imitation of the Critical Path teacher) then Stage II (REINFORCE "
         "in the simulator, the `sim` preset). Load one by name with "
         "`doppler_lab.policies.load_policy(resolve_checkpoint('doppler/llama_block'))`, "
@@ -109,22 +122,22 @@ def write_readme(dest: str | Path) -> Path:
         "`index.json` has the full record (training config, command, seed).",
         "",
         "| checkpoint | graph nodes | episodes (I + II) | seed | protocol | greedy | cp | vs cp "
-        "| lower bound | train s | size |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| lower bound | train s | size | placed norm |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in sorted(index.items()):
         f, e = r["final"], r["episodes"]
+        cfg = read_checkpoint(dest / f"{name}.pt")["policy"]["config"]
+        norm = PolicyConfig.from_dict(dict(cfg)).placed_norm
         lines.append(
             f"| {name} | {r['graph_nodes']} | {e['imitation']} + {e['sim']} | {r['seed']} "
             f"| {f['protocol_makespan_s']:.4g} | {f['greedy_makespan_s']:.4g} "
             f"| {f['cp_mean_makespan_s']:.4g} | {f['vs_cp']:+.1%} | {f['lower_bound_s']:.4g} "
-            f"| {r['train_s']:.0f} | {r['size_bytes'] / 1e6:.2f} MB |"
+            f"| {r['train_s']:.0f} | {r['size_bytes'] / 1e6:.2f} MB | {norm} |"
         )
-    lines += [
-        "",
-        "Reproduce: `" + "python -m doppler_lab.train.shipped --dest data/checkpoints`",
-        "",
-    ]
+    lines += ["", "Reproduce (one command per checkpoint, as recorded in `index.json`):", ""]
+    lines += [f"- `{r['command']} --dest {dest}`" for _, r in sorted(index.items())]
+    lines.append("")
     path = dest / "README.md"
     path.write_text("\n".join(lines))
     return path
@@ -136,12 +149,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dest", default="data/checkpoints")
     p.add_argument("--work-dir", default="runs/shipped")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--placed-norm",
+        default="smooth",
+        choices=["smooth", "zscore"],
+        help="PLC's placed-set normalisation (the shipped set predates the smooth one: zscore)",
+    )
     args = p.parse_args(argv)
     dest = Path(args.dest)
     index_path = dest / "index.json"
     index = json.loads(index_path.read_text()) if index_path.exists() else {"checkpoints": {}}
     for name in args.name or SHIPPED_WORKLOADS:
-        rec = train_shipped(name, dest, args.work_dir, args.seed)
+        rec = train_shipped(name, dest, args.work_dir, args.seed, placed_norm=args.placed_norm)
         index["checkpoints"][f"doppler/{name}"] = rec
         index_path.write_text(json.dumps(index, indent=1))
         print(f"doppler/{name}: {rec['final']}", file=sys.stderr)

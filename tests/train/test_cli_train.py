@@ -79,3 +79,37 @@ def test_starting_policy_prefers_the_shipped_checkpoint(tmp_path):
     assert pol.num_devices == 4
     with pytest.raises(ConfigError, match="neither a workload"):
         graph_case("no_such_graph", str(tmp_path))
+
+
+def test_shipped_readme_names_each_checkpoints_placed_norm(tmp_path):
+    from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
+    from doppler_lab.policies.config import PolicyConfig
+    from doppler_lab.train.shipped import write_readme
+
+    final = {
+        "protocol_makespan_s": 0.2,
+        "greedy_makespan_s": 0.21,
+        "cp_mean_makespan_s": 0.25,
+        "vs_cp": 0.2,
+        "lower_bound_s": 0.18,
+    }
+    index = {}
+    for name, norm in (("a", "zscore"), ("b", "smooth")):
+        pol = make_policy(PolicyConfig(hidden=8, head_hidden=8, mp_steps=1, placed_norm=norm), 4)
+        save_checkpoint(tmp_path / "doppler" / f"{name}.pt", pol, {})
+        index[f"doppler/{name}"] = {
+            "command": f"python -m doppler_lab.train.shipped --name {name} --seed 0",
+            "graph_nodes": 10,
+            "episodes": {"imitation": 4, "sim": 8},
+            "seed": 0,
+            "final": final,
+            "train_s": 1.0,
+            "size_bytes": 1000,
+        }
+    (tmp_path / "index.json").write_text(json.dumps({"checkpoints": index}))
+    text = write_readme(tmp_path).read_text()
+    assert "| doppler/a |" in text and text.split("| doppler/a |")[1].split("\n")[0].endswith(
+        "| zscore |"
+    )
+    assert text.split("| doppler/b |")[1].split("\n")[0].endswith("| smooth |")
+    assert f"shipped --name b --seed 0 --dest {tmp_path}`" in text
