@@ -74,10 +74,8 @@ def train_shipped(
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(results[-1].checkpoint, out)  # type: ignore[arg-type]
     return {
-        "command": (
-            f"python -m doppler_lab.train.shipped --name {name} --seed {seed} "
-            f"--placed-norm {placed_norm}"
-        ),
+        "command": f"python -m doppler_lab.train.shipped --name {name} --seed {seed}"
+        + (f" --placed-norm {placed_norm}" if placed_norm != "smooth" else ""),
         "policy": "dual",
         "graph": name,
         "graph_nodes": graph.num_nodes,
@@ -108,10 +106,10 @@ def write_readme(dest: str | Path) -> Path:
     lines = [
         "# Shipped policy checkpoints",
         "",
-        "DOPPLER dual policies (the default policy config: layout doppler9, est timing, width 64, "
-        "4 message-passing steps; `placed norm` is how PLC normalises its placed-set sums, "
-        "checkpoints written before that option read as `zscore`) trained per generated workload on `p100x4` with `wc` "
-        "semantics: Stage I (imitation of the Critical Path teacher) then Stage II (REINFORCE "
+        "DOPPLER dual policies (the default policy config: layout doppler9, est timing, width "
+        "64, 4 message-passing steps; `placed norm` is how PLC normalises its placed-set sums, "
+        "checkpoints written before that option read as `zscore`) trained per generated "
+        "workload on `p100x4` with `wc` semantics: Stage I (imitation of the Critical Path teacher) then Stage II (REINFORCE "
         "in the simulator, the `sim` preset). Load one by name with "
         "`doppler_lab.policies.load_policy(resolve_checkpoint('doppler/llama_block'))`, "
         "`doppler-lab place llama_block --placer doppler --checkpoint doppler/llama_block`, or "
