@@ -54,6 +54,8 @@ METRICS: tuple[str, ...] = (
     "sel_teacher_prob",
     "plc_teacher_prob",
     "grad_norm",
+    "grad_norm_sel",
+    "grad_norm_plc",
     "lr_sel",
     "lr_plc",
     "epsilon",
@@ -471,19 +473,20 @@ class Trainer:
             loss.backward()
             self._step(schedule=False)
 
-    def _step(self, schedule: bool = True) -> float:
-        norms = []
+    def _step(self, schedule: bool = True) -> dict[str, float]:
+        """One optimiser step each; returns each optimiser's gradient norm before clipping."""
+        norms = {}
         for name, opt in self.optimizers.items():
             params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
             if self.config.grad_clip > 0 and params:
-                norms.append(float(torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip)))
+                norms[name] = float(torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip))
             elif params:
-                norms.append(float(torch.norm(torch.stack([p.grad.norm() for p in params]))))
+                norms[name] = float(torch.norm(torch.stack([p.grad.norm() for p in params])))
             opt.step()
             opt.zero_grad(set_to_none=True)
             if schedule:
                 self.schedulers[name].step()
-        return float(np.sqrt(np.sum(np.square(norms)))) if norms else 0.0
+        return norms
 
     def greedy_cost(self, graph_index: int = 0) -> float:
         """Cost of the current policy's greedy rollout on graph ``graph_index``."""
@@ -550,7 +553,7 @@ class Trainer:
                 loss, stats = self._terms_and_backward(gi, enc, episodes, adv, anchor is not None)
                 if c.anchor:
                     self._anchor_update(gi, costs, episodes)
-                grad_norm = self._step()
+                norms = self._step()
                 if anchor is not None:
                     self._refit_anchor(gi, episodes)
                 self.best[gi] = min(self.best[gi], float(costs.min()))
@@ -564,7 +567,13 @@ class Trainer:
                     "cost_best": self.best[gi],
                     "baseline": base,
                     "loss": loss,
-                    "grad_norm": grad_norm,
+                    # the total and per optimiser: one exploding parameter freezes the rest
+                    # of its half under the clip; the per-half norm shows which half
+                    "grad_norm": float(np.sqrt(sum(v * v for v in norms.values())))
+                    if norms
+                    else 0.0,
+                    "grad_norm_sel": norms.get("sel"),
+                    "grad_norm_plc": norms.get("plc"),
                     "epsilon": eps,
                     "teacher": teach,
                     "greedy_cost": greedy,

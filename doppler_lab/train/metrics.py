@@ -37,7 +37,8 @@ class MetricsLog:
         path: the CSV file.
         columns: the header.
         keep_rows: resume: keep the first ``keep_rows`` data rows of an existing file (which must
-            have the same header) and drop the rest; None starts a new file.
+            have the same header, or a subset of it written by a version with fewer metrics)
+            and drop the rest; None starts a new file.
     """
 
     def __init__(self, path: str | Path, columns: Sequence[str], keep_rows: int | None = None):
@@ -48,7 +49,11 @@ class MetricsLog:
             old = read_rows(self.path)
             with self.path.open(newline="") as fh:
                 header = next(csv.reader(fh), [])
-            if header != self.columns:
+            if header != self.columns and not (
+                set(header) <= set(self.columns) and header[:3] == self.columns[:3]
+            ):
+                # a file from a version with fewer metrics resumes (the new ones empty there);
+                # anything else is another run's file
                 raise CheckpointError(
                     f"metrics file {str(self.path)!r} has columns {header}, expected {self.columns}"
                 )

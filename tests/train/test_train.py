@@ -15,6 +15,7 @@ from doppler_lab.policies.config import PolicyConfig
 from doppler_lab.policies.placers import best_of_rollouts
 from doppler_lab.train import TrainConfig, Trainer, preset, read_rows, train
 from doppler_lab.train.loop import _Baseline, advantages, lr_factor
+from doppler_lab.train.metrics import MetricsLog
 from doppler_lab.workloads import build_from_spec
 
 SMALL = PolicyConfig(hidden=16, head_hidden=16, mp_steps=2, num_bases=4)
@@ -119,6 +120,31 @@ def test_separate_optimisers(graph, cluster):
     assert t.optimizers["sel"].param_groups[0]["lr"] == 5e-4
     sel_params = {id(p) for p in t.policy.sel.parameters()}
     assert not sel_params & {id(p) for g in t.optimizers["plc"].param_groups for p in g["params"]}
+
+
+def test_gradient_norm_per_optimiser(graph, cluster):
+    r = train(_sim(episodes=8), [graph], cluster, SMALL, progress=False)
+    for row in r.rows:
+        sel, plc = row["sim/grad_norm_sel"], row["sim/grad_norm_plc"]
+        assert sel > 0 and plc > 0
+        assert row["sim/grad_norm"] == pytest.approx(np.hypot(sel, plc))
+    one = train(_sim(episodes=4), [graph], cluster, SMALL.replace(kind="sel-only"), progress=False)
+    assert one.rows[0]["sim/grad_norm_plc"] is None
+    assert one.rows[0]["sim/grad_norm"] == pytest.approx(one.rows[0]["sim/grad_norm_sel"])
+
+
+def test_metrics_file_with_fewer_columns_resumes(tmp_path):
+    old = MetricsLog(tmp_path / "m.csv", ["update", "episode", "graph", "sim/loss"])
+    old.append({"update": 1, "episode": 4, "graph": "g", "sim/loss": 0.5})
+    old.append({"update": 2, "episode": 8, "graph": "g", "sim/loss": 0.4})
+    cols = ["update", "episode", "graph", "sim/loss", "sim/grad_norm_sel"]
+    new = MetricsLog(tmp_path / "m.csv", cols, keep_rows=1)
+    new.append({"update": 2, "episode": 8, "graph": "g", "sim/loss": 0.3, "sim/grad_norm_sel": 1.0})
+    rows = read_rows(tmp_path / "m.csv")
+    assert [r["sim/loss"] for r in rows] == [0.5, 0.3]
+    assert rows[0]["sim/grad_norm_sel"] is None and rows[1]["sim/grad_norm_sel"] == 1.0
+    with pytest.raises(CheckpointError, match="has columns"):
+        MetricsLog(tmp_path / "m.csv", ["update", "episode", "other"], keep_rows=1)
 
 
 def test_advantages():
