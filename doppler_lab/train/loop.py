@@ -569,9 +569,7 @@ class Trainer:
                     "loss": loss,
                     # the total and per optimiser: one exploding parameter freezes the rest
                     # of its half under the clip; the per-half norm shows which half
-                    "grad_norm": float(np.sqrt(sum(v * v for v in norms.values())))
-                    if norms
-                    else 0.0,
+                    "grad_norm": math.hypot(*norms.values()),
                     "grad_norm_sel": norms.get("sel"),
                     "grad_norm_plc": norms.get("plc"),
                     "epsilon": eps,

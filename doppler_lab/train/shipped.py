@@ -19,11 +19,15 @@ from typing import Any
 
 import numpy as np
 
+from ..jsonutil import config_key
+from ..policies.config import PLACED_NORMS, PolicyConfig
+
 SHIPPED_WORKLOADS: tuple[str, ...] = ("chainmm", "ffnn", "llama_block", "llama_layer", "moe_layer")
 SHIPPED_CLUSTER = "p100x4"
 SHIPPED_SEMANTICS = "wc"
 IMITATION_EPISODES = 400
 SIM_EPISODES = 1600
+DEFAULT_PLACED_NORM = PolicyConfig().placed_norm
 
 
 def train_shipped(
@@ -34,7 +38,7 @@ def train_shipped(
     imitation_episodes: int = IMITATION_EPISODES,
     sim_episodes: int = SIM_EPISODES,
     train_overrides: dict[str, Any] | None = None,
-    placed_norm: str = "smooth",
+    placed_norm: str = DEFAULT_PLACED_NORM,
 ) -> dict[str, Any]:
     """Train the shipped checkpoint of workload ``name``; returns its index record."""
     import torch
@@ -56,15 +60,11 @@ def train_shipped(
         preset("imitation", episodes=imitation_episodes, **common),
         preset("sim", **{**common, **(train_overrides or {}), "episodes": sim_episodes}),
     ]
+    pcfg = POLICY_PRESETS["default"].replace(placed_norm=placed_norm)
+    # keyed by configuration like every other run folder: other settings train anew
+    run_dir = Path(work_dir) / f"{name}-{config_key(pcfg, *stages)}"
     t0 = time.perf_counter()
-    results = run_pipeline(
-        stages,
-        [graph],
-        cluster,
-        POLICY_PRESETS["default"].replace(placed_norm=placed_norm),
-        Path(work_dir) / f"{name}-{placed_norm}",
-        progress=False,
-    )
+    results = run_pipeline(stages, [graph], cluster, pcfg, run_dir, progress=False)
     train_s = time.perf_counter() - t0
     policy = results[-1].policy
     res = best_of_rollouts(policy, graph, cluster, 16, seed, SHIPPED_SEMANTICS)
@@ -75,7 +75,7 @@ def train_shipped(
     shutil.copyfile(results[-1].checkpoint, out)  # type: ignore[arg-type]
     return {
         "command": f"python -m doppler_lab.train.shipped --name {name} --seed {seed}"
-        + (f" --placed-norm {placed_norm}" if placed_norm != "smooth" else ""),
+        + (f" --placed-norm {placed_norm}" if placed_norm != DEFAULT_PLACED_NORM else ""),
         "policy": "dual",
         "graph": name,
         "graph_nodes": graph.num_nodes,
@@ -99,7 +99,6 @@ def train_shipped(
 def write_readme(dest: str | Path) -> Path:
     """Render ``<dest>/index.json`` as ``<dest>/README.md``."""
     from ..policies.checkpoint import read_checkpoint
-    from ..policies.config import PolicyConfig
 
     dest = Path(dest)
     index = json.loads((dest / "index.json").read_text())["checkpoints"]
@@ -109,8 +108,8 @@ def write_readme(dest: str | Path) -> Path:
         "DOPPLER dual policies (the default policy config: layout doppler9, est timing, width "
         "64, 4 message-passing steps; `placed norm` is how PLC normalises its placed-set sums, "
         "checkpoints written before that option read as `zscore`) trained per generated "
-        "workload on `p100x4` with `wc` semantics: Stage I (imitation of the Critical Path teacher) then Stage II (REINFORCE "
-        "in the simulator, the `sim` preset). Load one by name with "
+        "workload on `p100x4` with `wc` semantics: Stage I (imitation of the Critical Path "
+        "teacher) then Stage II (REINFORCE in the simulator, the `sim` preset). Load one by name with "
         "`doppler_lab.policies.load_policy(resolve_checkpoint('doppler/llama_block'))`, "
         "`doppler-lab place llama_block --placer doppler --checkpoint doppler/llama_block`, or "
         "start training from it with `doppler-lab train --init doppler/llama_block ...`.",
@@ -149,9 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--placed-norm",
-        default="smooth",
-        choices=["smooth", "zscore"],
-        help="PLC's placed-set normalisation (the shipped set predates the smooth one: zscore)",
+        default=DEFAULT_PLACED_NORM,
+        choices=PLACED_NORMS,
+        help="PLC's placed-set normalisation (zscore: as checkpoints before the smooth one)",
     )
     args = p.parse_args(argv)
     dest = Path(args.dest)

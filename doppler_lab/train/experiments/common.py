@@ -15,7 +15,6 @@ from tqdm.auto import tqdm
 from ...errors import ConfigError
 from ...graph import DataflowGraph
 from ...hardware import Cluster
-from ...jsonutil import config_key  # noqa: F401 - re-exported for the experiments
 from ...placement import Placement
 from ...trace import Trace
 

@@ -17,10 +17,10 @@ from tqdm.auto import tqdm
 from ...errors import ConfigError
 from ...graph import DataflowGraph
 from ...hardware import Cluster
+from ...jsonutil import config_key
 from ...placement import Placement
 from ...trace import Trace
 from .common import (
-    config_key,
     convergence_stats,
     cpu_cluster,
     finite_or_none,

@@ -15,8 +15,8 @@ from tqdm.auto import tqdm
 from ...errors import ConfigError
 from ...graph import DataflowGraph
 from ...hardware import Cluster, make_cluster
+from ...jsonutil import config_key
 from .common import (
-    config_key,
     episodes_to_reach,
     finite_or_none,
     greedy_makespan,
