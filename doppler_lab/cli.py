@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "gpu_check",
 )
 
+    "data",
 
 def _load_commands() -> list:
     mods = []

@@ -53,3 +53,7 @@ class CheckpointError(DopplerLabError, ValueError):
 
 class ExecutorError(DopplerLabError, RuntimeError):
     """A real run failed: names the op and device where it happened."""
+
+
+class DataError(DopplerLabError, RuntimeError):
+    """A data file could not be fetched, or does not match its pinned checksum."""

@@ -1,0 +1,107 @@
+"""Where data lives: the paper's released graphs, checkpoint folders, the per-user data folder.
+
+One home for every location the package resolves, so commands, notebooks, benches and tests
+look in the same places in the same order:
+
+- the paper's graphs (:func:`paper_graphs_dir`): a folder given explicitly, else
+  ``$DOPPLER_PAPER_GRAPHS``, else the per-user copy installed by
+  ``doppler-lab data paper-graphs`` (:func:`user_paper_graphs_dir`), else
+  ``shared/data/doppler-paper`` beside a source checkout;
+- shipped policy checkpoints (:func:`checkpoint_dirs`): ``$DOPPLER_LAB_CHECKPOINTS``, the
+  package's ``data/checkpoints``, the checkout's ``data/checkpoints``,
+  ``<prefix>/share/doppler_lab/checkpoints``, the per-user ``checkpoints`` folder, and
+  ``./data/checkpoints``;
+- the per-user data folder (:func:`user_data_dir`): ``$XDG_DATA_HOME/doppler_lab`` or
+  ``~/.local/share/doppler_lab``.
+
+No absolute machine paths: every default is relative to the package, the checkout, the prefix
+or the user's home.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = PACKAGE_DIR.parent  # the checkout, for a source or editable install
+PAPER_GRAPHS_ENV = "DOPPLER_PAPER_GRAPHS"
+CHECKPOINTS_ENV = "DOPPLER_LAB_CHECKPOINTS"
+CHECKOUT_PAPER_GRAPHS_DIR = REPO_ROOT.parent / "shared" / "data" / "doppler-paper"
+PAPER_GRAPHS_HINT = (
+    "run `doppler-lab data paper-graphs` (or `--from DIR` with a local copy of the paper "
+    f"repository's compute_graph/), or set ${PAPER_GRAPHS_ENV} to a folder holding the files"
+)
+
+
+def user_data_dir() -> Path:
+    """The per-user data folder: ``$XDG_DATA_HOME/doppler_lab``, else
+    ``~/.local/share/doppler_lab`` (it need not exist)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "doppler_lab"
+
+
+def user_paper_graphs_dir() -> Path:
+    """Where ``doppler-lab data paper-graphs`` installs the paper's graphs by default."""
+    return user_data_dir() / "paper-graphs"
+
+
+def paper_graph_dirs() -> list[Path]:
+    """The folders searched for the paper's graphs, in order (existing or not)."""
+    env = os.environ.get(PAPER_GRAPHS_ENV)
+    return [
+        *([Path(env)] if env else []),
+        user_paper_graphs_dir(),
+        CHECKOUT_PAPER_GRAPHS_DIR,
+    ]
+
+
+def _has_graphs(folder: Path) -> bool:
+    return folder.is_dir() and any(folder.glob("*.txt"))
+
+
+def paper_graphs_dir(explicit: str | os.PathLike | None = None) -> Path | None:
+    """The folder of the paper's released graphs.
+
+    Args:
+        explicit: a folder to use instead of the search (``None`` or ``""``: search
+            :func:`paper_graph_dirs`).
+
+    Returns:
+        The first folder that holds ``*.txt`` graphs, or ``None`` when none does.
+    """
+    candidates = [Path(explicit)] if explicit else paper_graph_dirs()
+    return next((c for c in candidates if _has_graphs(c)), None)
+
+
+def checkpoint_dirs() -> list[Path]:
+    """Folders searched for shipped checkpoints, in order (existing ones only, no repeats)."""
+    env = os.environ.get(CHECKPOINTS_ENV)
+    cands = [
+        *([Path(env)] if env else []),
+        PACKAGE_DIR / "data" / "checkpoints",
+        REPO_ROOT / "data" / "checkpoints",  # editable install / source checkout
+        Path(sys.prefix) / "share" / "doppler_lab" / "checkpoints",
+        user_data_dir() / "checkpoints",
+        Path.cwd() / "data" / "checkpoints",
+    ]
+    out: list[Path] = []
+    for c in cands:
+        if c.is_dir() and c.resolve() not in [o.resolve() for o in out]:
+            out.append(c)
+    return out
+
+
+__all__ = [
+    "CHECKOUT_PAPER_GRAPHS_DIR",
+    "CHECKPOINTS_ENV",
+    "PAPER_GRAPHS_ENV",
+    "PAPER_GRAPHS_HINT",
+    "REPO_ROOT",
+    "checkpoint_dirs",
+    "paper_graph_dirs",
+    "paper_graphs_dir",
+    "user_data_dir",
+    "user_paper_graphs_dir",
+]
