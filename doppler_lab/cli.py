@@ -26,9 +26,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "report",
     "demo",
     "gpu_check",
+    "data",
 )
 
-    "data",
 
 def _load_commands() -> list:
     mods = []
