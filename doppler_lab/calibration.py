@@ -32,14 +32,40 @@ from typing import Any
 
 import numpy as np
 
-from .errors import FormatError
+from .errors import ClusterError, FormatError
 from .graph import DataflowGraph
-from .hardware import Cluster, CostModel, Device
+from .hardware import Cluster, CostModel, Device, links_from_dict
 from .ops import OpSpec
 from .placement import _jsonable
+from .validate import (
+    is_int,
+    read_json_file,
+    show,
+    want_fields,
+    want_number,
+    want_numbers,
+    want_object,
+    want_str,
+)
 
 PROFILE_FORMAT = "doppler_lab.profile"
 PROFILE_VERSION = 1
+#: fields of a profile document: the first seven are required
+PROFILE_FIELDS = (
+    "format",
+    "version",
+    "name",
+    "backend",
+    "devices",
+    "bandwidth_bytes_per_s",
+    "latency_s",
+    "routes",
+    "link_names",
+    "dispatch_s",
+    "op_scale",
+    "op_times",
+    "meta",
+)
 
 
 def op_signature(spec: OpSpec) -> str:
@@ -176,31 +202,51 @@ class Profile:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], source: str = "<dict>") -> Profile:
+        """The profile of a :meth:`to_dict` document; every field is checked.
+
+        Raises:
+            FormatError: naming ``source`` and the bad field.
+        """
+
+        def fail(msg: str) -> FormatError:
+            return FormatError(msg, source)
+
+        want_object(d, "calibration profile", fail)
         if d.get("format") != PROFILE_FORMAT:
-            raise FormatError(
-                f"not a calibration profile (format {d.get('format')!r}, expected {PROFILE_FORMAT!r})",
-                source,
+            raise fail(
+                f"not a calibration profile (format {show(d.get('format'))}, expected {PROFILE_FORMAT!r})"
             )
-        if d.get("version") != PROFILE_VERSION:
-            raise FormatError(
-                f"profile version {d.get('version')!r}, expected {PROFILE_VERSION}", source
+        if not is_int(d.get("version")) or d.get("version") != PROFILE_VERSION:
+            raise fail(f"profile version {show(d.get('version'))}, expected {PROFILE_VERSION}")
+        d = want_fields(d, "profile", fail, PROFILE_FIELDS[:7], PROFILE_FIELDS)
+        links = links_from_dict(d, "profile", fail)
+        n = len(links["devices"])
+        op_times = {}
+        for key, times in want_object(d.get("op_times", {}), "profile op_times", fail).items():
+            op_times[key] = want_numbers(
+                times, f"profile op_times[{key!r}]", fail, length=n, minimum=0, nullable=True
             )
+        op_scale = want_object(d.get("op_scale", {}), "profile op_scale", fail)
+        dispatch = want_numbers(d.get("dispatch_s", []), "profile dispatch_s", fail, minimum=0)
+        if dispatch and len(dispatch) != n:
+            raise fail(f"profile dispatch_s has {len(dispatch)} items; expected {n} or none")
+        profile = cls(
+            name=d["name"],
+            backend=want_str(d["backend"], "profile backend", fail),
+            **links,
+            op_scale={
+                k: want_number(v, f"profile op_scale[{k!r}]", fail, minimum=0)
+                for k, v in op_scale.items()
+            },
+            op_times=op_times,
+            dispatch_s=tuple(dispatch),  # type: ignore[arg-type]
+            meta=dict(want_object(d.get("meta", {}), "profile meta", fail)),
+        )
         try:
-            return cls(
-                name=d["name"],
-                backend=d["backend"],
-                devices=tuple(Device.from_dict(x) for x in d["devices"]),
-                bandwidth_bytes_per_s=np.array(d["bandwidth_bytes_per_s"], dtype=np.float64),
-                latency_s=np.array(d["latency_s"], dtype=np.float64),
-                routes=None if d.get("routes") is None else np.array(d["routes"], dtype=np.int64),
-                link_names=tuple(d.get("link_names", ())),
-                op_scale={str(k): float(v) for k, v in d.get("op_scale", {}).items()},
-                op_times={str(k): list(v) for k, v in d.get("op_times", {}).items()},
-                dispatch_s=tuple(float(x) for x in d.get("dispatch_s", ())),
-                meta=dict(d.get("meta", {})),
-            )
-        except KeyError as exc:
-            raise FormatError(f"profile lacks the field {exc.args[0]!r}", source) from None
+            profile.cluster  # noqa: B018 - the links are checked where the cluster is built
+        except ClusterError as exc:
+            raise fail(str(exc)) from None
+        return profile
 
     def save(self, path: str | Path) -> Path:
         p = Path(path)
@@ -213,11 +259,7 @@ class Profile:
         p = Path(path)
         if not p.exists():
             raise FormatError("profile file does not exist", str(path))
-        try:
-            doc = json.loads(p.read_text())
-        except json.JSONDecodeError as exc:
-            raise FormatError(f"not JSON: {exc}", str(path)) from None
-        return cls.from_dict(doc, source=str(path))
+        return cls.from_dict(read_json_file(p), source=str(path))
 
 
 class CalibratedCostModel(CostModel):

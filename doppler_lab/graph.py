@@ -25,6 +25,7 @@ from numba import njit
 
 from .errors import GraphError
 from .ops import OpSpec, broadcast_shape
+from .validate import show
 
 NODE_KINDS: tuple[str, ...] = ("input", "einsum", "elementwise", "reduce", "torch", "compute")
 KIND_CODE: dict[str, int] = {k: i for i, k in enumerate(NODE_KINDS)}
@@ -174,7 +175,7 @@ class DataflowGraph:
             self._check_costs(getattr(self, attr), attr)
         if not (np.isfinite(self.time_scale) and self.time_scale > 0):
             raise GraphError(
-                f"graph {self.name!r}: time_scale {self.time_scale} must be finite and > 0"
+                f"graph {self.name!r}: time_scale {show(self.time_scale)} must be finite and > 0"
             )
         e = self.edge_src.shape[0]
         if self.edge_dst.shape[0] != e:
@@ -242,7 +243,7 @@ class DataflowGraph:
             )
             extra = f" (device {int(idx[1])})" if values.ndim == 2 else ""
             raise GraphError(
-                f"graph {self.name!r}: {item}{extra} has {label} {values[tuple(idx)]!r}; "
+                f"graph {self.name!r}: {item}{extra} has {label} {show(values[tuple(idx)])}; "
                 "expected a finite value >= 0"
             )
 

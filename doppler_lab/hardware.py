@@ -28,6 +28,15 @@ import numpy as np
 
 from .errors import ClusterError, GraphError
 from .graph import DataflowGraph
+from .validate import (
+    Fail,
+    want_fields,
+    want_list,
+    want_matrix,
+    want_number,
+    want_object,
+    want_str,
+)
 
 GB = 1e9
 
@@ -85,8 +94,44 @@ class Device:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Device:
-        return cls(**{k: d[k] for k in d if k in cls.__dataclass_fields__})
+    def from_dict(cls, d: Mapping[str, Any], what: str = "device") -> Device:
+        """The device of a :meth:`to_dict` document; every field is required and checked.
+
+        Raises:
+            ClusterError: a missing, unknown or wrongly typed field, naming ``what``.
+        """
+        d = want_fields(d, what, ClusterError, DEVICE_FIELDS)
+        rates = want_object(d["flops_per_s"], f"{what} flops_per_s", ClusterError)
+        return cls(
+            name=want_str(d["name"], f"{what} name", ClusterError),
+            kind=want_str(d["kind"], f"{what} kind", ClusterError, DEVICE_KINDS),
+            flops_per_s={
+                want_str(k, f"{what} flops_per_s key", ClusterError): want_number(
+                    v, f"{what} flops_per_s[{k!r}]", ClusterError, above=0
+                )
+                for k, v in rates.items()
+            },
+            mem_bytes_per_s=want_number(
+                d["mem_bytes_per_s"], f"{what} mem_bytes_per_s", ClusterError, above=0
+            ),
+            memory_bytes=want_number(
+                d["memory_bytes"], f"{what} memory_bytes", ClusterError, above=0
+            ),
+            launch_overhead_s=want_number(
+                d["launch_overhead_s"], f"{what} launch_overhead_s", ClusterError, minimum=0
+            ),
+        )
+
+
+DEVICE_KINDS = ("gpu", "cpu")
+DEVICE_FIELDS = (
+    "name",
+    "kind",
+    "flops_per_s",
+    "mem_bytes_per_s",
+    "memory_bytes",
+    "launch_overhead_s",
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -196,17 +241,53 @@ class Cluster:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Cluster:
-        try:
-            return cls(
-                name=d["name"],
-                devices=tuple(Device.from_dict(x) for x in d["devices"]),
-                bandwidth_bytes_per_s=np.array(d["bandwidth_bytes_per_s"], dtype=np.float64),
-                latency_s=np.array(d["latency_s"], dtype=np.float64),
-                routes=np.array(d["routes"]) if d.get("routes") is not None else None,
-                link_names=tuple(d.get("link_names", ())),
-            )
-        except KeyError as exc:
-            raise ClusterError(f"cluster description lacks the field {exc.args[0]!r}") from None
+        """The cluster of a :meth:`to_dict` document; every field is checked.
+
+        Raises:
+            ClusterError: a missing, unknown or wrongly typed field, or inconsistent links.
+        """
+        d = want_fields(d, "cluster description", ClusterError, CLUSTER_FIELDS[:4], CLUSTER_FIELDS)
+        return cls(**links_from_dict(d, "cluster", ClusterError), name=d["name"])
+
+    def __repr__(self) -> str:
+        return f"Cluster(name={self.name!r}, devices={self.num_devices}, links={self.num_links})"
+
+
+#: fields of a cluster document: the first four are required
+CLUSTER_FIELDS = ("name", "devices", "bandwidth_bytes_per_s", "latency_s") + (
+    "routes",
+    "link_names",
+    "format",
+    "version",
+)
+
+
+def links_from_dict(d: Mapping[str, Any], what: str, fail: Fail) -> dict[str, Any]:
+    """The checked ``devices``, ``bandwidth_bytes_per_s``, ``latency_s``, ``routes`` and
+    ``link_names`` of a cluster (or calibration profile) document, as :class:`Cluster` keywords;
+    ``name`` must be a string."""
+    want_str(d["name"], f"{what} name", fail)
+    devs = want_list(d["devices"], f"{what} devices", fail)
+    try:
+        devices = tuple(Device.from_dict(x, f"{what} device {i}") for i, x in enumerate(devs))
+    except ClusterError as exc:
+        raise fail(str(exc)) from None
+    n = len(devices)
+    routes = d.get("routes")
+    return {
+        "devices": devices,
+        "bandwidth_bytes_per_s": want_matrix(
+            d["bandwidth_bytes_per_s"], f"{what} bandwidth_bytes_per_s", fail, (n, n)
+        ),
+        "latency_s": want_matrix(d["latency_s"], f"{what} latency_s", fail, (n, n)),
+        "routes": None
+        if routes is None
+        else want_matrix(routes, f"{what} routes", fail, (n, n, 2), minimum=-1, integer=True),
+        "link_names": tuple(
+            want_str(x, f"{what} link_names[{i}]", fail)
+            for i, x in enumerate(want_list(d.get("link_names", []), f"{what} link_names", fail))
+        ),
+    }
 
     def __repr__(self) -> str:
         return f"Cluster(name={self.name!r}, devices={self.num_devices}, links={self.num_links})"

@@ -25,12 +25,29 @@ from typing import Any
 
 import numpy as np
 
-from .errors import FormatError, GraphError
-from .graph import KIND_CODE, NODE_KINDS, DataflowGraph, cost_graph
+from .errors import ClusterError, FormatError, GraphError, PlacementError
+from .graph import INPUT, KIND_CODE, NODE_KINDS, DataflowGraph, cost_graph
 from .hardware import Cluster
 from .ops import OpSpec
 from .placement import Placement
 from .trace import Trace
+from .validate import (
+    Fail,
+    is_int,
+    is_number,
+    read_json_file,
+    read_text_file,
+    show,
+    type_name,
+    want_fields,
+    want_int,
+    want_ints,
+    want_list,
+    want_number,
+    want_numbers,
+    want_object,
+    want_str,
+)
 
 FORMAT_VERSION = 1
 PAPER_TIME_SCALE = 1e-10  # the released code divides makespans by 1e10
@@ -49,22 +66,15 @@ PAPER_NODE_TYPES = (
 # -- generic JSON ------------------------------------------------------------------------------
 def _read_json(path: str | Path, expected: str) -> dict[str, Any]:
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise FormatError(f"cannot read: {exc.strerror}", str(p)) from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FormatError(f"not valid JSON: {exc.msg}", str(p), exc.lineno) from None
+    doc = read_json_file(p)
     if not isinstance(doc, dict) or "format" not in doc:
         raise FormatError("expected a JSON object with a 'format' field", str(p))
     if doc["format"] != expected:
-        raise FormatError(f"format is {doc['format']!r}, expected {expected!r}", str(p))
+        raise FormatError(f"format is {show(doc['format'])}, expected {expected!r}", str(p))
     version = doc.get("version")
-    if version != FORMAT_VERSION:
+    if not is_int(version) or version != FORMAT_VERSION:
         raise FormatError(
-            f"version {version!r} is not supported (expected {FORMAT_VERSION})", str(p)
+            f"version {show(version)} is not supported (expected {FORMAT_VERSION})", str(p)
         )
     return doc
 
@@ -110,48 +120,109 @@ def graph_to_dict(graph: DataflowGraph) -> dict[str, Any]:
     }
 
 
+#: fields of a graph document and of one node (anything else is an error: a misspelt field
+#: never falls back to a default)
+GRAPH_FIELDS = ("format", "version", "name", "time_scale", "meta", "nodes", "edges")
+NODE_FIELDS = ("name", "kind", "flops", "out_bytes", "spec", "cost")
+
+
+def _check_spec_fields(spec: Any, what: str, fail: Fail) -> Mapping[str, Any]:
+    """The types of an op spec's common fields (their values are :class:`OpSpec`'s to check;
+    fields of other spec kinds pass through to it)."""
+    spec = want_object(spec, what, fail)
+    for key in ("kind", "op"):
+        if key not in spec:
+            raise fail(f"{what} lacks the field {key!r}")
+        want_str(spec[key], f"{what} {key}", fail)
+    if "dtype" in spec:
+        want_str(spec["dtype"], f"{what} dtype", fail)
+    if "in_shapes" in spec:
+        for j, shape in enumerate(want_list(spec["in_shapes"], f"{what} in_shapes", fail)):
+            want_ints(shape, f"{what} in_shapes[{j}]", fail)
+    if "out_shape" in spec:
+        want_ints(spec["out_shape"], f"{what} out_shape", fail)
+    if spec.get("operand_map") is not None:
+        want_ints(spec["operand_map"], f"{what} operand_map", fail, minimum=0)
+    if "params" in spec:
+        want_object(spec["params"], f"{what} params", fail)
+    if spec.get("flops") is not None:
+        want_number(spec["flops"], f"{what} flops", fail, minimum=0)
+    return spec
+
+
+def _node_cost(cost: Any, what: str, fail: Fail) -> float | list[float] | None:
+    if cost is None or is_number(cost):
+        return None if cost is None else want_number(cost, f"{what} cost", fail)
+    if not isinstance(cost, list | tuple) or not cost:
+        raise fail(
+            f"{what} cost is {show(cost)} ({type_name(cost)}); expected a number or a "
+            "non-empty list of per-device numbers"
+        )
+    return want_numbers(cost, f"{what} cost", fail)  # type: ignore[return-value]
+
+
 def graph_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> DataflowGraph:
-    try:
-        nodes = doc["nodes"]
-        edges = doc["edges"]
-    except KeyError as exc:
-        raise FormatError(f"graph document lacks the field {exc.args[0]!r}", source) from None
+    """The graph of a graph document (see the module docstring); every field is checked.
+
+    Raises:
+        FormatError: naming ``source``, the node or edge, and what was expected.
+    """
+
+    def fail(msg: str) -> FormatError:
+        return FormatError(msg, source)
+
+    doc = want_fields(doc, "graph document", fail, ("nodes", "edges"), GRAPH_FIELDS)
+    nodes = want_list(doc["nodes"], "graph document 'nodes'", fail)
+    edges = want_list(doc["edges"], "graph document 'edges'", fail)
     names, kinds, flops, nbytes, specs, costs = [], [], [], [], [], []
     for i, node in enumerate(nodes):
         if not isinstance(node, Mapping) or "name" not in node:
-            raise FormatError(f"node {i} must be an object with a 'name'", source)
+            raise fail(f"node {i} must be an object with a 'name'")
+        name = want_str(node["name"], f"node {i} name", fail)
+        what = f"node {i} ({name!r})"
+        want_fields(node, what, fail, ("name",), NODE_FIELDS)
         kind = node.get("kind", "compute")
         if kind not in KIND_CODE:
-            raise FormatError(
-                f"node {i} ({node['name']!r}) has unknown kind {kind!r}; expected one of {NODE_KINDS}",
-                source,
-            )
-        names.append(node["name"])
+            raise fail(f"{what} has unknown kind {show(kind)}; expected one of {NODE_KINDS}")
+        names.append(name)
         kinds.append(KIND_CODE[kind])
         spec = None
         if node.get("spec") is not None:
+            spec_doc = _check_spec_fields(node["spec"], f"{what} spec", fail)
             try:
-                spec = OpSpec.from_dict(node["spec"])
-            except GraphError as exc:
-                raise FormatError(f"node {i} ({node['name']!r}): {exc}", source) from None
+                spec = OpSpec.from_dict(spec_doc)
+            except (GraphError, TypeError, ValueError, ArithmeticError, LookupError) as exc:
+                raise fail(f"{what}: {exc}") from None
         specs.append(spec)
-        flops.append(node.get("flops", spec.flops if spec else 0.0))
-        nbytes.append(node.get("out_bytes", spec.out_bytes if spec else 0.0))
-        costs.append(node.get("cost"))
+        for key, out in (("flops", flops), ("out_bytes", nbytes)):
+            if key in node:
+                out.append(want_number(node[key], f"{what} {key}", fail))
+            elif spec is not None:
+                out.append(getattr(spec, key))
+            else:
+                raise fail(f"{what} lacks the field {key!r} (required without an op spec)")
+        costs.append(_node_cost(node.get("cost"), what, fail))
+    n = len(names)
     src, dst, ecost = [], [], []
     for k, e in enumerate(edges):
         if not isinstance(e, list | tuple) or len(e) not in (2, 3):
-            raise FormatError(f"edge {k} must be [src, dst] or [src, dst, cost], got {e!r}", source)
-        src.append(e[0])
-        dst.append(e[1])
-        ecost.append(e[2] if len(e) == 3 else None)
+            raise fail(f"edge {k} must be [src, dst] or [src, dst, cost], got {show(e)}")
+        src.append(want_int(e[0], f"edge {k} source", fail, 0, max(n - 1, 0)))
+        dst.append(want_int(e[1], f"edge {k} destination", fail, 0, max(n - 1, 0)))
+        ecost.append(want_number(e[2], f"edge {k} cost", fail) if len(e) == 3 else None)
     compute_cost = None
     if any(c is not None for c in costs):
         shapes = {np.shape(c) for c in costs if c is not None}
         if len(shapes) != 1:
-            raise FormatError(
-                f"node costs mix shapes {sorted(shapes)}; give all scalars or all lists of one length",
-                source,
+            raise fail(
+                f"node costs mix shapes {sorted(shapes)}; give all scalars or all lists of one length"
+            )
+        missing = [v for v, c in enumerate(costs) if c is None and kinds[v] != INPUT]
+        if missing:
+            v = missing[0]
+            raise fail(
+                f"node {v} ({names[v]!r}) has no cost while other nodes do; give every "
+                "non-input node a cost or none (inputs are never timed)"
             )
         width = shapes.pop()
         compute_cost = np.array(
@@ -160,8 +231,10 @@ def graph_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> DataflowG
     edge_cost = None
     if any(c is not None for c in ecost):
         if any(c is None for c in ecost):
-            raise FormatError("some edges have a cost and others not", source)
+            k = ecost.index(None)
+            raise fail(f"edge {k} has no cost while other edges do; give every edge a cost or none")
         edge_cost = np.array(ecost, dtype=np.float64)
+    meta = want_object(doc.get("meta", {}), "graph document 'meta'", fail)
     try:
         return DataflowGraph(
             names=tuple(names),
@@ -173,14 +246,12 @@ def graph_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> DataflowG
             specs=tuple(specs) if any(s is not None for s in specs) else None,
             compute_cost=compute_cost,
             edge_cost=edge_cost,
-            time_scale=float(doc.get("time_scale", 1.0)),
-            name=doc.get("name", "graph"),
-            meta=doc.get("meta", {}),
+            time_scale=want_number(doc.get("time_scale", 1.0), "time_scale", fail, above=0),
+            name=want_str(doc.get("name", "graph"), "graph name", fail),
+            meta=dict(meta),
         )
-    except (GraphError, TypeError, ValueError) as exc:
-        if isinstance(exc, FormatError):
-            raise
-        raise FormatError(str(exc), source) from None
+    except GraphError as exc:
+        raise fail(str(exc)) from None
 
 
 def save_graph(graph: DataflowGraph, path: str | Path) -> Path:
@@ -196,14 +267,15 @@ def load_graph(path: str | Path) -> DataflowGraph:
 
 
 # -- the paper's compute_graph format ----------------------------------------------------------
-_INT_RE = re.compile(r"-?\d+")
+_UINT_RE = re.compile(r"[0-9]+")  # ASCII digits only: int() would also take "٣" and "1_0"
+_COST_RE = re.compile(r"[0-9]+(\.[0-9]+)?")
 
 
 def _ints(line: str, path: str, lineno: int, what: str) -> list[int]:
     parts = [x.strip() for x in line.strip().strip(",").split(",") if x.strip()]
     out = []
     for x in parts:
-        if not re.fullmatch(r"\d+", x):
+        if not _UINT_RE.fullmatch(x):
             raise FormatError(f"{what}: {x!r} is not a non-negative integer", path, lineno)
         out.append(int(x))
     return out
@@ -220,17 +292,14 @@ def read_paper_graph(path: str | Path, name: str | None = None) -> DataflowGraph
     """
     p = Path(path)
     sp = str(p)
-    try:
-        lines = p.read_text().splitlines()
-    except OSError as exc:
-        raise FormatError(f"cannot read: {exc.strerror}", sp) from None
+    lines = read_text_file(p).splitlines()
     if len(lines) < 4:
         raise FormatError(
             f"has {len(lines)} lines; expected at least 4 (count, inputs, sources, destinations)",
             sp,
         )
     head = lines[0].strip()
-    if not re.fullmatch(r"\d+", head):
+    if not _UINT_RE.fullmatch(head):
         raise FormatError(f"line 1 should be the total node count, got {head!r}", sp, 1)
     total = int(head)
     inputs = _ints(lines[1], sp, 2, "input ids")
@@ -240,6 +309,12 @@ def read_paper_graph(path: str | Path, name: str | None = None) -> DataflowGraph
         raise FormatError(
             f"{len(src)} edge sources (line 3) but {len(dst)} destinations (line 4)", sp, 4
         )
+    for x in inputs:
+        if x >= total:
+            raise FormatError(f"input id {x} is not below the node count {total}", sp, 2)
+    if len(set(inputs)) != len(inputs):
+        dup = next(x for i, x in enumerate(inputs) if x in inputs[:i])
+        raise FormatError(f"input id {dup} is listed twice", sp, 2)
     n = total - len(inputs)
     if n <= 0:
         raise FormatError(f"{total} nodes and {len(inputs)} inputs leave no operations", sp, 2)
@@ -260,7 +335,7 @@ def read_paper_graph(path: str | Path, name: str | None = None) -> DataflowGraph
                 f"expected 'compute,communication[,type]', got {ln.strip()!r}", sp, lineno
             )
         for j, f in enumerate(fields[:2]):
-            if not re.fullmatch(r"\d+(\.\d+)?", f):
+            if not _COST_RE.fullmatch(f):
                 raise FormatError(
                     f"{('compute', 'communication')[j]} cost {f!r} is not a non-negative number",
                     sp,
@@ -311,8 +386,6 @@ def save_cluster(cluster: Cluster, path: str | Path) -> Path:
 
 def load_cluster(path: str | Path) -> Cluster:
     """A cluster from a cluster JSON, or the cluster of a calibration profile JSON."""
-    from .errors import ClusterError
-
     profile = load_profile(path)
     if profile is not None:
         return profile.cluster
@@ -325,11 +398,11 @@ def load_cluster(path: str | Path) -> Cluster:
 
 def load_profile(path: str | Path):
     """The calibration profile in ``path`` (a :class:`doppler_lab.calibration.Profile`), or
-    ``None`` when the file is some other document."""
+    ``None`` when the file is some other document (or no JSON at all)."""
     p = Path(path)
     try:
-        doc = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError):
+        doc = read_json_file(p)
+    except FormatError:
         return None
     if not isinstance(doc, dict) or doc.get("format") != "doppler_lab.profile":
         return None
@@ -347,20 +420,111 @@ def save_placement(
     return _write_json(path, placement.to_dict(graph, num_devices))
 
 
-def load_placement(path: str | Path) -> Placement:
-    from .errors import PlacementError
+PLACEMENT_FIELDS = ("format", "version", "device", "priority", "placer", "meta") + (
+    "graph",
+    "num_nodes",
+    "num_devices",
+)
 
-    doc = _read_json(path, "doppler_lab.placement")
+
+def placement_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> Placement:
+    """The placement of a placement document; every field is checked (device ids are
+    integers, never floats or booleans; ``num_nodes`` and ``num_devices``, when present,
+    agree with them).
+
+    Raises:
+        FormatError: naming ``source`` and the bad field.
+    """
+
+    def fail(msg: str) -> FormatError:
+        return FormatError(msg, source)
+
+    doc = want_fields(doc, "placement document", fail, ("device",), PLACEMENT_FIELDS)
+    device = want_ints(doc["device"], "placement device", fail, minimum=0)
+    n = len(device)
+    if "num_nodes" in doc and want_int(doc["num_nodes"], "placement num_nodes", fail) != n:
+        raise fail(f"placement has {n} devices but says num_nodes {show(doc['num_nodes'])}")
+    if "num_devices" in doc:
+        d = want_int(doc["num_devices"], "placement num_devices", fail, minimum=1)
+        bad = [v for v, x in enumerate(device) if x >= d]
+        if bad:
+            raise fail(f"node {bad[0]} is on device {device[bad[0]]}, expected 0..{d - 1}")
+    if "graph" in doc:
+        want_str(doc["graph"], "placement graph", fail)
+    priority = doc.get("priority")
+    if priority is not None:
+        priority = want_numbers(priority, "placement priority", fail, length=n)
     try:
-        return Placement.from_dict(doc)
+        return Placement(
+            np.array(device, dtype=np.int64),
+            None if priority is None else np.array(priority, dtype=np.float64),
+            want_str(doc.get("placer", ""), "placement placer", fail),
+            want_object(doc.get("meta", {}), "placement meta", fail),
+        )
     except PlacementError as exc:
-        raise FormatError(str(exc), str(path)) from None
+        raise fail(str(exc)) from None
+
+
+def load_placement(path: str | Path) -> Placement:
+    return placement_from_dict(_read_json(path, "doppler_lab.placement"), str(path))
 
 
 def save_trace(trace: Trace, path: str | Path) -> Path:
     return _write_json(path, trace.to_dict())
 
 
-def load_trace(path: str | Path) -> Trace:
-    doc = _read_json(path, "doppler_lab.trace")
+TRACE_FIELDS = ("format", "version", "graph", "names", "kinds", "num_devices", "semantics") + (
+    "ops",
+    "transfers",
+    "makespan",
+    "link_names",
+    "meta",
+)
+
+
+def trace_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> Trace:
+    """The trace of a trace document; every field is checked.
+
+    Raises:
+        FormatError: naming ``source`` and the bad field.
+    """
+
+    def fail(msg: str) -> FormatError:
+        return FormatError(msg, source)
+
+    doc = want_fields(doc, "trace", fail, TRACE_FIELDS[2:9], TRACE_FIELDS)
+    want_str(doc["graph"], "trace graph", fail)
+    want_str(doc["semantics"], "trace semantics", fail)
+    names = want_list(doc["names"], "trace names", fail)
+    n = len(names)
+    for v, x in enumerate(names):
+        want_str(x, f"trace names[{v}]", fail)
+    for v, x in enumerate(want_list(doc["kinds"], "trace kinds", fail, n)):
+        want_str(x, f"trace kinds[{v}]", fail, NODE_KINDS)
+    d = want_int(doc["num_devices"], "trace num_devices", fail, minimum=1)
+    ops = want_fields(doc["ops"], "trace ops", fail, ("device", "start", "end"))
+    want_ints(ops["device"], "trace ops device", fail, n, -1, d - 1)
+    for key in ("start", "end"):
+        want_numbers(ops[key], f"trace ops {key}", fail, n, nullable=True)
+    tr = want_fields(doc["transfers"], "trace transfers", fail, TRANSFER_FIELDS)
+    t = len(want_list(tr["src"], "trace transfers src", fail))
+    for key in ("src", "dst"):
+        want_ints(tr[key], f"trace transfers {key}", fail, t, 0, max(n - 1, 0))
+    for key in ("src_device", "dst_device"):
+        want_ints(tr[key], f"trace transfers {key}", fail, t, 0, d - 1)
+    for key in ("start", "end"):
+        want_numbers(tr[key], f"trace transfers {key}", fail, t, nullable=True)
+    want_ints(tr["link"], "trace transfers link", fail, t, minimum=-1)
+    for i, x in enumerate(want_list(doc.get("link_names", []), "trace link_names", fail)):
+        want_str(x, f"trace link_names[{i}]", fail)
+    want_object(doc.get("meta", {}), "trace meta", fail)
+    if doc.get("makespan") is not None:
+        want_number(doc["makespan"], "trace makespan", fail)
     return Trace.from_dict(doc)
+
+
+TRANSFER_FIELDS = ("src", "dst", "src_device", "dst_device", "start", "end", "link")
+
+
+def load_trace(path: str | Path) -> Trace:
+    return trace_from_dict(_read_json(path, "doppler_lab.trace"), str(path))

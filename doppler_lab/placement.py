@@ -11,6 +11,7 @@ import numpy as np
 from .errors import PlacementError
 from .graph import DataflowGraph
 from .jsonutil import to_jsonable
+from .validate import show
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,7 +40,9 @@ class Placement:
         if dev.size and not np.issubdtype(dev.dtype, np.integer):
             if not np.all(np.isfinite(dev)) or not np.all(dev == np.round(dev)):
                 bad = int(np.flatnonzero(~np.isfinite(dev) | (dev != np.round(dev)))[0])
-                raise PlacementError(f"node {bad} has device {dev[bad]!r}; expected an integer id")
+                raise PlacementError(
+                    f"node {bad} has device {show(dev[bad])}; expected an integer id"
+                )
         dev = dev.astype(np.int64)
         dev.setflags(write=False)
         object.__setattr__(self, "device", dev)
