@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "workloads",
     "simulate",
     "place",
+    "import_",
     "train",
     "execute",
     "calibrate",

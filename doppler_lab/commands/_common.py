@@ -21,7 +21,10 @@ PLACEMENT_KEYWORDS = ("round-robin", "single", "random")
 
 def add_graph_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "graph", metavar="GRAPH", help="a workload name, a JSON graph, or a paper .txt graph"
+        "graph",
+        metavar="GRAPH",
+        help="a workload name, a model (hf-llama, hf-gpt2, mlp, resnet, FILE.py:FUNC, a saved "
+        "ExportedProgram .pt2), a JSON graph, or a paper .txt graph",
     )
 
 
@@ -49,7 +52,9 @@ def add_placement_argument(p: argparse.ArgumentParser) -> None:
 
 
 def resolve_graph(spec: str) -> DataflowGraph:
-    """A graph from a workload name (``chainmm`` or ``chainmm:blocks=4,matrices=8``) or a file."""
+    """A graph from a workload name (``chainmm`` or ``chainmm:blocks=4,matrices=8``), a file,
+    or an imported model (a zoo spec such as ``hf-llama:layers=2``, ``FILE.py:FUNC``, or a saved
+    ``ExportedProgram`` ``.pt2``; see :mod:`doppler_lab.importers.zoo`)."""
     from ..io import load_graph
 
     path = Path(spec)
@@ -57,7 +62,7 @@ def resolve_graph(spec: str) -> DataflowGraph:
         if not path.exists():
             raise ConfigError(f"graph file {spec!r} does not exist")
         return load_graph(path)
-    from ..workloads import build_from_spec
+    from ..workloads import WORKLOADS, build_from_spec
 
     return build_from_spec(spec)
 
@@ -73,6 +78,10 @@ def resolve_cluster(args: argparse.Namespace, graph: DataflowGraph | None = None
         return make_cluster("uniform", devices or 4)
     return make_cluster("p100x4")
 
+    if spec.partition(":")[0].strip() not in WORKLOADS:
+        from ..importers.zoo import import_model  # a model: hf-llama, FILE.py:FUNC, a .pt2
+
+        return import_model(spec)
 
 def resolve_cost_model(args: argparse.Namespace, graph: DataflowGraph, cluster: Cluster):
     """The calibrated cost model when ``--cluster`` names a calibration profile, else ``None``

@@ -1,4 +1,5 @@
-"""``doppler-lab workloads list|build``: the workload generators and their default sizes."""
+"""``doppler-lab workloads list|build``: the workload generators and their default sizes, and
+the model zoo (:mod:`doppler_lab.importers.zoo`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ HELP = "list the workload generators, or build one into a graph JSON file"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     sub.required = True
-    lp = sub.add_parser("list", help="names, summaries and default sizes (nodes, edges, depth)")
+    lp = sub.add_parser(
+        "list", help="names, summaries and default sizes (nodes, edges, depth); the model zoo"
+    )
     lp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     bp = sub.add_parser("build", help="build a workload and write its graph JSON")
     bp.add_argument(
@@ -45,11 +48,13 @@ def _sizes(spec: str) -> dict[str, Any]:
 
 
 def _list(as_json: bool) -> int:
+    from ..importers.zoo import IMPORT_OPTIONS, describe_models
     from ..workloads import describe
 
     rows = [{**entry, **_sizes(entry["name"])} for entry in describe()]
+    models = describe_models()
     if as_json:
-        print_json({"workloads": rows})
+        print_json({"workloads": rows, "models": models, "import_options": list(IMPORT_OPTIONS)})
         return 0
     header = ("name", "nodes", "inputs", "edges", "depth", "summary")
     width = max(len(r["name"]) for r in rows)
@@ -60,6 +65,15 @@ def _list(as_json: bool) -> int:
             + "".join(f"{r[h]:>7}" for h in header[1:5])
             + f"  {r['summary']}"
         )
+    print(
+        "\nmodels (imported through torch.export; sizes: `doppler-lab import NAME`; "
+        f"import options: {', '.join(IMPORT_OPTIONS)})"
+    )
+    width = max(len("FILE.py:FUNC"), *(len(m["name"]) for m in models))
+    for m in models:
+        params = ",".join(f"{k}={v}" for k, v in m["params"].items())
+        print(f"{m['name']:<{width}}  {m['summary']}\n{'':<{width}}    {params}")
+    print(f"{'FILE.py:FUNC':<{width}}  a function in your file returning (model, example_args)")
     return 0
 
 

@@ -1,0 +1,97 @@
+"""``doppler-lab import``: a PyTorch model (zoo name, ``FILE.py:FUNC`` or saved ``.pt2``) into a
+graph JSON file, through ``torch.export``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..graph import NODE_KINDS, DataflowGraph
+from ._common import print_json
+
+NAME = "import"
+HELP = "import a PyTorch model (zoo name, FILE.py:FUNC or a saved .pt2) into a graph JSON file"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "spec",
+        metavar="SPEC",
+        help="hf-llama, hf-gpt2, mlp or resnet (NAME:key=value,... as for workloads), "
+        "FILE.py:FUNC[:key=value,...] (FUNC returns (model, example_args)), or a saved "
+        "ExportedProgram FILE.pt2",
+    )
+    p.add_argument(
+        "--out", metavar="FILE.json", help="where to write the graph (its stored inputs go beside)"
+    )
+    p.add_argument(
+        "--granularity",
+        choices=("op", "scope"),
+        help="a node per aten op, or per contiguous run of one module scope (default: scope)",
+    )
+    p.add_argument(
+        "--depth", type=int, metavar="N", help="cut module scopes to their first N levels"
+    )
+    p.add_argument(
+        "--no-merge",
+        dest="merge",
+        action="store_const",
+        const=False,
+        default=None,
+        help="keep matmul-free scope groups as nodes (default: fold them into their consumer)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def graph_report(graph: DataflowGraph) -> dict[str, Any]:
+    """Sizes of an imported graph: nodes by kind, edges, depth, flops and bytes."""
+    s = graph.summary()
+    counts = np.bincount(graph.kinds, minlength=len(NODE_KINDS))
+    comp, inputs = graph.compute_nodes, graph.is_input
+    return {
+        "name": graph.name,
+        "nodes": s["nodes"],
+        "compute_nodes": s["compute_nodes"],
+        "inputs": s["inputs"],
+        "nodes_by_kind": {k: int(c) for k, c in zip(NODE_KINDS, counts) if c},
+        "edges": s["edges"],
+        "depth": s["depth"],
+        "total_flops": s["total_flops"],
+        "output_bytes": float(graph.out_bytes[comp].sum()),
+        "input_bytes": float(graph.out_bytes[inputs].sum()),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..importers.zoo import import_model
+
+    if args.out is not None and not args.out.endswith(".json"):
+        raise ConfigError(f"--out {args.out!r} must name a .json file")
+    if args.depth is not None and args.depth < 1:
+        raise ConfigError(f"--depth must be >= 1, got {args.depth}")
+    graph = import_model(
+        args.spec, granularity=args.granularity, depth=args.depth, merge=args.merge
+    )
+    report = graph_report(graph)
+    if args.out is not None:
+        from ..io import save_graph
+
+        report["path"] = str(save_graph(graph, Path(args.out)))
+    if args.json:
+        print_json(report)
+        return 0
+    kinds = ", ".join(f"{c} {k}" for k, c in report["nodes_by_kind"].items())
+    where = f"wrote {report['path']}: " if args.out is not None else ""
+    print(
+        f"{where}{graph.name}: {report['nodes']} nodes ({kinds}), {report['edges']} edges, "
+        f"depth {report['depth']}"
+    )
+    print(
+        f"  {report['total_flops']:.4g} flops, {report['output_bytes']:.4g} bytes of op outputs, "
+        f"{report['input_bytes']:.4g} bytes of inputs (parameters, buffers, constants, arguments)"
+    )
+    return 0
