@@ -289,8 +289,6 @@ def import_model(spec: str, **options: Any) -> DataflowGraph:
         ConfigError: a bad spec (see :func:`make_model`), an option given twice.
         ImportModelError: a model the importer cannot take (see :mod:`doppler_lab.importers`).
     """
-    from . import from_exported, from_module
-
     name, params, spec_options = split_spec(spec)
     for key, value in options.items():
         if key not in IMPORT_OPTIONS:
@@ -313,8 +311,12 @@ def import_model(spec: str, **options: Any) -> DataflowGraph:
             )
         if not Path(name).is_file():
             raise ConfigError(f"saved program {name!r} does not exist")
+        from . import from_exported
+
         return from_exported(name, **options)
     model, args = _make(name, params)
+    from . import from_module
+
     return from_module(model, args, name=spec.strip(), **options)
 
 
