@@ -250,8 +250,8 @@ def _unknown(name: str) -> ConfigError:
     from ..workloads import WORKLOADS
 
     return ConfigError(
-        f"unknown workload or model {name!r}; expected a workload ({', '.join(WORKLOADS)}), "
-        f"a model ({', '.join(MODELS)}) or FILE.py:FUNC"
+        f"unknown workload {name!r}; expected a workload ({', '.join(WORKLOADS)}), a model "
+        f"({', '.join(MODELS)}), FILE.py:FUNC or a saved program FILE.pt2"
     )
 
 
