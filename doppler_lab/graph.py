@@ -27,7 +27,15 @@ from .errors import GraphError
 from .ops import OpSpec, broadcast_shape
 from .validate import show
 
-NODE_KINDS: tuple[str, ...] = ("input", "einsum", "elementwise", "reduce", "torch", "compute")
+NODE_KINDS: tuple[str, ...] = (
+    "input",
+    "einsum",
+    "elementwise",
+    "reduce",
+    "torch",
+    "compute",
+    "program",
+)
 KIND_CODE: dict[str, int] = {k: i for i, k in enumerate(NODE_KINDS)}
 INPUT = KIND_CODE["input"]
 
@@ -117,6 +125,8 @@ class DataflowGraph:
         time_scale: reported time of one raw cost unit.
         name: the graph's name.
         meta: free-form provenance (generator parameters, source file).
+        tensors: values that travel with the graph (a :class:`~doppler_lab.stored.StoredTensors`:
+            stored inputs, expected outputs), or ``None``.
     """
 
     names: tuple[str, ...]
@@ -131,6 +141,7 @@ class DataflowGraph:
     time_scale: float = 1.0
     name: str = "graph"
     meta: Mapping[str, Any] = field(default_factory=dict)
+    tensors: Any = None
 
     # -- construction and validation --------------------------------------------------------
     def __post_init__(self) -> None:
@@ -230,6 +241,7 @@ class DataflowGraph:
             self._raise_cycle()
         if self.specs is not None:
             self._validate_specs(n)
+            self._validate_stored()
 
     def _check_costs(self, values: np.ndarray, label: str, edges: bool = False) -> None:
         bad = ~np.isfinite(values) | (values < 0)
@@ -296,6 +308,63 @@ class DataflowGraph:
                         f"node {self.names[v]!r}: operand {j} comes from {self.names[int(preds[i])]!r} "
                         f"of shape {pspec.out_shape}, expected {spec.in_shapes[j]}"
                     )
+
+    def _validate_stored(self) -> None:
+        """Operand dtypes agree with their producers; stored inputs have values (when the
+        tensors are in memory: a file-backed store is checked when it is read)."""
+        assert self.specs is not None
+        for v, spec in enumerate(self.specs):
+            if spec is None or spec.in_dtypes is None:
+                continue
+            preds = self.predecessors(v)
+            omap = spec.operand_map or tuple(range(len(preds)))
+            for j, i in enumerate(omap):
+                pspec = self.specs[int(preds[i])]
+                if pspec is not None and pspec.dtype != spec.in_dtypes[j]:
+                    raise GraphError(
+                        f"node {self.names[v]!r}: operand {j} comes from {self.names[int(preds[i])]!r} "
+                        f"of dtype {pspec.dtype}, expected {spec.in_dtypes[j]}"
+                    )
+        stored = [
+            v
+            for v, s in enumerate(self.specs)
+            if s is not None and s.kind == "input" and s.op == "stored"
+        ]
+        if not stored or self.tensors is None or not self.tensors.loaded:
+            return  # values attached later (a builder, a reader) or read lazily from a file
+        values = self.tensors.inputs
+        for v in stored:
+            t = values.get(self.names[v])
+            spec = self.specs[v]
+            if t is None:
+                raise GraphError(
+                    f"graph {self.name!r}: stored input {self.names[v]!r} has no value "
+                    "(the graph carries no tensor of that name)"
+                )
+            if (
+                tuple(t.shape) != spec.out_shape
+                or str(t.dtype).removeprefix("torch.") != spec.dtype
+            ):
+                raise GraphError(
+                    f"graph {self.name!r}: stored input {self.names[v]!r} is {tuple(t.shape)} "
+                    f"{str(t.dtype).removeprefix('torch.')}, expected {spec.out_shape} {spec.dtype}"
+                )
+
+    @property
+    def stored_inputs(self) -> dict[int, Any]:
+        """Values of the stored input nodes, node id -> tensor (empty when there are none)."""
+        if self.tensors is None:
+            return {}
+        values = self.tensors.inputs
+        return {v: values[n] for v, n in enumerate(self.names) if n in values}
+
+    @property
+    def expected_outputs(self) -> dict[int, Any]:
+        """Expected values of output nodes recorded at import, node id -> tensor."""
+        if self.tensors is None:
+            return {}
+        values = self.tensors.expected
+        return {v: values[n] for v, n in enumerate(self.names) if n in values}
 
     # -- sizes and adjacency ----------------------------------------------------------------
     @property
@@ -531,6 +600,7 @@ class DataflowGraph:
             time_scale=self.time_scale if time_scale is None else time_scale,
             name=self.name,
             meta=self.meta,
+            tensors=self.tensors,
         )
 
     def __repr__(self) -> str:

@@ -255,7 +255,62 @@ def graph_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> DataflowG
 
 
 def save_graph(graph: DataflowGraph, path: str | Path) -> Path:
-    return _write_json(path, graph_to_dict(graph))
+    """Write ``graph`` as JSON; a graph with tensors (:attr:`DataflowGraph.tensors`) also
+    writes them to a sidecar (``model.json`` -> ``model.tensors.pt``) named in ``meta``."""
+    if graph.tensors is None:
+        return _write_json(path, graph_to_dict(graph))
+    return _save_graph_with_tensors(graph, path)
+
+
+def _save_graph_with_tensors(graph: DataflowGraph, path: str | Path) -> Path:
+    """The sidecar first, then the JSON, each through a temporary file and a rename: a failure
+    leaves no half-written file behind."""
+    import os
+    import tempfile
+
+    from .stored import sidecar_path
+
+    p = Path(path)
+    sidecar = sidecar_path(p)
+    doc = graph_to_dict(graph)
+    doc["meta"]["tensors"] = sidecar.name
+    text = json.dumps(doc, indent=1, allow_nan=False)
+    graph.tensors.save(sidecar)
+    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, p)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return p
+
+
+def _attach_tensors(graph: DataflowGraph, path: Path) -> DataflowGraph:
+    """``graph`` with the sidecar its ``meta["tensors"]`` names (loaded on first use)."""
+    import dataclasses
+
+    from .stored import StoredTensors
+
+    name = graph.meta.get("tensors")
+    stored = graph.specs is not None and any(
+        s is not None and s.kind == "input" and s.op == "stored" for s in graph.specs
+    )
+    if name is None:
+        if stored:
+            raise FormatError(
+                "the graph has stored inputs but its meta names no 'tensors' sidecar", str(path)
+            )
+        return graph
+    if not isinstance(name, str) or not name or Path(name).name != name:
+        raise FormatError(
+            f"meta 'tensors' must be a file name next to the graph, got {name!r}", str(path)
+        )
+    sidecar = path.parent / name
+    if not sidecar.is_file():
+        raise FormatError(f"the graph's tensors file {name!r} is missing", str(path))
+    return dataclasses.replace(graph, tensors=StoredTensors(path=sidecar))
 
 
 def load_graph(path: str | Path) -> DataflowGraph:
@@ -263,7 +318,7 @@ def load_graph(path: str | Path) -> DataflowGraph:
     p = Path(path)
     if p.suffix == ".txt":
         return read_paper_graph(p)
-    return graph_from_dict(_read_json(p, "doppler_lab.graph"), str(p))
+    return _attach_tensors(graph_from_dict(_read_json(p, "doppler_lab.graph"), str(p)), p)
 
 
 # -- the paper's compute_graph format ----------------------------------------------------------

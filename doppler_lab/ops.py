@@ -10,7 +10,13 @@ torch and for the cost model to derive flops and bytes from shapes. Four kinds:
 - ``reduce``: ``op`` names an entry of :data:`REDUCE_OPS`, ``params`` holds ``dims`` and
   ``keepdim``;
 - ``torch``: ``op`` is the dotted name of any torch callable (``torch.nn.functional.softmax``)
-  called as ``op(*operands, **params)``; its ``flops`` must be given.
+  called as ``op(*operands, **params)``; its ``flops`` must be given;
+- ``program``: ``program`` holds a :class:`~doppler_lab.program.Program`, a short list of aten
+  calls over the operands (imported models); ``op`` is a label (the module path), ``flops``
+  must be given, ``in_dtypes`` may give each operand its own dtype.
+
+An ``input`` whose initialiser is ``stored`` takes its value from the tensors that travel with
+the graph (:attr:`~doppler_lab.graph.DataflowGraph.tensors`), e.g. a model's weights.
 
 This module imports no torch: the executor resolves names lazily.
 """
@@ -24,8 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import GraphError
+from .program import Program
 
-SPEC_KINDS: tuple[str, ...] = ("input", "einsum", "elementwise", "reduce", "torch")
+SPEC_KINDS: tuple[str, ...] = ("input", "einsum", "elementwise", "reduce", "torch", "program")
 
 DTYPE_BYTES: dict[str, int] = {
     "float64": 8,
@@ -34,6 +41,10 @@ DTYPE_BYTES: dict[str, int] = {
     "float16": 2,
     "int64": 8,
     "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
 }
 
 #: name -> (arity, flops per output element)
@@ -60,7 +71,7 @@ ELEMENTWISE_OPS: dict[str, tuple[int, float]] = {
 #: name -> flops per reduced input element
 REDUCE_OPS: dict[str, float] = {"sum": 1.0, "max": 1.0, "mean": 1.0}
 
-INPUT_INITS: tuple[str, ...] = ("normal", "uniform", "ones", "zeros")
+INPUT_INITS: tuple[str, ...] = ("normal", "uniform", "ones", "zeros", "stored")
 
 _EINSUM_RE = re.compile(r"^([a-zA-Z]*)(,[a-zA-Z]*)*->[a-zA-Z]*$")
 _DOTTED_RE = re.compile(r"^torch(\.[A-Za-z_][A-Za-z0-9_]*)+$")
@@ -102,6 +113,15 @@ def parse_einsum(equation: str) -> tuple[list[str], str]:
     return operands, out
 
 
+def _dtype_list(value: Any) -> tuple[str, ...] | None:
+    """``in_dtypes`` of a spec document: ``None`` or a list of dtype names."""
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
+        raise GraphError(f"in_dtypes must be a list of dtype names, got {value!r}")
+    return tuple(value)
+
+
 @dataclass(frozen=True)
 class OpSpec:
     """What a node computes.
@@ -115,7 +135,11 @@ class OpSpec:
         params: extra keyword parameters (frozen as sorted key/value pairs).
         operand_map: for each operand, the index into the node's ordered predecessor list
             (default: operand i is predecessor i). Lets one tensor feed two operands.
-        flops_override: flops of a ``torch`` op (required there, optional elsewhere).
+        flops_override: flops of a ``torch`` or ``program`` op (required there, optional
+            elsewhere).
+        in_dtypes: element type of each operand when they differ from ``dtype`` (``None``:
+            every operand is of ``dtype``).
+        program: the steps of a ``program`` op (only there).
     """
 
     kind: str
@@ -126,6 +150,8 @@ class OpSpec:
     params: tuple[tuple[str, Any], ...] = field(default=())
     operand_map: tuple[int, ...] | None = None
     flops_override: float | None = None
+    in_dtypes: tuple[str, ...] | None = None
+    program: Program | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -138,6 +164,8 @@ class OpSpec:
             object.__setattr__(self, "params", _freeze(dict(self.params)))
         if self.operand_map is not None:
             object.__setattr__(self, "operand_map", tuple(int(i) for i in self.operand_map))
+        if self.in_dtypes is not None:
+            object.__setattr__(self, "in_dtypes", tuple(str(t) for t in self.in_dtypes))
         self._validate()
 
     # -- validation -------------------------------------------------------------------------
@@ -160,6 +188,7 @@ class OpSpec:
             math.isfinite(self.flops_override) and self.flops_override >= 0
         ):
             raise self._fail(f"flops {self.flops_override} must be finite and >= 0")
+        self._validate_extensions()
         check = getattr(self, f"_validate_{self.kind}")
         check()
 
@@ -228,6 +257,34 @@ class OpSpec:
         if not self.out_shape:
             raise self._fail("a torch op needs its out_shape")
 
+    def _validate_extensions(self) -> None:
+        if self.in_dtypes is not None:
+            if len(self.in_dtypes) != len(self.in_shapes):
+                raise self._fail(
+                    f"in_dtypes has {len(self.in_dtypes)} entries for {len(self.in_shapes)} operands"
+                )
+            bad = [t for t in self.in_dtypes if t not in DTYPE_BYTES]
+            if bad:
+                raise self._fail(
+                    f"unknown operand dtype {bad[0]!r}; expected one of {tuple(DTYPE_BYTES)}"
+                )
+        if self.program is not None and self.kind != "program":
+            raise self._fail("only a program op carries program steps")
+
+    def _validate_program(self) -> None:
+        if self.program is None:
+            raise self._fail("a program op needs its steps")
+        if self.flops_override is None:
+            raise self._fail("a program op needs flops_override (its flops cannot be derived)")
+        try:
+            self.program.validate(len(self.in_shapes))
+        except GraphError as exc:
+            raise self._fail(str(exc)) from None
+
+    def operand_dtype(self, j: int) -> str:
+        """Element type of operand ``j``."""
+        return self.in_dtypes[j] if self.in_dtypes is not None else self.dtype
+
     # -- derived ----------------------------------------------------------------------------
     @property
     def kwargs(self) -> dict[str, Any]:
@@ -244,6 +301,10 @@ class OpSpec:
 
     @property
     def in_bytes(self) -> float:
+        if self.in_dtypes is not None:
+            return float(
+                sum(math.prod(s) * DTYPE_BYTES[t] for s, t in zip(self.in_shapes, self.in_dtypes))
+            )
         return float(sum(math.prod(s) for s in self.in_shapes) * self.itemsize)
 
     @property
@@ -283,6 +344,10 @@ class OpSpec:
             d["operand_map"] = list(self.operand_map)
         if self.flops_override is not None:
             d["flops"] = self.flops_override
+        if self.in_dtypes is not None:
+            d["in_dtypes"] = list(self.in_dtypes)
+        if self.program is not None:
+            d["program"] = self.program.to_dict()
         return d
 
     @classmethod
@@ -297,6 +362,8 @@ class OpSpec:
                 params=d.get("params", {}),
                 operand_map=tuple(d["operand_map"]) if d.get("operand_map") is not None else None,
                 flops_override=d.get("flops"),
+                in_dtypes=_dtype_list(d.get("in_dtypes")),
+                program=Program.from_dict(d["program"]) if d.get("program") is not None else None,
             )
         except KeyError as exc:
             raise GraphError(f"op spec {dict(d)!r} lacks the field {exc.args[0]!r}") from None

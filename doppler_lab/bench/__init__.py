@@ -13,3 +13,4 @@ BENCHMARKS: dict[str, str] = {
     "executor": "doppler_lab.bench.executor",
     "fidelity": "doppler_lab.bench.fidelity",
 }
+    "import": "doppler_lab.bench.importing",

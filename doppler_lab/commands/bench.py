@@ -10,7 +10,7 @@ from ..bench import BENCHMARKS
 from ..errors import ConfigError
 
 NAME = "bench"
-HELP = "run a benchmark (sim, quality, policy, executor, fidelity) and write reports/bench/NAME.{json,md}"
+HELP = "run a benchmark (sim, quality, policy, executor, fidelity, import) and write reports/bench/NAME.{json,md}"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -129,9 +129,9 @@ def run(args: argparse.Namespace) -> int:
         "threads_per_device": info.get("threads_per_device"),
     }
     if args.check:
-        from ..executor.torch_ops import evaluate
+        from ..executor.torch_ops import reference_outputs
 
-        match = compare_outputs(graph, result.outputs or {}, evaluate(graph, seed=args.seed))
+        match = compare_outputs(graph, result.outputs or {}, reference_outputs(graph, seed=args.seed))
         out["outputs_match"] = match.ok
         out["max_abs_error"] = match.max_abs_error
         out["worst_output"] = match.worst

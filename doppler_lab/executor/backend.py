@@ -81,7 +81,7 @@ class BackendSession(abc.ABC):
 
     def resident(self, plan: ExecutionPlan) -> list[list[Any]]:
         """Per device, a slot per node holding the inputs that device consumes."""
-        from .torch_ops import input_seed, make_input
+        from .torch_ops import input_value
 
         n, d = plan.num_nodes, plan.num_devices
         bufs: list[list[Any]] = [[None] * n for _ in range(d)]
@@ -92,7 +92,7 @@ class BackendSession(abc.ABC):
                 if t is None:
                     first = host is None and not any((u, j) in self._inputs for j in range(d))
                     if host is None:
-                        host = make_input(self.graph.specs[u], input_seed(self.seed, u))  # type: ignore[index, arg-type]
+                        host = input_value(self.graph, u, self.seed)
                     try:
                         t = self.place_input(host, k, first)
                     except Exception as exc:  # noqa: BLE001 - out of memory, most likely

@@ -293,7 +293,7 @@ class _WorkerSession:
     def prepare(self, device: np.ndarray, priority: np.ndarray | None) -> None:
         """Plan the next run and put its inputs in place (before the clock starts)."""
         from .plan import make_plan
-        from .torch_ops import input_seed, make_input
+        from .torch_ops import input_value
 
         g, r = self.graph, self.rank
         dispatch = "fifo" if priority is None else "priority"
@@ -302,7 +302,7 @@ class _WorkerSession:
         for u, devs in plan.input_devices.items():
             if r in devs:
                 if u not in self.inputs:
-                    self.inputs[u] = make_input(g.specs[u], input_seed(self.seed, u))  # type: ignore[index, arg-type]
+                    self.inputs[u] = input_value(g, u, self.seed)
                 bufs[u] = self.inputs[u]
         self.pending = (plan, bufs)
 

@@ -24,6 +24,10 @@ DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
     "int64": torch.int64,
     "int32": torch.int32,
+    "int16": torch.int16,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
 }
 
 _ELEMENTWISE: dict[str, Callable[..., torch.Tensor]] = {
@@ -99,6 +103,10 @@ def compile_op(spec: OpSpec) -> Callable[..., torch.Tensor]:
     if spec.kind == "torch":
         fn = resolve_torch_callable(spec.op)
         return lambda *xs: fn(*xs, **kw)
+    if spec.kind == "program":
+        from .programs import compile_program
+
+        return compile_program(spec)
     raise GraphError(f"op kind {spec.kind!r} is not computed (inputs are materialised)")
 
 
@@ -124,6 +132,36 @@ def make_input(spec: OpSpec, seed: int, device: str | torch.device = "cpu") -> t
     else:
         x = torch.zeros(shape, dtype=torch.float32)
     return x.to(device=device, dtype=dtype)
+
+
+def input_value(
+    graph: DataflowGraph, u: int, seed: int, device: str | torch.device = "cpu"
+) -> torch.Tensor:
+    """The value of input node ``u``: its stored tensor (imported models) or one generated
+    from ``seed`` (:func:`make_input`)."""
+    spec = graph.specs[u]  # type: ignore[index]
+    if spec.op != "stored":
+        return make_input(spec, input_seed(seed, u), device)
+    values = graph.tensors.inputs if graph.tensors is not None else {}
+    t = values.get(graph.names[u])
+    if t is None:
+        raise GraphError(f"graph {graph.name!r}: stored input {graph.names[u]!r} has no value")
+    if tuple(t.shape) != spec.out_shape or t.dtype != torch_dtype(spec.dtype):
+        raise GraphError(
+            f"graph {graph.name!r}: stored input {graph.names[u]!r} is {tuple(t.shape)} "
+            f"{t.dtype}, expected {spec.out_shape} {spec.dtype}"
+        )
+    return t.to(device)
+
+
+def reference_outputs(graph: DataflowGraph, seed: int = 0) -> dict[int, torch.Tensor]:
+    """What a run's outputs are checked against: the outputs recorded when the graph was
+    imported (the eager model's), else a sequential run on the CPU (:func:`evaluate`)."""
+    expected = graph.expected_outputs
+    outs = output_nodes(graph).tolist()
+    if expected and all(v in expected for v in outs):
+        return {v: expected[v] for v in outs}
+    return evaluate(graph, seed=seed)
 
 
 def operands_of(
@@ -167,7 +205,7 @@ def evaluate(
             v = int(v)
             spec = graph.specs[v]  # type: ignore[index]
             if spec.kind == "input":
-                values[v] = make_input(spec, input_seed(seed, v), device)
+                values[v] = input_value(graph, v, seed, device)
                 continue
             values[v] = compile_op(spec)(*operands_of(graph, v, values))
             if keep != "all":  # free what no one needs any more

@@ -1,0 +1,127 @@
+"""The IR that imported models need: program op specs, stored inputs with their sidecar,
+per-operand dtypes, strict validation of program steps."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from doppler_lab.errors import FormatError, GraphError
+from doppler_lab.executor import Executor
+from doppler_lab.executor.torch_ops import evaluate, reference_outputs
+from doppler_lab.graph import DataflowGraph, GraphBuilder
+from doppler_lab.io import load_graph, save_graph
+from doppler_lab.ops import OpSpec
+from doppler_lab.placement import round_robin
+from doppler_lab.program import Program
+from doppler_lab.stored import StoredTensors
+
+
+def program_graph() -> tuple[DataflowGraph, dict[str, torch.Tensor]]:
+    """x @ w + 2 inf clamped to 3, then rows picked by an int64 index and cast to float64."""
+    b = GraphBuilder("prog")
+    x = b.add_node("x", "input", spec=OpSpec("input", "stored", (), (4, 8)))
+    idx = b.add_node("idx", "input", spec=OpSpec("input", "stored", (), (4,), "int64"))
+    w = b.add_node("w", "input", spec=OpSpec("input", "stored", (), (8, 8)))
+    mm = Program.make(
+        [
+            ("aten.mm.default", [{"in": 0}, {"in": 1}], {}),
+            ("aten.add.Tensor", [{"step": 0}, {"float": "-inf"}], {"alpha": 2}),
+            ("aten.clamp.default", [{"step": 1}], {"min": -3.0}),
+        ],
+        2,
+    )
+    spec = OpSpec("program", "mm", ((4, 8), (8, 8)), (4, 8), flops_override=512.0, program=mm)
+    y = b.add_node("y", "program", spec.flops, spec.out_bytes, [x, w], spec)
+    sel = Program.make(
+        [
+            ("aten.index_select.default", [{"in": 0}, 0, {"in": 1}], {}),
+            ("aten._to_copy.default", [{"step": 0}], {"dtype": {"dtype": "float64"}}),
+        ],
+        1,
+    )
+    spec = OpSpec(
+        "program",
+        "sel",
+        ((4, 8), (4,)),
+        (4, 8),
+        "float64",
+        flops_override=0.0,
+        program=sel,
+        in_dtypes=("float32", "int64"),
+    )
+    b.add_node("z", "program", spec.flops, spec.out_bytes, [y, idx], spec)
+    values = {"x": torch.randn(4, 8), "idx": torch.tensor([3, 2, 1, 0]), "w": torch.randn(8, 8)}
+    expected = {"z": torch.full((4, 8), -3.0, dtype=torch.float64)}
+    return dataclasses.replace(b.build(), tensors=StoredTensors(values, expected)), values
+
+
+def test_program_runs_and_round_trips(tmp_path):
+    g, _ = program_graph()
+    z = g.names.index("z")
+    out = evaluate(g)[z]
+    assert out.dtype == torch.float64 and torch.all(out == -3.0)
+    path = save_graph(g, tmp_path / "m.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "m.tensors.pt"]
+    g2 = load_graph(path)
+    assert g2.meta["tensors"] == "m.tensors.pt"
+    assert g2.specs == g.specs
+    assert torch.equal(evaluate(g2)[z], out)
+    assert torch.equal(reference_outputs(g2)[z], out)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "inline", "dist"])
+def test_program_on_every_backend(tmp_path, backend):
+    g, _ = program_graph()
+    g = load_graph(save_graph(g, tmp_path / "m.json"))  # dist workers read the sidecar
+    z = g.names.index("z")
+    with Executor(g, backend, num_devices=2) as ex:
+        r = ex.run(round_robin(g, 2), repeats=1, warmup=0, keep_outputs=True)
+    assert torch.equal(r.outputs[z], evaluate(g)[z])
+
+
+def _doc(tmp_path):
+    g, _ = program_graph()
+    path = save_graph(g, tmp_path / "m.json")
+    return path, json.loads(path.read_text())
+
+
+@pytest.mark.parametrize(
+    "mutate, words",
+    [
+        (lambda s: s["steps"][1]["args"].__setitem__(0, {"step": 1}), "expected an earlier step"),
+        (lambda s: s["steps"][0]["args"].__setitem__(1, {"in": 5}), "reads operand 5"),
+        (lambda s: s["steps"][0].__setitem__("op", "mm"), "not 'getitem'"),
+        (lambda s: s.__setitem__("output", 7), "not a step index"),
+        (lambda s: s["steps"][0]["args"].__setitem__(1, {"tensor": 1}), "exactly one key"),
+    ],
+)
+def test_bad_program_steps_name_the_node(tmp_path, mutate, words):
+    path, doc = _doc(tmp_path)
+    mutate(doc["nodes"][3]["spec"]["program"])
+    path.write_text(json.dumps(doc))
+    with pytest.raises(FormatError, match="'y'") as err:
+        load_graph(path)
+    assert words in str(err.value)
+
+
+def test_missing_sidecar_and_mismatched_dtypes(tmp_path):
+    path, doc = _doc(tmp_path)
+    (tmp_path / "m.tensors.pt").unlink()
+    with pytest.raises(FormatError, match="tensors file 'm.tensors.pt' is missing"):
+        load_graph(path)
+    doc["meta"].pop("tensors")
+    path.write_text(json.dumps(doc))
+    with pytest.raises(FormatError, match="stored inputs"):
+        load_graph(path)
+    g, _ = program_graph()
+    specs = list(g.specs)
+    specs[4] = dataclasses.replace(specs[4], in_dtypes=("float32", "int32"))
+    with pytest.raises(GraphError, match="dtype int64, expected int32"):
+        dataclasses.replace(g, specs=tuple(specs))
+    bad = StoredTensors({**g.tensors.inputs, "w": torch.zeros(8, 8, dtype=torch.float64)})
+    with pytest.raises(GraphError, match="stored input 'w'"):
+        dataclasses.replace(g, tensors=bad)
