@@ -353,17 +353,14 @@ class DataflowGraph:
     @property
     def stored_inputs(self) -> dict[int, Any]:
         """Values of the stored input nodes, node id -> tensor (empty when there are none)."""
-        if self.tensors is None:
-            return {}
-        values = self.tensors.inputs
-        return {v: values[n] for v, n in enumerate(self.names) if n in values}
+        return self._by_id(self.tensors.inputs if self.tensors is not None else {})
 
     @property
     def expected_outputs(self) -> dict[int, Any]:
         """Expected values of output nodes recorded at import, node id -> tensor."""
-        if self.tensors is None:
-            return {}
-        values = self.tensors.expected
+        return self._by_id(self.tensors.expected if self.tensors is not None else {})
+
+    def _by_id(self, values: Mapping[str, Any]) -> dict[int, Any]:
         return {v: values[n] for v, n in enumerate(self.names) if n in values}
 
     # -- sizes and adjacency ----------------------------------------------------------------

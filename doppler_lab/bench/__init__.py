@@ -12,5 +12,5 @@ BENCHMARKS: dict[str, str] = {
     "policy": "doppler_lab.bench.policy",
     "executor": "doppler_lab.bench.executor",
     "fidelity": "doppler_lab.bench.fidelity",
-}
     "import": "doppler_lab.bench.importing",
+}
