@@ -20,21 +20,15 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from .analysis import GENERATED_WORKLOADS, default_cluster, load_paper_graphs
-from .experiments import paper_graphs_dir
 from .graph import DataflowGraph
 from .hardware import make_cluster
 from .jsonutil import write_json
+from .paths import PAPER_GRAPHS_HINT, paper_graphs_dir
 from .placers import available_placers, place
 from .sim import Simulator
+from .yardstick import best_known
 
 BASELINES: tuple[str, ...] = ("single", "round-robin", "random", "cp", "heft", "etf", "m-topo")
-# YARDSTICK.md (shared/): best-known makespans of the paper's graphs, paper semantics / 1e10
-BEST_KNOWN = {
-    "chain_mm_112nodes": 1200.07,
-    "ffnn_192nodes": 56.696,
-    "transformer_block_215nodes": 166.74,
-    "full_transformer_layer_261nodes": 122.11,
-}
 
 
 @dataclass
@@ -139,7 +133,8 @@ def step_paper_graphs(ctx: DemoContext) -> None:
             report.heading("The paper's graphs")
             report.text(
                 "Not found. They ship with the paper's code (github.com/xinyuyao/Doppler, folder "
-                "`compute_graph`); run `doppler-lab demo --paper-graphs DIR` to include them."
+                f"`compute_graph`): {PAPER_GRAPHS_HINT}, or run `doppler-lab demo --paper-graphs "
+                "DIR` to include them."
             )
 
         ctx.sections.append(("paper", render_absent))
@@ -149,11 +144,10 @@ def step_paper_graphs(ctx: DemoContext) -> None:
         r, _ = _placer_rows(
             name, g, default_cluster(g), "paper", ("round-robin", "cp", "heft"), ctx.seed
         )
+        known = best_known(name)
         for row in r:
-            row["best_known"] = BEST_KNOWN.get(name)
-            row["gap_to_best_known"] = (
-                row["makespan"] / BEST_KNOWN[name] - 1 if name in BEST_KNOWN else None
-            )
+            row["best_known"] = known
+            row["gap_to_best_known"] = row["makespan"] / known - 1 if known else None
         rows += r
     df = pd.DataFrame(rows)
     ctx.summary["paper"] = df.to_dict(orient="records")

@@ -16,25 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
-DEFAULT_PAPER_GRAPHS_DIR = REPO_ROOT.parent / "shared" / "data" / "doppler-paper"
-
-
-def paper_graphs_dir(explicit: str | os.PathLike | None = None) -> Path | None:
-    """Where the paper's released graphs are: ``explicit`` when given, else
-    ``$DOPPLER_PAPER_GRAPHS`` or the ``shared/data/doppler-paper`` folder beside the checkout;
-    ``None`` when that folder has no graphs."""
-    candidates = (
-        (explicit,)
-        if explicit
-        else (os.environ.get("DOPPLER_PAPER_GRAPHS"), DEFAULT_PAPER_GRAPHS_DIR)
-    )
-    for cand in candidates:
-        if cand and Path(cand).is_dir() and any(Path(cand).glob("*.txt")):
-            return Path(cand)
-    return None
 
 
 def notebook_parameters(path: str | os.PathLike) -> dict[str, Any]:

@@ -30,8 +30,9 @@ PAPER_GRAPHS_ENV = "DOPPLER_PAPER_GRAPHS"
 CHECKPOINTS_ENV = "DOPPLER_LAB_CHECKPOINTS"
 CHECKOUT_PAPER_GRAPHS_DIR = REPO_ROOT.parent / "shared" / "data" / "doppler-paper"
 PAPER_GRAPHS_HINT = (
-    "run `doppler-lab data paper-graphs` (or `--from DIR` with a local copy of the paper "
-    f"repository's compute_graph/), or set ${PAPER_GRAPHS_ENV} to a folder holding the files"
+    "run `doppler-lab data paper-graphs` (downloads them from github.com/xinyuyao/Doppler; "
+    "`--from DIR` installs a local copy of its compute_graph/), or set "
+    f"${PAPER_GRAPHS_ENV} to a folder holding the files"
 )
 
 
@@ -75,6 +76,22 @@ def paper_graphs_dir(explicit: str | os.PathLike | None = None) -> Path | None:
     return next((c for c in candidates if _has_graphs(c)), None)
 
 
+def paper_graph_path(name: str, explicit: str | os.PathLike | None = None) -> Path:
+    """The file of the paper graph ``name`` (e.g. ``ffnn_192nodes``) in :func:`paper_graphs_dir`.
+
+    Raises:
+        ConfigError: no such file; names where it looked and how to get the graphs.
+    """
+    from .errors import ConfigError
+
+    folder = paper_graphs_dir(explicit)
+    path = folder / f"{name}.txt" if folder is not None else None
+    if path is None or not path.is_file():
+        where = folder or explicit or ", ".join(str(d) for d in paper_graph_dirs())
+        raise ConfigError(f"paper graph {name!r} not found in {where}; {PAPER_GRAPHS_HINT}")
+    return path
+
+
 def checkpoint_dirs() -> list[Path]:
     """Folders searched for shipped checkpoints, in order (existing ones only, no repeats)."""
     env = os.environ.get(CHECKPOINTS_ENV)
@@ -101,6 +118,7 @@ __all__ = [
     "REPO_ROOT",
     "checkpoint_dirs",
     "paper_graph_dirs",
+    "paper_graph_path",
     "paper_graphs_dir",
     "user_data_dir",
     "user_paper_graphs_dir",

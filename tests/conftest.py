@@ -7,14 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from paper_graphs import PAPER_DIR  # noqa: E402  (tests/ is on sys.path)
+from paper_graphs import paper_dir_or_skip  # noqa: E402  (tests/ is on sys.path)
 
 
 @pytest.fixture(scope="session")
 def paper_dir() -> Path:
-    if not PAPER_DIR.exists():
-        pytest.skip(f"paper graphs not found at {PAPER_DIR}")
-    return PAPER_DIR
+    return paper_dir_or_skip()
 
 
 def _cuda() -> bool:

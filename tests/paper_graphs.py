@@ -1,16 +1,15 @@
-"""Where the tests find the paper's released graphs (never copied into the repository)."""
+"""Where the tests find the paper's released graphs (never copied into the repository): the
+package's own search (:func:`doppler_lab.paths.paper_graphs_dir`), so tests look where every
+command and notebook looks."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-PAPER_DIR = Path(
-    os.environ.get("DOPPLER_PAPER_GRAPHS", REPO.parent / "shared" / "data" / "doppler-paper")
-)
+from doppler_lab.paths import PAPER_GRAPHS_HINT, paper_graphs_dir
+
 PAPER_GRAPHS_4GPU = (
     "chain_mm_112nodes",
     "ffnn_192nodes",
@@ -20,9 +19,17 @@ PAPER_GRAPHS_4GPU = (
 PAPER_GRAPHS_8GPU = ("8gpu_transformer_block", "8gpu_full_transformer")
 
 
+def paper_dir_or_skip() -> Path:
+    """The folder of the paper's graphs; skips the calling test when none is found."""
+    folder = paper_graphs_dir()
+    if folder is None:
+        pytest.skip(f"paper graphs not found; {PAPER_GRAPHS_HINT}")
+    return folder
+
+
 def paper_graph_path(name: str) -> Path:
-    """The path of a paper graph; skips the calling test when the files are absent."""
-    path = PAPER_DIR / f"{name}.txt"
+    """The path of a paper graph; skips the calling test when the file is absent."""
+    path = paper_dir_or_skip() / f"{name}.txt"
     if not path.exists():
-        pytest.skip(f"paper graph {path} not found (set DOPPLER_PAPER_GRAPHS)")
+        pytest.skip(f"paper graph {path} not found; {PAPER_GRAPHS_HINT}")
     return path

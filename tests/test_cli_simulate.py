@@ -10,6 +10,7 @@ import pytest
 from doppler_lab.cli import main
 from doppler_lab.io import save_placement
 from doppler_lab.placement import Placement
+from doppler_lab.yardstick import lower_bound
 
 from paper_graphs import paper_graph_path
 
@@ -24,7 +25,7 @@ def test_paper_graph_round_robin(capsys):
     out = run_json(capsys, str(path), "--devices", "4")
     assert out["semantics"] == "paper" and out["num_devices"] == 4 and out["num_nodes"] == 76
     assert out["makespan"] == pytest.approx(2000.14, abs=0.006)
-    assert out["lower_bound"] == pytest.approx(1200.07, abs=0.006)
+    assert out["lower_bound"] == pytest.approx(lower_bound("chain_mm_112nodes"), abs=0.006)
 
 
 def test_workload_with_noise_and_gantt(capsys, tmp_path):

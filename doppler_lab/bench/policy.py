@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from ..yardstick import best_known
 from ._report import write_report
 from .quality import PAPER_GRAPHS, WORKLOADS
 
@@ -93,7 +94,8 @@ class PolicyBenchConfig:
 
     Attributes:
         paper_graphs: paper graph names (4 devices, paper semantics).
-        paper_dir: their folder (default: ``$DOPPLER_PAPER_GRAPHS`` or ``../shared/...``).
+        paper_dir: their folder (default: the search of
+            :func:`doppler_lab.paths.paper_graphs_dir`).
         workloads: generated workloads (p100x4, ``workload_semantics``).
         workload_semantics: simulator semantics of the workloads.
         methods: methods of the quality table (keys of :data:`METHODS`).
@@ -205,7 +207,7 @@ class _Case:
 
 
 def _cases(cfg: PolicyBenchConfig) -> tuple[list[_Case], list[str]]:
-    from ..experiments import paper_graphs_dir
+    from ..paths import PAPER_GRAPHS_HINT, paper_graphs_dir
     from ..workloads import build_from_spec
 
     folder = paper_graphs_dir(cfg.paper_dir)
@@ -213,7 +215,7 @@ def _cases(cfg: PolicyBenchConfig) -> tuple[list[_Case], list[str]]:
     for name in cfg.paper_graphs:
         path = Path(folder) / f"{name}.txt" if folder else None
         if path is None or not path.exists():
-            notes.append(f"paper graph {name} not found (set DOPPLER_PAPER_GRAPHS)")
+            notes.append(f"paper graph {name} not found: {PAPER_GRAPHS_HINT}")
             continue
         cases.append(_Case(name, "paper", f"paper:{path}", "uniform", 4, "paper"))
     for spec in cfg.workloads:
@@ -339,17 +341,11 @@ def _reference_rows(cfg: PolicyBenchConfig, case: _Case, budget: int) -> list[di
 
 
 # -- tables ------------------------------------------------------------------------------
-def _yardstick() -> dict[str, dict[str, float]]:
-    from .quality import YARDSTICK
-
-    return YARDSTICK
-
-
 def _row(
     case: _Case, method: str, ms: Sequence[float], lb: float, cp: float | None, **extra: Any
 ) -> dict[str, Any]:
     a = np.asarray(ms, dtype=np.float64)
-    known = _yardstick().get(case.name, {}).get("best_known")
+    known = best_known(case.name)
     mean = float(a.mean())
     return {
         "graph": case.name,
@@ -592,7 +588,7 @@ def ablation_rows(
 def bench_runs_dir() -> Path:
     """The benchmark's run cache at the project root (``runs/bench_policy``): notebooks that
     train the same (graph, method, seed) configurations reuse what ``bench policy`` trained."""
-    from ..experiments import REPO_ROOT
+    from ..paths import REPO_ROOT
 
     return REPO_ROOT / PolicyBenchConfig.runs_dir
 

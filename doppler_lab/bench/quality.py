@@ -13,7 +13,7 @@ registered and a checkpoint exists for the graph: ``<folder>/<placer>/<graph>.pt
 directory ``<folder>/<placer>/<graph>/`` (see :func:`find_checkpoint`), the first of the
 ``checkpoints`` folders that has one: by default what ``bench policy`` trained
 (``runs/bench_policy/checkpoints``), then the shipped ones (``data/checkpoints``, see
-:func:`doppler_lab.policies.pretrained.checkpoint_dirs`). Their
+:func:`doppler_lab.paths.checkpoint_dirs`). Their
 rollouts are judged by the case's simulator semantics.
 """
 
@@ -33,6 +33,7 @@ from ..graph import DataflowGraph
 from ..hardware import Cluster, make_cluster
 from ..placement import Placement
 from ..sim import Simulator
+from ..yardstick import YARDSTICK
 from ._report import write_report
 
 PAPER_GRAPHS: tuple[str, ...] = (
@@ -42,19 +43,6 @@ PAPER_GRAPHS: tuple[str, ...] = (
     "full_transformer_layer_261nodes",
 )
 WORKLOADS: tuple[str, ...] = ("chainmm", "ffnn", "llama_block", "llama_layer", "moe_layer")
-
-# From /work/shared/YARDSTICK.md ("Yardstick: how good placements on the paper's graphs can be"):
-# paper semantics, makespans / 1e10, measured with an independent reference simulator and a long
-# simulated-annealing search. best_known: its "best known" column; cp_mean / cp_best: "CP mean /
-# best (20 tie seeds)" with the released timing model; cp_hill: "CP + hill climb".
-YARDSTICK: dict[str, dict[str, float]] = {
-    "chain_mm_112nodes": {"lower_bound": 1200.07, "cp_mean": 1695.08, "cp_best": 1500.05, "cp_hill": 1400.07, "best_known": 1200.07},
-    "ffnn_192nodes": {"lower_bound": 56.696, "cp_mean": 83.98, "cp_best": 77.74, "cp_hill": 76.24, "best_known": 56.696},
-    "transformer_block_215nodes": {"lower_bound": 97.17, "cp_mean": 247.59, "cp_best": 226.51, "cp_hill": 172.75, "best_known": 166.74},
-    "full_transformer_layer_261nodes": {"lower_bound": 97.24, "cp_mean": 233.42, "cp_best": 212.43, "cp_hill": 165.90, "best_known": 122.11},
-    "8gpu_transformer_block": {"lower_bound": 97.15, "cp_mean": 336.23, "cp_best": 321.07, "cp_hill": 279.83, "best_known": 166.80},
-    "8gpu_full_transformer": {"lower_bound": 97.23, "cp_mean": 277.52, "cp_best": 265.48, "cp_hill": 219.52, "best_known": 166.85},
-}  # fmt: skip
 
 COLUMNS = [
     "graph", "placer", "makespan", "std", "best", "ratio_lb", "vs_cp", "vs_best_known",
@@ -68,9 +56,8 @@ class QualityConfig:
 
     Attributes:
         paper_graphs: paper graph names (files ``<paper_dir>/<name>.txt``), 4 devices.
-        paper_dir: folder of the paper's graphs (default: ``$DOPPLER_PAPER_GRAPHS`` or
-            ``../shared/data/doppler-paper`` beside the repository, see
-            :func:`doppler_lab.experiments.paper_graphs_dir`).
+        paper_dir: folder of the paper's graphs (default: the search of
+            :func:`doppler_lab.paths.paper_graphs_dir`).
         workloads: generated workloads (``doppler_lab.workloads.build`` names or specs).
         workload_cluster: cluster preset of the workloads.
         workload_semantics: simulator semantics of the workloads.
@@ -126,15 +113,14 @@ class Case:
 def load_cases(config: QualityConfig) -> tuple[list[Case], list[str]]:
     """The table's graphs and notes about any that are missing."""
     from ..analysis import load_paper_graphs
-    from ..experiments import DEFAULT_PAPER_GRAPHS_DIR, paper_graphs_dir
+    from ..paths import PAPER_GRAPHS_HINT, paper_graph_dirs, paper_graphs_dir
     from ..workloads import build_from_spec
 
     folder = paper_graphs_dir(config.paper_dir)
     paper = load_paper_graphs(folder, config.paper_graphs)
-    where = folder or config.paper_dir or DEFAULT_PAPER_GRAPHS_DIR
+    where = folder or config.paper_dir or ", ".join(str(d) for d in paper_graph_dirs())
     notes = [
-        f"paper graph {name} not found in {where}: get compute_graph/{name}.txt from the DOPPLER "
-        "code (github.com/xinyuyao/Doppler) and set DOPPLER_PAPER_GRAPHS (or paper_dir)"
+        f"paper graph {name} not found in {where}: {PAPER_GRAPHS_HINT} (or pass paper_dir)"
         for name in config.paper_graphs
         if name not in paper
     ]
@@ -172,7 +158,7 @@ def _checkpoint_folders(folders: str | Sequence[str]) -> list[Path]:
     out: list[Path] = []
     for f in (folders,) if isinstance(folders, str) else folders:
         if f == "shipped":
-            from ..policies.pretrained import checkpoint_dirs
+            from ..paths import checkpoint_dirs
 
             out += checkpoint_dirs()
         else:
@@ -464,7 +450,6 @@ __all__ = [
     "COLUMNS",
     "PAPER_GRAPHS",
     "WORKLOADS",
-    "YARDSTICK",
     "Case",
     "QualityConfig",
     "cp_yardstick_rows",

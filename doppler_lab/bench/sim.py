@@ -24,14 +24,6 @@ from ..sim.reference import simulate_paper_simpy
 from ..workloads.random_dag import random_dag
 from ._report import write_report
 
-PAPER_LAYER = (
-    Path(__file__).resolve().parents[2].parent
-    / "shared"
-    / "data"
-    / "doppler-paper"
-    / "full_transformer_layer_261nodes.txt"
-)
-
 
 def best_time(fn: Callable[[], Any], min_total_s: float = 0.3, max_repeats: int = 50) -> float:
     """Best wall time of ``fn`` over repeats (at least 3, until ``min_total_s`` has passed)."""
@@ -49,9 +41,12 @@ def best_time(fn: Callable[[], Any], min_total_s: float = 0.3, max_repeats: int 
 
 def _layer_graph():
     from ..io import read_paper_graph
+    from ..paths import paper_graphs_dir
 
-    if PAPER_LAYER.exists():
-        return read_paper_graph(PAPER_LAYER), make_cluster("uniform", 4), "paper"
+    folder = paper_graphs_dir()
+    if folder is not None and (folder / "full_transformer_layer_261nodes.txt").exists():
+        layer = read_paper_graph(folder / "full_transformer_layer_261nodes.txt")
+        return layer, make_cluster("uniform", 4), "paper"
     from ..workloads import build
 
     return build("llama_layer"), make_cluster("p100x4"), "wc"

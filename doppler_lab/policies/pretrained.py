@@ -1,8 +1,9 @@
 """Shipped pretrained checkpoints (``data/checkpoints/`` of the repository).
 
-:func:`checkpoint_dirs` finds them whether the package is installed editable (the repository's
-``data/checkpoints``) or not (a copy under the package's ``data/checkpoints``, under
-``<prefix>/share/doppler_lab/checkpoints``, or a folder named by ``DOPPLER_LAB_CHECKPOINTS``).
+:func:`doppler_lab.paths.checkpoint_dirs` finds them whether the package is installed editable
+(the repository's ``data/checkpoints``) or not (a copy under the package's ``data/checkpoints``,
+under ``<prefix>/share/doppler_lab/checkpoints``, the per-user data folder, or a folder named by
+``DOPPLER_LAB_CHECKPOINTS``).
 A checkpoint ``<dir>/doppler/llama_block.pt`` is named ``doppler/llama_block`` (the layout
 ``bench quality`` reads: ``<placer>/<graph>.pt``) and described in ``<dir>/index.json`` (how it
 was trained: command, episodes, graph, cluster, seed, final metrics).
@@ -11,33 +12,11 @@ was trained: command, episodes, graph, cluster, seed, final metrics).
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError
-
-ENV_VAR = "DOPPLER_LAB_CHECKPOINTS"
-
-
-def checkpoint_dirs() -> list[Path]:
-    """Folders searched for shipped checkpoints, in order (existing ones only)."""
-    pkg = Path(__file__).resolve().parents[1]
-    cands = []
-    if os.environ.get(ENV_VAR):
-        cands.append(Path(os.environ[ENV_VAR]))
-    cands += [
-        pkg / "data" / "checkpoints",
-        pkg.parent / "data" / "checkpoints",  # editable install / source checkout
-        Path(sys.prefix) / "share" / "doppler_lab" / "checkpoints",
-        Path.cwd() / "data" / "checkpoints",
-    ]
-    out: list[Path] = []
-    for c in cands:
-        if c.is_dir() and c.resolve() not in [o.resolve() for o in out]:
-            out.append(c)
-    return out
+from ..paths import checkpoint_dirs
 
 
 def list_checkpoints() -> dict[str, dict[str, Any]]:

@@ -24,8 +24,9 @@ def graph_case(
     """A graph and how it is evaluated: a paper graph name gives ``(graph, uniform devices,
     "paper")`` (4 devices, 8 for the ``8gpu_*`` graphs); anything else is a workload spec
     (``llama_block``, ``chainmm:scale=0.01``) giving ``(graph, p100x4, "wc")``."""
-    from ..experiments import paper_graphs_dir as find_dir
     from ..io import read_paper_graph
+    from ..paths import PAPER_GRAPHS_HINT
+    from ..paths import paper_graphs_dir as find_dir
     from ..workloads import WORKLOADS, build_from_spec
 
     if name.split(":")[0] in WORKLOADS:
@@ -35,7 +36,7 @@ def graph_case(
     if path is None or not path.exists():
         raise ConfigError(
             f"graph {name!r} is neither a workload ({', '.join(WORKLOADS)}) nor a paper graph in "
-            f"{folder or paper_graphs_dir or 'the paper graph folder (set DOPPLER_PAPER_GRAPHS)'}"
+            f"{folder or paper_graphs_dir or 'the paper graph folder'} ({PAPER_GRAPHS_HINT})"
         )
     devices = 8 if name.startswith("8gpu") else 4
     return read_paper_graph(path), make_cluster("uniform", devices), "paper"

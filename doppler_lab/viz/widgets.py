@@ -58,13 +58,6 @@ PAPER_PREFIX = "paper:"
 SCALE_CHOICES: tuple[float | str, ...] = ("tiny", 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
-def default_checkpoints_dir() -> Path:
-    """``data/checkpoints`` in the checkout (where shipped policy checkpoints live)."""
-    from ..experiments import REPO_ROOT
-
-    return REPO_ROOT / "data" / "checkpoints"
-
-
 # -- scenario and placers ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Scenario:
@@ -80,7 +73,7 @@ class Scenario:
         noise_seeds: noise draws per placement for the mean makespan (same seeds for both).
         seed: seeds the placers' ties and the first noise draw.
         paper_graphs: folder of the paper's graphs (default: see
-            :func:`~doppler_lab.experiments.paper_graphs_dir`).
+            :func:`~doppler_lab.paths.paper_graphs_dir`).
     """
 
     workload: str = "llama_block"
@@ -113,18 +106,10 @@ def build_graph(
 ) -> DataflowGraph:
     """A generated workload (spec plus ``scale``) or a paper graph (``paper:<name>``)."""
     if workload.startswith(PAPER_PREFIX):
-        from ..experiments import paper_graphs_dir
         from ..io import read_paper_graph
+        from ..paths import paper_graph_path
 
-        name = workload[len(PAPER_PREFIX) :]
-        folder = paper_graphs_dir(paper_graphs)
-        path = folder / f"{name}.txt" if folder is not None else None
-        if path is None or not path.exists():
-            raise ConfigError(
-                f"paper graph {name!r} not found (folder {folder}); get compute_graph/ from "
-                "github.com/xinyuyao/Doppler and set $DOPPLER_PAPER_GRAPHS"
-            )
-        return read_paper_graph(path)
+        return read_paper_graph(paper_graph_path(workload[len(PAPER_PREFIX) :], paper_graphs))
     from ..workloads import build, parse_spec
 
     name, params = parse_spec(workload)
@@ -136,7 +121,7 @@ def build_graph(
 def workload_choices(paper_graphs: str | None = None) -> list[str]:
     """Generated workloads, then the paper's graphs found on disk (as ``paper:<name>``)."""
     from ..analysis import GENERATED_WORKLOADS, PAPER_GRAPH_NAMES
-    from ..experiments import paper_graphs_dir
+    from ..paths import paper_graphs_dir
 
     out = list(GENERATED_WORKLOADS)
     folder = paper_graphs_dir(paper_graphs)

@@ -7,7 +7,6 @@ import json
 import pytest
 
 from doppler_lab.bench.quality import (
-    YARDSTICK,
     QualityConfig,
     find_checkpoint,
     load_cases,
@@ -16,6 +15,7 @@ from doppler_lab.bench.quality import (
     run,
 )
 from doppler_lab.errors import ConfigError
+from doppler_lab.yardstick import YARDSTICK
 
 TINY = QualityConfig(
     paper_graphs=("chain_mm_112nodes",),

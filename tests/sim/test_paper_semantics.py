@@ -12,24 +12,17 @@ from doppler_lab.placement import round_robin, single_device
 from doppler_lab.sim import Simulator, simulate
 from doppler_lab.sim.reference import simulate_paper_simpy
 from doppler_lab.workloads.random_dag import random_dag
+from doppler_lab.yardstick import YARDSTICK
 
 from paper_graphs import paper_graph_path
 
-# YARDSTICK.md (shared/): the released simulator's makespans / 1e10 for one device and round robin
-RELEASED = {
-    "chain_mm_112nodes": (4, 4800.28, 2000.14),
-    "ffnn_192nodes": (4, 226.78, 84.18),
-    "transformer_block_215nodes": (4, 388.68, 255.02),
-    "full_transformer_layer_261nodes": (4, 388.98, 274.88),
-    "8gpu_transformer_block": (8, 777.22, 342.04),
-    "8gpu_full_transformer": (8, 777.86, 323.61),
-}
 
-
-@pytest.mark.parametrize("name", sorted(RELEASED))
+@pytest.mark.parametrize("name", sorted(YARDSTICK))
 def test_released_makespans_single_and_round_robin(name):
     g = read_paper_graph(paper_graph_path(name))
-    d, one, rr = RELEASED[name]
+    # the released simulator's makespans / 1e10 on one device and under round robin
+    y = YARDSTICK[name]
+    d, one, rr = int(y["devices"]), y["one_device"], y["round_robin"]
     cluster = make_cluster("uniform", d)
     sim = Simulator(g, cluster, "paper")
     single = sim.makespan(single_device(g, d))
