@@ -294,7 +294,7 @@ def links_from_dict(d: Mapping[str, Any], what: str, fail: Fail) -> dict[str, An
 
 
 # -- presets ----------------------------------------------------------------------------------
-def _switch_routes(d: int, prefix: str) -> tuple[np.ndarray, tuple[str, ...]]:
+def switch_routes(d: int, prefix: str) -> tuple[np.ndarray, tuple[str, ...]]:
     """Each transfer a->b occupies a's egress port and b's ingress port."""
     routes = np.full((d, d, 2), -1, dtype=np.int64)
     for a in range(d):
@@ -319,7 +319,7 @@ def _gpu(name: str, fp32: float, half: float, mem_bw: float, mem: float, launch:
 def make_p100x4() -> Cluster:
     d = 4
     devs = tuple(_gpu(f"P100:{i}", 9.3e12, 18.7e12, 732 * GB, 16 * GB, 5e-6) for i in range(d))
-    routes, names = _switch_routes(d, "pcie")
+    routes, names = switch_routes(d, "pcie")
     return Cluster("p100x4", devs, np.full((d, d), 12 * GB), np.full((d, d), 10e-6), routes, names)
 
 
@@ -365,7 +365,7 @@ def make_v100x8() -> Cluster:
 def make_h100x8() -> Cluster:
     d = 8
     devs = tuple(_gpu(f"H100:{i}", 67e12, 700e12, 3350 * GB, 80 * GB, 4e-6) for i in range(d))
-    routes, names = _switch_routes(d, "nvswitch")
+    routes, names = switch_routes(d, "nvswitch")
     return Cluster("h100x8", devs, np.full((d, d), 450 * GB), np.full((d, d), 3e-6), routes, names)
 
 
@@ -414,9 +414,11 @@ PRESETS = {
 
 
 def make_cluster(spec: str | Cluster, num_devices: int | None = None) -> Cluster:
-    """A cluster from a preset name (``p100x4``, ``v100x8``, ``h100x8``, ``cpu``, ``uniform``),
-    a JSON file path, or a :class:`Cluster` (returned as is). ``num_devices`` sizes ``cpu`` and
-    ``uniform`` (default 4) and must match a fixed preset's size when given."""
+    """A cluster from a preset name (``p100x4``, ``v100x8``, ``h100x8``, ``cpu``, ``uniform``)
+    or a :class:`Cluster` (returned as is). ``num_devices`` sizes ``cpu`` and ``uniform``
+    (default 4) and must match a fixed preset's size when given. Cluster JSON files and
+    calibration profiles are read by :func:`doppler_lab.io.load_cluster` (the CLI's
+    ``--cluster`` takes either)."""
     if isinstance(spec, Cluster):
         return spec
     if spec in ("cpu", "uniform"):
@@ -426,13 +428,8 @@ def make_cluster(spec: str | Cluster, num_devices: int | None = None) -> Cluster
         if num_devices is not None and num_devices != c.num_devices:
             raise ClusterError(f"preset {spec!r} has {c.num_devices} devices, not {num_devices}")
         return c
-    if spec.endswith(".json"):
-        from .io import load_cluster
-
-        return load_cluster(spec)
-    raise ClusterError(
-        f"unknown cluster {spec!r}; expected one of {sorted(PRESETS)} or a .json file"
-    )
+    hint = " (cluster files: doppler_lab.io.load_cluster)" if spec.endswith(".json") else ""
+    raise ClusterError(f"unknown cluster {spec!r}; expected one of {sorted(PRESETS)}{hint}")
 
 
 # -- cost model -------------------------------------------------------------------------------

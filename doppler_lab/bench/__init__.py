@@ -6,6 +6,8 @@ record it wrote. Benchmarks report numbers; tests never assert wall time.
 
 from __future__ import annotations
 
+from ._report import write_report
+
 BENCHMARKS: dict[str, str] = {
     "sim": "doppler_lab.bench.sim",
     "quality": "doppler_lab.bench.quality",
@@ -14,3 +16,5 @@ BENCHMARKS: dict[str, str] = {
     "fidelity": "doppler_lab.bench.fidelity",
     "import": "doppler_lab.bench.importing",
 }
+
+__all__ = ["BENCHMARKS", "write_report"]

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from ..policies.speed import episode_times
 from ..yardstick import best_known
 from ._report import write_report
 from .quality import PAPER_GRAPHS, WORKLOADS
@@ -417,59 +418,6 @@ def quality_tables(
 
 
 # -- speed -------------------------------------------------------------------------------
-def _median_ms(fn, repeats: int, warmup: bool = True) -> float:
-    if warmup:
-        fn()  # warm up (numba, PyG templates)
-    ts = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts) * 1e3)
-
-
-def episode_times(
-    policy, graph, cluster, repeats: int = 5, batch: int = 16, warmup: bool = True
-) -> dict[str, float]:
-    """Milliseconds per inference episode, per training episode (one per update) and per
-    training episode in a batch of ``batch`` (one encoder pass shared; ``batch=0``: not
-    measured, NaN). ``warmup=False`` skips the untimed first call of each measurement."""
-    import torch
-
-    from ..policies.context import GraphContext
-    from ..policies.rollout import GREEDY, SAMPLE, run_episodes
-    from ..policies.tensors import flush_denormal
-
-    ctx = GraphContext(graph, cluster, policy.config.layout, policy.config.timing)
-    rng = np.random.default_rng(0)
-
-    def infer() -> None:
-        with torch.no_grad():
-            run_episodes(policy, ctx, policy.encode(ctx), 1, rng, GREEDY, GREEDY)
-
-    def train(k: int) -> None:
-        enc = policy.encode(ctx)
-        ep = run_episodes(policy, ctx, enc, k, rng, SAMPLE, SAMPLE)
-        chunk = policy.eval_chunk or k
-        for lo in range(0, k, chunk):
-            part = ep if chunk >= k else ep.select(slice(lo, lo + chunk))
-            t = policy.log_probs(ctx, enc, part)
-            loss = -sum(x.sum() for x in (t.sel_logp, t.plc_logp) if x is not None)
-            loss.backward(retain_graph=lo + chunk < k)
-        policy.zero_grad()
-
-    with flush_denormal():
-        return {
-            "inference_ms": _median_ms(infer, repeats, warmup),
-            "train_ms": _median_ms(lambda: train(1), repeats, warmup),
-            "train_batched_ms": (
-                _median_ms(lambda: train(batch), max(1, repeats // 2), warmup) / batch
-                if batch > 0
-                else float("nan")
-            ),
-        }
-
-
 def speed_rows(cfg: PolicyBenchConfig, paper_case: _Case | None) -> tuple[list, list]:
     """The architecture table (229-node graph) and the per-node scaling table."""
     import torch
@@ -756,7 +704,6 @@ __all__ = [
     "METHODS",
     "PolicyBenchConfig",
     "ablation_rows",
-    "episode_times",
     "quick_config",
     "run",
     "run_case",

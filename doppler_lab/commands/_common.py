@@ -72,6 +72,10 @@ def resolve_cluster(args: argparse.Namespace, graph: DataflowGraph | None = None
     if devices is not None and devices < 1:
         raise ConfigError(f"--devices must be >= 1, got {devices}")
     if getattr(args, "cluster", None):
+        if str(args.cluster).endswith(".json"):
+            from ..io import load_cluster  # a cluster JSON or a calibration profile
+
+            return load_cluster(args.cluster)
         return make_cluster(args.cluster, devices)
     explicit = graph is not None and graph.compute_cost is not None
     if explicit or devices is not None:

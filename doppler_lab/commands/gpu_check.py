@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..bench import executor as bench_executor
-    from ..bench._report import write_report
+    from ..bench import write_report
     from ..executor import make_backend
     from ..executor.profiling import calibrate
 

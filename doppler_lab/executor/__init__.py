@@ -34,8 +34,9 @@ Example:
     ('measured', [])
 """
 
-from .backend import BACKENDS, Backend, BackendSession, RawRun, make_backend
+from .backend import Backend, BackendSession, RawRun
 from .cost import COST_STATS, ExecutorCost
+from .factory import BACKENDS, make_backend
 from .plan import ExecutionPlan, make_plan
 from .runner import ExecutionResult, Executor, execute
 

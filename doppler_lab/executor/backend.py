@@ -1,4 +1,4 @@
-"""The backend interface of the executor, and how a backend is chosen.
+"""The backend interface of the executor (how one is chosen: :mod:`.factory`).
 
 A :class:`Backend` owns real devices. :meth:`Backend.open` prepares one graph on it (inputs
 cache, compiled ops) and returns a :class:`BackendSession`, whose :meth:`~BackendSession.run`
@@ -23,17 +23,15 @@ from __future__ import annotations
 import abc
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import ClusterError, ConfigError, ExecutorError
+from ..errors import ExecutorError
 from ..graph import DataflowGraph
-from ..hardware import Cluster, make_cluster, make_cpu
+from ..hardware import Cluster, make_cpu
 from .plan import ExecutionPlan
 
-BACKENDS: tuple[str, ...] = ("cpu", "dist", "cuda", "cuda-shared", "inline")
 DEFAULT_TIMEOUT_S = 120.0
 
 
@@ -96,8 +94,6 @@ class BackendSession(abc.ABC):
                     try:
                         t = self.place_input(host, k, first)
                     except Exception as exc:  # noqa: BLE001 - out of memory, most likely
-                        from .cpu import failure_verb
-
                         what = f"{failure_verb(exc)} while its input was materialised"
                         raise executor_error(
                             what, op_label(self.graph, u), self.backend.device_label(k), exc
@@ -156,81 +152,11 @@ def make_cpu_cluster(num_devices: int) -> Cluster:
     return make_cpu(num_devices)
 
 
-def cluster_from_file(path: str | Path) -> Cluster:
-    """A cluster from a cluster JSON or a calibration profile JSON."""
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"cluster file {str(path)!r} does not exist")
-    return make_cluster(str(path))  # cluster JSON or calibration profile
-
-
-def make_backend(
-    spec: str | Cluster | Backend = "cpu",
-    num_devices: int | None = None,
-    threads_per_device: int | None = None,
-) -> Backend:
-    """A backend from ``cpu``, ``dist``, ``cuda``, ``cuda-shared``, ``inline``, a cluster/profile JSON path, a
-    :class:`Cluster` (CPU or GPU devices), or a :class:`Backend` (returned as is).
-
-    Args:
-        spec: what to run on.
-        num_devices: devices for ``cpu``/``cuda``/``inline`` (default: 2-4 CPU workers, or every
-            visible GPU); must match a cluster's size when one is given.
-        threads_per_device: intra-op threads of each CPU worker (default: cores / devices).
-    """
-    if isinstance(spec, Backend):
-        if num_devices is not None and num_devices != spec.num_devices:
-            raise ConfigError(f"backend has {spec.num_devices} devices, not {num_devices}")
-        return spec
-    if num_devices is not None and num_devices < 1:
-        raise ConfigError(f"the number of devices must be >= 1, got {num_devices}")
-    if isinstance(spec, str) and spec.endswith(".json"):
-        spec = cluster_from_file(spec)
-    if isinstance(spec, Cluster):
-        if num_devices is not None and num_devices != spec.num_devices:
-            raise ClusterError(
-                f"cluster {spec.name!r} has {spec.num_devices} devices, not {num_devices}"
-            )
-        kinds = {dev.kind for dev in spec.devices}
-        if kinds == {"cpu"}:
-            from .cpu import CpuBackend
-
-            return CpuBackend(spec, threads_per_device=threads_per_device)
-        if kinds == {"gpu"}:
-            import torch
-
-            from .streams import make_cuda_backend
-
-            shared = spec.num_devices > torch.cuda.device_count()
-            return make_cuda_backend(spec.num_devices, cluster=spec, shared=shared)
-        raise ClusterError(
-            f"cluster {spec.name!r} mixes device kinds {sorted(kinds)}; the executor runs all-cpu "
-            "or all-gpu clusters"
-        )
-    if spec == "cpu":
-        from .cpu import CpuBackend
-
-        return CpuBackend(
-            make_cpu_cluster(num_devices or default_cpu_devices()),
-            threads_per_device=threads_per_device,
-        )
-    if spec in ("cuda", "cuda-shared"):
-        from .streams import make_cuda_backend
-
-        return make_cuda_backend(num_devices, shared=spec == "cuda-shared")
-    if spec == "dist":
-        from .dist import DistBackend
-
-        return DistBackend(
-            num_devices or default_cpu_devices(), threads_per_device=threads_per_device
-        )
-    if spec == "inline":
-        from .streams import make_inline_backend
-
-        return make_inline_backend(num_devices or 2)
-    raise ConfigError(
-        f"unknown backend {spec!r}; expected one of {BACKENDS}, a cluster/profile .json or a Cluster"
-    )
+def failure_verb(exc: BaseException) -> str:
+    """``ran out of memory`` for allocation failures, else ``raised``."""
+    text = str(exc).lower()
+    oom = isinstance(exc, MemoryError) or "out of memory" in text or "can't allocate memory" in text
+    return "ran out of memory" if oom else "raised"
 
 
 def op_label(graph: DataflowGraph, v: int) -> str:

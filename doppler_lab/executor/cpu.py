@@ -43,18 +43,19 @@ import torch
 from ..errors import ConfigError, ExecutorError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
-from .backend import Backend, BackendSession, RawRun, executor_error, make_cpu_cluster, op_label
+from .backend import (
+    Backend,
+    BackendSession,
+    RawRun,
+    executor_error,
+    failure_verb,
+    make_cpu_cluster,
+    op_label,
+)
 from .plan import ExecutionPlan, ReadyQueues
 
 _JOIN_S = 0.5  # how long a finished or failed run waits for its workers
 _CLOSE_S = 5.0  # how long closing a backend waits for its idle workers to leave
-
-
-def failure_verb(exc: BaseException) -> str:
-    """``ran out of memory`` for allocation failures, else ``raised``."""
-    text = str(exc).lower()
-    oom = isinstance(exc, MemoryError) or "out of memory" in text or "can't allocate memory" in text
-    return "ran out of memory" if oom else "raised"
 
 
 class _Worker(threading.Thread):

@@ -311,7 +311,7 @@ class _WorkerSession:
         import torch
         import torch.distributed as dist
 
-        from .cpu import failure_verb
+        from .backend import failure_verb
         from .plan import ReadyQueues
         from .torch_ops import torch_dtype
 

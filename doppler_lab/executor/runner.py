@@ -20,7 +20,8 @@ from ..graph import DataflowGraph
 from ..hardware import Cluster
 from ..placement import Placement
 from ..trace import Trace, kind_names
-from .backend import DEFAULT_TIMEOUT_S, Backend, BackendSession, RawRun, make_backend
+from .backend import DEFAULT_TIMEOUT_S, Backend, BackendSession, RawRun
+from .factory import make_backend
 from .plan import ExecutionPlan, check_executable, compile_ops, make_plan
 
 #: (rtol, atol) for comparing outputs, per dtype: partitioned sums add in another order

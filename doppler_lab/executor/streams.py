@@ -41,8 +41,7 @@ import torch
 from ..errors import ConfigError, ExecutorError
 from ..graph import DataflowGraph
 from ..hardware import GB, Cluster, Device
-from .backend import Backend, BackendSession, RawRun, executor_error, op_label
-from .cpu import failure_verb
+from .backend import Backend, BackendSession, RawRun, executor_error, failure_verb, op_label
 from .plan import ExecutionPlan, ReadyQueues
 
 DEFAULT_WINDOW = 2
@@ -530,7 +529,7 @@ def gpu_cluster(gpus: list[int]) -> Cluster:
     Links follow the copy streams: a transfer occupies the sender's out-port and the receiver's
     in-port (nominal 50 GB/s, 10 us).
     """
-    from ..hardware import _switch_routes
+    from ..hardware import switch_routes
 
     n = len(gpus)
     devs = []
@@ -546,7 +545,7 @@ def gpu_cluster(gpus: list[int]) -> Cluster:
                 launch_overhead_s=10e-6,
             )
         )
-    routes, names = _switch_routes(n, "gpu")
+    routes, names = switch_routes(n, "gpu")
     return Cluster(
         f"cuda{n}" if n == len(set(gpus)) else f"cuda{n}-shared",
         tuple(devs),

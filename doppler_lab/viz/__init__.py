@@ -7,6 +7,7 @@ lazily.
 
 from __future__ import annotations
 
+from ._style import series_color
 from .curves import bar_compare, learning_curves, read_metrics, smooth
 from .gantt import PathStep, compare_gantt, critical_path, gantt, transfer_lanes
 from .graph_plot import layered_layout, plot_graph
@@ -24,6 +25,7 @@ __all__ = [
     "markdown_to_html",
     "plot_graph",
     "read_metrics",
+    "series_color",
     "smooth",
     "transfer_lanes",
     "write_gantt_html",

@@ -9,7 +9,7 @@ simulator); check how well the simulator predicts measured makespans over many p
 (:func:`run_stage3`); measure the Stage II and the Stage III policy side by side in one run
 (:func:`side_by_side`); collect the key numbers (:func:`real_key_numbers`).
 
-Fidelity uses the benchmark's own pieces (:mod:`doppler_lab.bench.fidelity`): its placements,
+Fidelity uses the benchmark's own pieces (:mod:`doppler_lab.fidelity`): its placements,
 its measuring loop (shuffled rounds, disturbed runs retried) and its statistics.
 """
 
@@ -281,10 +281,10 @@ def fidelity_set(
     seed: int = 0,
 ) -> list[Placement]:
     """Placements of varied quality for the fidelity check: the benchmark's set
-    (:func:`doppler_lab.bench.fidelity.fidelity_placements`: placers, single, round-robin,
+    (:func:`doppler_lab.fidelity.fidelity_placements`: placers, single, round-robin,
     random, skewed, contiguous blocks, perturbed placer outputs; 35 on 2+ devices) and, with a
     ``policy``, its greedy rollout and ``rollouts`` sampled ones."""
-    from ...bench.fidelity import fidelity_placements
+    from ...fidelity import fidelity_placements
 
     rng = np.random.default_rng(seed)
     out = fidelity_placements(graph, cluster, rng)
@@ -317,7 +317,7 @@ def measure_fidelity(
     """Measure every placement on the calibrated CPU workers and simulate it with the calibrated
     model and with the uncalibrated ``cpu`` preset.
 
-    Measuring: the benchmark's loop (:func:`doppler_lab.bench.fidelity.measure_placements`):
+    Measuring: the benchmark's loop (:func:`doppler_lab.fidelity.measure_placements`):
     ``rounds`` passes in shuffled order, one warm-up and ``repeats`` timed runs per placement and
     pass; a run whose ops took far longer than calibrated is taken again.
 
@@ -326,9 +326,9 @@ def measure_fidelity(
         ``measured_s`` (median of its runs), ``measured_min_s``, ``simulated_calibrated_s``,
         ``simulated_preset_s``; ``attrs["runs"]`` counts the runs (and the retried ones).
     """
-    from ...bench.fidelity import measure_placements as measure_all
     from ...executor import make_backend
     from ...executor.backend import make_cpu_cluster
+    from ...fidelity import measure_placements as measure_all
     from ...sim import Simulator
 
     if not placements:
@@ -376,7 +376,7 @@ def fidelity_stats(frame: pd.DataFrame) -> dict[str, float]:
     """Spearman rank correlation and median relative error of each simulator's makespans
     against the measured ones (the benchmark's statistics): ``spearman_<model>`` and
     ``median_rel_err_<model>`` for ``calibrated`` and ``preset``, and ``placements``."""
-    from ...bench.fidelity import median_rel_error, spearman
+    from ...fidelity import median_rel_error, spearman
 
     need = ["measured_s", *(f"simulated_{m}_s" for m in FIDELITY_MODELS)]
     missing = [c for c in need if c not in frame.columns]
@@ -394,7 +394,7 @@ def fidelity_scatter(frame: pd.DataFrame, title: str | None = None) -> Any:
     diagonal (a perfect simulator) and a placement's label on hover; log axes."""
     import plotly.graph_objects as go
 
-    from ...viz._style import series_color
+    from ...viz import series_color
 
     fig = go.Figure()
     lo = float(frame[["measured_s", *(f"simulated_{m}_s" for m in FIDELITY_MODELS)]].min().min())

@@ -74,9 +74,9 @@ def scaling_rows(
         ``inference_ms``, ``train_ms``, ``train_batched_ms``, ``simulate_ms`` (the simulated
         makespan of an episode, batched as in a Stage II update), and the per-node microseconds.
     """
-    from ...bench.policy import episode_times
     from ...policies.checkpoint import make_policy
     from ...policies.config import POLICY_PRESETS
+    from ...policies.speed import episode_times
     from ...workloads import build_from_spec
 
     bad = [m for m in methods if m not in SCALING_METHODS]

@@ -1,0 +1,95 @@
+"""How a backend is chosen: :func:`make_backend` from a name, a cluster (or its file), or a
+:class:`~doppler_lab.executor.backend.Backend`.
+
+Above the backends (:mod:`.cpu`, :mod:`.dist`, :mod:`.streams`), which import only the interface
+in :mod:`.backend`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ClusterError, ConfigError
+from ..hardware import Cluster
+from .backend import Backend, default_cpu_devices, make_cpu_cluster
+
+BACKENDS: tuple[str, ...] = ("cpu", "dist", "cuda", "cuda-shared", "inline")
+
+
+def cluster_from_file(path: str | Path) -> Cluster:
+    """A cluster from a cluster JSON or a calibration profile JSON."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"cluster file {str(path)!r} does not exist")
+    from ..io import load_cluster
+
+    return load_cluster(p)  # cluster JSON or calibration profile
+
+
+def make_backend(
+    spec: str | Cluster | Backend = "cpu",
+    num_devices: int | None = None,
+    threads_per_device: int | None = None,
+) -> Backend:
+    """A backend from ``cpu``, ``dist``, ``cuda``, ``cuda-shared``, ``inline``, a cluster/profile JSON path, a
+    :class:`Cluster` (CPU or GPU devices), or a :class:`Backend` (returned as is).
+
+    Args:
+        spec: what to run on.
+        num_devices: devices for ``cpu``/``cuda``/``inline`` (default: 2-4 CPU workers, or every
+            visible GPU); must match a cluster's size when one is given.
+        threads_per_device: intra-op threads of each CPU worker (default: cores / devices).
+    """
+    if isinstance(spec, Backend):
+        if num_devices is not None and num_devices != spec.num_devices:
+            raise ConfigError(f"backend has {spec.num_devices} devices, not {num_devices}")
+        return spec
+    if num_devices is not None and num_devices < 1:
+        raise ConfigError(f"the number of devices must be >= 1, got {num_devices}")
+    if isinstance(spec, str) and spec.endswith(".json"):
+        spec = cluster_from_file(spec)
+    if isinstance(spec, Cluster):
+        if num_devices is not None and num_devices != spec.num_devices:
+            raise ClusterError(
+                f"cluster {spec.name!r} has {spec.num_devices} devices, not {num_devices}"
+            )
+        kinds = {dev.kind for dev in spec.devices}
+        if kinds == {"cpu"}:
+            from .cpu import CpuBackend
+
+            return CpuBackend(spec, threads_per_device=threads_per_device)
+        if kinds == {"gpu"}:
+            import torch
+
+            from .streams import make_cuda_backend
+
+            shared = spec.num_devices > torch.cuda.device_count()
+            return make_cuda_backend(spec.num_devices, cluster=spec, shared=shared)
+        raise ClusterError(
+            f"cluster {spec.name!r} mixes device kinds {sorted(kinds)}; the executor runs all-cpu "
+            "or all-gpu clusters"
+        )
+    if spec == "cpu":
+        from .cpu import CpuBackend
+
+        return CpuBackend(
+            make_cpu_cluster(num_devices or default_cpu_devices()),
+            threads_per_device=threads_per_device,
+        )
+    if spec in ("cuda", "cuda-shared"):
+        from .streams import make_cuda_backend
+
+        return make_cuda_backend(num_devices, shared=spec == "cuda-shared")
+    if spec == "dist":
+        from .dist import DistBackend
+
+        return DistBackend(
+            num_devices or default_cpu_devices(), threads_per_device=threads_per_device
+        )
+    if spec == "inline":
+        from .streams import make_inline_backend
+
+        return make_inline_backend(num_devices or 2)
+    raise ConfigError(
+        f"unknown backend {spec!r}; expected one of {BACKENDS}, a cluster/profile .json or a Cluster"
+    )
