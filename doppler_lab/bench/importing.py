@@ -23,6 +23,7 @@ import numpy as np
 from ..graph import DataflowGraph
 from ..hardware import Cluster, make_cluster
 from ..placement import Placement
+from ..trace import Trace
 from ._report import write_report
 from .quality import Case, evaluate_placer
 
@@ -145,6 +146,21 @@ def placer_comparison(
     for r in rows:
         r["vs_cp"] = (cp - r["makespan"]) / cp if cp else None
     return rows, placements
+
+
+def simulated_traces(
+    graph: DataflowGraph,
+    cluster: str | Cluster,
+    placements: dict[str, Placement],
+    semantics: str = "wc",
+) -> dict[str, Trace]:
+    """The simulated trace (no noise) of each placement, by name (for Gantt charts)."""
+    from ..sim import Simulator
+
+    sim = Simulator(
+        graph, make_cluster(cluster) if isinstance(cluster, str) else cluster, semantics
+    )
+    return {name: sim.run(p) for name, p in placements.items()}
 
 
 def run(out_dir: Path, quick: bool = False) -> dict[str, Any]:

@@ -313,7 +313,7 @@ def import_model(spec: str, **options: Any) -> DataflowGraph:
             raise ConfigError(f"saved program {name!r} does not exist")
         from . import from_exported
 
-        return from_exported(name, **options)
+        return from_exported(name, name=spec.strip(), **options)
     model, args = _make(name, params)
     from . import from_module
 

@@ -105,8 +105,8 @@ class ExecutorComparison:
 
     Attributes:
         rows: per placement: measured makespan (median), simulated (calibrated cluster and the
-            uncalibrated ``cpu`` preset), whether the outputs match the single-device reference
-            and the largest absolute difference.
+            uncalibrated ``cpu`` preset), whether the outputs match the reference (an imported
+            model's eager outputs, else a single-device run) and the largest absolute difference.
         traces: the measured traces, by placement.
         cluster_how: how the simulated cluster was obtained.
     """
@@ -125,18 +125,19 @@ def executor_comparison(
     seed: int = 0,
 ) -> ExecutorComparison:
     """Run ``graph`` on ``devices`` CPU workers under each placer's placement; check the outputs
-    against the single-device reference and compare measured with simulated makespans."""
+    against the reference (an imported model's eager outputs, else a single-device run) and
+    compare measured with simulated makespans."""
     from ...executor import Executor
     from ...executor.backend import make_cpu_cluster
     from ...executor.runner import compare_outputs
-    from ...executor.torch_ops import evaluate
+    from ...executor.torch_ops import reference_outputs
     from ...placers import place
     from ...sim import Simulator
 
     cluster, how = cpu_cluster(graph, devices, calibrate, seed)
     calibrated = Simulator(graph, cluster, "wc")
     preset_sim = Simulator(graph, make_cpu_cluster(devices), "wc")
-    reference = evaluate(graph, seed=seed)
+    reference = reference_outputs(graph, seed=seed)
     rows, traces = [], {}
     with Executor(graph, cluster, seed=seed) as ex:
         for name in placers:
