@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from .errors import DopplerLabError
+from .validate import one_line
 
 # order = order in --help
 COMMAND_MODULES: tuple[str, ...] = (
@@ -42,8 +45,23 @@ def _load_commands() -> list:
     return mods
 
 
+class _BadArguments(Exception):
+    def __init__(self, prog: str, message: str):
+        super().__init__(message)
+        self.prog = prog
+
+
+class _Parser(argparse.ArgumentParser):
+    """Errors in one line (no usage block), returned by :func:`main` as exit code 2; an
+    option's own message reads after its name (``--devices must be >= 1, got '0'``)."""
+
+    def error(self, message: str) -> NoReturn:
+        message = re.sub(r"^argument (\S+): must ", r"\1 must ", message)
+        raise _BadArguments(self.prog, f"{message} (see {self.prog} --help)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="doppler-lab",
         description="DOPPLER workbench: dataflow graphs, simulators, placers, learned policies.",
     )
@@ -58,11 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except _BadArguments as exc:
+        print(f"{exc.prog}: error: {one_line(exc, 2000)}", file=sys.stderr)
+        return 2
     try:
         return int(args._run(args) or 0)
     except DopplerLabError as exc:
-        print(f"doppler-lab {args.command}: error: {exc}", file=sys.stderr)
+        print(f"doppler-lab {args.command}: error: {one_line(exc, 2000)}", file=sys.stderr)
         return 2
     except FileNotFoundError as exc:
         print(

@@ -45,22 +45,29 @@ _EXP_INT_TEXT = re.compile(r"[+-]?[0-9]+[eE]\+?[0-9]+")  # 1e3: an integer in ex
 
 # -- showing values -----------------------------------------------------------------------------
 def show(value: Any) -> str:
-    """``value`` as a user wrote it, for messages: ``-2`` (not ``np.float64(-2.0)``), ``1.5``,
-    ``'x'``, ``true``, ``null``, ``nan``; long values shortened."""
+    """``value`` as a user wrote it, for messages: ``-2`` (not ``np.float64(-2.0)``: an integral
+    numpy float went through an array, so it shows as the integer it most likely was written
+    as), ``2.0`` (a Python float as parsed), ``1.5``, ``'x'``, ``true``, ``null``, ``nan``;
+    long values shortened."""
+    if isinstance(value, np.floating) and np.isfinite(value) and float(value).is_integer():
+        # a number that went through a float array: written as an integer, most likely
+        return str(int(value)) if abs(value) < 1e16 else repr(float(value))
     if isinstance(value, np.generic):
         value = value.item()
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, float):
-        if math.isfinite(value) and value.is_integer() and abs(value) < 1e16:
-            return str(int(value))
-        return repr(value)
     if isinstance(value, np.ndarray):
         value = value.tolist()
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def one_line(text: object, limit: int = 200) -> str:
+    """``text`` (a foreign library's message, say) on one line of at most ``limit`` characters."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 def type_name(value: Any) -> str:
@@ -154,7 +161,7 @@ def want_number(
         or (maximum is not None and v > maximum)
         or (above is not None and v <= above)
     ):
-        raise fail(f"{what} is {show(v)}; expected {expected}")
+        raise fail(f"{what} is {show(value)}; expected {expected}")
     return v
 
 

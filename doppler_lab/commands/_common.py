@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,42 @@ from ..graph import DataflowGraph
 from ..hardware import Cluster, make_cluster
 from ..jsonutil import to_jsonable
 from ..placement import Placement, random_placement, round_robin, single_device
+from ..validate import parse_int_text, parse_number_text, show
 
 PLACEMENT_KEYWORDS = ("round-robin", "single", "random")
+
+
+def int_arg(minimum: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type=``: an integer written in ASCII digits (``1e3`` too), at least
+    ``minimum``; never ``2.0``, ``1_0``, ``true`` or ``nan``. Its message reads after the
+    option's name: ``--devices must be >= 1, got '0'``."""
+
+    def integer(text: str) -> int:
+        value = parse_int_text(text)
+        if value is None:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}")
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text!r}")
+        return value
+
+    return integer
+
+
+def number_arg(minimum: float | None = None, above: float | None = None) -> Callable[[str], float]:
+    """An argparse ``type=``: a finite number (never ``nan``, ``inf``, ``1_0``), at least
+    ``minimum`` and greater than ``above`` when given."""
+
+    def number(text: str) -> float:
+        value = parse_number_text(text)
+        if value is None:
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {show(minimum)}, got {text!r}")
+        if above is not None and value <= above:
+            raise argparse.ArgumentTypeError(f"must be > {show(above)}, got {text!r}")
+        return value
+
+    return number
 
 
 def add_graph_argument(p: argparse.ArgumentParser) -> None:
@@ -36,7 +71,7 @@ def add_cluster_arguments(p: argparse.ArgumentParser, default_help: str = "") ->
         "devices for graphs with explicit costs (paper graphs), p100x4 otherwise" + default_help,
     )
     p.add_argument(
-        "--devices", type=int, metavar="N", help="number of devices (cpu/uniform clusters)"
+        "--devices", type=int_arg(1), metavar="N", help="number of devices (cpu/uniform clusters)"
     )
 
 
@@ -86,6 +121,7 @@ def resolve_cluster(args: argparse.Namespace, graph: DataflowGraph | None = None
         from ..importers.zoo import import_model  # a model: hf-llama, FILE.py:FUNC, a .pt2
 
         return import_model(spec)
+
 
 def resolve_cost_model(args: argparse.Namespace, graph: DataflowGraph, cluster: Cluster):
     """The calibrated cost model when ``--cluster`` names a calibration profile, else ``None``

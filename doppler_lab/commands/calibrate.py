@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
-from ._common import print_json, resolve_graph
+from ._common import int_arg, print_json, resolve_graph
 from .execute import add_device_arguments
 
 NAME = "calibrate"
@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also measure the workloads of 'doppler-lab bench fidelity' at their sizes",
     )
     p.add_argument("--name", help="profile label (default: the file name)")
-    p.add_argument("--seed", type=int, default=0, help="placements and inputs (default 0)")
+    p.add_argument("--seed", type=int_arg(0), default=0, help="placements and inputs (default 0)")
     p.add_argument("--quick", action="store_true", help="fewer sizes and repeats (a smoke run)")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
 

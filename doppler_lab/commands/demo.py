@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError
+from ._common import int_arg, number_arg
 
 NAME = "demo"
 HELP = "run the end-to-end demo and write reports/demo/index.html"
@@ -13,9 +14,12 @@ HELP = "run the end-to-end demo and write reports/demo/index.html"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="reports/demo", help="output folder (default: reports/demo)")
     p.add_argument(
-        "--scale", type=float, default=1.0, help="tensor-size scale of the workloads (default 1)"
+        "--scale",
+        type=number_arg(above=0),
+        default=1.0,
+        help="tensor-size scale of the workloads (default 1)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    p.add_argument("--seed", type=int_arg(0), default=0, help="seed (default 0)")
     p.add_argument("--quick", action="store_true", help="smallest settings, for a smoke run")
     p.add_argument(
         "--paper-graphs", metavar="DIR", help="folder with the paper's compute_graph/*.txt files"

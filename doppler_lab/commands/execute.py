@@ -9,6 +9,8 @@ from ..errors import ConfigError
 from ._common import (
     add_graph_argument,
     add_placement_argument,
+    int_arg,
+    number_arg,
     print_json,
     resolve_graph,
     resolve_placement,
@@ -29,12 +31,15 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--devices",
-        type=int,
+        type=int_arg(1),
         metavar="N",
         help="number of devices (default: 2-4 CPU workers, or all GPUs)",
     )
     p.add_argument(
-        "--threads", type=int, metavar="N", help="intra-op threads per CPU device (default 1)"
+        "--threads",
+        type=int_arg(1),
+        metavar="N",
+        help="intra-op threads per CPU device (default 1)",
     )
 
 
@@ -44,13 +49,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_placement_argument(p)
     p.add_argument(
         "--repeats",
-        type=int,
+        type=int_arg(1),
         default=3,
         metavar="N",
         help="timed runs; the makespan is their median (default 3)",
     )
     p.add_argument(
-        "--warmup", type=int, default=1, metavar="N", help="untimed runs first (default 1)"
+        "--warmup", type=int_arg(0), default=1, metavar="N", help="untimed runs first (default 1)"
     )
     p.add_argument(
         "--dispatch",
@@ -59,11 +64,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="order of ready ops on a device",
     )
     p.add_argument(
-        "--seed", type=int, default=0, help="input seed and random placements (default 0)"
+        "--seed", type=int_arg(0), default=0, help="input seed and random placements (default 0)"
     )
     p.add_argument(
         "--timeout",
-        type=float,
+        type=number_arg(above=0),
         default=120.0,
         metavar="S",
         help="a run that takes longer fails (default 120)",
@@ -131,7 +136,9 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         from ..executor.torch_ops import reference_outputs
 
-        match = compare_outputs(graph, result.outputs or {}, reference_outputs(graph, seed=args.seed))
+        match = compare_outputs(
+            graph, result.outputs or {}, reference_outputs(graph, seed=args.seed)
+        )
         out["outputs_match"] = match.ok
         out["max_abs_error"] = match.max_abs_error
         out["worst_output"] = match.worst

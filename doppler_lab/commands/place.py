@@ -14,6 +14,8 @@ from ..errors import ConfigError
 from ._common import (
     add_cluster_arguments,
     add_graph_argument,
+    int_arg,
+    number_arg,
     print_json,
     resolve_cluster,
     resolve_graph,
@@ -38,11 +40,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "default: paper for graphs with explicit costs, wc otherwise",
     )
     p.add_argument(
-        "--noise", type=float, default=0.0, help="lognormal sigma of durations when simulating"
+        "--noise",
+        type=number_arg(minimum=0),
+        default=0.0,
+        help="lognormal sigma of durations when simulating",
     )
-    p.add_argument("--budget", type=int, metavar="N", help="simulator calls for search placers")
-    p.add_argument("--time-limit", type=float, metavar="S", help="seconds for the exact solver")
-    p.add_argument("--seed", type=int, default=0, help="seed of the placer and the simulator noise")
+    p.add_argument(
+        "--budget", type=int_arg(1), metavar="N", help="simulator calls for search placers"
+    )
+    p.add_argument(
+        "--time-limit", type=number_arg(above=0), metavar="S", help="seconds for the exact solver"
+    )
+    p.add_argument(
+        "--seed", type=int_arg(0), default=0, help="seed of the placer and the simulator noise"
+    )
     p.add_argument(
         "--checkpoint",
         metavar="CKPT",

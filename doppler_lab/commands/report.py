@@ -6,6 +6,8 @@ import argparse
 import shlex
 import sys
 
+from ._common import int_arg
+
 NAME = "report"
 HELP = "execute every notebook, render each to HTML, and write reports/index.html"
 
@@ -36,7 +38,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="run the other notebooks after a failure (the exit code is still 1)",
     )
     p.add_argument(
-        "--timeout", type=int, default=3600, metavar="S", help="limit per cell (default 3600 s)"
+        "--timeout",
+        type=int_arg(1),
+        default=3600,
+        metavar="S",
+        help="limit per cell (default 3600 s)",
     )
     p.add_argument("--list", action="store_true", help="list the notebooks and their quick profile")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -10,6 +10,8 @@ from ._common import (
     add_cluster_arguments,
     add_graph_argument,
     add_placement_argument,
+    int_arg,
+    number_arg,
     print_json,
     resolve_cluster,
     resolve_cost_model,
@@ -31,10 +33,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="default: paper for graphs with explicit costs (the paper's files), wc otherwise",
     )
     p.add_argument(
-        "--noise", type=float, default=0.0, help="sigma of lognormal duration noise (default 0)"
+        "--noise",
+        type=number_arg(minimum=0),
+        default=0.0,
+        help="sigma of lognormal duration noise (default 0)",
     )
     p.add_argument(
-        "--seed", type=int, default=0, help="seed for noise and random placements (default 0)"
+        "--seed",
+        type=int_arg(0),
+        default=0,
+        help="seed for noise and random placements (default 0)",
     )
     p.add_argument(
         "--dispatch", choices=("fifo", "priority"), default="fifo", help="ready-op order (wc only)"

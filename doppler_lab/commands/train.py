@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ._common import add_cluster_arguments, print_json, resolve_cluster, resolve_graph
+from ._common import (
+    add_cluster_arguments,
+    int_arg,
+    number_arg,
+    print_json,
+    resolve_cluster,
+    resolve_graph,
+)
 
 NAME = "train"
 HELP = "train a placement policy (imitation, simulator RL, real-system RL); resumes in --out"
@@ -37,11 +44,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=("paper", "wc", "bsp"),
         help="simulator semantics; default: paper for graphs with explicit costs, wc otherwise",
     )
-    p.add_argument("--noise", type=float, help="simulator duration noise sigma (default 0)")
-    p.add_argument("--episodes", type=int, metavar="N", help="episodes per stage")
-    p.add_argument("--episodes-per-update", type=int, metavar="K", help="episodes per update")
-    p.add_argument("--lr", type=float, help="learning rate (both optimisers)")
-    p.add_argument("--seed", type=int, help="seed (weights, rollouts, noise); default 0")
+    p.add_argument(
+        "--noise", type=number_arg(minimum=0), help="simulator duration noise sigma (default 0)"
+    )
+    p.add_argument("--episodes", type=int_arg(1), metavar="N", help="episodes per stage")
+    p.add_argument(
+        "--episodes-per-update", type=int_arg(1), metavar="K", help="episodes per update"
+    )
+    p.add_argument("--lr", type=number_arg(above=0), help="learning rate (both optimisers)")
+    p.add_argument("--seed", type=int_arg(0), help="seed (weights, rollouts, noise); default 0")
     p.add_argument(
         "--out", required=True, metavar="DIR", help="run directory (resumed if it holds a run)"
     )
@@ -73,7 +84,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="any policy-config field for a fresh start, e.g. --policy-set hidden=128",
     )
-    p.add_argument("--repeats", type=int, help="real stage: timed runs per cost evaluation")
+    p.add_argument("--repeats", type=int_arg(1), help="real stage: timed runs per cost evaluation")
     p.add_argument(
         "--allow-device-change",
         action="store_true",

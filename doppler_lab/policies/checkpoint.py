@@ -17,18 +17,34 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, ConfigError
+from ..validate import (
+    is_int,
+    one_line,
+    show,
+    type_name,
+    want_bool,
+    want_fields,
+    want_int,
+    want_number,
+    want_object,
+    want_str,
+)
 from .base import PlacementPolicy
 from .config import PolicyConfig
 from .features import LAYOUTS
 
 CHECKPOINT_FORMAT = "doppler_lab.policy"
 CHECKPOINT_VERSION = 1
+#: keys of a checkpoint dict (the first five are required) and of its ``policy`` header
+CHECKPOINT_FIELDS = ("format", "version", "policy", "state_dict", "meta", "train")
+POLICY_HEADER_FIELDS = ("kind", "config", "layout", "num_devices")
 
 
 def make_policy(config: PolicyConfig, num_devices: int, seed: int = 0) -> PlacementPolicy:
@@ -87,23 +103,59 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         doc = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for foreign files
-        raise CheckpointError(f"checkpoint {str(p)!r} cannot be read: {exc}") from None
+        raise CheckpointError(f"checkpoint {str(p)!r} cannot be read: {one_line(exc)}") from None
     if not isinstance(doc, dict) or doc.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(
             f"{str(p)!r} is not a doppler_lab policy checkpoint (format "
-            f"{doc.get('format') if isinstance(doc, dict) else type(doc).__name__!r}, "
+            f"{show(doc.get('format')) if isinstance(doc, dict) else type(doc).__name__}, "
             f"expected {CHECKPOINT_FORMAT!r})"
         )
-    if doc.get("version") != CHECKPOINT_VERSION:
+    if not is_int(doc.get("version")) or doc.get("version") != CHECKPOINT_VERSION:
         raise CheckpointError(
-            f"checkpoint {str(p)!r} has version {doc.get('version')!r}, expected {CHECKPOINT_VERSION}"
+            f"checkpoint {str(p)!r} has version {show(doc.get('version'))}, expected {CHECKPOINT_VERSION}"
         )
+    _check_types(str(p), doc)
     return doc
+
+
+def _check_types(path: str, doc: dict[str, Any]) -> None:
+    """The types of every part of a checkpoint dict (not yet whether they fit this version)."""
+
+    def fail(msg: str) -> CheckpointError:
+        return CheckpointError(f"checkpoint {path!r}: {msg}")
+
+    want_fields(doc, "the checkpoint", fail, CHECKPOINT_FIELDS[:5], CHECKPOINT_FIELDS)
+    head = want_fields(doc["policy"], "'policy'", fail, POLICY_HEADER_FIELDS)
+    want_str(head["kind"], "policy kind", fail)
+    want_object(head["layout"], "policy layout", fail)
+    want_int(head["num_devices"], "policy num_devices", fail, minimum=1)
+    config = want_object(head["config"], "policy config", fail)
+    defaults = {f.name: f.default for f in fields(PolicyConfig)}
+    for key, value in config.items():
+        default = defaults.get(key)
+        what = f"policy config {key}"
+        if isinstance(default, bool):
+            want_bool(value, what, fail)
+        elif isinstance(default, int):
+            want_int(value, what, fail, minimum=1)
+        elif isinstance(default, float):
+            want_number(value, what, fail)
+        elif isinstance(default, str):
+            want_str(value, what, fail)
+    state = want_object(doc["state_dict"], "'state_dict'", fail)
+    for key, value in state.items():
+        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+            raise fail(
+                f"state_dict entry {show(key)} is {type_name(value)}; expected a tensor by name"
+            )
+    want_object(doc["meta"], "'meta'", fail)
+    if doc.get("train") is not None:
+        want_object(doc["train"], "'train'", fail)
 
 
 def _check_layout(path: str, saved: dict[str, Any]) -> None:
     name = saved.get("name")
-    if name not in LAYOUTS:
+    if not isinstance(name, str) or name not in LAYOUTS:
         raise CheckpointError(
             f"checkpoint {path!r} uses feature layout {name!r}, which this version does not "
             f"know; expected one of {sorted(LAYOUTS)}"
@@ -142,9 +194,12 @@ def load_policy(
         raise CheckpointError(
             f"checkpoint {sp!r} holds a {kind!r} policy, expected {' or '.join(map(repr, kinds))}"
         )
-    _check_layout(sp, head.get("layout", {}))
-    config = PolicyConfig.from_dict(dict(head["config"]))
-    saved_d = int(head["num_devices"])
+    _check_layout(sp, head["layout"])
+    try:
+        config = PolicyConfig.from_dict(dict(head["config"]))
+    except ConfigError as exc:
+        raise CheckpointError(f"checkpoint {sp!r}: {exc}") from None
+    saved_d = head["num_devices"]
     d = saved_d if num_devices is None else int(num_devices)
     if d != saved_d and not allow_device_change:
         raise CheckpointError(
@@ -154,11 +209,16 @@ def load_policy(
         )
     policy = make_policy(config, d)
     state = doc["state_dict"]
-    if d == saved_d:
-        policy.load_state_dict(state)
-    else:
-        own = policy.state_dict()
-        keep = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
-        policy.load_state_dict(keep, strict=False)
-        doc.setdefault("meta", {})["reinitialised"] = sorted(set(own) - set(keep))
+    try:
+        if d == saved_d:
+            policy.load_state_dict(state)
+        else:
+            own = policy.state_dict()
+            keep = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
+            policy.load_state_dict(keep, strict=False)
+            doc["meta"]["reinitialised"] = sorted(set(own) - set(keep))
+    except RuntimeError as exc:  # torch: missing, unexpected or mis-shaped weights
+        raise CheckpointError(
+            f"checkpoint {sp!r}: its weights do not fit its {kind!r} policy: {one_line(exc)}"
+        ) from None
     return policy, doc

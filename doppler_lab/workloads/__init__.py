@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import inspect
+import math
 import re
 from collections.abc import Callable
 from types import MappingProxyType
@@ -23,6 +24,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..graph import DataflowGraph
+from ..validate import is_int, is_number, parse_int_text, parse_number_text, show
 from .chainmm import chainmm
 from .ffnn import ffnn
 from .llama import llama_block, llama_layer
@@ -65,20 +67,20 @@ def _coerce(workload: str, key: str, value: Any, default: Any) -> Any:
     if isinstance(default, bool):
         ok, expected = isinstance(value, bool), "true or false"
     elif isinstance(default, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)  # "1e3"
-        ok, expected = isinstance(value, int) and not isinstance(value, bool), "an integer"
+        ok, expected = is_int(value), "an integer"  # never 8.0 or true: "1e3" parses as 1000
     elif isinstance(default, float):
-        if isinstance(value, str):  # a named value (scale="tiny"): the generator checks it
+        if isinstance(value, str) and key == "scale":  # a named scale ("tiny"): checked there
             return value
-        ok, expected = isinstance(value, int | float) and not isinstance(value, bool), "a number"
+        ok, expected = is_number(value) and math.isfinite(value), "a finite number"
         value = float(value) if ok else value
     elif isinstance(default, str):
         ok, expected = isinstance(value, str), "a string"
     else:
         ok, expected = True, ""
     if not ok:
-        raise ConfigError(f"workload {workload!r}: parameter {key}={value!r}; expected {expected}")
+        raise ConfigError(
+            f"workload {workload!r}: parameter {key}={show(value)}; expected {expected}"
+        )
     return value
 
 
@@ -99,23 +101,23 @@ def build(name: str, **params: Any) -> DataflowGraph:
 
 
 def _parse_value(text: str) -> Any:
-    """``8`` -> int, ``1e-5`` / ``0.5`` / ``1/256`` -> float, ``true``/``false`` -> bool, else str."""
+    """``8`` / ``1e3`` -> int, ``1e-5`` / ``0.5`` / ``1/256`` -> float, ``true``/``false`` ->
+    bool, anything else (``nan``, ``1_000``, ``٣``) -> the string itself, which a numeric
+    parameter then rejects."""
     low = text.lower()
     if low in ("true", "false"):
         return low == "true"
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    frac = re.fullmatch(r"\s*([0-9.eE+-]+)\s*/\s*([0-9.eE+-]+)\s*", text)
-    if frac:
-        try:
-            den = float(frac.group(2))
-            if den != 0:
-                return float(frac.group(1)) / den
-        except ValueError:
-            pass
+    whole = parse_int_text(text)
+    if whole is not None:
+        return whole
+    number = parse_number_text(text)
+    if number is not None:
+        return number
+    num, slash, den = text.partition("/")
+    if slash:
+        a, b = parse_number_text(num), parse_number_text(den)
+        if a is not None and b and math.isfinite(a / b):
+            return a / b
     return text
 
 

@@ -65,7 +65,7 @@ def test_unknown_names_and_parameters_list_what_is_valid():
         build_from_spec("llama_block:head=8")
     with pytest.raises(ConfigError, match="parameter heads='many'; expected an integer"):
         build("llama_block", heads="many")
-    with pytest.raises(ConfigError, match="parameter scale=True"):
+    with pytest.raises(ConfigError, match="parameter scale=true"):
         build("chainmm", scale=True)
 
 
