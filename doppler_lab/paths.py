@@ -43,6 +43,13 @@ def user_data_dir() -> Path:
     return Path(base) / "doppler_lab"
 
 
+def user_cache_dir() -> Path:
+    """The per-user cache folder: ``$XDG_CACHE_HOME/doppler_lab``, else
+    ``~/.cache/doppler_lab`` (it need not exist)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "doppler_lab"
+
+
 def user_paper_graphs_dir() -> Path:
     """Where ``doppler-lab data paper-graphs`` installs the paper's graphs by default."""
     return user_data_dir() / "paper-graphs"
@@ -120,6 +127,7 @@ __all__ = [
     "paper_graph_dirs",
     "paper_graph_path",
     "paper_graphs_dir",
+    "user_cache_dir",
     "user_data_dir",
     "user_paper_graphs_dir",
 ]

@@ -1,4 +1,9 @@
-"""Writing benchmark results: one JSON record and one Markdown page per benchmark."""
+"""Writing benchmark results: one JSON record and one Markdown page per benchmark.
+
+Every record carries the code version it was measured with (``code_version``, see
+:mod:`doppler_lab.codeversion`), shown in the page's header; :func:`read_report` reads records
+written before versions were recorded too (their ``code_version`` is ``None``).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from ..jsonutil import to_jsonable, write_json
+from ..codeversion import code_version
+from ..jsonutil import read_json, to_jsonable, write_json
+
+CODE_VERSION_NOTE = (
+    "digest of the package sources that can change a number (doppler_lab.codeversion)"
+)
 
 
 def machine_info() -> dict[str, Any]:
@@ -83,6 +93,7 @@ def write_report(
         "title": title,
         "command": command,
         "machine": machine_info(),
+        "code_version": code_version(),
         "summary": summary or {},
         "tables": {k: list(rows) for k, (rows, _) in tables.items()},
         "notes": list(notes),
@@ -93,6 +104,7 @@ def write_report(
         md += [f"Command: `{command}`", ""]
     m = record["machine"]
     md += [f"Machine: {m['cpus']} CPUs ({m['processor']}), Python {m['python']}, {m['date']}", ""]
+    md += [f"Code version: `{record['code_version']}` ({CODE_VERSION_NOTE})", ""]
     if summary:
         md += [
             "## Summary",
@@ -101,8 +113,21 @@ def write_report(
             "",
         ]
     for section, (rows, cols) in tables.items():
-        md += [f"## {section}", "", markdown_table(rows, cols), ""]
+        md += [f"## {section}", "", f"Code version `{record['code_version']}`.", ""]
+        md += [markdown_table(rows, cols), ""]
     if notes:
         md += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     (out / f"{name}.md").write_text("\n".join(md))
+    return record
+
+
+def read_report(path: str | Path) -> dict[str, Any]:
+    """A benchmark record written by :func:`write_report`; one written before code versions
+    were recorded reads with ``code_version`` ``None``."""
+    from ..errors import ConfigError
+
+    record = read_json(path, "benchmark record")
+    if not isinstance(record, dict) or "benchmark" not in record:
+        raise ConfigError(f"benchmark record {str(path)!r} has no 'benchmark' field")
+    record.setdefault("code_version", None)
     return record

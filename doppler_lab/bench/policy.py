@@ -14,10 +14,12 @@ Three parts, each written into ``reports/bench/policy.{json,md}``:
 - **ablations**: dual vs SEL-only vs PLC-only, and Stages I+II vs II alone vs I alone.
 
 Every (graph, method, seed) trains in its own resumable run directory under ``runs_dir``
-(default ``runs/bench_policy``, beside the reports, never committed) and writes
-``result.json`` when evaluated; a rerun skips finished cases and resumes unfinished ones, so the
-full benchmark can be stopped and restarted. Trained policies are also copied to
-``<runs_dir>/checkpoints/<placer>/<graph>.pt`` where ``bench quality`` finds them.
+(default ``runs/bench_policy``, beside the reports, never committed), named by the
+configuration and the code version (:func:`doppler_lab.codeversion.versioned_key`), and writes
+``result.json`` when evaluated; a rerun of the same code skips finished cases and resumes
+unfinished ones, so the full benchmark can be stopped and restarted, while changed code trains
+anew (notebook 07 reuses these runs when its code version matches). Trained policies are also
+copied to ``<runs_dir>/checkpoints/<placer>/<graph>.pt`` where ``bench quality`` finds them.
 """
 
 from __future__ import annotations
@@ -260,7 +262,7 @@ def run_case(
     """Train (or resume) and evaluate one (graph, method, seed); cached in ``result.json``."""
     import torch
 
-    from ..jsonutil import config_key
+    from ..codeversion import code_version, versioned_key
     from ..policies.config import POLICY_PRESETS
     from ..policies.placers import best_of_rollouts
     from ..train.pipeline import run_pipeline
@@ -272,8 +274,8 @@ def run_case(
     pcfg = base.replace(kind=kind, **changes)
     stages = _stages(cfg, method, case.semantics, seed)
     # the run directory is keyed by everything that shapes the result: a changed configuration
-    # trains anew instead of reusing a stale result
-    key = config_key(pcfg, [c.to_dict() for c in stages], cfg.samples)
+    # or changed code trains anew instead of reusing a stale result
+    key = versioned_key(pcfg, [c.to_dict() for c in stages], cfg.samples)
     run_dir = root / case.name / method / f"seed{seed}-{key}"
     result_path = run_dir / "result.json"
     if result_path.exists():
@@ -305,6 +307,7 @@ def run_case(
         "train_s": train_s,
         "best_seen": min(r.summary["best_cost"][graph.name] for r in results),
         "checkpoint": str(results[-1].checkpoint),
+        "code_version": code_version(),
     }
     result_path.write_text(json.dumps(out, indent=1))
     return out
@@ -590,13 +593,18 @@ def run(
     else:
         results = [_run_case_star(t) for t in tqdm(tasks, **bar)]
     _export_checkpoints(results, root)
-    # speed last, after the training processes are gone; cached (delete speed.json to remeasure)
+    # speed last, after the training processes are gone; cached for this code version (delete
+    # speed.json to remeasure; a file from other code, or from before versions, is remeasured)
+    from ..codeversion import code_version
+
     speed_path = root / "speed.json"
-    if speed_path.exists():
-        arch, scale = json.loads(speed_path.read_text())
+    cached = json.loads(speed_path.read_text()) if speed_path.exists() else None
+    if isinstance(cached, dict) and cached.get("code_version") == code_version():
+        arch, scale = cached["arch"], cached["scale"]
     else:
         arch, scale = speed_rows(cfg, speed_case)
-        speed_path.write_text(json.dumps([arch, scale], indent=1))
+        speed = {"code_version": code_version(), "arch": arch, "scale": scale}
+        speed_path.write_text(json.dumps(speed, indent=1))
     quality = quality_tables(cfg, [c for c in cases if c.group == "paper"], results, cfg.methods)
     workloads = quality_tables(
         cfg, [c for c in cases if c.group == "workload"], results, ["doppler"]

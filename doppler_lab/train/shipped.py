@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..jsonutil import config_key
+from ..codeversion import versioned_key
 from ..policies.config import PLACED_NORMS, PolicyConfig
 
 SHIPPED_WORKLOADS: tuple[str, ...] = ("chainmm", "ffnn", "llama_block", "llama_layer", "moe_layer")
@@ -61,8 +61,9 @@ def train_shipped(
         preset("sim", **{**common, **(train_overrides or {}), "episodes": sim_episodes}),
     ]
     pcfg = POLICY_PRESETS["default"].replace(placed_norm=placed_norm)
-    # keyed by configuration like every other run folder: other settings train anew
-    run_dir = Path(work_dir) / f"{name}-{config_key(pcfg, *stages)}"
+    # keyed by configuration and code version like every other run folder: other settings or
+    # changed code train anew
+    run_dir = Path(work_dir) / f"{name}-{versioned_key(pcfg, *stages)}"
     t0 = time.perf_counter()
     results = run_pipeline(stages, [graph], cluster, pcfg, run_dir, progress=False)
     train_s = time.perf_counter() - t0

@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from ...codeversion import versioned_key
 from ...errors import ConfigError
 from ...graph import DataflowGraph
 from ...hardware import Cluster
-from ...jsonutil import config_key
 from ...placement import Placement
 from ...trace import Trace
 from .common import (
@@ -302,7 +302,7 @@ def run_stage_ablation(
         placements: dict[str, Placement] = {}
         first = config.seed
         for seed in tqdm(range(first, first + config.seeds), desc="seeds", disable=not progress):
-            key = config_key(pcfg, *config.stage_configs(seed).values())
+            key = versioned_key(pcfg, *config.stage_configs(seed).values())
             done = _train_seed(
                 config, seed, graph, cluster, pcfg, Path(out_dir) / f"seed{seed}-{key}", progress
             )

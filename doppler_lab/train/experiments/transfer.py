@@ -12,10 +12,10 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
+from ...codeversion import versioned_key
 from ...errors import ConfigError
 from ...graph import DataflowGraph
 from ...hardware import Cluster, make_cluster
-from ...jsonutil import config_key
 from .common import (
     episodes_to_reach,
     finite_or_none,
@@ -286,7 +286,7 @@ def run_transfers(
         for case in tqdm(cases, desc="transfer cases", disable=not progress):
             if case.source_label not in sources:
                 sg, sc, ssem = case_graph(case.source, case.source_cluster, paper_graphs_dir)
-                key = config_key(
+                key = versioned_key(
                     pcfg,
                     preset("sim", **overrides),
                     source_imitation_episodes,
@@ -316,7 +316,7 @@ def run_transfers(
                     "sim", **{"semantics": sem, "seed": s, "eval_every": eval_every, **overrides}
                 )
                 rl = rl.replace(episodes=episodes)
-                key = config_key(pcfg, rl, imitation_episodes, str(ckpt))
+                key = versioned_key(pcfg, rl, imitation_episodes, str(ckpt))
                 ft_curve, sc_curve, rows = _transfer_seed(
                     graph,
                     cluster,
