@@ -102,14 +102,23 @@ def test_pluggable_cost(graph):
 
 
 def test_paper_graph_cp_matches_the_cp_placer():
-    from doppler_lab.placers import place
+    from doppler_lab.placers import get_placer
 
     g = read_paper_graph(paper_graph_path("chain_mm_112nodes"))
-    env = PlacementEnv(g, make_cluster("uniform", 4))
-    _, _, info = _run_teacher(env, 3)
-    cp = place("cp", g, make_cluster("uniform", 4), seed=3)
-    sim = Simulator(g, make_cluster("uniform", 4))
-    assert info["cost"] >= sim.lower_bound() and sim.makespan(cp) >= sim.lower_bound()
+    cluster = make_cluster("uniform", 4)
+    env = PlacementEnv(g, cluster)  # est timing, as the cp placer's default
+    env.reset(seed=3)
+    steps, done = [], False
+    while not done:
+        node, device = (int(x) for x in env.teacher_action())
+        steps.append((node, device))
+        _, _, done, _, info = env.step([node, device])
+    # the placer with the same seed: its ties drawn from the same stream as the env's np_random
+    cp = get_placer("cp").run(g, cluster, np.random.default_rng(3))
+    assert steps == [(d.node, d.device) for d in cp.decisions]
+    np.testing.assert_array_equal(info["placement"].device, cp.placement.device)
+    sim = Simulator(g, cluster)
+    assert info["cost"] == sim.makespan(cp.placement) >= sim.lower_bound()
 
 
 def test_bad_options(graph):
