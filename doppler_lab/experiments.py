@@ -2,8 +2,11 @@
 
 Every notebook in ``notebooks/`` has a cell tagged ``parameters`` (flat literals, among them
 ``out_dir``, ``seed`` and ``interactive``) and ends by writing ``summary.json`` into ``out_dir``.
-:func:`run_notebook` executes one headlessly and returns that summary; the test suite and
-``doppler-lab report`` both go through it.
+Opened in JupyterLab a notebook runs its defaults: ``interactive = True`` (widgets, progress bars)
+and ``out_dir = "reports/<notebook>"``, which :func:`repo_path` resolves from the repository root
+whatever the kernel's working directory. :func:`run_notebook` executes one headlessly
+(``interactive=False`` unless given, ``out_dir`` absolute) and returns that summary; the test suite
+and ``doppler-lab report`` both go through it.
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ def run_notebook(
     """Execute ``notebook`` with papermill into ``out_dir`` and return its ``summary.json``.
 
     The executed copy is written to ``out_dir/<name>.ipynb``; the notebook runs with its own
-    folder as working directory and gets ``out_dir`` (absolute) as a parameter.
+    folder as working directory and gets ``out_dir`` (absolute) as a parameter, and
+    ``interactive=False`` unless ``parameters`` says otherwise (no widgets, no progress bars).
     """
     import papermill as pm
 
@@ -72,6 +76,8 @@ def run_notebook(
             f"notebook {nb_path.name} has no parameter(s) {unknown}; it takes {sorted(declared)}"
         )
     params["out_dir"] = str(out)
+    if "interactive" in declared:
+        params.setdefault("interactive", False)
     env_before = os.environ.get("PYDEVD_DISABLE_FILE_VALIDATION")
     os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"  # quiets a debugger warning in kernels
     try:
@@ -124,6 +130,19 @@ def render_html(executed_notebook: str | os.PathLike, html_path: str | os.PathLi
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(body)
     return out
+
+
+def repo_path(path: str | os.PathLike) -> Path:
+    """A folder named by a notebook parameter: ``path`` itself when absolute, else ``path`` under
+    the repository root, so a notebook writes to the same place whether JupyterLab (the notebook's
+    folder), papermill or a shell in the checkout runs it.
+
+    Example:
+        >>> repo_path("reports/00_quickstart") == REPO_ROOT / "reports" / "00_quickstart"
+        True
+    """
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else REPO_ROOT / p
 
 
 def setup_notebook(interactive: bool = False) -> None:

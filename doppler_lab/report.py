@@ -1,8 +1,10 @@
 """The report site: every notebook executed, rendered to HTML with live charts, and an index.
 
 ``doppler-lab report`` (``make reports``) runs each notebook of ``notebooks/`` headlessly with
-its own defaults (a notebook's ``parameters`` cell holds its report-sized settings), or with the
-built-in ``quick`` profile, or with overrides from a JSON file, and writes::
+its own defaults (a notebook's ``parameters`` cell holds its report-sized settings), or with its
+``quick`` profile (``--quick``: small settings stored in the notebook's metadata under
+``doppler_lab.quick``, see :func:`quick_parameters`), or with overrides from a JSON file, and
+writes::
 
     reports/index.html             title, question, key numbers, run time and status per notebook
     reports/site.json              the same, machine-readable (kept across --only runs)
@@ -31,7 +33,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from .errors import ConfigError
@@ -39,31 +40,9 @@ from .experiments import NOTEBOOKS_DIR, REPO_ROOT, notebook_parameters, render_h
 
 SITE_FORMAT = "doppler_lab.report_site"
 SITE_VERSION = 1
-#: a notebook may hold its own quick profile in its metadata under this key: ``{"quick": {...}}``
+#: a notebook holds its quick profile in its metadata: ``{"doppler_lab": {"quick": {...}}}``
 METADATA_KEY = "doppler_lab"
-
-#: small parameters per notebook (by stem), so that ``--quick`` builds the site in minutes
-QUICK_PARAMETERS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
-    {
-        "00_quickstart": MappingProxyType({"scale": 0.1}),
-        "01_dataflow_graphs": MappingProxyType({"scale": 0.1, "draw": "llama_block"}),
-        "02_work_conserving_simulation": MappingProxyType(
-            {"scale": 0.1, "noise_seeds": 10, "random_orders": 20}
-        ),
-        "03_baselines": MappingProxyType(
-            {
-                "paper_graphs": "chain_mm_112nodes,ffnn_192nodes",
-                "workloads": "chainmm,llama_block",
-                "scale": "tiny",
-                "seeds": 2,
-                "search_budget": 100,
-                "exact_time_limit": 2.0,
-                "gantt_graph": "llama_block",
-            }
-        ),
-        "11_placement_explorer": MappingProxyType({"scale": 0.1, "noise_seeds": 3}),
-    }
-)
+QUICK_KEY = "quick"
 
 STATUSES: tuple[str, ...] = ("ok", "failed", "not run")
 MAX_KEY_NUMBERS = 10
@@ -151,18 +130,32 @@ def _matches(stem: str, name: str) -> bool:
 
 
 def quick_parameters(path: str | os.PathLike) -> dict[str, Any] | None:
-    """The ``quick`` profile of a notebook: its metadata's ``doppler_lab.quick`` mapping, else
-    :data:`QUICK_PARAMETERS`; None when it has neither. Parameters the notebook does not declare
-    are left out (the profile follows the notebook as it changes)."""
+    """The ``quick`` profile of a notebook: the ``doppler_lab.quick`` mapping of its metadata
+    (small values of some of its parameters, for ``doppler-lab report --quick``); None when it
+    has none.
+
+    Raises:
+        ConfigError: the profile is not a mapping, or names a parameter the notebook's
+            ``parameters`` cell does not declare.
+    """
     import nbformat
 
     nb = nbformat.read(str(path), as_version=4)
-    own = nb.metadata.get(METADATA_KEY, {}).get("quick")
-    profile = own if own is not None else QUICK_PARAMETERS.get(Path(path).stem)
+    meta = nb.metadata.get(METADATA_KEY, {})
+    profile = meta.get(QUICK_KEY) if isinstance(meta, Mapping) else None
     if profile is None:
         return None
+    where = f"notebook {Path(path).name}: metadata {METADATA_KEY}.{QUICK_KEY}"
+    if not isinstance(profile, Mapping):
+        raise ConfigError(f"{where} is {profile!r}; expected an object of parameter -> value")
     declared = notebook_parameters(path)
-    return {k: v for k, v in profile.items() if k in declared}
+    unknown = sorted(set(profile) - set(declared))
+    if unknown:
+        raise ConfigError(
+            f"{where} names {unknown}, not in its parameters cell; expected some of "
+            f"{sorted(declared)}"
+        )
+    return dict(profile)
 
 
 def read_params_file(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
@@ -459,6 +452,10 @@ def _merge(
     return results
 
 
+#: what :func:`run_notebook` passes every notebook besides ``out_dir`` (not an override)
+_HEADLESS = (("interactive", False),)
+
+
 def recovered_result(out_dir: str | os.PathLike, info: NotebookInfo) -> NotebookResult | None:
     """A notebook's line rebuilt from what an earlier build left on disk (its executed copy,
     ``summary.json`` and page) when ``site.json`` does not list it, e.g. after that build was
@@ -472,7 +469,8 @@ def recovered_result(out_dir: str | os.PathLike, info: NotebookInfo) -> Notebook
     if not (executed.exists() and page.exists() and summary.exists()):
         return None
     meta = json.loads(executed.read_text(encoding="utf-8")).get("metadata", {}).get("papermill", {})
-    params = {k: v for k, v in (meta.get("parameters") or {}).items() if k != "out_dir"}
+    given = meta.get("parameters") or {}
+    params = {k: v for k, v in given.items() if (k, v) not in _HEADLESS and k != "out_dir"}
     failed = bool(meta.get("exception"))
     return NotebookResult(
         info.stem,

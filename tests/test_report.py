@@ -11,9 +11,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from doppler_lab.cli import main
 from doppler_lab.errors import ConfigError
-from doppler_lab.experiments import NOTEBOOKS_DIR, notebook_parameters
+from doppler_lab.experiments import NOTEBOOKS_DIR
 from doppler_lab.report import (
-    QUICK_PARAMETERS,
     build_site,
     find_notebooks,
     key_numbers,
@@ -31,13 +30,13 @@ def _notebook(folder: Path, stem: str, body: str, quick: dict | None = None) -> 
             new_markdown_cell(f"# Title of {stem}\n\n**Question.** Does {stem}\nwork?\n\nMore."),
             new_code_cell("from doppler_lab.experiments import write_summary"),
             new_code_cell(
-                'value = 1.5  # a number\nseed = 0  # seed\ninteractive = False  # widgets\nout_dir = "."  # output',
+                'value = 1.5  # a number\nseed = 0  # seed\ninteractive = True  # widgets\nout_dir = "."  # output',
                 metadata={"tags": ["parameters"]},
             ),
             new_code_cell(body),
             new_code_cell(
                 'write_summary(out_dir, {"value": value, "name": "x", "rows": [1, 2], '
-                '"by": {"a": 1, "b": 2}})'
+                '"by": {"a": 1, "b": 2}, "interactive": interactive})'
             ),
         ]
     )
@@ -58,7 +57,7 @@ def notebooks(tmp_path: Path) -> Path:
     folder = tmp_path / "notebooks"
     folder.mkdir()
     _notebook(folder, "00_fails", "raise ValueError('bad value ' + str(value))")
-    _notebook(folder, "01_works", "value = value * 2", quick={"value": 0.5, "unknown": 1})
+    _notebook(folder, "01_works", "value = value * 2", quick={"value": 0.5})
     return folder
 
 
@@ -102,13 +101,17 @@ def test_find_notebooks(notebooks):
         find_notebooks(None, notebooks / "missing")
 
 
-def test_quick_parameters(notebooks):
-    assert quick_parameters(notebooks / "01_works.ipynb") == {"value": 0.5}  # unknown dropped
+def test_quick_parameters(notebooks, tmp_path):
+    assert quick_parameters(notebooks / "01_works.ipynb") == {"value": 0.5}
     assert quick_parameters(notebooks / "00_fails.ipynb") is None
-    for stem, params in QUICK_PARAMETERS.items():  # the built-in profile fits the notebooks
-        path = NOTEBOOKS_DIR / f"{stem}.ipynb"
-        if path.exists():
-            assert set(params) <= set(notebook_parameters(path)), stem
+    stale = _notebook(tmp_path, "02_stale", "pass", quick={"value": 0.5, "gone": 1})
+    with pytest.raises(
+        ConfigError, match=r"02_stale.ipynb: metadata doppler_lab.quick names \['gone'\]"
+    ):
+        quick_parameters(stale)
+    odd = _notebook(tmp_path, "03_odd", "pass", quick=[1])
+    with pytest.raises(ConfigError, match="expected an object of parameter -> value"):
+        quick_parameters(odd)
 
 
 def test_read_params_file(tmp_path):
@@ -151,7 +154,14 @@ def test_build_site_stops_at_a_failure_then_keeps_going(notebooks, tmp_path):
     works = {r.stem: r for r in site.results}["01_works"]
     assert works.status == "ok" and works.profile == "custom"
     assert works.parameters == {"value": 0.5, "seed": 3}
-    assert works.key_numbers == {"value": 1.0, "name": "x", "by.a": 1, "by.b": 2}
+    # papermill runs pass interactive=False (the notebook's own default is True)
+    assert works.key_numbers == {
+        "value": 1.0,
+        "name": "x",
+        "by.a": 1,
+        "by.b": 2,
+        "interactive": False,
+    }
     assert (out / "01_works" / "summary.json").exists()
     assert (out / "01_works" / "01_works.html").exists()
     page = site.index.read_text()

@@ -2,7 +2,8 @@
 
 Each notebook ``notebooks/NN_name.ipynb`` has its own ``tests/notebooks/test_NN_name.py`` that
 calls the ``run_notebook`` fixture; ``test_layout.py`` checks that every notebook is covered and
-stored clean.
+stored clean. Every test here that uses the fixture carries the ``notebook`` marker, so
+``pytest -m "not slow and not notebook"`` leaves the papermill tier out (the layout checks stay).
 """
 
 from __future__ import annotations
@@ -13,6 +14,14 @@ import pytest
 
 from doppler_lab.experiments import NOTEBOOKS_DIR
 from doppler_lab.experiments import run_notebook as _run
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests of this folder that execute a notebook (they use ``run_notebook``)."""
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(here) and "run_notebook" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.notebook)
 
 
 @pytest.fixture

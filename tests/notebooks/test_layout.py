@@ -1,4 +1,5 @@
-"""Every notebook is covered by a test, stored without outputs, and follows the layout."""
+"""Every notebook is covered by a test, stored without outputs, follows the layout, and has a
+quick profile for ``doppler-lab report --quick``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import nbformat
 import pytest
 
 from doppler_lab.experiments import NOTEBOOKS_DIR, notebook_parameters
+from doppler_lab.report import METADATA_KEY, QUICK_KEY, quick_parameters
 
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 TESTS = Path(__file__).parent
@@ -46,3 +48,32 @@ def test_papermill_reads_every_parameter(path):
 
     seen = set(inspect_notebook(str(path)))
     assert set(notebook_parameters(path)) <= seen, sorted(set(notebook_parameters(path)) - seen)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_defaults_are_interactive_and_write_under_the_repository(path):
+    """Opened in JupyterLab a notebook is interactive (papermill passes ``interactive=False``) and
+    writes into ``reports/<notebook>`` of the checkout, whatever the kernel's working directory."""
+    params = notebook_parameters(path)
+    assert params["interactive"] is True
+    assert params["out_dir"] == f"reports/{path.stem}"
+    nb = nbformat.read(str(path), as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    assert any(
+        c.startswith("setup_notebook(interactive)\nout_dir = repo_path(out_dir)") for c in code
+    )
+    assert "../reports" not in "".join(code)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_notebook_has_a_quick_profile(path):
+    """A new notebook needs small settings for ``make reports-quick``: put them in its metadata as
+    ``{"doppler_lab": {"quick": {"parameter": value, ...}}}`` (keys from its parameters cell)."""
+    nb = nbformat.read(str(path), as_version=4)
+    assert QUICK_KEY in nb.metadata.get(METADATA_KEY, {}), (
+        f"{path.name} has no quick profile: add metadata "
+        f'{{"{METADATA_KEY}": {{"{QUICK_KEY}": {{...}}}}}} with small values of its parameters'
+    )
+    profile = quick_parameters(path)  # raises on a key the parameters cell does not declare
+    assert profile and set(profile) <= set(notebook_parameters(path))
+    assert not {"out_dir", "interactive"} & set(profile), "set by the report run"
