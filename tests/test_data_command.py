@@ -39,6 +39,12 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+@pytest.fixture(autouse=True)
+def _no_proxy_for_localhost(monkeypatch):
+    for name in ("no_proxy", "NO_PROXY"):  # a proxy in the environment must not catch 127.0.0.1
+        monkeypatch.setenv(name, "127.0.0.1,localhost")
+
+
 @pytest.fixture
 def served(tmp_path: Path, paper_source: Path):
     """A server on 127.0.0.1 laid out like raw.githubusercontent.com; yields (url, folder)."""
