@@ -1,8 +1,9 @@
 """The ``doppler-lab`` command.
 
 Each subcommand lives in :mod:`doppler_lab.commands` as a module with ``NAME``, ``HELP``,
-``add_arguments(parser)`` and ``run(args) -> int``. Bad input exits with code 2 and a one-line
-error on stderr.
+``add_arguments(parser)`` and ``run(args) -> int``; each also gets ``--no-progress`` (progress
+bars and notes go to stderr, off with it or ``--json``). Bad input exits with code 2 and a
+one-line error on stderr.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from .commands._common import add_progress_argument
 from .errors import DopplerLabError
 from .validate import one_line
 
@@ -70,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     for mod in _load_commands():
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
+        add_progress_argument(p)
         p.set_defaults(_run=mod.run)
     return parser
 

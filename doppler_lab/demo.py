@@ -41,6 +41,7 @@ class DemoContext:
     quick: bool = False
     paper_graphs: str | None = None
     sections: list[tuple[str, Callable[[Any], None]]] = field(default_factory=list)
+    progress: bool = True
     summary: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -78,7 +79,9 @@ def step_baselines(ctx: DemoContext) -> None:
     cluster = make_cluster("p100x4")
     rows: list[dict] = []
     keep: dict[str, Any] = {}
-    for name in tqdm(GENERATED_WORKLOADS, desc="demo: baselines", leave=False):
+    for name in tqdm(
+        GENERATED_WORKLOADS, desc="demo: baselines", leave=False, disable=not ctx.progress
+    ):
         g = build(name, scale=ctx.scale)
         r, traces = _placer_rows(name, g, cluster, "wc", BASELINES, ctx.seed)
         rows += r
@@ -140,7 +143,9 @@ def step_paper_graphs(ctx: DemoContext) -> None:
         ctx.sections.append(("paper", render_absent))
         return
     rows = []
-    for name, g in tqdm(graphs.items(), desc="demo: paper graphs", leave=False):
+    for name, g in tqdm(
+        graphs.items(), desc="demo: paper graphs", leave=False, disable=not ctx.progress
+    ):
         r, _ = _placer_rows(
             name, g, default_cluster(g), "paper", ("round-robin", "cp", "heft"), ctx.seed
         )
@@ -186,7 +191,7 @@ def step_training(ctx: DemoContext) -> None:
         imitation_episodes=imitation,
         samples=samples,
         seed=ctx.seed,
-        progress=True,
+        progress=ctx.progress,
     )
     rows = pd.DataFrame(res.rows)
     ctx.summary["training"] = {
@@ -278,12 +283,20 @@ def run_demo(
     quick: bool = False,
     paper_graphs: str | None = None,
 ) -> Path:
-    """Run every step and write ``out_dir/index.html`` and ``out_dir/summary.json``."""
+    """Run every step and write ``out_dir/index.html`` and ``out_dir/summary.json`` (with
+    progress bars on stderr unless ``progress`` is False)."""
     from .viz import HtmlReport
 
-    ctx = DemoContext(Path(out_dir), scale=scale, seed=seed, quick=quick, paper_graphs=paper_graphs)
+    ctx = DemoContext(
+        Path(out_dir),
+        scale=scale,
+        seed=seed,
+        quick=quick,
+        paper_graphs=paper_graphs,
+        progress=progress,
+    )
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
-    for label, step in tqdm(STEPS, desc="demo", unit="step"):
+    for label, step in tqdm(STEPS, desc="demo", unit="step", disable=not progress):
         t0 = time.perf_counter()
         step(ctx)
         ctx.timings[label] = round(time.perf_counter() - t0, 2)
@@ -305,3 +318,4 @@ def run_demo(
 
 
 __all__ = ["STEPS", "DemoContext", "run_demo"]
+    progress: bool = True,

@@ -3,16 +3,17 @@
 One episode assigns every compute node once (T = number of compute nodes steps). A step's
 action is a pair ``(node, device)``: SEL's choice among the candidates (unassigned nodes whose
 compute predecessors are all assigned) and PLC's device for it. The observation shows the
-candidates and, for each of them, the device features of DOPPLER.md (computed by
-:class:`~doppler_lab.schedule.ListScheduleState`, the same state the Critical Path teacher
-uses), so a dual policy reads the row of the node it selected. The reward is 0 until the last
+candidates and, for each of them, the device features of DOPPLER.md of the
+:class:`~doppler_lab.episode.Episode` it steps (the episode the Critical Path teacher, the
+rollouts and the explorer step too), so a dual policy reads the row of the node it selected. The reward is 0 until the last
 step; then ``baseline - cost`` where cost is the pluggable cost function's value of the
 finished placement (simulated makespan by default; a real executor's measured makespan in
 Stage III) and the baseline is the running mean of all costs so far, this one included (the
 released code's reward), or ``-cost`` with ``reward="negative_cost"``.
 
 Training code does not step this environment one action at a time (it rolls out many episodes
-in lockstep, :mod:`doppler_lab.policies.rollout`), but both read the same state and features.
+in lockstep, :class:`doppler_lab.policies.rollout.Rollout`), but both step the same
+:class:`~doppler_lab.episode.Episode` and read the same features.
 
 Example:
     >>> from doppler_lab.workloads import build
@@ -35,12 +36,14 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from .episode import Episode
 from .errors import ConfigError, PlacementError
 from .graph import DataflowGraph
 from .hardware import Cluster, CostModel, make_cluster
 from .placement import Placement
+from .placers.critical_path import CriticalPathTeacher
 from .policies.features import device_features, get_layout
-from .schedule import TIMINGS, ListScheduleState, Timing
+from .schedule import TIMINGS, Timing
 from .sim import SEMANTICS, Simulator
 
 REWARDS: tuple[str, ...] = ("baseline", "negative_cost")
@@ -104,8 +107,6 @@ class PlacementEnv(gym.Env):
         self.invalid_action = invalid_action
         self._sim = None if cost is not None else Simulator(graph, self.cluster, semantics, noise)  # type: ignore[arg-type]
         self._cost = cost
-        from .placers.critical_path import CriticalPathTeacher
-
         self.teacher = CriticalPathTeacher(graph, self.cost_model)
         n, d, f = graph.num_nodes, self.cluster.num_devices, self.layout.device_dim
         self.observation_space = spaces.Dict(
@@ -118,7 +119,7 @@ class PlacementEnv(gym.Env):
         self.action_space = spaces.MultiDiscrete([n, d])
         self.max_steps = 10 * max(1, len(graph.compute_nodes))
         self.costs: list[float] = []
-        self.state = ListScheduleState(graph, self.cost_model, timing)
+        self.episode = Episode(graph, self.cost_model, timing)
         self._steps = 0
 
     # -- gymnasium API -------------------------------------------------------------------
@@ -126,45 +127,34 @@ class PlacementEnv(gym.Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         super().reset(seed=seed)
-        self.state = ListScheduleState(self.graph, self.cost_model, self.timing)
+        self.episode.reset()
         self._steps = 0
-        return self._observation(), {"step": 0, "candidates": self.state.candidates()}
+        return self._observation(), {"step": 0, "candidates": self.episode.candidates()}
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         node, device = (int(x) for x in np.asarray(action).reshape(-1)[:2])
         self._steps += 1
-        why = self._invalid(node, device)
+        ep = self.episode
+        why = ep.why_invalid(node, device)
         if why is not None:
             if self.invalid_action == "raise":
                 raise PlacementError(why)
             obs = self._observation()
             trunc = self._steps >= self.max_steps
             return obs, 0.0, False, trunc, {"step": self._steps, "invalid_action": why}
-        self.state.assign(node, device)
-        info: dict[str, Any] = {"step": self._steps, "candidates": self.state.candidates()}
+        ep.assign(node, device)
+        info: dict[str, Any] = {"step": self._steps, "candidates": ep.candidates()}
         reward = 0.0
-        if self.state.done:
-            placement = self.state.placement("env")
+        if ep.done:
+            placement = ep.placement("env")
             cost = self._evaluate(placement)
             self.costs.append(cost)
             baseline = float(np.mean(self.costs))
             reward = baseline - cost if self.reward_mode == "baseline" else -cost
             info.update(cost=cost, baseline=baseline, placement=placement)
-        return self._observation(), float(reward), self.state.done, False, info
+        return self._observation(), float(reward), ep.done, False, info
 
     # -- helpers ---------------------------------------------------------------------------
-    def _invalid(self, node: int, device: int) -> str | None:
-        n, d = self.graph.num_nodes, self.cluster.num_devices
-        if not 0 <= device < d:
-            return f"device {device} is not in 0..{d - 1}"
-        if not 0 <= node < n:
-            return f"node {node} is not in 0..{n - 1}"
-        if self.state.done:
-            return "the episode is over; call reset()"
-        if not self.state.is_candidate(node):
-            return f"node {node} ({self.graph.names[node]!r}) is not a candidate"
-        return None
-
     def _evaluate(self, placement: Placement) -> float:
         if self._cost is not None:
             return float(self._cost(placement))
@@ -173,26 +163,26 @@ class PlacementEnv(gym.Env):
 
     def _observation(self) -> dict[str, np.ndarray]:
         n, d, f = self.graph.num_nodes, self.cluster.num_devices, self.layout.device_dim
-        cand = self.state.candidates()
+        cand = self.episode.candidates()
         mask = np.zeros(n, dtype=np.int8)
         mask[cand] = 1
         feats = np.zeros((n, d, f), dtype=np.float32)
         for v in cand:
-            feats[v] = device_features(self.state, int(v), self.layout)
+            feats[v] = device_features(self.episode, int(v), self.layout)
         return {
             "candidates": mask,
             "device_features": feats,
-            "assignment": self.state.device.copy(),
+            "assignment": self.episode.device.copy(),
         }
 
     def teacher_action(self) -> np.ndarray:
         """The Critical Path teacher's ``(node, device)`` for the current state (ties: the
         environment's ``np_random``)."""
-        v = self.teacher.select(self.state, self.np_random)
-        return np.array([v, self.teacher.choose_device(self.state, v, self.np_random)])
+        dec = self.teacher.decide(self.episode, self.np_random)
+        return np.array([dec.node, dec.device])
 
     def action_masks(self) -> np.ndarray:
         """Valid nodes (the candidates) as a boolean mask (for masked-action libraries)."""
         mask = np.zeros(self.graph.num_nodes, dtype=bool)
-        mask[self.state.candidates()] = True
+        mask[self.episode.candidates()] = True
         return mask

@@ -60,7 +60,7 @@ def test_observation_is_dopplers_state(graph):
     assert not obs["candidates"][graph.is_input].any()
     assert (obs["assignment"] == -1).all()
     v = int(cand[0])
-    np.testing.assert_allclose(obs["device_features"][v], env.state.device_features(v), rtol=1e-6)
+    np.testing.assert_allclose(obs["device_features"][v], env.episode.device_features(v), rtol=1e-6)
     others = np.setdiff1d(np.arange(graph.num_nodes), cand)
     assert not obs["device_features"][others].any()
     obs, *_ = env.step([v, 2])

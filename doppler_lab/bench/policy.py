@@ -546,7 +546,10 @@ def bench_runs_dir() -> Path:
 
 # -- the benchmark -----------------------------------------------------------------------
 def run(
-    out_dir: Path, quick: bool = False, config: PolicyBenchConfig | None = None
+    out_dir: Path,
+    quick: bool = False,
+    config: PolicyBenchConfig | None = None,
+    progress: bool = True,
 ) -> dict[str, Any]:
     """Run (or resume) the benchmark and write ``policy.json`` / ``policy.md``."""
     cfg = config or (quick_config() if quick else PolicyBenchConfig())
@@ -586,7 +589,9 @@ def run(
     from tqdm.auto import tqdm
 
     # one bar over (graph, method, seed) runs; cached runs tick at once
-    bar = dict(total=len(tasks), desc="bench policy: training runs", unit="run")
+    bar = dict(
+        total=len(tasks), desc="bench policy: training runs", unit="run", disable=not progress
+    )
     if cfg.jobs > 1:
         with ProcessPoolExecutor(cfg.jobs) as ex:
             results = list(tqdm(ex.map(_run_case_star, tasks), **bar))

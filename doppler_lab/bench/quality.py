@@ -398,11 +398,13 @@ def quick_config() -> QualityConfig:
     )
 
 
-def run(out_dir: Path, quick: bool = False, config: QualityConfig | None = None) -> dict[str, Any]:
+def run(
+    out_dir: Path, quick: bool = False, config: QualityConfig | None = None, progress: bool = True
+) -> dict[str, Any]:
     """Build the quality table and write ``quality.json`` / ``quality.md`` into ``out_dir``."""
     cfg = config or (quick_config() if quick else QualityConfig())
     t0 = time.perf_counter()
-    rows, _, cases, notes = quality_rows(cfg)
+    rows, _, cases, notes = quality_rows(cfg, progress)
     cp_rows = cp_yardstick_rows(cases, cfg.cp_tie_seeds)
     paper = [r for r in rows if r["group"] == "paper"]
     work = [r for r in rows if r["group"] == "workload"]

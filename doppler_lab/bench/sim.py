@@ -76,7 +76,7 @@ def _throughput_row(label: str, g, cluster, dev: np.ndarray, simpy_max: int) -> 
     return row
 
 
-def run(out_dir: Path, quick: bool = False) -> dict[str, Any]:
+def run(out_dir: Path, quick: bool = False, progress: bool = True) -> dict[str, Any]:
     from ..placement import round_robin
     from ..workloads import build
 
@@ -88,7 +88,7 @@ def run(out_dir: Path, quick: bool = False) -> dict[str, Any]:
     threads = numba.get_num_threads()
     numba.set_num_threads(1)
     try:
-        for n in tqdm(sizes, desc="bench sim: sizes"):
+        for n in tqdm(sizes, desc="bench sim: sizes", disable=not progress):
             g = random_dag(n, width=max(8, int(np.sqrt(n))), seed=1)
             rows.append(
                 _throughput_row(

@@ -54,6 +54,20 @@ def number_arg(minimum: float | None = None, above: float | None = None) -> Call
     return number
 
 
+def add_progress_argument(p: argparse.ArgumentParser) -> None:
+    """``--no-progress`` (every subcommand has it; ``--json`` turns progress off too)."""
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bars or notes on stderr (--json implies it)",
+    )
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """Whether a command shows progress on stderr: not with ``--no-progress`` or ``--json``."""
+    return not (getattr(args, "no_progress", False) or getattr(args, "json", False))
+
+
 def add_graph_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "graph",
@@ -136,9 +150,14 @@ def resolve_cost_model(args: argparse.Namespace, graph: DataflowGraph, cluster: 
 
 
 def resolve_placement(
-    spec: str, graph: DataflowGraph, cluster: Cluster, seed: int | None = None
+    spec: str,
+    graph: DataflowGraph,
+    cluster: Cluster,
+    seed: int | None = None,
+    progress: bool = False,
 ) -> Placement:
-    """``round-robin``, ``single``, ``random``, a placement JSON file, or a placer name."""
+    """``round-robin``, ``single``, ``random``, a placement JSON file, or a placer name (with a
+    progress bar on stderr when ``progress`` and the placer shows one)."""
     d = cluster.num_devices
     if spec == "round-robin":
         return round_robin(graph, d)
@@ -163,7 +182,8 @@ def resolve_placement(
             f"unknown placement {spec!r}; expected one of {PLACEMENT_KEYWORDS}, a .json file, "
             f"or a placer: {', '.join(available_placers())}"
         )
-    return place(spec, graph, cluster, seed=seed)
+    shown = {"progress": True} if progress and "progress" in placer_options(spec) else {}
+    return place(spec, graph, cluster, seed=seed, **shown)
 
 
 def print_json(obj: dict[str, Any]) -> None:

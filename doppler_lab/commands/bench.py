@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 from pathlib import Path
 
 from ..bench import BENCHMARKS
 from ..errors import ConfigError
+from ._common import show_progress
 
 NAME = "bench"
 HELP = "run a benchmark (sim, quality, policy, executor, fidelity, import) and write reports/bench/NAME.{json,md}"
@@ -30,7 +32,10 @@ def run(args: argparse.Namespace) -> int:
         if exc.name == BENCHMARKS[args.name]:
             raise ConfigError(f"benchmark {args.name!r} is not available in this version") from None
         raise
-    record = mod.run(Path(args.out), quick=args.quick)
+    shown = {"progress": show_progress(args)}
+    if "progress" not in inspect.signature(mod.run).parameters:
+        shown = {}
+    record = mod.run(Path(args.out), quick=args.quick, **shown)
     print(f"wrote {Path(args.out) / (args.name + '.md')}")
     for k, v in record.get("summary", {}).items():
         print(f"  {k}: {v}")

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
-from ._common import int_arg, print_json, resolve_graph
+from ._common import int_arg, print_json, resolve_graph, show_progress
 from .execute import add_device_arguments
 
 NAME = "calibrate"
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
             name=args.name or out.stem,
             quick=args.quick,
             seed=args.seed,
-            progress=not args.json,
+            progress=show_progress(args),
         )
     finally:
         backend.close()

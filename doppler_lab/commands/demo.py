@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError
-from ._common import int_arg, number_arg
+from ._common import int_arg, number_arg, show_progress
 
 NAME = "demo"
 HELP = "run the end-to-end demo and write reports/demo/index.html"
@@ -32,7 +32,12 @@ def run(args: argparse.Namespace) -> int:
     if not args.scale > 0:
         raise ConfigError(f"--scale must be > 0, got {args.scale}")
     path = run_demo(
-        args.out, scale=args.scale, seed=args.seed, quick=args.quick, paper_graphs=args.paper_graphs
+        args.out,
+        scale=args.scale,
+        seed=args.seed,
+        quick=args.quick,
+        paper_graphs=args.paper_graphs,
+        progress=show_progress(args),
     )
     print(f"wrote {path}")
     return 0

@@ -4,20 +4,30 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError
+from ..graph import DataflowGraph
+from ..hardware import Cluster
+from ..placement import Placement
+from ..progress import format_seconds, note, timer
 from ._common import (
     add_graph_argument,
     add_placement_argument,
     int_arg,
     number_arg,
     print_json,
+    resolve_cost_model,
     resolve_graph,
     resolve_placement,
+    show_progress,
 )
 
 NAME = "execute"
 HELP = "run a placement of an executable graph on real devices (CPU workers or CUDA GPUs)"
+
+#: a command predicted to take longer than this on CPU workers suggests a smaller ``:scale=``
+SUGGEST_SCALE_OVER_S = 60.0
 
 
 def add_device_arguments(p: argparse.ArgumentParser) -> None:
@@ -83,6 +93,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--gantt", metavar="OUT.html", help="write an interactive Gantt chart of the median run"
     )
     p.add_argument("--trace", metavar="OUT.json", help="write the measured trace as JSON")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what the cost model predicts for this command (and a smaller :scale= when "
+        "it is over a minute on CPU workers), then exit without running",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -105,13 +121,25 @@ def run(args: argparse.Namespace) -> int:
         threads_per_device=args.threads,
     ) as ex:
         cluster = ex.cluster
-        placement = resolve_placement(args.placement, graph, cluster, seed=args.seed)
+        placement = resolve_placement(
+            args.placement, graph, cluster, seed=args.seed, progress=show_progress(args)
+        )
+        forecast = predict_command(args, graph, cluster, placement)
+        if args.dry_run:
+            if args.json:
+                print_json(forecast)
+            else:
+                print("\n".join(forecast_lines(forecast)))
+            return 0
+        for line in forecast_lines(forecast):
+            note(f"execute: {line}", show_progress(args))
         result = ex.run(
             placement,
             repeats=args.repeats,
             warmup=args.warmup,
             dispatch=args.dispatch,
             keep_outputs=args.check,
+            progress=show_progress(args),
         )
         info = ex.backend.describe()
     trace = result.trace
@@ -132,13 +160,16 @@ def run(args: argparse.Namespace) -> int:
         "num_transfers": trace.num_transfers,
         "utilisation": trace.utilisation().round(4).tolist(),
         "threads_per_device": info.get("threads_per_device"),
+        "predicted_s": forecast["predicted_s"],
     }
     if args.check:
         from ..executor.torch_ops import reference_outputs
 
-        match = compare_outputs(
-            graph, result.outputs or {}, reference_outputs(graph, seed=args.seed)
-        )
+        reference_s = forecast["predicted_reference_s"]
+        # an imported model's eager outputs, else the single-device run
+        with timer("reference", reference_s, enabled=show_progress(args)):
+            reference = reference_outputs(graph, seed=args.seed)
+        match = compare_outputs(graph, result.outputs or {}, reference)
         out["outputs_match"] = match.ok
         out["max_abs_error"] = match.max_abs_error
         out["worst_output"] = match.worst
@@ -166,6 +197,80 @@ def run(args: argparse.Namespace) -> int:
         if args.gantt:
             print(f"  gantt        {args.gantt}")
     return 0 if out.get("outputs_match", True) else 1
+
+
+def predict_command(
+    args: argparse.Namespace, graph: DataflowGraph, cluster: Cluster, placement: Placement
+) -> dict[str, Any]:
+    """What the cost model predicts for this ``execute`` command (warm-up, timed runs and the
+    ``--check`` reference), and a smaller ``:scale=`` of the workload when that is over
+    :data:`SUGGEST_SCALE_OVER_S` on CPU workers."""
+    from ..executor.cost import predict_execution, scale_within
+
+    def predict(g: DataflowGraph):  # noqa: ANN202 - an ExecutionPrediction
+        return predict_execution(
+            g,
+            cluster,
+            placement,
+            runs=args.warmup + args.repeats,
+            reference=args.check,
+            dispatch=args.dispatch,
+            cost_model=resolve_cost_model(args, g, cluster),
+        )
+
+    p = predict(graph)
+    calibrated = resolve_cost_model(args, graph, cluster) is not None
+    out: dict[str, Any] = {
+        "graph": args.graph,
+        "cluster": cluster.name,
+        "device_kind": cluster.devices[0].kind,
+        "num_devices": cluster.num_devices,
+        "calibrated": calibrated,
+        "runs": p.runs,
+        "flops_per_run": p.flops,
+        "predicted_run_s": p.run_s,
+        "predicted_reference_s": p.reference_s,
+        "predicted_s": p.total_s,
+        "suggested_spec": None,
+        "suggested_predicted_s": None,
+    }
+    on_cpu = all(d.kind == "cpu" for d in cluster.devices)
+    if on_cpu and p.total_s > SUGGEST_SCALE_OVER_S:
+        smaller = scale_within(args.graph, lambda g: predict(g).total_s, SUGGEST_SCALE_OVER_S)
+        if smaller is not None:
+            out["suggested_spec"] = with_scale(args.graph, smaller[0])
+            out["suggested_predicted_s"] = smaller[1]
+    return out
+
+
+def forecast_lines(f: dict[str, Any]) -> list[str]:
+    """One or two lines for people from :func:`predict_command`."""
+    flops = f["flops_per_run"]
+    amount = f"{flops / 1e12:.3g} TFLOP" if flops >= 1e12 else f"{flops / 1e9:.3g} GFLOP"
+    line = (
+        f"the cost model predicts {format_seconds(f['predicted_s'])} for this command: "
+        f"{f['runs']} run{'s' if f['runs'] > 1 else ''} of {format_seconds(f['predicted_run_s'])} "
+        f"({amount} a run on {f['num_devices']} {f['device_kind']} devices)"
+    )
+    if f["predicted_reference_s"] > 0:
+        line += f" + a {format_seconds(f['predicted_reference_s'])} reference run"
+    if not f["calibrated"]:
+        line += "; uncalibrated: `doppler-lab calibrate` measures this machine"
+    lines = [line]
+    if f["suggested_spec"]:
+        lines.append(
+            f"over a minute on CPU workers: try {f['suggested_spec']} "
+            f"(predicted {format_seconds(f['suggested_predicted_s'])}) or fewer --repeats"
+        )
+    return lines
+
+
+def with_scale(spec: str, scale: float) -> str:
+    """Workload ``spec`` with its ``scale`` parameter set: ``ffnn`` -> ``ffnn:scale=0.25``."""
+    name, _, rest = spec.partition(":")
+    items = [i for i in (s.strip() for s in rest.split(",")) if i]
+    items = [i for i in items if i.partition("=")[0].strip() != "scale"]
+    return f"{name.strip()}:{','.join([*items, f'scale={scale:g}'])}"
 
 
 def _write_gantt(trace, graph, path: str, title: str) -> Path:  # noqa: ANN001 - lazy imports

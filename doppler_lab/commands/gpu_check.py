@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..progress import timer
+from ._common import show_progress
 
 NAME = "gpu-check"
 HELP = "run the GPU tests and the executor benchmark on CUDA (a few minutes); write a report"
@@ -107,17 +109,19 @@ def run(args: argparse.Namespace) -> int:
     summary: dict[str, Any] = {**env}
     if not args.skip_tests:
         print("gpu-check: gpu tests ...", flush=True)
-        tests = run_gpu_tests(args.tests, out)
+        with timer("gpu-check: pytest -m gpu", enabled=show_progress(args)):
+            tests = run_gpu_tests(args.tests, out)
         summary["tests"] = {k: v for k, v in tests.items() if k != "failed_tests"}
         summary["failed_tests"] = tests.get("failed_tests", [])
     backends = ["cuda", "cuda-shared"] if cuda else ["cpu"]
     print(f"gpu-check: executor benchmark on {', '.join(backends)} ...", flush=True)
-    bench = bench_executor.run(out, quick=True, backends=backends, progress=False)
+    shown = show_progress(args)
+    bench = bench_executor.run(out, quick=True, backends=backends, progress=shown)
     summary["executor_bench"] = bench["summary"]
     print("gpu-check: calibration ...", flush=True)
     backend = make_backend("cuda-shared" if cuda else "cpu", 2)
     try:
-        profile = calibrate(backend, quick=True, name="gpu-check")
+        profile = calibrate(backend, quick=True, name="gpu-check", progress=shown)
     finally:
         backend.close()
     profile.save(out / "profile.json")
@@ -130,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         from ..bench import fidelity as bench_fidelity
 
         print("gpu-check: simulator fidelity on CPU devices ...", flush=True)
-        fid = bench_fidelity.run(out, quick=False, backend="cpu", progress=False, rounds=1)
+        fid = bench_fidelity.run(out, quick=False, backend="cpu", progress=shown, rounds=1)
         summary["fidelity_cpu"] = fid["summary"]
         summary["fidelity_cpu_per_workload"] = {
             r["workload"]: {

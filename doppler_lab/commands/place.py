@@ -19,6 +19,7 @@ from ._common import (
     print_json,
     resolve_cluster,
     resolve_graph,
+    show_progress,
 )
 
 NAME = "place"
@@ -109,6 +110,8 @@ def placer_arguments(name: str, args: argparse.Namespace) -> dict[str, Any]:
         opts[key] = value
     if "semantics" in accepted and "semantics" not in opts:
         opts["semantics"] = args.semantics
+    if "progress" in accepted and "progress" not in opts:
+        opts["progress"] = show_progress(args)
     if getattr(args, "checkpoint", None):
         if "checkpoint" not in accepted:
             raise ConfigError(f"placer {name!r} takes no --checkpoint")

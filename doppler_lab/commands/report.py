@@ -6,7 +6,7 @@ import argparse
 import shlex
 import sys
 
-from ._common import int_arg
+from ._common import int_arg, show_progress
 
 NAME = "report"
 HELP = "execute every notebook, render each to HTML, and write reports/index.html"
@@ -45,7 +45,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="limit per cell (default 3600 s)",
     )
     p.add_argument("--list", action="store_true", help="list the notebooks and their quick profile")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         parameters=overrides,
         quick=args.quick,
         keep_going=args.keep_going,
-        progress=not args.no_progress,
+        progress=show_progress(args),
         timeout_s=args.timeout,
         notebooks_dir=args.notebooks,
         command=_command_line(args),

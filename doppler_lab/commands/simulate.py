@@ -17,6 +17,7 @@ from ._common import (
     resolve_cost_model,
     resolve_graph,
     resolve_placement,
+    show_progress,
 )
 
 NAME = "simulate"
@@ -58,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
     graph = resolve_graph(args.graph)
     cluster = resolve_cluster(args, graph)
     semantics = args.semantics or ("paper" if graph.compute_cost is not None else "wc")
-    placement = resolve_placement(args.placement, graph, cluster, seed=args.seed)
+    placement = resolve_placement(
+        args.placement, graph, cluster, seed=args.seed, progress=show_progress(args)
+    )
     cost = resolve_cost_model(args, graph, cluster)
     sim = Simulator(graph, cluster, semantics, noise=args.noise, cost_model=cost)
     trace = sim.run(placement, seed=args.seed, dispatch=args.dispatch)

@@ -16,6 +16,7 @@ from ._common import (
     print_json,
     resolve_cluster,
     resolve_graph,
+    show_progress,
 )
 
 NAME = "train"
@@ -90,7 +91,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="fine-tune an --init checkpoint trained on another device count",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 
@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
             pcfg,
             out if len(configs) > 1 else None,
             init,
-            progress=not args.no_progress,
+            progress=show_progress(args),
             allow_device_change=args.allow_device_change,
         )
         if len(configs) > 1
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
                 pcfg,
                 out,
                 init=init,
-                progress=not args.no_progress,
+                progress=show_progress(args),
                 allow_device_change=args.allow_device_change,
             ).run()
         ]

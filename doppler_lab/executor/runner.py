@@ -19,6 +19,7 @@ from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
 from ..placement import Placement
+from ..progress import progress as show
 from ..trace import Trace, kind_names
 from .backend import DEFAULT_TIMEOUT_S, Backend, BackendSession, RawRun
 from .factory import make_backend
@@ -159,6 +160,7 @@ class Executor:
         warmup: int = 0,
         dispatch: str = "fifo",
         keep_outputs: bool = False,
+        progress: bool = False,
     ) -> ExecutionResult:
         """Run ``placement`` ``warmup`` times untimed, then ``repeats`` times timed.
 
@@ -168,18 +170,23 @@ class Executor:
             warmup: untimed runs first (allocator, caches, lazy initialisation).
             dispatch: ``fifo`` (ready order, ties by node id) or ``priority``.
             keep_outputs: return the graph's results of the last run (on the CPU).
+            progress: a bar over the runs on stderr.
         """
         if repeats < 1 or warmup < 0:
             raise ConfigError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
         plan = self.plan(placement, dispatch)
         session = self._session_()
-        for _ in range(warmup):
-            session.run(plan, self.timeout_s)
+        desc = f"{self.graph.name} on {self.backend.name}"
         raws: list[RawRun] = []
-        for i in range(repeats):
-            raws.append(
-                session.run(plan, self.timeout_s, keep_outputs=keep_outputs and i == repeats - 1)
-            )
+        with show(total=warmup + repeats, desc=desc, enabled=progress, unit="run") as bar:
+            for i in range(-warmup, repeats):
+                bar.set_postfix_str("warm-up" if i < 0 else f"timed {i + 1}/{repeats}")
+                raw = session.run(
+                    plan, self.timeout_s, keep_outputs=keep_outputs and i == repeats - 1
+                )
+                if i >= 0:
+                    raws.append(raw)
+                bar.update(1)
         makespans = np.array([r.makespan_s for r in raws])
         pick = int(np.argmin(np.abs(makespans - np.median(makespans))))
         trace = self._trace(plan, raws[pick], dispatch, makespans, pick, warmup)

@@ -1,6 +1,6 @@
 """The Critical Path teacher (DOPPLER.md; Kwok and Ahmad 1999 style list scheduling).
 
-Each step of an episode over a :class:`~doppler_lab.schedule.ListScheduleState`:
+Each step of an :class:`~doppler_lab.episode.Episode`:
 
 - SEL: among the candidates (unassigned nodes whose predecessors are all assigned) pick one with
   the largest b-level, ties at random. B-levels come from the cost model: mean compute plus mean
@@ -10,8 +10,9 @@ Each step of an episode over a :class:`~doppler_lab.schedule.ListScheduleState`:
   random; the state's timing model (``est`` or the released ``paper`` model) then fixes its
   start and finish.
 
-:class:`CriticalPathTeacher` applies these rules to any state, so Stage I can label the states a
-policy visits; :class:`CriticalPathPlacer` runs a whole episode and records every decision.
+:class:`CriticalPathTeacher` applies these rules to any episode state (:meth:`~CriticalPathTeacher.decide`
+takes one whole decision), so Stage I can label the states a policy visits;
+:class:`CriticalPathPlacer` runs a whole episode and records every decision.
 :class:`ReleasedCriticalPathPlacer` reproduces the released baseline's indexing bug: it draws k
 uniformly from the tie list's length and returns ``legal[k]``, the k-th node of the released
 code's candidate list (not the k-th tied node); for comparison only.
@@ -24,6 +25,7 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
+from ..episode import Episode
 from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, CostModel
@@ -69,7 +71,7 @@ class CPRun:
 
 
 class CriticalPathTeacher:
-    """The CP rules on any :class:`ListScheduleState` of ``graph`` (labels for imitation).
+    """The CP rules on any episode state of ``graph`` (labels for imitation, the explorer).
 
     Args:
         graph: the graph.
@@ -92,19 +94,35 @@ class CriticalPathTeacher:
         """The devices with the smallest earliest start time."""
         return ties(est, "min", self.tie_rtol)
 
-    def select(self, state: ListScheduleState, rng: np.random.Generator) -> int:
-        """SEL: a max-b-level candidate of ``state``, ties at random."""
-        return int(rng.choice(self.node_choices(state.candidates())))
-
-    def choose_device(
+    def decide(
         self,
         state: ListScheduleState,
-        v: int,
         rng: np.random.Generator,
-        est: np.ndarray | None = None,
-    ) -> int:
-        """PLC: a device of smallest earliest start for ``v``, ties at random."""
-        return int(rng.choice(self.device_choices(state.est(v) if est is None else est)))
+        candidates: np.ndarray | None = None,
+        released: bool = False,
+    ) -> CPDecision:
+        """One whole CP decision on ``state`` (not applied): SEL, then PLC, ties drawn from
+        ``rng`` in that order.
+
+        Args:
+            state: the episode.
+            rng: draws the ties.
+            candidates: the candidate list (default: ``state.candidates()``, ascending).
+            released: the released SEL bug: draw k in ``range(len(ties))`` and take the k-th
+                *candidate* (see :class:`ReleasedCriticalPathPlacer`).
+        """
+        cand = state.candidates() if candidates is None else np.asarray(candidates, np.int64)
+        node_ties = self.node_choices(cand)
+        if released:
+            v = int(cand[int(rng.integers(len(node_ties)))])
+        else:
+            v = int(rng.choice(node_ties))
+        est = state.est(v)
+        dev_ties = self.device_choices(est)
+        d = int(rng.choice(dev_ties))
+        return CPDecision(
+            state.num_assigned, cand, self.b_level[cand], node_ties, v, est, dev_ties, d
+        )
 
 
 def _episode(
@@ -119,23 +137,16 @@ def _episode(
     """One CP episode; ``released`` reproduces the released candidate list and its bug."""
     cost = CostModel(graph, cluster)
     teacher = CriticalPathTeacher(graph, cost, tie_rtol)
-    state = ListScheduleState(graph, cost, timing)
+    state = Episode(graph, cost, timing)
     legal = [int(v) for v in state.candidates()]  # the released code's candidate list
     decisions: list[CPDecision] = []
     while not state.done:
-        cand = np.array(legal, dtype=np.int64) if released else state.candidates()
-        node_ties = teacher.node_choices(cand)
-        if released:
-            v = legal[int(rng.integers(len(node_ties)))]  # the bug: k indexes the tie list
-        else:
-            v = int(rng.choice(node_ties))
-        est = state.est(v)
-        dev_ties = teacher.device_choices(est)
-        d = int(rng.choice(dev_ties))
-        decisions.append(
-            CPDecision(len(decisions), cand, teacher.b_level[cand], node_ties, v, est, dev_ties, d)
+        dec = teacher.decide(
+            state, rng, np.array(legal, dtype=np.int64) if released else None, released
         )
-        state.assign(v, d, est)
+        decisions.append(dec)
+        v = dec.node
+        state.assign(v, dec.device, dec.est)
         if released:
             legal.remove(v)
             legal += [

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..graph import DataflowGraph
 from ..hardware import Cluster, CostModel
 from ..placement import Placement
+from ..progress import progress
 from ..sim import SEMANTICS, Simulator
 from .base import check_choice, check_positive
 
@@ -86,7 +86,8 @@ class EnumerativePlacer:
         passes: how many passes over all groups.
         budget: simulator calls at most (``cost="sim"``); None: as many as the passes need.
         semantics: simulator semantics (``cost="sim"``).
-        progress: show a tqdm bar.
+        progress: show a bar on stderr: over the simulator-call budget when there is one,
+            else over the groups of all passes.
     """
 
     cost: str = "sim"
@@ -123,17 +124,21 @@ class EnumerativePlacer:
             cur_cost, calls = float(sim.makespans(cur[None, :])[0]), 1
         else:
             cur_cost, calls = float(load_cost(cost, cur[None, :])[0]), 0
-        bar = tqdm(
-            total=len(groups) * self.passes,
+        by_calls = sim is not None and self.budget is not None
+        bar = progress(
+            total=int(limit) if by_calls else len(groups) * self.passes,
             desc=f"{self.name} {graph.name}",
-            disable=not self.progress,
-            leave=False,
+            enabled=self.progress,
+            unit="call" if by_calls else "group",
         )
+        bar.update(calls if by_calls else 0)
+        per_group = 0 if by_calls else 1
         for _ in range(int(self.passes)):
             changed = False
             for nodes in groups:
                 cand = group_choices(cur, nodes, ndev)
                 if cand.shape[0] == 0:
+                    bar.update(per_group)
                     continue
                 if sim is not None:
                     cand = cand[: int(min(cand.shape[0], limit - calls))]
@@ -141,12 +146,13 @@ class EnumerativePlacer:
                         break
                     costs = sim.makespans(cand)
                     calls += cand.shape[0]
+                    bar.update(cand.shape[0] if by_calls else 0)
                 else:
                     costs = load_cost(cost, cand)
                 j = int(np.argmin(costs))
                 if costs[j] < cur_cost:  # strictly better, so the current choice wins ties
                     cur, cur_cost, changed = cand[j].copy(), float(costs[j]), True
-                bar.update(1)
+                bar.update(per_group)
             if not changed or calls >= limit:
                 break
         bar.close()

@@ -32,6 +32,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, CostModel
+from ..progress import timer
 from .base import Schedule, ScheduleToPlacement, check_positive, list_schedule
 
 MAX_NODES_WITHOUT_TIME_LIMIT = 30
@@ -143,6 +144,7 @@ class ExactPlacer(ScheduleToPlacement):
         hint: placer whose schedule seeds the solver (``heft``, ``cpop``, ``etf``, ``cp``) or None.
         resolution: integer steps of the horizon when costs are not integers.
         symmetry: break the symmetry of identical devices.
+        progress: show the solver's elapsed time against its time limit on stderr.
     """
 
     time_limit: float | None = None
@@ -150,6 +152,7 @@ class ExactPlacer(ScheduleToPlacement):
     hint: str | None = "heft"
     resolution: int = 100_000
     symmetry: bool = True
+    progress: bool = False
     name: ClassVar[str] = "exact"
 
     def __post_init__(self) -> None:
@@ -246,7 +249,8 @@ class ExactPlacer(ScheduleToPlacement):
         solver.parameters.num_workers = int(self.workers or min(8, os.cpu_count() or 1))
         solver.parameters.random_seed = int(rng.integers(0, 2**31 - 1))
         t0 = time.perf_counter()
-        status = solver.Solve(model)
+        with timer(f"{self.name} {graph.name}", self.time_limit, enabled=self.progress):
+            status = solver.Solve(model)
         wall = time.perf_counter() - t0
         found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
         if found:

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
 from ..placement import Placement
+from ..progress import progress
 from ..sim import SEMANTICS, Simulator
 from .base import check_choice, check_positive
 
@@ -65,7 +65,7 @@ class LocalSearchPlacer:
         semantics: simulator semantics of the objective (``paper``, ``wc``, ``bsp``).
         temperature: initial temperature, relative to the start's makespan (``anneal``).
         swap_prob: probability that a move swaps two nodes instead of moving one.
-        progress: show a tqdm bar.
+        progress: show a bar over the simulator-call budget on stderr.
     """
 
     budget: int = 2000
@@ -106,8 +106,8 @@ class LocalSearchPlacer:
         best, best_cost, start_cost = cur.copy(), cur_cost, cur_cost
         t0 = self.temperature * start_cost
         budget = int(self.budget)
-        bar = tqdm(
-            total=budget, desc=f"{self.name} {graph.name}", disable=not self.progress, leave=False
+        bar = progress(
+            total=budget, desc=f"{self.name} {graph.name}", enabled=self.progress, unit="call"
         )
         bar.update(1)
         while calls < budget and ndev > 1 and movable.size:

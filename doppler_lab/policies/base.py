@@ -1,6 +1,6 @@
 """What every learned placement policy shares: recorded episodes, per-step terms, the base class.
 
-An episode is a DOPPLER episode over a :class:`~doppler_lab.schedule.ListScheduleState`: T = n
+An episode is a DOPPLER episode (:class:`~doppler_lab.episode.Episode`): T = n
 steps (n compute nodes), each selecting a node (SEL) and a device for it (PLC). A policy says
 how it selects (``learned`` scores over the candidates, the ``cp`` rule, or a fixed ``topo``
 order) and how it places (``learned`` device scores or the ``cp`` rule). Rollouts run without

@@ -1,4 +1,4 @@
-"""A graph on a cluster, prepared once for a policy: features, tensors, teacher, episode states."""
+"""A graph on a cluster, prepared once for a policy: features, tensors, teacher, episodes."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ from typing import Any
 
 import numpy as np
 
+from ..episode import Episode
 from ..graph import DataflowGraph
 from ..hardware import Cluster, CostModel, make_cluster
 from ..placers.critical_path import CriticalPathTeacher
-from ..schedule import ListScheduleState, Timing
+from ..schedule import Timing
 from .features import (
     FeatureLayout,
     device_features,
@@ -69,12 +70,13 @@ class GraphContext:
     def num_devices(self) -> int:
         return self.cluster.num_devices
 
-    def new_state(self) -> ListScheduleState:
-        return ListScheduleState(self.graph, self.cost, self.timing)
+    def new_episode(self) -> Episode:
+        """A fresh :class:`~doppler_lab.episode.Episode` of the graph (the policy's timing)."""
+        return Episode(self.graph, self.cost, self.timing)
 
-    def raw_device_features(self, state: ListScheduleState, v: int, est: np.ndarray) -> np.ndarray:
+    def raw_device_features(self, episode: Episode, v: int, est: np.ndarray) -> np.ndarray:
         """The layout's device features of global node ``v``, raw units, ``(D, F_dev)``."""
-        return device_features(state, v, self.layout, est)
+        return device_features(episode, v, self.layout, est)
 
     def normalize(self, raw: np.ndarray) -> np.ndarray:
         """Normalise raw device features ``(..., D, F)`` for the policy."""

@@ -87,10 +87,11 @@ def test_teacher_labels_any_state():
         cand = state.candidates()
         best = teacher.node_choices(cand)
         assert np.all(teacher.b_level[best] == teacher.b_level[cand].max())
-        v = int(cand[0])
-        est = state.est(v)
-        assert est[teacher.choose_device(state, v, rng)] == est.min()
-        state.assign(v, 1)
+        dec = teacher.decide(state, rng)  # the label of this state: not applied
+        assert dec.node in best and dec.step == state.num_assigned
+        np.testing.assert_allclose(dec.est, state.est(dec.node))
+        assert dec.est[dec.device] == dec.est.min()
+        state.assign(int(cand[0]), 1)
 
 
 def test_b_levels_match_the_released_cp_utils():

@@ -1,0 +1,126 @@
+"""How long runs show what they do: tqdm bars and one-line notes on stderr.
+
+One home for progress display. Library functions take a ``progress: bool`` (or a callback) and
+pass it here as ``enabled``; they never read global state. The command line turns progress off
+with ``--no-progress`` or ``--json`` (see :func:`doppler_lab.commands._common.show_progress`), so
+stdout carries only results.
+
+Example:
+    >>> total = 0
+    >>> for i in progress(range(3), desc="demo", enabled=False):
+    ...     total += i
+    >>> total
+    3
+    >>> format_seconds(0.0042), format_seconds(42), format_seconds(150), format_seconds(7300)
+    ('4.2 ms', '42 s', '2.5 min', '2.0 h')
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+from tqdm.auto import tqdm
+
+__all__ = ["format_seconds", "note", "progress", "timer"]
+
+T = TypeVar("T")
+
+#: how often a :func:`timer` bar advances (seconds)
+TIMER_TICK_S = 0.5
+
+
+def progress(
+    iterable: Iterable[T] | None = None,
+    *,
+    total: float | None = None,
+    desc: str | None = None,
+    enabled: bool = True,
+    unit: str = "it",
+    leave: bool = False,
+    bar_format: str | None = None,
+) -> tqdm:
+    """A tqdm bar on stderr over ``iterable`` (or, without one, updated by hand to ``total``).
+
+    Args:
+        iterable: what to iterate over; ``None`` for a bar advanced with ``bar.update(n)``.
+        total: the expected count (default: ``len(iterable)`` when it has one).
+        desc: the label in front of the bar.
+        enabled: ``False`` gives a silent bar with the same interface.
+        unit: what one step is (``run``, ``call``, ``step``, ...).
+        leave: keep the finished bar on screen.
+        bar_format: tqdm's layout of the line (default: tqdm's own).
+    """
+    return tqdm(
+        iterable,
+        total=total,
+        desc=desc,
+        unit=unit,
+        leave=leave,
+        disable=not enabled,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        bar_format=bar_format,
+    )
+
+
+@contextmanager
+def timer(desc: str, total_s: float | None = None, enabled: bool = True) -> Iterator[tqdm]:
+    """A line on stderr that counts the seconds while an opaque call runs (a solver, a long
+    reference run), against ``total_s`` (a time limit or a prediction) when known.
+
+    Example:
+        >>> with timer("solve", total_s=1.0, enabled=False):
+        ...     pass
+    """
+    of = f" of ~{format_seconds(total_s)}" if total_s is not None and total_s > 0 else ""
+    bar = progress(desc=desc, enabled=enabled, unit="s", bar_format="{desc}")
+    if not enabled:
+        with bar:
+            yield bar
+        return
+    stop = threading.Event()
+    t0 = time.perf_counter()
+
+    def show() -> None:
+        elapsed = time.perf_counter() - t0
+        shown = f"{elapsed:.0f} s" if elapsed < 100 else format_seconds(elapsed)
+        bar.set_description_str(f"{desc}: {shown}{of}")
+
+    def tick() -> None:
+        while not stop.wait(TIMER_TICK_S):
+            show()
+
+    show()
+    thread = threading.Thread(target=tick, name=f"timer: {desc}", daemon=True)
+    thread.start()
+    try:
+        yield bar
+    finally:
+        stop.set()
+        thread.join()
+        show()
+        bar.close()
+
+
+def note(message: str, enabled: bool = True) -> None:
+    """One line on stderr (written so that it does not break a running bar)."""
+    if enabled:
+        tqdm.write(message, file=sys.stderr)
+
+
+def format_seconds(seconds: float) -> str:
+    """A duration for people: ``4.2 ms``, ``42 s``, ``2.5 min``, ``2.0 h``."""
+    s = float(seconds)
+    if s < 1:
+        return f"{s * 1e3:.3g} ms"
+    if s < 100:
+        return f"{s:.3g} s"
+    if s < 100 * 60:
+        m = s / 60
+        return f"{m:.1f} min" if m < 10 else f"{m:.0f} min"
+    return f"{s / 3600:.1f} h"

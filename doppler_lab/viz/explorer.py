@@ -1,0 +1,295 @@
+"""The placement explorer's model: a scenario placed by two placers side by side.
+
+:func:`compare` places one :class:`Scenario` (workload, cluster, semantics, noise) with two
+placers (:class:`PlacerChoice`) and returns a :class:`Comparison` (metrics table, stacked Gantt
+charts, traces). Episodes stepped decision by decision live in :mod:`doppler_lab.viz.episodes`;
+the widgets that wire controls to both in :mod:`doppler_lab.viz.widgets`. Nothing here imports
+ipywidgets, so notebooks run it headless under papermill and tests call it directly.
+
+Example:
+    >>> ex = compare(Scenario("chainmm", scale="tiny"), PlacerChoice("round-robin"), PlacerChoice("cp"))
+    >>> list(ex.metrics.index)
+    ['round-robin', 'cp']
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from ..errors import ConfigError
+from ..graph import DataflowGraph
+from ..hardware import Cluster, make_cluster
+from ..placement import Placement
+from ..trace import Trace
+
+PAPER_PREFIX = "paper:"
+SCALE_CHOICES: tuple[float | str, ...] = ("tiny", 0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+# -- scenario and placers ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Scenario:
+    """What to place and how to run it.
+
+    Attributes:
+        workload: a generated workload spec (``llama_block`` or ``llama_block:heads=8``) or a
+            paper graph as ``paper:<name>`` (e.g. ``paper:ffnn_192nodes``).
+        scale: tensor-size scale of a generated workload (a number or ``"tiny"``).
+        cluster: hardware preset (``p100x4``, ``v100x8``, ``h100x8``, ``cpu``, ``uniform``).
+        semantics: simulator semantics, ``paper``, ``wc`` or ``bsp``.
+        noise: lognormal sigma of the durations (0: deterministic).
+        noise_seeds: noise draws per placement for the mean makespan (same seeds for both).
+        seed: seeds the placers' ties and the first noise draw.
+        paper_graphs: folder of the paper's graphs (default: see
+            :func:`~doppler_lab.paths.paper_graphs_dir`).
+    """
+
+    workload: str = "llama_block"
+    scale: float | str = 1.0
+    cluster: str = "p100x4"
+    semantics: str = "wc"
+    noise: float = 0.0
+    noise_seeds: int = 1
+    seed: int = 0
+    paper_graphs: str | None = None
+
+    def __post_init__(self) -> None:
+        from ..sim import SEMANTICS
+
+        if self.semantics not in SEMANTICS:
+            raise ConfigError(f"scenario semantics {self.semantics!r}; expected one of {SEMANTICS}")
+        if not (math.isfinite(self.noise) and self.noise >= 0):
+            raise ConfigError(f"scenario noise {self.noise!r}; expected a finite sigma >= 0")
+        if self.noise_seeds < 1:
+            raise ConfigError(f"scenario noise_seeds {self.noise_seeds!r}; expected >= 1")
+
+    def build(self) -> tuple[DataflowGraph, Cluster]:
+        """The graph and the cluster of this scenario."""
+        graph = build_graph(self.workload, self.scale, self.paper_graphs)
+        return graph, make_cluster(self.cluster)
+
+
+def build_graph(
+    workload: str, scale: float | str = 1.0, paper_graphs: str | None = None
+) -> DataflowGraph:
+    """A generated workload (spec plus ``scale``) or a paper graph (``paper:<name>``)."""
+    if workload.startswith(PAPER_PREFIX):
+        from ..io import read_paper_graph
+        from ..paths import paper_graph_path
+
+        return read_paper_graph(paper_graph_path(workload[len(PAPER_PREFIX) :], paper_graphs))
+    from ..workloads import build, parse_spec
+
+    name, params = parse_spec(workload)
+    if scale != 1.0:
+        params.setdefault("scale", scale)
+    return build(name, **params)
+
+
+def workload_choices(paper_graphs: str | None = None) -> list[str]:
+    """Generated workloads, then the paper's graphs found on disk (as ``paper:<name>``)."""
+    from ..analysis import GENERATED_WORKLOADS, PAPER_GRAPH_NAMES
+    from ..paths import paper_graphs_dir
+
+    out = list(GENERATED_WORKLOADS)
+    folder = paper_graphs_dir(paper_graphs)
+    if folder is not None:
+        out += [PAPER_PREFIX + n for n in PAPER_GRAPH_NAMES if (folder / f"{n}.txt").exists()]
+    return out
+
+
+def checkpoint_choices(placer: str, root: str | Path | None = None) -> list[str]:
+    """Checkpoints offered for a learned ``placer``.
+
+    With ``root``: the ``.pt`` files (and checkpoint folders) in ``root/<placer>/`` and the
+    ``.pt`` files in ``root``, as paths. Without: the shipped checkpoints (``data/checkpoints``,
+    see :func:`doppler_lab.policies.pretrained.list_checkpoints`), by name, whose recorded policy
+    kind suits the placer; empty when there are none or the policies are not installed.
+    """
+    if root is not None:
+        base = Path(root)
+        own = base / placer
+        found = (
+            [p for p in own.iterdir() if p.suffix == ".pt" or p.is_dir()] if own.is_dir() else []
+        )
+        found += base.glob("*.pt") if base.is_dir() else []
+        return sorted(str(p) for p in found)
+    try:
+        from ..policies.pretrained import list_checkpoints
+    except ImportError:
+        return []
+    kinds = _placer_kinds(placer)
+    return sorted(
+        name
+        for name, record in list_checkpoints().items()
+        if not kinds or record.get("kind") in (None, *kinds)
+    )
+
+
+def _placer_kinds(placer: str) -> tuple[str, ...]:
+    """The policy kinds a learned placer loads (its class's ``kinds``; empty when unknown)."""
+    import importlib
+
+    from ..placers import placer_specs
+
+    spec = placer_specs().get(placer)
+    if spec is None:
+        return ()
+    module, _, attr = spec.target.partition(":")
+    try:
+        return tuple(getattr(getattr(importlib.import_module(module), attr), "kinds", ()))
+    except (ImportError, AttributeError):
+        return ()
+
+
+@dataclass(frozen=True)
+class PlacerChoice:
+    """A placer from the registry with its options (a policy variant is a learned placer with a
+    checkpoint, or a placer with different options).
+
+    Attributes:
+        name: registry name (see :func:`~doppler_lab.placers.available_placers`).
+        checkpoint: checkpoint path, for learned placers.
+        options: further placer options (``{"timing": "paper"}``).
+    """
+
+    name: str
+    checkpoint: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """A short label: the name, with the checkpoint's stem and the options."""
+        extra = [Path(self.checkpoint).stem] if self.checkpoint else []
+        extra += [f"{k}={v}" for k, v in self.options.items()]
+        return f"{self.name} [{', '.join(extra)}]" if extra else self.name
+
+    def placer_options(self) -> dict[str, Any]:
+        """The options for :func:`~doppler_lab.placers.place` (checkpoint included)."""
+        from ..placers import placer_spec
+
+        spec = placer_spec(self.name)
+        opts = dict(self.options)
+        if self.checkpoint:
+            opts["checkpoint"] = self.checkpoint
+        if spec.needs_checkpoint and not opts.get("checkpoint"):
+            shipped = checkpoint_choices(self.name)
+            hint = (
+                f"shipped: {', '.join(shipped)}" if shipped else "none shipped in data/checkpoints"
+            )
+            raise ConfigError(f"placer {self.name!r} needs a checkpoint ({hint})")
+        return opts
+
+    def place(self, graph: DataflowGraph, cluster: Cluster, seed: int) -> Placement:
+        """Place ``graph`` on ``cluster``."""
+        from ..placers import place
+
+        return place(self.name, graph, cluster, seed=seed, **self.placer_options())
+
+
+# -- comparison ----------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class Comparison:
+    """Two placements of one scenario, simulated with the same settings and noise seeds.
+
+    Attributes:
+        scenario: the scenario.
+        graph, cluster: what was placed where.
+        placements, traces: by label (the first placer first); traces use the scenario's seed.
+        metrics: one row per label: ``makespan`` (mean over the noise seeds), ``makespan_std``,
+            ``ratio_lb``, ``transfers``, ``utilisation`` (mean busy fraction of the devices),
+            ``devices_used``.
+        lower_bound: the makespan lower bound.
+        figure: stacked Gantt charts on one time axis.
+    """
+
+    scenario: Scenario
+    graph: DataflowGraph
+    cluster: Cluster
+    placements: dict[str, Placement]
+    traces: dict[str, Trace]
+    metrics: pd.DataFrame
+    lower_bound: float
+    figure: go.Figure
+
+    @property
+    def improvement(self) -> float:
+        """(first - second) / first of the mean makespans: > 0 when the second is faster."""
+        m = self.metrics["makespan"].to_numpy()
+        return float((m[0] - m[1]) / m[0]) if m[0] > 0 else 0.0
+
+
+def _labels(choices: Sequence[PlacerChoice]) -> list[str]:
+    labels = [c.label for c in choices]
+    if len(set(labels)) < len(labels):
+        labels = [f"{chr(65 + i)}: {lab}" for i, lab in enumerate(labels)]
+    return labels
+
+
+def placement_metrics(
+    trace: Trace, makespans: np.ndarray, lower_bound: float, graph: DataflowGraph
+) -> dict[str, float]:
+    """One row of :attr:`Comparison.metrics` from a trace and the makespans over noise seeds."""
+    used = np.unique(trace.device[graph.compute_nodes]).size
+    return {
+        "makespan": float(np.mean(makespans)),
+        "makespan_std": float(np.std(makespans)),
+        "ratio_lb": float(np.mean(makespans) / lower_bound) if lower_bound > 0 else math.nan,
+        "transfers": trace.num_transfers,
+        "utilisation": float(trace.utilisation().mean()),
+        "devices_used": int(used),
+    }
+
+
+def time_unit_of(graph: DataflowGraph) -> str | None:
+    """``"s"`` for graphs costed by the cost model, None for explicit (paper) units."""
+    return None if graph.compute_cost is not None else "s"
+
+
+def compare(
+    scenario: Scenario,
+    first: PlacerChoice | str,
+    second: PlacerChoice | str,
+    graph: DataflowGraph | None = None,
+    cluster: Cluster | None = None,
+) -> Comparison:
+    """Place ``scenario`` with two placers and simulate both on the same noise seeds.
+
+    Args:
+        scenario: the workload, cluster, semantics and noise.
+        first, second: the placers (a name or a :class:`PlacerChoice`).
+        graph, cluster: prebuilt graph and cluster (default: built from the scenario).
+
+    Returns:
+        The :class:`Comparison`; ``figure`` holds the two Gantt charts.
+    """
+    from ..sim import Simulator
+    from .gantt import compare_gantt
+
+    choices = [c if isinstance(c, PlacerChoice) else PlacerChoice(c) for c in (first, second)]
+    if graph is None or cluster is None:
+        graph, cluster = scenario.build()
+    sim = Simulator(graph, cluster, scenario.semantics, scenario.noise)  # type: ignore[arg-type]
+    lb = sim.lower_bound()
+    seeds = range(scenario.seed, scenario.seed + scenario.noise_seeds)
+    placements, traces, rows = {}, {}, {}
+    for label, choice in zip(_labels(choices), choices):
+        pl = choice.place(graph, cluster, scenario.seed)
+        tr = sim.run(pl, seed=scenario.seed)
+        makespans = np.array([sim.makespan(pl, seed=s) for s in seeds])
+        placements[label], traces[label] = pl, tr
+        rows[label] = placement_metrics(tr, makespans, lb, graph)
+    metrics = pd.DataFrame.from_dict(rows, orient="index")
+    metrics.index.name = "placer"
+    noise = f", noise {scenario.noise:g}" if scenario.noise else ""
+    title = f"{graph.name} on {cluster.name} ({scenario.semantics}{noise})"
+    fig = compare_gantt(traces, graph, title=title, time_unit=time_unit_of(graph))
+    return Comparison(scenario, graph, cluster, placements, traces, metrics, lb, fig)
