@@ -40,8 +40,8 @@ class DemoContext:
     seed: int = 0
     quick: bool = False
     paper_graphs: str | None = None
-    sections: list[tuple[str, Callable[[Any], None]]] = field(default_factory=list)
     progress: bool = True
+    sections: list[tuple[str, Callable[[Any], None]]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -282,6 +282,7 @@ def run_demo(
     seed: int = 0,
     quick: bool = False,
     paper_graphs: str | None = None,
+    progress: bool = True,
 ) -> Path:
     """Run every step and write ``out_dir/index.html`` and ``out_dir/summary.json`` (with
     progress bars on stderr unless ``progress`` is False)."""
@@ -318,4 +319,3 @@ def run_demo(
 
 
 __all__ = ["STEPS", "DemoContext", "run_demo"]
-    progress: bool = True,

@@ -172,7 +172,7 @@ def resolve_placement(
             raise PlacementError(f"placement file {spec!r} does not exist")
         return load_placement(spec).validate(graph, d)
     try:
-        from ..placers import available_placers, place
+        from ..placers import available_placers, place, placer_options
     except ImportError:
         raise PlacementError(
             f"unknown placement {spec!r}; expected one of {PLACEMENT_KEYWORDS} or a .json file"
