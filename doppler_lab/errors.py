@@ -57,3 +57,7 @@ class ExecutorError(DopplerLabError, RuntimeError):
 
 class DataError(DopplerLabError, RuntimeError):
     """A data file could not be fetched, or does not match its pinned checksum."""
+
+
+class ImportModelError(DopplerLabError, ValueError):
+    """A model cannot be imported: names the op and its module path, and what was expected."""
