@@ -29,6 +29,7 @@ REPO_ROOT = PACKAGE_DIR.parent  # the checkout, for a source or editable install
 PAPER_GRAPHS_ENV = "DOPPLER_PAPER_GRAPHS"
 CHECKPOINTS_ENV = "DOPPLER_LAB_CHECKPOINTS"
 CHECKOUT_PAPER_GRAPHS_DIR = REPO_ROOT.parent / "shared" / "data" / "doppler-paper"
+BENCH_POLICY_RUNS = "runs/bench_policy"  # bench policy's run cache (relative: the working folder)
 PAPER_GRAPHS_HINT = (
     "run `doppler-lab data paper-graphs` (downloads them from github.com/xinyuyao/Doppler; "
     "`--from DIR` installs a local copy of its compute_graph/), or set "
@@ -99,6 +100,12 @@ def paper_graph_path(name: str, explicit: str | os.PathLike | None = None) -> Pa
     return path
 
 
+def bench_checkpoints_dir(runs_dir: str | os.PathLike = BENCH_POLICY_RUNS) -> Path:
+    """Where ``bench policy`` exports its trained checkpoints (``<placer>/<graph>.pt``) and
+    ``bench quality`` looks for them first."""
+    return Path(runs_dir) / "checkpoints"
+
+
 def checkpoint_dirs() -> list[Path]:
     """Folders searched for shipped checkpoints, in order (existing ones only, no repeats)."""
     env = os.environ.get(CHECKPOINTS_ENV)
@@ -118,11 +125,13 @@ def checkpoint_dirs() -> list[Path]:
 
 
 __all__ = [
+    "BENCH_POLICY_RUNS",
     "CHECKOUT_PAPER_GRAPHS_DIR",
     "CHECKPOINTS_ENV",
     "PAPER_GRAPHS_ENV",
     "PAPER_GRAPHS_HINT",
     "REPO_ROOT",
+    "bench_checkpoints_dir",
     "checkpoint_dirs",
     "paper_graph_dirs",
     "paper_graph_path",

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from ..paths import BENCH_POLICY_RUNS, REPO_ROOT, bench_checkpoints_dir
 from ..policies.speed import episode_times
 from ..yardstick import best_known
 from ._report import write_report
@@ -159,7 +160,7 @@ class PolicyBenchConfig:
     method_seeds: dict[str, int] = field(default_factory=lambda: {"placeto": 1})
     ablation_seeds: int = 2
     workload_seeds: int = 2
-    runs_dir: str = "runs/bench_policy"
+    runs_dir: str = BENCH_POLICY_RUNS
 
     def __post_init__(self) -> None:
         bad = [m for m in self.methods + self.ablations + self.design_ablations if m not in METHODS]
@@ -539,9 +540,7 @@ def ablation_rows(
 def bench_runs_dir() -> Path:
     """The benchmark's run cache at the project root (``runs/bench_policy``): notebooks that
     train the same (graph, method, seed) configurations reuse what ``bench policy`` trained."""
-    from ..paths import REPO_ROOT
-
-    return REPO_ROOT / PolicyBenchConfig.runs_dir
+    return REPO_ROOT / BENCH_POLICY_RUNS
 
 
 # -- the benchmark -----------------------------------------------------------------------
@@ -690,7 +689,7 @@ def _export_checkpoints(results: list[dict[str, Any]], root: Path) -> None:
     for r in results:
         if r["seed"] != 0 or r["method"] not in ("doppler", "placeto", "gdp"):
             continue
-        dest = root / "checkpoints" / r["method"] / f"{r['graph']}.pt"
+        dest = bench_checkpoints_dir(root) / r["method"] / f"{r['graph']}.pt"
         dest.parent.mkdir(parents=True, exist_ok=True)
         if Path(r["checkpoint"]).exists():
             shutil.copyfile(r["checkpoint"], dest)

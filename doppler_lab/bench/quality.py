@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, make_cluster
+from ..paths import bench_checkpoints_dir
 from ..placement import Placement
 from ..sim import Simulator
 from ..yardstick import YARDSTICK
@@ -81,7 +82,7 @@ class QualityConfig:
     placers: tuple[str, ...] | None = None
     search_budget: int = 2000
     exact_time_limit: float = 20.0
-    checkpoints: tuple[str, ...] = ("runs/bench_policy/checkpoints", "shipped")
+    checkpoints: tuple[str, ...] = (str(bench_checkpoints_dir()), "shipped")
     cp_tie_seeds: int = 20
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
