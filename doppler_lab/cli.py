@@ -15,8 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from .commands._common import add_progress_argument
 from .errors import DopplerLabError
+from .progress import add_progress_argument
 from .validate import one_line
 
 # order = order in --help

@@ -1,9 +1,9 @@
 """How long runs show what they do: tqdm bars and one-line notes on stderr.
 
-One home for progress display. Library functions take a ``progress: bool`` (or a callback) and
-pass it here as ``enabled``; they never read global state. The command line turns progress off
-with ``--no-progress`` or ``--json`` (see :func:`doppler_lab.commands._common.show_progress`), so
-stdout carries only results.
+One home for progress display. Library functions take a ``progress: bool`` and pass it here as
+``enabled``; they never read global state. Every ``doppler-lab`` subcommand gets
+``--no-progress`` (:func:`add_progress_argument`); progress is off with it or with ``--json``
+(:func:`show_progress`), so stdout carries only results.
 
 Example:
     >>> total = 0
@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 import sys
 import threading
 import time
@@ -26,7 +27,14 @@ from typing import TypeVar
 
 from tqdm.auto import tqdm
 
-__all__ = ["format_seconds", "note", "progress", "timer"]
+__all__ = [
+    "add_progress_argument",
+    "format_seconds",
+    "note",
+    "progress",
+    "show_progress",
+    "timer",
+]
 
 T = TypeVar("T")
 
@@ -124,3 +132,17 @@ def format_seconds(seconds: float) -> str:
         m = s / 60
         return f"{m:.1f} min" if m < 10 else f"{m:.0f} min"
     return f"{s / 3600:.1f} h"
+
+
+def add_progress_argument(parser: argparse.ArgumentParser) -> None:
+    """``--no-progress`` on a command's parser (``--json`` turns progress off too)."""
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bars or notes on stderr (--json implies it)",
+    )
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """Whether a command shows progress on stderr: not with ``--no-progress`` or ``--json``."""
+    return not (getattr(args, "no_progress", False) or getattr(args, "json", False))

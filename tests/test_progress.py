@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from doppler_lab.cli import COMMAND_MODULES, main
-from doppler_lab.commands.execute import with_scale
-from doppler_lab.executor.cost import predict_execution, scale_within
+from doppler_lab.executor.cost import predict_execution
 from doppler_lab.hardware import make_cpu
 from doppler_lab.placement import round_robin, single_device
 from doppler_lab.progress import format_seconds, note, progress, timer
 from doppler_lab.sim import Simulator
 from doppler_lab.workloads import build, build_from_spec
+from doppler_lab.workloads.sizing import scale_within, with_scale
 
 TINY = "chainmm:scale=0.01"
 

@@ -54,20 +54,6 @@ def number_arg(minimum: float | None = None, above: float | None = None) -> Call
     return number
 
 
-def add_progress_argument(p: argparse.ArgumentParser) -> None:
-    """``--no-progress`` (every subcommand has it; ``--json`` turns progress off too)."""
-    p.add_argument(
-        "--no-progress",
-        action="store_true",
-        help="no progress bars or notes on stderr (--json implies it)",
-    )
-
-
-def show_progress(args: argparse.Namespace) -> bool:
-    """Whether a command shows progress on stderr: not with ``--no-progress`` or ``--json``."""
-    return not (getattr(args, "no_progress", False) or getattr(args, "json", False))
-
-
 def add_graph_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "graph",

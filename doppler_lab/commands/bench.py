@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..bench import BENCHMARKS
 from ..errors import ConfigError
-from ._common import show_progress
+from ..progress import show_progress
 
 NAME = "bench"
 HELP = "run a benchmark (sim, quality, policy, executor, fidelity, import) and write reports/bench/NAME.{json,md}"

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
-from ._common import int_arg, print_json, resolve_graph, show_progress
+from ..progress import show_progress
+from ._common import int_arg, print_json, resolve_graph
 from .execute import add_device_arguments
 
 NAME = "calibrate"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError
-from ._common import int_arg, number_arg, show_progress
+from ..progress import show_progress
+from ._common import int_arg, number_arg
 
 NAME = "demo"
 HELP = "run the end-to-end demo and write reports/demo/index.html"

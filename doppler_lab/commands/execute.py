@@ -10,7 +10,7 @@ from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
 from ..placement import Placement
-from ..progress import format_seconds, note, timer
+from ..progress import format_seconds, note, show_progress, timer
 from ._common import (
     add_graph_argument,
     add_placement_argument,
@@ -20,7 +20,6 @@ from ._common import (
     resolve_cost_model,
     resolve_graph,
     resolve_placement,
-    show_progress,
 )
 
 NAME = "execute"
@@ -205,9 +204,10 @@ def predict_command(
     """What the cost model predicts for this ``execute`` command (warm-up, timed runs and the
     ``--check`` reference), and a smaller ``:scale=`` of the workload when that is over
     :data:`SUGGEST_SCALE_OVER_S` on CPU workers."""
-    from ..executor.cost import predict_execution, scale_within
+    from ..executor.cost import ExecutionPrediction, predict_execution
+    from ..workloads.sizing import scale_within, with_scale
 
-    def predict(g: DataflowGraph):  # noqa: ANN202 - an ExecutionPrediction
+    def predict(g: DataflowGraph) -> ExecutionPrediction:
         return predict_execution(
             g,
             cluster,
@@ -263,14 +263,6 @@ def forecast_lines(f: dict[str, Any]) -> list[str]:
             f"(predicted {format_seconds(f['suggested_predicted_s'])}) or fewer --repeats"
         )
     return lines
-
-
-def with_scale(spec: str, scale: float) -> str:
-    """Workload ``spec`` with its ``scale`` parameter set: ``ffnn`` -> ``ffnn:scale=0.25``."""
-    name, _, rest = spec.partition(":")
-    items = [i for i in (s.strip() for s in rest.split(",")) if i]
-    items = [i for i in items if i.partition("=")[0].strip() != "scale"]
-    return f"{name.strip()}:{','.join([*items, f'scale={scale:g}'])}"
 
 
 def _write_gantt(trace, graph, path: str, title: str) -> Path:  # noqa: ANN001 - lazy imports

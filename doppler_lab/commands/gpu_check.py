@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..progress import timer
-from ._common import show_progress
+from ..progress import show_progress, timer
 
 NAME = "gpu-check"
 HELP = "run the GPU tests and the executor benchmark on CUDA (a few minutes); write a report"

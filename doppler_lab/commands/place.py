@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from ..progress import show_progress
 from ._common import (
     add_cluster_arguments,
     add_graph_argument,
@@ -19,7 +20,6 @@ from ._common import (
     print_json,
     resolve_cluster,
     resolve_graph,
-    show_progress,
 )
 
 NAME = "place"

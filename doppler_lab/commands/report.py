@@ -6,7 +6,8 @@ import argparse
 import shlex
 import sys
 
-from ._common import int_arg, show_progress
+from ..progress import show_progress
+from ._common import int_arg
 
 NAME = "report"
 HELP = "execute every notebook, render each to HTML, and write reports/index.html"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError
+from ..progress import show_progress
 from ..sim import SEMANTICS, Simulator
 from ._common import (
     add_cluster_arguments,
@@ -17,7 +18,6 @@ from ._common import (
     resolve_cost_model,
     resolve_graph,
     resolve_placement,
-    show_progress,
 )
 
 NAME = "simulate"

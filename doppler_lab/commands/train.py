@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..progress import show_progress
 from ._common import (
     add_cluster_arguments,
     int_arg,
@@ -16,7 +17,6 @@ from ._common import (
     print_json,
     resolve_cluster,
     resolve_graph,
-    show_progress,
 )
 
 NAME = "train"

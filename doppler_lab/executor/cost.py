@@ -3,8 +3,7 @@ measured makespan), and what the cost model predicts a run will take before it s
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -184,62 +183,3 @@ def predict_execution(
     return ExecutionPrediction(
         float(run_s), int(runs), float(reference_s), flops, cluster.num_devices
     )
-
-
-def scale_within(
-    spec: str, predict_s: Callable[[DataflowGraph], float], budget_s: float = 60.0
-) -> tuple[float, float] | None:
-    """The largest round ``scale`` of workload ``spec`` whose predicted time fits ``budget_s``.
-
-    Tries round values (``0.5``, ``0.25``, ``0.1``, ...) below the spec's own scale, starting
-    from the cube-law guess (matmul flops grow with the cube of the scale) and stepping down or
-    up by what :func:`predict_s` says of each built graph.
-
-    Returns:
-        ``(scale, predicted seconds)``, or ``None`` when ``spec`` is not a workload with a
-        numeric ``scale`` or no round value below it fits.
-
-    Example:
-        >>> scale_within("chainmm", lambda g: g.flops.sum() / 1e12, budget_s=1.0)
-        (0.5, 0.824...)
-    """
-    from ..errors import DopplerLabError
-    from ..workloads import WORKLOADS, build, parse_spec
-
-    if spec.partition(":")[0].strip() not in WORKLOADS:  # a file or an imported model
-        return None
-    name, params = parse_spec(spec)
-    default = inspect.signature(WORKLOADS[name]).parameters.get("scale")
-    scale0 = params.get("scale", None if default is None else default.default)
-    if isinstance(scale0, bool) or not isinstance(scale0, int | float) or scale0 <= 0:
-        return None
-    ladder = [v for v in _round_values() if v < scale0]
-    seen: dict[int, float | None] = {}
-
-    def fits(i: int) -> bool:
-        if i not in seen:
-            try:
-                seen[i] = float(predict_s(build(name, **{**params, "scale": ladder[i]})))
-            except DopplerLabError:  # too small for its blocks
-                seen[i] = None
-        t = seen[i]
-        return t is not None and t <= budget_s
-
-    if not ladder:
-        return None
-    whole = float(predict_s(build(name, **{**params, "scale": scale0})))
-    guess = scale0 * (budget_s / whole) ** (1 / 3) if whole > 0 else scale0
-    i = next((k for k, v in enumerate(ladder) if v <= guess), len(ladder) - 1)
-    while not fits(i):
-        if i + 1 >= len(ladder) or seen[i] is None:
-            return None
-        i += 1
-    while i > 0 and fits(i - 1):
-        i -= 1
-    return ladder[i], seen[i]  # type: ignore[return-value]
-
-
-def _round_values() -> list[float]:
-    """Round scales, largest first: 7.5, 5, 2.5, 2, 1, 0.75, 0.5, 0.25, 0.2, 0.1, ... 0.001."""
-    out = [k * 10.0**e for e in range(0, -4, -1) for k in (7.5, 5.0, 2.5, 2.0, 1.0)]
-    return [round(v, 6) for v in out]
