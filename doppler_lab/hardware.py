@@ -28,6 +28,7 @@ import numpy as np
 
 from .errors import ClusterError, GraphError
 from .graph import DataflowGraph
+from .rules import transfer_times
 from .validate import (
     Fail,
     want_fields,
@@ -509,9 +510,12 @@ class CostModel:
         if src_dev == dst_dev or self.graph.is_input[self.graph.edge_src[edge]]:
             return 0.0
         return float(
-            self.edge_fixed[edge]
-            + self.latency[src_dev, dst_dev]
-            + self.edge_bytes[edge] * self.inv_bandwidth[src_dev, dst_dev]
+            transfer_times(
+                self.edge_fixed[edge],
+                self.latency[src_dev, dst_dev],
+                self.edge_bytes[edge],
+                self.inv_bandwidth[src_dev, dst_dev],
+            )
         )
 
     @cached_property
@@ -521,10 +525,11 @@ class CostModel:
         if d == 1:
             return np.zeros(self.graph.num_edges)
         off = ~np.eye(d, dtype=bool)
-        return (
-            self.edge_fixed
-            + self.latency[off].mean()
-            + self.edge_bytes * self.inv_bandwidth[off].mean()
+        return transfer_times(
+            self.edge_fixed,
+            self.latency[off].mean(),
+            self.edge_bytes,
+            self.inv_bandwidth[off].mean(),
         )
 
     @cached_property

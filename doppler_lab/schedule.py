@@ -29,6 +29,7 @@ from .errors import PlacementError
 from .graph import DataflowGraph
 from .hardware import CostModel
 from .placement import Placement
+from .rules import transfer_time
 
 Timing = Literal["est", "paper"]
 TIMINGS: tuple[str, ...] = ("est", "paper")
@@ -50,7 +51,7 @@ def _est(
         for d in range(ndev):
             t = finish[u]
             if d != a:
-                t += fixed[e] + lat[a, d] + nbytes[e] * inv_bw[a, d]
+                t += transfer_time(fixed[e], lat[a, d], nbytes[e], inv_bw[a, d])
             if t > out[d]:
                 out[d] = t
     return out

@@ -30,6 +30,7 @@ from numba import njit
 from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import CostModel
+from ..rules import transfer_time
 from ..schedule import ListScheduleState
 
 NODE_FEATURES: tuple[str, ...] = ("compute", "b_level", "t_level", "in_comm", "out_comm")
@@ -267,7 +268,7 @@ def _wait_transfer(
         e = pred_eid[k]
         for d in range(ndev):
             if d != a:
-                out[d] += fixed[e] + lat[a, d] + nbytes[e] * inv_bw[a, d]
+                out[d] += transfer_time(fixed[e], lat[a, d], nbytes[e], inv_bw[a, d])
 
 
 @njit(cache=True)

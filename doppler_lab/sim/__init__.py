@@ -22,7 +22,7 @@ factor drawn from an explicit generator; sigma = 0 is deterministic.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import numba
@@ -100,72 +100,78 @@ class Simulator:
         eids = g.succ_eid
         small = g.num_nodes < 2**31 and g.num_edges < 2**31
         index = np.int32 if small else np.int64  # halves the memory traffic of the kernels
-        self._succ_ptr = np.ascontiguousarray(g.succ_ptr, dtype=index)
-        self._succ_idx = np.ascontiguousarray(g.succ_idx, dtype=index)
         self._index = index
-        self._explicit = graph.edge_cost is not None
         self._kinds = kind_names(g)
-        self._slot_src = np.repeat(np.arange(g.num_nodes, dtype=np.int64), np.diff(g.succ_ptr))
-        self._slot_fixed = np.ascontiguousarray(self.cost.edge_fixed[eids])
-        self._slot_bytes = np.ascontiguousarray(self.cost.edge_bytes[eids])
-        self._is_input = np.ascontiguousarray(g.is_input)
-        # only compute predecessors count: inputs are resident everywhere
-        self._indeg = np.bincount(
-            g.edge_dst[~g.is_input[g.edge_src]], minlength=g.num_nodes
-        ).astype(np.int32)
         comp = self.cost.compute
-        # identical devices: one column (the kernels read column 0), less memory traffic
-        self._comp = np.ascontiguousarray(comp[:, :1] if (comp == comp[:, :1]).all() else comp)
-        self._lat = np.ascontiguousarray(self.cost.latency)
-        self._inv_bw = np.ascontiguousarray(self.cost.inv_bandwidth)
-        self._routes = np.ascontiguousarray(self.cluster.routes)
-        self._n_links = self.cluster.num_links
-        self._dedupe = True
         comp_nodes = g.compute_nodes
         order = comp_nodes[np.lexsort((comp_nodes, g.depth[comp_nodes]))]
-        self._level_order = np.ascontiguousarray(order)
         levels = g.depth[order]
         nlev = int(levels.max()) + 1 if order.size else 0
-        self._level_ptr = np.zeros(nlev + 1, dtype=np.int64)
-        np.cumsum(np.bincount(levels, minlength=nlev), out=self._level_ptr[1:])
-        # argument groups shared by the kernels
-        self._head = (
-            self._succ_ptr,
-            self._succ_idx,
-            self._slot_fixed,
-            self._slot_bytes,
-            self._indeg,
-            self._is_input,
+        level_ptr = np.zeros(nlev + 1, dtype=np.int64)
+        np.cumsum(np.bincount(levels, minlength=nlev), out=level_ptr[1:])
+        # the kernels' records, built and checked once; calls only prepare the placement
+        self._graph_arrays = K.GraphArrays(
+            succ_ptr=np.ascontiguousarray(g.succ_ptr, dtype=index),
+            succ_idx=np.ascontiguousarray(g.succ_idx, dtype=index),
+            slot_src=np.repeat(np.arange(g.num_nodes, dtype=np.int64), np.diff(g.succ_ptr)),
+            # only compute predecessors count: inputs are resident everywhere
+            indeg=np.bincount(g.edge_dst[~g.is_input[g.edge_src]], minlength=g.num_nodes).astype(
+                np.int32
+            ),
+            is_input=np.ascontiguousarray(g.is_input),
+            level_order=np.ascontiguousarray(order),
+            level_ptr=level_ptr,
         )
-        self._wc_head = (
-            self._succ_ptr,
-            self._succ_idx,
-            self._slot_src,
-            self._slot_fixed,
-            self._slot_bytes,
-            self._indeg,
-            self._is_input,
+        self._cost_arrays = K.CostArrays(
+            # identical devices: one column (the kernels read column 0), less memory traffic
+            comp=np.ascontiguousarray(comp[:, :1] if (comp == comp[:, :1]).all() else comp),
+            slot_fixed=np.ascontiguousarray(self.cost.edge_fixed[eids]),
+            slot_bytes=np.ascontiguousarray(self.cost.edge_bytes[eids]),
+            lat=np.ascontiguousarray(self.cost.latency),
+            inv_bw=np.ascontiguousarray(self.cost.inv_bandwidth),
+            routes=np.ascontiguousarray(self.cluster.routes),
+            n_links=self.cluster.num_links,
         )
-        self._bsp_head = (
-            self._succ_ptr,
-            self._succ_idx,
-            self._slot_fixed,
-            self._slot_bytes,
-            self._level_order,
-            self._level_ptr,
-        )
-        self._costs = (self._comp, self._lat, self._inv_bw)
-        self._links = (self._routes, self._n_links)
         self._ones_n = np.ones((1, g.num_nodes))
         self._ones_e = np.ones((1, g.num_edges))
+        self._no_priority = np.zeros((1, g.num_nodes))
+        # what the kernels are called with: each record as a plain tuple (see _kernels)
+        self._records = (tuple(self._graph_arrays), tuple(self._cost_arrays))
+        self._plain = tuple(
+            K.RunOptions(self._ones_n[0], self._ones_e[0], False, self._no_priority[0], False, True)
+        )
+        self._kernel = {"paper": K.paper_kernel, "wc": K.wc_kernel, "bsp": K.bsp_kernel}[semantics]
+        # makespan-only runs: paper records nothing; wc and bsp reuse one set of buffers (a
+        # kernel holds the GIL from filling them to its last read: no two calls share them)
+        self._scratch = tuple(
+            K.new_buffers(0, 0) if semantics == "paper" else K.new_buffers(g.num_nodes, g.num_edges)
+        )
 
     # -- helpers ---------------------------------------------------------------------------
-    def _devices(self, placement: Placement | np.ndarray | Sequence[int]) -> np.ndarray:
-        p = placement if isinstance(placement, Placement) else Placement(np.asarray(placement))
-        p.validate(self.graph, self.num_devices)
-        dev = p.device.astype(self._index)
-        dev[self.graph.is_input] = 0  # never read by the kernels; keeps indexing in range
-        return dev
+    def _prepare(
+        self, placement: Placement | np.ndarray | Sequence[int], dispatch: str
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Check one placement in a single pass; returns (device ids as given, the kernels'
+        device array, the priority when ``dispatch="priority"`` else None)."""
+        if isinstance(placement, Placement):
+            device, priority = placement.device, placement.priority
+        elif (
+            isinstance(placement, np.ndarray)
+            and placement.ndim == 1
+            and placement.dtype.kind in "iu"
+        ):
+            device, priority = placement, None
+        else:  # lists, floats, ...: the Placement constructor's checks and messages
+            pl = Placement(np.asarray(placement))
+            device, priority = pl.device, pl.priority
+        use_priority = self._check_dispatch(dispatch, priority)
+        g = self.graph
+        if device.shape[0] != g.num_nodes:
+            Placement(device).validate(g, self.num_devices)  # raises the size message
+        dev = np.empty(g.num_nodes, self._index)
+        if K.check_devices(device, self._graph_arrays.is_input, self.num_devices, dev) >= 0:
+            Placement(device).validate(g, self.num_devices)  # raises the range message
+        return device, dev, (np.array(priority, dtype=np.float64) if use_priority else None)
 
     def _device_matrix(self, placements: np.ndarray) -> np.ndarray:
         """Validate a ``(K, N)`` array of device ids in one pass."""
@@ -192,15 +198,26 @@ class Simulator:
         devs[:, g.is_input] = 0
         return np.ascontiguousarray(devs)
 
-    def _noise(self, rng: np.random.Generator | None, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    def _options(
+        self, rng: np.random.Generator | None, rows: int | None, priority: np.ndarray | None
+    ) -> tuple:
+        """The :class:`RunOptions` of a batch as the kernels take them (a plain tuple): noise
+        (``rows`` independent draws, one row each) and dispatch; with ``rows=None``, of a single
+        run."""
         if self.noise == 0.0:
-            return self._ones_n, self._ones_e
-        if rng is None:
+            if rows is None and priority is None:
+                return self._plain
+            cn, sn = self._ones_n, self._ones_e
+        elif rng is None:
             raise SimulationError("noise > 0 needs a seed or an rng (results must be reproducible)")
-        g = self.graph
-        comp = rng.lognormal(0.0, self.noise, size=(rows, g.num_nodes))
-        slots = rng.lognormal(0.0, self.noise, size=(rows, g.num_edges))
-        return comp, slots
+        else:
+            g = self.graph
+            cn = rng.lognormal(0.0, self.noise, size=(rows or 1, g.num_nodes))
+            sn = rng.lognormal(0.0, self.noise, size=(rows or 1, g.num_edges))
+        pr = self._no_priority if priority is None else priority.reshape(-1, self.graph.num_nodes)
+        if rows is None:
+            cn, sn, pr = cn[0], sn[0], pr[0]
+        return tuple(K.RunOptions(cn, sn, self.noise > 0, pr, priority is not None, True))
 
     @staticmethod
     def _rng(seed: int | None, rng: np.random.Generator | None) -> np.random.Generator | None:
@@ -231,65 +248,31 @@ class Simulator:
     ) -> Trace:
         """Simulate one placement and return its :class:`Trace`."""
         g = self.graph
-        pl = placement if isinstance(placement, Placement) else Placement(np.asarray(placement))
-        use_priority = self._check_dispatch(dispatch, pl.priority)
-        dev = self._devices(pl)
-        cn, sn = self._noise(self._rng(seed, rng), 1)
-        n, e = g.num_nodes, g.num_edges
-        start = np.empty(n)
-        end = np.empty(n)
-        tr_slot = np.empty(e, np.int64)
-        tr_start = np.empty(e)
-        tr_end = np.empty(e)
-        tr_link = np.full(e, -1, np.int64)
-        noisy = self.noise > 0
-        records = (start, end, tr_slot, tr_start, tr_end)
-        if self.semantics == "paper":
-            _, ntr = K.paper_kernel(
-                *self._head, dev, *self._costs, cn[0], sn[0], noisy, self._explicit, True, *records
-            )
-        elif self.semantics == "wc":
-            pr = np.ascontiguousarray(
-                pl.priority if use_priority else np.zeros(n), dtype=np.float64
-            )
-            _, ntr = K.wc_kernel(
-                *self._wc_head,
-                dev,
-                *self._costs,
-                *self._links,
-                cn[0],
-                sn[0],
-                noisy,
-                pr,
-                use_priority,
-                self._dedupe,
-                *records,
-                tr_link,
-            )
-        else:
-            _, ntr = K.bsp_kernel(
-                *self._bsp_head, dev, *self._costs, *self._links, cn[0], sn[0], *records, tr_link
-            )
+        given, dev, priority = self._prepare(placement, dispatch)
+        opts = self._options(self._rng(seed, rng), None, priority)
+        out = K.new_buffers(g.num_nodes, g.num_edges)
+        out.tr_link.fill(-1)
+        _, ntr = self._kernel(*self._records, dev, opts, tuple(out))
         scale = g.time_scale
-        slots = tr_slot[:ntr]
-        src = self._slot_src[slots]
-        dst = self._succ_idx[slots]
-        device = pl.device.copy()
+        slots = out.tr_slot[:ntr]
+        src = self._graph_arrays.slot_src[slots]
+        dst = self._graph_arrays.succ_idx[slots]
+        device = np.array(given, dtype=np.int64)
         device[g.is_input] = -1
         return Trace(
             graph_name=g.name,
             names=g.names,
             kinds=self._kinds,
             device=device,
-            start=start * scale,
-            end=end * scale,
+            start=out.start * scale,
+            end=out.end * scale,
             transfer_src=src,
             transfer_dst=dst,
             transfer_src_device=device[src],
             transfer_dst_device=device[dst],
-            transfer_start=tr_start[:ntr] * scale,
-            transfer_end=tr_end[:ntr] * scale,
-            transfer_link=tr_link[:ntr] if self.semantics != "paper" else np.full(ntr, -1),
+            transfer_start=out.tr_start[:ntr] * scale,
+            transfer_end=out.tr_end[:ntr] * scale,
+            transfer_link=out.tr_link[:ntr] if self.semantics != "paper" else np.full(ntr, -1),
             num_devices=self.num_devices,
             semantics=self.semantics,
             link_names=self.cluster.link_names,
@@ -308,8 +291,23 @@ class Simulator:
         rng: np.random.Generator | None = None,
         dispatch: Dispatch = "fifo",
     ) -> float:
-        """The makespan of one placement (reported units)."""
-        return float(self.makespans([placement], seed=seed, rng=rng, dispatch=dispatch)[0])
+        """The makespan of one placement (reported units).
+
+        One compiled call on this thread (no thread pool), after a one-pass check of the
+        placement; the same noise draws as :meth:`run` and ``makespans([placement])``.
+        """
+        _, dev, priority = self._prepare(placement, dispatch)
+        opts = self._options(self._rng(seed, rng), None, priority)
+        m, _ = self._kernel(*self._records, dev, opts, self._scratch)
+        return m * self.graph.time_scale
+
+    def kernel_call(self, placement: Placement | np.ndarray | Sequence[int]) -> Callable[[], float]:
+        """For benchmarks: a function that runs the compiled kernel alone on this placement's
+        prepared arrays (noise 0, FIFO dispatch) and returns its makespan in raw units."""
+        _, dev, _ = self._prepare(placement, "fifo")
+        args = (*self._records, dev, self._plain)
+        kernel, scratch = self._kernel, self._scratch
+        return lambda: kernel(*args, scratch)[0]
 
     def makespans(
         self,
@@ -321,66 +319,39 @@ class Simulator:
         """Makespans of many placements of this graph, simulated in parallel.
 
         ``placements`` is a ``(K, N)`` integer array or a sequence of placements. With noise,
-        each placement gets its own independent draw from ``rng`` (or ``seed``).
+        each placement gets its own independent draw from ``rng`` (or ``seed``). One placement
+        takes the single-call path of :meth:`makespan` (no thread pool).
         """
-        g = self.graph
-        if isinstance(placements, np.ndarray) and placements.ndim == 2:
-            pls: list[Placement] = []  # plain device arrays: validated all at once
+        matrix = isinstance(placements, np.ndarray) and placements.ndim == 2
+        if not matrix:
+            placements = list(placements)
+        if len(placements) == 1 and (not matrix or placements.dtype.kind in "iu"):
+            one = placements[0]
+            return np.array([self.makespan(one, seed=seed, rng=rng, dispatch=dispatch)])
+        priorities = None
+        if matrix:
             devs = self._device_matrix(placements)
-            use_priority = self._check_dispatch(dispatch, None)
+            self._check_dispatch(dispatch, None)  # plain arrays have no priority
         else:
             pls = [p if isinstance(p, Placement) else Placement(np.asarray(p)) for p in placements]
             if not pls:
                 return np.zeros(0)
             use_priority = any(self._check_dispatch(dispatch, p.priority) for p in pls)
-            devs = np.stack([self._devices(p) for p in pls])
+            prepared = [self._prepare(p, "fifo")[1] for p in pls]
+            devs = np.stack(prepared)
+            priorities = np.stack([p.priority for p in pls]) if use_priority else None
         if devs.shape[0] == 0:
             return np.zeros(0)
-        cn, sn = self._noise(self._rng(seed, rng), devs.shape[0])
-        noisy = self.noise > 0
+        opts = self._options(self._rng(seed, rng), devs.shape[0], priorities)
+        ga, ca = self._records
         if self.semantics == "paper":
             chunks = min(devs.shape[0], numba.get_num_threads())
-            out = _keep_torch_threads(
-                lambda: K.paper_batch(
-                    *self._head, devs, *self._costs, cn, sn, noisy, self._explicit, chunks
-                )
-            )
+            out = _keep_torch_threads(lambda: K.paper_batch(ga, ca, devs, opts, chunks))
         elif self.semantics == "wc":
-            pr = np.stack([p.priority for p in pls]) if use_priority else np.zeros((1, g.num_nodes))
-            wc_args = (
-                *self._wc_head,
-                devs,
-                *self._costs,
-                *self._links,
-                cn,
-                sn,
-                noisy,
-                pr,
-                use_priority,
-                self._dedupe,
-            )
-            out = _keep_torch_threads(lambda: K.wc_batch(*wc_args))
+            out = _keep_torch_threads(lambda: K.wc_batch(ga, ca, devs, opts))
         else:
-            out = np.array(
-                [
-                    self._bsp_one(devs[i], cn[i % len(cn)], sn[i % len(sn)])
-                    for i in range(devs.shape[0])
-                ]
-            )
-        return out * g.time_scale
-
-    def _bsp_one(self, dev: np.ndarray, cn: np.ndarray, sn: np.ndarray) -> float:
-        n, e = self.graph.num_nodes, self.graph.num_edges
-        records = (
-            np.empty(n),
-            np.empty(n),
-            np.empty(e, np.int64),
-            np.empty(e),
-            np.empty(e),
-            np.empty(e, np.int64),
-        )
-        m, _ = K.bsp_kernel(*self._bsp_head, dev, *self._costs, *self._links, cn, sn, *records)
-        return m
+            out = K.bsp_batch(ga, ca, devs, opts)
+        return out * self.graph.time_scale
 
     def lower_bound(self) -> float:
         """The makespan lower bound (reported units)."""

@@ -1,21 +1,123 @@
 """Compiled simulator cores (numba). Arrays in, arrays out; no Python objects.
 
-Conventions shared by the kernels:
-- nodes 0..n-1; ``is_input`` nodes are skipped (resident everywhere at time 0); ``indeg`` counts
-  only non-input predecessors;
-- out-edges of a node are the CSR slots ``succ_ptr[u]..succ_ptr[u+1]`` in edge-id order; per-slot
-  arrays (``slot_fixed``, ``slot_bytes``, ``slot_noise``) are indexed by slot;
-- the transfer time of slot k from device a to b != a is
-  ``(slot_fixed[k] + lat[a, b] + slot_bytes[k] * inv_bw[a, b]) * slot_noise[k]``;
-- compute time of v on d is ``comp[v, d] * comp_noise[v]`` (``comp`` may have one column when
-  every device is the same: then column 0 serves all; the device count comes from ``lat``).
+Kernels take a device array and four records, each passed as a plain tuple in the field order of
+its named tuple below and named again on entry (numba types a plain tuple of arrays in C; a named
+tuple goes through Python's ``typeof`` on every call, a few microseconds). The graph and cost
+records are built once per :class:`~doppler_lab.sim.Simulator`:
+
+- :class:`GraphArrays`: nodes 0..n-1; ``is_input`` nodes are skipped (resident everywhere at time
+  0); ``indeg`` counts only non-input predecessors; out-edges of a node are the CSR slots
+  ``succ_ptr[u]..succ_ptr[u+1]`` in edge-id order;
+- :class:`CostArrays`: compute time of v on d is ``comp[v, d] * comp_noise[v]`` (``comp`` may
+  have one column when every device is the same: then column 0 serves all; the device count
+  comes from ``lat``); per-slot arrays (``slot_fixed``, ``slot_bytes``, ``slot_noise``) are
+  indexed by slot, and the time of slot k from device a to b != a is
+  :func:`doppler_lab.rules.transfer_time` of ``(slot_fixed[k], lat[a, b], slot_bytes[k],
+  inv_bw[a, b])`` times ``slot_noise[k]``;
+- :class:`RunOptions`: noise factors and dispatch switches of one run (the batch forms take one
+  row of noise and priorities per placement, or one row for all);
+- :class:`TraceBuffers`: what a run records; the paper kernel records nothing when they are empty.
 Each kernel fills ``start``/``end`` and transfer records and returns (makespan, n_transfers).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit, prange
+
+from ..rules import transfer_time
+
+
+class GraphArrays(NamedTuple):
+    """The graph as the kernels read it."""
+
+    succ_ptr: np.ndarray  # (N + 1,) CSR offsets of each node's out-edge slots
+    succ_idx: np.ndarray  # (E,) consumer of each slot
+    slot_src: np.ndarray  # (E,) producer of each slot
+    indeg: np.ndarray  # (N,) compute (non-input) predecessors of each node
+    is_input: np.ndarray  # (N,) resident inputs: never timed
+    level_order: np.ndarray  # compute nodes by (depth, id), for bsp
+    level_ptr: np.ndarray  # (L + 1,) offsets of each level in level_order, for bsp
+
+
+class CostArrays(NamedTuple):
+    """Compute and transfer costs of the graph on the cluster (raw units), and its links."""
+
+    comp: np.ndarray  # (N, D) or (N, 1) compute time
+    slot_fixed: np.ndarray  # (E,) explicit transfer cost per slot
+    slot_bytes: np.ndarray  # (E,) bytes per slot
+    lat: np.ndarray  # (D, D) latency
+    inv_bw: np.ndarray  # (D, D) time per byte
+    routes: np.ndarray  # (D, D, 2) link resources of each ordered pair (-1: none)
+    n_links: int  # number of link resources
+
+
+class RunOptions(NamedTuple):
+    """Noise and dispatch of one run (batch forms: one row per placement, or one for all)."""
+
+    comp_noise: np.ndarray  # (N,) duration factor per node
+    slot_noise: np.ndarray  # (E,) duration factor per slot
+    has_noise: bool  # False: the factors are all 1 and are not read
+    priority: np.ndarray  # (N,) dispatch priority (wc with use_priority)
+    use_priority: bool  # wc: (priority, id) instead of (ready time, id)
+    dedupe: bool  # wc: a tensor is sent once per consuming device
+
+
+class TraceBuffers(NamedTuple):
+    """Per-node times and per-transfer records a run fills (``E`` rows for transfers)."""
+
+    start: np.ndarray  # (N,)
+    end: np.ndarray  # (N,)
+    tr_slot: np.ndarray  # (E,) int64
+    tr_start: np.ndarray  # (E,)
+    tr_end: np.ndarray  # (E,)
+    tr_link: np.ndarray  # (E,) int64 first link resource (-1: none)
+
+
+def new_buffers(n: int, e: int) -> TraceBuffers:
+    """Buffers for a run of ``n`` nodes and ``e`` edges (0 and 0: a paper run records nothing)."""
+    f, i = np.empty(n), np.empty(e, np.int64)
+    return TraceBuffers(f, np.empty(n), i, np.empty(e), np.empty(e), np.empty(e, np.int64))
+
+
+@njit(inline="always")
+def _named(graph, costs, opts, out):  # pragma: no cover - compiled
+    """The kernels' arguments (plain tuples) as their named records."""
+    return GraphArrays(*graph), CostArrays(*costs), RunOptions(*opts), TraceBuffers(*out)
+
+
+@njit(inline="always")
+def _compute_time(costs, v, d):  # pragma: no cover - compiled
+    """Compute time of node v on device d, before noise."""
+    comp = costs.comp
+    return comp[v, d if comp.shape[1] > 1 else 0]
+
+
+@njit(inline="always")
+def _slot_time(costs, k, a, b):  # pragma: no cover - compiled
+    """Time of slot k from device a to device b != a, before noise."""
+    return transfer_time(
+        costs.slot_fixed[k], costs.lat[a, b], costs.slot_bytes[k], costs.inv_bw[a, b]
+    )
+
+
+@njit(cache=True)
+def check_devices(device, is_input, num_devices, out):  # pragma: no cover - compiled
+    """Copy ``device`` into ``out`` with input nodes on device 0 (never read by the kernels; keeps
+    indexing in range); return the first compute node whose device is outside
+    ``0..num_devices-1``, or -1."""
+    for v in range(device.shape[0]):
+        if is_input[v]:
+            out[v] = 0
+        else:
+            d = device[v]
+            if d < 0 or d >= num_devices:
+                return v
+            out[v] = d
+    return -1
+
 
 # --------------------------------------------------------------------------------------------
 # binary heaps over parallel arrays, ordered by (key1, key2); ``base`` offsets a segment
@@ -94,30 +196,25 @@ _COMPT = 6
 
 
 @njit(cache=True)
-def paper_kernel(
-    succ_ptr,
-    succ_idx,
-    slot_fixed,
-    slot_bytes,
-    indeg,
-    is_input,
-    dev,
-    comp,
-    lat,
-    inv_bw,
-    comp_noise,
-    slot_noise,
-    has_noise,
-    explicit,
-    record,
-    start,
-    end,
-    tr_slot,
-    tr_start,
-    tr_end,
-):  # pragma: no cover - compiled
+def paper_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
+    graph, costs, opts, out = _named(graph, costs, opts, out)
+    succ_ptr, succ_idx, indeg, is_input = (
+        graph.succ_ptr,
+        graph.succ_idx,
+        graph.indeg,
+        graph.is_input,
+    )
+    comp_noise, slot_noise, has_noise = opts.comp_noise, opts.slot_noise, opts.has_noise
+    start, end, tr_slot, tr_start, tr_end = (
+        out.start,
+        out.end,
+        out.tr_slot,
+        out.tr_start,
+        out.tr_end,
+    )
+    record = start.shape[0] > 0
     n = indeg.shape[0]
-    ndev = lat.shape[0]
+    ndev = costs.lat.shape[0]
     e = succ_idx.shape[0]
     # same-instant events: a ring buffer large enough for every event that can be pending at
     # once (one per node, slot and device)
@@ -142,7 +239,7 @@ def paper_kernel(
         ni[v, 1] = indeg[v]
         ni[v, 2] = -1
         ni[v, 3] = succ_ptr[v]
-        c = comp[v, dev[v] if comp.shape[1] > 1 else 0]
+        c = _compute_time(costs, v, dev[v])
         dur[v] = c * comp_noise[v] if has_noise else c
     ni[n, 3] = succ_ptr[n]
     busy = np.zeros(ndev, np.bool_)
@@ -184,10 +281,7 @@ def paper_kernel(
                 b = ni[succ_idx[k], 0]
                 c = 0.0
                 if a != b:
-                    if explicit:
-                        c = slot_fixed[k]
-                    else:
-                        c = slot_fixed[k] + lat[a, b] + slot_bytes[k] * inv_bw[a, b]
+                    c = _slot_time(costs, k, a, b)
                     if has_noise:
                         c *= slot_noise[k]
                     if record:
@@ -284,35 +378,16 @@ def _reserve_route(link_free, r1, r2, ready, dur):
 
 
 @njit(cache=True)
-def wc_kernel(
-    succ_ptr,
-    succ_idx,
-    slot_src,
-    slot_fixed,
-    slot_bytes,
-    indeg,
-    is_input,
-    dev,
-    comp,
-    lat,
-    inv_bw,
-    routes,
-    n_links,
-    comp_noise,
-    slot_noise,
-    has_noise,
-    priority,
-    use_priority,
-    dedupe,
-    start,
-    end,
-    tr_slot,
-    tr_start,
-    tr_end,
-    tr_link,
-):  # pragma: no cover - compiled
+def wc_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
+    graph, costs, opts, out = _named(graph, costs, opts, out)
+    succ_ptr, succ_idx, slot_src = graph.succ_ptr, graph.succ_idx, graph.slot_src
+    indeg, is_input = graph.indeg, graph.is_input
+    routes = costs.routes
+    comp_noise, slot_noise, has_noise = opts.comp_noise, opts.slot_noise, opts.has_noise
+    priority, use_priority, dedupe = opts.priority, opts.use_priority, opts.dedupe
+    start, end, tr_slot, tr_start, tr_end, tr_link = out
     n = indeg.shape[0]
-    ndev = lat.shape[0]
+    ndev = costs.lat.shape[0]
     e = succ_idx.shape[0]
     # event heap: (time, seq) -> code (node*2 for finish, transfer*2+1 for arrival)
     hcap = n + e + 1
@@ -333,7 +408,7 @@ def wc_kernel(
     rn = np.zeros(ndev, np.int64)
     busy = np.zeros(ndev, np.bool_)
     arrived = np.zeros(n, np.int64)
-    link_free = np.zeros(max(n_links, 1))
+    link_free = np.zeros(max(costs.n_links, 1))
     sent_stamp = np.full(ndev, -1, np.int64)
     ntr = 0
     for v in range(n):
@@ -354,7 +429,7 @@ def wc_kernel(
                 busy[d] = True
                 start[v] = now
                 seq += 1
-                dur = comp[v, d if comp.shape[1] > 1 else 0]
+                dur = _compute_time(costs, v, d)
                 if has_noise:
                     dur *= comp_noise[v]
                 hn = _hpush(ht, hs, hc, 0, hn, now + dur, seq, v * 2)
@@ -382,7 +457,7 @@ def wc_kernel(
                         if sent_stamp[b] == x:
                             continue  # this copy is already on its way; its arrival serves w
                         sent_stamp[b] = x
-                    dur = slot_fixed[k] + lat[a, b] + slot_bytes[k] * inv_bw[a, b]
+                    dur = _slot_time(costs, k, a, b)
                     if has_noise:
                         dur *= slot_noise[k]
                     r1 = routes[a, b, 0]
@@ -428,35 +503,20 @@ def wc_kernel(
 
 
 @njit(cache=True)
-def bsp_kernel(
-    succ_ptr,
-    succ_idx,
-    slot_fixed,
-    slot_bytes,
-    level_order,
-    level_ptr,
-    dev,
-    comp,
-    lat,
-    inv_bw,
-    routes,
-    n_links,
-    comp_noise,
-    slot_noise,
-    start,
-    end,
-    tr_slot,
-    tr_start,
-    tr_end,
-    tr_link,
-):  # pragma: no cover - compiled
+def bsp_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
+    graph, costs, opts, out = _named(graph, costs, opts, out)
+    succ_ptr, succ_idx = graph.succ_ptr, graph.succ_idx
+    level_order, level_ptr = graph.level_order, graph.level_ptr
+    routes = costs.routes
+    comp_noise, slot_noise = opts.comp_noise, opts.slot_noise
+    start, end, tr_slot, tr_start, tr_end, tr_link = out
     n = dev.shape[0]
-    ndev = lat.shape[0]
+    ndev = costs.lat.shape[0]
     for v in range(n):
         start[v] = np.nan
         end[v] = np.nan
     dev_time = np.zeros(ndev)
-    link_free = np.zeros(max(n_links, 1))
+    link_free = np.zeros(max(costs.n_links, 1))
     sent_stamp = np.full(ndev, -1, np.int64)
     ntr = 0
     level_start = 0.0
@@ -467,7 +527,7 @@ def bsp_kernel(
             v = level_order[i]
             d = dev[v]
             start[v] = dev_time[d]
-            dev_time[d] += comp[v, d if comp.shape[1] > 1 else 0] * comp_noise[v]
+            dev_time[d] += _compute_time(costs, v, d) * comp_noise[v]
             end[v] = dev_time[d]
         barrier = level_start
         for d in range(ndev):
@@ -484,7 +544,8 @@ def bsp_kernel(
                 if b == a or sent_stamp[b] == u:
                     continue
                 sent_stamp[b] = u
-                dur = (slot_fixed[k] + lat[a, b] + slot_bytes[k] * inv_bw[a, b]) * slot_noise[k]
+                dur = _slot_time(costs, k, a, b)
+                dur *= slot_noise[k]
                 r1 = routes[a, b, 0]
                 s, f = _reserve_route(link_free, r1, routes[a, b, 1], barrier, dur)
                 tr_slot[ntr] = k
@@ -507,119 +568,70 @@ def bsp_kernel(
 # --------------------------------------------------------------------------------------------
 
 
+@njit(inline="always")
+def _new_buffers(n, e):  # pragma: no cover - compiled
+    """:func:`new_buffers` in compiled code, as a plain tuple."""
+    return (
+        np.empty(n),
+        np.empty(n),
+        np.empty(e, np.int64),
+        np.empty(e),
+        np.empty(e),
+        np.empty(e, np.int64),
+    )
+
+
+@njit(inline="always")
+def _batch_row(opts, i):  # pragma: no cover - compiled
+    """The options of run ``i`` of a batch (rows repeat when there are fewer), as a plain tuple."""
+    cn, sn, pr = opts.comp_noise, opts.slot_noise, opts.priority
+    return (
+        cn[i % cn.shape[0]],
+        sn[i % sn.shape[0]],
+        opts.has_noise,
+        pr[i % pr.shape[0]],
+        opts.use_priority,
+        opts.dedupe,
+    )
+
+
 @njit(cache=True, parallel=True)
-def paper_batch(
-    succ_ptr,
-    succ_idx,
-    slot_fixed,
-    slot_bytes,
-    indeg,
-    is_input,
-    devs,
-    comp,
-    lat,
-    inv_bw,
-    comp_noise,
-    slot_noise,
-    has_noise,
-    explicit,
-    nchunks,
-):  # pragma: no cover - compiled
+def paper_batch(graph, costs, devs, opts, nchunks):  # pragma: no cover - compiled
+    opts = RunOptions(*opts)
     k = devs.shape[0]
-    out = np.empty(k)
+    result = np.empty(k)
     size = (k + nchunks - 1) // nchunks
     for c in prange(nchunks):
         none_f = np.empty(0)
         none_i = np.empty(0, np.int64)
+        out = (none_f, none_f, none_i, none_f, none_f, none_i)
         for i in range(c * size, min(k, (c + 1) * size)):
-            m, _ = paper_kernel(
-                succ_ptr,
-                succ_idx,
-                slot_fixed,
-                slot_bytes,
-                indeg,
-                is_input,
-                devs[i],
-                comp,
-                lat,
-                inv_bw,
-                comp_noise[i % comp_noise.shape[0]],
-                slot_noise[i % slot_noise.shape[0]],
-                has_noise,
-                explicit,
-                False,
-                none_f,
-                none_f,
-                none_i,
-                none_f,
-                none_f,
-            )
-            out[i] = m
-    return out
+            m, _ = paper_kernel(graph, costs, devs[i], _batch_row(opts, i), out)
+            result[i] = m
+    return result
 
 
 @njit(cache=True, parallel=True)
-def wc_batch(
-    succ_ptr,
-    succ_idx,
-    slot_src,
-    slot_fixed,
-    slot_bytes,
-    indeg,
-    is_input,
-    devs,
-    comp,
-    lat,
-    inv_bw,
-    routes,
-    n_links,
-    comp_noise,
-    slot_noise,
-    has_noise,
-    priorities,
-    use_priority,
-    dedupe,
-):  # pragma: no cover - compiled
+def wc_batch(graph, costs, devs, opts):  # pragma: no cover - compiled
+    opts = RunOptions(*opts)
     k = devs.shape[0]
     n = devs.shape[1]
-    e = succ_idx.shape[0]
-    out = np.empty(k)
+    e = GraphArrays(*graph).succ_idx.shape[0]
+    result = np.empty(k)
     for i in prange(k):
-        start = np.empty(n)
-        end = np.empty(n)
-        tr_slot = np.empty(e, np.int64)
-        tr_s = np.empty(e)
-        tr_e = np.empty(e)
-        tr_l = np.empty(e, np.int64)
-        cn = comp_noise[i % comp_noise.shape[0]]
-        sn = slot_noise[i % slot_noise.shape[0]]
-        pr = priorities[i % priorities.shape[0]]
-        m, _ = wc_kernel(
-            succ_ptr,
-            succ_idx,
-            slot_src,
-            slot_fixed,
-            slot_bytes,
-            indeg,
-            is_input,
-            devs[i],
-            comp,
-            lat,
-            inv_bw,
-            routes,
-            n_links,
-            cn,
-            sn,
-            has_noise,
-            pr,
-            use_priority,
-            dedupe,
-            start,
-            end,
-            tr_slot,
-            tr_s,
-            tr_e,
-            tr_l,
-        )
-        out[i] = m
-    return out
+        out = _new_buffers(n, e)
+        m, _ = wc_kernel(graph, costs, devs[i], _batch_row(opts, i), out)
+        result[i] = m
+    return result
+
+
+@njit(cache=True)
+def bsp_batch(graph, costs, devs, opts):  # pragma: no cover - compiled
+    opts = RunOptions(*opts)
+    k = devs.shape[0]
+    result = np.empty(k)
+    out = _new_buffers(devs.shape[1], GraphArrays(*graph).succ_idx.shape[0])
+    for i in range(k):
+        m, _ = bsp_kernel(graph, costs, devs[i], _batch_row(opts, i), out)
+        result[i] = m
+    return result
