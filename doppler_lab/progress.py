@@ -21,7 +21,7 @@ import argparse
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 __all__ = [
     "add_progress_argument",
     "format_seconds",
+    "live",
     "note",
     "progress",
     "show_progress",
@@ -38,8 +39,8 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: how often a :func:`timer` bar advances (seconds)
-TIMER_TICK_S = 0.5
+#: how often :func:`live` and :func:`timer` redraw their line (seconds)
+TICK_S = 0.5
 
 
 def progress(
@@ -77,6 +78,35 @@ def progress(
 
 
 @contextmanager
+def live(bar: tqdm, before: Callable[[], None] | None = None) -> Iterator[tqdm]:
+    """Keep ``bar``'s line fresh while a long step blocks (its elapsed time keeps running
+    between updates); ``before`` runs first on each tick (to change the label, say).
+
+    Example:
+        >>> with progress(total=2, enabled=False) as bar, live(bar):
+        ...     bar.update(2)
+    """
+    if bar.disable:
+        yield bar
+        return
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(TICK_S):
+            if before is not None:
+                before()
+            bar.refresh()
+
+    thread = threading.Thread(target=tick, name=f"progress: {bar.desc}", daemon=True)
+    thread.start()
+    try:
+        yield bar
+    finally:
+        stop.set()
+        thread.join()
+
+
+@contextmanager
 def timer(desc: str, total_s: float | None = None, enabled: bool = True) -> Iterator[tqdm]:
     """A line on stderr that counts the seconds while an opaque call runs (a solver, a long
     reference run), against ``total_s`` (a time limit or a prediction) when known.
@@ -86,33 +116,19 @@ def timer(desc: str, total_s: float | None = None, enabled: bool = True) -> Iter
         ...     pass
     """
     of = f" of ~{format_seconds(total_s)}" if total_s is not None and total_s > 0 else ""
-    bar = progress(desc=desc, enabled=enabled, unit="s", bar_format="{desc}")
-    if not enabled:
-        with bar:
-            yield bar
-        return
-    stop = threading.Event()
     t0 = time.perf_counter()
+    with progress(desc=desc, enabled=enabled, unit="s", bar_format="{desc}") as bar:
 
-    def show() -> None:
-        elapsed = time.perf_counter() - t0
-        shown = f"{elapsed:.0f} s" if elapsed < 100 else format_seconds(elapsed)
-        bar.set_description_str(f"{desc}: {shown}{of}")
+        def show() -> None:
+            elapsed = time.perf_counter() - t0
+            shown = f"{elapsed:.0f} s" if elapsed < 100 else format_seconds(elapsed)
+            bar.set_description_str(f"{desc}: {shown}{of}", refresh=False)
 
-    def tick() -> None:
-        while not stop.wait(TIMER_TICK_S):
-            show()
-
-    show()
-    thread = threading.Thread(target=tick, name=f"timer: {desc}", daemon=True)
-    thread.start()
-    try:
-        yield bar
-    finally:
-        stop.set()
-        thread.join()
         show()
-        bar.close()
+        bar.refresh()
+        with live(bar, before=show):
+            yield bar
+        show()
 
 
 def note(message: str, enabled: bool = True) -> None:

@@ -19,6 +19,7 @@ from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
 from ..placement import Placement
+from ..progress import live
 from ..progress import progress as show
 from ..trace import Trace, kind_names
 from .backend import DEFAULT_TIMEOUT_S, Backend, BackendSession, RawRun
@@ -178,7 +179,8 @@ class Executor:
         session = self._session_()
         desc = f"{self.graph.name} on {self.backend.name}"
         raws: list[RawRun] = []
-        with show(total=warmup + repeats, desc=desc, enabled=progress, unit="run") as bar:
+        bar = show(total=warmup + repeats, desc=desc, enabled=progress, unit="run")
+        with bar, live(bar):
             for i in range(-warmup, repeats):
                 bar.set_postfix_str("warm-up" if i < 0 else f"timed {i + 1}/{repeats}")
                 raw = session.run(
