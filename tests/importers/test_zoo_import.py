@@ -178,3 +178,23 @@ def test_node_counts_per_granularity_are_stable(name, graphs):
     op = import_model(f"{SPECS[name]}{',' if ':' in SPECS[name] else ':'}granularity=op")
     assert sizes(op) == NODE_COUNTS[name, "op"]
     assert op.flops.sum() == pytest.approx(graphs(name).flops.sum(), rel=1e-9)
+
+
+def test_import_command_writes_the_graph_and_reads_a_saved_program(graphs, tmp_path, capsys):
+    import json
+
+    from doppler_lab.cli import main
+    from doppler_lab.io import load_graph
+
+    out = tmp_path / "mlp.json"
+    assert main(["import", "mlp", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert f"wrote {out}" in text and "13 nodes (9 input, 4 program)" in text and "flops" in text
+    assert load_graph(out).names == graphs("mlp").names
+    model, args = make_model("mlp")
+    torch.export.save(torch.export.export(model, args), tmp_path / "mlp.pt2")
+    assert main(["import", str(tmp_path / "mlp.pt2"), "--granularity", "op", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["nodes"], report["compute_nodes"]) == NODE_COUNTS["mlp", "op"][:2]
+    assert main(["import", "mlp:granularity=op", "--granularity", "scope"]) == 2
+    assert "is given twice" in capsys.readouterr().err
