@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+from torch.utils.flop_counter import FlopCounterMode, flop_registry, sdpa_flop_count
 
 
 def _sdpa_cpu_flops(query_shape: Any, key_shape: Any, value_shape: Any, *args: Any, **kwargs: Any):
@@ -44,8 +44,23 @@ def model_flops(model: torch.nn.Module, example_args: tuple[Any, ...]) -> int:
     return int(counter.get_total_flops())
 
 
+def _may_count(target: Any) -> bool:
+    """Whether ``FlopCounterMode`` can count anything for ``target``: it has a formula, or it
+    is a composite op that dispatches to others (``linear`` -> ``addmm``). Any other op counts
+    zero, so it need not run."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    if target.overloadpacket in flop_registry or target in CUSTOM_FLOPS:
+        return True
+    return torch._C._dispatch_has_kernel_for_dispatch_key(
+        target.name(), "CompositeImplicitAutograd"
+    )
+
+
 def op_flops(target: Any, args: Any, kwargs: Any, fake_mode: Any) -> int:
     """Flops of one aten call on fake tensors (``args`` already hold the fake values)."""
+    if not _may_count(target):
+        return 0
     with fake_mode, flop_counter() as counter:
         target(*args, **kwargs)
     return int(counter.get_total_flops())
