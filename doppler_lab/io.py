@@ -35,6 +35,7 @@ from .validate import (
     Fail,
     is_int,
     is_number,
+    one_line,
     read_json_file,
     read_text_file,
     show,
@@ -182,7 +183,7 @@ def graph_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> DataflowG
         what = f"node {i} ({name!r})"
         want_fields(node, what, fail, ("name",), NODE_FIELDS)
         kind = node.get("kind", "compute")
-        if kind not in KIND_CODE:
+        if not isinstance(kind, str) or kind not in KIND_CODE:
             raise fail(f"{what} has unknown kind {show(kind)}; expected one of {NODE_KINDS}")
         names.append(name)
         kinds.append(KIND_CODE[kind])
@@ -191,14 +192,15 @@ def graph_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> DataflowG
             spec_doc = _check_spec_fields(node["spec"], f"{what} spec", fail)
             try:
                 spec = OpSpec.from_dict(spec_doc)
+                derived = {"flops": spec.flops, "out_bytes": spec.out_bytes}
             except (GraphError, TypeError, ValueError, ArithmeticError, LookupError) as exc:
-                raise fail(f"{what}: {exc}") from None
+                raise fail(f"{what}: {one_line(exc)}") from None
         specs.append(spec)
         for key, out in (("flops", flops), ("out_bytes", nbytes)):
             if key in node:
                 out.append(want_number(node[key], f"{what} {key}", fail))
             elif spec is not None:
-                out.append(getattr(spec, key))
+                out.append(derived[key])
             else:
                 raise fail(f"{what} lacks the field {key!r} (required without an op spec)")
         costs.append(_node_cost(node.get("cost"), what, fail))
@@ -326,14 +328,18 @@ _UINT_RE = re.compile(r"[0-9]+")  # ASCII digits only: int() would also take "٣
 _COST_RE = re.compile(r"[0-9]+(\.[0-9]+)?")
 
 
+def _uint(text: str, path: str, lineno: int, what: str) -> int:
+    if not _UINT_RE.fullmatch(text) or len(text) > 18:
+        shown = text if len(text) <= 30 else text[:27] + "..."
+        raise FormatError(
+            f"{what}: {shown!r} is not a non-negative integer below 1e18", path, lineno
+        )
+    return int(text)
+
+
 def _ints(line: str, path: str, lineno: int, what: str) -> list[int]:
     parts = [x.strip() for x in line.strip().strip(",").split(",") if x.strip()]
-    out = []
-    for x in parts:
-        if not _UINT_RE.fullmatch(x):
-            raise FormatError(f"{what}: {x!r} is not a non-negative integer", path, lineno)
-        out.append(int(x))
-    return out
+    return [_uint(x, path, lineno, what) for x in parts]
 
 
 def read_paper_graph(path: str | Path, name: str | None = None) -> DataflowGraph:
@@ -353,10 +359,7 @@ def read_paper_graph(path: str | Path, name: str | None = None) -> DataflowGraph
             f"has {len(lines)} lines; expected at least 4 (count, inputs, sources, destinations)",
             sp,
         )
-    head = lines[0].strip()
-    if not _UINT_RE.fullmatch(head):
-        raise FormatError(f"line 1 should be the total node count, got {head!r}", sp, 1)
-    total = int(head)
+    total = _uint(lines[0].strip(), sp, 1, "line 1 should be the total node count")
     inputs = _ints(lines[1], sp, 2, "input ids")
     src = _ints(lines[2], sp, 3, "edge sources")
     dst = _ints(lines[3], sp, 4, "edge destinations")

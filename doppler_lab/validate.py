@@ -131,7 +131,9 @@ def want_int(
         _bad(value, what, expected, fail)
     v = int(value)
     if (minimum is not None and v < minimum) or (maximum is not None and v > maximum):
-        raise fail(f"{what} is {v}; expected {expected}")
+        raise fail(f"{what} is {show(v)}; expected {expected}")
+    if not -(2**63) <= v < 2**63:
+        raise fail(f"{what} is {show(v)}; expected an integer that fits in 64 bits")
     return v
 
 
@@ -282,6 +284,8 @@ def parse_int_text(text: str) -> int | None:
     """The integer written in ``text`` (ASCII digits, optional sign, or ``1e3``), else None.
     Unlike ``int()``, no underscores, no non-ASCII digits."""
     t = text.strip()
+    if len(t) > 100:  # int() refuses 4300 digits; no count or seed needs 100
+        return None
     if _INT_TEXT.fullmatch(t):
         return int(t)
     if _EXP_INT_TEXT.fullmatch(t):
@@ -295,7 +299,7 @@ def parse_number_text(text: str) -> float | None:
     """The finite number written in ``text`` (``0.5``, ``-2``, ``1e-5``), else None.
     Unlike ``float()``: no ``nan``/``inf``, no underscores, no non-ASCII digits."""
     t = text.strip()
-    if not _NUMBER_TEXT.fullmatch(t):
+    if len(t) > 100 or not _NUMBER_TEXT.fullmatch(t):
         return None
     v = float(t)
     return v if math.isfinite(v) else None

@@ -68,6 +68,8 @@ def _coerce(workload: str, key: str, value: Any, default: Any) -> Any:
         ok, expected = isinstance(value, bool), "true or false"
     elif isinstance(default, int):
         ok, expected = is_int(value), "an integer"  # never 8.0 or true: "1e3" parses as 1000
+        if key == "seed":  # numpy takes no negative seed
+            ok, expected = ok and value >= 0, "an integer >= 0"
     elif isinstance(default, float):
         if isinstance(value, str) and key == "scale":  # a named scale ("tiny"): checked there
             return value
