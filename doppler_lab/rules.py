@@ -6,7 +6,7 @@ by Python on scalars or broadcast arrays). This module sits below ``hardware``, 
 ``policies.features`` and ``sim`` and imports nothing from the package.
 
 Compiled callers cache by their own source file: after changing a rule here, the simulator tests
-(``tests/sim/test_rules.py``) fail until those callers' numba caches (``__pycache__/*.nbi``) are
+(``tests/sim/test_front_door.py``) fail until those callers' numba caches (``__pycache__/*.nbi``) are
 cleared.
 """
 

@@ -4,13 +4,18 @@ Node-events per second = simulated nodes / wall time of one simulation (best of 
 repeats, one core for single simulations). Graphs are random layered DAGs with integer costs
 (many exact ties, the hard case for event ordering) at 100, 1k, 10k and 100k nodes, and the paper's
 229-node Llama layer (or our generated ``llama_layer`` when the paper files are absent) for the
-batch target: 1,000 placements in under 0.5 s.
+batch target: 1,000 placements in under 0.5 s. Single calls: microseconds per call of one placement
+through each entry point and of the compiled kernel alone, on an idle machine and beside a busy
+neighbour process (the one-placement path must not pay for the parallel batch machinery).
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +42,66 @@ def best_time(fn: Callable[[], Any], min_total_s: float = 0.3, max_repeats: int 
         fn()
         times.append(time.perf_counter() - t0)
     return min(times)
+
+
+def median_calls_us(fns: dict[str, Callable[[], Any]], calls: int) -> dict[str, float]:
+    """Median wall time of one call of each function, microseconds, after a warm-up; the
+    functions take turns so that a change in the machine's load touches them all alike."""
+    for fn in fns.values():
+        fn()
+    times = np.empty((calls, len(fns)))
+    for i in range(calls):
+        for j, fn in enumerate(fns.values()):
+            t0 = time.perf_counter()
+            fn()
+            times[i, j] = time.perf_counter() - t0
+    return {name: float(t) for name, t in zip(fns, np.median(times, axis=0) * 1e6)}
+
+
+@contextmanager
+def busy_neighbour() -> Iterator[None]:
+    """A second process spinning a Python loop (a training run or a notebook sharing the cores)."""
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)  # let it start spinning
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _single_call_rows(calls: int) -> list[dict[str, Any]]:
+    """Microseconds per call of one placement, idle and beside a busy neighbour."""
+    from ..workloads import build
+
+    layer, cluster, semantics = _layer_graph()
+    cases = [(layer, cluster, semantics), (build("llama_layer"), make_cluster("p100x4"), "wc")]
+    rng = np.random.default_rng(0)
+    rows = []
+    for neighbour in ("idle", "busy"):
+        for g, cl, sem in cases:
+            sim = Simulator(g, cl, sem)
+            dev = rng.integers(0, cl.num_devices, g.num_nodes)
+            kernel = sim.kernel_call(dev)
+            fns = {
+                "kernel": kernel,
+                "makespan(p)": lambda sim=sim, dev=dev: sim.makespan(dev),
+                "makespans([p])": lambda sim=sim, dev=dev: sim.makespans([dev]),
+                "run(p)": lambda sim=sim, dev=dev: sim.run(dev),
+            }
+            with busy_neighbour() if neighbour == "busy" else nullcontext():
+                us = median_calls_us(fns, calls)
+            rows.append(
+                {
+                    "graph": g.name,
+                    "nodes": g.num_nodes,
+                    "semantics": sem,
+                    "neighbour": neighbour,
+                    **{f"{name} us": t for name, t in us.items()},
+                    "makespan(p) - kernel us": us["makespan(p)"] - us["kernel"],
+                }
+            )
+    return rows
 
 
 def _layer_graph():
@@ -132,6 +197,7 @@ def run(out_dir: Path, quick: bool = False, progress: bool = True) -> dict[str, 
             }
         )
     numba.set_num_threads(threads)
+    single_rows = _single_call_rows(calls=500 if quick else 3000)
     ten_k = next((r for r in rows if r["nodes"] == 10_000), rows[-2])
     ten_k_llama = next(
         (r for r in rows if 9_000 <= r["nodes"] <= 11_000 and r["graph"].startswith("llama")),
@@ -147,6 +213,11 @@ def run(out_dir: Path, quick: bool = False, progress: bool = True) -> dict[str, 
         "batch 1000 x 229-node placements, s (1 core)": round(batch_rows[0]["seconds"], 4),
         "targets": ">= 5 Mev/s at 10k, >= 50x SimPy, batch < 0.5 s",
     }
+    for r in [r for r in single_rows if r["graph"] == single_rows[0]["graph"]]:  # the layer
+        where = f"{r['nodes']}-node layer, {r['neighbour']}"
+        summary[f"makespan(p) us, {where}"] = round(r["makespan(p) us"], 1)
+        summary[f"makespans([p]) us, {where}"] = round(r["makespans([p]) us"], 1)
+        summary[f"kernel us, {where}"] = round(r["kernel us"], 1)
     return write_report(
         out_dir,
         "sim",
@@ -154,6 +225,10 @@ def run(out_dir: Path, quick: bool = False, progress: bool = True) -> dict[str, 
         {
             "Single simulations (one core; Mev/s = million node-events per second)": (rows, None),
             "Batch evaluation": (batch_rows, None),
+            "Single calls (microseconds per call, median; numba's default threads)": (
+                single_rows,
+                None,
+            ),
         },
         summary=summary,
         notes=[
@@ -164,6 +239,9 @@ def run(out_dir: Path, quick: bool = False, progress: bool = True) -> dict[str, 
             "Mev/s = simulated nodes per microsecond through Simulator.makespan (what training and search "
             "call); run() Mev/s also builds the full Trace. Best of repeats after warm-up, numba on one thread.",
             "SimPy: doppler_lab.sim.reference, the released simulator's process structure; it gives the same makespan.",
+            "Single calls: one random placement through Simulator.makespan, makespans([p]) and run(), and "
+            "the compiled kernel alone on prepared arrays (Simulator.kernel_call); median over many calls "
+            "after warm-up. busy = a second process spinning a Python loop while we measure.",
         ],
         command="doppler-lab bench sim" + (" --quick" if quick else ""),
     )
