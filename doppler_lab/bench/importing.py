@@ -68,6 +68,8 @@ def import_scaling_rows(
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
+        # warm-up (untimed): the first export in a process pays for loading torch.export's code
+        from_module(*make_model(llama_spec(1, hidden)), granularity=granularities[0])
         for n in layers:
             for gran in granularities:
                 spec = llama_spec(n, hidden, gran)
