@@ -374,6 +374,11 @@ class _Importer:
         self.compute = [n for n in self.ops if n not in self.const]
         computed = set(self.compute)
         for i, o in enumerate(self.outputs):
+            if o in user:
+                raise ImportModelError(
+                    f"output {i} ({o.name}) is an input returned as is; outputs must be "
+                    "computed from the inputs by an op"
+                )
             if o not in computed:
                 raise ImportModelError(
                     f"output {i} ({o.name}) does not depend on a user input; outputs must be "

@@ -131,6 +131,33 @@ def test_saved_graph_and_saved_program(tmp_path, imported):
     assert float((ref - eager(model, args)).abs().max()) <= 1e-5
 
 
+class TwoHeads(nn.Module):
+    """Two outputs, one of them also read inside the model."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(8, 8)
+        self.a = nn.Linear(8, 4)
+        self.b = nn.Linear(8, 2)
+
+    def forward(self, x):
+        h = torch.tanh(self.body(x))
+        return self.a(h), self.b(h).max(dim=-1).values, h
+
+
+def test_several_outputs_and_tuple_ops():
+    torch.manual_seed(0)
+    model, args = TwoHeads(), (torch.randn(3, 8),)
+    for granularity in ("scope", "op"):
+        graph = from_module(model, args, granularity=granularity)
+        got = evaluate(graph, keep="all")
+        want = eager(model, args)
+        outs = [graph.names.index(n) for n in graph.tensors.expected]
+        assert len(outs) == 3  # h is an output and an operand: not a sink, still recorded
+        for v, w in zip(outs, want):
+            assert float((got[v] - w).abs().max()) <= 1e-5
+
+
 def test_failed_save_leaves_nothing(tmp_path, imported, monkeypatch):
     graph = imported[("mlp", "scope", True)][0]
 
@@ -190,6 +217,11 @@ class ConstantOutput(_Linear):
         return self.fc(x), self.fc.weight * 2
 
 
+class InputOutput(_Linear):
+    def forward(self, x):
+        return self.fc(x), x
+
+
 class IntOutput(_Linear):
     def forward(self, x):
         return self.fc(x), x.shape[0]
@@ -232,6 +264,10 @@ BAD = {
     "constant output": (
         lambda: from_module(ConstantOutput(), (_x(),)),
         r"output 1 \(mul\) does not depend on a user input",
+    ),
+    "input as output": (
+        lambda: from_module(InputOutput(), (_x(),)),
+        r"output 1 \(x\) is an input returned as is",
     ),
     "non-tensor output": (
         lambda: from_module(IntOutput(), (_x(),)),
