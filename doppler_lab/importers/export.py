@@ -545,11 +545,12 @@ class _Importer:
                 )
             value = value.detach().contiguous()
             name = self.input_names[a]
+            if name in stored:  # a parameter named like a user input
+                name = f"{name}<{a.name}>"
             spec = OpSpec("input", "stored", (), tuple(value.shape), _dtype_name(value.dtype))
             node_of[a] = b.add_node(name, "input", 0.0, spec.out_bytes, (), spec)
             stored[name] = value
         counted: set[fx.Node] = set()
-        out_nodes: dict[fx.Node, int] = {}
         for ks in sorted(groups, key=lambda ks: units[ks[-1]].pos):
             members = sorted({m for k in ks for m in units[k].nodes}, key=self.index.__getitem__)
             out = units[ks[-1]].nodes[-1]
@@ -573,10 +574,11 @@ class _Importer:
                 program=program,
             )
             name = f"{path}/{out.name}" if path else out.name
+            if name in stored:  # a root op named like a root parameter ("weight")
+                name = f"<root>/{out.name}"
             node_of[out] = b.add_node(
                 name, "program", node_flops, spec.out_bytes, [node_of[a] for a in operands], spec
             )
-            out_nodes[out] = node_of[out]
         graph = b.build()
         expected = self._expected(graph, node_of)
         return replace(graph, tensors=StoredTensors(stored, expected))
