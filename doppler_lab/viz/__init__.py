@@ -2,7 +2,7 @@
 
 Everything here returns plotly figures (``plotly.graph_objects.Figure``) and imports neither
 ipywidgets nor torch; interactive explorers live in ``viz.widgets``, which imports ipywidgets
-lazily.
+lazily (their model, importable without it: ``viz.explorer`` and ``viz.episodes``).
 """
 
 from __future__ import annotations
