@@ -22,7 +22,7 @@ from doppler_lab.io import load_graph, save_graph
 from doppler_lab.placers.registry import get_placer
 
 sys.path.insert(0, str(Path(__file__).parent))
-from models import tiny_block, tiny_mlp  # noqa: E402
+from tiny_models import tiny_block, tiny_mlp  # noqa: E402
 
 MODELS = {"mlp": tiny_mlp, "block": tiny_block}
 #: compute nodes per (model, granularity, merge): documented in the README
