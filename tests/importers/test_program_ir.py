@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from doppler_lab.errors import FormatError, GraphError
 from doppler_lab.executor import Executor
 from doppler_lab.executor.torch_ops import evaluate, reference_outputs
 from doppler_lab.graph import DataflowGraph, GraphBuilder
-from doppler_lab.io import load_graph, save_graph
+from doppler_lab.io import graph_from_dict, graph_to_dict, load_graph, save_graph
 from doppler_lab.ops import OpSpec
 from doppler_lab.placement import round_robin
 from doppler_lab.program import Program
@@ -125,3 +128,47 @@ def test_missing_sidecar_and_mismatched_dtypes(tmp_path):
     bad = StoredTensors({**g.tensors.inputs, "w": torch.zeros(8, 8, dtype=torch.float64)})
     with pytest.raises(GraphError, match="stored input 'w'"):
         dataclasses.replace(g, tensors=bad)
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 9)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from(["aten.mm.default", "getitem", "x", "int64", "inf"]),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["in", "step", "dtype", "float", "device", "op"]), inner, max_size=2
+        )
+    ),
+    max_leaves=6,
+)
+
+
+def _leaves(doc: Any, path: tuple = ()) -> list[tuple]:
+    out = [path] if path else []
+    items = (
+        doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    )
+    for k, v in items:
+        out.extend(_leaves(v, (*path, k)))
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data())
+def test_program_reader_fuzzed(data):
+    """A program spec with any one field replaced reads as a graph or fails as one FormatError."""
+    doc = graph_to_dict(program_graph()[0])
+    node = data.draw(st.sampled_from([3, 4]))
+    spec = doc["nodes"][node]["spec"]
+    path = data.draw(st.sampled_from(_leaves(spec)))
+    target = spec
+    for k in path[:-1]:
+        target = target[k]
+    target[path[-1]] = data.draw(_JSON)
+    try:
+        graph_from_dict(doc)
+    except FormatError as exc:
+        assert "\n" not in str(exc)
