@@ -46,7 +46,8 @@ def from_module(
     merge: bool = True,
     name: str | None = None,
 ) -> DataflowGraph:
-    """Import ``model`` run on ``example_args`` (a tuple of positional arguments, or one tensor).
+    """Import ``model`` run on ``example_args``: a tuple of positional arguments, one tensor, or
+    a dict of keyword arguments.
 
     Args:
         model: a ``torch.nn.Module`` (put in eval mode for the export, restored after).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -59,19 +59,25 @@ def import_module(
     _check_options(granularity, depth)
     if not isinstance(model, torch.nn.Module):
         raise ImportModelError(f"expected a torch.nn.Module, got {type(model).__name__}")
-    args = tuple(example_args) if isinstance(example_args, list | tuple) else (example_args,)
+    kwargs: dict[str, Any] = {}
+    if isinstance(example_args, Mapping):  # keyword inputs (input_ids=..., attention_mask=...)
+        args, kwargs = (), dict(example_args)
+    elif isinstance(example_args, list | tuple):
+        args = tuple(example_args)
+    else:
+        args = (example_args,)
     modes = {m: m.training for m in model.modules()}
     model.eval()
     try:
         try:
             with torch.no_grad():
-                eager = model(*args)
+                eager = model(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - the user's model failed on its own inputs
             raise ImportModelError(
                 f"{type(model).__name__} fails on its example inputs: {_first_line(exc)}"
             ) from None
         try:
-            ep = torch.export.export(model, args)
+            ep = torch.export.export(model, args, kwargs)
         except Exception as exc:  # noqa: BLE001 - data-dependent control flow, unsupported ops
             raise ImportModelError(
                 f"torch.export cannot export {type(model).__name__}: {_first_line(exc)}"
@@ -80,7 +86,7 @@ def import_module(
         for m, training in modes.items():
             m.train(training)
     expected = [t for t in tree_leaves(eager) if isinstance(t, torch.Tensor)]
-    return _Importer(ep, args, {}, expected, name or type(model).__name__).run(
+    return _Importer(ep, args, kwargs, expected, name or type(model).__name__).run(
         granularity, depth, merge
     )
 

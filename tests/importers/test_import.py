@@ -115,6 +115,14 @@ def test_placed_runs_match_eager_on_every_backend(imported, backend):
     devices.close()
 
 
+def test_keyword_inputs():
+    model, (x,) = tiny_mlp()
+    graph = from_module(model, {"x": x})
+    assert graph.names[0] == "x"
+    (out,) = evaluate(graph).values()
+    assert float((out - eager(model, (x,))).abs().max()) <= 1e-5
+
+
 def test_saved_graph_and_saved_program(tmp_path, imported):
     graph, model, args = imported[("block", "scope", True)]
     path = save_graph(graph, tmp_path / "block.json")
