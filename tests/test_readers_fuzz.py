@@ -571,3 +571,18 @@ def test_cli_in_a_subprocess_has_no_traceback(tmp_path):
     )
     assert run.returncode == 2, run.stderr
     assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["-o", "samples=true"], "option samples is true (a boolean); expected an integer >= 0"),
+        (["-o", "noise=NaN"], "option noise is 'NaN' (a string); expected a finite number"),
+        (["-o", "budget=3"], "placer 'doppler' has no option 'budget'"),
+    ],
+)
+def test_cli_placer_options_are_not_coerced(capsys, options, message):
+    argv = ["place", "chainmm:scale=tiny", "--placer", "doppler", "--checkpoint", "x.pt"]
+    assert main([*argv, *options]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, FormatError
 from ..progress import show_progress
+from ..validate import parse_json
 from ._common import (
     add_cluster_arguments,
     add_graph_argument,
@@ -47,10 +47,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="lognormal sigma of durations when simulating",
     )
     p.add_argument(
-        "--budget", type=int_arg(1), metavar="N", help="simulator calls for search placers"
+        "--budget", type=int_arg(), metavar="N", help="simulator calls for search placers"
     )
     p.add_argument(
-        "--time-limit", type=number_arg(above=0), metavar="S", help="seconds for the exact solver"
+        "--time-limit", type=number_arg(), metavar="S", help="seconds for the exact solver"
     )
     p.add_argument(
         "--seed", type=int_arg(0), default=0, help="seed of the placer and the simulator noise"
@@ -82,9 +82,9 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise ConfigError(f"option {pair!r} is not KEY=VALUE")
-        try:
-            out[key.replace("-", "_")] = json.loads(value)
-        except json.JSONDecodeError:
+        try:  # strict JSON: NaN, Infinity and 1e400 stay strings, which no number option takes
+            out[key.replace("-", "_")] = parse_json(value, f"option {key}")
+        except FormatError:
             out[key.replace("-", "_")] = value
     return out
 

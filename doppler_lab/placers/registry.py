@@ -238,7 +238,10 @@ def get_placer(name: str, **options: Any) -> Placer:
     """Build placer ``name`` with ``options`` (unknown options raise :class:`ConfigError`)."""
     spec = placer_spec(name)
     factory = _resolve(spec.target)
-    if dataclasses.is_dataclass(factory):
+    takes_any = not dataclasses.is_dataclass(factory) and any(
+        p.kind is p.VAR_KEYWORD for p in inspect.signature(factory).parameters.values()
+    )
+    if not takes_any:
         known = placer_options(name)
         bad = [k for k in options if k not in known]
         if bad:

@@ -20,6 +20,7 @@ from ..graph import DataflowGraph
 from ..hardware import Cluster
 from ..placement import Placement
 from ..sim import SEMANTICS, Simulator
+from ..validate import want_bool, want_int, want_number
 from .base import PlacementPolicy
 from .checkpoint import load_policy
 from .context import GraphContext
@@ -121,10 +122,12 @@ class _LearnedPlacer:
                 f"placer {self.name!r} needs a checkpoint (--checkpoint CKPT, or a shipped name: "
                 "see doppler_lab.policies.pretrained.list_checkpoints())"
             )
-        if not isinstance(samples, int) or samples < 0:
-            raise ConfigError(
-                f"placer {self.name!r}: samples = {samples!r}, expected an integer >= 0"
-            )
+        what = f"placer {self.name!r}: option"
+        samples = want_int(samples, f"{what} samples", ConfigError, minimum=0)
+        noise = want_number(noise, f"{what} noise", ConfigError, minimum=0)
+        allow_device_change = want_bool(
+            allow_device_change, f"{what} allow_device_change", ConfigError
+        )
         if semantics not in SEMANTICS:
             raise ConfigError(
                 f"placer {self.name!r}: semantics {semantics!r}, expected one of {SEMANTICS}"
