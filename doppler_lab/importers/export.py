@@ -10,7 +10,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.fx as fx
 from torch.export.graph_signature import InputKind, OutputKind
@@ -661,12 +660,3 @@ class _Importer:
                 return {}
             out[graph.names[node_of[o]]] = value.detach().contiguous()
         return out
-
-
-def node_counts(graph: DataflowGraph) -> dict[str, int]:
-    """Compute nodes, stored inputs and edges of an imported graph (for tables)."""
-    return {
-        "nodes": int(graph.compute_nodes.size),
-        "inputs": int(np.sum(graph.is_input)),
-        "edges": graph.num_edges,
-    }
