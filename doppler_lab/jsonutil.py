@@ -44,14 +44,15 @@ def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 1) -> Pat
 def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
     """The document in ``path``; :class:`~doppler_lab.errors.ConfigError` naming ``what`` and the
     path when the file is missing or is not JSON."""
-    from .errors import ConfigError
+    from .errors import ConfigError, FormatError
+    from .validate import read_json_file
 
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"{what} {str(p)!r} does not exist")
     try:
-        return json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
+        return read_json_file(p)  # strict: no NaN, no key twice, UTF-8
+    except FormatError as exc:
         raise ConfigError(f"{what} {str(p)!r} is not JSON: {exc}") from None
 
 
