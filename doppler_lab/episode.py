@@ -4,7 +4,7 @@ An episode assigns the compute nodes of a graph one at a time (SEL picks a *cand
 unassigned node whose compute predecessors are all assigned; PLC picks its device) until every
 compute node has a device; input nodes are never assigned (resident everywhere). Its state is
 the incremental list schedule of :class:`~doppler_lab.schedule.ListScheduleState` (start and
-finish estimates under the ``est`` or ``paper`` timing model, the frontier, the device
+finish estimates under the ``est``, ``paper`` or ``wc`` timing model, the frontier, the device
 features of DOPPLER.md); :class:`Episode` adds the episode's own view: the step count, why an
 action is invalid, a checked :meth:`~Episode.step`, and the finished placement.
 
@@ -50,7 +50,7 @@ class Episode(ListScheduleState):
     Args:
         graph: the graph.
         cost_model: its costs on a cluster (raw units).
-        timing: ``"est"`` or ``"paper"`` (:mod:`doppler_lab.schedule`).
+        timing: ``"est"``, ``"paper"`` or ``"wc"`` (:mod:`doppler_lab.schedule`).
 
     Attributes:
         device: ``(N,)`` the partial placement (-1: not assigned yet; inputs stay -1).

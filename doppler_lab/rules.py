@@ -35,4 +35,32 @@ transfer_times = transfer_time.py_func
 """The numpy twin of :func:`transfer_time`: the same body, for Python callers (scalars or arrays,
 broadcasting like numpy)."""
 
-__all__ = ["transfer_time", "transfer_times"]
+
+@njit(inline="always")
+def reserve_route(link_free, r1, r2, ready, dur):
+    """Occupy link resources ``r1`` and ``r2`` (-1: none) for ``dur`` from the first instant both
+    are free at or after ``ready`` (FIFO serialisation of the transfers sharing a resource).
+
+    Args:
+        link_free: ``(L,)`` when each link resource is next free; updated in place.
+        r1, r2: the route's link resources.
+        ready: when the transfer could start (its producer's finish).
+        dur: its duration.
+
+    Returns:
+        ``(start, finish)`` of the transfer.
+    """
+    s = ready
+    if r1 >= 0 and link_free[r1] > s:
+        s = link_free[r1]
+    if r2 >= 0 and link_free[r2] > s:
+        s = link_free[r2]
+    f = s + dur
+    if r1 >= 0:
+        link_free[r1] = f
+    if r2 >= 0:
+        link_free[r2] = f
+    return s, f
+
+
+__all__ = ["reserve_route", "transfer_time", "transfer_times"]

@@ -11,7 +11,20 @@ Two timing models:
 - ``"paper"``: the released DOPPLER code's additive model: a node assigned to d starts when all
   compute already assigned to d is done (its load), ``finish = start + compute``. The earliest
   start time *feature* is still ``max(d free, max over preds finish(u) + transfer)``, computed
-  from those additive times.
+  from those additive times;
+- ``"wc"``: ``est`` with the transfers of the ``wc`` simulator semantics: a tensor goes once to
+  each consuming device (a second consumer there reuses its arrival), and each transfer occupies
+  every link resource on its route (``cluster.routes``) for ``transfer_time``; it starts at
+  ``max(producer finish, each of those resources free)`` and the resources stay busy until it
+  arrives. When a node is assigned, the transfers of its inputs that are not yet on its device
+  are issued in (producer finish, producer id) order, the order the simulator issues them.
+
+The ``wc`` model is an estimate: an episode assigns nodes in its own topological order, which
+need not be the order the simulator runs them, and both the device timelines and the link
+resources are appended to (a transfer issued later in the episode never fills an earlier gap on a
+link, and a node never starts before the last one assigned to its device). It is exact when
+the assignment order is the execution order and every device runs its nodes as soon as they are
+ready (e.g. a chain). :func:`timing_for` picks the model that matches a simulator semantics.
 
 The DOPPLER device features of a node v (DOPPLER.md), per device d: (1) compute already on d;
 (2) compute of v's predecessors on d; (3) earliest start among them; (4) latest finish among
@@ -29,11 +42,29 @@ from .errors import PlacementError
 from .graph import DataflowGraph
 from .hardware import CostModel
 from .placement import Placement
-from .rules import transfer_time
+from .rules import reserve_route, transfer_time
 
-Timing = Literal["est", "paper"]
-TIMINGS: tuple[str, ...] = ("est", "paper")
+Timing = Literal["est", "paper", "wc"]
+TIMINGS: tuple[str, ...] = ("est", "paper", "wc")
 NUM_DEVICE_FEATURES = 5
+# the timing model that describes each simulator semantics (paper keeps ``est``, the default
+# every placer and policy had before ``wc`` existed: its results stay bit-identical)
+_TIMING_OF_SEMANTICS: dict[str, Timing] = {"paper": "est", "wc": "wc", "bsp": "est"}
+
+
+def timing_for(semantics: str | None) -> Timing:
+    """The timing model matching simulator ``semantics`` (``None``: ``est``).
+
+    Raises:
+        PlacementError: an unknown semantics.
+    """
+    if semantics is None:
+        return "est"
+    if semantics not in _TIMING_OF_SEMANTICS:
+        raise PlacementError(
+            f"unknown semantics {semantics!r}; expected one of {tuple(_TIMING_OF_SEMANTICS)}"
+        )
+    return _TIMING_OF_SEMANTICS[semantics]
 
 
 @njit(cache=True)
@@ -55,6 +86,83 @@ def _est(
             if t > out[d]:
                 out[d] = t
     return out
+
+
+@njit(cache=True)
+def _wc_ready(
+    v,
+    d,
+    pred_ptr,
+    pred_idx,
+    pred_eid,
+    is_input,
+    device,
+    finish,
+    arrival,
+    link_free,
+    routes,
+    fixed,
+    nbytes,
+    lat,
+    inv_bw,
+    commit,
+):  # pragma: no cover - compiled (its Python twin is tested against it)
+    """When every input of ``v`` is on device ``d`` under the ``wc`` model.
+
+    Inputs already on ``d`` (same device, or an earlier transfer of the tensor to ``d``) count at
+    their arrival; the others are sent in (producer finish, producer id) order, each from
+    ``max(producer finish, its route's resources free)``. With ``commit`` those transfers are
+    recorded: ``arrival[u, d]`` set and ``link_free`` advanced; otherwise both stay untouched.
+    """
+    lo, hi = pred_ptr[v], pred_ptr[v + 1]
+    slots = np.empty(hi - lo, np.int64)
+    m = 0
+    ready = 0.0
+    for k in range(lo, hi):
+        u = pred_idx[k]
+        if is_input[u]:
+            continue
+        if device[u] == d:
+            t = finish[u]
+        elif arrival[u, d] == arrival[u, d]:  # already sent there: reuse it
+            t = arrival[u, d]
+        else:
+            dup = False  # a tensor read twice by v is sent once
+            for j in range(m):
+                if pred_idx[slots[j]] == u:
+                    dup = True
+                    break
+            if not dup:
+                slots[m] = k
+                m += 1
+            continue
+        if t > ready:
+            ready = t
+    for i in range(1, m):  # issue order: (producer finish, producer id)
+        k = slots[i]
+        u = pred_idx[k]
+        j = i
+        while j > 0:
+            w = pred_idx[slots[j - 1]]
+            if finish[w] > finish[u] or (finish[w] == finish[u] and w > u):
+                slots[j] = slots[j - 1]
+                j -= 1
+            else:
+                break
+        slots[j] = k
+    free = link_free if commit else link_free.copy()
+    for i in range(m):
+        k = slots[i]
+        u = pred_idx[k]
+        a = device[u]
+        e = pred_eid[k]
+        dur = transfer_time(fixed[e], lat[a, d], nbytes[e], inv_bw[a, d])
+        _, f = reserve_route(free, routes[a, d, 0], routes[a, d, 1], finish[u], dur)
+        if commit:
+            arrival[u, d] = f
+        if f > ready:
+            ready = f
+    return ready
 
 
 @njit(cache=True)
@@ -89,7 +197,13 @@ class ListScheduleState:
     Args:
         graph: the graph.
         cost_model: its costs on a cluster (raw units).
-        timing: ``"est"`` or ``"paper"`` (see the module docstring).
+        timing: ``"est"``, ``"paper"`` or ``"wc"`` (see the module docstring).
+
+    Attributes:
+        link_free: ``(L,)`` when each link resource of the cluster is next free (``wc``; stays 0
+            under the other models).
+        arrival: ``(N, D)`` when tensor u arrived on device d through a transfer (``wc``; NaN:
+            not sent there).
 
     Example:
         >>> from doppler_lab.io import read_paper_graph  # doctest: +SKIP
@@ -115,6 +229,12 @@ class ListScheduleState:
         self._lat = np.ascontiguousarray(cost_model.latency)
         self._inv_bw = np.ascontiguousarray(cost_model.inv_bandwidth)
         self._comp = cost_model.compute
+        # the arguments the compiled timing functions share
+        self._preds = (self._pred_ptr, self._pred_idx, self._pred_eid, self._is_input)
+        self._edge_costs = (self._fixed, self._bytes, self._lat, self._inv_bw)
+        cluster = cost_model.cluster
+        self._routes = np.ascontiguousarray(cluster.routes, dtype=np.int64)
+        self._num_links = max(int(cluster.num_links), 1)
         # compute predecessors each node still waits for
         self._waiting0 = np.bincount(
             graph.edge_dst[~graph.is_input[graph.edge_src]], minlength=graph.num_nodes
@@ -129,6 +249,8 @@ class ListScheduleState:
         self.comp_on = np.zeros(n)  # compute time of each node on its device
         self.load = np.zeros(d)
         self.dev_free = np.zeros(d)
+        self.link_free = np.zeros(self._num_links)
+        self.arrival = np.full((n, d) if self.timing == "wc" else (0, d), np.nan)
         self.order: list[int] = []
         self._waiting = self._waiting0.copy()
         self._frontier = np.zeros(n, dtype=bool)
@@ -153,20 +275,15 @@ class ListScheduleState:
 
     def est(self, v: int) -> np.ndarray:
         """Earliest start time of ``v`` on each device, ``(D,)``, raw units."""
-        return _est(
-            v,
-            self._pred_ptr,
-            self._pred_idx,
-            self._pred_eid,
-            self._is_input,
-            self.device,
-            self.finish,
-            self.dev_free,
-            self._fixed,
-            self._bytes,
-            self._lat,
-            self._inv_bw,
-        )
+        if self.timing == "wc":
+            return np.array([self._wc_start(v, d, False) for d in range(self.num_devices)])
+        return _est(v, *self._preds, self.device, self.finish, self.dev_free, *self._edge_costs)
+
+    def _wc_start(self, v: int, d: int, commit: bool) -> float:
+        """Start of ``v`` on ``d`` under the ``wc`` model (``commit``: issue its transfers)."""
+        state = (self.device, self.finish, self.arrival, self.link_free, self._routes)
+        ready = _wc_ready(v, d, *self._preds, *state, *self._edge_costs, commit)
+        return max(float(self.dev_free[d]), ready)
 
     def device_features(self, v: int, est: np.ndarray | None = None) -> np.ndarray:
         """The five DOPPLER device features of ``v``, ``(D, 5)``, raw units."""
@@ -204,6 +321,8 @@ class ListScheduleState:
         c = float(self._comp[v, d])
         if self.timing == "est":
             s = float((self.est(v) if est is None else est)[d])
+        elif self.timing == "wc":
+            s = self._wc_start(v, d, True)
         else:
             s = float(self.load[d])
         self.device[v] = d

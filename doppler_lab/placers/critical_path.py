@@ -7,8 +7,8 @@ Each step of an :class:`~doppler_lab.episode.Episode`:
   transfer along the longest path to a sink (on the paper's graphs exactly the released
   ``cp_utils`` values: compute + the node's communication cost when it has successors);
 - PLC: put it on a device with the smallest earliest start time (device feature 5), ties at
-  random; the state's timing model (``est`` or the released ``paper`` model) then fixes its
-  start and finish.
+  random; the state's timing model (``est``, the released ``paper`` model, or ``wc``: link
+  contention and one transfer per tensor and device) then fixes its start and finish.
 
 :class:`CriticalPathTeacher` applies these rules to any episode state (:meth:`~CriticalPathTeacher.decide`
 takes one whole decision), so Stage I can label the states a policy visits;
@@ -30,7 +30,8 @@ from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, CostModel
 from ..placement import Placement
-from ..schedule import TIMINGS, ListScheduleState, Timing
+from ..schedule import TIMINGS, ListScheduleState, Timing, timing_for
+from ..sim import SEMANTICS
 from .base import Schedule, ScheduleToPlacement, check_choice, make_schedule, ties
 
 
@@ -172,18 +173,25 @@ class CriticalPathPlacer(ScheduleToPlacement):
     """The Critical Path teacher as a placer (SEL = max b-level, PLC = min earliest start).
 
     Attributes:
-        timing: ``est`` (earliest-start timing, default) or ``paper`` (the released additive
-            model: a node starts when the compute already on its device is done).
+        timing: ``est`` (earliest-start timing), ``paper`` (the released additive model: a node
+            starts when the compute already on its device is done) or ``wc`` (``est`` with link
+            contention and one transfer per tensor and device); None (default): the model of
+            ``semantics`` (:func:`~doppler_lab.schedule.timing_for`; ``est`` without one).
         tie_rtol: relative tolerance for ties.
+        semantics: the simulator semantics the placement is for (picks the default timing).
     """
 
-    timing: Timing = "est"
+    timing: Timing | None = None
     tie_rtol: float = 1e-9
+    semantics: str | None = None
     name: ClassVar[str] = "cp"
     released: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        check_choice(self.name, "timing", self.timing, TIMINGS)
+        if self.semantics is not None:
+            check_choice(self.name, "semantics", self.semantics, SEMANTICS)
+        if self.timing is not None:
+            check_choice(self.name, "timing", self.timing, TIMINGS)
         if not (np.isfinite(self.tie_rtol) and 0 <= self.tie_rtol < 1):
             raise ConfigError(
                 f"placer {self.name!r}: tie_rtol = {self.tie_rtol!r}, expected 0 <= x < 1"
@@ -191,7 +199,12 @@ class CriticalPathPlacer(ScheduleToPlacement):
 
     def run(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> CPRun:
         """One episode with its decision trace."""
-        return _episode(graph, cluster, rng, self.timing, self.tie_rtol, self.name, self.released)
+        return _episode(graph, cluster, rng, self.model, self.tie_rtol, self.name, self.released)
+
+    @property
+    def model(self) -> Timing:
+        """The timing model the episode runs (``timing``, or the one of ``semantics``)."""
+        return self.timing if self.timing is not None else timing_for(self.semantics)
 
     def schedule(
         self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator
@@ -208,10 +221,10 @@ class ReleasedCriticalPathPlacer(CriticalPathPlacer):
     removed. SEL draws k uniformly in ``range(len(ties))`` and returns ``legal[k]``.
 
     Attributes:
-        timing: ``paper`` (the released model, default) or ``est``.
+        timing: ``paper`` (the released model, default), ``est`` or ``wc``.
         tie_rtol: relative tolerance for ties.
     """
 
-    timing: Timing = "paper"
+    timing: Timing | None = "paper"
     name: ClassVar[str] = "cp-released"
     released: ClassVar[bool] = True

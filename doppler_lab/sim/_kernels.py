@@ -27,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
-from ..rules import transfer_time
+from ..rules import reserve_route, transfer_time
 
 
 class GraphArrays(NamedTuple):
@@ -350,23 +350,6 @@ def paper_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
     return makespan, ntr
 
 
-@njit(inline="always")
-def _reserve_route(link_free, r1, r2, ready, dur):
-    """Occupy link resources r1 and r2 (-1: none) for ``dur`` from the first instant both are
-    free after ``ready``; returns (start, finish)."""
-    s = ready
-    if r1 >= 0 and link_free[r1] > s:
-        s = link_free[r1]
-    if r2 >= 0 and link_free[r2] > s:
-        s = link_free[r2]
-    f = s + dur
-    if r1 >= 0:
-        link_free[r1] = f
-    if r2 >= 0:
-        link_free[r2] = f
-    return s, f
-
-
 # --------------------------------------------------------------------------------------------
 # wc semantics: work-conserving with link contention, latency, noise, FIFO or priority dispatch
 # --------------------------------------------------------------------------------------------
@@ -461,7 +444,7 @@ def wc_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
                     if has_noise:
                         dur *= slot_noise[k]
                     r1 = routes[a, b, 0]
-                    s, f = _reserve_route(link_free, r1, routes[a, b, 1], now, dur)
+                    s, f = reserve_route(link_free, r1, routes[a, b, 1], now, dur)
                     tr_slot[ntr] = k
                     tr_start[ntr] = s
                     tr_end[ntr] = f
@@ -547,7 +530,7 @@ def bsp_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
                 dur = _slot_time(costs, k, a, b)
                 dur *= slot_noise[k]
                 r1 = routes[a, b, 0]
-                s, f = _reserve_route(link_free, r1, routes[a, b, 1], barrier, dur)
+                s, f = reserve_route(link_free, r1, routes[a, b, 1], barrier, dur)
                 tr_slot[ntr] = k
                 tr_start[ntr] = s
                 tr_end[ntr] = f
