@@ -117,6 +117,10 @@ def input_seed(seed: int, node: int) -> int:
 
 def make_input(spec: OpSpec, seed: int, device: str | torch.device = "cpu") -> torch.Tensor:
     """Materialise an input tensor deterministically (generated on the CPU, then moved)."""
+    if spec.op == "stored":
+        raise GraphError(
+            "a stored input's value travels with its graph (input_value reads it), it is not generated"
+        )
     gen = torch.Generator(device="cpu").manual_seed(seed)
     shape = spec.out_shape
     kw = spec.kwargs
