@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConfigError
+from ..validate import is_int, is_number, show
 
 FLOAT_DTYPES: tuple[str, ...] = ("float32", "float64", "bfloat16", "float16")
 #: named values of the ``scale`` parameter: ``tiny`` leaves a few elements per block
@@ -15,19 +16,19 @@ NAMED_SCALES: tuple[str, ...] = ("tiny",)
 
 def check_int(generator: str, name: str, value: Any, minimum: int = 1) -> int:
     """``value`` as an int >= ``minimum``, else a ConfigError naming the parameter."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not is_int(value) or value < minimum:
         raise ConfigError(
-            f"{generator}: parameter {name}={value!r}; expected an integer >= {minimum}"
+            f"{generator}: parameter {name}={show(value)}; expected an integer >= {minimum}"
         )
     return int(value)
 
 
 def check_float(generator: str, name: str, value: Any, positive: bool = True) -> float:
     """``value`` as a finite float (> 0 when ``positive``), else a ConfigError."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    ok = is_number(value) and math.isfinite(value)
     if not ok or (positive and value <= 0):
         raise ConfigError(
-            f"{generator}: parameter {name}={value!r}; expected a finite number{' > 0' if positive else ''}"
+            f"{generator}: parameter {name}={show(value)}; expected a finite number{' > 0' if positive else ''}"
         )
     return float(value)
 
@@ -38,7 +39,7 @@ def check_scale(generator: str, scale: Any, tiny: float) -> float:
         return tiny
     if isinstance(scale, str):
         raise ConfigError(
-            f"{generator}: parameter scale={scale!r}; expected a number > 0 or one of {', '.join(NAMED_SCALES)}"
+            f"{generator}: parameter scale={show(scale)}; expected a number > 0 or one of {', '.join(NAMED_SCALES)}"
         )
     return check_float(generator, "scale", scale)
 
@@ -47,7 +48,7 @@ def check_choice(generator: str, name: str, value: Any, choices: Sequence[str]) 
     """``value`` if it is one of ``choices``, else a ConfigError listing them."""
     if value not in choices:
         raise ConfigError(
-            f"{generator}: parameter {name}={value!r}; expected one of {', '.join(choices)}"
+            f"{generator}: parameter {name}={show(value)}; expected one of {', '.join(choices)}"
         )
     return str(value)
 
