@@ -13,6 +13,13 @@ document::
                ...],
      "edges": [[0, 5], [1, 5], ...],                       # or [src, dst, cost]
     }
+
+Readers are strict (the checks of :mod:`doppler_lab.validate`): a field outside the schema, a
+missing one, or a value of the wrong type is a :class:`~doppler_lab.errors.FormatError` naming
+the file, the item and what was expected; nothing is coerced. Node ids are integers (not ``1.0``,
+not ``true``); ``flops`` and ``out_bytes`` are required unless the node has a ``spec`` to derive
+them; costs are all-or-none, for edges as for non-input nodes (inputs are never timed, so their
+cost may be left out); JSON must be strict (no ``NaN``/``Infinity``, no key twice in an object).
 """
 
 from __future__ import annotations
