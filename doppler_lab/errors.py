@@ -55,6 +55,10 @@ class ExecutorError(DopplerLabError, RuntimeError):
     """A real run failed: names the op and device where it happened."""
 
 
+class RunError(DopplerLabError, RuntimeError):
+    """A run of a sweep failed: names the run's configuration and the error."""
+
+
 class DataError(DopplerLabError, RuntimeError):
     """A data file could not be fetched, or does not match its pinned checksum."""
 

@@ -28,7 +28,6 @@ import json
 import shutil
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..paths import BENCH_POLICY_RUNS, REPO_ROOT, bench_checkpoints_dir
 from ..policies.speed import episode_times
+from ..runners import Run, Runner, make_runner
 from ..yardstick import best_known
 from ._report import write_report
 from .quality import PAPER_GRAPHS, WORKLOADS
@@ -314,8 +314,22 @@ def run_case(
     return out
 
 
-def _run_case_star(args: tuple) -> dict[str, Any]:
-    return run_case(*args)
+def case_runs(
+    cfg: PolicyBenchConfig, tasks: Sequence[tuple[_Case, str, int]], root: Path
+) -> list[Run]:
+    """One :class:`~doppler_lab.runners.Run` of :func:`run_case` per (case, method, seed)."""
+    return [
+        Run(run_case, (cfg, case, m, s, root), label=f"{case.name}/{m}/seed{s}")
+        for case, m, s in tasks
+    ]
+
+
+def training_runs(
+    cfg: PolicyBenchConfig, methods: Sequence[str], seeds: Sequence[int], root: Path
+) -> list[Run]:
+    """The runs of ``methods`` x ``seeds`` on every graph of ``cfg`` (cached under ``root``)."""
+    cases, _ = _cases(cfg)
+    return case_runs(cfg, [(c, m, s) for c in cases for m in methods for s in seeds], root)
 
 
 def _reference_rows(cfg: PolicyBenchConfig, case: _Case, budget: int) -> list[dict[str, Any]]:
@@ -506,9 +520,16 @@ def ablation_rows(
     policy: dict[str, Any] | None = None,
     train: dict[str, Any] | None = None,
     search_placers: Sequence[str] = (),
+    runner: str | Runner = "local",
+    keep_going: bool = False,
+    progress: bool = False,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Train and evaluate ``methods`` (keys of :data:`METHODS`) on ``graphs`` (paper names or
     workload specs) over ``seeds``; cached per (graph, method, seed) under ``out_dir``.
+
+    ``runner`` (``local``, ``ray`` or a :class:`~doppler_lab.runners.Runner`) runs the
+    (graph, method, seed) trainings; with ``keep_going`` a failed one is left out (the others'
+    rows remain), without it the first failure raises :class:`~doppler_lab.errors.RunError`.
 
     Returns:
         The table rows (mean over seeds, with CP and ``search_placers`` at the same simulator
@@ -533,7 +554,13 @@ def ablation_rows(
     )
     cases, _ = _cases(cfg)
     root = Path(out_dir)
-    results = [run_case(cfg, c, m, s, root) for c in cases for m in methods for s in range(seeds)]
+    sweep = make_runner(runner).run(
+        training_runs(cfg, methods, range(seeds), root),
+        desc="training runs",
+        progress=progress,
+        keep_going=keep_going,
+    )
+    results = sweep.done()
     return quality_tables(cfg, cases, results, methods), results
 
 
@@ -549,8 +576,15 @@ def run(
     quick: bool = False,
     config: PolicyBenchConfig | None = None,
     progress: bool = True,
+    runner: str | Runner = "local",
+    keep_going: bool = False,
 ) -> dict[str, Any]:
-    """Run (or resume) the benchmark and write ``policy.json`` / ``policy.md``."""
+    """Run (or resume) the benchmark and write ``policy.json`` / ``policy.md``.
+
+    The training runs go to ``runner``: ``local`` (``cfg.jobs`` processes), ``ray`` (one Ray
+    task each) or a :class:`~doppler_lab.runners.Runner`; with ``keep_going`` a failed run is
+    named in the report's notes and the tables are made of the others.
+    """
     cfg = config or (quick_config() if quick else PolicyBenchConfig())
     out_dir = Path(out_dir)
     root = Path(cfg.runs_dir + ("_quick" if quick else ""))
@@ -566,15 +600,15 @@ def run(
         methods = list(cfg.methods) if case.group == "paper" else ["doppler"]
         for m in methods:
             for s in range(min(seeds, cfg.method_seeds.get(m, seeds))):
-                tasks.append((cfg, case, m, s, root))
+                tasks.append((case, m, s))
         if case.name in cfg.ablation_graphs:
             for m in cfg.ablations:
                 for s in range(cfg.ablation_seeds):
-                    tasks.append((cfg, case, m, s, root))
+                    tasks.append((case, m, s))
         if case.name in cfg.design_graphs:
             for m in cfg.design_ablations:
                 for s in range(cfg.design_seeds):
-                    tasks.append((cfg, case, m, s, root))
+                    tasks.append((case, m, s))
     # cheap and headline cases first, Placeto (the slowest) last
     first = (
         tuple(m for m in cfg.methods if m != "placeto")
@@ -583,19 +617,17 @@ def run(
     )
     order = {m: i for i, m in enumerate(first + ("placeto",))}
     # a method in several tables (e.g. doppler in the quality and the design tables) trains once
-    tasks = list({(t[1].name, t[2], t[3]): t for t in tasks}.values())
-    tasks.sort(key=lambda t: (order.get(t[2], len(order)), t[1].group != "paper", t[3]))
-    from tqdm.auto import tqdm
-
+    tasks = list({(t[0].name, t[1], t[2]): t for t in tasks}.values())
+    tasks.sort(key=lambda t: (order.get(t[1], len(order)), t[0].group != "paper", t[2]))
     # one bar over (graph, method, seed) runs; cached runs tick at once
-    bar = dict(
-        total=len(tasks), desc="bench policy: training runs", unit="run", disable=not progress
+    sweep = make_runner(runner, jobs=cfg.jobs).run(
+        case_runs(cfg, tasks, root),
+        desc="bench policy: training runs",
+        progress=progress,
+        keep_going=keep_going,
     )
-    if cfg.jobs > 1:
-        with ProcessPoolExecutor(cfg.jobs) as ex:
-            results = list(tqdm(ex.map(_run_case_star, tasks), **bar))
-    else:
-        results = [_run_case_star(t) for t in tqdm(tasks, **bar)]
+    results = sweep.done()
+    notes = notes + sweep.notes()
     _export_checkpoints(results, root)
     # speed last, after the training processes are gone; cached for this code version (delete
     # speed.json to remeasure; a file from other code, or from before versions, is remeasured)
@@ -716,7 +748,9 @@ __all__ = [
     "METHODS",
     "PolicyBenchConfig",
     "ablation_rows",
+    "case_runs",
     "quick_config",
+    "training_runs",
     "run",
     "run_case",
 ]

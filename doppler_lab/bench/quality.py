@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, make_cluster
 from ..paths import bench_checkpoints_dir
 from ..placement import Placement
+from ..runners import Run, Runner, make_runner
 from ..sim import Simulator
 from ..yardstick import YARDSTICK
 from ._report import write_report
@@ -261,21 +261,31 @@ def _compare(rows: list[dict[str, Any]]) -> None:
 
 
 def quality_rows(
-    config: QualityConfig, progress: bool = True
+    config: QualityConfig,
+    progress: bool = True,
+    runner: str | Runner = "local",
+    keep_going: bool = False,
 ) -> tuple[list[dict[str, Any]], dict[tuple[str, str], list[Placement]], list[Case], list[str]]:
-    """Every (graph, placer) row, the placements by (graph, placer), the cases and notes."""
+    """Every (graph, placer) row, the placements by (graph, placer), the cases and notes.
+
+    Each (graph, placer) is one run of ``runner`` (``local``, ``ray`` or a
+    :class:`~doppler_lab.runners.Runner`); with ``keep_going`` a failed one is named in the
+    notes and left out of the rows.
+    """
     cases, notes = load_cases(config)
-    work = [(case, name, opts) for case in cases for name, opts in placer_plan(config, case)]
+    runs = [
+        Run(evaluate_placer, (case, name, opts, config.seeds), label=f"{case.name}/{name}")
+        for case in cases
+        for name, opts in placer_plan(config, case)
+    ]
+    sweep = make_runner(runner).run(runs, desc="quality", progress=progress, keep_going=keep_going)
     rows: list[dict[str, Any]] = []
     placements: dict[tuple[str, str], list[Placement]] = {}
-    bar = tqdm(work, desc="quality", disable=not progress)
-    for case, name, opts in bar:
-        bar.set_postfix_str(f"{case.name} {name}")
-        row, pls = evaluate_placer(case, name, opts, config.seeds)
+    for row, pls in sweep.done():
         rows.append(row)
-        placements[(case.name, name)] = pls
+        placements[(row["graph"], row["placer"])] = pls
     _compare(rows)
-    return rows, placements, cases, notes
+    return rows, placements, cases, notes + sweep.notes()
 
 
 def cp_yardstick_rows(cases: Sequence[Case], tie_seeds: int = 20) -> list[dict[str, Any]]:
@@ -400,12 +410,18 @@ def quick_config() -> QualityConfig:
 
 
 def run(
-    out_dir: Path, quick: bool = False, config: QualityConfig | None = None, progress: bool = True
+    out_dir: Path,
+    quick: bool = False,
+    config: QualityConfig | None = None,
+    progress: bool = True,
+    runner: str | Runner = "local",
+    keep_going: bool = False,
 ) -> dict[str, Any]:
-    """Build the quality table and write ``quality.json`` / ``quality.md`` into ``out_dir``."""
+    """Build the quality table and write ``quality.json`` / ``quality.md`` into ``out_dir``
+    (the (graph, placer) runs go to ``runner``, see :func:`quality_rows`)."""
     cfg = config or (quick_config() if quick else QualityConfig())
     t0 = time.perf_counter()
-    rows, _, cases, notes = quality_rows(cfg, progress)
+    rows, _, cases, notes = quality_rows(cfg, progress, runner, keep_going)
     cp_rows = cp_yardstick_rows(cases, cfg.cp_tie_seeds)
     paper = [r for r in rows if r["group"] == "paper"]
     work = [r for r in rows if r["group"] == "workload"]

@@ -10,6 +10,7 @@ from pathlib import Path
 from ..bench import BENCHMARKS
 from ..errors import ConfigError
 from ..progress import show_progress
+from ..runners import add_runner_arguments, runner_from_args
 
 NAME = "bench"
 HELP = "run a benchmark (sim, quality, policy, executor, fidelity, import) and write reports/bench/NAME.{json,md}"
@@ -19,6 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", metavar="NAME", help=f"one of: {', '.join(BENCHMARKS)}")
     p.add_argument("--out", default="reports/bench", help="output folder (default: reports/bench)")
     p.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    add_runner_arguments(p)  # used by the benchmarks that run many runs (policy, quality)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,9 +34,16 @@ def run(args: argparse.Namespace) -> int:
         if exc.name == BENCHMARKS[args.name]:
             raise ConfigError(f"benchmark {args.name!r} is not available in this version") from None
         raise
-    shown = {"progress": show_progress(args)}
-    if "progress" not in inspect.signature(mod.run).parameters:
-        shown = {}
+    accepted = inspect.signature(mod.run).parameters
+    shown = {"progress": show_progress(args)} if "progress" in accepted else {}
+    if "runner" in accepted:
+        shown["runner"] = runner_from_args(args)
+        shown["keep_going"] = args.keep_going
+    elif args.runner != "local" or args.keep_going:
+        raise ConfigError(
+            f"benchmark {args.name!r} has no sweep of runs; expected --runner local and no "
+            "--keep-going"
+        )
     record = mod.run(Path(args.out), quick=args.quick, **shown)
     print(f"wrote {Path(args.out) / (args.name + '.md')}")
     for k, v in record.get("summary", {}).items():

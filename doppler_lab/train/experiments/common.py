@@ -3,9 +3,8 @@ over seeds, one torch thread, and runs on the real CPU worker devices."""
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,24 +15,11 @@ from ...errors import ConfigError
 from ...graph import DataflowGraph
 from ...hardware import Cluster
 from ...placement import Placement
+from ...runners import torch_threads as torch_threads  # its home; experiments import it here
 from ...trace import Trace
 
 #: metrics copied from a stage's rows into a learning-curve frame
 CURVE_METRICS: tuple[str, ...] = ("cost_mean", "cost_min", "greedy_cost")
-
-
-@contextlib.contextmanager
-def torch_threads(n: int = 1) -> Iterator[None]:
-    """Run the block with ``n`` torch intra-op threads (restored after): the per-step tensors of
-    an episode are tiny, and one thread is much faster than several on a small machine."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def stage_curve(

@@ -1,0 +1,148 @@
+"""Runners: a small sweep of training runs gives the same results locally and on a local Ray
+cluster (2 CPUs); a run whose worker is killed after a checkpoint resumes from it when the sweep
+is restarted; a failing run is named and the others finish (``keep_going``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from doppler_lab.bench.policy import PolicyBenchConfig, run_case, training_runs
+from doppler_lab.errors import ConfigError, RunError
+from doppler_lab.runners import LocalRunner, RayRunner, Run, make_runner
+
+ray = pytest.importorskip("ray")
+
+#: a tiny sweep: Stage I (2 episodes) + Stage II (8 episodes, 4 updates of 2, a checkpoint each)
+TINY = PolicyBenchConfig(
+    paper_graphs=(),
+    workloads=("chainmm:matrices=3,scale=0.01",),
+    methods=("doppler",),
+    ablations=(),
+    design_ablations=(),
+    seeds=3,
+    episodes=10,
+    imitation_episodes=2,
+    samples=2,
+    jobs=1,
+    policy={"hidden": 16, "mp_steps": 1},
+    train={"episodes_per_update": 2, "checkpoint_every": 1},
+)
+#: what differs between two runs of one configuration: the wall clock and the run directory
+VOLATILE = ("train_s", "checkpoint")
+
+
+def _same(a: dict, b: dict) -> dict:
+    return {k: v for k, v in a.items() if k not in VOLATILE} == {
+        k: v for k, v in b.items() if k not in VOLATILE
+    }
+
+
+def _sweep(root: Path, seeds: range) -> list[Run]:
+    return training_runs(TINY, ["doppler"], seeds, root)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    # the probes below are defined here: Ray's workers get them by value, not by import
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    yield RayRunner()
+    ray.shutdown()
+
+
+def _probed_run_case(cfg, case, method, seed, root, kill_marker=None, starts=None):
+    """:func:`run_case` recording the update each training session starts from (``starts``)
+    and killing its own process after Stage II's second checkpoint (once, ``kill_marker``)."""
+    from doppler_lab.train.loop import Trainer
+
+    run, save = Trainer.run, Trainer.save
+
+    def probed_run(self):
+        if starts is not None and self.config.stage == "sim":
+            with open(starts, "a") as f:
+                f.write(json.dumps({"seed": seed, "update": self.update}) + "\n")
+        return run(self)
+
+    def probed_save(self, path, with_train_state=True):
+        out = save(self, path, with_train_state)
+        hit = self.config.stage == "sim" and self.update == 2 and with_train_state
+        if kill_marker is not None and hit and not os.path.exists(kill_marker):
+            Path(kill_marker).touch()
+            os.kill(os.getpid(), signal.SIGKILL)  # the worker dies, as with its machine
+        return out
+
+    Trainer.run, Trainer.save = probed_run, probed_save
+    try:
+        return run_case(cfg, case, method, seed, root)
+    finally:
+        Trainer.run, Trainer.save = run, save
+
+
+def _fails_on_seed_1(cfg, case, method, seed, root):
+    if seed == 1:
+        raise ConfigError(f"seed {seed} is not wanted here")
+    return run_case(cfg, case, method, seed, root)
+
+
+def test_local_and_ray_sweeps_agree_and_cache(tmp_path, ray_cluster):
+    local = LocalRunner().run(_sweep(tmp_path / "local", range(2)), progress=False)
+    on_ray = ray_cluster.run(_sweep(tmp_path / "ray", range(2)), progress=False)
+    assert not local.failures and not on_ray.failures
+    assert [r["seed"] for r in on_ray.values] == [0, 1]
+    assert all(_same(a, b) for a, b in zip(local.values, on_ray.values))
+    # a finished run is read back, not rerun: the same record, train_s included
+    again = ray_cluster.run(_sweep(tmp_path / "ray", range(2)), progress=False)
+    assert again.values == on_ray.values
+
+
+def test_killed_worker_resumes_from_its_checkpoint(tmp_path, ray_cluster):
+    reference = LocalRunner().run(_sweep(tmp_path / "ref", range(2)), progress=False).values
+    marker, starts = tmp_path / "killed", tmp_path / "starts.jsonl"
+    root = tmp_path / "ray"
+    runs = [
+        Run(_probed_run_case, r.args, {"kill_marker": str(marker), "starts": str(starts)}, r.label)
+        for r in _sweep(root, range(2))
+    ]
+    first = ray_cluster.run(runs, progress=False, keep_going=True)
+    (failed,) = first.failures  # one worker was killed; the other run finished
+    assert marker.exists() and failed.label in ("chainmm/doppler/seed0", "chainmm/doppler/seed1")
+    assert "died" in failed.message.lower() or "crash" in failed.message.lower(), failed.message
+    killed_seed = int(failed.label[-1])
+    assert first.values[1 - killed_seed]["seed"] == 1 - killed_seed
+    second = ray_cluster.run(runs, progress=False)  # the sweep restarted
+    sessions = [json.loads(line) for line in starts.read_text().splitlines()]
+    resumed = [s["update"] for s in sessions if s["seed"] == killed_seed]
+    assert resumed == [0, 2]  # the second session starts at the checkpoint, not at 0
+    assert all(_same(a, b) for a, b in zip(reference, second.values))
+
+
+def test_keep_going_names_the_failed_run_and_finishes_the_others(tmp_path, ray_cluster):
+    runs = [Run(_fails_on_seed_1, r.args, label=r.label) for r in _sweep(tmp_path, range(3))]
+    sweep = ray_cluster.run(runs, progress=False, keep_going=True)
+    (failure,) = sweep.failures
+    assert failure.label == "chainmm/doppler/seed1" and "not wanted" in failure.message
+    assert [v["seed"] for v in sweep.done()] == [0, 2]
+    assert sweep.notes() == [f"run chainmm/doppler/seed1 failed: {failure.message}"]
+
+
+def test_without_keep_going_the_first_failure_stops_the_sweep():
+    runs = [Run(int, ("3",), label="ok"), Run(int, ("x",), label="bad x"), Run(int, ("4",))]
+    with pytest.raises(RunError, match=r"^run bad x failed: ValueError: invalid literal"):
+        LocalRunner().run(runs, progress=False)
+    sweep = LocalRunner().run(runs, progress=False, keep_going=True)
+    assert sweep.values == [3, None, 4] and sweep.done() == [3, 4]
+
+
+def test_make_runner_names():
+    assert isinstance(make_runner("local"), LocalRunner)
+    assert isinstance(make_runner("ray", address="auto"), RayRunner)
+    with pytest.raises(ConfigError, match="unknown runner 'dask'"):
+        make_runner("dask")
+    with pytest.raises(ConfigError, match="--ray-address needs --runner ray"):
+        make_runner("local", address="h:6379")
