@@ -49,7 +49,7 @@ from doppler_lab.validate import parse_int_text, parse_number_text, show
 from doppler_lab.workloads import build_from_spec, parse_spec
 
 # DOPPLER_FUZZ_EXAMPLES=2000 fuzzes deeper (a few minutes); the default keeps this file fast
-_EXAMPLES = int(os.environ.get("DOPPLER_FUZZ_EXAMPLES", "60"))
+_EXAMPLES = int(os.environ.get("DOPPLER_FUZZ_EXAMPLES", "40"))
 FUZZ = settings(
     max_examples=_EXAMPLES,
     deadline=None,
