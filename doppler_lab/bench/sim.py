@@ -11,6 +11,7 @@ neighbour process (the one-placement path must not pay for the parallel batch ma
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -104,6 +105,14 @@ def _single_call_rows(calls: int) -> list[dict[str, Any]]:
     return rows
 
 
+def _load_average() -> str:
+    """The machine's 1-minute load average ("-" where the platform has none)."""
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except (AttributeError, OSError):  # pragma: no cover - Windows
+        return "-"
+
+
 def _layer_graph():
     from ..io import read_paper_graph
     from ..paths import paper_graphs_dir
@@ -145,6 +154,7 @@ def run(out_dir: Path, quick: bool = False, progress: bool = True) -> dict[str, 
     from ..placement import round_robin
     from ..workloads import build
 
+    load_before = _load_average()
     sizes = (100, 1_000, 10_000) if quick else (100, 1_000, 10_000, 100_000)
     layers = {100: 1, 1_000: 5, 10_000: 50, 100_000: 500}
     simpy_max = 1_000 if quick else 10_000
@@ -242,6 +252,8 @@ def run(out_dir: Path, quick: bool = False, progress: bool = True) -> dict[str, 
             "Single calls: one random placement through Simulator.makespan, makespans([p]) and run(), and "
             "the compiled kernel alone on prepared arrays (Simulator.kernel_call); median over many calls "
             "after warm-up. busy = a second process spinning a Python loop while we measure.",
+            f"Load average (1 min) before and after the run: {load_before} and {_load_average()}; "
+            "other processes sharing the cores lower every figure.",
         ],
         command="doppler-lab bench sim" + (" --quick" if quick else ""),
     )
