@@ -83,11 +83,15 @@ METHODS: dict[str, Method] = {
     "doppler-lr1e-3": Method("dual", train={"lr": 1e-3}),
     # the placed-set normalisation before the fix (z-score: its 1 / std gradient froze Stage II)
     "doppler-zscore": Method("dual", policy={"placed_norm": "zscore"}),
+    # the episode state's timing model before wc had its own (no links, a transfer per edge);
+    # a row of the workloads table (on the paper graphs est is already the default)
+    "doppler-est-timing": Method("dual", policy={"timing": "est"}),
 }
 DESIGN_ABLATIONS: tuple[str, ...] = tuple(
     m
     for m in METHODS
-    if m.startswith("doppler-") and m not in ("doppler-II-only", "doppler-I-only")
+    if m.startswith("doppler-")
+    and m not in ("doppler-II-only", "doppler-I-only", "doppler-est-timing")
 )
 PLACER_OF_KIND = {"dual": "doppler", "sel-only": "doppler", "plc-only": "doppler"}
 
@@ -102,6 +106,7 @@ class PolicyBenchConfig:
             :func:`doppler_lab.paths.paper_graphs_dir`).
         workloads: generated workloads (p100x4, ``workload_semantics``).
         workload_semantics: simulator semantics of the workloads.
+        workload_methods: methods of the workloads table (``doppler`` and its timing ablation).
         methods: methods of the quality table (keys of :data:`METHODS`).
         ablations: methods of the ablation table.
         ablation_graphs: graphs of the ablation table.
@@ -131,6 +136,7 @@ class PolicyBenchConfig:
     paper_dir: str | None = None
     workloads: tuple[str, ...] = WORKLOADS
     workload_semantics: str = "wc"
+    workload_methods: tuple[str, ...] = ("doppler", "doppler-est-timing")
     methods: tuple[str, ...] = (
         "doppler",
         "placeto",
@@ -163,7 +169,8 @@ class PolicyBenchConfig:
     runs_dir: str = BENCH_POLICY_RUNS
 
     def __post_init__(self) -> None:
-        bad = [m for m in self.methods + self.ablations + self.design_ablations if m not in METHODS]
+        named = self.methods + self.workload_methods + self.ablations + self.design_ablations
+        bad = [m for m in named if m not in METHODS]
         if bad:
             raise ConfigError(
                 f"bench policy: unknown method {bad[0]!r}; expected one of {list(METHODS)}"
@@ -182,6 +189,7 @@ def quick_config() -> PolicyBenchConfig:
     return PolicyBenchConfig(
         paper_graphs=("chain_mm_112nodes",),
         workloads=("chainmm:matrices=3,scale=0.01",),
+        workload_methods=("doppler",),
         ablation_graphs=("chain_mm_112nodes",),
         design_ablations=("doppler-shared-encoder", "doppler-released-training"),
         design_graphs=("chain_mm_112nodes",),
@@ -597,7 +605,7 @@ def run(
     tasks = []
     for case in cases:
         seeds = cfg.seeds if case.group == "paper" else cfg.workload_seeds
-        methods = list(cfg.methods) if case.group == "paper" else ["doppler"]
+        methods = list(cfg.methods if case.group == "paper" else cfg.workload_methods)
         for m in methods:
             for s in range(min(seeds, cfg.method_seeds.get(m, seeds))):
                 tasks.append((case, m, s))
@@ -643,7 +651,7 @@ def run(
         speed_path.write_text(json.dumps(speed, indent=1))
     quality = quality_tables(cfg, [c for c in cases if c.group == "paper"], results, cfg.methods)
     workloads = quality_tables(
-        cfg, [c for c in cases if c.group == "workload"], results, ["doppler"]
+        cfg, [c for c in cases if c.group == "workload"], results, cfg.workload_methods
     )
     ablation = quality_tables(
         cfg,
@@ -704,6 +712,9 @@ def run(
             "(plain REINFORCE), lr1e-3 (Stage II at a thirtieth of our rate), zscore (PLC's "
             "placed-set sums divided by their standard deviation over the devices, as before "
             "the fix: its gradient grows as 1 / std and froze Stage II on some graphs).",
+            "Workloads: doppler's episode state (features, CP teacher) uses the timing model of "
+            "the semantics (wc: link resources and one transfer per tensor and device); "
+            "doppler-est-timing keeps est (no links, a transfer per edge), as before.",
             f"Protocol: the best of the final policy's greedy rollout and {cfg.samples} sampled "
             "rollouts, by the simulator; never the best placement seen during training.",
             "Search placers (local-search, enumerative) get the learned method's simulator calls "

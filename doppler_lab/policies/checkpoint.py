@@ -47,13 +47,17 @@ CHECKPOINT_FIELDS = ("format", "version", "policy", "state_dict", "meta", "train
 POLICY_HEADER_FIELDS = ("kind", "config", "layout", "num_devices")
 
 
-def make_policy(config: PolicyConfig, num_devices: int, seed: int = 0) -> PlacementPolicy:
+def make_policy(
+    config: PolicyConfig, num_devices: int, seed: int = 0, semantics: str | None = None
+) -> PlacementPolicy:
     """A freshly initialised policy; the weights depend only on ``seed`` (the global torch RNG
-    is left as it was)."""
+    is left as it was). An ``auto`` timing becomes the model of ``semantics`` (the simulator
+    semantics it will be trained under; ``est`` when None)."""
     from .doppler import DualPolicy
     from .gdp import GDP
     from .placeto import Placeto
 
+    config = config.resolved(semantics)
     cls = {"placeto": Placeto, "gdp": GDP}.get(config.kind, DualPolicy)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ..errors import ConfigError
-from ..schedule import TIMINGS
+from ..schedule import TIMINGS, timing_for
 from .encoder import EDGE_MODES
 from .features import LAYOUTS
 
@@ -22,8 +22,12 @@ class PolicyConfig:
         kind: ``dual`` (learned SEL and PLC), ``sel-only`` (PLC by the Critical Path rule),
             ``plc-only`` (SEL by the Critical Path rule), ``placeto`` or ``gdp``.
         layout: feature layout (:data:`doppler_lab.policies.features.LAYOUTS`).
-        timing: the episode state's timing model (``est`` or the released ``paper`` model);
-            device features are computed with it.
+        timing: the episode state's timing model (``est``, the released ``paper`` model, or
+            ``wc``: link contention and one transfer per tensor and device); device features are
+            computed with it. ``auto`` (default): the model of the semantics the policy is
+            first trained under (:func:`~doppler_lab.schedule.timing_for`; ``wc`` for ``wc``,
+            ``est`` otherwise), fixed when the policy is made (:meth:`resolved`); checkpoints
+            always hold the resolved model (those written before ``auto`` existed hold ``est``).
         hidden: encoder width (DOPPLER), released 128.
         head_hidden: width of the SEL/PLC heads' hidden layer, released 64.
         mp_steps: message-passing rounds, released 6.
@@ -45,7 +49,7 @@ class PolicyConfig:
 
     kind: str = "dual"
     layout: str = "doppler9"
-    timing: str = "est"
+    timing: str = "auto"
     hidden: int = 64
     head_hidden: int = 64
     mp_steps: int = 4
@@ -65,8 +69,8 @@ class PolicyConfig:
             raise ConfigError(f"policy kind {self.kind!r}; expected one of {POLICY_KINDS}")
         if self.layout not in LAYOUTS:
             raise ConfigError(f"feature layout {self.layout!r}; expected one of {sorted(LAYOUTS)}")
-        if self.timing not in TIMINGS:
-            raise ConfigError(f"timing {self.timing!r}; expected one of {TIMINGS}")
+        if self.timing not in (*TIMINGS, "auto"):
+            raise ConfigError(f"timing {self.timing!r}; expected one of {(*TIMINGS, 'auto')}")
         if self.edge_mode not in EDGE_MODES:
             raise ConfigError(f"edge_mode {self.edge_mode!r}; expected one of {EDGE_MODES}")
         if self.placed_norm not in PLACED_NORMS:
@@ -89,15 +93,23 @@ class PolicyConfig:
         bad = sorted(set(d) - known)
         if bad:
             raise ConfigError(f"policy config has unknown field {bad[0]!r}")
-        # written before the option existed: those policies were trained with the z-score
-        return cls(**{"placed_norm": "zscore", **d})
+        # written before the option existed: those policies were trained with the z-score; a
+        # stored config without a timing had the old default, est
+        return cls(**{"placed_norm": "zscore", "timing": "est", **d})
 
     def replace(self, **changes: Any) -> PolicyConfig:
         return PolicyConfig(**{**self.to_dict(), **changes})
 
+    def resolved(self, semantics: str | None = None) -> PolicyConfig:
+        """This config with an ``auto`` timing replaced by the model of ``semantics``."""
+        if self.timing != "auto":
+            return self
+        return self.replace(timing=timing_for(semantics))
+
 
 POLICY_PRESETS: dict[str, PolicyConfig] = {
-    # ours: est timing, the extended device features, a cheap edge-conditioned message
+    # ours: the timing model of the semantics, the extended device features, a cheap
+    # edge-conditioned message
     "default": PolicyConfig(),
     # the released architecture and features (two encoders, width 128, 6 steps, z-scored
     # device features from the additive timing model), with our once-per-pass edge weights

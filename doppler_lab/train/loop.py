@@ -265,7 +265,8 @@ class Trainer:
             elif isinstance(policy, PlacementPolicy):
                 self.policy = policy
             else:
-                self.policy = make_policy(policy or PolicyConfig(), d, config.seed)
+                pcfg = policy or PolicyConfig()
+                self.policy = make_policy(pcfg, d, config.seed, config.semantics)
         pcfg = self.policy.config
         self.header = _run_header(config, pcfg, self.graphs, cluster, self.init)
         self.contexts = [GraphContext(g, cluster, pcfg.layout, pcfg.timing) for g in self.graphs]  # type: ignore[arg-type]

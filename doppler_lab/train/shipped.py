@@ -60,7 +60,9 @@ def train_shipped(
         preset("imitation", episodes=imitation_episodes, **common),
         preset("sim", **{**common, **(train_overrides or {}), "episodes": sim_episodes}),
     ]
-    pcfg = POLICY_PRESETS["default"].replace(placed_norm=placed_norm)
+    # est timing: the shipped checkpoints were trained with it (before wc had its own model),
+    # so their recorded commands train them again
+    pcfg = POLICY_PRESETS["default"].replace(placed_norm=placed_norm, timing="est")
     # keyed by configuration and code version like every other run folder: other settings or
     # changed code train anew
     run_dir = Path(work_dir) / f"{name}-{versioned_key(pcfg, *stages)}"

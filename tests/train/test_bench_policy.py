@@ -8,6 +8,7 @@ import pytest
 
 from doppler_lab.bench import policy as bench
 from doppler_lab.errors import ConfigError
+from doppler_lab.policies.checkpoint import load_policy
 
 
 def _config(tmp_path, **over):
@@ -43,7 +44,7 @@ def test_tables_protocol_and_cache(tmp_path):
     assert json.loads((tmp_path / "out" / "policy.json").read_text())["benchmark"] == "policy"
     work = rec["tables"]["Quality: generated workloads (p100x4, wc semantics)"]
     by = {r["method"]: r for r in work}
-    assert set(by) == {"cp", "local-search", "doppler"}
+    assert set(by) == {"cp", "local-search", "doppler", "doppler-est-timing"}
     # the search placer gets exactly the learned method's simulator calls: every training
     # episode plus the greedy and sampled rollouts of the protocol
     assert by["doppler"]["sim_calls"] == 6 + 1 + 2 == by["local-search"]["sim_calls"]
@@ -62,7 +63,11 @@ def test_tables_protocol_and_cache(tmp_path):
     assert scale["nodes"] == 40 and scale["inference_ms"] > 0
     # a second run reuses every finished (graph, method, seed) instead of training again
     results = sorted((tmp_path / "runs").rglob("result.json"))
-    assert len(results) == 2  # doppler and sel-only on chainmm
+    assert len(results) == 3  # doppler, doppler-est-timing and sel-only on chainmm
+    # the workloads' doppler gets the wc timing model (by semantics), its ablation row est
+    ckpt = {p.parent.parent.name: json.loads(p.read_text())["checkpoint"] for p in results}
+    timing = {m: load_policy(c)[0].config.timing for m, c in ckpt.items()}
+    assert timing == {"doppler": "wc", "doppler-est-timing": "est", "sel-only": "wc"}
     stamps = [p.stat().st_mtime_ns for p in results]
     again = bench.run(tmp_path / "out", config=cfg)
     assert [p.stat().st_mtime_ns for p in results] == stamps

@@ -222,7 +222,7 @@ def test_policy_stepper_replays_the_greedy_rollout(small, cluster, kind, one_tor
         s = stepper.step()
         _check_step(s, graph, before, greedy=True)
         before = s.device
-    ctx = GraphContext(graph, cluster, cfg.layout, cfg.timing)
+    ctx = GraphContext(graph, cluster, cfg.layout, policy.config.timing)  # auto: resolved
     with torch.no_grad():
         enc = policy.encode(ctx)
         rollout = run_episodes(policy, ctx, enc, 1, np.random.default_rng(5), GREEDY, GREEDY)

@@ -196,7 +196,7 @@ def _transfer_seed(
         allow_device_change=True,
         progress=progress,
     ).run()
-    fresh = make_policy(policy, d, seed)
+    fresh = make_policy(policy, d, seed, sem)
     stages = [config.replace(episodes=config.episodes - imitation_episodes)]
     if imitation_episodes:
         stages.insert(
