@@ -32,6 +32,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..graph import DataflowGraph
+from ..validate import one_line, want_int
 from .models import MLP, CausalLMLogits, ResNet, randomise_batchnorm
 
 __all__ = [
@@ -192,10 +193,7 @@ def _check_params(name: str, params: dict[str, Any]) -> None:
                 f"{', '.join([*defaults, *IMPORT_OPTIONS])}"
             )
         low = 0 if key in ("seed", "kv_heads") else 1
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ConfigError(
-                f"model {name!r}: parameter {key}={value!r}; expected an integer >= {low}"
-            )
+        want_int(value, f"model {name!r}: parameter {key}", ConfigError, minimum=low)
 
 
 def _load_function(name: str) -> Callable[..., Any]:
@@ -221,8 +219,8 @@ def _load_function(name: str) -> Callable[..., Any]:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
+    text = one_line(exc, 300)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _call_user_function(name: str, params: dict[str, Any]) -> ModelAndArgs:
