@@ -20,7 +20,7 @@ Presets:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -405,6 +405,115 @@ def make_uniform(num_devices: int) -> Cluster:
     return Cluster(f"uniform{d}", devs, np.full((d, d), 1e12), np.zeros((d, d)))
 
 
+def make_multihost(
+    hosts: int = 2,
+    devices_per_host: int = 2,
+    *,
+    kind: str = "cpu",
+    intra_bytes_per_s: float | None = None,
+    inter_bytes_per_s: float = 1.25 * GB,
+    intra_latency_s: float | None = None,
+    inter_latency_s: float = 50e-6,
+) -> Cluster:
+    """``hosts`` hosts of ``devices_per_host`` devices, host by host (device ``h * k + i``).
+
+    Inside a host, CPU workers share the host's memory (one resource per host, as
+    :func:`make_cpu`) and GPUs sit on a switch (an out and an in port each). Between hosts a
+    transfer occupies the sending host's NIC out and the receiving host's NIC in, so the
+    simulator sees every transfer that leaves a host contend for its NIC.
+
+    Args:
+        hosts, devices_per_host: the shape (>= 1 each).
+        kind: ``cpu`` (defaults of :func:`make_cpu`) or ``gpu`` (H100-like devices, 450 GB/s
+            inside a host).
+        intra_bytes_per_s, intra_latency_s: links inside a host (default by ``kind``).
+        inter_bytes_per_s, inter_latency_s: links between hosts (default 10 Gb/s Ethernet,
+            50 us).
+    """
+    if hosts < 1 or devices_per_host < 1:
+        raise ClusterError(
+            f"a multihost cluster needs >= 1 host and >= 1 device a host, got {hosts} and "
+            f"{devices_per_host}"
+        )
+    if kind not in DEVICE_KINDS:
+        raise ClusterError(f"multihost device kind {kind!r}; expected one of {DEVICE_KINDS}")
+    k, d = devices_per_host, hosts * devices_per_host
+    if kind == "cpu":
+        one = make_cpu(1).devices[0]
+        intra_bw, intra_lat = intra_bytes_per_s or 5 * GB, intra_latency_s or 5e-6
+    else:
+        one = make_h100x8().devices[0]
+        intra_bw, intra_lat = intra_bytes_per_s or 450 * GB, intra_latency_s or 3e-6
+    for value, label in ((intra_bw, "intra_bytes_per_s"), (inter_bytes_per_s, "inter_bytes_per_s")):
+        if not (np.isfinite(value) and value > 0):
+            raise ClusterError(f"multihost {label} is {value}, expected a number > 0")
+    devs = tuple(replace(one, name=f"host{h}/{kind}:{i}") for h in range(hosts) for i in range(k))
+    names: list[str] = []
+    intra_port: dict[tuple[int, str], int] = {}
+    for h in range(hosts):
+        if kind == "cpu":
+            intra_port[(h, "mem")] = len(names)
+            names.append(f"host{h} memory")
+        else:
+            for i in range(k):
+                intra_port[(h * k + i, "out")] = len(names)
+                names.append(f"host{h} switch {i} out")
+                intra_port[(h * k + i, "in")] = len(names)
+                names.append(f"host{h} switch {i} in")
+    nic = {}
+    if hosts > 1:
+        for h in range(hosts):
+            nic[(h, "out")] = len(names)
+            names.append(f"host{h} nic out")
+            nic[(h, "in")] = len(names)
+            names.append(f"host{h} nic in")
+    bw, lat = np.full((d, d), inter_bytes_per_s), np.full((d, d), float(inter_latency_s))
+    routes = np.full((d, d, 2), -1, dtype=np.int64)
+    for a in range(d):
+        for b in range(d):
+            if a == b:
+                continue
+            ha, hb = a // k, b // k
+            if ha != hb:
+                routes[a, b] = (nic[(ha, "out")], nic[(hb, "in")])
+                continue
+            bw[a, b], lat[a, b] = intra_bw, intra_lat
+            if kind == "cpu":
+                routes[a, b, 0] = intra_port[(ha, "mem")]
+            else:
+                routes[a, b] = (intra_port[(a, "out")], intra_port[(b, "in")])
+    return Cluster(f"multihost{hosts}x{k}{kind}", devs, bw, lat, routes, tuple(names))
+
+
+def parse_multihost(spec: str) -> Cluster:
+    """``multihost[:hosts=H,devices=K,kind=cpu|gpu,intra_gbps=X,inter_gbps=Y,inter_latency_us=Z]``
+    (bandwidths in GB/s) -> :func:`make_multihost`."""
+    _, _, rest = spec.partition(":")
+    known = {"hosts", "devices", "kind", "intra_gbps", "inter_gbps", "inter_latency_us"}
+    kw: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or key not in known:
+            raise ClusterError(
+                f"cluster {spec!r}: bad parameter {item!r}; expected key=value with key in "
+                f"{sorted(known)}"
+            )
+        try:
+            kw[key] = (
+                value if key == "kind" else (int if key in ("hosts", "devices") else float)(value)
+            )
+        except ValueError:
+            raise ClusterError(f"cluster {spec!r}: {key}={value!r} is not a number") from None
+    args: dict[str, Any] = {"kind": kw.get("kind", "cpu")}
+    if "intra_gbps" in kw:
+        args["intra_bytes_per_s"] = kw["intra_gbps"] * GB
+    if "inter_gbps" in kw:
+        args["inter_bytes_per_s"] = kw["inter_gbps"] * GB
+    if "inter_latency_us" in kw:
+        args["inter_latency_s"] = kw["inter_latency_us"] * 1e-6
+    return make_multihost(kw.get("hosts", 2), kw.get("devices", 2), **args)
+
+
 PRESETS = {
     "p100x4": make_p100x4,
     "v100x8": make_v100x8,
@@ -415,13 +524,18 @@ PRESETS = {
 
 
 def make_cluster(spec: str | Cluster, num_devices: int | None = None) -> Cluster:
-    """A cluster from a preset name (``p100x4``, ``v100x8``, ``h100x8``, ``cpu``, ``uniform``)
-    or a :class:`Cluster` (returned as is). ``num_devices`` sizes ``cpu`` and ``uniform``
+    """A cluster from a preset name (``p100x4``, ``v100x8``, ``h100x8``, ``cpu``, ``uniform``),
+    a ``multihost:...`` spec (:func:`parse_multihost`) or a :class:`Cluster` (returned as is). ``num_devices`` sizes ``cpu`` and ``uniform``
     (default 4) and must match a fixed preset's size when given. Cluster JSON files and
     calibration profiles are read by :func:`doppler_lab.io.load_cluster` (the CLI's
     ``--cluster`` takes either)."""
     if isinstance(spec, Cluster):
         return spec
+    if spec == "multihost" or spec.startswith("multihost:"):
+        c = parse_multihost(spec)
+        if num_devices is not None and num_devices != c.num_devices:
+            raise ClusterError(f"cluster {spec!r} has {c.num_devices} devices, not {num_devices}")
+        return c
     if spec in ("cpu", "uniform"):
         return PRESETS[spec](num_devices or 4)
     if spec in PRESETS:

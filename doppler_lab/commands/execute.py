@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DopplerLabError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
 from ..placement import Placement
 from ..progress import format_seconds, note, show_progress, timer
+from ..validate import one_line
 from ._common import (
     add_graph_argument,
     add_placement_argument,
@@ -35,8 +38,9 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
         "--cluster",
         default="cpu",
         metavar="cpu|dist|cuda|FILE",
-        help="cpu (worker threads, default), dist (a process per device), cuda (GPUs), "
-        "cuda-shared (several devices per GPU), or a cluster / calibration profile JSON",
+        help="cpu (worker threads, default), dist (a process per device; under torchrun, the "
+        "job's ranks on every host), cuda (GPUs), cuda-shared (several devices per GPU), "
+        "multihost:hosts=H,devices=K,..., or a cluster / calibration profile JSON",
     )
     p.add_argument(
         "--devices",
@@ -101,6 +105,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..executor.factory import make_backend
+    from ..executor.torchrun import TorchrunBackend, under_torchrun
+
+    if not under_torchrun() or args.cluster in ("cpu", "cuda", "cuda-shared", "inline"):
+        return _execute(args, args.cluster)
+    # a rank of a torchrun job: rank 0 runs the command, the others serve it
+    backend = make_backend(args.cluster, args.devices, args.threads)
+    assert isinstance(backend, TorchrunBackend)
+    try:
+        return _execute(args, backend) if backend.rank == 0 else backend.serve()
+    except DopplerLabError as exc:
+        if not backend.broken:
+            raise
+        # a lost process group cannot be torn down (its threads abort the interpreter's exit)
+        print(f"doppler-lab execute: error: {one_line(exc, 2000)}", file=sys.stderr, flush=True)
+        os._exit(2)
+    finally:
+        backend.close()
+
+
+def _execute(args: argparse.Namespace, devices: Any) -> int:
     from ..executor import Executor
     from ..executor.runner import compare_outputs
 
@@ -113,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     graph = resolve_graph(args.graph)
     with Executor(
         graph,
-        args.cluster,
+        devices,
         num_devices=args.devices,
         seed=args.seed,
         timeout_s=args.timeout,

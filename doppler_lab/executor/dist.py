@@ -248,7 +248,7 @@ def _worker_main(rank: int, size: int, init: str, threads: int, conn: Any, runni
 
     torch.set_num_threads(threads)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=size)
-    sessions: dict[str, _WorkerSession] = {}
+    sessions: dict[str, WorkerSession] = {}
     try:
         while True:
             msg = conn.recv()
@@ -260,7 +260,7 @@ def _worker_main(rank: int, size: int, init: str, threads: int, conn: Any, runni
                     conn.send(("ok", rank))
                 elif kind == "open":
                     _, key, blob, seed, labels = msg
-                    sessions[key] = _WorkerSession(pickle.loads(blob), seed, rank, size, labels)
+                    sessions[key] = WorkerSession(pickle.loads(blob), seed, rank, size, labels)
                     conn.send(("ok", None))
                 elif kind == "close":
                     sessions.pop(msg[1], None)
@@ -278,14 +278,33 @@ def _worker_main(rank: int, size: int, init: str, threads: int, conn: Any, runni
         dist.destroy_process_group()
 
 
-class _WorkerSession:
-    """One graph inside a worker process."""
+class WorkerSession:
+    """One graph inside a worker process (this module's workers, or a ``torchrun`` rank).
 
-    def __init__(self, graph: DataflowGraph, seed: int, rank: int, size: int, labels: list[str]):
+    Args:
+        graph, seed: the graph and its input seed.
+        rank, size: this device and the number of devices (ranks of the default group).
+        labels: how errors name each device.
+        device: where this rank's tensors live (``cpu``, or ``cuda:k`` for NCCL).
+        shared_clock: the ranks share ``time.perf_counter`` (one host); otherwise every time
+            is reported from this rank's own clock start, right after the run's barrier.
+    """
+
+    def __init__(
+        self,
+        graph: DataflowGraph,
+        seed: int,
+        rank: int,
+        size: int,
+        labels: list[str],
+        device: str = "cpu",
+        shared_clock: bool = True,
+    ):
         from .plan import compile_ops
 
         self.graph, self.seed, self.rank, self.size = graph, seed, rank, size
         self.label = labels[rank]
+        self.device, self.shared_clock = device, shared_clock
         self.fns = compile_ops(graph)
         self.inputs: dict[int, Any] = {}
         self.pending: tuple[ExecutionPlan, dict[int, Any]] | None = None
@@ -302,7 +321,7 @@ class _WorkerSession:
         for u, devs in plan.input_devices.items():
             if r in devs:
                 if u not in self.inputs:
-                    self.inputs[u] = input_value(g, u, self.seed)
+                    self.inputs[u] = input_value(g, u, self.seed, self.device)
                 bufs[u] = self.inputs[u]
         self.pending = (plan, bufs)
 
@@ -336,20 +355,29 @@ class _WorkerSession:
             hold[u] -= len(plan.sends[u])
         transfers: list[tuple[int, int, int, int, float, float]] = []
         failures: list[str] = []
+        cuda = self.device.startswith("cuda")
+        base = 0.0  # subtracted from this rank's readings: its clock start without a shared clock
 
         def receive(a: int, count: int) -> None:
             try:
                 for _ in range(count):
-                    hdr = torch.empty(2, dtype=torch.float64)
+                    hdr = torch.empty(2, dtype=torch.float64, device=self.device)
                     dist.recv(hdr, src=a, tag=0)
                     u = int(hdr[0])
                     spec = g.specs[u]  # type: ignore[index]
-                    buf = torch.empty(spec.out_shape, dtype=torch_dtype(spec.dtype))  # type: ignore[union-attr]
+                    buf = torch.empty(
+                        spec.out_shape,  # type: ignore[union-attr]
+                        dtype=torch_dtype(spec.dtype),  # type: ignore[union-attr]
+                        device=self.device,
+                    )
                     dist.recv(buf, src=a, tag=1)
+                    if cuda:
+                        torch.cuda.synchronize(self.device)
                     t = time.perf_counter()
                     with lock:
                         bufs[u] = buf
                         ws = consumers[u]
+                        # the post time is on the sender's clock, the arrival on this one's
                         transfers.append((u, ws[0], a, r, float(hdr[1]), t))
                         for w in ws:
                             need[w] -= 1
@@ -368,6 +396,8 @@ class _WorkerSession:
             t.start()
         dist.barrier()
         t0 = time.perf_counter()
+        if not self.shared_clock:
+            base = t0
         start, end, sent = {}, {}, []
         with torch.inference_mode():
             for _ in range(len(mine)):
@@ -382,6 +412,8 @@ class _WorkerSession:
                 s = time.perf_counter()
                 try:
                     out = plan.fns[v](*args)  # type: ignore[misc]
+                    if cuda:
+                        torch.cuda.synchronize(self.device)
                 except Exception as exc:  # noqa: BLE001 - every failure is reported
                     raise executor_error(
                         failure_verb(exc), op_label(g, v), self.label, exc
@@ -403,7 +435,11 @@ class _WorkerSession:
                 if plan.sends[v]:
                     payload = out.contiguous()
                     for b, _ in plan.sends[v]:
-                        hdr = torch.tensor([float(v), time.perf_counter()], dtype=torch.float64)
+                        hdr = torch.tensor(
+                            [float(v), time.perf_counter() - base],
+                            dtype=torch.float64,
+                            device=self.device,
+                        )
                         sent += [
                             (hdr, dist.isend(hdr, b, tag=0)),
                             (payload, dist.isend(payload, b, tag=1)),
@@ -415,16 +451,18 @@ class _WorkerSession:
         if failures:
             raise ExecutorError(failures[0])
         outputs = (
-            {int(v): bufs[int(v)] for v in plan.outputs if plan.device[v] == r} if keep else None
+            {int(v): bufs[int(v)].cpu() for v in plan.outputs if plan.device[v] == r}
+            if keep
+            else None
         )
         return {
-            "t0": t0,
+            "t0": t0 - base,
             "ops": mine,
-            "start": [start[v] for v in mine],
-            "end": [end[v] for v in mine],
+            "start": [start[v] - base for v in mine],
+            "end": [end[v] - base for v in mine],
             "ready": [rq.ready_seq[v] for v in mine],
             "launched": [rq.dispatch_seq[v] for v in mine],
-            "transfers": transfers,
+            "transfers": [(u, w, a, b, s, e - base) for u, w, a, b, s, e in transfers],
             "outputs": outputs,
         }
 
@@ -434,4 +472,4 @@ def make_dist_backend(num_devices: int = 2, threads_per_device: int | None = Non
     return DistBackend(num_devices, threads_per_device)
 
 
-__all__ = ["DistBackend", "DistSession", "make_dist_backend"]
+__all__ = ["DistBackend", "DistSession", "WorkerSession", "make_dist_backend"]

@@ -26,13 +26,37 @@ def cluster_from_file(path: str | Path) -> Cluster:
     return load_cluster(p)  # cluster JSON or calibration profile
 
 
+def _join_torchrun(
+    spec: str | Cluster, num_devices: int | None, threads_per_device: int | None
+) -> Backend:
+    """Under ``torchrun``: this rank's :class:`~.torchrun.TorchrunBackend` (``dist``: the
+    job's default multi-host cluster)."""
+    import os
+
+    from .torchrun import join_torchrun, torchrun_cluster
+
+    world = int(os.environ["WORLD_SIZE"])
+    if num_devices is not None and num_devices != world:
+        raise ConfigError(
+            f"--devices {num_devices} under torchrun with WORLD_SIZE {world}; expected one rank "
+            "per device"
+        )
+    cluster = torchrun_cluster() if isinstance(spec, str) else spec
+    return join_torchrun(cluster, threads_per_device)
+
+
 def make_backend(
     spec: str | Cluster | Backend = "cpu",
     num_devices: int | None = None,
     threads_per_device: int | None = None,
 ) -> Backend:
     """A backend from ``cpu``, ``dist``, ``cuda``, ``cuda-shared``, ``inline``, a cluster/profile JSON path, a
-    :class:`Cluster` (CPU or GPU devices), or a :class:`Backend` (returned as is).
+    ``multihost:...`` cluster spec, a :class:`Cluster` (CPU or GPU devices), or a
+    :class:`Backend` (returned as is).
+
+    Under ``torchrun`` (its environment set), ``dist`` and every cluster join the job's process
+    group instead (:mod:`.torchrun`): rank ``r`` is device ``r``, ``dist`` meaning the job's
+    hosts (:func:`~.torchrun.torchrun_cluster`).
 
     Args:
         spec: what to run on.
@@ -48,6 +72,14 @@ def make_backend(
         raise ConfigError(f"the number of devices must be >= 1, got {num_devices}")
     if isinstance(spec, str) and spec.endswith(".json"):
         spec = cluster_from_file(spec)
+    if isinstance(spec, str) and (spec == "multihost" or spec.startswith("multihost:")):
+        from ..hardware import make_cluster
+
+        spec = make_cluster(spec)
+    from .torchrun import under_torchrun
+
+    if under_torchrun() and (spec == "dist" or isinstance(spec, Cluster)):
+        return _join_torchrun(spec, num_devices, threads_per_device)
     if isinstance(spec, Cluster):
         if num_devices is not None and num_devices != spec.num_devices:
             raise ClusterError(
