@@ -164,7 +164,8 @@ class Runner:
         values: list[Any] = [None] * len(runs)
         failures: list[Failure] = []
         done = 0
-        with progress_bar(total=len(runs), desc=desc, unit="run", enabled=progress) as bar:
+        bar = progress_bar(total=len(runs), desc=desc, unit="run", enabled=progress, leave=True)
+        with bar:
             results = self._results(runs)
             try:
                 for index, ok, value, running in results:
@@ -178,8 +179,7 @@ class Runner:
                             raise RunError(f"run {label} failed: {value}")
                     bar.set_postfix_str(
                         f"running {running}, done {done}, failed {len(failures)}, last {label}"
-                        + ("" if ok else " (failed)"),
-                        refresh=False,
+                        + ("" if ok else " (failed)")
                     )
                     bar.update(1)
             finally:
@@ -206,12 +206,13 @@ class LocalRunner(Runner):
     def _results(self, runs: list[Run]) -> Iterator[tuple[int, bool, Any, int]]:
         if self.jobs == 1:
             for i, run in enumerate(runs):
+                running = int(i + 1 < len(runs))  # the next one starts at once
                 try:
                     value = call_run(run)
                 except Exception as exc:  # a failed run is reported, not the loop's end
-                    yield i, False, _one_line(exc), 0
+                    yield i, False, _one_line(exc), running
                 else:
-                    yield i, True, value, 0
+                    yield i, True, value, running
             return
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 

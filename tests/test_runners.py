@@ -146,3 +146,21 @@ def test_make_runner_names():
         make_runner("dask")
     with pytest.raises(ConfigError, match="--ray-address needs --runner ray"):
         make_runner("local", address="h:6379")
+
+
+def test_bench_flags_reach_a_sweep_or_are_refused(capsys):
+    from doppler_lab.cli import main
+
+    # bench sim runs no sweep: asking for Ray there is a one-line error, exit 2
+    assert main(["bench", "sim", "--runner", "ray", "--out", "unused"]) == 2
+    assert "has no sweep of runs" in capsys.readouterr().err
+    assert main(["bench", "quality", "--runner", "local", "--ray-address", "h:1"]) == 2
+    assert "--ray-address needs --runner ray" in capsys.readouterr().err
+
+
+def test_the_bar_shows_running_done_failed_and_the_last_run(capsys):
+    runs = [Run(int, ("1",), label="one"), Run(int, ("y",), label="why")]
+    LocalRunner().run(runs, desc="demo", keep_going=True)
+    err = capsys.readouterr().err
+    assert "running 1, done 1, failed 0, last one" in err
+    assert "running 0, done 1, failed 1, last why (failed)" in err

@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from ...codeversion import versioned_key
 from ...errors import ConfigError
 from ...graph import DataflowGraph
 from ...hardware import Cluster
 from ...placement import Placement
+from ...runners import Run, Runner, make_runner
 from ...trace import Trace
 from .common import (
     convergence_stats,
@@ -277,10 +277,18 @@ def _variant_row(variant: str, seed: int, done: Mapping[str, Any], result: Any) 
 
 
 def run_stage_ablation(
-    config: StageAblationConfig, out_dir: str | Path, progress: bool = False
+    config: StageAblationConfig,
+    out_dir: str | Path,
+    progress: bool = False,
+    runner: str | Runner = "local",
 ) -> StageAblation:
     """Train every variant over the seeds, evaluate it by the protocol and measure its final
     placement on the real devices (runs cached per seed under ``out_dir``).
+
+    Each seed's trainings are one run of ``runner`` (``local``: one after the other here;
+    ``ray``: one Ray task each, see :mod:`doppler_lab.runners`). Stage III measures on the CPU
+    workers of the machine it runs on: runs side by side on one machine disturb each other's
+    measurements, so ``ray`` suits a cluster of several machines or variants without III.
 
     Shared prefixes are trained once per seed: ``I`` is the first stage of ``I+II`` and
     ``I+II`` the first two of ``I+II+III``. CP (one run per seed as its tie seed) and the
@@ -301,11 +309,18 @@ def run_stage_ablation(
         curves, runs = [], []
         placements: dict[str, Placement] = {}
         first = config.seed
-        for seed in tqdm(range(first, first + config.seeds), desc="seeds", disable=not progress):
-            key = versioned_key(pcfg, *config.stage_configs(seed).values())
-            done = _train_seed(
-                config, seed, graph, cluster, pcfg, Path(out_dir) / f"seed{seed}-{key}", progress
+        seeds = range(first, first + config.seeds)
+        seed_runs = [
+            Run(
+                _train_seed,
+                (config, seed, graph, cluster, pcfg, Path(out_dir) / f"seed{seed}-{key}", False),
+                label=f"{config.workload} seed {seed}",
             )
+            for seed in seeds
+            for key in [versioned_key(pcfg, *config.stage_configs(seed).values())]
+        ]
+        sweep = make_runner(runner).run(seed_runs, desc="seeds", progress=progress)
+        for seed, done in zip(seeds, sweep.values):
             for variant in config.variants:
                 curves.append(_variant_curve(variant, seed, done))
                 policy = done[VARIANT_RUNS[variant][-1]][1].policy

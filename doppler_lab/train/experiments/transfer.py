@@ -16,6 +16,7 @@ from ...codeversion import versioned_key
 from ...errors import ConfigError
 from ...graph import DataflowGraph
 from ...hardware import Cluster, make_cluster
+from ...runners import Run, Runner, make_runner
 from .common import (
     episodes_to_reach,
     finite_or_none,
@@ -247,6 +248,7 @@ def run_transfers(
     train: Mapping[str, Any] | None = None,
     paper_graphs_dir: str | None = None,
     progress: bool = False,
+    runner: str | Runner = "local",
 ) -> TransferResult:
     """Fine-tune each case's source policy on its target and train from scratch there, with
     the same episode budget on the target; runs cached under ``out_dir``.
@@ -268,6 +270,8 @@ def run_transfers(
         train: Stage II overrides (source, fine-tuning and scratch alike).
         paper_graphs_dir: folder of the paper's graphs, for cases that name them.
         progress: progress bars.
+        runner: where the (case, seed) runs on the targets go: ``local`` (one after the other
+            here), ``ray`` or a :class:`~doppler_lab.runners.Runner`; sources train here first.
     """
     from ...policies.config import POLICY_PRESETS
     from ..config import preset
@@ -282,6 +286,7 @@ def run_transfers(
     overrides = dict(train or {})
     curves, runs, matches = [], [], []
     sources: dict[str, tuple[Path, str]] = {}
+    targets: list[Run] = []
     with torch_threads(1):
         for case in tqdm(cases, desc="transfer cases", disable=not progress):
             if case.source_label not in sources:
@@ -317,21 +322,16 @@ def run_transfers(
                 )
                 rl = rl.replace(episodes=episodes)
                 key = versioned_key(pcfg, rl, imitation_episodes, str(ckpt))
-                ft_curve, sc_curve, rows = _transfer_seed(
-                    graph,
-                    cluster,
-                    ckpt,
-                    pcfg,
-                    rl,
-                    imitation_episodes,
-                    samples,
-                    out / _slug(case.label) / f"seed{s}-{key}",
-                    labels,
-                    progress,
-                )
-                curves += [ft_curve, sc_curve]
-                runs += [{**labels, **r} for r in rows]
-                matches.append(match_row(ft_curve, sc_curve, episodes, **labels))
+                args = (graph, cluster, ckpt, pcfg, rl, imitation_episodes, samples)
+                where = out / _slug(case.label) / f"seed{s}-{key}"
+                label = f"{case.label} seed {s}"
+                targets.append(Run(_transfer_seed, (*args, where, labels, False), label=label))
+        sweep = make_runner(runner).run(targets, desc="transfer runs", progress=progress)
+        for run, (ft_curve, sc_curve, rows) in zip(targets, sweep.values):
+            labels = run.args[-2]
+            curves += [ft_curve, sc_curve]
+            runs += [{**labels, **r} for r in rows]
+            matches.append(match_row(ft_curve, sc_curve, episodes, **labels))
     run_frame = pd.DataFrame(runs)
     table = mean_std_table(
         run_frame.assign(key=run_frame.case + " | " + run_frame.label),
