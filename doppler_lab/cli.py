@@ -22,9 +22,9 @@ from .validate import one_line
 # order = order in --help
 COMMAND_MODULES: tuple[str, ...] = (
     "workloads",
+    "import_",
     "simulate",
     "place",
-    "import_",
     "train",
     "execute",
     "calibrate",

@@ -99,6 +99,10 @@ def resolve_graph(spec: str) -> DataflowGraph:
         return load_graph(path)
     from ..workloads import WORKLOADS, build_from_spec
 
+    if spec.partition(":")[0].strip() not in WORKLOADS:
+        from ..importers.zoo import import_model  # a model: hf-llama, FILE.py:FUNC, a .pt2
+
+        return import_model(spec)
     return build_from_spec(spec)
 
 
@@ -116,11 +120,6 @@ def resolve_cluster(args: argparse.Namespace, graph: DataflowGraph | None = None
     if explicit or devices is not None:
         return make_cluster("uniform", devices or 4)
     return make_cluster("p100x4")
-
-    if spec.partition(":")[0].strip() not in WORKLOADS:
-        from ..importers.zoo import import_model  # a model: hf-llama, FILE.py:FUNC, a .pt2
-
-        return import_model(spec)
 
 
 def resolve_cost_model(args: argparse.Namespace, graph: DataflowGraph, cluster: Cluster):
