@@ -25,6 +25,9 @@ from .tensors import as_tensor
 
 SEL_MODES: tuple[str, ...] = ("learned", "cp", "topo")
 
+Temperature = tuple[float, float]
+"""(SEL, PLC) sampling temperatures of recorded episodes (:meth:`PlacementPolicy.log_probs`)."""
+
 PLC_MODES: tuple[str, ...] = ("learned", "cp")
 
 
@@ -186,16 +189,24 @@ def masked_log_sum(logp: Tensor, mask: Tensor, seg: Tensor, num_segments: int) -
     return total.clamp_min(1e-30).log()
 
 
+def tempered(scores: Tensor, temperature: float) -> Tensor:
+    """``scores / temperature``: the scores of the distribution a rollout samples at that
+    temperature (:class:`~doppler_lab.policies.rollout.ActionMode`); 0 (greedy) and 1 leave
+    them as they are."""
+    return scores if temperature in (0.0, 1.0) else scores / temperature
+
+
 def device_terms(
-    logits: Tensor, devices: Tensor, teacher: np.ndarray | None
+    logits: Tensor, devices: Tensor, teacher: np.ndarray | None, temperature: float = 1.0
 ) -> tuple[Tensor, Tensor, Tensor | None]:
-    """Log-probability of the devices taken, entropy, and the teacher-set log-likelihood.
+    """Log-probability of the devices taken, entropy, and the teacher-set log-likelihood, under
+    the distribution sampled at ``temperature`` (see :func:`tempered`).
 
     Shapes:
         - input: logits ``(K, T, D)``, devices ``(K, T)``, teacher ``(K, T, D)`` bool or None
         - output: three ``(K, T)`` tensors (the last None without a teacher)
     """
-    logp = torch.log_softmax(logits, dim=-1)
+    logp = torch.log_softmax(tempered(logits, temperature), dim=-1)
     taken = logp.gather(-1, devices.unsqueeze(-1)).squeeze(-1)
     ent = -(logp.exp() * logp).sum(-1)
     ll = None
@@ -250,8 +261,24 @@ class PlacementPolicy(nn.Module):
     def plc_observe(self, pstate: Any, nodes: np.ndarray, devices: np.ndarray) -> None:
         """Record that ``nodes[k]`` went to ``devices[k]`` in episode k."""
 
-    def log_probs(self, ctx: GraphContext, enc: Any, episodes: Episodes) -> StepTerms:
-        """Per-step terms of ``episodes`` under the current parameters (autograd)."""
+    def log_probs(
+        self,
+        ctx: GraphContext,
+        enc: Any,
+        episodes: Episodes,
+        temperature: Temperature = (1.0, 1.0),
+    ) -> StepTerms:
+        """Per-step terms of ``episodes`` under the current parameters (autograd).
+
+        Args:
+            ctx: the prepared graph.
+            enc: ``self.encode(ctx)``.
+            episodes: the recorded episodes.
+            temperature: (SEL, PLC) temperatures the actions were sampled at: the terms are
+                those of the distributions that sampled them (:func:`tempered`), so that the
+                policy gradient and self-imitation are on-policy (trained at 1 but sampled
+                hotter, the policy drifts towards its own flatter samples every update).
+        """
         raise NotImplementedError
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:

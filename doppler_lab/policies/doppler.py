@@ -21,9 +21,11 @@ from .base import (
     Episodes,
     PlacementPolicy,
     StepTerms,
+    Temperature,
     device_terms,
     masked_log_sum,
     segment_log_softmax,
+    tempered,
 )
 from .config import PolicyConfig
 from .context import GraphContext
@@ -269,7 +271,13 @@ class DualPolicy(PlacementPolicy):
     def plc_observe(self, pstate: _PlacedSums, nodes: np.ndarray, devices: np.ndarray) -> None:
         pstate.sums[np.arange(nodes.size), devices] += pstate.emb[nodes]
 
-    def log_probs(self, ctx: GraphContext, enc: DualEncoding, episodes: Episodes) -> StepTerms:
+    def log_probs(
+        self,
+        ctx: GraphContext,
+        enc: DualEncoding,
+        episodes: Episodes,
+        temperature: Temperature = (1.0, 1.0),
+    ) -> StepTerms:
         k, t = episodes.num_episodes, episodes.num_steps
         sel_logp = sel_ent = sel_tl = plc_logp = plc_ent = plc_tl = None
         if enc.sel_scores is not None:
@@ -277,7 +285,8 @@ class DualPolicy(PlacementPolicy):
             counts = np.diff(episodes.cand_ptr)
             seg = as_tensor(np.repeat(np.arange(k * t), counts))
             cand = as_tensor(episodes.cand_idx)
-            logp_all, ent = segment_log_softmax(enc.sel_scores[cand], seg, k * t)
+            scores = tempered(enc.sel_scores[cand], temperature[0])
+            logp_all, ent = segment_log_softmax(scores, seg, k * t)
             # position of the chosen node within its step's candidates
             chosen = as_tensor(episodes.nodes.reshape(-1))
             hit = cand == chosen[seg]
@@ -295,7 +304,9 @@ class DualPolicy(PlacementPolicy):
             contrib = onehot.unsqueeze(-1).to(emb.dtype) * emb.unsqueeze(-2)  # (K, T, D, C)
             placed = torch.cumsum(contrib, dim=1) - contrib  # sums before each step
             logits = self.plc.scores(enc.plc, nodes, as_tensor(episodes.dev_feats), placed)
-            plc_logp, plc_ent, plc_tl = device_terms(logits, devs, episodes.plc_teacher)
+            plc_logp, plc_ent, plc_tl = device_terms(
+                logits, devs, episodes.plc_teacher, temperature[1]
+            )
         return StepTerms(sel_logp, plc_logp, sel_ent, plc_ent, sel_tl, plc_tl)
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from torch_geometric.nn import SAGEConv
 
-from .base import Episodes, PlacementPolicy, StepTerms, device_terms
+from .base import Episodes, PlacementPolicy, StepTerms, Temperature, device_terms
 from .config import PolicyConfig
 from .context import GraphContext
 from .features import get_layout
@@ -84,7 +84,15 @@ class GDP(PlacementPolicy):
     ) -> np.ndarray:
         return pstate[nodes]
 
-    def log_probs(self, ctx: GraphContext, enc: Tensor, episodes: Episodes) -> StepTerms:
+    def log_probs(
+        self,
+        ctx: GraphContext,
+        enc: Tensor,
+        episodes: Episodes,
+        temperature: Temperature = (1.0, 1.0),
+    ) -> StepTerms:
         logits = enc[as_tensor(episodes.nodes)]  # (K, T, D)
-        taken, ent, ll = device_terms(logits, as_tensor(episodes.devices), episodes.plc_teacher)
+        taken, ent, ll = device_terms(
+            logits, as_tensor(episodes.devices), episodes.plc_teacher, temperature[1]
+        )
         return StepTerms(None, taken, None, ent, None, ll)

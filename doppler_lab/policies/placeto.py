@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from .base import Episodes, PlacementPolicy, StepTerms, device_terms
+from .base import Episodes, PlacementPolicy, StepTerms, Temperature, device_terms
 from .config import PolicyConfig
 from .context import GraphContext
 from .features import get_layout
@@ -153,7 +153,13 @@ class Placeto(PlacementPolicy):
         pstate[k, nodes, devices] = 1.0
         pstate[k, nodes, self.num_devices + 1] = 1.0
 
-    def log_probs(self, ctx: GraphContext, enc: _PlacetoGraph, episodes: Episodes) -> StepTerms:
+    def log_probs(
+        self,
+        ctx: GraphContext,
+        enc: _PlacetoGraph,
+        episodes: Episodes,
+        temperature: Temperature = (1.0, 1.0),
+    ) -> StepTerms:
         k, t = episodes.num_episodes, episodes.num_steps
         n, d = ctx.num_nodes, self.num_devices
         steps = torch.arange(t)
@@ -170,6 +176,6 @@ class Placeto(PlacementPolicy):
             )
             logits.append(self._logits(ctx, enc, x, as_tensor(episodes.nodes[e])))
         taken, ent, ll = device_terms(
-            torch.stack(logits), as_tensor(episodes.devices), episodes.plc_teacher
+            torch.stack(logits), as_tensor(episodes.devices), episodes.plc_teacher, temperature[1]
         )
         return StepTerms(None, taken, None, ent, None, ll)

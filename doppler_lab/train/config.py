@@ -35,7 +35,8 @@ class TrainConfig:
         explore: ``sample`` (act by sampling the policy), ``greedy`` (its argmax, epsilon: a
             uniform action; released) or ``perturb`` (its argmax, epsilon: a sample from it).
         sel_temperature: SEL's sampling temperature (0: greedy selection while PLC explores).
-        plc_temperature: PLC's sampling temperature at the start.
+        plc_temperature: PLC's sampling temperature at the start (the losses use the
+            log-probabilities of the tempered distribution: on-policy).
         plc_temperature_end: ... at the end (linear in between; None: constant).
         entropy_coef: weight of the entropy bonus.
         imitation_coef: weight of the teacher log-likelihood (Stage I; may be > 0 in Stage II).

@@ -9,6 +9,10 @@ autograd and step the optimisers (one Adam per policy half). The loss per update
     - imitation_coef * mean_k,t[log pi(teacher's choices)]
     - entropy_coef * mean_k,t[H_sel + H_plc]
 
+where pi is the distribution the episodes were sampled from (scores over the sampling
+temperature): trained at temperature 1 but sampled hotter, the policy gradient and
+self-imitation pull the policy towards its own flatter samples every update.
+
 A run directory holds ``config.json`` (the frozen configs), ``metrics.csv``,
 ``checkpoints/last.pt`` (weights, optimisers, schedules, every RNG state, counters) and, at the
 end, ``policy.pt`` and ``summary.json``. Restarting a run in the same directory resumes from
@@ -33,7 +37,7 @@ from tqdm.auto import tqdm
 from ..errors import CheckpointError, ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
-from ..policies.base import Episodes, PlacementPolicy, StepTerms
+from ..policies.base import Episodes, PlacementPolicy, StepTerms, Temperature
 from ..policies.checkpoint import load_policy, make_policy, read_checkpoint, save_checkpoint
 from ..policies.config import PolicyConfig
 from ..policies.context import GraphContext
@@ -424,9 +428,19 @@ class Trainer:
             self.anchors[gi] = (float(costs[best]), episodes.placements[best].device.copy())
 
     def _terms_and_backward(
-        self, gi: int, enc: Any, episodes: Episodes, adv: np.ndarray, anchored: bool = False
+        self,
+        gi: int,
+        enc: Any,
+        episodes: Episodes,
+        adv: np.ndarray,
+        anchored: bool = False,
+        temperature: Temperature = (1.0, 1.0),
     ) -> tuple[float, dict[str, float]]:
-        """Recompute log-probabilities (chunked for memory-heavy policies) and backpropagate."""
+        """Recompute log-probabilities (chunked for memory-heavy policies) and backpropagate.
+
+        ``temperature``: the (SEL, PLC) temperatures the update's episodes were sampled at; the
+        policy gradient, self-imitation and entropy terms are those of that distribution.
+        """
         ctx = self.contexts[gi]
         k, t = episodes.num_episodes, episodes.num_steps
         chunk = self.policy.eval_chunk or k
@@ -435,7 +449,7 @@ class Trainer:
         sums: dict[str, float] = {}
         if self.config.sil_coef > 0 and self.elites[gi] and not self.config.anchor:
             best = Episodes.concat([e for _, e in self.elites[gi]])
-            terms = self.policy.log_probs(ctx, enc, best)
+            terms = self.policy.log_probs(ctx, enc, best, temperature)
             ll = sum(x.sum() for x in (terms.sel_logp, terms.plc_logp) if x is not None)
             sil = -self.config.sil_coef * ll / (best.num_episodes * t)
             sil.backward(retain_graph=True)
@@ -443,7 +457,7 @@ class Trainer:
         for lo in range(0, k, chunk):
             rows = slice(lo, min(lo + chunk, k))
             part = episodes if chunk >= k else episodes.select(rows)
-            terms = self.policy.log_probs(ctx, enc, part)
+            terms = self.policy.log_probs(ctx, enc, part, temperature)
             loss = policy_loss(terms, as_tensor(adv[rows]).float(), self.config, anchored)
             loss = loss / (k * t)
             loss.backward(retain_graph=lo + chunk < k)
@@ -462,12 +476,14 @@ class Trainer:
             stats[name] = s / (k * t)
         return total, stats
 
-    def _refit_anchor(self, gi: int, episodes: Episodes) -> None:
+    def _refit_anchor(
+        self, gi: int, episodes: Episodes, temperature: Temperature = (1.0, 1.0)
+    ) -> None:
         """Extra gradient steps on the anchor's labels at the batch's states."""
         ctx = self.contexts[gi]
         for _ in range(self.config.sil_epochs - 1):
             enc = self.policy.encode(ctx)
-            terms = self.policy.log_probs(ctx, enc, episodes)
+            terms = self.policy.log_probs(ctx, enc, episodes, temperature)
             if terms.plc_teacher_ll is None:
                 return
             loss = -self.config.sil_coef * terms.plc_teacher_ll.mean()
@@ -551,12 +567,15 @@ class Trainer:
                 )
                 if c.sil_coef > 0 and not c.anchor:
                     self._remember(gi, costs, episodes)
-                loss, stats = self._terms_and_backward(gi, enc, episodes, adv, anchor is not None)
+                temps = (sel_mode.temperature, plc_mode.temperature)
+                loss, stats = self._terms_and_backward(
+                    gi, enc, episodes, adv, anchor is not None, temps
+                )
                 if c.anchor:
                     self._anchor_update(gi, costs, episodes)
                 norms = self._step()
                 if anchor is not None:
-                    self._refit_anchor(gi, episodes)
+                    self._refit_anchor(gi, episodes, temps)
                 self.best[gi] = min(self.best[gi], float(costs.min()))
                 self.update += 1
                 greedy = None
