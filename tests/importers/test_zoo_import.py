@@ -198,3 +198,12 @@ def test_import_command_writes_the_graph_and_reads_a_saved_program(graphs, tmp_p
     assert (report["nodes"], report["compute_nodes"]) == NODE_COUNTS["mlp", "op"][:2]
     assert main(["import", "mlp:granularity=op", "--granularity", "scope"]) == 2
     assert "is given twice" in capsys.readouterr().err
+
+
+def test_zoo_specs_are_graphs_for_every_command(capsys):
+    from doppler_lab.cli import main
+
+    assert main(["simulate", "mlp:granularity=op", "--placement", "cp", "--json"]) == 0
+    assert '"makespan"' in capsys.readouterr().out
+    assert main(["execute", "mlp", "--devices", "2", "--placement", "heft", "--check"]) == 0
+    assert "match" in capsys.readouterr().out
