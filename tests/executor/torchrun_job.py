@@ -41,8 +41,10 @@ def main(spec: str, placements: list[str]) -> int:
                 hosts_a = tr.transfer_src_device // per_host
                 hosts_b = tr.transfer_dst_device // per_host
                 across = hosts_a != hosts_b
-                mb = graph.out_bytes[tr.transfer_src[across]] / 1e6
-                secs = (tr.transfer_end - tr.transfer_start)[across]
+                mb_all = graph.out_bytes[tr.transfer_src] / 1e6
+                secs_all = tr.transfer_end - tr.transfer_start
+                mb, secs = mb_all[across], secs_all[across]
+                mb_in, secs_in = mb_all[~across], secs_all[~across]
                 print(
                     json.dumps(
                         {
@@ -59,6 +61,9 @@ def main(spec: str, placements: list[str]) -> int:
                             else None,
                             "median_transfer_s_across_hosts": float(np.median(secs))
                             if secs.size
+                            else None,
+                            "s_per_mb_within_hosts": float(secs_in.sum() / mb_in.sum())
+                            if mb_in.sum() > 0
                             else None,
                         }
                     ),
