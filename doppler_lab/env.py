@@ -43,7 +43,7 @@ from .hardware import Cluster, CostModel, make_cluster
 from .placement import Placement
 from .placers.critical_path import CriticalPathTeacher
 from .policies.features import device_features, get_layout
-from .schedule import TIMINGS, Timing
+from .schedule import TIMINGS, Timing, timing_for
 from .sim import SEMANTICS, Simulator
 
 REWARDS: tuple[str, ...] = ("baseline", "negative_cost")
@@ -60,7 +60,8 @@ class PlacementEnv(gym.Env):
             ``np_random``).
         semantics: simulator semantics of the default cost.
         noise: duration noise sigma of the default cost.
-        timing: the state's timing model (``est`` or the released ``paper`` model).
+        timing: the state's timing model (``est``, the released ``paper`` model or ``wc``);
+            None (default): the model of ``semantics`` (:func:`doppler_lab.schedule.timing_for`).
         layout: device feature layout (``doppler5``: the five DOPPLER features).
         reward: ``baseline`` (running-mean baseline minus cost) or ``negative_cost``.
         invalid_action: ``noop`` (a node that is not a candidate or a device out of range
@@ -85,13 +86,14 @@ class PlacementEnv(gym.Env):
         cost: Callable[[Placement], float] | None = None,
         semantics: str = "paper",
         noise: float = 0.0,
-        timing: Timing = "est",
+        timing: Timing | None = None,
         layout: str = "doppler5",
         reward: str = "baseline",
         invalid_action: str = "noop",
     ):
         if semantics not in SEMANTICS:
             raise ConfigError(f"semantics {semantics!r}; expected one of {SEMANTICS}")
+        timing = timing_for(semantics) if timing is None else timing
         if timing not in TIMINGS:
             raise ConfigError(f"timing {timing!r}; expected one of {TIMINGS}")
         if reward not in REWARDS:

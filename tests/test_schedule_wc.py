@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from doppler_lab.env import PlacementEnv
 from doppler_lab.errors import PlacementError
 from doppler_lab.graph import GraphBuilder
 from doppler_lab.hardware import CostModel, make_cluster
 from doppler_lab.placers import place
+from doppler_lab.policies.checkpoint import load_policy, make_policy
+from doppler_lab.policies.config import PolicyConfig
 from doppler_lab.schedule import ListScheduleState, _wc_ready, timing_for
 from doppler_lab.sim import simulate
 from doppler_lab.workloads import build_from_spec
@@ -163,3 +168,23 @@ def test_timing_follows_the_semantics():
     assert wc.meta["timing"] == "wc"
     assert place("cp", g, cluster, seed=0, semantics="paper").meta["timing"] == "est"
     assert place("cp", g, cluster, seed=0, semantics="wc", timing="est").meta["timing"] == "est"
+
+
+def test_environment_takes_the_timing_of_its_semantics():
+    g = build_from_spec("chainmm:matrices=3,scale=0.001")
+    assert PlacementEnv(g, "p100x4", semantics="wc").episode.timing == "wc"
+    assert PlacementEnv(g, "p100x4").episode.timing == "est"
+    assert PlacementEnv(g, "p100x4", semantics="wc", timing="est").episode.timing == "est"
+
+
+def test_policies_resolve_auto_by_semantics_and_old_checkpoints_keep_est():
+    cfg = PolicyConfig(hidden=8, head_hidden=8, mp_steps=1)
+    assert cfg.timing == "auto"
+    assert make_policy(cfg, 4, semantics="wc").config.timing == "wc"
+    assert make_policy(cfg, 4, semantics="paper").config.timing == "est"
+    assert make_policy(cfg, 4).config.timing == "est"
+    assert make_policy(cfg.replace(timing="paper"), 4, semantics="wc").config.timing == "paper"
+    stored = {k: v for k, v in cfg.to_dict().items() if k != "timing"}
+    assert PolicyConfig.from_dict(stored).timing == "est"  # written before timings by semantics
+    shipped, _ = load_policy(Path(__file__).parents[1] / "data/checkpoints/doppler/llama_layer.pt")
+    assert shipped.config.timing == "est"  # trained (on wc) with the est model
