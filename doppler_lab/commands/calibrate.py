@@ -44,8 +44,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..bench.fidelity import CPU_WORKLOADS
+    from ..calibration import Profile
     from ..executor import make_backend
     from ..executor.profiling import calibrate
+    from ..executor.torchrun import TorchrunBackend, coordinate_or_serve
 
     out = Path(args.out)
     if out.suffix != ".json":
@@ -58,8 +60,9 @@ def run(args: argparse.Namespace) -> int:
 
         graphs += [build_from_spec(s) for s in CPU_WORKLOADS.values()]
     backend = make_backend(args.cluster, args.devices, args.threads)
-    try:
-        profile = calibrate(
+
+    def measure() -> Profile:
+        return calibrate(
             backend,
             graphs,
             name=args.name or out.stem,
@@ -67,8 +70,16 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             progress=show_progress(args),
         )
-    finally:
-        backend.close()
+
+    if isinstance(backend, TorchrunBackend):  # rank 0 measures every link, the others serve
+        profile = coordinate_or_serve(backend, NAME, measure)
+        if profile is None:
+            return 0
+    else:
+        try:
+            profile = measure()
+        finally:
+            backend.close()
     profile.save(out)
     summary = {
         "profile": str(out),

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, DopplerLabError
+from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
 from ..placement import Placement
 from ..progress import format_seconds, note, show_progress, timer
-from ..validate import one_line
 from ._common import (
     add_graph_argument,
     add_placement_argument,
@@ -106,23 +103,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..executor.factory import make_backend
-    from ..executor.torchrun import TorchrunBackend, under_torchrun
+    from ..executor.torchrun import TorchrunBackend, coordinate_or_serve, under_torchrun
 
     if not under_torchrun() or args.cluster in ("cpu", "cuda", "cuda-shared", "inline"):
         return _execute(args, args.cluster)
     # a rank of a torchrun job: rank 0 runs the command, the others serve it
     backend = make_backend(args.cluster, args.devices, args.threads)
     assert isinstance(backend, TorchrunBackend)
-    try:
-        return _execute(args, backend) if backend.rank == 0 else backend.serve()
-    except DopplerLabError as exc:
-        if not backend.broken:
-            raise
-        # a lost process group cannot be torn down (its threads abort the interpreter's exit)
-        print(f"doppler-lab execute: error: {one_line(exc, 2000)}", file=sys.stderr, flush=True)
-        os._exit(2)
-    finally:
-        backend.close()
+    code = coordinate_or_serve(backend, NAME, lambda: _execute(args, backend))
+    return 0 if code is None else code
 
 
 def _execute(args: argparse.Namespace, devices: Any) -> int:

@@ -13,6 +13,13 @@ stdout. Each request is a broadcast from rank 0 and a gather of the replies. A r
 rank that dies or a collective that times out ends the job: every surviving rank raises one
 :class:`~doppler_lab.errors.ExecutorError` line (the CLI prints it and exits 2).
 
+A run's own ``timeout_s`` is not enforced here: a rank that hangs holds the others until the
+collective timeout (``collective_timeout_s``, default 600 s, also how long the ranks wait while
+rank 0 places the graph); a rank that dies is noticed at once (its sockets close).
+
+Not tested yet: the NCCL path with transfers (receiver threads post ``recv`` while the compute
+thread posts ``isend``); the tests run gloo on CPU, and the ``gpu`` test needs two GPUs.
+
 Clocks are per rank: each reports its times from its own start, right after the run's barrier,
 so a transfer's start is on its sender's clock and its end on its receiver's.
 """
@@ -22,15 +29,19 @@ from __future__ import annotations
 import datetime
 import os
 import pickle
-from collections.abc import Mapping
-from typing import Any
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-from ..errors import ConfigError, ExecutorError
+from ..errors import ConfigError, DopplerLabError, ExecutorError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, make_multihost
+from ..validate import one_line
 from .backend import Backend, BackendSession, RawRun
 from .dist import DistSession, WorkerSession
 from .plan import ExecutionPlan
+
+T = TypeVar("T")
 
 #: environment torchrun sets for every rank
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -289,6 +300,28 @@ class TorchrunSession(DistSession):
         BackendSession.close(self)
 
 
+def coordinate_or_serve(backend: TorchrunBackend, command: str, body: Callable[[], T]) -> T | None:
+    """A CLI command as a torchrun job: rank 0 returns ``body()`` (which runs on ``backend``),
+    the other ranks serve it and return ``None``; the job is closed at the end.
+
+    When the group is lost (a rank died, a run failed), this rank prints the one error line as
+    the CLI words it and exits with status 2 at once: a lost gloo group cannot be torn down (its
+    threads abort the interpreter's exit).
+    """
+    try:
+        if backend.rank != 0:
+            backend.serve()
+            return None
+        return body()
+    except DopplerLabError as exc:
+        if not backend.broken:
+            raise
+        print(f"doppler-lab {command}: error: {one_line(exc, 2000)}", file=sys.stderr, flush=True)
+        os._exit(2)
+    finally:
+        backend.close()
+
+
 def _first_line(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
@@ -309,6 +342,7 @@ def join_torchrun(
 
 __all__ = [
     "DIE_ENV",
+    "coordinate_or_serve",
     "TorchrunBackend",
     "TorchrunSession",
     "join_torchrun",

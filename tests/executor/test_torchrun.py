@@ -101,6 +101,20 @@ def test_execute_command_checks_outputs_under_torchrun():
     assert out["num_devices"] == 4 and node1.stdout == ""
 
 
+@pytest.mark.slow
+def test_calibrate_under_torchrun_measures_the_links_between_hosts(tmp_path):
+    from doppler_lab.io import load_cluster
+
+    out = tmp_path / "two-hosts.json"
+    argv = [str(Path(sys.executable).with_name("doppler-lab")), "calibrate", "--cluster", "dist"]
+    argv += ["--quick", "--out", str(out), "--no-progress"]
+    node0, node1 = run_two_hosts(["--no-python", *argv])
+    assert node0.returncode == 0 and node1.returncode == 0, node0.stderr[-2000:]
+    c = load_cluster(out)
+    assert c.num_devices == 4 and "host0 nic out" in c.link_names
+    assert np.isfinite(c.bandwidth_bytes_per_s[0, 2]) and c.bandwidth_bytes_per_s[0, 2] > 0
+
+
 @pytest.mark.gpu
 def test_nccl_across_two_gpu_agents():
     torch = pytest.importorskip("torch")
