@@ -139,6 +139,19 @@ def test_world_size_must_equal_the_cluster_size():
         TorchrunBackend(make_multihost(2, 2), env={})
 
 
+def test_dist_under_torchrun_refuses_a_device_count_other_than_the_world_size(monkeypatch):
+    from doppler_lab.executor import make_backend
+
+    env = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    for k, v in (env | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}).items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(ConfigError, match="--devices 3 under torchrun with WORLD_SIZE 4"):
+        make_backend("dist", 3)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    with pytest.raises(ConfigError, match="WORLD_SIZE 4 is not a multiple of LOCAL_WORLD_SIZE 3"):
+        make_backend("dist")
+
+
 def test_multihost_cluster_routes_cross_host_transfers_through_the_nics():
     c = make_cluster("multihost:hosts=2,devices=2,inter_gbps=1,inter_latency_us=20")
     assert c.num_devices == 4 and c.devices[2].name == "host1/cpu:0"
