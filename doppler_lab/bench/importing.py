@@ -23,6 +23,7 @@ import numpy as np
 
 from ..graph import DataflowGraph
 from ..hardware import Cluster, make_cluster
+from ..importers.options import GRANULARITIES
 from ..placement import Placement
 from ..trace import Trace
 from ._report import write_report
@@ -36,7 +37,6 @@ IMPORTED_POLICY = "doppler/llama_layer"
 #: layer counts of the import-scaling table (quick: a smoke run)
 LAYERS: tuple[int, ...] = (2, 8, 32)
 QUICK_LAYERS: tuple[int, ...] = (1, 2)
-GRANULARITIES: tuple[str, ...] = ("scope", "op")
 #: a wider Llama whose ops take long enough for placement to matter (quick: 2 layers)
 WIDE_LLAMA = {
     False: "hf-llama:layers=8,hidden=1024,heads=16,seq=256,vocab=512",

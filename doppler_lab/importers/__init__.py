@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph import DataflowGraph
 
-GRANULARITIES: tuple[str, ...] = ("scope", "op")
+from .options import GRANULARITIES
 
 
 def from_module(

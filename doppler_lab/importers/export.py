@@ -20,8 +20,8 @@ from ..graph import DataflowGraph, GraphBuilder
 from ..ops import DTYPE_BYTES, OpSpec
 from ..program import TORCH_DTYPE_NAMES, Program
 from ..stored import StoredTensors
-from . import GRANULARITIES
 from .costs import op_flops
+from .options import GRANULARITIES
 
 #: ops kept whole by the decompositions (a full decomposition of SDPA fails on GPT-2)
 KEPT_OPS: tuple[str, ...] = (
