@@ -14,7 +14,7 @@ rank that dies or a collective that times out ends the job: every surviving rank
 :class:`~doppler_lab.errors.ExecutorError` line (the CLI prints it and exits 2).
 
 A run's own ``timeout_s`` is not enforced here: a rank that hangs holds the others until the
-collective timeout (``collective_timeout_s``, default 600 s, also how long the ranks wait while
+collective timeout (``collective_timeout_s``, default 600 s or ``$DOPPLER_LAB_TORCHRUN_TIMEOUT_S``, also how long the ranks wait while
 rank 0 places the graph); a rank that dies is noticed at once (its sockets close).
 
 Not tested yet: the NCCL path with transfers (receiver threads post ``recv`` while the compute
@@ -49,6 +49,8 @@ TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"
 DIE_ENV = "DOPPLER_LAB_TORCHRUN_DIE_RANK"
 #: how long a rank waits for a collective (a peer that hangs) before it gives up
 DEFAULT_COLLECTIVE_TIMEOUT_S = 600.0
+#: overrides :data:`DEFAULT_COLLECTIVE_TIMEOUT_S` (seconds) for :func:`join_torchrun`
+TIMEOUT_ENV = "DOPPLER_LAB_TORCHRUN_TIMEOUT_S"
 
 
 def under_torchrun(env: Mapping[str, str] | None = None) -> bool:
@@ -329,10 +331,19 @@ def _first_line(exc: BaseException) -> str:
 def join_torchrun(
     cluster: Cluster | None = None,
     threads_per_device: int | None = None,
-    collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S,
+    collective_timeout_s: float | None = None,
 ) -> TorchrunBackend:
     """Join the torchrun job this process belongs to (``cluster`` defaults to
-    :func:`torchrun_cluster`)."""
+    :func:`torchrun_cluster`; ``collective_timeout_s`` to ``$DOPPLER_LAB_TORCHRUN_TIMEOUT_S``,
+    else :data:`DEFAULT_COLLECTIVE_TIMEOUT_S`)."""
+    if collective_timeout_s is None:
+        text = os.environ.get(TIMEOUT_ENV, str(DEFAULT_COLLECTIVE_TIMEOUT_S))
+        try:
+            collective_timeout_s = float(text)
+        except ValueError:
+            collective_timeout_s = -1.0
+        if not collective_timeout_s > 0:
+            raise ConfigError(f"{TIMEOUT_ENV}={text!r}: expected a number of seconds > 0")
     return TorchrunBackend(
         cluster if cluster is not None else torchrun_cluster(),
         threads_per_device,

@@ -150,6 +150,9 @@ def test_dist_under_torchrun_refuses_a_device_count_other_than_the_world_size(mo
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
     with pytest.raises(ConfigError, match="WORLD_SIZE 4 is not a multiple of LOCAL_WORLD_SIZE 3"):
         make_backend("dist")
+    monkeypatch.setenv("DOPPLER_LAB_TORCHRUN_TIMEOUT_S", "soon")
+    with pytest.raises(ConfigError, match="DOPPLER_LAB_TORCHRUN_TIMEOUT_S='soon': expected"):
+        make_backend(make_multihost(2, 2))
 
 
 def test_multihost_cluster_routes_cross_host_transfers_through_the_nics():
