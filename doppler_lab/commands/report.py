@@ -31,7 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="small parameters per notebook (the built-in quick profile): the site in minutes",
+        help="each notebook's quick profile (small settings kept in its metadata, see --list): "
+        "the whole site in a few minutes on 2 cores",
     )
     p.add_argument(
         "--keep-going",
