@@ -52,6 +52,8 @@ __all__ = [
 
 #: runner names of ``--runner``
 RUNNERS: tuple[str, ...] = ("local", "ray")
+#: tries to start a local Ray cluster
+_START_ATTEMPTS = 3
 
 
 @contextlib.contextmanager
@@ -271,17 +273,31 @@ class RayRunner(Runner):
             raise ConfigError(
                 "runner 'ray' needs the ray package; expected `pip install 'ray>=2.40,<3'`"
             ) from None
-        if not ray.is_initialized():
-            opts: dict[str, Any] = {
-                "include_dashboard": False,
-                "ignore_reinit_error": True,
-                "log_to_driver": False,
-                "runtime_env": self.runtime_env,
-            }
-            if self.address:
-                ray.init(address=self.address, **opts)
-            else:
+        if ray.is_initialized():
+            return ray
+        opts: dict[str, Any] = {
+            "include_dashboard": False,
+            "ignore_reinit_error": True,
+            "log_to_driver": False,
+            "runtime_env": self.runtime_env,
+        }
+        if self.address:
+            ray.init(address=self.address, **opts)
+            return ray
+        # a local cluster's raylet gives its agents a fixed 15 s to start, which a loaded
+        # machine can miss (ray-project/ray#65983): try again before giving up
+        for attempt in range(_START_ATTEMPTS):
+            try:
                 ray.init(num_cpus=self.num_cpus, **opts)
+                return ray
+            except Exception as exc:  # Ray raises a bare Exception for a node that did not start
+                ray.shutdown()
+                if attempt + 1 == _START_ATTEMPTS:
+                    raise RunError(
+                        f"runner 'ray': the local Ray cluster did not start in "
+                        f"{_START_ATTEMPTS} tries ({_one_line(exc)}); expected a machine with "
+                        "a few idle seconds (see /tmp/ray/session_latest/logs/raylet.out)"
+                    ) from None
         return ray
 
     def _results(self, runs: list[Run]) -> Iterator[tuple[int, bool, Any, int]]:
