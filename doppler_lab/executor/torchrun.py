@@ -30,6 +30,7 @@ import datetime
 import os
 import pickle
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -45,7 +46,7 @@ T = TypeVar("T")
 
 #: environment torchrun sets for every rank
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-#: a rank with this rank number exits in the middle of its first run (tests of failures)
+#: ``R``: rank ``R`` exits in the middle of its first run; ``R:hang``: it hangs there (tests)
 DIE_ENV = "DOPPLER_LAB_TORCHRUN_DIE_RANK"
 #: how long a rank waits for a collective (a peer that hangs) before it gives up
 DEFAULT_COLLECTIVE_TIMEOUT_S = 600.0
@@ -191,8 +192,11 @@ class TorchrunBackend(Backend):
                 self._sessions[key].prepare(device, priority)
             elif kind == "go":
                 _, key, keep = msg
-                if os.environ.get(DIE_ENV) == str(self.rank):
-                    os._exit(3)  # a test hook: this rank dies in the middle of the run
+                hook = os.environ.get(DIE_ENV, "")
+                if hook.partition(":")[0] == str(self.rank):  # a test hook for failures
+                    if hook.endswith(":hang"):
+                        threading.Event().wait()  # this rank hangs in the middle of the run
+                    os._exit(3)  # this rank dies in the middle of the run
                 return ("ok", self._sessions[key].go(keep, [-1] * self.world_size))
             return ("ok", None)
         except ExecutorError as exc:

@@ -91,6 +91,18 @@ def test_a_rank_that_dies_ends_the_job_with_an_error_on_every_other_rank():
 
 
 @pytest.mark.slow
+def test_a_rank_that_hangs_ends_the_job_after_the_collective_timeout():
+    argv = [str(Path(sys.executable).with_name("doppler-lab")), "execute", GRAPH]
+    argv += ["--cluster", "dist", "--no-progress"]
+    env = {"DOPPLER_LAB_TORCHRUN_DIE_RANK": "3:hang", "DOPPLER_LAB_TORCHRUN_TIMEOUT_S": "10"}
+    agents = run_two_hosts(["--no-python", *argv], env=env)
+    assert all(a.returncode != 0 for a in agents)
+    errors = "".join(a.stderr for a in agents)
+    for rank in (0, 1, 2):
+        assert f"error: rank {rank}: lost the torchrun group (a rank died or timed out)" in errors
+
+
+@pytest.mark.slow
 def test_execute_command_checks_outputs_under_torchrun():
     argv = [str(Path(sys.executable).with_name("doppler-lab")), "execute", GRAPH]
     argv += ["--cluster", "dist", "--placement", "cp", "--check", "--json", "--repeats", "2"]
