@@ -166,6 +166,7 @@ class Runner:
         values: list[Any] = [None] * len(runs)
         failures: list[Failure] = []
         done = 0
+        self.start()  # before the bar: starting a cluster writes its own lines
         bar = progress_bar(total=len(runs), desc=desc, unit="run", enabled=progress, leave=True)
         with bar:
             results = self._results(runs)
@@ -187,6 +188,9 @@ class Runner:
             finally:
                 results.close()
         return Sweep(values, failures)
+
+    def start(self) -> None:
+        """Get ready to take runs (nothing to do here)."""
 
     def _results(self, runs: list[Run]) -> Iterator[tuple[int, bool, Any, int]]:
         """Yield ``(index, ok, value or one-line error, runs still running)`` as runs finish;
@@ -299,6 +303,10 @@ class RayRunner(Runner):
                         "a few idle seconds (see /tmp/ray/session_latest/logs/raylet.out)"
                     ) from None
         return ray
+
+    def start(self) -> None:
+        """Start or join the cluster (:meth:`connect`)."""
+        self.connect()
 
     def _results(self, runs: list[Run]) -> Iterator[tuple[int, bool, Any, int]]:
         ray = self.connect()
