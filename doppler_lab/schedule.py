@@ -3,7 +3,7 @@ timing model, in one place.
 
 A :class:`ListScheduleState` assigns the compute nodes of a graph one at a time, in any
 topological order, to devices, and keeps an internal estimate of each node's start and finish.
-Two timing models:
+Three timing models:
 
 - ``"est"``: a node assigned to device d starts at its earliest start time there,
   ``max(d free, max over preds u of finish(u) + transfer(u -> d))`` (transfer 0 when u is on
@@ -25,6 +25,11 @@ resources are appended to (a transfer issued later in the episode never fills an
 link, and a node never starts before the last one assigned to its device). It is exact when
 the assignment order is the execution order and every device runs its nodes as soon as they are
 ready (e.g. a chain). :func:`timing_for` picks the model that matches a simulator semantics.
+Measured against ``simulate(..., semantics="wc")`` (p100x4; llama_block, llama_layer, moe_layer;
+24 episodes each): on CP episodes the final estimate is 9-15% below the simulated makespan
+(``est``: 23-34% below); on uniformly random choices (node among the candidates, device) it is
+27-39% above (``est``: 1-18% below), the price of appending to links in assignment order. CP
+with the ``wc`` model places 2-15% better than with ``est`` on the five wc workloads.
 
 The DOPPLER device features of a node v (DOPPLER.md), per device d: (1) compute already on d;
 (2) compute of v's predecessors on d; (3) earliest start among them; (4) latest finish among
