@@ -28,6 +28,10 @@ class TrainConfig:
         lr_sel: SEL's learning rate if different (None: ``lr``).
         lr_schedule: ``constant``, ``linear`` or ``cosine`` decay over the stage.
         lr_final: the final rate as a fraction of the initial one.
+        lr_warmup: updates over which the rate ramps up linearly to the schedule's (0: none).
+            A stage that warm-starts from another gets fresh Adam states, whose first steps
+            move every weight by about the full rate whatever its gradient: at Stage II's rate
+            that knocked the Stage I policy to one device or to uniform within three updates.
         epsilon_start: probability of a uniform random action at the start.
         epsilon_end: ... at the end (linear in between).
         teacher_start: probability of taking the teacher's action at the start (DAgger mixing).
@@ -76,6 +80,7 @@ class TrainConfig:
     lr_sel: float | None = None
     lr_schedule: str = "cosine"
     lr_final: float = 0.1
+    lr_warmup: int = 0
     epsilon_start: float = 0.0
     epsilon_end: float = 0.0
     teacher_start: float = 0.0
@@ -129,8 +134,10 @@ class TrainConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"train config {name} = {v!r}, expected an integer >= 1")
-        if not isinstance(self.eval_every, int) or self.eval_every < 0:
-            raise ConfigError(f"train config eval_every = {self.eval_every!r}, expected >= 0")
+        for name in ("eval_every", "lr_warmup"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ConfigError(f"train config {name} = {v!r}, expected an integer >= 0")
         for name in ("epsilon_start", "epsilon_end", "teacher_start", "teacher_end", "lr_final"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
@@ -225,6 +232,7 @@ TRAIN_PRESETS: dict[str, TrainConfig] = {
         episodes=3600,
         episodes_per_update=16,
         lr=3e-2,
+        lr_warmup=8,
         sil_coef=1.0,
         entropy_coef=3e-3,
         plc_temperature=1.5,

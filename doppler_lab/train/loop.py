@@ -79,14 +79,16 @@ def _lerp(a: float, b: float, f: float) -> float:
     return a + (b - a) * f
 
 
-def lr_factor(schedule: str, final: float, update: int, updates: int) -> float:
-    """Multiplier of the initial learning rate at ``update`` (0-based) of ``updates``."""
+def lr_factor(schedule: str, final: float, update: int, updates: int, warmup: int = 0) -> float:
+    """Multiplier of the initial learning rate at ``update`` (0-based) of ``updates``, ramped up
+    linearly over the first ``warmup`` updates (``(update + 1) / (warmup + 1)``)."""
+    ramp = min(1.0, (update + 1) / (warmup + 1))
     f = update / max(updates - 1, 1)
     if schedule == "linear":
-        return 1.0 - (1.0 - final) * f
+        return ramp * (1.0 - (1.0 - final) * f)
     if schedule == "cosine":
-        return final + (1.0 - final) * 0.5 * (1.0 + math.cos(math.pi * f))
-    return 1.0
+        return ramp * (final + (1.0 - final) * 0.5 * (1.0 + math.cos(math.pi * f)))
+    return ramp
 
 
 @dataclass
@@ -285,7 +287,8 @@ class Trainer:
         u = config.updates
         self.schedulers = {
             k: torch.optim.lr_scheduler.LambdaLR(
-                opt, lambda i: lr_factor(config.lr_schedule, config.lr_final, i, u)
+                opt,
+                lambda i: lr_factor(config.lr_schedule, config.lr_final, i, u, config.lr_warmup),
             )
             for k, opt in self.optimizers.items()
         }

@@ -102,7 +102,8 @@ def test_resume_refuses_another_config(tmp_path, graph, cluster):
 
 
 def test_learning_rate_really_changes(graph, cluster):
-    r = train(_sim(lr_schedule="linear", lr_final=0.1), [graph], cluster, SMALL, progress=False)
+    cfg = _sim(lr_schedule="linear", lr_final=0.1, lr_warmup=0)
+    r = train(cfg, [graph], cluster, SMALL, progress=False)
     lrs = [row["sim/lr_plc"] for row in r.rows]
     assert lrs[0] == pytest.approx(3e-2) and lrs[-1] == pytest.approx(3e-3)
     assert all(a > b for a, b in zip(lrs, lrs[1:]))
@@ -112,10 +113,13 @@ def test_learning_rate_really_changes(graph, cluster):
         "cosine", 0.0, 9, 10
     ) == pytest.approx(0)
     assert lr_factor("constant", 0.0, 5, 10) == 1
+    # warm-up: the first updates ramp up to the schedule
+    ramp = [lr_factor("constant", 0.0, i, 10, warmup=3) for i in range(5)]
+    assert ramp == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0])
 
 
 def test_separate_optimisers(graph, cluster):
-    t = Trainer(_sim(lr_sel=5e-4), [graph], cluster, SMALL, progress=False)
+    t = Trainer(_sim(lr_sel=5e-4, lr_warmup=0), [graph], cluster, SMALL, progress=False)
     assert set(t.optimizers) == {"sel", "plc"}
     assert t.optimizers["sel"].param_groups[0]["lr"] == 5e-4
     sel_params = {id(p) for p in t.policy.sel.parameters()}
