@@ -1,8 +1,9 @@
 """Stage II on more devices: a policy trained at temperature 1 but sampled hotter drifts towards
 its own flatter samples every update (self-imitation and the policy gradient's baseline term
-both pull log pi_1 towards pi_T); on 8 devices that drift flattened PLC to uniform within a few
-updates and scratch training stayed at the Critical Path level. The losses are those of the
-distribution that sampled the actions."""
+both pull log pi_1 towards pi_T). On the 8-GPU paper block Stage II's PLC went to uniform
+(entropy ln 8 by update 4, with the fresh-Adam jolt that ``lr_warmup`` now damps) and never
+came back, so scratch training stayed at the Critical Path level. The losses are now those of
+the distribution that sampled the actions."""
 
 from __future__ import annotations
 
