@@ -39,9 +39,14 @@ class TrainConfig:
         explore: ``sample`` (act by sampling the policy), ``greedy`` (its argmax, epsilon: a
             uniform action; released) or ``perturb`` (its argmax, epsilon: a sample from it).
         sel_temperature: SEL's sampling temperature (0: greedy selection while PLC explores).
-        plc_temperature: PLC's sampling temperature at the start (the losses use the
-            log-probabilities of the tempered distribution: on-policy).
+        plc_temperature: PLC's sampling temperature at the start.
         plc_temperature_end: ... at the end (linear in between; None: constant).
+        tempered_loss: the losses (policy gradient, self-imitation, anchor refit) use the
+            log-probabilities of the tempered distribution the episodes were sampled from
+            (on-policy). Off (the default) they use temperature 1, as every measured preset and
+            shipped checkpoint did: sampled hotter than it is trained, the PLC drifts towards its
+            own flatter samples (to uniform on 8 devices in short probes). The default flips once
+            ``bench policy`` has measured it.
         entropy_coef: weight of the entropy bonus.
         imitation_coef: weight of the teacher log-likelihood (Stage I; may be > 0 in Stage II).
         pg_coef: weight of the policy-gradient term (0 in Stage I).
@@ -89,6 +94,7 @@ class TrainConfig:
     sel_temperature: float = 1.0
     plc_temperature: float = 1.0
     plc_temperature_end: float | None = None
+    tempered_loss: bool = False
     entropy_coef: float = 1e-3
     imitation_coef: float = 0.0
     pg_coef: float = 1.0
@@ -134,6 +140,11 @@ class TrainConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"train config {name} = {v!r}, expected an integer >= 1")
+        for name in ("tempered_loss", "step_baseline", "anchor"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(
+                    f"train config {name} = {getattr(self, name)!r}, expected true or false"
+                )
         for name in ("eval_every", "lr_warmup"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
@@ -232,7 +243,6 @@ TRAIN_PRESETS: dict[str, TrainConfig] = {
         episodes=3600,
         episodes_per_update=16,
         lr=3e-2,
-        lr_warmup=8,
         sil_coef=1.0,
         entropy_coef=3e-3,
         plc_temperature=1.5,

@@ -570,7 +570,9 @@ class Trainer:
                 )
                 if c.sil_coef > 0 and not c.anchor:
                     self._remember(gi, costs, episodes)
-                temps = (sel_mode.temperature, plc_mode.temperature)
+                temps = (
+                    (sel_mode.temperature, plc_mode.temperature) if c.tempered_loss else (1.0, 1.0)
+                )
                 loss, stats = self._terms_and_backward(
                     gi, enc, episodes, adv, anchor is not None, temps
                 )

@@ -95,6 +95,7 @@ def test_trainer_losses_use_the_sampling_temperatures(small_graph, num_devices):
         plc_temperature=1.5,
         plc_temperature_end=1.1,
         sil_coef=1.0,
+        tempered_loss=True,
     )
     Trainer(cfg, [small_graph], make_cluster("uniform", num_devices), pol, progress=False).run()
     # each update: the elites so far (self-imitation), then the batch; PLC's 1.5 -> 1.3
