@@ -11,7 +11,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..graph import NODE_KINDS, DataflowGraph
-from ._common import print_json
+from ..progress import show_progress, timer
+from ._common import int_arg, print_json
 
 NAME = "import"
 HELP = "import a PyTorch model (zoo name, FILE.py:FUNC or a saved .pt2) into a graph JSON file"
@@ -34,7 +35,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a node per aten op, or per contiguous run of one module scope (default: scope)",
     )
     p.add_argument(
-        "--depth", type=int, metavar="N", help="cut module scopes to their first N levels"
+        "--depth",
+        type=int_arg(minimum=1),
+        metavar="N",
+        help="cut module scopes to their first N levels",
     )
     p.add_argument(
         "--no-merge",
@@ -71,11 +75,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out is not None and not args.out.endswith(".json"):
         raise ConfigError(f"--out {args.out!r} must name a .json file")
-    if args.depth is not None and args.depth < 1:
-        raise ConfigError(f"--depth must be >= 1, got {args.depth}")
-    graph = import_model(
-        args.spec, granularity=args.granularity, depth=args.depth, merge=args.merge
-    )
+    # torch.export and its decompositions take seconds a layer: a line counts them
+    with timer(f"import {args.spec}", enabled=show_progress(args)):
+        graph = import_model(
+            args.spec, granularity=args.granularity, depth=args.depth, merge=args.merge
+        )
     report = graph_report(graph)
     if args.out is not None:
         from ..io import save_graph

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,15 @@ def _check_options(granularity: str, depth: int | None) -> None:
         raise ConfigError(f"depth {depth!r}; expected None or an integer >= 0")
 
 
+@contextmanager
+def _quiet_torch() -> Iterator[None]:
+    """torch 2.13's export pickles its own pytree specs through a check it deprecated itself: a
+    FutureWarning on every import that the user can do nothing about."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+        yield
+
+
 def import_module(
     model: torch.nn.Module,
     example_args: Any,
@@ -76,7 +87,8 @@ def import_module(
                 f"{type(model).__name__} fails on its example inputs: {_first_line(exc)}"
             ) from None
         try:
-            ep = torch.export.export(model, args, kwargs)
+            with _quiet_torch():
+                ep = torch.export.export(model, args, kwargs)
         except Exception as exc:  # noqa: BLE001 - data-dependent control flow, unsupported ops
             raise ImportModelError(
                 f"torch.export cannot export {type(model).__name__}: {_first_line(exc)}"
@@ -246,7 +258,8 @@ class _Importer:
             if op in table:
                 del table[op]
         try:
-            return ep.run_decompositions(table)
+            with _quiet_torch():
+                return ep.run_decompositions(table)
         except Exception as exc:  # noqa: BLE001
             raise ImportModelError(
                 f"decomposing the exported program failed: {_first_line(exc)}"

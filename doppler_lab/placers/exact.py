@@ -33,6 +33,7 @@ from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, CostModel
 from ..progress import timer
+from ..rules import transfer_times
 from .base import Schedule, ScheduleToPlacement, check_positive, list_schedule
 
 MAX_NODES_WITHOUT_TIME_LIMIT = 30
@@ -77,10 +78,11 @@ def delay_model(graph: DataflowGraph, cost: CostModel, resolution: int = 100_000
     index[comp] = np.arange(comp.size)
     live = np.flatnonzero(~g.is_input[g.edge_src])
     edges = np.stack([index[g.edge_src[live]], index[g.edge_dst[live]]], axis=1).reshape(-1, 2)
-    delay = (
-        cost.edge_fixed[live, None, None]
-        + cost.latency[None, :, :]
-        + cost.edge_bytes[live, None, None] * cost.inv_bandwidth[None, :, :]
+    delay = transfer_times(
+        cost.edge_fixed[live, None, None],
+        cost.latency[None, :, :],
+        cost.edge_bytes[live, None, None],
+        cost.inv_bandwidth[None, :, :],
     )
     delay[:, np.arange(d), np.arange(d)] = 0.0
     dur = cost.compute[comp]
