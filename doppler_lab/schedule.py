@@ -171,6 +171,50 @@ def _wc_ready(
 
 
 @njit(cache=True)
+def _wc_est(
+    v,
+    ndev,
+    pred_ptr,
+    pred_idx,
+    pred_eid,
+    is_input,
+    device,
+    finish,
+    arrival,
+    link_free,
+    routes,
+    fixed,
+    nbytes,
+    lat,
+    inv_bw,
+    dev_free,
+):  # pragma: no cover - compiled
+    """Start of ``v`` on every device under the ``wc`` model, ``(D,)``; nothing is recorded."""
+    out = np.empty(ndev)
+    for d in range(ndev):
+        ready = _wc_ready(
+            v,
+            d,
+            pred_ptr,
+            pred_idx,
+            pred_eid,
+            is_input,
+            device,
+            finish,
+            arrival,
+            link_free,
+            routes,
+            fixed,
+            nbytes,
+            lat,
+            inv_bw,
+            False,
+        )
+        out[d] = max(dev_free[d], ready)
+    return out
+
+
+@njit(cache=True)
 def _features(
     v, pred_ptr, pred_idx, is_input, device, start, finish, comp_on, load, est, out
 ):  # pragma: no cover
@@ -281,7 +325,10 @@ class ListScheduleState:
     def est(self, v: int) -> np.ndarray:
         """Earliest start time of ``v`` on each device, ``(D,)``, raw units."""
         if self.timing == "wc":
-            return np.array([self._wc_start(v, d, False) for d in range(self.num_devices)])
+            state = (self.device, self.finish, self.arrival, self.link_free, self._routes)
+            return _wc_est(
+                v, self.num_devices, *self._preds, *state, *self._edge_costs, self.dev_free
+            )
         return _est(v, *self._preds, self.device, self.finish, self.dev_free, *self._edge_costs)
 
     def _wc_start(self, v: int, d: int, commit: bool) -> float:
