@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "simulate",
     "place",
     "train",
+    "train_general",
     "execute",
     "calibrate",
     "bench",

@@ -7,10 +7,10 @@ A checkpoint is a ``torch.save`` dict (loaded with ``weights_only=True``)::
      "state_dict": ..., "meta": {how it was trained}, "train": {optional resume state}}
 
 Loading checks the policy kind, the feature layout (names of every feature) and the device
-count, and raises :class:`~doppler_lab.errors.CheckpointError` naming what differs. Fine-tuning to
-another device count is explicit (``allow_device_change=True``): the DOPPLER networks score each
-device with shared weights and load unchanged; Placeto's and GDP's device-sized layers are
-re-initialised.
+count, and raises :class:`~doppler_lab.errors.CheckpointError` naming what differs. The DOPPLER
+networks score each device with shared weights, so a DOPPLER checkpoint runs on any device count
+unchanged; for Placeto and GDP another device count is explicit (``allow_device_change=True``)
+and re-initialises their device-sized layers.
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ CHECKPOINT_VERSION = 1
 #: keys of a checkpoint dict (the first five are required) and of its ``policy`` header
 CHECKPOINT_FIELDS = ("format", "version", "policy", "state_dict", "meta", "train")
 POLICY_HEADER_FIELDS = ("kind", "config", "layout", "num_devices")
+#: policies whose networks score each device with shared weights: they run on any device count
+#: as saved (Placeto's and GDP's output layers are sized by the device count)
+DEVICE_FREE_KINDS = ("dual", "sel-only", "plc-only")
 
 
 def make_policy(
@@ -185,10 +188,13 @@ def load_policy(
         path: the checkpoint.
         kinds: accepted policy kinds (None: any).
         num_devices: the device count it will run on (None: the saved one).
-        allow_device_change: fine-tune to another device count instead of failing.
+        allow_device_change: load a Placeto or GDP policy for another device count (its
+            device-sized layers re-initialised) instead of failing; DOPPLER policies
+            (:data:`DEVICE_FREE_KINDS`) load for any count without it.
 
     Raises:
-        CheckpointError: another policy kind, feature layout or device count; a foreign file.
+        CheckpointError: another policy kind or feature layout; a Placeto/GDP policy for another
+            device count; a foreign file.
     """
     sp = str(path)
     doc = read_checkpoint(path)
@@ -205,7 +211,7 @@ def load_policy(
         raise CheckpointError(f"checkpoint {sp!r}: {exc}") from None
     saved_d = head["num_devices"]
     d = saved_d if num_devices is None else int(num_devices)
-    if d != saved_d and not allow_device_change:
+    if d != saved_d and not allow_device_change and kind not in DEVICE_FREE_KINDS:
         raise CheckpointError(
             f"checkpoint {sp!r} was trained for {saved_d} devices, but the cluster has {d}; "
             "fine-tuning to another device count is explicit (allow_device_change=True, "
@@ -220,7 +226,9 @@ def load_policy(
             own = policy.state_dict()
             keep = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
             policy.load_state_dict(keep, strict=False)
-            doc["meta"]["reinitialised"] = sorted(set(own) - set(keep))
+            fresh = sorted(set(own) - set(keep))
+            if fresh:
+                doc["meta"]["reinitialised"] = fresh
     except RuntimeError as exc:  # torch: missing, unexpected or mis-shaped weights
         raise CheckpointError(
             f"checkpoint {sp!r}: its weights do not fit its {kind!r} policy: {one_line(exc)}"

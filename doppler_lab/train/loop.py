@@ -201,18 +201,22 @@ def _run_header(
     config: TrainConfig,
     policy_config: PolicyConfig,
     graphs: Sequence[DataflowGraph],
-    cluster: Cluster,
+    clusters: Sequence[Cluster],
     init: str | None,
 ) -> dict[str, Any]:
-    return {
+    head = {
         "train": config.to_dict(),
         "policy": policy_config.to_dict(),
         "graphs": [g.name for g in graphs],
         "graph_nodes": [g.num_nodes for g in graphs],
-        "cluster": cluster.name,
-        "num_devices": cluster.num_devices,
+        "cluster": clusters[0].name,
+        "num_devices": clusters[0].num_devices,
         "init": init,
     }
+    if any(c is not clusters[0] for c in clusters):  # a task per graph: its own cluster
+        head["cluster"] = [c.name for c in clusters]
+        head["num_devices"] = [c.num_devices for c in clusters]
+    return head
 
 
 class Trainer:
@@ -221,7 +225,9 @@ class Trainer:
     Args:
         config: the stage's configuration.
         graphs: the training graphs (updates cycle through them).
-        cluster: the cluster (all graphs run on it).
+        cluster: the cluster all graphs run on, or one cluster per graph (of any device
+            counts: the DOPPLER networks score each device with shared weights; the policy is
+            built for the first one's count).
         policy: a policy config (fresh weights from ``config.seed``) or a policy object.
         out_dir: the run directory (None: in memory, no checkpoints).
         init: a checkpoint to start from (warm start; its policy config is used).
@@ -235,7 +241,7 @@ class Trainer:
         self,
         config: TrainConfig,
         graphs: Sequence[DataflowGraph],
-        cluster: Cluster,
+        cluster: Cluster | Sequence[Cluster],
         policy: PolicyConfig | PlacementPolicy | None = None,
         out_dir: str | Path | None = None,
         init: str | Path | None = None,
@@ -250,7 +256,12 @@ class Trainer:
             raise ConfigError(f"{len(cost_fns)} cost functions for {len(graphs)} graphs")
         self.config = config
         self.graphs = list(graphs)
-        self.cluster = cluster
+        clusters = [cluster] * len(self.graphs) if isinstance(cluster, Cluster) else list(cluster)
+        if len(clusters) != len(self.graphs):
+            raise ConfigError(f"{len(clusters)} clusters for {len(self.graphs)} graphs")
+        self.clusters = clusters
+        self.cluster = clusters[0]
+        cluster = clusters[0]
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.callbacks = list(callbacks)
         self.progress = progress
@@ -274,12 +285,18 @@ class Trainer:
                 pcfg = policy or PolicyConfig()
                 self.policy = make_policy(pcfg, d, config.seed, config.semantics)
         pcfg = self.policy.config
-        self.header = _run_header(config, pcfg, self.graphs, cluster, self.init)
-        self.contexts = [GraphContext(g, cluster, pcfg.layout, pcfg.timing) for g in self.graphs]  # type: ignore[arg-type]
+        self.header = _run_header(config, pcfg, self.graphs, self.clusters, self.init)
+        self.contexts = [
+            GraphContext(g, c, pcfg.layout, pcfg.timing)  # type: ignore[arg-type]
+            for g, c in zip(self.graphs, self.clusters)
+        ]
         seeds = np.random.SeedSequence(config.seed).spawn(1 + len(self.graphs))
         self.rng = np.random.default_rng(seeds[0])
         if cost_fns is None:
-            cost_fns = [self._default_cost(g, s) for g, s in zip(self.graphs, seeds[1:])]
+            cost_fns = [
+                self._default_cost(g, c, s)
+                for g, c, s in zip(self.graphs, self.clusters, seeds[1:])
+            ]
         self.cost_fns = list(cost_fns)
         groups = self.policy.param_groups()
         lrs = {"sel": config.lr_sel or config.lr, "plc": config.lr}
@@ -309,11 +326,13 @@ class Trainer:
         self.rows: list[dict[str, Any]] = list(self.log.rows) if self.log else []
 
     # -- setup -----------------------------------------------------------------------------
-    def _default_cost(self, graph: DataflowGraph, seed: np.random.SeedSequence) -> CostFunction:
+    def _default_cost(
+        self, graph: DataflowGraph, cluster: Cluster, seed: np.random.SeedSequence
+    ) -> CostFunction:
         c = self.config
         if c.stage == "real":
-            return make_executor_cost(graph, self.cluster, c.repeats)
-        return SimulatorCost(graph, self.cluster, c.semantics, c.noise, seed)
+            return make_executor_cost(graph, cluster, c.repeats)
+        return SimulatorCost(graph, cluster, c.semantics, c.noise, seed)
 
     def _write_header(self, resume: bool) -> None:
         assert self.out_dir is not None
@@ -386,8 +405,8 @@ class Trainer:
         meta = {
             "stage": self.config.stage,
             "graphs": self.header["graphs"],
-            "cluster": self.cluster.name,
-            "num_devices": self.cluster.num_devices,
+            "cluster": self.header["cluster"],
+            "num_devices": self.header["num_devices"],
             "episodes": min(self.update * self.config.episodes_per_update, self.config.episodes),
             "seed": self.config.seed,
             "train_config": self.config.to_dict(),

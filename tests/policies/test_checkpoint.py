@@ -48,11 +48,22 @@ def test_wrong_kind(tmp_path):
 
 
 def test_wrong_device_count(tmp_path):
-    _, path = _save(tmp_path)
+    _, path = _save(tmp_path, kind="placeto")
     with pytest.raises(CheckpointError, match="trained for 4 devices, but the cluster has 8"):
         load_policy(path, num_devices=8)
     pol, _ = load_policy(path, num_devices=8, allow_device_change=True)
     assert pol.num_devices == 8
+
+
+@pytest.mark.parametrize("kind", ["dual", "sel-only", "plc-only"])
+def test_doppler_policies_run_on_any_device_count_unchanged(tmp_path, kind):
+    """Shared per-device weights: no flag, and every weight loads as saved."""
+    saved, path = _save(tmp_path, kind=kind)
+    for d in (2, 8):
+        pol, doc = load_policy(path, num_devices=d)
+        assert pol.num_devices == d and "reinitialised" not in doc["meta"]
+        for k, v in saved.state_dict().items():
+            torch.testing.assert_close(pol.state_dict()[k], v)
 
 
 def test_device_change_reinitialises_device_sized_layers(tmp_path):
@@ -121,8 +132,11 @@ def test_learned_placers(tmp_path, small_graph, cluster4):
         place("gdp", small_graph, cluster4)
     with pytest.raises(CheckpointError, match="expected 'gdp'"):
         place("gdp", small_graph, cluster4, checkpoint=str(path))
+    two = place("doppler", small_graph, make_cluster("uniform", 2), checkpoint=str(path), samples=2)
+    assert set(np.unique(two.device)) <= {0, 1}
+    _, gdp = _save(tmp_path, kind="gdp", name="g.pt")
     with pytest.raises(CheckpointError, match="trained for 4 devices"):
-        place("doppler", small_graph, make_cluster("uniform", 2), checkpoint=str(path))
+        place("gdp", small_graph, make_cluster("uniform", 2), checkpoint=str(gdp))
 
 
 def test_checkpoint_without_placed_norm_reads_as_the_zscore_it_was_trained_with(tmp_path):

@@ -1,0 +1,111 @@
+"""``doppler-lab train-general``: train the general DOPPLER policy (``doppler/general``) on a
+distribution of graphs and clusters (:mod:`doppler_lab.train.general`); resumable in --out."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..progress import show_progress
+from ._common import int_arg, number_arg, print_json
+
+NAME = "train-general"
+HELP = "train one DOPPLER policy on many graphs and clusters (doppler/general); resumes in --out"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..train import general as g
+
+    p.add_argument(
+        "--out",
+        default="runs/general",
+        metavar="DIR",
+        help="run directory (resumed if it holds a run)",
+    )
+    p.add_argument(
+        "--tasks",
+        type=int_arg(1),
+        default=g.GENERAL_TASKS,
+        metavar="N",
+        help="training tasks in the pool",
+    )
+    p.add_argument(
+        "--imitation-episodes",
+        type=int_arg(1),
+        default=g.GENERAL_IMITATION_EPISODES,
+        metavar="N",
+        help="Stage I episodes",
+    )
+    p.add_argument(
+        "--sim-episodes",
+        type=int_arg(1),
+        default=g.GENERAL_SIM_EPISODES,
+        metavar="N",
+        help="Stage II episodes",
+    )
+    p.add_argument("--lr", type=number_arg(above=0), help="Stage II learning rate")
+    p.add_argument("--seed", type=int_arg(0), default=0, help="seed (task pool, weights, rollouts)")
+    p.add_argument("--init", metavar="CKPT", help="start Stage I from a checkpoint")
+    p.add_argument(
+        "--ship",
+        metavar="DEST",
+        help="copy the result to DEST/doppler/general.pt and record it in DEST/index.json "
+        "(data/checkpoints ships it)",
+    )
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The command that trains this run again (recorded with the shipped checkpoint)."""
+    from ..train import general as g
+
+    parts = ["doppler-lab train-general"]
+    for flag, key, default in (
+        ("--tasks", "tasks", g.GENERAL_TASKS),
+        ("--imitation-episodes", "imitation_episodes", g.GENERAL_IMITATION_EPISODES),
+        ("--sim-episodes", "sim_episodes", g.GENERAL_SIM_EPISODES),
+        ("--lr", "lr", None),
+        ("--seed", "seed", 0),
+        ("--init", "init", None),
+    ):
+        value = getattr(args, key)
+        if value is not None and value != default:
+            parts.append(f"{flag} {value}")
+    return " ".join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..train import general as g
+
+    init = None
+    if args.init:
+        from ..policies.pretrained import resolve_checkpoint
+
+        init = resolve_checkpoint(args.init)
+    changes = {} if args.lr is None else {"lr": args.lr}
+    results = g.train_general(
+        args.out,
+        args.tasks,
+        args.imitation_episodes,
+        args.sim_episodes,
+        args.seed,
+        init,
+        show_progress(args),
+        **changes,
+    )
+    stages = g.general_stages(args.imitation_episodes, args.sim_episodes, args.seed, **changes)
+    record = g.run_record(results, stages, args.tasks, args.seed)
+    summary = {"out": str(Path(args.out)), "checkpoint": str(results[-1].checkpoint), **record}
+    if args.ship:
+        summary["shipped"] = str(g.ship_general(results, args.ship, command_line(args), record))
+    if args.json:
+        print_json(summary)
+    else:
+        print(
+            f"general policy: {args.tasks} tasks, {args.imitation_episodes} + "
+            f"{args.sim_episodes} episodes, {record['train_s']:.0f} s of updates"
+        )
+        print(f"checkpoint: {summary['checkpoint']}")
+        if args.ship:
+            print(f"shipped: {summary['shipped']}")
+    return 0

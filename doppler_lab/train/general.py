@@ -1,0 +1,396 @@
+"""One DOPPLER policy for any graph and cluster: the task distribution it is trained on, the
+held-out set it is judged on, and the resumable training run behind ``doppler/general``.
+
+A *task* is a graph, a cluster and a simulator semantics. Training draws a fixed pool of tasks
+from :func:`sample_tasks` (every generator with randomised parameters and scales, random DAGs,
+2-8 devices on ``p100x4``, ``v100x8``, ``cpu`` and ``uniform``; ``paper`` and ``wc`` semantics) and runs
+Stage I (imitation of the Critical Path teacher) then Stage II (REINFORCE in the simulator)
+over it, updates cycling through the pool. The policy's episode state uses the ``wc`` timing
+model whatever the task's semantics (one policy, one feature meaning).
+
+:func:`held_out_tasks` is disjoint from anything training can draw: generator settings outside
+the training grids, clusters never trained on (``h100x8``, ``uniform`` with 6 devices), the
+paper's released graphs and, when transformers is installed, imported models.
+
+``doppler-lab train-general --out runs/general`` trains it (killed and restarted with the same
+arguments it resumes from its last checkpoint, stage by stage); ``--ship data/checkpoints``
+copies the result to ``<dest>/doppler/general.pt`` and records the command in ``index.json``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..graph import DataflowGraph
+from ..hardware import Cluster, make_cluster
+
+#: the name the general checkpoint ships under (``--placer doppler`` without a checkpoint)
+GENERAL_CHECKPOINT = "doppler/general"
+
+#: generator parameters training samples from (every combination is a legal graph)
+TRAIN_GRIDS: dict[str, dict[str, tuple[Any, ...]]] = {
+    "chainmm": {"matrices": (4, 5, 6, 8), "blocks": (2, 3), "order": ("tree", "left")},
+    "ffnn": {"layers": (2, 3, 4, 6), "blocks": (2, 4), "batch_blocks": (2, 4)},
+    "llama_block": {"blocks": (2, 4), "batch_blocks": (1, 2), "kv_heads": (8, 32)},
+    "llama_layer": {"blocks": (2, 4), "batch_blocks": (1, 2), "kv_heads": (8, 32)},
+    "moe_layer": {"experts": (4, 8), "top_k": (1, 2), "batch_blocks": (2, 4)},
+}
+#: model scales (the generators' ``scale``) training samples from
+TRAIN_SCALES: tuple[float, ...] = (0.5, 1.0, 2.0)
+#: random DAGs: node counts, widths and communication ratios training samples from
+TRAIN_RANDOM_DAG = {"num_nodes": (60, 300), "width": (4, 24), "comm_ratio": (0.2, 3.0)}
+#: clusters training samples from for generated models (``cpu:N``: N CPU workers in a host)
+TRAIN_CLUSTERS: tuple[str, ...] = (
+    "p100x4",
+    "v100x8",
+    "p100x4",
+    "v100x8",
+    "cpu:2",
+    "cpu:3",
+    "cpu:5",
+)
+#: ... and for random DAGs, whose costs are explicit (``uniform:N``: N identical devices)
+TRAIN_DAG_CLUSTERS: tuple[str, ...] = (
+    "p100x4",
+    "v100x8",
+    "uniform:2",
+    "uniform:3",
+    "uniform:4",
+    "uniform:5",
+    "uniform:8",
+)
+TRAIN_SEMANTICS: tuple[str, ...] = ("paper", "wc")
+#: the training graphs' node limit (bigger draws are drawn again)
+MAX_TRAIN_NODES = 360
+
+
+@dataclass(frozen=True)
+class Task:
+    """A graph on a cluster under a semantics.
+
+    Attributes:
+        graph: a workload spec (``llama_block:blocks=2``), ``paper:NAME`` (a released paper
+            graph) or ``model:SPEC`` (a model of the import zoo, ``model:hf-llama:layers=2``).
+        cluster: a preset name or ``uniform:N``.
+        semantics: ``paper`` or ``wc``.
+        group: where it comes from in a held-out set (``generator``, ``cluster``, ``paper``,
+            ``model``); empty for training tasks.
+    """
+
+    graph: str
+    cluster: str
+    semantics: str
+    group: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.graph} @ {self.cluster} ({self.semantics})"
+
+    def build(self) -> tuple[DataflowGraph, Cluster]:
+        """The task's graph and cluster."""
+        return build_graph(self.graph), build_cluster(self.cluster)
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def build_cluster(spec: str) -> Cluster:
+    """A cluster of :class:`Task`: a preset name or ``uniform:N`` / ``cpu:N``."""
+    name, _, count = spec.partition(":")
+    if count:
+        if name not in ("uniform", "cpu") or not count.isdigit() or int(count) < 1:
+            raise ConfigError(
+                f"task cluster {spec!r}: expected a preset name or uniform:N / cpu:N (N >= 1)"
+            )
+        return make_cluster(name, int(count))
+    return make_cluster(spec)
+
+
+def build_graph(spec: str) -> DataflowGraph:
+    """A graph of :class:`Task` (see its ``graph`` attribute)."""
+    kind, _, rest = spec.partition(":")
+    if kind == "paper":
+        from ..analysis import load_paper_graphs
+        from ..errors import GraphError
+        from ..paths import PAPER_GRAPHS_HINT, paper_graphs_dir
+
+        found = load_paper_graphs(paper_graphs_dir(), (rest,))
+        if rest not in found:
+            raise GraphError(f"paper graph {rest!r} not found; {PAPER_GRAPHS_HINT}")
+        return found[rest]
+    if kind == "model":
+        from ..importers.zoo import import_model
+
+        return import_model(rest)
+    from ..workloads import build_from_spec
+
+    return build_from_spec(spec)
+
+
+def _spec(name: str, params: dict[str, Any]) -> str:
+    body = ",".join(f"{k}={v}" for k, v in params.items())
+    return f"{name}:{body}" if body else name
+
+
+def sample_task(rng: np.random.Generator) -> Task:
+    """One training task (see :data:`TRAIN_GRIDS` and the module docstring)."""
+    names = (*TRAIN_GRIDS, "random_dag")
+    # random DAGs a third: their shapes vary most
+    p = [2 / 3 / len(TRAIN_GRIDS)] * len(TRAIN_GRIDS) + [1 / 3]
+    name = names[rng.choice(len(names), p=p)]
+    if name == "random_dag":
+        lo, hi = TRAIN_RANDOM_DAG["num_nodes"]
+        wlo, whi = TRAIN_RANDOM_DAG["width"]
+        clo, chi = TRAIN_RANDOM_DAG["comm_ratio"]
+        params: dict[str, Any] = {
+            "num_nodes": int(rng.integers(lo, hi + 1)),
+            "width": int(rng.integers(wlo, whi + 1)),
+            "max_in_degree": int(rng.integers(2, 5)),
+            "comm_ratio": round(float(np.exp(rng.uniform(np.log(clo), np.log(chi)))), 3),
+            "seed": int(rng.integers(0, 2**31 - 1)),
+        }
+    else:
+        grid = TRAIN_GRIDS[name]
+        params = {k: v[int(rng.integers(len(v)))] for k, v in grid.items()}
+        scale = TRAIN_SCALES[int(rng.integers(len(TRAIN_SCALES)))]
+        if scale != 1.0:
+            params["scale"] = scale
+    clusters = TRAIN_DAG_CLUSTERS if name == "random_dag" else TRAIN_CLUSTERS
+    cluster = clusters[int(rng.integers(len(clusters)))]
+    semantics = TRAIN_SEMANTICS[int(rng.integers(len(TRAIN_SEMANTICS)))]
+    return Task(_spec(name, params), cluster, semantics)
+
+
+def sample_tasks(count: int, seed: int = 0) -> list[Task]:
+    """``count`` distinct training tasks of at most :data:`MAX_TRAIN_NODES` nodes, the same
+    for the same seed."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x6E6E]))
+    out: list[Task] = []
+    seen: set[Task] = set()
+    tries = 0
+    while len(out) < count:
+        tries += 1
+        if tries > 50 * count:
+            raise ConfigError(f"could not draw {count} distinct training tasks")
+        t = sample_task(rng)
+        if t in seen:
+            continue
+        if build_graph(t.graph).num_nodes > MAX_TRAIN_NODES:
+            continue
+        seen.add(t)
+        out.append(t)
+    return out
+
+
+def in_training_distribution(task: Task) -> bool:
+    """Whether :func:`sample_task` can draw ``task`` (the held-out set must answer no)."""
+    import inspect
+
+    from ..workloads import WORKLOADS, parse_spec
+
+    kind = task.graph.partition(":")[0]
+    if kind in ("paper", "model") or task.semantics not in TRAIN_SEMANTICS:
+        return False
+    name, params = parse_spec(task.graph)
+    defaults = {k: p.default for k, p in inspect.signature(WORKLOADS[name]).parameters.items()}
+    full = {**defaults, **params}
+    if name == "random_dag":
+        if task.cluster not in TRAIN_DAG_CLUSTERS:
+            return False
+        ranges = {**TRAIN_RANDOM_DAG, "max_in_degree": (2, 4)}
+        inside = all(lo <= full[k] <= hi for k, (lo, hi) in ranges.items())
+        return inside and full["integer_costs"] == defaults["integer_costs"]
+    if name not in TRAIN_GRIDS or task.cluster not in TRAIN_CLUSTERS:
+        return False
+    grid = TRAIN_GRIDS[name]
+    for key, value in full.items():
+        if key in grid:
+            if value not in grid[key]:
+                return False
+        elif key == "scale":
+            if float(value) not in TRAIN_SCALES:
+                return False
+        elif value != defaults[key]:
+            return False
+    return True
+
+
+#: generator settings never drawn in training (each has a value outside the grids)
+HELD_OUT_GRAPHS: tuple[str, ...] = (
+    "chainmm:matrices=7,blocks=3",
+    "ffnn:layers=5,blocks=3,batch_blocks=3",
+    "llama_block:blocks=8,batch_blocks=1,kv_heads=16",
+    "llama_layer:layers=2,blocks=2,batch_blocks=1",
+    "moe_layer:experts=6,top_k=2,batch_blocks=3",
+    "llama_block:blocks=4,batch_blocks=2,scale=1.5",
+    "random_dag:num_nodes=250,width=32,max_in_degree=3,comm_ratio=5.0,seed=7",
+)
+HELD_OUT_CLUSTERS: tuple[str, ...] = ("h100x8", "uniform:6")
+PAPER_TASKS: tuple[tuple[str, int], ...] = (
+    ("chain_mm_112nodes", 4),
+    ("ffnn_192nodes", 4),
+    ("transformer_block_215nodes", 4),
+    ("full_transformer_layer_261nodes", 4),
+    ("8gpu_transformer_block", 8),
+    ("8gpu_full_transformer", 8),
+)
+MODEL_TASKS: tuple[str, ...] = ("hf-llama:layers=2,hidden=128,seq=64", "hf-gpt2:layers=2,seq=64")
+
+
+def held_out_tasks(
+    groups: Sequence[str] = ("generator", "cluster", "paper", "model"),
+) -> list[Task]:
+    """The held-out set (see the module docstring); the paper graphs only when their files are
+    found, the imported models only when transformers imports."""
+    out: list[Task] = []
+    if "generator" in groups:
+        for g, cl in zip(HELD_OUT_GRAPHS, itertools.cycle(("p100x4", "v100x8"))):
+            out.append(Task(g, cl, "wc", "generator"))
+    if "cluster" in groups:
+        for g, cl in (
+            ("llama_layer", "h100x8"),
+            ("moe_layer", "h100x8"),
+            ("random_dag:num_nodes=200,width=16,seed=11", "uniform:6"),
+            ("ffnn", "uniform:6"),
+        ):
+            out.append(Task(g, cl, "wc", "cluster"))
+    if "paper" in groups:
+        from ..paths import paper_graphs_dir
+
+        folder = paper_graphs_dir()
+        for name, d in PAPER_TASKS:
+            if folder is not None and (folder / f"{name}.txt").exists():
+                out.append(Task(f"paper:{name}", f"uniform:{d}", "paper", "paper"))
+    if "model" in groups:
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            pass
+        else:
+            for m in MODEL_TASKS:
+                out.append(Task(f"model:{m}", "p100x4", "wc", "model"))
+    return out
+
+
+# -- the training run ---------------------------------------------------------------------
+#: Stage I and II sizes of the shipped general policy
+GENERAL_TASKS = 96
+GENERAL_IMITATION_EPISODES = 3072
+GENERAL_SIM_EPISODES = 12288
+
+
+#: Stage II settings of the general policy besides the ``sim`` preset's
+GENERAL_SIM_SETTINGS: dict[str, Any] = {"lr": 1e-2, "lr_warmup": 10, "tempered_loss": True}
+
+
+def general_stages(
+    imitation_episodes: int = GENERAL_IMITATION_EPISODES,
+    sim_episodes: int = GENERAL_SIM_EPISODES,
+    seed: int = 0,
+    **sim_changes: Any,
+):
+    """Stage I and Stage II configurations of the general policy."""
+    from .config import preset
+
+    common = {"semantics": "wc", "seed": seed, "checkpoint_every": 20}
+    return [
+        preset("imitation", episodes=imitation_episodes, **common),
+        preset(
+            "sim", **{**GENERAL_SIM_SETTINGS, **common, "episodes": sim_episodes, **sim_changes}
+        ),
+    ]
+
+
+def general_policy_config():
+    """The general policy's architecture: the default one with the ``wc`` timing model."""
+    from ..policies.config import POLICY_PRESETS
+
+    return POLICY_PRESETS["default"].replace(timing="wc")
+
+
+def train_general(
+    out_dir: str | Path,
+    tasks: int = GENERAL_TASKS,
+    imitation_episodes: int = GENERAL_IMITATION_EPISODES,
+    sim_episodes: int = GENERAL_SIM_EPISODES,
+    seed: int = 0,
+    init: str | Path | None = None,
+    progress: bool = True,
+    **sim_changes: Any,
+):
+    """Train (or resume) the general policy in ``out_dir``; returns the pipeline's results.
+
+    ``init``: start Stage I from a checkpoint instead of fresh weights.
+    """
+    import torch
+
+    from ..train.costs import SimulatorCost
+    from .pipeline import run_pipeline
+
+    torch.set_num_threads(1)
+    pool = sample_tasks(tasks, seed)
+    built = [t.build() for t in pool]
+    graphs = [g for g, _ in built]
+    clusters = [c for _, c in built]
+    seeds = np.random.SeedSequence([seed, 0xC057]).spawn(len(pool))
+    costs = [SimulatorCost(g, c, t.semantics, 0.0, s) for (g, c), t, s in zip(built, pool, seeds)]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tasks.json").write_text(json.dumps([t.to_dict() for t in pool], indent=1))
+    stages = general_stages(imitation_episodes, sim_episodes, seed, **sim_changes)
+    return run_pipeline(
+        stages,
+        graphs,
+        clusters,
+        general_policy_config(),
+        out,
+        init=init,
+        cost_fns=costs,
+        progress=progress,
+    )
+
+
+def ship_general(results: Sequence[Any], dest: str | Path, command: str, record: dict) -> Path:
+    """Copy the trained policy to ``<dest>/doppler/general.pt`` and record it in
+    ``<dest>/index.json``."""
+    dest = Path(dest)
+    target = dest / "doppler" / "general.pt"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(results[-1].checkpoint, target)
+    index_path = dest / "index.json"
+    index = json.loads(index_path.read_text()) if index_path.exists() else {"checkpoints": {}}
+    index.setdefault("checkpoints", {})[GENERAL_CHECKPOINT] = {
+        "command": command,
+        "policy": "dual",
+        "graph": "general",
+        "cluster": "any",
+        "semantics": "paper, wc",
+        **record,
+        "size_bytes": target.stat().st_size,
+    }
+    index_path.write_text(json.dumps(index, indent=1) + "\n")
+    return target
+
+
+def run_record(
+    results: Sequence[Any], stages: Sequence[Any], tasks: int, seed: int
+) -> dict[str, Any]:
+    """What ``index.json`` says of a finished general run."""
+    return {
+        "tasks": tasks,
+        "seed": seed,
+        "episodes": {cfg.stage: cfg.episodes for cfg in stages},
+        "train_config": {cfg.stage: cfg.to_dict() for cfg in stages},
+        "policy_config": results[-1].policy.config.to_dict(),
+        # updates' wall time summed over resumed sessions, one torch thread
+        "train_s": round(sum(float(r.summary.get("train_s", 0.0)) for r in results), 1),
+    }

@@ -1,0 +1,133 @@
+"""The general policy: its task distribution, a held-out set training never draws, training
+over graphs on clusters of different device counts (resumable), the train-general command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from doppler_lab.cli import main
+from doppler_lab.errors import ConfigError
+from doppler_lab.hardware import make_cluster
+from doppler_lab.policies.checkpoint import load_policy
+from doppler_lab.policies.config import PolicyConfig
+from doppler_lab.train import Trainer, preset, read_rows, train
+from doppler_lab.train.general import (
+    Task,
+    build_cluster,
+    held_out_tasks,
+    in_training_distribution,
+    sample_tasks,
+)
+from doppler_lab.workloads import build_from_spec
+
+SMALL = PolicyConfig(hidden=16, head_hidden=16, mp_steps=2, num_bases=4, timing="wc")
+
+
+def test_task_pool_is_seeded_distinct_and_in_distribution():
+    a = sample_tasks(24, seed=3)
+    assert a == sample_tasks(24, seed=3) and a != sample_tasks(24, seed=4)
+    assert len(set(a)) == 24
+    assert all(in_training_distribution(t) for t in a)
+    devices = {build_cluster(t.cluster).num_devices for t in sample_tasks(60, seed=0)}
+    assert {2, 3, 4, 8} <= devices
+    assert {t.semantics for t in a} == {"paper", "wc"}
+
+
+def test_held_out_tasks_are_never_drawn_in_training():
+    held = held_out_tasks(("generator", "cluster"))
+    assert {t.group for t in held} == {"generator", "cluster"}
+    assert not [t.name for t in held if in_training_distribution(t)]
+    # each way out of the distribution is seen as such
+    assert not in_training_distribution(Task("chainmm:matrices=7", "p100x4", "wc"))
+    assert not in_training_distribution(Task("ffnn:scale=3", "p100x4", "wc"))
+    assert not in_training_distribution(
+        Task("ffnn:layers=2,blocks=2,batch_blocks=2", "h100x8", "wc")
+    )
+    assert in_training_distribution(Task("ffnn:layers=2,blocks=2,batch_blocks=2", "v100x8", "wc"))
+    assert not in_training_distribution(Task("paper:ffnn_192nodes", "uniform:4", "paper"))
+
+
+def test_task_clusters_are_checked():
+    assert build_cluster("uniform:6").num_devices == 6
+    for bad in ("uniform:x", "uniform:0", "p100x4:2"):
+        with pytest.raises(ConfigError, match="expected a preset name or uniform:N"):
+            build_cluster(bad)
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_one_run_over_clusters_of_different_device_counts_resumes_exactly(tmp_path):
+    g = build_from_spec("chainmm:matrices=3,scale=0.001")
+    clusters = [make_cluster("uniform", 2), make_cluster("p100x4"), make_cluster("uniform", 8)]
+    cfg = preset("sim", episodes=24, episodes_per_update=4, semantics="wc", checkpoint_every=2)
+    full = train(cfg, [g, g, g], clusters, SMALL, tmp_path / "full", progress=False)
+    header = json.loads((tmp_path / "full" / "config.json").read_text())
+    assert header["num_devices"] == [2, 4, 8]
+    # every update placed its graph on its own cluster's devices
+    assert [r["graph"] for r in full.rows][:3] == [g.name] * 3
+
+    def stop(trainer, row):
+        if row["update"] == 5:
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        train(cfg, [g, g, g], clusters, SMALL, tmp_path / "cut", callbacks=[stop], progress=False)
+    resumed = Trainer(cfg, [g, g, g], clusters, SMALL, tmp_path / "cut", progress=False).run()
+    assert read_rows(tmp_path / "cut" / "metrics.csv") == read_rows(
+        tmp_path / "full" / "metrics.csv"
+    )
+    for k, v in full.policy.state_dict().items():
+        torch.testing.assert_close(resumed.policy.state_dict()[k], v, rtol=0, atol=0)
+    # the policy saved from a mixed run places on any of the counts
+    for d in (2, 6):
+        pol, _ = load_policy(tmp_path / "full" / "policy.pt", num_devices=d)
+        assert pol.num_devices == d
+    with pytest.raises(ConfigError, match="2 clusters for 3 graphs"):
+        Trainer(cfg, [g, g, g], clusters[:2], SMALL, progress=False)
+
+
+def test_train_general_command_trains_resumes_and_ships(tmp_path, capsys):
+    out, dest = tmp_path / "run", tmp_path / "ckpts"
+    args = [
+        "train-general",
+        "--out",
+        str(out),
+        "--tasks",
+        "2",
+        "--imitation-episodes",
+        "8",
+        "--sim-episodes",
+        "16",
+        "--no-progress",
+    ]
+    assert main([*args, "--ship", str(dest)]) == 0
+    rows = read_rows(out / "2_sim" / "metrics.csv")
+    tasks = json.loads((out / "tasks.json").read_text())
+    assert len(tasks) == 2 and len(rows) == 1
+    index = json.loads((dest / "index.json").read_text())["checkpoints"]["doppler/general"]
+    assert index["command"] == (
+        "doppler-lab train-general --tasks 2 --imitation-episodes 8 --sim-episodes 16"
+    )
+    assert index["episodes"] == {"imitation": 8, "sim": 16} and index["size_bytes"] > 0
+    pol, doc = load_policy(dest / "doppler" / "general.pt", ["dual"], num_devices=5)
+    assert pol.config.timing == "wc"
+    # a second call finds both stages finished: same weights, no new rows
+    assert main(args) == 0
+    assert read_rows(out / "2_sim" / "metrics.csv") == rows
+    again, _ = load_policy(out / "2_sim" / "policy.pt")
+    for k, v in pol.state_dict().items():
+        torch.testing.assert_close(again.state_dict()[k], v, rtol=0, atol=0)
+    capsys.readouterr()
+    assert main([*args[:-1], "--tasks", "0"]) == 2
+    assert "--tasks" in capsys.readouterr().err
+
+
+def test_general_pool_graphs_are_built_with_their_parameters():
+    t = Task("llama_block:blocks=2,batch_blocks=1,kv_heads=8,scale=0.5", "cpu:3", "paper")
+    g, c = t.build()
+    assert c.num_devices == 3 and g.num_nodes == build_from_spec(t.graph).num_nodes
