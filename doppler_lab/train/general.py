@@ -378,6 +378,9 @@ def ship_general(results: Sequence[Any], dest: str | Path, command: str, record:
         "size_bytes": target.stat().st_size,
     }
     index_path.write_text(json.dumps(index, indent=1) + "\n")
+    from .shipped import write_readme
+
+    write_readme(dest)
     return target
 
 

@@ -125,7 +125,9 @@ def write_readme(dest: str | Path) -> Path:
         "| lower bound | train s | size | placed norm |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, r in sorted(index.items()):
+    per_graph = {name: r for name, r in index.items() if "final" in r}
+    general = {name: r for name, r in index.items() if "final" not in r}
+    for name, r in sorted(per_graph.items()):
         f, e = r["final"], r["episodes"]
         cfg = read_checkpoint(dest / f"{name}.pt")["policy"]["config"]
         norm = PolicyConfig.from_dict(dict(cfg)).placed_norm
@@ -136,7 +138,25 @@ def write_readme(dest: str | Path) -> Path:
             f"| {r['train_s']:.0f} | {r['size_bytes'] / 1e6:.2f} MB | {norm} |"
         )
     lines += ["", "Reproduce (one command per checkpoint, as recorded in `index.json`):", ""]
-    lines += [f"- `{r['command']} --dest {dest}`" for _, r in sorted(index.items())]
+    lines += [f"- `{r['command']} --dest {dest}`" for _, r in sorted(per_graph.items())]
+    for name, r in sorted(general.items()):
+        e = r["episodes"]
+        lines += [
+            "",
+            f"## {name}: one policy for any graph and cluster",
+            "",
+            f"Trained on {r['tasks']} tasks (graphs with randomised generator parameters and "
+            "scales, random DAGs; 2-8 devices on p100x4, v100x8, cpu and uniform clusters; paper "
+            "and wc semantics: `doppler_lab.train.general`), Stage I "
+            f"{e['imitation']} + Stage II {e['sim']} episodes, seed {r['seed']}, "
+            f"{r['train_s']:.0f} s of updates on one core, {r['size_bytes'] / 1e6:.2f} MB. "
+            "`--placer doppler` uses it when no `--checkpoint` is given, on any device count. "
+            "How it does on held-out graphs and clusters: `doppler-lab bench general` "
+            "(reports/bench/general.md).",
+            "",
+            f"Reproduce: `{r['command']} --ship {dest}` (resumable: rerun the same command "
+            "after an interruption).",
+        ]
     lines.append("")
     path = dest / "README.md"
     path.write_text("\n".join(lines))

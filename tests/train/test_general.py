@@ -114,6 +114,10 @@ def test_train_general_command_trains_resumes_and_ships(tmp_path, capsys):
         "doppler-lab train-general --tasks 2 --imitation-episodes 8 --sim-episodes 16"
     )
     assert index["episodes"] == {"imitation": 8, "sim": 16} and index["size_bytes"] > 0
+    assert (
+        "## doppler/general: one policy for any graph and cluster"
+        in (dest / "README.md").read_text()
+    )
     pol, doc = load_policy(dest / "doppler" / "general.pt", ["dual"], num_devices=5)
     assert pol.config.timing == "wc"
     # a second call finds both stages finished: same weights, no new rows
