@@ -47,7 +47,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="lognormal sigma of durations when simulating",
     )
     p.add_argument(
-        "--budget", type=int_arg(), metavar="N", help="simulator calls for search placers"
+        "--budget",
+        type=int_arg(),
+        metavar="N",
+        help="simulator calls of search placers and doppler",
     )
     p.add_argument(
         "--time-limit", type=number_arg(), metavar="S", help="seconds for the exact solver"

@@ -11,10 +11,12 @@ never worse than the start. Simulation is deterministic (noise 0) under ``semant
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..errors import ConfigError
 from ..graph import DataflowGraph
@@ -24,6 +26,11 @@ from ..progress import progress
 from ..sim import SEMANTICS, Simulator
 from .base import check_choice, check_positive
 
+#: ``propose(device, count, rng) -> (count, N)``: candidate placements around ``device``
+Proposal = Callable[[np.ndarray, int, np.random.Generator], np.ndarray]
+
+SEARCH_METHODS = ("anneal", "hill")
+
 
 def neighbours(
     device: np.ndarray,
@@ -32,17 +39,29 @@ def neighbours(
     count: int,
     rng: np.random.Generator,
     swap_prob: float = 0.2,
+    prefs: np.ndarray | None = None,
 ) -> np.ndarray:
     """``count`` placements, each one move away from ``device``: ``(count, N)``.
 
     A move puts one ``movable`` node on another device or, with probability ``swap_prob``,
     swaps the devices of two movable nodes on different devices.
+
+    Args:
+        prefs: ``(N, D)`` positive weights of each node's devices: the moved node's new device
+            is drawn from its row (its current device left out) instead of uniformly.
     """
     out = np.repeat(device[None, :], count, axis=0)
     rows = np.arange(count)
     v = movable[rng.integers(0, movable.size, count)]
-    shift = rng.integers(1, num_devices, count)
-    out[rows, v] = (device[v] + shift) % num_devices
+    if prefs is None:
+        shift = rng.integers(1, num_devices, count)
+        out[rows, v] = (device[v] + shift) % num_devices
+    else:
+        w = np.array(prefs[v], dtype=float)
+        w[rows, device[v]] = 0.0
+        c = np.cumsum(w, axis=1)
+        u = rng.random(count) * c[:, -1]
+        out[rows, v] = np.minimum((c <= u[:, None]).sum(axis=1), num_devices - 1)
     swaps = np.flatnonzero(rng.random(count) < swap_prob)
     if swaps.size:
         w = movable[rng.integers(0, movable.size, swaps.size)]
@@ -51,6 +70,104 @@ def neighbours(
         out[r, a] = device[b]
         out[r, b] = device[a]
     return out
+
+
+class SearchResult(NamedTuple):
+    """What :func:`search_devices` found.
+
+    Attributes:
+        device: ``(N,)`` the best device vector seen.
+        cost: its simulated makespan.
+        calls: simulator calls counted so far (``calls_used`` included).
+        start_cost: the start's makespan.
+    """
+
+    device: np.ndarray
+    cost: float
+    calls: int
+    start_cost: float
+
+
+def search_devices(
+    sim: Simulator,
+    start: np.ndarray,
+    budget: int,
+    rng: np.random.Generator,
+    method: str = "anneal",
+    batch: int = 8,
+    temperature: float = 0.02,
+    swap_prob: float = 0.2,
+    start_cost: float | None = None,
+    calls_used: int = 0,
+    propose: Proposal | None = None,
+    bar: tqdm | None = None,
+    patience: int | None = None,
+) -> SearchResult:
+    """Hill climbing or simulated annealing over device vectors from ``start``, until
+    ``budget`` simulator calls have been counted (the loop of :class:`LocalSearchPlacer`).
+
+    Each round simulates ``batch`` proposals around the current placement together and moves to
+    the best of them when it is no worse (``hill``) or by the Metropolis rule (``anneal``: the
+    temperature, ``temperature`` times the start's makespan, falls linearly to zero over the
+    calls this search spends).
+
+    Args:
+        sim: the deterministic simulator that judges placements.
+        start: ``(N,)`` the start's device vector.
+        budget: the call count at which the search stops (``calls_used`` included).
+        rng: the only source of randomness.
+        method: ``anneal`` or ``hill``.
+        batch: proposals simulated per round.
+        temperature: initial temperature relative to the start's makespan.
+        swap_prob: probability of a swap move (default proposal).
+        start_cost: the start's makespan if already known (otherwise it costs one call).
+        calls_used: calls already spent by the caller.
+        propose: the proposal (default :func:`neighbours` over the graph's compute nodes).
+        bar: a progress bar advanced by each call this search makes.
+        patience: stop early after this many calls without a better placement (None: never).
+    """
+    ndev = sim.num_devices
+    movable = sim.graph.compute_nodes
+    if propose is None:
+
+        def propose(dev: np.ndarray, k: int, r: np.random.Generator) -> np.ndarray:
+            return neighbours(dev, movable, ndev, k, r, swap_prob)
+
+    first = calls_used
+    calls = calls_used
+    cur = np.array(start, copy=True)
+    if start_cost is None:
+        start_cost = float(sim.makespans(cur[None, :])[0])
+        calls += 1
+        if bar is not None:
+            bar.update(1)
+    cur_cost = float(start_cost)
+    best, best_cost = cur.copy(), cur_cost
+    t0 = temperature * cur_cost
+    span = budget - first
+    improved = calls
+    while calls < budget and ndev > 1 and movable.size:
+        if patience is not None and calls - improved >= patience:
+            break
+        k = min(int(batch), budget - calls)
+        cand = propose(cur, k, rng)
+        costs = sim.makespans(cand)
+        calls += k
+        if bar is not None:
+            bar.update(k)
+        j = int(np.argmin(costs))
+        if costs[j] <= cur_cost:
+            accept = True
+        elif method == "anneal":
+            temp = t0 * (1.0 - (calls - first) / span)
+            accept = temp > 0 and rng.random() < np.exp((cur_cost - costs[j]) / temp)
+        else:
+            accept = False
+        if accept:
+            cur, cur_cost = cand[j].copy(), float(costs[j])
+            if cur_cost < best_cost:
+                best, best_cost, improved = cur.copy(), cur_cost, calls
+    return SearchResult(best, best_cost, calls, float(start_cost))
 
 
 @dataclass(frozen=True)
@@ -82,7 +199,7 @@ class LocalSearchPlacer:
         check_positive(self.name, "budget", self.budget, integer=True, optional=False)
         check_positive(self.name, "batch", self.batch, integer=True)
         check_positive(self.name, "temperature", self.temperature)
-        check_choice(self.name, "method", self.method, ("anneal", "hill"))
+        check_choice(self.name, "method", self.method, SEARCH_METHODS)
         check_choice(self.name, "semantics", self.semantics, SEMANTICS)
         if not 0 <= self.swap_prob <= 1:
             raise ConfigError(
@@ -98,37 +215,23 @@ class LocalSearchPlacer:
 
         init = place(self.start, graph, cluster, seed=rng)
         sim = Simulator(graph, cluster, self.semantics)
-        ndev = cluster.num_devices
-        movable = graph.compute_nodes
-        cur = init.device.copy()
-        cur_cost = float(sim.makespans(cur[None, :])[0])
-        calls = 1
-        best, best_cost, start_cost = cur.copy(), cur_cost, cur_cost
-        t0 = self.temperature * start_cost
         budget = int(self.budget)
         bar = progress(
             total=budget, desc=f"{self.name} {graph.name}", enabled=self.progress, unit="call"
         )
-        bar.update(1)
-        while calls < budget and ndev > 1 and movable.size:
-            k = min(int(self.batch), budget - calls)
-            cand = neighbours(cur, movable, ndev, k, rng, self.swap_prob)
-            costs = sim.makespans(cand)
-            calls += k
-            bar.update(k)
-            j = int(np.argmin(costs))
-            if costs[j] <= cur_cost:
-                accept = True
-            elif self.method == "anneal":
-                temp = t0 * (1.0 - calls / budget)
-                accept = temp > 0 and rng.random() < np.exp((cur_cost - costs[j]) / temp)
-            else:
-                accept = False
-            if accept:
-                cur, cur_cost = cand[j].copy(), float(costs[j])
-                if cur_cost < best_cost:
-                    best, best_cost = cur.copy(), cur_cost
+        found = search_devices(
+            sim,
+            init.device,
+            budget,
+            rng,
+            self.method,
+            self.batch,
+            self.temperature,
+            self.swap_prob,
+            bar=bar,
+        )
         bar.close()
+        best, best_cost, calls, start_cost = found
         meta = {
             "sim_calls": calls,
             "budget": budget,

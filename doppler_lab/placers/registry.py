@@ -144,7 +144,7 @@ LEARNED_PLACERS: Mapping[str, PlacerSpec] = MappingProxyType(
                 "doppler",
                 f"{LEARNED_MODULE}:DopplerPlacer",
                 "learned",
-                "DOPPLER dual policy (SEL + PLC), from a checkpoint",
+                "DOPPLER dual policy (SEL + PLC): the general one or a checkpoint; --budget searches",
                 needs_checkpoint=True,
             ),
             _spec(

@@ -4,6 +4,11 @@ The experiment protocol (ARCHITECTURE.md): a learned method's placement is the b
 greedy rollout and ``samples`` sampled rollouts from the final policy, judged by the simulator
 (the same semantics and noise as the table it goes into). ``samples=0`` gives the greedy
 rollout alone, without any simulator call.
+
+With a ``budget`` (simulator calls) the placer searches instead: the policy's rollouts, then
+local moves proposed from its preferences (:mod:`doppler_lab.policies.search`), the budget
+protocol of the search placers (``local-search``). ``doppler`` without a checkpoint runs the
+shipped general policy (:data:`~doppler_lab.policies.pretrained.GENERAL_CHECKPOINT`).
 """
 
 from __future__ import annotations
@@ -13,19 +18,19 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-import torch
 
-from ..errors import ConfigError
+from ..errors import CheckpointError, ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
 from ..placement import Placement
+from ..progress import progress as progress_bar
 from ..sim import SEMANTICS, Simulator
 from ..validate import want_bool, want_int, want_number
 from .base import PlacementPolicy
 from .checkpoint import load_policy
 from .context import GraphContext
-from .rollout import GREEDY, SAMPLE, run_episodes
-from .tensors import flush_denormal
+from .pretrained import GENERAL_CHECKPOINT, list_checkpoints, resolve_checkpoint
+from .search import SEARCH_STRATEGIES, SearchOutcome, policy_candidates, policy_search
 
 
 @dataclass(frozen=True)
@@ -77,12 +82,7 @@ def best_of_rollouts(
         ctx: a prepared :class:`GraphContext` (built if None).
     """
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    ctx = ctx or GraphContext(graph, cluster, policy.config.layout, policy.config.timing)  # type: ignore[arg-type]
-    with flush_denormal(), torch.no_grad():
-        enc = policy.encode(ctx)
-        cands = run_episodes(policy, ctx, enc, 1, rng, GREEDY, GREEDY).placements
-        if samples > 0:
-            cands += run_episodes(policy, ctx, enc, samples, rng, SAMPLE, SAMPLE).placements
+    cands = policy_candidates(policy, graph, cluster, samples, rng, ctx)
     if samples == 0:
         return RolloutResult(cands[0], np.array([np.nan]), 0)
     sim = Simulator(graph, cluster, semantics, noise)  # type: ignore[arg-type]
@@ -99,47 +99,82 @@ class _LearnedPlacer:
     """A checkpoint as a placer (see the module docstring).
 
     Attributes:
-        checkpoint: the policy checkpoint (a path, or a shipped checkpoint's name).
-        samples: sampled rollouts besides the greedy one (protocol: 16).
+        checkpoint: the policy checkpoint (a path, or a shipped checkpoint's name; ``doppler``
+            defaults to the general policy).
+        samples: sampled rollouts besides the greedy one (default: 16; with a budget, the
+            search's own share of it).
         semantics: simulator semantics that judges the rollouts.
-        noise: duration noise sigma of the judge.
-        allow_device_change: run a checkpoint trained on another device count.
+        noise: duration noise sigma of the judge (0 with a budget: the search is deterministic).
+        allow_device_change: run a Placeto / GDP checkpoint trained on another device count.
+        budget: simulator calls of a search with the policy as the proposal (None: the
+            protocol's best of the greedy rollout and ``samples`` samples).
+        search: the budget search's strategy, one of
+            :data:`~doppler_lab.policies.search.SEARCH_STRATEGIES`.
+        progress: show a bar over the budget's simulator calls on stderr.
     """
 
     name: ClassVar[str] = ""
     kinds: ClassVar[tuple[str, ...]] = ()
+    default_checkpoint: ClassVar[str | None] = None
 
     def __init__(
         self,
         checkpoint: str | Path | None = None,
-        samples: int = 16,
+        samples: int | None = None,
         semantics: str = "paper",
         noise: float = 0.0,
         allow_device_change: bool = False,
+        budget: int | None = None,
+        search: str = SEARCH_STRATEGIES[0],
+        progress: bool = False,
     ):
-        if checkpoint is None:
-            raise ConfigError(
-                f"placer {self.name!r} needs a checkpoint (--checkpoint CKPT, or a shipped name: "
-                "see doppler_lab.policies.pretrained.list_checkpoints())"
-            )
         what = f"placer {self.name!r}: option"
-        samples = want_int(samples, f"{what} samples", ConfigError, minimum=0)
+        if samples is not None:
+            samples = want_int(samples, f"{what} samples", ConfigError, minimum=0)
+        if budget is not None:
+            budget = want_int(budget, f"{what} budget", ConfigError, minimum=1)
         noise = want_number(noise, f"{what} noise", ConfigError, minimum=0)
         allow_device_change = want_bool(
             allow_device_change, f"{what} allow_device_change", ConfigError
         )
+        progress = want_bool(progress, f"{what} progress", ConfigError)
         if semantics not in SEMANTICS:
             raise ConfigError(
                 f"placer {self.name!r}: semantics {semantics!r}, expected one of {SEMANTICS}"
             )
-        from .pretrained import resolve_checkpoint
-
-        self.checkpoint = resolve_checkpoint(checkpoint, self.name)
+        if search not in SEARCH_STRATEGIES:
+            raise ConfigError(f"{what} search = {search!r}, expected one of {SEARCH_STRATEGIES}")
+        if budget is not None and noise > 0:
+            raise ConfigError(
+                f"{what} noise = {noise!r} with a budget; the budget search judges placements "
+                "without noise (expected noise 0)"
+            )
+        self.checkpoint = self._checkpoint(checkpoint)
         self.samples = samples
         self.semantics = semantics
         self.noise = float(noise)
         self.allow_device_change = allow_device_change
+        self.budget = budget
+        self.search = search
+        self.progress = progress
         self._cache: dict[int, PlacementPolicy] = {}
+
+    def _checkpoint(self, checkpoint: str | Path | None) -> Path:
+        if checkpoint is not None:
+            return resolve_checkpoint(checkpoint, self.name)
+        if self.default_checkpoint is None:
+            raise ConfigError(
+                f"placer {self.name!r} needs a checkpoint (--checkpoint CKPT, or a shipped name: "
+                "see doppler_lab.policies.pretrained.list_checkpoints())"
+            )
+        shipped = list_checkpoints()
+        if self.default_checkpoint not in shipped:
+            raise CheckpointError(
+                f"placer {self.name!r} without a checkpoint runs the general policy "
+                f"{self.default_checkpoint!r}, which is not shipped in this install; pass "
+                f"--checkpoint CKPT (a file or a shipped name: {', '.join(sorted(shipped))})"
+            )
+        return resolve_checkpoint(self.default_checkpoint, self.name)
 
     def policy(self, num_devices: int) -> PlacementPolicy:
         if num_devices not in self._cache:
@@ -150,35 +185,75 @@ class _LearnedPlacer:
     def run(
         self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator
     ) -> RolloutResult:
+        """The protocol's greedy rollout and ``samples`` samples (without a budget)."""
         return best_of_rollouts(
             self.policy(cluster.num_devices),
             graph,
             cluster,
-            self.samples,
+            16 if self.samples is None else self.samples,
             rng,
             self.semantics,
             self.noise,
         )
 
+    def run_search(
+        self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator
+    ) -> SearchOutcome:
+        """The budget search (requires ``budget``)."""
+        if self.budget is None:
+            raise ConfigError(f"placer {self.name!r}: run_search needs the option budget")
+        bar = progress_bar(
+            total=self.budget, desc=f"{self.name} {graph.name}", enabled=self.progress, unit="call"
+        )
+        try:
+            return policy_search(
+                self.policy(cluster.num_devices),
+                graph,
+                cluster,
+                self.budget,
+                rng,
+                self.semantics,
+                self.search,
+                self.samples,
+                bar=bar,
+            )
+        finally:
+            bar.close()
+
     def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
-        res = self.run(graph, cluster, rng)
-        meta: dict[str, Any] = {
-            **res.placement.meta,
-            "checkpoint": str(self.checkpoint),
-            "greedy_cost": res.greedy_cost,
-            "best_cost": res.best_cost,
-            "samples": self.samples,
-            "sim_calls": self.samples + 1,  # the greedy rollout and the samples, each judged once
-        }
-        p = res.placement
-        return Placement(p.device, p.priority, self.name, meta)
+        meta: dict[str, Any] = {"checkpoint": str(self.checkpoint)}
+        if self.budget is not None:
+            out = self.run_search(graph, cluster, rng)
+            p = out.placement
+            meta.update(
+                greedy_cost=out.greedy_cost,
+                rollout_cost=out.rollout_cost,
+                best_cost=out.cost,
+                samples=out.rollouts - 1,
+                budget=self.budget,
+                search=self.search,
+                sim_calls=out.calls,
+            )
+        else:
+            samples = 16 if self.samples is None else self.samples
+            res = self.run(graph, cluster, rng)
+            p = res.placement
+            meta.update(
+                greedy_cost=res.greedy_cost,
+                best_cost=res.best_cost,
+                samples=samples,
+                sim_calls=samples + 1,  # the greedy rollout and the samples, each judged once
+            )
+        return Placement(p.device, p.priority, self.name, {**p.meta, **meta})
 
 
 class DopplerPlacer(_LearnedPlacer):
-    """The DOPPLER dual policy (or its SEL-only / PLC-only ablation) from a checkpoint."""
+    """The DOPPLER dual policy (or its SEL-only / PLC-only ablation) from a checkpoint (default:
+    the shipped general policy)."""
 
     name = "doppler"
     kinds = ("dual", "sel-only", "plc-only")
+    default_checkpoint = GENERAL_CHECKPOINT
 
 
 class PlacetoPlacer(_LearnedPlacer):

@@ -18,6 +18,9 @@ from typing import Any
 from ..errors import CheckpointError
 from ..paths import checkpoint_dirs
 
+#: the shipped general DOPPLER policy (any graph, any device count): ``doppler``'s default
+GENERAL_CHECKPOINT = "doppler/general"
+
 
 def list_checkpoints() -> dict[str, dict[str, Any]]:
     """Shipped checkpoints by name, with their ``index.json`` record (and ``path``)."""

@@ -93,7 +93,7 @@ def test_learned_placer_from_a_shipped_checkpoint(capsys):
         (["--placer", "etf", "-o", "memory_cap=1"], "no placement meets the cap"),
         (["--placer", "cp", "-o", "timing"], "KEY=VALUE"),
         (["--placer", "heft", "--checkpoint", "x.pt"], "takes no --checkpoint"),
-        (["--placer", "doppler"], "needs a checkpoint"),
+        (["--placer", "gdp"], "needs a checkpoint"),
         (["--placer", "doppler", "--checkpoint", "nope.pt"], "'nope.pt' does not exist"),
     ],
 )

@@ -10,7 +10,7 @@ from doppler_lab.graph import GraphBuilder
 from doppler_lab.hardware import CostModel, make_cluster
 from doppler_lab.placers import get_placer, place
 from doppler_lab.placers.enumerative import group_choices, load_cost, node_groups
-from doppler_lab.placers.local_search import neighbours
+from doppler_lab.placers.local_search import neighbours, search_devices
 from doppler_lab.sim import Simulator
 
 from placer_helpers import small_dag
@@ -42,6 +42,51 @@ def test_local_search_improves_a_bad_start_and_is_reproducible(case):
     assert a.meta["best_makespan"] < a.meta["start_makespan"]
     np.testing.assert_array_equal(a.device, b.device)
     assert a.meta["sim_calls"] == 300
+
+
+# recorded before local search's loop moved into search_devices (shared with the doppler search)
+LOCAL_SEARCH_RECORDED = {
+    ("anneal", 0): (
+        50.0,
+        [3, 3, 3, 3, 0, 1, 1, 0, 0, 0, 3, 0, 2, 3, 1, 1, 3, 0, 2, 0, 0]
+        + [0, 2, 1, 3, 1, 3, 2, 1, 2, 3, 0, 1, 1, 2, 2, 0, 3, 2, 3, 1, 0],
+    ),
+    ("hill", 1): (
+        50.0,
+        [1, 1, 1, 1, 1, 2, 2, 0, 2, 1, 2, 2, 1, 1, 1, 3, 2, 0, 3, 0, 0]
+        + [1, 0, 3, 2, 3, 2, 2, 3, 3, 3, 2, 1, 0, 3, 0, 2, 0, 1, 3, 0, 0],
+    ),
+}
+
+
+@pytest.mark.parametrize(("method", "seed"), list(LOCAL_SEARCH_RECORDED))
+def test_local_search_placements_are_unchanged_for_a_seed(case, method, seed):
+    g, c = case
+    p = place("local-search", g, c, seed=seed, budget=300, method=method)
+    makespan, device = LOCAL_SEARCH_RECORDED[(method, seed)]
+    assert p.meta["best_makespan"] == pytest.approx(makespan)
+    assert p.device.tolist() == device
+
+
+def test_search_devices_counts_the_callers_calls(case):
+    g, c = case
+    sim = Simulator(g, c, "paper")
+    start = place("round-robin", g, c).device
+    cost = sim.makespan(start)
+    out = search_devices(sim, start, 50, np.random.default_rng(0), start_cost=cost, calls_used=20)
+    assert out.calls == 50 and out.start_cost == cost and out.cost <= cost
+    assert sim.makespan(out.device) == pytest.approx(out.cost)
+    # without a known start cost, the start costs one call
+    assert search_devices(sim, start, 5, np.random.default_rng(0), batch=8).calls == 5
+
+
+def test_neighbours_draw_the_new_device_from_prefs():
+    rng = np.random.default_rng(0)
+    dev = np.zeros(10, dtype=np.int64)
+    prefs = np.tile([5.0, 0.0, 1.0, 0.0], (10, 1))  # never devices 1 or 3
+    nb = neighbours(dev, np.arange(10), 4, 300, rng, swap_prob=0.0, prefs=prefs)
+    assert ((nb != dev).sum(axis=1) == 1).all()  # the current device is left out
+    assert set(np.unique(nb).tolist()) == {0, 2}
 
 
 def test_neighbours_are_one_move_away():

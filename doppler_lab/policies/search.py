@@ -1,0 +1,213 @@
+"""Inference-time search with a policy as the proposal: a budget of simulator calls.
+
+:func:`policy_search` spends ``budget`` simulator calls (one call = one simulated placement)
+on one graph: it judges the policy's greedy rollout and ``samples`` sampled rollouts, then
+anneals over device vectors from the best of them with the rest of the budget
+(:func:`~doppler_lab.placers.local_search.search_devices`, the loop of the ``local-search``
+placer). The strategies (:data:`SEARCH_STRATEGIES`):
+
+- ``anneal``: moves as in ``local-search`` (the moved node's new device uniform);
+- ``guided``: the moved node's new device drawn from the policy's preferences, the device
+  frequencies of each node over the sampled rollouts mixed with a uniform draw;
+- ``restarts``: ``guided`` from each of the best few distinct rollouts, the rest of the
+  budget split evenly between them;
+- ``adaptive``: ``guided`` from the best rollout until it stalls (no better placement for
+  :data:`PATIENCE_SHARE` of the budget), then from the ``cp`` placer's placement, then from the
+  next best distinct rollouts, then again from the best placement found, until the budget ends.
+
+The simulator is deterministic (noise 0) under ``semantics``; the result is never worse than the
+best rollout, and ``calls <= budget`` always.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..errors import ConfigError
+from ..graph import DataflowGraph
+from ..hardware import Cluster
+from ..placement import Placement
+from ..placers import place
+from ..placers.local_search import neighbours, search_devices
+from ..sim import Simulator
+from .base import PlacementPolicy
+from .context import GraphContext
+from .rollout import GREEDY, SAMPLE, run_episodes
+from .tensors import flush_denormal
+
+SEARCH_STRATEGIES = ("guided", "anneal", "restarts", "adaptive")
+#: rollouts judged before the local moves: this share of the budget, at most ``MAX_SAMPLES``
+SAMPLE_SHARE = 0.25
+MAX_SAMPLES = 64
+#: weight of the uniform draw in the guided proposal's device preferences
+UNIFORM_MIX = 0.5
+#: starts of the ``restarts`` and ``adaptive`` strategies
+RESTARTS = 4
+#: ``adaptive``: a start is abandoned after this share of the budget without progress (at least
+#: ``MIN_PATIENCE`` calls)
+PATIENCE_SHARE = 0.125
+MIN_PATIENCE = 100
+
+
+def policy_candidates(
+    policy: PlacementPolicy,
+    graph: DataflowGraph,
+    cluster: Cluster,
+    samples: int,
+    rng: np.random.Generator,
+    ctx: GraphContext | None = None,
+) -> list[Placement]:
+    """The policy's greedy rollout, then ``samples`` sampled rollouts (no simulator call)."""
+    ctx = ctx or GraphContext(graph, cluster, policy.config.layout, policy.config.timing)  # type: ignore[arg-type]
+    with flush_denormal(), torch.no_grad():
+        enc = policy.encode(ctx)
+        cands = run_episodes(policy, ctx, enc, 1, rng, GREEDY, GREEDY).placements
+        if samples > 0:
+            cands += run_episodes(policy, ctx, enc, samples, rng, SAMPLE, SAMPLE).placements
+    return cands
+
+
+def device_preferences(devices: np.ndarray, num_devices: int, mix: float) -> np.ndarray:
+    """``(N, D)`` each node's device frequencies over the rows of ``devices`` (``(K, N)``),
+    mixed with the uniform distribution (weight ``mix``)."""
+    k, n = devices.shape
+    freq = np.zeros((n, num_devices))
+    np.add.at(freq, (np.tile(np.arange(n), k), devices.reshape(-1)), 1.0)
+    return (1.0 - mix) * freq / max(k, 1) + mix / num_devices
+
+
+def default_samples(budget: int) -> int:
+    """Sampled rollouts of a budget search: :data:`SAMPLE_SHARE` of it, at most
+    :data:`MAX_SAMPLES`, leaving the greedy rollout one call."""
+    return max(0, min(int(budget * SAMPLE_SHARE), MAX_SAMPLES, budget - 1))
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """What :func:`policy_search` found.
+
+    Attributes:
+        placement: the best placement (the priority of the rollout it started from).
+        cost: its simulated makespan.
+        calls: simulator calls spent (``<= budget``).
+        greedy_cost: the greedy rollout's makespan.
+        rollout_cost: the best rollout's makespan (before the local moves).
+        rollouts: rollouts judged (the greedy one included).
+    """
+
+    placement: Placement
+    cost: float
+    calls: int
+    greedy_cost: float
+    rollout_cost: float
+    rollouts: int
+
+
+def policy_search(
+    policy: PlacementPolicy,
+    graph: DataflowGraph,
+    cluster: Cluster,
+    budget: int,
+    rng: np.random.Generator,
+    semantics: str = "paper",
+    strategy: str = "guided",
+    samples: int | None = None,
+    ctx: GraphContext | None = None,
+    bar: tqdm | None = None,
+    batch: int = 8,
+    temperature: float = 0.02,
+    mix: float = UNIFORM_MIX,
+    restarts: int = RESTARTS,
+) -> SearchOutcome:
+    """Search placements of ``graph`` with ``policy`` as the proposal (module docstring).
+
+    Args:
+        policy: the policy.
+        graph: the graph.
+        cluster: the cluster.
+        budget: simulator calls in all (>= 1).
+        rng: the only source of randomness.
+        semantics: simulator semantics of the objective.
+        strategy: one of :data:`SEARCH_STRATEGIES`.
+        samples: sampled rollouts (default :func:`default_samples`; at most ``budget - 1``).
+        ctx: a prepared :class:`GraphContext` (built if None).
+        bar: a progress bar advanced by every simulator call.
+        batch: proposals simulated per round of local moves.
+        temperature: annealing temperature relative to the start's makespan.
+        mix: weight of the uniform draw in the guided proposal.
+        restarts: starts of the ``restarts`` and ``adaptive`` strategies (``cp`` counted).
+    """
+    if strategy not in SEARCH_STRATEGIES:
+        raise ConfigError(f"search strategy {strategy!r}, expected one of {SEARCH_STRATEGIES}")
+    if budget < 1:
+        raise ConfigError(f"search budget {budget!r}, expected an integer >= 1")
+    samples = default_samples(budget) if samples is None else min(samples, budget - 1)
+    cands = policy_candidates(policy, graph, cluster, samples, rng, ctx)
+    sim = Simulator(graph, cluster, semantics)  # type: ignore[arg-type]
+    devices = np.stack([p.device for p in cands])
+    costs = sim.makespans(devices)
+    calls = len(cands)
+    if bar is not None:
+        bar.update(calls)
+    order = np.argsort(costs, kind="stable")
+    ndev = cluster.num_devices
+    propose = None
+    if strategy != "anneal":
+        prefs = device_preferences(devices, ndev, mix)
+        movable = graph.compute_nodes
+
+        def propose(dev: np.ndarray, k: int, r: np.random.Generator) -> np.ndarray:
+            return neighbours(dev, movable, ndev, k, r, prefs=prefs)
+
+    # the starts: (device vector, its cost or None when not yet simulated, rollout it came from)
+    _, first = np.unique(devices[order], axis=0, return_index=True)
+    distinct = [int(order[i]) for i in sorted(first)]
+    starts: list[tuple[np.ndarray, float | None, int]] = [
+        (devices[i], float(costs[i]), i)
+        for i in distinct[: restarts if strategy == "restarts" else 1]
+    ]
+    patience = None
+    if strategy == "adaptive":
+        patience = max(MIN_PATIENCE, int(budget * PATIENCE_SHARE))
+        starts.append((place("cp", graph, cluster, seed=rng).device, None, distinct[0]))
+        starts += [(devices[i], float(costs[i]), i) for i in distinct[1 : restarts - 1]]
+    best_i, best_dev, best_cost = distinct[0], devices[distinct[0]], float(costs[distinct[0]])
+    n = 0
+    while calls < budget:
+        if n < len(starts):
+            dev, cost, i = starts[n]
+        elif patience is not None:  # adaptive: anneal again from the best placement found
+            dev, cost, i = best_dev, best_cost, best_i
+        else:
+            break
+        # adaptive: each start runs until it stalls; restarts: the rest of the budget split evenly
+        stop = budget if patience is not None else calls + (budget - calls) // (len(starts) - n)
+        n += 1
+        found = search_devices(
+            sim,
+            dev,
+            stop,
+            rng,
+            "anneal",
+            batch,
+            temperature,
+            start_cost=cost,
+            calls_used=calls,
+            propose=propose,
+            bar=bar,
+            patience=patience,
+        )
+        if found.calls == calls:  # nothing to move (one device, or no compute node)
+            break
+        calls = found.calls
+        if found.cost < best_cost:
+            best_i, best_dev, best_cost = i, found.device, found.cost
+    start = cands[best_i]
+    placement = Placement(best_dev, start.priority, start.placer, dict(start.meta))
+    return SearchOutcome(
+        placement, best_cost, calls, float(costs[0]), float(costs[order[0]]), len(cands)
+    )

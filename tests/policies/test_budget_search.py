@@ -1,0 +1,128 @@
+"""The budget search of the learned placers: calls counted and within the budget, never worse
+than the rollouts, deterministic by seed; option checks; doppler's default checkpoint."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from doppler_lab.errors import CheckpointError, ConfigError
+from doppler_lab.placers import get_placer, place
+from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
+from doppler_lab.policies.config import PolicyConfig
+from doppler_lab.policies.placers import DopplerPlacer, best_of_rollouts
+from doppler_lab.policies.pretrained import GENERAL_CHECKPOINT
+from doppler_lab.policies.search import (
+    SEARCH_STRATEGIES,
+    default_samples,
+    device_preferences,
+    policy_search,
+)
+from doppler_lab.sim import Simulator
+
+SMALL = dict(hidden=16, head_hidden=16, mp_steps=2, num_bases=4)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    pol = make_policy(PolicyConfig(kind="dual", **SMALL), 4, seed=3)
+    return save_checkpoint(tmp_path_factory.mktemp("search") / "p.pt", pol, {"note": "test"})
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Counts the placements every Simulator.makespans call simulates."""
+    calls = [0]
+    real = Simulator.makespans
+
+    def makespans(self, placements, *args, **kw):
+        calls[0] += len(placements)
+        return real(self, placements, *args, **kw)
+
+    monkeypatch.setattr(Simulator, "makespans", makespans)
+    return calls
+
+
+@pytest.mark.parametrize(("strategy", "budget"), list(zip(SEARCH_STRATEGIES, [60, 1, 23, 300])))
+def test_budget_is_respected_and_counted(small_graph, cluster4, ckpt, counted, strategy, budget):
+    p = place(
+        "doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, budget=budget, search=strategy
+    )
+    assert counted[0] == p.meta["sim_calls"] == budget
+    assert p.meta["samples"] == default_samples(budget)
+
+
+@pytest.mark.parametrize("strategy", SEARCH_STRATEGIES)
+def test_never_worse_than_the_rollouts_and_deterministic(small_graph, cluster4, ckpt, strategy):
+    kw = dict(seed=4, checkpoint=ckpt, budget=40, search=strategy, semantics="wc")
+    a = place("doppler", small_graph, cluster4, **kw)
+    b = place("doppler", small_graph, cluster4, **kw)
+    np.testing.assert_array_equal(a.device, b.device)
+    sim = Simulator(small_graph, cluster4, "wc")
+    assert sim.makespan(a) == pytest.approx(a.meta["best_cost"])
+    # the same seed draws the same rollouts as the protocol with that many samples
+    pol = DopplerPlacer(ckpt).policy(4)
+    res = best_of_rollouts(
+        pol, small_graph, cluster4, default_samples(40), np.random.default_rng(4), "wc"
+    )
+    assert a.meta["rollout_cost"] == pytest.approx(res.best_cost)
+    assert a.meta["greedy_cost"] == pytest.approx(res.greedy_cost)
+    assert a.meta["best_cost"] <= res.best_cost
+
+
+def test_explicit_samples_and_no_budget_protocol(small_graph, cluster4, ckpt, counted):
+    p = place("doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, budget=30, samples=5)
+    assert p.meta["samples"] == 5 and counted[0] == 30
+    q = place("doppler", small_graph, cluster4, seed=0, checkpoint=ckpt)
+    assert q.meta["samples"] == 16 and q.meta["sim_calls"] == 17 and "budget" not in q.meta
+
+
+@pytest.mark.parametrize("bad", [0, -1, "x", True, 2.5])
+def test_bad_budget(ckpt, bad):
+    with pytest.raises(ConfigError, match="option budget"):
+        get_placer("doppler", checkpoint=ckpt, budget=bad)
+
+
+def test_bad_search_and_noise_with_budget(ckpt):
+    with pytest.raises(ConfigError, match="search = 'beam'"):
+        get_placer("doppler", checkpoint=ckpt, budget=10, search="beam")
+    with pytest.raises(ConfigError, match="noise"):
+        get_placer("doppler", checkpoint=ckpt, budget=10, noise=0.1)
+
+
+def test_progress_bar_counts_calls(small_graph, cluster4, ckpt, capsys):
+    place("doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, budget=40, progress=True)
+    assert "doppler chainmm" in capsys.readouterr().err
+
+    class Bar:
+        n = 0
+
+        def update(self, k):
+            self.n += k
+
+    bar = Bar()
+    pol = DopplerPlacer(ckpt).policy(4)
+    out = policy_search(pol, small_graph, cluster4, 40, np.random.default_rng(0), bar=bar)
+    assert bar.n == out.calls == 40
+
+
+def test_device_preferences_mix_frequencies_with_uniform():
+    prefs = device_preferences(np.array([[0, 1], [0, 2]]), 4, mix=0.4)
+    np.testing.assert_allclose(prefs.sum(axis=1), 1.0)
+    np.testing.assert_allclose(prefs[0], [0.6 + 0.1, 0.1, 0.1, 0.1])
+    np.testing.assert_allclose(prefs[1], [0.1, 0.4, 0.4, 0.1])
+
+
+def test_doppler_defaults_to_the_general_checkpoint(tmp_path, monkeypatch):
+    assert GENERAL_CHECKPOINT == "doppler/general"
+    assert DopplerPlacer.default_checkpoint == GENERAL_CHECKPOINT
+    (tmp_path / "doppler").mkdir()
+    pol = make_policy(PolicyConfig(kind="dual", **SMALL), 4, seed=3)
+    path = save_checkpoint(tmp_path / "doppler" / "general.pt", pol, {})
+    monkeypatch.setenv("DOPPLER_LAB_CHECKPOINTS", str(tmp_path))
+    assert DopplerPlacer().checkpoint.resolve() == path.resolve()
+    monkeypatch.setattr(DopplerPlacer, "default_checkpoint", "doppler/not-there")
+    with pytest.raises(CheckpointError, match="general policy 'doppler/not-there'.*not shipped"):
+        get_placer("doppler")
+    with pytest.raises(ConfigError, match="'placeto' needs a checkpoint"):
+        get_placer("placeto")
