@@ -15,6 +15,7 @@ BENCHMARKS: dict[str, str] = {
     "executor": "doppler_lab.bench.executor",
     "fidelity": "doppler_lab.bench.fidelity",
     "import": "doppler_lab.bench.importing",
+    "general": "doppler_lab.bench.general",
 }
 
 __all__ = ["BENCHMARKS", "write_report"]

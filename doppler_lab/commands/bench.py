@@ -13,7 +13,7 @@ from ..progress import show_progress
 from ..runners import add_runner_arguments, runner_from_args
 
 NAME = "bench"
-HELP = "run a benchmark (sim, quality, policy, executor, fidelity, import) and write reports/bench/NAME.{json,md}"
+HELP = "run a benchmark (sim, quality, policy, executor, fidelity, import, general) and write reports/bench/NAME.{json,md}"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,6 +21,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="reports/bench", help="output folder (default: reports/bench)")
     p.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     add_runner_arguments(p)  # used by the benchmarks that run many runs (policy, quality)
+    g = p.add_argument_group("bench general (the general policy on held-out tasks)")
+    g.add_argument(
+        "--checkpoint",
+        help="the general policy: a path or a shipped name (default doppler/general)",
+    )
+    g.add_argument("--budget", type=int, help="simulator calls of the budget table (default 2000)")
+    g.add_argument(
+        "--curve",
+        metavar="N,N,...",
+        help="budgets of the budget curve (default 100,250,500,1000,2000)",
+    )
+    g.add_argument("--seeds", type=int, help="seeds per task (default 3)")
+    g.add_argument(
+        "--groups", help="held-out groups, comma-separated (default generator,cluster,paper,model)"
+    )
+    g.add_argument(
+        "--task",
+        action="append",
+        dest="tasks",
+        metavar="TEXT",
+        help="only the tasks whose name contains TEXT (repeatable)",
+    )
+    g.add_argument("--finetune-episodes", type=int, help="fine-tuning episodes (default 200)")
+    g.add_argument(
+        "--scratch-episodes", type=int, help="episodes of training from scratch (default 4000)"
+    )
+    g.add_argument("--skip-training", action="store_true", help="leave out fine-tuning vs scratch")
+
+
+#: options of ``bench general`` (None / False: not given)
+GENERAL_OPTIONS = (
+    "checkpoint", "budget", "curve", "seeds", "groups", "tasks", "finetune_episodes",
+    "scratch_episodes", "skip_training",
+)  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,7 +78,13 @@ def run(args: argparse.Namespace) -> int:
             f"benchmark {args.name!r} has no sweep of runs; expected --runner local and no "
             "--keep-going"
         )
-    record = mod.run(Path(args.out), quick=args.quick, **shown)
+    given = {k: getattr(args, k) for k in GENERAL_OPTIONS if getattr(args, k) not in (None, False)}
+    if given and args.name != "general":
+        flag = "--" + next(iter(given)).replace("_", "-")
+        raise ConfigError(
+            f"{flag} is an option of bench general; expected none with bench {args.name}"
+        )
+    record = mod.run(Path(args.out), quick=args.quick, **shown, **given)
     print(f"wrote {Path(args.out) / (args.name + '.md')}")
     for k, v in record.get("summary", {}).items():
         print(f"  {k}: {v}")

@@ -1,0 +1,938 @@
+"""``doppler-lab bench general``: the general policy ``doppler/general`` on graphs and clusters
+it never saw in training (:func:`doppler_lab.train.general.held_out_tasks`).
+
+Three parts, written into ``reports/bench/general.{json,md}``:
+
+- **zero-shot**: per held-out task the Critical Path teacher (mean over ``cp_seeds`` tie seeds),
+  HEFT, and the general policy's greedy rollout and the protocol's best of greedy + ``samples``
+  sampled rollouts (mean over ``seeds``), with the milliseconds of the placer's ``place`` call
+  on one core (``torch.set_num_threads(1)``; the encoder, the rollouts and the simulator calls
+  that judge them, the placer built and warmed up before), the improvement over CP, the
+  distance to HEFT and to YARDSTICK's best known (paper graphs);
+- **budget**: the placer ``doppler --budget N`` (the general policy with ``N`` simulator calls)
+  against ``local-search --budget N`` per task at ``budget`` (win/tie/loss counts), and the budget
+  curve (makespan against simulator calls for both, per task and as a geometric mean of the ratio
+  to CP), also written to ``general_budget_curve.json`` and ``general_budget_curve.html``;
+- **fine-tuning**: on the paper graphs (4 and 8 devices) Stage II from the general policy for
+  ``finetune_episodes`` against per-graph training from fresh weights (Stage I + II,
+  ``scratch_episodes`` in all): the protocol's final makespans, the distance to best known, the
+  training seconds, and the training curves (``general_training_curves.json``).
+
+Every expensive case (a task's zero-shot rows, a task's budget runs per method, a training run)
+writes ``result.json`` under ``runs_dir/<part>/<task>/<key>/`` (``runs/bench_general``; the key is
+the configuration, the code version and, where it matters, the checkpoint's content digest) and is
+skipped on a rerun; training runs resume in their folder. A target line per issue target says
+whether it passed.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..graph import DataflowGraph
+from ..hardware import Cluster
+from ..jsonutil import write_json
+from ..runners import Run, Runner, make_runner, torch_threads
+from ..train.general import GENERAL_CHECKPOINT, Task, held_out_tasks
+from ..yardstick import best_known
+from ._report import write_report
+
+#: the run cache (relative to the working folder; ``_quick`` appended for ``--quick``)
+BENCH_GENERAL_RUNS = "runs/bench_general"
+#: groups of the held-out set (see :func:`~doppler_lab.train.general.held_out_tasks`)
+GROUPS: tuple[str, ...] = ("generator", "cluster", "paper", "model")
+#: the issue's targets
+TARGET_VS_CP = 0.15  # zero-shot geometric mean at least this far below CP
+TARGET_MS = 100.0  # milliseconds per graph of about 250 nodes, one core
+TARGET_BEST_KNOWN = 0.05  # fine-tuned within this of YARDSTICK's best known
+#: compute-node counts that count as "a graph of about 250 nodes" for the speed target
+SPEED_NODES = (200, 320)
+#: relative difference below which two makespans tie (budget table, fine-tune vs scratch)
+TIE_RTOL = 1e-6
+#: fine-tuned "matches" scratch when at most this much worse
+MATCH_RTOL = 0.01
+
+
+@dataclass(frozen=True)
+class GeneralBenchConfig:
+    """Settings of ``bench general``.
+
+    Attributes:
+        checkpoint: the general policy (a path or a shipped name).
+        groups: held-out groups (:data:`GROUPS`).
+        tasks: explicit tasks instead of the held-out set (tests, quick runs).
+        task_filter: keep only the tasks whose name contains one of these (empty: all).
+        seeds: seeds of the sampled rollouts and of the search placers per task.
+        seed: the first seed (of every seed range: CP's ties, rollouts, search, training).
+        cp_seeds: tie seeds of the Critical Path teacher.
+        samples: sampled rollouts besides the greedy one (protocol: 16).
+        budget: simulator calls of the budget table.
+        curve: simulator-call budgets of the budget curve.
+        train_seeds: seeds of the fine-tuning and scratch runs.
+        finetune_episodes: Stage II episodes of fine-tuning the general policy.
+        scratch_episodes: episodes of per-graph training from fresh weights (Stage I + II).
+        scratch_imitation_episodes: Stage I's share of ``scratch_episodes``.
+        finetune_eval_every: updates between greedy evaluations when fine-tuning (curves).
+        scratch_eval_every: updates between greedy evaluations from scratch (curves).
+        finetune_train: Stage II changes for fine-tuning (learning rate, warm-up, ...).
+        policy: policy-config changes of the scratch policies (on the general architecture).
+        skip_training: leave the fine-tuning part out.
+        runs_dir: the run cache.
+    """
+
+    checkpoint: str = GENERAL_CHECKPOINT
+    groups: tuple[str, ...] = GROUPS
+    tasks: tuple[Task, ...] = ()
+    task_filter: tuple[str, ...] = ()
+    seeds: int = 3
+    seed: int = 0
+    cp_seeds: int = 5
+    samples: int = 16
+    budget: int = 2000
+    curve: tuple[int, ...] = (100, 250, 500, 1000, 2000)
+    train_seeds: int = 1
+    finetune_episodes: int = 200
+    scratch_episodes: int = 4000
+    scratch_imitation_episodes: int = 400
+    finetune_eval_every: int = 1
+    scratch_eval_every: int = 5
+    finetune_train: dict[str, Any] = field(default_factory=dict)
+    policy: dict[str, Any] = field(default_factory=dict)
+    skip_training: bool = False
+    runs_dir: str = BENCH_GENERAL_RUNS
+
+    def __post_init__(self) -> None:
+        bad = [g for g in self.groups if g not in GROUPS]
+        if bad or not self.groups:
+            raise ConfigError(
+                f"bench general: group {bad[0] if bad else '(none)'!r}; expected some of {GROUPS}"
+            )
+        for name in ("seeds", "cp_seeds", "budget", "train_seeds", "finetune_episodes"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"bench general: {name} = {v!r}, expected an integer >= 1")
+        for name in ("seed", "samples", "finetune_eval_every", "scratch_eval_every"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ConfigError(f"bench general: {name} = {v!r}, expected an integer >= 0")
+        if not self.curve or any(
+            not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in self.curve
+        ):
+            raise ConfigError(
+                f"bench general: curve = {self.curve!r}, expected budgets that are integers >= 1"
+            )
+        if not 0 <= self.scratch_imitation_episodes < self.scratch_episodes:
+            raise ConfigError(
+                f"bench general: scratch_imitation_episodes {self.scratch_imitation_episodes} "
+                f"must lie in [0, scratch_episodes={self.scratch_episodes})"
+            )
+
+    @property
+    def seed_range(self) -> range:
+        """The seeds of the rollouts and the search placers."""
+        return range(self.seed, self.seed + self.seeds)
+
+    @property
+    def budgets(self) -> tuple[int, ...]:
+        """The budgets run: the curve's and the table's."""
+        return tuple(sorted({*self.curve, self.budget}))
+
+
+def quick_config() -> GeneralBenchConfig:
+    """A smoke run: two tiny generated tasks (4 and 3 devices), tiny budgets and training."""
+    return GeneralBenchConfig(
+        tasks=(
+            Task("chainmm:matrices=3,scale=0.01", "p100x4", "wc", "generator"),
+            Task("ffnn:layers=2,scale=0.01", "uniform:3", "wc", "cluster"),
+        ),
+        seeds=1,
+        cp_seeds=2,
+        samples=2,
+        budget=20,
+        curve=(10, 20),
+        finetune_episodes=16,
+        scratch_episodes=24,
+        scratch_imitation_episodes=8,
+        finetune_eval_every=1,
+        scratch_eval_every=1,
+        policy={"hidden": 16, "mp_steps": 1},
+    )
+
+
+def parse_budgets(text: str) -> tuple[int, ...]:
+    """``"100,250,500"`` as budgets (integers >= 1)."""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not parts or not all(p.isdigit() and int(p) >= 1 for p in parts):
+        raise ConfigError(f"--curve {text!r}: expected budgets like 100,250,500 (integers >= 1)")
+    return tuple(int(p) for p in parts)
+
+
+# -- tasks and keys ------------------------------------------------------------------------
+def bench_tasks(cfg: GeneralBenchConfig) -> list[Task]:
+    """The tasks of the run: ``cfg.tasks`` or the held-out set, filtered by ``task_filter``."""
+    tasks = list(cfg.tasks) if cfg.tasks else held_out_tasks(cfg.groups)
+    if cfg.task_filter:
+        tasks = [t for t in tasks if any(f in t.name for f in cfg.task_filter)]
+        if not tasks:
+            raise ConfigError(
+                f"bench general: no task matches {list(cfg.task_filter)}; expected part of a "
+                "held-out task's name (doppler_lab.train.general.held_out_tasks)"
+            )
+    return tasks
+
+
+@functools.lru_cache(maxsize=8)
+def _built(task: Task) -> tuple[DataflowGraph, Cluster]:
+    return task.build()  # an imported model takes seconds: build it once per process
+
+
+def checkpoint_digest(checkpoint: str | Path) -> str:
+    """The checkpoint's path and a digest of its bytes (a retrained policy keys anew)."""
+    from ..policies.pretrained import resolve_checkpoint
+
+    path = resolve_checkpoint(checkpoint, "doppler")
+    return f"{path.name}:{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
+
+
+def _slug(text: str) -> str:
+    keep = [ch if ch.isalnum() or ch in "._-" else "_" for ch in text]
+    return "".join(keep).strip("_")[:120]
+
+
+def _graph_name(task: Task) -> str:
+    """The YARDSTICK name of a paper task (``paper:NAME``), else the spec."""
+    return task.graph.partition(":")[2] if task.graph.startswith("paper:") else task.graph
+
+
+def _cached(path: Path, compute) -> dict[str, Any]:
+    if path.exists():
+        return json.loads(path.read_text())
+    out = compute()
+    write_json(path, out)
+    return out
+
+
+def doppler_takes_budget() -> bool:
+    """Whether the ``doppler`` placer takes a ``budget`` of simulator calls."""
+    from ..policies.placers import DopplerPlacer
+
+    return "budget" in inspect.signature(DopplerPlacer).parameters
+
+
+# -- the cases (module-level: runners pickle them) -----------------------------------------
+def zero_shot_case(cfg: GeneralBenchConfig, task: Task, root: str) -> dict[str, Any]:
+    """CP, HEFT and the general policy (greedy, and greedy + samples, timed) on one task."""
+    from ..codeversion import versioned_key
+
+    digest = checkpoint_digest(cfg.checkpoint)
+    seeds = list(cfg.seed_range)
+    key = versioned_key("zero-shot", task.to_dict(), digest, seeds, cfg.cp_seeds, cfg.samples)
+    where = Path(root) / "zero_shot" / _slug(task.name) / key / "result.json"
+    return _cached(where, lambda: _zero_shot(cfg, task))
+
+
+def _zero_shot(cfg: GeneralBenchConfig, task: Task) -> dict[str, Any]:
+    from ..placers import get_placer, place
+    from ..placers.base import make_rng
+    from ..sim import Simulator
+
+    graph, cluster = _built(task)
+    sem = task.semantics
+    sim = Simulator(graph, cluster, sem)  # type: ignore[arg-type]
+    cp = [
+        sim.makespan(place("cp", graph, cluster, seed=s, semantics=sem))
+        for s in range(cfg.seed, cfg.seed + cfg.cp_seeds)
+    ]
+    heft = sim.makespan(place("heft", graph, cluster, seed=0))
+    opts = {"checkpoint": cfg.checkpoint, "semantics": sem}
+    general, greedy_ms, ms = [], [], []
+    with torch_threads(1):
+        # built and called once untimed: the registry lookup, the checkpoint load, compilation
+        greedy = get_placer("doppler", samples=0, **opts)
+        protocol = get_placer("doppler", samples=cfg.samples, **opts)
+        for placer in (greedy, protocol):
+            placer.place(graph, cluster, make_rng(0))
+        for s in cfg.seed_range:
+            t0 = time.perf_counter()
+            p0 = greedy.place(graph, cluster, make_rng(s))
+            greedy_ms.append((time.perf_counter() - t0) * 1e3)
+            t0 = time.perf_counter()
+            p = protocol.place(graph, cluster, make_rng(s))
+            ms.append((time.perf_counter() - t0) * 1e3)
+            general.append(sim.makespan(p.validate(graph, cluster.num_devices)))
+    p0 = p0.validate(graph, cluster.num_devices)
+    return {
+        "task": task.name,
+        "group": task.group,
+        "graph": _graph_name(task),
+        "cluster": task.cluster,
+        "semantics": sem,
+        "nodes": int(graph.compute_nodes.size),
+        "devices": int(cluster.num_devices),
+        "lower_bound": float(sim.lower_bound()),
+        "cp": cp,
+        "heft": float(heft),
+        "greedy": float(sim.makespan(p0)),
+        "general": general,
+        "greedy_ms": greedy_ms,
+        "ms": ms,
+    }
+
+
+def budget_case(cfg: GeneralBenchConfig, task: Task, method: str, root: str) -> dict[str, Any]:
+    """``method`` (``local-search`` or ``doppler``) with each budget of ``cfg.budgets`` over the
+    seeds; ``{"makespans": {budget: [per seed]}}`` (None for doppler without a budget option)."""
+    from ..codeversion import versioned_key
+
+    if method == "doppler" and not doppler_takes_budget():
+        return {"task": task.name, "method": method, "makespans": None}
+    parts: list[Any] = ["budget", method, task.to_dict(), cfg.budgets, list(cfg.seed_range)]
+    if method == "doppler":
+        parts.append(checkpoint_digest(cfg.checkpoint))
+    where = Path(root) / "budget" / _slug(task.name) / method / versioned_key(*parts)
+    return _cached(where / "result.json", lambda: _budget(cfg, task, method))
+
+
+def _budget(cfg: GeneralBenchConfig, task: Task, method: str) -> dict[str, Any]:
+    from ..placers import place
+    from ..sim import Simulator
+
+    graph, cluster = _built(task)
+    sim = Simulator(graph, cluster, task.semantics)  # type: ignore[arg-type]
+    opts: dict[str, Any] = {"semantics": task.semantics}
+    if method == "doppler":
+        opts["checkpoint"] = cfg.checkpoint
+    out: dict[str, list[float]] = {}
+    with torch_threads(1):
+        for n in cfg.budgets:
+            out[str(n)] = [
+                sim.makespan(place(method, graph, cluster, seed=s, budget=n, **opts))
+                for s in cfg.seed_range
+            ]
+    return {"task": task.name, "method": method, "makespans": out}
+
+
+def training_case(
+    cfg: GeneralBenchConfig, task: Task, mode: str, seed: int, root: str
+) -> dict[str, Any]:
+    """Fine-tune the general policy (``mode="finetune"``) or train from fresh weights
+    (``"scratch"``) on one task; the protocol's final makespan, the training seconds and the
+    curve rows. Resumes in its run folder."""
+    from ..codeversion import versioned_key
+
+    stages, policy = _training_setup(cfg, task, mode, seed)
+    parts: list[Any] = [mode, task.to_dict(), [s.to_dict() for s in stages], cfg.samples]
+    if mode == "finetune":
+        parts.append(checkpoint_digest(cfg.checkpoint))
+    else:
+        parts.append(policy.to_dict())
+    run_dir = (
+        Path(root) / "training" / _slug(task.name) / f"{mode}-seed{seed}-{versioned_key(*parts)}"
+    )
+    return _cached(
+        run_dir / "result.json", lambda: _train(cfg, task, mode, seed, stages, policy, run_dir)
+    )
+
+
+def _training_setup(cfg: GeneralBenchConfig, task: Task, mode: str, seed: int):
+    from ..train.config import preset
+    from ..train.general import general_policy_config
+
+    common = {"semantics": task.semantics, "seed": seed}
+    if mode == "finetune":
+        sim = preset(
+            "sim",
+            **{**common, "episodes": cfg.finetune_episodes, "eval_every": cfg.finetune_eval_every},
+            **cfg.finetune_train,
+        )
+        return [sim], None
+    if mode != "scratch":
+        raise ConfigError(f"bench general: training mode {mode!r}, expected finetune or scratch")
+    n1 = cfg.scratch_imitation_episodes
+    every = {"eval_every": cfg.scratch_eval_every}
+    stages = [preset("sim", **common, **every, episodes=cfg.scratch_episodes - n1)]
+    if n1:
+        stages.insert(0, preset("imitation", **common, **every, episodes=n1))
+    return stages, general_policy_config().replace(**cfg.policy)
+
+
+def _train(cfg, task, mode, seed, stages, policy, run_dir: Path) -> dict[str, Any]:
+    from ..policies.placers import best_of_rollouts
+    from ..train.experiments.common import greedy_makespan, stage_curve, start_point
+    from ..train.pipeline import run_pipeline
+
+    graph, cluster = _built(task)
+    init = None
+    labels = {"task": task.name, "run": mode, "seed": seed}
+    with torch_threads(1):
+        if mode == "finetune":
+            from ..policies.checkpoint import load_policy
+            from ..policies.pretrained import resolve_checkpoint
+
+            init = resolve_checkpoint(cfg.checkpoint, "doppler")
+            start = load_policy(init, num_devices=cluster.num_devices)[0]
+        else:
+            from ..policies.checkpoint import make_policy
+
+            start = make_policy(policy, cluster.num_devices, seed, task.semantics)
+        first = greedy_makespan(start, graph, cluster, task.semantics)
+        results = run_pipeline(
+            stages, [graph], cluster, policy, run_dir / "run", init=init, progress=False
+        )
+        res = best_of_rollouts(
+            results[-1].policy, graph, cluster, cfg.samples, 1000 + seed, task.semantics
+        )
+    curves = [start_point(first, stages[0].stage, **labels)]
+    offset = 0
+    for st, r in zip(stages, results):
+        curves.append(stage_curve(r.rows, st.stage, offset, **labels))
+        offset += st.episodes
+    import pandas as pd
+
+    curve = pd.concat(curves, ignore_index=True)
+    return {
+        "task": task.name,
+        "graph": _graph_name(task),
+        "mode": mode,
+        "seed": seed,
+        "episodes": sum(s.episodes for s in stages),
+        "makespan": res.best_cost,
+        "greedy": res.greedy_cost,
+        "start_greedy": first,
+        "train_s": float(sum(float(r.summary.get("train_s", 0.0)) for r in results)),
+        "curve": json.loads(curve.to_json(orient="records")),
+    }
+
+
+# -- tables ------------------------------------------------------------------------------
+def _gmean(x: Sequence[float]) -> float:
+    a = np.asarray(x, dtype=np.float64)
+    return float(np.exp(np.log(a).mean())) if a.size else math.nan
+
+
+def _vs_known(task_graph: str, makespan: float) -> float | None:
+    known = best_known(task_graph)
+    return makespan / known - 1.0 if known else None
+
+
+def zero_shot_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Table (a): one row per task and a geometric-mean row."""
+    rows = []
+    for r in results:
+        cp, gen = float(np.mean(r["cp"])), float(np.mean(r["general"]))
+        ms = float(np.median(r["ms"]))
+        rows.append(
+            {
+                "task": r["task"],
+                "group": r["group"],
+                "nodes": r["nodes"],
+                "devices": r["devices"],
+                "cp": cp,
+                "heft": r["heft"],
+                "greedy": r["greedy"],
+                "general": gen,
+                "general_std": float(np.std(r["general"])),
+                "ratio_lb": gen / r["lower_bound"],
+                "vs_cp": (cp - gen) / cp,
+                "vs_heft": gen / r["heft"] - 1.0,
+                "best_known": best_known(r["graph"]),
+                "vs_best_known": _vs_known(r["graph"], gen),
+                "cp_vs_best_known": _vs_known(r["graph"], cp),
+                "ms": ms,
+                "greedy_ms": float(np.median(r["greedy_ms"])),
+                "ms_per_250_nodes": ms * 250.0 / max(r["nodes"], 1),
+            }
+        )
+    if rows:
+        rows.append(
+            {
+                "task": "geometric mean",
+                "cp": _gmean([r["cp"] for r in rows]),
+                "heft": _gmean([r["heft"] for r in rows]),
+                "general": _gmean([r["general"] for r in rows]),
+                "ratio_lb": _gmean([r["ratio_lb"] for r in rows]),
+                "vs_cp": 1.0 - _gmean([r["general"] / r["cp"] for r in rows]),
+                "vs_heft": _gmean([r["general"] / r["heft"] for r in rows]) - 1.0,
+                "ms": float(np.median([r["ms"] for r in rows])),
+            }
+        )
+    return rows
+
+
+def budget_rows(
+    results: Sequence[Mapping[str, Any]], zero: Sequence[Mapping[str, Any]], budget: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Table (b) at ``budget`` (win/tie/loss per task, a count row) and the curve rows
+    (``task``, ``method``, ``sim_calls``, ``makespan``, ``ratio_cp``; ``task="geometric mean"``
+    rows average the ratio to CP geometrically over the tasks)."""
+    cp_of = {z["task"]: float(np.mean(z["cp"])) for z in zero}
+    graph_of = {z["task"]: z["graph"] for z in zero}
+    by: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for r in results:
+        if r["makespans"] is not None:
+            by[(r["task"], r["method"])] = r["makespans"]
+    curve: list[dict[str, Any]] = []
+    for (task, method), ms in by.items():
+        for n, vals in ms.items():
+            m = float(np.mean(vals))
+            cp = cp_of.get(task)
+            curve.append(
+                {
+                    "task": task,
+                    "method": method,
+                    "sim_calls": int(n),
+                    "makespan": m,
+                    "std": float(np.std(vals)),
+                    "ratio_cp": m / cp if cp else None,
+                }
+            )
+    for method in dict.fromkeys(m for _, m in by):
+        for n in sorted({c["sim_calls"] for c in curve if c["method"] == method}):
+            pts = [
+                c["ratio_cp"]
+                for c in curve
+                if c["method"] == method and c["sim_calls"] == n and c["ratio_cp"]
+            ]
+            curve.append(
+                {
+                    "task": "geometric mean",
+                    "method": method,
+                    "sim_calls": n,
+                    "ratio_cp": _gmean(pts),
+                }
+            )
+    table: list[dict[str, Any]] = []
+    counts = {"win": 0, "tie": 0, "loss": 0}
+    for task in dict.fromkeys(t for t, _ in by):
+        ls = by.get((task, "local-search"), {}).get(str(budget))
+        dp = by.get((task, "doppler"), {}).get(str(budget))
+        row: dict[str, Any] = {"task": task, "budget": budget, "cp": cp_of.get(task)}
+        row["local_search"] = float(np.mean(ls)) if ls else None
+        row["doppler"] = float(np.mean(dp)) if dp else None
+        if ls and dp:
+            a, b = row["doppler"], row["local_search"]
+            rel = (b - a) / b
+            row["doppler_vs_local_search"] = rel
+            row["result"] = "tie" if abs(rel) <= TIE_RTOL else ("win" if rel > 0 else "loss")
+            counts[row["result"]] += 1
+        for k in ("local_search", "doppler"):
+            if row[k] is not None:
+                row[f"{k}_vs_best_known"] = _vs_known(graph_of.get(task, ""), row[k])
+        table.append(row)
+    if any(r.get("result") for r in table):
+        table.append(
+            {"task": "win / tie / loss", "result": "{win} / {tie} / {loss}".format(**counts)}
+        )
+    return table, curve
+
+
+def training_rows(
+    results: Sequence[Mapping[str, Any]], zero: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Table (c): per paper task zero-shot, fine-tuned and scratch (mean over training seeds)."""
+    zero_of = {z["task"]: z for z in zero}
+    rows = []
+    for task in dict.fromkeys(r["task"] for r in results):
+        mine = [r for r in results if r["task"] == task]
+        graph = mine[0]["graph"]
+        z = zero_of.get(task)
+        cp = float(np.mean(z["cp"])) if z else None
+        entries: list[tuple[str, list[Mapping[str, Any]]]] = [
+            ("fine-tuned", [r for r in mine if r["mode"] == "finetune"]),
+            ("scratch", [r for r in mine if r["mode"] == "scratch"]),
+        ]
+        if z:
+            rows.append(
+                {
+                    "task": task,
+                    "method": "zero-shot",
+                    "episodes": 0,
+                    "makespan": float(np.mean(z["general"])),
+                    "vs_best_known": _vs_known(graph, float(np.mean(z["general"]))),
+                    "vs_cp": (cp - float(np.mean(z["general"]))) / cp if cp else None,
+                }
+            )
+        for label, rs in entries:
+            if not rs:
+                continue
+            m = float(np.mean([r["makespan"] for r in rs]))
+            rows.append(
+                {
+                    "task": task,
+                    "method": label,
+                    "episodes": rs[0]["episodes"],
+                    "makespan": m,
+                    "std": float(np.std([r["makespan"] for r in rs])),
+                    "greedy": float(np.mean([r["greedy"] for r in rs])),
+                    "best_known": best_known(graph),
+                    "vs_best_known": _vs_known(graph, m),
+                    "vs_cp": (cp - m) / cp if cp else None,
+                    "train_s": float(np.mean([r["train_s"] for r in rs])),
+                    "seeds": len(rs),
+                }
+            )
+    return rows
+
+
+def curve_records(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The training curves of every training run (rows of ``task``, ``run``, ``seed``,
+    ``stage``, ``episode``, ``greedy_cost``, ...)."""
+    return [rec for r in results for rec in r["curve"]]
+
+
+def target_rows(
+    cfg: GeneralBenchConfig,
+    zero: Sequence[Mapping[str, Any]],
+    budget: Sequence[Mapping[str, Any]],
+    training: Sequence[Mapping[str, Any]],
+) -> list[dict[str, Any]]:
+    """One line per target of the issue: the measured value, the threshold, passed or not
+    (``None``: not measured in this run)."""
+    tasks = [r for r in zero if r["task"] != "geometric mean"]
+    out: list[dict[str, Any]] = []
+
+    def line(target: str, value: Any, threshold: str, passed: bool | None) -> None:
+        out.append({"target": target, "value": value, "threshold": threshold, "passed": passed})
+
+    gm = zero[-1]["vs_cp"] if tasks else None
+    line("zero-shot: geometric mean below CP", gm, f">= {TARGET_VS_CP:.0%}",
+         None if gm is None else gm >= TARGET_VS_CP)  # fmt: skip
+    worse = [r["task"] for r in tasks if r["general"] > r["heft"] * (1 + TIE_RTOL)]
+    line("zero-shot: graphs worse than HEFT", ", ".join(worse) or 0, "none",
+         None if not tasks else not worse)  # fmt: skip
+    lo, hi = SPEED_NODES
+    around = [r["ms"] for r in tasks if lo <= r["nodes"] <= hi]
+    slowest = max(around) if around else None
+    line(f"zero-shot: ms per graph of {lo}-{hi} nodes (slowest, one core)", slowest,
+         f"<= {TARGET_MS:g}", None if slowest is None else slowest <= TARGET_MS)  # fmt: skip
+    res = [r["result"] for r in budget if r.get("result") in ("win", "tie", "loss")]
+    losses = res.count("loss")
+    line(f"budget {cfg.budget}: doppler no worse than local-search on every task",
+         f"{losses} losses of {len(res)}" if res else None, "0 losses",
+         None if not res else losses == 0)  # fmt: skip
+    wins = res.count("win")
+    line(f"budget {cfg.budget}: doppler better on most tasks",
+         f"{wins} wins of {len(res)}" if res else None, "> half",
+         None if not res else wins > len(res) / 2)  # fmt: skip
+    by = {(r["task"], r["method"]): r for r in training}
+    paper = [t for t, m in by if m == "fine-tuned" and by[(t, m)].get("best_known")]
+    match = [
+        by[(t, "fine-tuned")]["makespan"] <= by[(t, "scratch")]["makespan"] * (1 + MATCH_RTOL)
+        for t in dict.fromkeys(t for t, m in by if m == "fine-tuned")
+        if (t, "scratch") in by
+    ]
+    line(f"fine-tuned ({cfg.finetune_episodes}) matches scratch ({cfg.scratch_episodes})",
+         f"{sum(match)} of {len(match)}" if match else None, f"all, within {MATCH_RTOL:.0%}",
+         None if not match else all(match))  # fmt: skip
+    far = [by[(t, "fine-tuned")]["vs_best_known"] for t in paper]
+    worst = max(far) if far else None
+    line("fine-tuned: paper graphs within 5% of best known (worst)", worst,
+         f"<= {TARGET_BEST_KNOWN:.0%}", None if worst is None else worst <= TARGET_BEST_KNOWN)  # fmt: skip
+    return out
+
+
+# -- figures -------------------------------------------------------------------------------
+def budget_figure(curve: Sequence[Mapping[str, Any]], title: str | None = None):
+    """Makespan / CP against simulator calls: per task (faint) and the geometric mean over the
+    tasks (bold), one colour per method; log-scaled calls."""
+    import plotly.graph_objects as go
+
+    from ..viz import series_color
+
+    fig = go.Figure()
+    methods = list(dict.fromkeys(c["method"] for c in curve))
+    for i, method in enumerate(methods):
+        color = series_color(i)
+        mine = [c for c in curve if c["method"] == method and c.get("ratio_cp") is not None]
+        for task in dict.fromkeys(c["task"] for c in mine if c["task"] != "geometric mean"):
+            pts = sorted((c["sim_calls"], c["ratio_cp"]) for c in mine if c["task"] == task)
+            fig.add_trace(
+                go.Scatter(
+                    x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines",
+                    line=dict(color=color, width=1), opacity=0.3, name=task,
+                    legendgroup=method, showlegend=False, hovertemplate=f"{task}<br>{method}: %{{y:.3f}}",
+                )
+            )  # fmt: skip
+        pts = sorted((c["sim_calls"], c["ratio_cp"]) for c in mine if c["task"] == "geometric mean")
+        fig.add_trace(
+            go.Scatter(
+                x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers",
+                line=dict(color=color, width=3), name=f"{method} (geometric mean)", legendgroup=method,
+            )
+        )  # fmt: skip
+    fig.add_hline(y=1.0, line_dash="dot", annotation_text="CP")
+    fig.update_layout(
+        title=title or "Budget curve: makespan / CP against simulator calls",
+        xaxis=dict(title="simulator calls", type="log"),
+        yaxis=dict(title="makespan / CP (lower is better)"),
+        template="plotly_white",
+    )
+    return fig
+
+
+# -- the benchmark -----------------------------------------------------------------------
+@dataclass
+class GeneralBenchResult:
+    """What :func:`evaluate` returns (rows of the report's tables, and its notes)."""
+
+    tasks: list[Task]
+    zero_shot: list[dict[str, Any]]
+    budget: list[dict[str, Any]]
+    curve: list[dict[str, Any]]
+    training: list[dict[str, Any]]
+    curves: list[dict[str, Any]]
+    targets: list[dict[str, Any]]
+    notes: list[str]
+
+
+def evaluate(
+    cfg: GeneralBenchConfig,
+    root: str | Path,
+    progress: bool = False,
+    runner: str | Runner = "local",
+    keep_going: bool = False,
+) -> GeneralBenchResult:
+    """Run (or resume from ``root``) the three parts; see the module docstring."""
+    tasks = bench_tasks(cfg)
+    checkpoint_digest(cfg.checkpoint)  # a missing checkpoint: one error now, not one per case
+    root = str(root)
+    Path(root).mkdir(parents=True, exist_ok=True)
+    run = make_runner(runner)
+    notes: list[str] = []
+
+    def sweep(runs: list[Run], desc: str) -> list[Any]:
+        s = run.run(runs, desc=desc, progress=progress, keep_going=keep_going)
+        notes.extend(s.notes())
+        return s.done()
+
+    zero = sweep(
+        [Run(zero_shot_case, (cfg, t, root), label=f"zero-shot {t.name}") for t in tasks],
+        "bench general: zero-shot",
+    )
+    if not doppler_takes_budget():
+        notes.append(
+            "the doppler placer takes no budget in this version: its budget column is empty"
+        )
+    budget = sweep(
+        [
+            Run(budget_case, (cfg, t, m, root), label=f"budget {m} {t.name}")
+            for t in tasks
+            for m in ("local-search", "doppler")
+        ],
+        "bench general: budgets",
+    )
+    trained: list[dict[str, Any]] = []
+    paper = [t for t in tasks if t.group == "paper"]
+    if not cfg.skip_training:
+        # the paper graphs; without them (quick runs, missing files) the first task stands in
+        targets = paper or tasks[:1]
+        if not paper:
+            notes.append(f"no paper graph in the run: fine-tuning measured on {tasks[0].name}")
+        trained = sweep(
+            [
+                Run(training_case, (cfg, t, mode, s, root), label=f"{mode} {t.name} seed {s}")
+                for t in targets
+                for s in range(cfg.seed, cfg.seed + cfg.train_seeds)
+                for mode in ("finetune", "scratch")
+            ],
+            "bench general: training",
+        )
+    zrows = zero_shot_rows(zero)
+    btable, curve = budget_rows(budget, zero, cfg.budget)
+    trows = training_rows(trained, zero)
+    return GeneralBenchResult(
+        tasks=tasks,
+        zero_shot=zrows,
+        budget=btable,
+        curve=curve,
+        training=trows,
+        curves=curve_records(trained),
+        targets=target_rows(cfg, zrows, btable, trows),
+        notes=notes,
+    )
+
+
+ZERO_COLUMNS = [
+    "task", "group", "nodes", "devices", "cp", "heft", "greedy", "general", "general_std",
+    "vs_cp", "vs_heft", "ratio_lb", "best_known", "vs_best_known", "cp_vs_best_known", "ms",
+    "greedy_ms", "ms_per_250_nodes",
+]  # fmt: skip
+BUDGET_COLUMNS = [
+    "task", "budget", "cp", "local_search", "doppler", "doppler_vs_local_search", "result",
+    "local_search_vs_best_known", "doppler_vs_best_known",
+]  # fmt: skip
+CURVE_COLUMNS = ["task", "method", "sim_calls", "makespan", "std", "ratio_cp"]
+TRAIN_COLUMNS = [
+    "task", "method", "episodes", "makespan", "std", "greedy", "best_known", "vs_best_known",
+    "vs_cp", "train_s", "seeds",
+]  # fmt: skip
+
+
+def run(
+    out_dir: Path,
+    quick: bool = False,
+    config: GeneralBenchConfig | None = None,
+    progress: bool = True,
+    runner: str | Runner = "local",
+    keep_going: bool = False,
+    **changes: Any,
+) -> dict[str, Any]:
+    """Run (or resume) the benchmark and write ``general.json`` / ``general.md``, the budget
+    curve (``general_budget_curve.{json,html}``) and the training curves
+    (``general_training_curves.json``) into ``out_dir``.
+
+    ``changes``: :class:`GeneralBenchConfig` fields set on top of the default (or quick)
+    configuration; ``curve`` may be a string ``"100,250"`` and ``groups`` ``"paper,cluster"``,
+    ``tasks`` a sequence of task-name parts (the filter).
+    """
+    cfg = make_config(quick, config, **changes)
+    out_dir = Path(out_dir)
+    root = Path(cfg.runs_dir + ("_quick" if quick else ""))
+    t0 = time.perf_counter()
+    res = evaluate(cfg, root, progress=progress, runner=runner, keep_going=keep_going)
+    write_json(
+        root / "bench_config.json", {**asdict(cfg), "tasks": [t.to_dict() for t in res.tasks]}
+    )
+    curve_json = out_dir / "general_budget_curve.json"
+    write_json(curve_json, {"budget": cfg.budget, "curve": res.curve})
+    html = out_dir / "general_budget_curve.html"
+    if res.curve:
+        budget_figure(res.curve).write_html(str(html), include_plotlyjs="cdn")
+    write_json(out_dir / "general_training_curves.json", {"curves": res.curves})
+    summary: dict[str, Any] = {
+        "checkpoint": cfg.checkpoint,
+        "tasks": len(res.tasks),
+        "wall_s": round(time.perf_counter() - t0, 1),  # of this invocation (cached cases free)
+    }
+    for t in res.targets:
+        mark = {True: "pass", False: "FAIL", None: "not measured"}[t["passed"]]
+        summary[t["target"]] = f"{mark} ({_show(t['value'])}; target {t['threshold']})"
+    quick_flag = " --quick" if quick else ""
+    return write_report(
+        out_dir,
+        "general",
+        "The general policy on held-out graphs and clusters",
+        {
+            "Targets": (res.targets, ["target", "value", "threshold", "passed"]),
+            f"Zero-shot: general policy (greedy + {cfg.samples} samples) vs CP and HEFT": (
+                res.zero_shot,
+                ZERO_COLUMNS,
+            ),
+            f"Budget {cfg.budget} simulator calls: doppler vs local-search": (
+                res.budget,
+                BUDGET_COLUMNS,
+            ),
+            "Budget curve (makespan against simulator calls)": (res.curve, CURVE_COLUMNS),
+            (
+                f"Fine-tuning ({cfg.finetune_episodes} episodes) vs training from scratch "
+                f"({cfg.scratch_episodes} episodes)"
+            ): (res.training, TRAIN_COLUMNS),
+        },
+        summary=summary,
+        notes=res.notes
+        + [
+            f"Checkpoint: {cfg.checkpoint} ({checkpoint_digest(cfg.checkpoint)}).",
+            f"Tasks: the held-out set of doppler_lab.train.general (groups {', '.join(cfg.groups)})"
+            if not cfg.tasks
+            else "Tasks: the quick set (tiny generated graphs).",
+            f"cp: mean over {cfg.cp_seeds} tie seeds; general: best of the greedy rollout and "
+            f"{cfg.samples} sampled rollouts, mean over {cfg.seeds} seeds; greedy: the greedy "
+            "rollout alone. Makespans by the simulator of the task's semantics, noise 0.",
+            "ms: median wall milliseconds of the doppler placer's place() call on one torch "
+            "thread (encoder, rollouts, the simulator calls judging them), the placer built and "
+            "called once before (registry lookup, checkpoint load, compilation: once per "
+            "process, not counted); greedy_ms: the same with samples=0. ms_per_250_nodes: ms "
+            "scaled to 250 compute nodes.",
+            "vs_cp = (cp - makespan) / cp; vs_heft = makespan / heft - 1 (> 0: worse than HEFT); "
+            "vs_best_known = makespan / YARDSTICK best known - 1 (paper graphs); the geometric "
+            "mean row: vs_cp = 1 - geometric mean of general / cp.",
+            f"Budget: each placer gets N simulator calls (--budget N), mean over {cfg.seeds} "
+            f"seeds; result: doppler vs local-search (tie within {TIE_RTOL:g} relative). Curve: "
+            f"{', '.join(map(str, cfg.budgets))} calls, geometric mean of makespan / cp over the "
+            f"tasks; figure {html.name}, data {curve_json.name}.",
+            f"Fine-tuning: Stage II (sim preset, {cfg.finetune_episodes} episodes"
+            + (f", changes {cfg.finetune_train}" if cfg.finetune_train else "")
+            + ") from the general policy; scratch: Stage I "
+            f"({cfg.scratch_imitation_episodes}) + Stage II "
+            f"({cfg.scratch_episodes - cfg.scratch_imitation_episodes}) from fresh weights of "
+            f"the general architecture; {cfg.train_seeds} seed(s); protocol: best of greedy + "
+            f"{cfg.samples} samples of the final policy. 'matches': fine-tuned at most "
+            f"{MATCH_RTOL:.0%} worse than scratch. Training curves: general_training_curves.json."
+            + (" Skipped (--skip-training)." if cfg.skip_training else ""),
+            f"Runs: {root} (each case's result.json; a rerun skips finished cases).",
+        ],
+        command="doppler-lab bench general" + quick_flag,
+    )
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "-" if v is None else str(v)
+
+
+def make_config(
+    quick: bool = False, config: GeneralBenchConfig | None = None, **changes: Any
+) -> GeneralBenchConfig:
+    """``config`` (default: the full or the quick configuration) with ``changes``: config fields,
+    ``curve`` may be a string ``"100,250"``, ``groups`` ``"paper,cluster"``, ``tasks`` task-name
+    parts (the filter, also as a comma-separated string); None values are left out."""
+    base = config or (quick_config() if quick else GeneralBenchConfig())
+    return replace(base, **_config_changes(changes))
+
+
+def _config_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """CLI-style values as config fields (``curve`` and ``groups`` as strings, ``tasks`` as
+    the name filter); unknown names are named."""
+    out: dict[str, Any] = {}
+    known = set(GeneralBenchConfig.__dataclass_fields__)
+    for k, v in changes.items():
+        if v is None:
+            continue
+        if k == "curve" and isinstance(v, str):
+            v = parse_budgets(v)
+        elif k == "groups" and isinstance(v, str):
+            v = tuple(g.strip() for g in v.split(",") if g.strip())
+        elif k == "tasks" and isinstance(v, str):
+            k, v = "task_filter", tuple(p.strip() for p in v.split(",") if p.strip())
+        elif k == "tasks" and v and all(isinstance(x, str) for x in v):
+            k, v = "task_filter", tuple(v)
+        elif k not in known:
+            raise ConfigError(
+                f"bench general: unknown option {k!r}; expected one of {sorted(known)}"
+            )
+        out[k] = tuple(v) if isinstance(v, list) else v
+    return out
+
+
+__all__ = [
+    "BENCH_GENERAL_RUNS",
+    "GROUPS",
+    "GeneralBenchConfig",
+    "GeneralBenchResult",
+    "bench_tasks",
+    "budget_case",
+    "budget_figure",
+    "budget_rows",
+    "evaluate",
+    "make_config",
+    "quick_config",
+    "run",
+    "target_rows",
+    "training_case",
+    "training_rows",
+    "zero_shot_case",
+    "zero_shot_rows",
+]

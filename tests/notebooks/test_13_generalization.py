@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+from doppler_lab.bench.general import doppler_takes_budget
+from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
+from doppler_lab.train.general import general_policy_config
+
+
+def test_generalization(run_notebook, tmp_path):
+    pol = make_policy(general_policy_config().replace(hidden=16, mp_steps=1), 2, seed=3)
+    ckpt = str(save_checkpoint(tmp_path / "general.pt", pol))
+    s = run_notebook(
+        "13_generalization.ipynb",
+        checkpoint=ckpt,
+        quick=True,
+        seeds=1,
+        cp_seeds=1,
+        samples=1,
+        budget=10,
+        curve="5,10",
+        finetune_episodes=8,
+        scratch_episodes=12,
+        scratch_imitation_episodes=4,
+        runs_dir=None,
+    )
+    assert len(s["tasks"]) == 2
+    methods = ("local-search", "doppler") if doppler_takes_budget() else ("local-search",)
+    assert [r["task"] for r in s["zero_shot"]] == s["tasks"] + ["geometric mean"]
+    assert all(r["ratio_lb"] >= 1 - 1e-9 for r in s["zero_shot"][:-1])
+    assert {(c["method"], c["sim_calls"]) for c in s["curve"] if c["task"] == "geometric mean"} == {
+        (m, n) for m in methods for n in (5, 10)
+    }
+    assert [r["method"] for r in s["training"]] == ["zero-shot", "fine-tuned", "scratch"]
+    assert len(s["targets"]) == 7

@@ -1,0 +1,117 @@
+"""``bench general`` end to end at toy size: the three tables, the targets, the files beside
+the report, the cache of finished cases, and the CLI's options."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from doppler_lab.bench import general as bench
+from doppler_lab.cli import main
+from doppler_lab.errors import ConfigError
+from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
+from doppler_lab.train.general import Task, general_policy_config
+
+#: the doppler placer's budget option came with the general policy (absent: an empty column)
+METHODS = ("local-search", "doppler") if bench.doppler_takes_budget() else ("local-search",)
+TASKS = (
+    Task("chainmm:matrices=3,scale=0.01", "p100x4", "wc", "generator"),
+    Task("ffnn:layers=2,scale=0.01", "uniform:3", "wc", "cluster"),
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    # saved for 2 devices: the tasks have 4 and 3 (a DOPPLER policy runs on any count)
+    pol = make_policy(general_policy_config().replace(hidden=16, mp_steps=1), 2, seed=3)
+    return str(save_checkpoint(tmp_path_factory.mktemp("ckpt") / "general.pt", pol))
+
+
+def _config(tmp_path, checkpoint, **over):
+    cfg = replace(bench.quick_config(), checkpoint=checkpoint, runs_dir=str(tmp_path / "runs"))
+    small = {"tasks": TASKS, "cp_seeds": 1, "samples": 1, "budget": 10, "curve": (5, 10)}
+    return replace(cfg, **{**small, "finetune_episodes": 8, "scratch_episodes": 12, **over})
+
+
+def test_quick_run_writes_every_table_and_a_rerun_skips_finished_cases(tmp_path, tiny_checkpoint):
+    cfg = _config(tmp_path, tiny_checkpoint)
+    rec = bench.run(tmp_path / "out", quick=True, config=cfg, progress=False)
+    out = tmp_path / "out"
+    for name in ("general.md", "general.json", "general_budget_curve.json"):
+        assert (out / name).exists(), name
+    assert (out / "general_budget_curve.html").stat().st_size > 0
+    tables = rec["tables"]
+    zero = next(v for k, v in tables.items() if k.startswith("Zero-shot"))
+    assert [r["task"] for r in zero] == [t.name for t in TASKS] + ["geometric mean"]
+    for r in zero[:-1]:
+        assert r["cp"] > 0 and r["heft"] > 0 and r["general"] > 0 and r["ms"] > 0
+        assert r["vs_cp"] == pytest.approx((r["cp"] - r["general"]) / r["cp"])
+        assert r["ratio_lb"] >= 1 - 1e-9 and r["vs_best_known"] is None  # not a paper graph
+    ratios = [r["general"] / r["cp"] for r in zero[:-1]]
+    assert zero[-1]["vs_cp"] == pytest.approx(1 - (ratios[0] * ratios[1]) ** 0.5)
+    # budget table: one row per task at the table's budget, then the win/tie/loss count
+    budget = next(v for k, v in tables.items() if k.startswith("Budget 10 "))
+    assert [r["task"] for r in budget[:-1]] == [t.name for t in TASKS]
+    results = [r["result"] for r in budget[:-1]]
+    assert budget[-1]["result"] == " / ".join(str(results.count(k)) for k in ("win", "tie", "loss"))
+    curve = json.loads((out / "general_budget_curve.json").read_text())["curve"]
+    gm = [c for c in curve if c["task"] == "geometric mean"]
+    assert {(c["method"], c["sim_calls"]) for c in gm} == {(m, n) for m in METHODS for n in (5, 10)}
+    # fine-tuning vs scratch on the first task (no paper graph here), with its curves
+    train = next(v for k, v in tables.items() if k.startswith("Fine-tuning"))
+    assert [r["method"] for r in train] == ["zero-shot", "fine-tuned", "scratch"]
+    assert [r["episodes"] for r in train] == [0, 8, 12]
+    assert all(r["train_s"] > 0 for r in train[1:])
+    curves = json.loads((out / "general_training_curves.json").read_text())["curves"]
+    assert {c["run"] for c in curves} == {"finetune", "scratch"}
+    assert min(c["episode"] for c in curves) == 0
+    targets = {t["target"]: t for t in tables["Targets"]}
+    assert len(targets) == 7 and all(t["passed"] in (True, False, None) for t in targets.values())
+    # a rerun computes nothing: every case's result.json stays as it was
+    done = sorted((tmp_path / "runs_quick").rglob("result.json"))
+    assert len(done) == 2 + 2 * 2 + 2  # zero-shot and budget (2 methods) per task, 2 trainings
+    stamps = [p.stat().st_mtime_ns for p in done]
+    again = bench.run(tmp_path / "out", quick=True, config=cfg, progress=False)
+    assert [p.stat().st_mtime_ns for p in done] == stamps
+    assert again["tables"] == rec["tables"]
+
+
+def test_skip_training_and_filter(tmp_path, tiny_checkpoint):
+    cfg = _config(tmp_path, tiny_checkpoint, skip_training=True, task_filter=("ffnn",))
+    res = bench.evaluate(cfg, tmp_path / "runs")
+    assert [r["task"] for r in res.zero_shot] == [TASKS[1].name, "geometric mean"]
+    assert res.training == [] and res.curves == []
+    with pytest.raises(ConfigError, match="no task matches"):
+        bench.bench_tasks(replace(cfg, task_filter=("nothing",)))
+
+
+def test_bad_settings_are_named():
+    with pytest.raises(ConfigError, match="group 'papers'"):
+        bench.GeneralBenchConfig(groups=("papers",))
+    with pytest.raises(ConfigError, match="curve"):
+        bench.GeneralBenchConfig(curve=(0, 10))
+    with pytest.raises(ConfigError, match="scratch_imitation_episodes 400"):
+        bench.GeneralBenchConfig(scratch_episodes=400)
+    with pytest.raises(ConfigError, match="--curve '1,x'"):
+        bench.parse_budgets("1,x")
+
+
+def test_cli_options_belong_to_bench_general(capsys):
+    assert main(["bench", "sim", "--budget", "5"]) == 2
+    assert "--budget is an option of bench general" in capsys.readouterr().err
+
+
+def test_cli_runs_bench_general_with_its_options(tmp_path, monkeypatch, tiny_checkpoint, capsys):
+    monkeypatch.chdir(tmp_path)  # the run cache is relative to the working folder
+    argv = ["bench", "general", "--quick", "--no-progress", "--out", "out"]
+    argv += ["--checkpoint", tiny_checkpoint, "--curve", "5,10", "--budget", "10"]
+    argv += ["--skip-training", "--task", "ffnn", "--seeds", "1"]
+    assert main(argv) == 0, capsys.readouterr().err
+    rec = json.loads((tmp_path / "out" / "general.json").read_text())
+    assert rec["summary"]["tasks"] == 1 and rec["summary"]["checkpoint"] == tiny_checkpoint
+    curve = json.loads((tmp_path / "out" / "general_budget_curve.json").read_text())
+    assert curve["budget"] == 10
+    assert {c["sim_calls"] for c in curve["curve"]} == {5, 10}
+    assert (tmp_path / "runs" / "bench_general_quick").is_dir()
