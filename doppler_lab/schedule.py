@@ -72,12 +72,27 @@ def timing_for(semantics: str | None) -> Timing:
     return _TIMING_OF_SEMANTICS[semantics]
 
 
+# The compiled functions write arrays into an ``out`` argument instead of returning new ones: an
+# array-returning function that is first loaded from numba's cache as the callee of another one
+# cannot return arrays to Python afterwards (numba fails with "'descr' is NULL").
 @njit(cache=True)
 def _est(
-    v, pred_ptr, pred_idx, pred_eid, is_input, device, finish, dev_free, fixed, nbytes, lat, inv_bw
+    v,
+    pred_ptr,
+    pred_idx,
+    pred_eid,
+    is_input,
+    device,
+    finish,
+    dev_free,
+    fixed,
+    nbytes,
+    lat,
+    inv_bw,
+    out,
 ):  # pragma: no cover
     ndev = dev_free.shape[0]
-    out = dev_free.copy()
+    out[:] = dev_free
     for k in range(pred_ptr[v], pred_ptr[v + 1]):
         u = pred_idx[k]
         if is_input[u]:
@@ -90,7 +105,6 @@ def _est(
                 t += transfer_time(fixed[e], lat[a, d], nbytes[e], inv_bw[a, d])
             if t > out[d]:
                 out[d] = t
-    return out
 
 
 @njit(cache=True)
@@ -173,7 +187,6 @@ def _wc_ready(
 @njit(cache=True)
 def _wc_est(
     v,
-    ndev,
     pred_ptr,
     pred_idx,
     pred_eid,
@@ -188,10 +201,11 @@ def _wc_est(
     lat,
     inv_bw,
     dev_free,
+    out,
 ):  # pragma: no cover - compiled
-    """Start of ``v`` on every device under the ``wc`` model, ``(D,)``; nothing is recorded."""
-    out = np.empty(ndev)
-    for d in range(ndev):
+    """Start of ``v`` on every device under the ``wc`` model into ``out`` ``(D,)``; nothing is
+    recorded."""
+    for d in range(out.shape[0]):
         ready = _wc_ready(
             v,
             d,
@@ -211,7 +225,6 @@ def _wc_est(
             False,
         )
         out[d] = max(dev_free[d], ready)
-    return out
 
 
 @njit(cache=True)
@@ -238,6 +251,86 @@ def _features(
     for d in range(ndev):
         if out[d, 2] == np.inf:
             out[d, 2] = 0.0
+
+
+TIMING_CODES: dict[str, int] = {"est": 0, "paper": 1, "wc": 2}
+"""The timing models as the integers the compiled batch steps take."""
+
+
+@njit(cache=True)
+def batch_est(record, arrays, timing, k, v, out):  # pragma: no cover - compiled
+    """Earliest start of ``v`` on each device in state ``k`` of a :class:`ScheduleBatch`
+    (:meth:`ListScheduleState.est`), written to ``out`` ``(D,)``.
+
+    Args:
+        record: :attr:`ListScheduleState.record`.
+        arrays: :attr:`ScheduleBatch.arrays`.
+        timing: :data:`TIMING_CODES` of the timing model.
+    """
+    preds, edge_costs, routes = record[:4], record[6:10], record[11]
+    device, _, finish, _, _, dev_free, link_free, arrival = arrays[:8]
+    if timing == 2:
+        state = (device[k], finish[k], arrival[k], link_free[k], routes)
+        _wc_est(v, *preds, *state, *edge_costs, dev_free[k], out)
+    else:
+        _est(v, *preds, device[k], finish[k], dev_free[k], *edge_costs, out)
+
+
+@njit(cache=True)
+def batch_device_features(record, arrays, k, v, est, out):  # pragma: no cover - compiled
+    """The five DOPPLER device features of ``v`` in state ``k`` of a :class:`ScheduleBatch`
+    (:meth:`ListScheduleState.device_features`), written to columns 0-4 of ``out`` ``(D, F)``."""
+    pred_ptr, pred_idx, is_input = record[0], record[1], record[3]
+    device, start, finish, comp_on, load = arrays[:5]
+    row = (device[k], start[k], finish[k], comp_on[k], load[k])
+    _features(v, pred_ptr, pred_idx, is_input, *row, est, out)
+
+
+@njit(cache=True)
+def batch_assign(record, arrays, timing, k, v, d, est):  # pragma: no cover - compiled
+    """Put candidate ``v`` on device ``d`` in state ``k`` of a :class:`ScheduleBatch`
+    (:meth:`ListScheduleState.assign`, unchecked; ``est``: ``v``'s earliest starts)."""
+    preds, succ_ptr, succ_idx = record[:4], record[4], record[5]
+    edge_costs, comp, routes = record[6:10], record[10], record[11]
+    device, start, finish, comp_on, load, dev_free, link_free, arrival = arrays[:8]
+    waiting, frontier, cand, ncand, order, count = arrays[8:]
+    c = comp[v, d]
+    if timing == 0:
+        s = est[d]
+    elif timing == 2:
+        state = (device[k], finish[k], arrival[k], link_free[k], routes)
+        s = max(dev_free[k, d], _wc_ready(v, d, *preds, *state, *edge_costs, True))
+    else:
+        s = load[k, d]
+    device[k, v] = d
+    start[k, v] = s
+    finish[k, v] = s + c
+    comp_on[k, v] = c
+    load[k, d] += c
+    dev_free[k, d] = s + c
+    order[k, count[k]] = v
+    count[k] += 1
+    frontier[k, v] = False
+    row = cand[k]
+    m = ncand[k]
+    i = 0
+    while row[i] != v:  # v is a candidate
+        i += 1
+    for j in range(i, m - 1):
+        row[j] = row[j + 1]
+    m -= 1
+    for j in range(succ_ptr[v], succ_ptr[v + 1]):
+        w = succ_idx[j]
+        waiting[k, w] -= 1
+        if waiting[k, w] == 0:
+            frontier[k, w] = True
+            i = m  # keep the candidates ascending
+            while i > 0 and row[i - 1] > w:
+                row[i] = row[i - 1]
+                i -= 1
+            row[i] = w
+            m += 1
+    ncand[k] = m
 
 
 class ListScheduleState:
@@ -284,6 +377,15 @@ class ListScheduleState:
         cluster = cost_model.cluster
         self._routes = np.ascontiguousarray(cluster.routes, dtype=np.int64)
         self._num_links = max(int(cluster.num_links), 1)
+        #: the graph and cost arrays of the compiled batch steps (:class:`ScheduleBatch`)
+        self.record = (
+            *self._preds,
+            graph.succ_ptr,
+            graph.succ_idx,
+            *self._edge_costs,
+            np.ascontiguousarray(self._comp),
+            self._routes,
+        )
         # compute predecessors each node still waits for
         self._waiting0 = np.bincount(
             graph.edge_dst[~graph.is_input[graph.edge_src]], minlength=graph.num_nodes
@@ -324,12 +426,13 @@ class ListScheduleState:
 
     def est(self, v: int) -> np.ndarray:
         """Earliest start time of ``v`` on each device, ``(D,)``, raw units."""
+        out = np.empty(self.num_devices)
         if self.timing == "wc":
             state = (self.device, self.finish, self.arrival, self.link_free, self._routes)
-            return _wc_est(
-                v, self.num_devices, *self._preds, *state, *self._edge_costs, self.dev_free
-            )
-        return _est(v, *self._preds, self.device, self.finish, self.dev_free, *self._edge_costs)
+            _wc_est(v, *self._preds, *state, *self._edge_costs, self.dev_free, out)
+        else:
+            _est(v, *self._preds, self.device, self.finish, self.dev_free, *self._edge_costs, out)
+        return out
 
     def _wc_start(self, v: int, d: int, commit: bool) -> float:
         """Start of ``v`` on ``d`` under the ``wc`` model (``commit``: issue its transfers)."""
@@ -408,3 +511,73 @@ class ListScheduleState:
     def schedule_makespan(self) -> float:
         """The internal model's makespan (raw units)."""
         return float(np.nanmax(self.finish)) if self.order else 0.0
+
+
+class ScheduleBatch:
+    """K fresh list-schedule states of one graph (one cost model, one timing model) in stacked
+    arrays, for compiled code that steps all of them at once (:func:`batch_est`,
+    :func:`batch_device_features`, :func:`batch_assign`).
+
+    The states keep working as themselves: their arrays become row views of the stacked ones,
+    so what a compiled step writes is what each state reads. Their assignment order is brought
+    up to date by :meth:`sync` (:attr:`states` calls it). A batched state must not be reset.
+
+    Args:
+        states: fresh states (nothing assigned yet) of one graph, cost model and timing.
+
+    Attributes:
+        record: the graph and cost arrays (:attr:`ListScheduleState.record`).
+        timing: :data:`TIMING_CODES` of the timing model.
+        arrays: ``(device, start, finish, comp_on, load, dev_free, link_free, arrival, waiting,
+            frontier, cand, ncand, order, count)``: the states' arrays stacked ``(K, ...)``, each
+            state's candidates ascending in ``cand[k, :ncand[k]]``, its assignment order in
+            ``order[k, :count[k]]``.
+
+    Raises:
+        PlacementError: no states, a state already stepped, or states of different problems.
+    """
+
+    def __init__(self, states: list[ListScheduleState]):
+        if not states:
+            raise PlacementError("a schedule batch needs at least one state")
+        s0 = states[0]
+        for s in states:
+            if s.num_assigned or s.graph is not s0.graph or s.cost is not s0.cost:
+                raise PlacementError(
+                    "a schedule batch takes fresh states of one graph and cost model"
+                )
+            if s.timing != s0.timing:
+                raise PlacementError(f"timing {s.timing!r} in a batch of {s0.timing!r} states")
+        self._states = list(states)
+        self.record = s0.record
+        self.timing = TIMING_CODES[s0.timing]
+        names = ("device", "start", "finish", "comp_on", "load", "dev_free", "link_free")
+        names += ("arrival", "_waiting", "_frontier")
+        stacked = [np.stack([getattr(s, a) for s in states]) for a in names]
+        for k, s in enumerate(states):
+            for a, arr in zip(names, stacked, strict=True):
+                setattr(s, a, arr[k])
+        n = s0.graph.num_nodes
+        first = s0.candidates()
+        cand = np.zeros((len(states), n), dtype=np.int64)
+        cand[:, : first.size] = first
+        ncand = np.full(len(states), first.size, dtype=np.int64)
+        self._num_steps = s0.num_assigned + s0._remaining
+        order = np.zeros((len(states), self._num_steps), dtype=np.int64)
+        count = np.zeros(len(states), dtype=np.int64)
+        self.arrays = (*stacked, cand, ncand, order, count)
+
+    @property
+    def states(self) -> list[ListScheduleState]:
+        """The K states, up to date (:meth:`sync`)."""
+        self.sync()
+        return self._states
+
+    def sync(self) -> None:
+        """Bring each state's assignment order and remaining count up to date."""
+        order, count = self.arrays[-2], self.arrays[-1]
+        for k, s in enumerate(self._states):
+            c = int(count[k])
+            if len(s.order) != c:
+                s.order[:] = order[k, :c].tolist()
+                s._remaining = self._num_steps - c

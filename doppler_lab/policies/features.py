@@ -286,6 +286,61 @@ def _coproducers(
             out[device[u]] += edge_cost[pred_eid[j]]
 
 
+@njit("float64(float64[:], int64, int64)", cache=True)
+def _pairwise_sum(x, lo, n):  # pragma: no cover - compiled
+    """numpy's pairwise summation of ``x[lo:lo + n]`` (the order ``ndarray.sum`` adds in)."""
+    if n < 8:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += x[i]
+        return res
+    if n <= 128:
+        r = x[lo : lo + 8].copy()
+        i = 8
+        while i < n - n % 8:
+            for j in range(8):
+                r[j] += x[lo + i + j]
+            i += 8
+        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        for j in range(lo + i, lo + n):
+            res += x[j]
+        return res
+    half = n // 2
+    half -= half % 8
+    return _pairwise_sum(x, lo, half) + _pairwise_sum(x, lo + half, n - half)
+
+
+@njit(cache=True)
+def extend_device_features(record, edge_cost, v, device, out):  # pragma: no cover - compiled
+    """Columns 5-8 of the ``doppler9`` device features of node ``v`` (see
+    :func:`extended_device_features`) from its five base features in columns 0-4 of ``out``.
+
+    Args:
+        record: the graph and cost arrays (:attr:`~doppler_lab.schedule.ListScheduleState.record`;
+            its first ten are read).
+        edge_cost: ``(E,)`` mean transfer cost per edge.
+        v: the node being placed.
+        device: ``(N,)`` current device per node (-1: unassigned).
+        out: ``(D, 9)``, written in place.
+    """
+    pred_ptr, pred_idx, pred_eid, is_input, succ_ptr, succ_idx = record[:6]
+    fixed, nbytes, lat, inv_bw = record[6:10]
+    d = out.shape[0]
+    _wait_transfer(
+        v, pred_ptr, pred_idx, pred_eid, is_input, device, fixed, nbytes, lat, inv_bw, out[:, 5]
+    )
+    total = 0.0 + _pairwise_sum(out[:, 1], 0, d)  # as numpy adds it (0 + the pairwise sum)
+    lowest = out[0, 4]
+    for i in range(d):
+        out[i, 6] = out[i, 1] / total if total > 0 else 0.0
+        lowest = min(lowest, out[i, 4])
+    for i in range(d):
+        out[i, 7] = 1.0 if out[i, 4] <= lowest * (1 + 1e-9) else 0.0
+    _coproducers(
+        v, succ_ptr, succ_idx, pred_ptr, pred_idx, pred_eid, is_input, device, edge_cost, out[:, 8]
+    )
+
+
 def device_features(
     state: ListScheduleState, v: int, layout: FeatureLayout, est: np.ndarray | None = None
 ) -> np.ndarray:
@@ -293,7 +348,16 @@ def device_features(
     base = state.device_features(v, est)
     if layout.device_dim == 5:
         return base
-    return extended_device_features(state.graph, state.cost, state.device, v, base)
+    return _extended(state.record, state.cost.mean_edge_cost, state.device, v, base)
+
+
+def _extended(
+    record: tuple, edge_cost: np.ndarray, device: np.ndarray, v: int, base: np.ndarray
+) -> np.ndarray:
+    out = np.empty((base.shape[0], 9))
+    out[:, :5] = base
+    extend_device_features(record, edge_cost, v, device, out)
+    return out
 
 
 def extended_device_features(
@@ -315,40 +379,7 @@ def extended_device_features(
         1 where the earliest start is smallest, and the mean transfer cost of the edges into
         ``v``'s successors from their other producers on each device.
     """
-    d = base.shape[0]
-    out = np.empty((d, 9))
-    out[:, :5] = base
-    wait = np.empty(d)
-    _wait_transfer(
-        v,
-        graph.pred_ptr,
-        graph.pred_idx,
-        graph.pred_eid,
-        graph.is_input,
-        device,
-        cost.edge_fixed,
-        cost.edge_bytes,
-        cost.latency,
-        cost.inv_bandwidth,
-        wait,
-    )
-    out[:, 5] = wait
-    total = base[:, 1].sum()
-    out[:, 6] = base[:, 1] / total if total > 0 else 0.0
-    est = base[:, 4]
-    out[:, 7] = est <= est.min() * (1 + 1e-9)
-    co = np.empty(d)
-    _coproducers(
-        v,
-        graph.succ_ptr,
-        graph.succ_idx,
-        graph.pred_ptr,
-        graph.pred_idx,
-        graph.pred_eid,
-        graph.is_input,
-        device,
-        cost.mean_edge_cost,
-        co,
-    )
-    out[:, 8] = co
-    return out
+    g = graph
+    record = (g.pred_ptr, g.pred_idx, g.pred_eid, g.is_input, g.succ_ptr, g.succ_idx)
+    record += (cost.edge_fixed, cost.edge_bytes, cost.latency, cost.inv_bandwidth)
+    return _extended(record, cost.mean_edge_cost, device, v, base)

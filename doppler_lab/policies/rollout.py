@@ -7,17 +7,30 @@ t-th node of a topological order) and then the policy scores the D devices of al
 nodes in one batched call. Exploration per decision: with probability ``teacher`` take the
 Critical Path choice, else with probability ``epsilon`` a uniform one, else the policy's
 (``greedy``: its argmax; otherwise a sample from its softmax).
+
+In the plain modes (no teacher, no uniform draws, no teacher records, no anchor; a learned PLC
+with learned or topological SEL) the K episodes live in one
+:class:`~doppler_lab.schedule.ScheduleBatch` and a step runs compiled
+(:mod:`doppler_lab.policies.batched`): the same decisions, records and random draws as the
+per-episode loop, which stays for the other modes.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from ..episode import Episode
 from ..errors import ConfigError, PlacementError
+from ..schedule import ScheduleBatch
 from .base import Episodes, PlacementPolicy
+from .batched import GREEDY as KIND_GREEDY
+from .batched import SAMPLE as KIND_SAMPLE
+from .batched import TOPO as KIND_TOPO
+from .batched import place_step, sel_logits, select_step
 from .context import GraphContext
 
 
@@ -48,6 +61,16 @@ class ActionMode:
                 raise ConfigError(f"action mode {name} = {v!r}, expected a probability in [0, 1]")
         if not self.temperature >= 0:
             raise ConfigError(f"action mode temperature = {self.temperature!r}, expected >= 0")
+
+    @property
+    def plain(self) -> bool:
+        """Every decision is the policy's own (no teacher, no uniform or perturbing draws)."""
+        return self.epsilon == 0.0 and self.teacher == 0.0
+
+    @property
+    def samples(self) -> bool:
+        """A plain decision is a draw from the softmax (not the argmax)."""
+        return not self.greedy and self.temperature != 0.0
 
 
 GREEDY = ActionMode(greedy=True)
@@ -89,9 +112,13 @@ class Rollout:
         selected: ``(K,)`` the node (global id) each episode selected at the last step.
         ests: the earliest start times of those nodes, ``(D,)`` each.
         logits: ``(K, D)`` PLC's logits at the last step (None unless PLC is learned).
+        batched: the steps run compiled (see the module docstring).
 
     Run it with :meth:`run` (or :meth:`step` until :attr:`done`, then :meth:`episodes_record`).
     """
+
+    #: run the plain modes compiled (False: always the per-episode loop, the reference)
+    compiled_plain_modes: bool = True
 
     def __init__(
         self,
@@ -111,7 +138,7 @@ class Rollout:
         self.sel, self.plc = sel, plc
         self.record_teacher, self.anchor = record_teacher, anchor
         self.num_episodes, self.num_steps = k_eps, t_steps
-        self.episodes = [ctx.new_episode() for _ in range(k_eps)]
+        self._episodes: list[Episode] = [ctx.new_episode() for _ in range(k_eps)]
         self.t = 0
         self.nodes = np.empty((k_eps, t_steps), dtype=np.int64)
         self.devices = np.empty((k_eps, t_steps), dtype=np.int64)
@@ -129,6 +156,24 @@ class Rollout:
         self.ests = [np.empty(0)] * k_eps
         self._raw = np.empty((k_eps, ndev, fdim))
         self.logits: np.ndarray | None = None
+        self.batched = (
+            self.compiled_plain_modes
+            and sel.plain
+            and plc.plain
+            and not record_teacher
+            and anchor is None
+            and k_eps > 0
+            and policy.plc_mode == "learned"
+            and policy.sel_mode in ("learned", "topo")
+            and fdim in (5, 9)
+        )
+        if self.batched:
+            self._begin_batched()
+
+    @property
+    def episodes(self) -> list[Episode]:
+        """The K episodes (up to date after every step)."""
+        return self._batch.states if self.batched else self._episodes  # type: ignore[return-value]
 
     @property
     def done(self) -> bool:
@@ -137,12 +182,15 @@ class Rollout:
 
     def step(self) -> None:
         """One SEL decision in every episode, then one batched PLC call for all of them."""
+        if self.batched:
+            self._step_batched()
+            return
         t, rng, ctx, policy = self.t, self.rng, self.ctx, self.policy
         sel, plc, record_teacher = self.sel, self.plc, self.record_teacher
         teacher, local = ctx.teacher, ctx.features.local
         t_steps, scores, counts = self.num_steps, self.sel_scores, self._counts
         vs, ests, raw = self.selected, self.ests, self._raw
-        for k, st in enumerate(self.episodes):
+        for k, st in enumerate(self._episodes):
             if policy.sel_mode == "topo":
                 v = int(ctx.topo_global[t])
             else:
@@ -176,7 +224,7 @@ class Rollout:
         self.logits = logits
         anchor, plc_teacher, devices = self.anchor, self.plc_teacher, self.devices
         span, scale = self._span, ctx.graph.time_scale
-        for k, st in enumerate(self.episodes):
+        for k, st in enumerate(self._episodes):
             d_ties = None
             if anchor is not None and logits is not None:
                 d_ties = anchor[vs[k] : vs[k] + 1]
@@ -197,13 +245,83 @@ class Rollout:
             policy.plc_observe(pstate, loc_v, devices[:, t])
         self.t += 1
 
+    def _begin_batched(self) -> None:
+        """The K episodes in one schedule batch, and the buffers of the compiled steps."""
+        k_eps, ctx = self.num_episodes, self.ctx
+        self._batch = ScheduleBatch(self._episodes)  # type: ignore[arg-type]
+        self.ests = np.empty((k_eps, ctx.num_devices))
+        scores = self.sel_scores
+        if scores is None:  # topological SEL: no scores, no candidates recorded
+            scores = np.zeros(0, np.float32)
+            self._sel_kind = KIND_TOPO
+        else:
+            self._sel_kind = KIND_SAMPLE if self.sel.samples else KIND_GREEDY
+        self._sel = (scores, ctx.features.local, ctx.topo_global)
+        bound = k_eps * max(self.num_steps, 1)  # candidates of one step, at most
+        self._sel_buf = np.empty(bound, scores.dtype)
+        self._sel_ptr = np.zeros(k_eps, dtype=np.int64)
+        self._sel_temperature = scores.dtype.type(self.sel.temperature)
+        self._no_draws = np.zeros(0)
+        self._no_draw = (self._sel_buf[:0], self._sel_ptr, self._no_draws)
+        self._cand_rec = np.empty(4 * bound, dtype=np.int64)
+        self._cand_pos = 0
+        self._cand_counts = np.zeros((k_eps, self.num_steps), dtype=np.int64)
+
+    def _step_batched(self) -> None:
+        """:meth:`step` in the plain modes, compiled (same decisions, records and draws)."""
+        t, k_eps, ctx, policy = self.t, self.num_episodes, self.ctx, self.policy
+        batch, rng = self._batch, self.rng
+        draw = self._no_draw
+        if self._sel_kind == KIND_SAMPLE:
+            u = rng.random(k_eps)  # one draw per episode, in order, as the loop draws them
+            buf, ptr = self._sel_buf, self._sel_ptr
+            m = sel_logits(
+                self._sel[0], self._sel[1], batch.arrays, self._sel_temperature, buf, ptr
+            )
+            draw = (np.exp(buf[:m]), ptr, u)
+        if self._cand_rec.size - self._cand_pos < self._sel_buf.size:
+            self._cand_rec = np.concatenate([self._cand_rec, np.empty_like(self._cand_rec)])
+        out = (self.selected, self.nodes, self.ests, self._raw, self._cand_rec, self._cand_counts)
+        args = (batch.record, batch.arrays, batch.timing, ctx.cost.mean_edge_cost)
+        self._cand_pos = select_step(t, self._sel_kind, *args, self._sel, draw, out, self._cand_pos)
+        norm = ctx.normalize(self._raw)
+        self.feats[:, t] = norm
+        loc_v = self.nodes[:, t].copy()
+        with torch.no_grad() if torch.is_grad_enabled() else contextlib.nullcontext():
+            logits = policy.plc_logits(ctx, self.enc, self._pstate, loc_v, norm)
+        self.logits = logits
+        kind, scores, u = KIND_GREEDY, logits, self._no_draws
+        if self.plc.samples:
+            u = rng.random(k_eps)
+            temp = self.plc.temperature
+            z = logits if temp == 1.0 else logits / temp
+            kind, scores = KIND_SAMPLE, np.exp(z - z.max(axis=1, keepdims=True))
+        out = (self.devices, self.partial, self._span)
+        place_step(
+            t, kind, *args[:3], self.selected, self.ests, scores, u, out, ctx.graph.time_scale
+        )
+        policy.plc_observe(self._pstate, loc_v, self.devices[:, t])
+        self.t += 1
+
+    def _candidate_record(self) -> tuple[np.ndarray, np.ndarray]:
+        """The batched steps' candidate record, episode-major: ``(cand_ptr, cand_idx)``."""
+        counts = self._cand_counts  # (K, T); the record is step-major (chunk t K + k)
+        step_major = counts.T.reshape(-1)
+        start = (np.cumsum(step_major) - step_major).reshape(counts.shape[::-1]).T.reshape(-1)
+        flat = counts.reshape(-1)
+        ends = np.cumsum(flat)
+        take = np.repeat(start - (ends - flat), flat) + np.arange(ends[-1] if flat.size else 0)
+        return np.concatenate([[0], ends]), self._cand_rec[take]
+
     def episodes_record(self) -> Episodes:
         """The finished episodes as :class:`Episodes` (for the log-probability recompute)."""
         if not self.done:
             raise PlacementError(f"the rollout is at step {self.t} of {self.num_steps}")
         k_eps, t_steps = self.num_episodes, self.num_steps
         cand_ptr = cand_idx = sel_teacher = None
-        if self.learned_sel:
+        if self.learned_sel and self.batched:
+            cand_ptr, cand_idx = self._candidate_record()
+        elif self.learned_sel:
             assert self._counts is not None
             # chunks were appended step-major (chunk t K + k); reorder to episode-major (k T + t)
             idx = (np.arange(t_steps)[None, :] * k_eps + np.arange(k_eps)[:, None]).reshape(-1)
@@ -227,8 +345,9 @@ class Rollout:
 
     def run(self) -> Episodes:
         """Step to the end and return the record."""
-        while not self.done:
-            self.step()
+        with torch.no_grad():
+            while not self.done:
+                self.step()
         return self.episodes_record()
 
 
