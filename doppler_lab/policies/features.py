@@ -238,19 +238,37 @@ def graph_features(graph: DataflowGraph, cost: CostModel, layout: FeatureLayout)
 
 
 def normalize_device_features(f: np.ndarray, layout: FeatureLayout, time_unit: float) -> np.ndarray:
-    """Normalise raw device features ``(..., D, F)`` for a policy (float32).
+    """Normalise raw device features ``(..., D, F)`` (float64) for a policy (float32).
 
     ``zscore``: per feature over the D devices. ``scaled``: times and loads divided by
     ``time_unit``; start/finish times made relative to the smallest earliest start.
     """
     if layout.device_norm == "zscore":
         return zscore(f, axis=-2).astype(np.float32)
-    out = f / time_unit
-    ref = out[..., 4:5].min(axis=-2, keepdims=True)
-    out[..., 2:5] -= ref
-    if f.shape[-1] > 5:
-        out[..., 6:8] = f[..., 6:8]  # shares and flags are unit-free
-    return out.astype(np.float32)
+    out = np.empty(f.shape, dtype=np.float32)
+    if out.size:
+        shape = (-1, *f.shape[-2:])
+        raw = np.ascontiguousarray(f, dtype=np.float64).reshape(shape)
+        _scaled(raw, float(time_unit), out.reshape(shape))
+    return out
+
+
+@njit(cache=True)
+def _scaled(f, time_unit, out):  # pragma: no cover - compiled
+    """The ``scaled`` normalisation of ``f`` ``(B, D, F)`` into ``out`` (float32)."""
+    ndev, nfeat = f.shape[1], f.shape[2]
+    for b in range(f.shape[0]):
+        ref = f[b, 0, 4] / time_unit  # the smallest earliest start
+        for d in range(1, ndev):
+            ref = min(ref, f[b, d, 4] / time_unit)
+        for d in range(ndev):
+            for j in range(nfeat):
+                x = f[b, d, j] / time_unit
+                if 2 <= j < 5:
+                    x -= ref
+                elif j == 6 or j == 7:
+                    x = f[b, d, j]  # shares and flags are unit-free
+                out[b, d, j] = x
 
 
 @njit(cache=True)

@@ -181,7 +181,13 @@ class Rollout:
         return self.t >= self.num_steps
 
     def step(self) -> None:
-        """One SEL decision in every episode, then one batched PLC call for all of them."""
+        """One SEL decision in every episode, then one batched PLC call for all of them.
+
+        Raises:
+            PlacementError: the rollout is already :attr:`done`.
+        """
+        if self.done:
+            raise PlacementError(f"the rollout is done (all {self.num_steps} steps taken)")
         if self.batched:
             self._step_batched()
             return
@@ -263,7 +269,7 @@ class Rollout:
         self._sel_temperature = scores.dtype.type(self.sel.temperature)
         self._no_draws = np.zeros(0)
         self._no_draw = (self._sel_buf[:0], self._sel_ptr, self._no_draws)
-        self._cand_rec = np.empty(4 * bound, dtype=np.int64)
+        self._cand_rec = np.empty(2 * bound, dtype=np.int64)
         self._cand_pos = 0
         self._cand_counts = np.zeros((k_eps, self.num_steps), dtype=np.int64)
 

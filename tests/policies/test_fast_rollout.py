@@ -167,6 +167,8 @@ def test_stepping_one_decision_at_a_time_keeps_the_episodes_live(small_graph):
             assert r.episodes[0].order[-1] == v  # the order is brought up to date
     record = r.episodes_record()
     assert r.episodes[0].done
+    with pytest.raises(PlacementError, match="done"):
+        r.step()
     np.testing.assert_array_equal(record.placements[0].device, r.episodes[0].placement().device)
 
 
