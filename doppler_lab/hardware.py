@@ -226,6 +226,28 @@ class Cluster:
         inv.setflags(write=False)
         return inv
 
+    def first(self, k: int) -> Cluster:
+        """The sub-cluster of devices ``0..k-1`` with their links (the resources they use,
+        renumbered); ``self`` when ``k`` is the device count."""
+        d = self.num_devices
+        if not (isinstance(k, int) and 1 <= k <= d):
+            raise ClusterError(f"cluster {self.name!r}: first({k!r}); expected 1..{d} devices")
+        if k == d:
+            return self
+        routes = np.array(self.routes[:k, :k])
+        used = np.unique(routes[routes >= 0])
+        renumber = np.full(self.num_links, -1, dtype=np.int64)
+        renumber[used] = np.arange(used.size)
+        routes[routes >= 0] = renumber[routes[routes >= 0]]
+        return Cluster(
+            f"{self.name}[:{k}]",
+            self.devices[:k],
+            self.bandwidth_bytes_per_s[:k, :k],
+            self.latency_s[:k, :k],
+            routes,
+            tuple(self.link_names[i] for i in used),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         bw = self.bandwidth_bytes_per_s.copy()
         np.fill_diagonal(bw, 0.0)

@@ -91,6 +91,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="fine-tune an --init checkpoint trained on another device count",
     )
+    p.add_argument(
+        "--device-curriculum",
+        type=int_arg(0),
+        metavar="K",
+        help="on more than K devices, run Stage I and the first half of Stage II on K of them "
+        "(default 4 for a DOPPLER policy trained from scratch with imitation,sim on more than 4 "
+        "devices, where training on all of them at once stays at the Critical Path level; "
+        "0: off)",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 
@@ -127,6 +136,24 @@ def policy_config(args: argparse.Namespace):
     return base.replace(**changes)
 
 
+#: the device count of the default curriculum (``--device-curriculum``)
+DEFAULT_CURRICULUM_DEVICES = 4
+
+
+def device_curriculum(args, configs, pcfg, init, num_devices: int) -> int | None:
+    """``--device-curriculum`` resolved: the default is on for a DOPPLER policy trained from
+    scratch through Stage I and II on more than 4 devices."""
+    from ..policies.checkpoint import DEVICE_FREE_KINDS
+
+    if args.device_curriculum is not None:
+        return args.device_curriculum or None
+    stages = [c.stage for c in configs]
+    scratch = init is None and stages[:1] == ["imitation"] and "sim" in stages
+    if scratch and pcfg.kind in DEVICE_FREE_KINDS and num_devices > DEFAULT_CURRICULUM_DEVICES:
+        return DEFAULT_CURRICULUM_DEVICES
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from ..train.pipeline import run_pipeline
 
@@ -141,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
 
         init = resolve_checkpoint(args.init)
     out = Path(args.out)
+    curriculum = device_curriculum(args, configs, pcfg, init, cluster.num_devices)
     results = (
         run_pipeline(
             configs,
@@ -149,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
             pcfg,
             out if len(configs) > 1 else None,
             init,
+            curriculum,
             progress=show_progress(args),
             allow_device_change=args.allow_device_change,
         )

@@ -37,11 +37,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="Stage I episodes",
     )
     p.add_argument(
+        "--anchor-episodes",
+        type=int_arg(0),
+        default=g.GENERAL_ANCHOR_EPISODES,
+        metavar="N",
+        help="episodes imitating each task's local-search placement, after Stage I (0: none)",
+    )
+    p.add_argument(
         "--sim-episodes",
-        type=int_arg(1),
+        type=int_arg(0),
         default=g.GENERAL_SIM_EPISODES,
         metavar="N",
-        help="Stage II episodes",
+        help="Stage II episodes (0: none)",
     )
     p.add_argument("--lr", type=number_arg(above=0), help="Stage II learning rate")
     p.add_argument("--seed", type=int_arg(0), default=0, help="seed (task pool, weights, rollouts)")
@@ -63,6 +70,7 @@ def command_line(args: argparse.Namespace) -> str:
     for flag, key, default in (
         ("--tasks", "tasks", g.GENERAL_TASKS),
         ("--imitation-episodes", "imitation_episodes", g.GENERAL_IMITATION_EPISODES),
+        ("--anchor-episodes", "anchor_episodes", g.GENERAL_ANCHOR_EPISODES),
         ("--sim-episodes", "sim_episodes", g.GENERAL_SIM_EPISODES),
         ("--lr", "lr", None),
         ("--seed", "seed", 0),
@@ -91,9 +99,12 @@ def run(args: argparse.Namespace) -> int:
         args.seed,
         init,
         show_progress(args),
+        args.anchor_episodes,
         **changes,
     )
-    stages = g.general_stages(args.imitation_episodes, args.sim_episodes, args.seed, **changes)
+    stages = g.general_stages(
+        args.imitation_episodes, args.sim_episodes, args.seed, args.anchor_episodes, **changes
+    )
     record = g.run_record(results, stages, args.tasks, args.seed)
     summary = {"out": str(Path(args.out)), "checkpoint": str(results[-1].checkpoint), **record}
     if args.ship:
@@ -103,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(
             f"general policy: {args.tasks} tasks, {args.imitation_episodes} + "
-            f"{args.sim_episodes} episodes, {record['train_s']:.0f} s of updates"
+            f"{args.anchor_episodes} + {args.sim_episodes} episodes (I, anchor, II), "
+            f"{record['train_s']:.0f} s of updates"
         )
         print(f"checkpoint: {summary['checkpoint']}")
         if args.ship:

@@ -292,22 +292,45 @@ GENERAL_SIM_EPISODES = 12288
 GENERAL_SIM_SETTINGS: dict[str, Any] = {"lr": 1e-2, "lr_warmup": 10, "tempered_loss": True}
 
 
+#: Stage "anchor" settings: imitate a search's placement of each task (local search from CP with
+#: ``ANCHOR_BUDGET`` simulator calls), explore around it, keep any better placement found
+GENERAL_ANCHOR_SETTINGS: dict[str, Any] = {
+    "anchor": True,
+    "sil_coef": 1.0,
+    "lr": 3e-3,
+    "lr_warmup": 5,
+    "tempered_loss": True,
+    "epsilon_start": 0.3,
+    "epsilon_end": 0.1,
+}
+ANCHOR_BUDGET = 2000
+GENERAL_ANCHOR_EPISODES = 6144
+
+
 def general_stages(
     imitation_episodes: int = GENERAL_IMITATION_EPISODES,
     sim_episodes: int = GENERAL_SIM_EPISODES,
     seed: int = 0,
+    anchor_episodes: int = GENERAL_ANCHOR_EPISODES,
     **sim_changes: Any,
 ):
-    """Stage I and Stage II configurations of the general policy."""
+    """The general policy's stage configurations (a stage of 0 episodes is left out)."""
     from .config import preset
 
     common = {"semantics": "wc", "seed": seed, "checkpoint_every": 20}
-    return [
-        preset("imitation", episodes=imitation_episodes, **common),
-        preset(
-            "sim", **{**GENERAL_SIM_SETTINGS, **common, "episodes": sim_episodes, **sim_changes}
-        ),
-    ]
+    stages = [preset("imitation", episodes=imitation_episodes, **common)]
+    if anchor_episodes:
+        stages.append(
+            preset("sim", **{**GENERAL_ANCHOR_SETTINGS, **common, "episodes": anchor_episodes})
+        )
+    if sim_episodes:
+        stages.append(
+            preset(
+                "sim",
+                **{**GENERAL_SIM_SETTINGS, **common, "episodes": sim_episodes, **sim_changes},
+            )
+        )
+    return stages
 
 
 def general_policy_config():
@@ -315,6 +338,34 @@ def general_policy_config():
     from ..policies.config import POLICY_PRESETS
 
     return POLICY_PRESETS["default"].replace(timing="wc")
+
+
+def search_anchors(
+    pool: Sequence[Task],
+    built: Sequence[tuple[DataflowGraph, Cluster]],
+    budget: int = ANCHOR_BUDGET,
+    seed: int = 0,
+    cache: str | Path | None = None,
+    progress: bool = True,
+) -> list[np.ndarray]:
+    """Each task's local-search placement (``budget`` simulator calls under its semantics),
+    read from / written to ``cache`` (an ``.npz``) so a resumed run does not search again."""
+    from ..placers import place
+    from ..progress import progress as bar
+
+    if cache is not None and Path(cache).exists():
+        with np.load(cache) as z:
+            if len(z.files) == len(pool):
+                return [z[f"t{i}"] for i in range(len(pool))]
+    out = []
+    for i, (t, (g, c)) in enumerate(
+        zip(pool, bar(built, desc="search anchors", enabled=progress, unit="task"))
+    ):
+        p = place("local-search", g, c, seed=seed + i, budget=budget, semantics=t.semantics)
+        out.append(p.device.astype(np.int64))
+    if cache is not None:
+        np.savez(cache, **{f"t{i}": d for i, d in enumerate(out)})
+    return out
 
 
 def train_general(
@@ -325,16 +376,21 @@ def train_general(
     seed: int = 0,
     init: str | Path | None = None,
     progress: bool = True,
+    anchor_episodes: int = GENERAL_ANCHOR_EPISODES,
     **sim_changes: Any,
 ):
-    """Train (or resume) the general policy in ``out_dir``; returns the pipeline's results.
+    """Train (or resume) the general policy in ``out_dir``; returns each stage's result.
 
-    ``init``: start Stage I from a checkpoint instead of fresh weights.
+    Stages: I (imitation of the Critical Path teacher), the anchor stage (imitation of a local
+    search's placement of each task, exploring around it; skipped when ``anchor_episodes`` is
+    0), II (REINFORCE; skipped when ``sim_episodes`` is 0). ``init``: start from a checkpoint
+    instead of fresh weights.
     """
     import torch
 
     from ..train.costs import SimulatorCost
-    from .pipeline import run_pipeline
+    from .loop import Trainer
+    from .pipeline import stage_dir
 
     torch.set_num_threads(1)
     pool = sample_tasks(tasks, seed)
@@ -346,17 +402,29 @@ def train_general(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "tasks.json").write_text(json.dumps([t.to_dict() for t in pool], indent=1))
-    stages = general_stages(imitation_episodes, sim_episodes, seed, **sim_changes)
-    return run_pipeline(
-        stages,
-        graphs,
-        clusters,
-        general_policy_config(),
-        out,
-        init=init,
-        cost_fns=costs,
-        progress=progress,
-    )
+    stages = general_stages(imitation_episodes, sim_episodes, seed, anchor_episodes, **sim_changes)
+    results = []
+    previous: Any = init
+    for i, cfg in enumerate(stages):
+        anchors = None
+        if cfg.anchor:
+            anchors = search_anchors(
+                pool, built, ANCHOR_BUDGET, seed, out / "anchors.npz", progress
+            )
+        trainer = Trainer(
+            cfg,
+            graphs,
+            clusters,
+            general_policy_config() if i == 0 else None,
+            stage_dir(out, i, cfg),
+            init=previous,
+            cost_fns=costs,
+            progress=progress,
+            anchors=anchors,
+        )
+        results.append(trainer.run())
+        previous = results[-1].checkpoint
+    return results
 
 
 def ship_general(results: Sequence[Any], dest: str | Path, command: str, record: dict) -> Path:
@@ -384,6 +452,10 @@ def ship_general(results: Sequence[Any], dest: str | Path, command: str, record:
     return target
 
 
+def _stage_name(cfg: Any) -> str:
+    return "anchor" if cfg.anchor else cfg.stage
+
+
 def run_record(
     results: Sequence[Any], stages: Sequence[Any], tasks: int, seed: int
 ) -> dict[str, Any]:
@@ -391,8 +463,8 @@ def run_record(
     return {
         "tasks": tasks,
         "seed": seed,
-        "episodes": {cfg.stage: cfg.episodes for cfg in stages},
-        "train_config": {cfg.stage: cfg.to_dict() for cfg in stages},
+        "episodes": {_stage_name(cfg): cfg.episodes for cfg in stages},
+        "train_config": {_stage_name(cfg): cfg.to_dict() for cfg in stages},
         "policy_config": results[-1].policy.config.to_dict(),
         # updates' wall time summed over resumed sessions, one torch thread
         "train_s": round(sum(float(r.summary.get("train_s", 0.0)) for r in results), 1),

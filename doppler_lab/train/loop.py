@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 from ..errors import CheckpointError, ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
+from ..placement import Placement
 from ..policies.base import Episodes, PlacementPolicy, StepTerms, Temperature
 from ..policies.checkpoint import load_policy, make_policy, read_checkpoint, save_checkpoint
 from ..policies.config import PolicyConfig
@@ -235,6 +236,10 @@ class Trainer:
         callbacks: called after every update with ``(trainer, row)``; may raise to stop.
         progress: show a tqdm bar.
         allow_device_change: accept an ``init`` checkpoint trained on another device count.
+        anchors: a starting anchor placement (``(N,)`` devices, or None) per graph for the
+            ``anchor`` mode, e.g. a search's result: the policy learns to reproduce it and
+            explores around it (a better placement found replaces it). Ignored on resume (the
+            checkpoint holds the anchors reached).
     """
 
     def __init__(
@@ -249,6 +254,7 @@ class Trainer:
         callbacks: Sequence[Callback] = (),
         progress: bool = True,
         allow_device_change: bool = False,
+        anchors: Sequence[np.ndarray | None] | None = None,
     ):
         if not graphs:
             raise ConfigError("training needs at least one graph")
@@ -318,6 +324,8 @@ class Trainer:
         keep_rows = None
         if self._resume_doc is not None:
             keep_rows = self._restore(self._resume_doc)
+        elif anchors is not None:
+            self._set_anchors(anchors)
         self.columns = metric_columns(config.stage)
         self.log: MetricsLog | None = None
         if self.out_dir is not None:
@@ -326,6 +334,18 @@ class Trainer:
         self.rows: list[dict[str, Any]] = list(self.log.rows) if self.log else []
 
     # -- setup -----------------------------------------------------------------------------
+    def _set_anchors(self, anchors: Sequence[np.ndarray | None]) -> None:
+        if len(anchors) != len(self.graphs):
+            raise ConfigError(f"{len(anchors)} anchor placements for {len(self.graphs)} graphs")
+        for gi, dev in enumerate(anchors):
+            if dev is None:
+                continue
+            p = Placement(np.asarray(dev, dtype=np.int64), None, "anchor").validate(
+                self.graphs[gi], self.clusters[gi].num_devices
+            )
+            cost = float(evaluate_costs(self.cost_fns[gi], [p])[0])
+            self.anchors[gi] = (cost, p.device.copy())
+
     def _default_cost(
         self, graph: DataflowGraph, cluster: Cluster, seed: np.random.SeedSequence
     ) -> CostFunction:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
 from doppler_lab.cli import main
-from doppler_lab.errors import ConfigError
+from doppler_lab.errors import ConfigError, PlacementError
 from doppler_lab.hardware import make_cluster
+from doppler_lab.placement import Placement
 from doppler_lab.policies.checkpoint import load_policy
 from doppler_lab.policies.config import PolicyConfig
 from doppler_lab.train import Trainer, preset, read_rows, train
@@ -101,19 +103,27 @@ def test_train_general_command_trains_resumes_and_ships(tmp_path, capsys):
         "2",
         "--imitation-episodes",
         "8",
+        "--anchor-episodes",
+        "16",
         "--sim-episodes",
         "16",
         "--no-progress",
     ]
     assert main([*args, "--ship", str(dest)]) == 0
-    rows = read_rows(out / "2_sim" / "metrics.csv")
+    rows = read_rows(out / "3_sim" / "metrics.csv")
+    # the anchor stage started from each task's local-search placement
+    with np.load(out / "anchors.npz") as z:
+        assert len(z.files) == 2
+    assert len(read_rows(out / "2_sim" / "metrics.csv")) == 1
     tasks = json.loads((out / "tasks.json").read_text())
     assert len(tasks) == 2 and len(rows) == 1
     index = json.loads((dest / "index.json").read_text())["checkpoints"]["doppler/general"]
     assert index["command"] == (
-        "doppler-lab train-general --tasks 2 --imitation-episodes 8 --sim-episodes 16"
+        "doppler-lab train-general --tasks 2 --imitation-episodes 8 --anchor-episodes 16 "
+        "--sim-episodes 16"
     )
-    assert index["episodes"] == {"imitation": 8, "sim": 16} and index["size_bytes"] > 0
+    assert index["episodes"] == {"imitation": 8, "anchor": 16, "sim": 16}
+    assert index["size_bytes"] > 0
     assert (
         "## doppler/general: one policy for any graph and cluster"
         in (dest / "README.md").read_text()
@@ -122,8 +132,8 @@ def test_train_general_command_trains_resumes_and_ships(tmp_path, capsys):
     assert pol.config.timing == "wc"
     # a second call finds both stages finished: same weights, no new rows
     assert main(args) == 0
-    assert read_rows(out / "2_sim" / "metrics.csv") == rows
-    again, _ = load_policy(out / "2_sim" / "policy.pt")
+    assert read_rows(out / "3_sim" / "metrics.csv") == rows
+    again, _ = load_policy(out / "3_sim" / "policy.pt")
     for k, v in pol.state_dict().items():
         torch.testing.assert_close(again.state_dict()[k], v, rtol=0, atol=0)
     capsys.readouterr()
@@ -135,3 +145,26 @@ def test_general_pool_graphs_are_built_with_their_parameters():
     t = Task("llama_block:blocks=2,batch_blocks=1,kv_heads=8,scale=0.5", "cpu:3", "paper")
     g, c = t.build()
     assert c.num_devices == 3 and g.num_nodes == build_from_spec(t.graph).num_nodes
+
+
+def test_anchor_stage_starts_from_the_given_placements():
+    g = build_from_spec("chainmm:matrices=3,scale=0.001")
+    clusters = [make_cluster("uniform", 2), make_cluster("p100x4")]
+    cfg = preset(
+        "sim", episodes=8, episodes_per_update=4, semantics="wc", anchor=True, sil_coef=1.0
+    )
+    start = [np.zeros(g.num_nodes, dtype=np.int64), np.arange(g.num_nodes) % 4]
+    t = Trainer(cfg, [g, g], clusters, SMALL, progress=False, anchors=[start[0], None])
+    assert t.anchors[1] is None
+    cost, dev = t.anchors[0]
+    np.testing.assert_array_equal(dev, start[0])
+    assert cost == pytest.approx(t.cost_fns[0](Placement(start[0])))
+    t = Trainer(cfg, [g, g], clusters, SMALL, progress=False, anchors=start)
+    np.testing.assert_array_equal(t.anchors[1][1], start[1])
+    t.run()  # a better placement found on the way may replace an anchor, never a worse one
+    assert t.anchors[1][0] <= t.cost_fns[1](Placement(start[1])) + 1e-12
+    with pytest.raises(ConfigError, match="1 anchor placements for 2 graphs"):
+        Trainer(cfg, [g, g], clusters, SMALL, progress=False, anchors=start[:1])
+    bad = np.full(g.num_nodes, 2)
+    with pytest.raises(PlacementError, match="device"):
+        Trainer(cfg, [g, g], clusters, SMALL, progress=False, anchors=[bad, None])
