@@ -102,6 +102,35 @@ def table(runs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def budget_curve(runs: list[dict]) -> str:
+    """Markdown: per method and budget, the mean over tasks of its mean makespan relative to
+    ``local-search`` at the largest budget (tasks measured at every budget by every method)."""
+    mean: dict[tuple, list[float]] = defaultdict(list)
+    for r in runs:
+        mean[(r["task"], r["budget"], r["method"])].append(r["makespan"])
+    budgets = sorted({r["budget"] for r in runs})
+    methods = ["local-search", *sorted({r["method"] for r in runs} - {"local-search"})]
+    tasks = [
+        t
+        for t in dict.fromkeys(r["task"] for r in runs)
+        if all((t, b, m) in mean for b in budgets for m in methods)
+    ]
+    top = budgets[-1]
+    lines = [
+        f"| method | {' | '.join(str(b) for b in budgets)} |",
+        f"|---|{'---:|' * len(budgets)}",
+    ]
+    for m in methods:
+        cells = [
+            np.mean(
+                [np.mean(mean[(t, b, m)]) / np.mean(mean[(t, top, "local-search")]) for t in tasks]
+            )
+            for b in budgets
+        ]
+        lines.append(f"| {m} | {' | '.join(f'{c:.4f}' for c in cells)} |")
+    return f"{len(tasks)} tasks\n\n" + "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("checkpoint")
@@ -114,6 +143,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     runs = probe(args.checkpoint, args.out, args.budgets, args.seeds, args.strategies, args.groups)
     print(table(runs))
+    print()
+    print(budget_curve(runs))
 
 
 if __name__ == "__main__":

@@ -101,7 +101,6 @@ def search_devices(
     calls_used: int = 0,
     propose: Proposal | None = None,
     bar: tqdm | None = None,
-    patience: int | None = None,
 ) -> SearchResult:
     """Hill climbing or simulated annealing over device vectors from ``start``, until
     ``budget`` simulator calls have been counted (the loop of :class:`LocalSearchPlacer`).
@@ -124,7 +123,6 @@ def search_devices(
         calls_used: calls already spent by the caller.
         propose: the proposal (default :func:`neighbours` over the graph's compute nodes).
         bar: a progress bar advanced by each call this search makes.
-        patience: stop early after this many calls without a better placement (None: never).
     """
     ndev = sim.num_devices
     movable = sim.graph.compute_nodes
@@ -145,10 +143,7 @@ def search_devices(
     best, best_cost = cur.copy(), cur_cost
     t0 = temperature * cur_cost
     span = budget - first
-    improved = calls
     while calls < budget and ndev > 1 and movable.size:
-        if patience is not None and calls - improved >= patience:
-            break
         k = min(int(batch), budget - calls)
         cand = propose(cur, k, rng)
         costs = sim.makespans(cand)
@@ -166,7 +161,7 @@ def search_devices(
         if accept:
             cur, cur_cost = cand[j].copy(), float(costs[j])
             if cur_cost < best_cost:
-                best, best_cost, improved = cur.copy(), cur_cost, calls
+                best, best_cost = cur.copy(), cur_cost
     return SearchResult(best, best_cost, calls, float(start_cost))
 
 

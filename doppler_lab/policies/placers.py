@@ -6,8 +6,8 @@ greedy rollout and ``samples`` sampled rollouts from the final policy, judged by
 rollout alone, without any simulator call.
 
 With a ``budget`` (simulator calls) the placer searches instead: the policy's rollouts, then
-local moves proposed from its preferences (:mod:`doppler_lab.policies.search`), the budget
-protocol of the search placers (``local-search``). ``doppler`` without a checkpoint runs the
+annealing from the best of them with the rest of the calls (:mod:`doppler_lab.policies.search`),
+the budget protocol of the search placers (``local-search``). ``doppler`` without a checkpoint runs the
 shipped general policy (:data:`~doppler_lab.policies.pretrained.GENERAL_CHECKPOINT`).
 """
 

@@ -6,14 +6,14 @@ anneals over device vectors from the best of them with the rest of the budget
 (:func:`~doppler_lab.placers.local_search.search_devices`, the loop of the ``local-search``
 placer). The strategies (:data:`SEARCH_STRATEGIES`):
 
-- ``anneal``: moves as in ``local-search`` (the moved node's new device uniform);
+- ``anneal`` (default): moves as in ``local-search`` (the moved node's new device uniform);
 - ``guided``: the moved node's new device drawn from the policy's preferences, the device
   frequencies of each node over the sampled rollouts mixed with a uniform draw;
 - ``restarts``: ``guided`` from each of the best few distinct rollouts, the rest of the
-  budget split evenly between them;
-- ``adaptive``: ``guided`` from the best rollout until it stalls (no better placement for
-  :data:`PATIENCE_SHARE` of the budget), then from the ``cp`` placer's placement, then from the
-  next best distinct rollouts, then again from the best placement found, until the budget ends.
+  budget split evenly between them.
+
+``anneal`` is the default because it measured best (reports/bench/doppler_search_probe.md: 17
+held-out tasks, 4 seeds; ``guided`` within 0.3 % of it, ``restarts`` about 1 % behind).
 
 The simulator is deterministic (noise 0) under ``semantics``; the result is never worse than the
 best rollout, and ``calls <= budget`` always.
@@ -31,7 +31,6 @@ from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
 from ..placement import Placement
-from ..placers import place
 from ..placers.local_search import neighbours, search_devices
 from ..sim import Simulator
 from .base import PlacementPolicy
@@ -39,18 +38,14 @@ from .context import GraphContext
 from .rollout import GREEDY, SAMPLE, run_episodes
 from .tensors import flush_denormal
 
-SEARCH_STRATEGIES = ("guided", "anneal", "restarts", "adaptive")
+SEARCH_STRATEGIES = ("anneal", "guided", "restarts")
 #: rollouts judged before the local moves: this share of the budget, at most ``MAX_SAMPLES``
 SAMPLE_SHARE = 0.25
 MAX_SAMPLES = 64
 #: weight of the uniform draw in the guided proposal's device preferences
 UNIFORM_MIX = 0.5
-#: starts of the ``restarts`` and ``adaptive`` strategies
+#: starts of the ``restarts`` strategy
 RESTARTS = 4
-#: ``adaptive``: a start is abandoned after this share of the budget without progress (at least
-#: ``MIN_PATIENCE`` calls)
-PATIENCE_SHARE = 0.125
-MIN_PATIENCE = 100
 
 
 def policy_candidates(
@@ -114,7 +109,7 @@ def policy_search(
     budget: int,
     rng: np.random.Generator,
     semantics: str = "paper",
-    strategy: str = "guided",
+    strategy: str = SEARCH_STRATEGIES[0],
     samples: int | None = None,
     ctx: GraphContext | None = None,
     bar: tqdm | None = None,
@@ -139,7 +134,7 @@ def policy_search(
         batch: proposals simulated per round of local moves.
         temperature: annealing temperature relative to the start's makespan.
         mix: weight of the uniform draw in the guided proposal.
-        restarts: starts of the ``restarts`` and ``adaptive`` strategies (``cp`` counted).
+        restarts: starts of the ``restarts`` strategy.
     """
     if strategy not in SEARCH_STRATEGIES:
         raise ConfigError(f"search strategy {strategy!r}, expected one of {SEARCH_STRATEGIES}")
@@ -163,46 +158,24 @@ def policy_search(
         def propose(dev: np.ndarray, k: int, r: np.random.Generator) -> np.ndarray:
             return neighbours(dev, movable, ndev, k, r, prefs=prefs)
 
-    # the starts: (device vector, its cost or None when not yet simulated, rollout it came from)
+    # restarts: the best few distinct rollouts, the rest of the budget split evenly between them
     _, first = np.unique(devices[order], axis=0, return_index=True)
-    distinct = [int(order[i]) for i in sorted(first)]
-    starts: list[tuple[np.ndarray, float | None, int]] = [
-        (devices[i], float(costs[i]), i)
-        for i in distinct[: restarts if strategy == "restarts" else 1]
-    ]
-    patience = None
-    if strategy == "adaptive":
-        patience = max(MIN_PATIENCE, int(budget * PATIENCE_SHARE))
-        starts.append((place("cp", graph, cluster, seed=rng).device, None, distinct[0]))
-        starts += [(devices[i], float(costs[i]), i) for i in distinct[1 : restarts - 1]]
-    best_i, best_dev, best_cost = distinct[0], devices[distinct[0]], float(costs[distinct[0]])
-    n = 0
-    while calls < budget:
-        if n < len(starts):
-            dev, cost, i = starts[n]
-        elif patience is not None:  # adaptive: anneal again from the best placement found
-            dev, cost, i = best_dev, best_cost, best_i
-        else:
-            break
-        # adaptive: each start runs until it stalls; restarts: the rest of the budget split evenly
-        stop = budget if patience is not None else calls + (budget - calls) // (len(starts) - n)
-        n += 1
+    starts = [int(order[i]) for i in sorted(first)[: restarts if strategy == "restarts" else 1]]
+    best_i, best_dev, best_cost = starts[0], devices[starts[0]], float(costs[starts[0]])
+    for n, i in enumerate(starts):
         found = search_devices(
             sim,
-            dev,
-            stop,
+            devices[i],
+            calls + (budget - calls) // (len(starts) - n),
             rng,
             "anneal",
             batch,
             temperature,
-            start_cost=cost,
+            start_cost=float(costs[i]),
             calls_used=calls,
             propose=propose,
             bar=bar,
-            patience=patience,
         )
-        if found.calls == calls:  # nothing to move (one device, or no compute node)
-            break
         calls = found.calls
         if found.cost < best_cost:
             best_i, best_dev, best_cost = i, found.device, found.cost
