@@ -12,6 +12,7 @@ BENCHMARKS: dict[str, str] = {
     "sim": "doppler_lab.bench.sim",
     "quality": "doppler_lab.bench.quality",
     "policy": "doppler_lab.bench.policy",
+    "policy-wc": "doppler_lab.bench.policy_wc",
     "executor": "doppler_lab.bench.executor",
     "fidelity": "doppler_lab.bench.fidelity",
     "import": "doppler_lab.bench.importing",

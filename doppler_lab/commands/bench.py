@@ -13,7 +13,7 @@ from ..progress import show_progress
 from ..runners import add_runner_arguments, runner_from_args
 
 NAME = "bench"
-HELP = "run a benchmark (sim, quality, policy, executor, fidelity, import, general) and write reports/bench/NAME.{json,md}"
+HELP = "run a benchmark (sim, quality, policy, policy-wc, executor, fidelity, import, general) and write reports/bench/NAME.{json,md}"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

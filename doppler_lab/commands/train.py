@@ -136,14 +136,11 @@ def policy_config(args: argparse.Namespace):
     return base.replace(**changes)
 
 
-#: the device count of the default curriculum (``--device-curriculum``)
-DEFAULT_CURRICULUM_DEVICES = 4
-
-
 def device_curriculum(args, configs, pcfg, init, num_devices: int) -> int | None:
     """``--device-curriculum`` resolved: the default is on for a DOPPLER policy trained from
     scratch through Stage I and II on more than 4 devices."""
     from ..policies.checkpoint import DEVICE_FREE_KINDS
+    from ..train.pipeline import DEFAULT_CURRICULUM_DEVICES
 
     if args.device_curriculum is not None:
         return args.device_curriculum or None

@@ -25,6 +25,9 @@ from ..policies.config import PolicyConfig
 from .config import TrainConfig
 from .loop import Trainer, TrainResult
 
+#: the device count of the default curriculum (``doppler-lab train --device-curriculum``)
+DEFAULT_CURRICULUM_DEVICES = 4
+
 
 def stage_dir(out_dir: str | Path, index: int, config: TrainConfig) -> Path:
     """The run directory of stage ``index`` of a pipeline."""
