@@ -13,7 +13,8 @@ placer). The strategies (:data:`SEARCH_STRATEGIES`):
   budget split evenly between them.
 
 ``anneal`` is the default because it measured best (reports/bench/doppler_search_probe.md: 17
-held-out tasks, 4 seeds; ``guided`` within 0.3 % of it, ``restarts`` about 1 % behind).
+held-out tasks, 4 seeds, 250-2000 calls; ``guided`` within 0.6 % of it, ``restarts`` about 1 %
+behind).
 
 The simulator is deterministic (noise 0) under ``semantics``; the result is never worse than the
 best rollout, and ``calls <= budget`` always.
