@@ -578,7 +578,8 @@ def test_cli_in_a_subprocess_has_no_traceback(tmp_path):
     [
         (["-o", "samples=true"], "option samples is true (a boolean); expected an integer >= 0"),
         (["-o", "noise=NaN"], "option noise is 'NaN' (a string); expected a finite number"),
-        (["-o", "budget=3"], "placer 'doppler' has no option 'budget'"),
+        (["-o", "budget=true"], "option budget is true (a boolean); expected an integer >= 1"),
+        (["-o", "bogus=3"], "placer 'doppler' has no option 'bogus'"),
     ],
 )
 def test_cli_placer_options_are_not_coerced(capsys, options, message):
