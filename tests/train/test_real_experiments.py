@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from doppler_lab.errors import CheckpointError, ConfigError
+from doppler_lab.errors import ConfigError
 from doppler_lab.placement import Placement, round_robin, single_device
 from doppler_lab.placers import place
 from doppler_lab.train.experiments import (
@@ -106,9 +106,13 @@ def test_stage2_policy_trains_stages_one_and_two_here(warm):
     assert warm.curve.episode.iloc[-1] == 16 + 32  # after Stage I's episodes
 
 
-def test_stage2_policy_refuses_a_checkpoint_for_another_device_count(tiny_graph, profile, tmp_path):
-    with pytest.raises(CheckpointError, match="4 devices"):
-        stage2_policy(tiny_graph, profile, tmp_path, "doppler/chainmm")
+def test_stage2_policy_takes_a_doppler_checkpoint_for_another_device_count(
+    tiny_graph, profile, tmp_path
+):
+    """The shipped chainmm policy was trained on 4 devices; the profile has 2."""
+    warm = stage2_policy(tiny_graph, profile, tmp_path, "doppler/chainmm")
+    assert warm.policy.num_devices == profile.num_devices == 2
+    assert warm.how == "checkpoint doppler/chainmm"
 
 
 # -- fidelity --------------------------------------------------------------------------------------

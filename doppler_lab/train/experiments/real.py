@@ -187,8 +187,8 @@ def stage2_policy(
             op times (:func:`calibrated_simulator`).
         out_dir: run directory (``stage1``, ``stage2``; started afresh).
         init: ``"auto"``: the shipped checkpoint when :func:`shipped_match` finds one, else
-            Stages I and II here; a checkpoint path or shipped name: that policy as is (it must
-            be trained for the profile's device count); None: Stages I and II here.
+            Stages I and II here; a checkpoint path or shipped name: that policy as is (a
+            DOPPLER checkpoint runs on any device count); None: Stages I and II here.
         imitation_episodes: Stage I episodes.
         sim_episodes: Stage II episodes.
         eval_every: updates between greedy evaluations in Stage II.
