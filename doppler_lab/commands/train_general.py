@@ -31,10 +31,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--imitation-episodes",
-        type=int_arg(1),
+        type=int_arg(0),
         default=g.GENERAL_IMITATION_EPISODES,
         metavar="N",
-        help="Stage I episodes",
+        help="Stage I episodes (0: none, e.g. to continue from --init)",
     )
     p.add_argument(
         "--anchor-episodes",

@@ -320,7 +320,9 @@ def general_stages(
     from .config import preset
 
     common = {"semantics": "wc", "seed": seed, "checkpoint_every": 20}
-    stages = [preset("imitation", episodes=imitation_episodes, **common)]
+    stages = []
+    if imitation_episodes:
+        stages.append(preset("imitation", episodes=imitation_episodes, **common))
     if anchor_episodes:
         stages.append(
             preset("sim", **{**GENERAL_ANCHOR_SETTINGS, **common, "episodes": anchor_episodes})
@@ -332,6 +334,8 @@ def general_stages(
                 **{**GENERAL_SIM_SETTINGS, **common, "episodes": sim_episodes, **sim_changes},
             )
         )
+    if not stages:
+        raise ConfigError("the general policy needs at least one stage with episodes")
     return stages
 
 

@@ -168,3 +168,18 @@ def test_anchor_stage_starts_from_the_given_placements():
     bad = np.full(g.num_nodes, 2)
     with pytest.raises(PlacementError, match="device"):
         Trainer(cfg, [g, g], clusters, SMALL, progress=False, anchors=[bad, None])
+
+
+def test_general_stages_leave_out_empty_ones():
+    from doppler_lab.train.general import general_stages
+
+    only_sim = general_stages(imitation_episodes=0, sim_episodes=32, anchor_episodes=0)
+    assert [(s.stage, s.episodes, s.anchor) for s in only_sim] == [("sim", 32, False)]
+    three = general_stages(8, 16, 0, anchor_episodes=24)
+    assert [(s.stage, s.episodes, s.anchor) for s in three] == [
+        ("imitation", 8, False),
+        ("sim", 24, True),
+        ("sim", 16, False),
+    ]
+    with pytest.raises(ConfigError, match="at least one stage"):
+        general_stages(0, 0, anchor_episodes=0)
