@@ -12,11 +12,11 @@ Three parts, written into ``reports/bench/general.{json,md}``:
 - **budget**: the placer ``doppler --budget N`` (the general policy with ``N`` simulator calls)
   against ``local-search --budget N`` per task at ``budget`` (win/tie/loss counts), and the budget
   curve (makespan against simulator calls for both, per task and as a geometric mean of the ratio
-  to CP), also written to ``general_budget_curve.json`` and ``general_budget_curve.html``;
+  to CP), also written to ``general/budget_curve.json`` and ``general/budget_curve.html``;
 - **fine-tuning**: on the paper graphs (4 and 8 devices) Stage II from the general policy for
   ``finetune_episodes`` against per-graph training from fresh weights (Stage I + II,
   ``scratch_episodes`` in all): the protocol's final makespans, the distance to best known, the
-  training seconds, and the training curves (``general_training_curves.json``).
+  training seconds, and the training curves (``general/training_curves.json``).
 
 Every expensive case (a task's zero-shot rows, a task's budget runs per method, a training run)
 writes ``result.json`` under ``runs_dir/<part>/<task>/<key>/`` (``runs/bench_general``; the key is
@@ -59,6 +59,8 @@ TARGET_MS = 100.0  # milliseconds per graph of about 250 nodes, one core
 TARGET_BEST_KNOWN = 0.05  # fine-tuned within this of YARDSTICK's best known
 #: compute-node counts that count as "a graph of about 250 nodes" for the speed target
 SPEED_NODES = (200, 320)
+#: the folder (beside the report) of the budget curve and the training curves
+DATA_DIR = "general"
 #: relative difference below which two makespans tie (budget table, fine-tune vs scratch)
 TIE_RTOL = 1e-6
 #: fine-tuned "matches" scratch when at most this much worse
@@ -812,8 +814,8 @@ def run(
     **changes: Any,
 ) -> dict[str, Any]:
     """Run (or resume) the benchmark and write ``general.json`` / ``general.md``, the budget
-    curve (``general_budget_curve.{json,html}``) and the training curves
-    (``general_training_curves.json``) into ``out_dir``.
+    curve (``general/budget_curve.{json,html}``) and the training curves
+    (``general/training_curves.json``) into ``out_dir``.
 
     ``changes``: :class:`GeneralBenchConfig` fields set on top of the default (or quick)
     configuration; ``curve`` may be a string ``"100,250"`` and ``groups`` ``"paper,cluster"``,
@@ -827,12 +829,13 @@ def run(
     write_json(
         root / "bench_config.json", {**asdict(cfg), "tasks": [t.to_dict() for t in res.tasks]}
     )
-    curve_json = out_dir / "general_budget_curve.json"
-    write_json(curve_json, {"budget": cfg.budget, "curve": res.curve})
-    html = out_dir / "general_budget_curve.html"
+    # beside the report, in a folder: reports/bench/*.json are benchmark records
+    data = out_dir / DATA_DIR
+    data.mkdir(parents=True, exist_ok=True)
+    write_json(data / "budget_curve.json", {"budget": cfg.budget, "curve": res.curve})
     if res.curve:
-        budget_figure(res.curve).write_html(str(html), include_plotlyjs="cdn")
-    write_json(out_dir / "general_training_curves.json", {"curves": res.curves})
+        budget_figure(res.curve).write_html(str(data / "budget_curve.html"), include_plotlyjs="cdn")
+    write_json(data / "training_curves.json", {"curves": res.curves})
     summary: dict[str, Any] = {
         "checkpoint": cfg.checkpoint,
         "tasks": len(res.tasks),
@@ -883,7 +886,7 @@ def run(
             f"Budget: each placer gets N simulator calls (--budget N), mean over {cfg.seeds} "
             f"seeds; result: doppler vs local-search (tie within {TIE_RTOL:g} relative). Curve: "
             f"{', '.join(map(str, cfg.budgets))} calls, geometric mean of makespan / cp over the "
-            f"tasks; figure {html.name}, data {curve_json.name}.",
+            f"tasks; figure {DATA_DIR}/budget_curve.html, data {DATA_DIR}/budget_curve.json.",
             f"Fine-tuning: Stage II (sim preset, {cfg.finetune_episodes} episodes"
             + (f", changes {cfg.finetune_train}" if cfg.finetune_train else "")
             + ") from the general policy; scratch: Stage I "
@@ -891,7 +894,7 @@ def run(
             f"({cfg.scratch_episodes - cfg.scratch_imitation_episodes}) from fresh weights of "
             f"the general architecture; {cfg.train_seeds} seed(s); protocol: best of greedy + "
             f"{cfg.samples} samples of the final policy. 'matches': fine-tuned at most "
-            f"{MATCH_RTOL:.0%} worse than scratch. Training curves: general_training_curves.json."
+            f"{MATCH_RTOL:.0%} worse than scratch. Training curves: general/training_curves.json."
             + (" Skipped (--skip-training)." if cfg.skip_training else ""),
             f"Runs: {root} (each case's result.json; a rerun skips finished cases).",
         ],

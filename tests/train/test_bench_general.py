@@ -39,9 +39,10 @@ def test_quick_run_writes_every_table_and_a_rerun_skips_finished_cases(tmp_path,
     cfg = _config(tmp_path, tiny_checkpoint)
     rec = bench.run(tmp_path / "out", quick=True, config=cfg, progress=False)
     out = tmp_path / "out"
-    for name in ("general.md", "general.json", "general_budget_curve.json"):
+    for name in ("general.md", "general.json", "general/budget_curve.json"):
         assert (out / name).exists(), name
-    assert (out / "general_budget_curve.html").stat().st_size > 0
+    assert (out / "general" / "budget_curve.html").stat().st_size > 0
+    assert not list(out.glob("general_*.json"))  # reports/bench/*.json are benchmark records
     tables = rec["tables"]
     zero = next(v for k, v in tables.items() if k.startswith("Zero-shot"))
     assert [r["task"] for r in zero] == [t.name for t in TASKS] + ["geometric mean"]
@@ -56,7 +57,7 @@ def test_quick_run_writes_every_table_and_a_rerun_skips_finished_cases(tmp_path,
     assert [r["task"] for r in budget[:-1]] == [t.name for t in TASKS]
     results = [r["result"] for r in budget[:-1]]
     assert budget[-1]["result"] == " / ".join(str(results.count(k)) for k in ("win", "tie", "loss"))
-    curve = json.loads((out / "general_budget_curve.json").read_text())["curve"]
+    curve = json.loads((out / "general" / "budget_curve.json").read_text())["curve"]
     gm = [c for c in curve if c["task"] == "geometric mean"]
     assert {(c["method"], c["sim_calls"]) for c in gm} == {(m, n) for m in METHODS for n in (5, 10)}
     # fine-tuning vs scratch on the first task (no paper graph here), with its curves
@@ -64,7 +65,7 @@ def test_quick_run_writes_every_table_and_a_rerun_skips_finished_cases(tmp_path,
     assert [r["method"] for r in train] == ["zero-shot", "fine-tuned", "scratch"]
     assert [r["episodes"] for r in train] == [0, 8, 12]
     assert all(r["train_s"] > 0 for r in train[1:])
-    curves = json.loads((out / "general_training_curves.json").read_text())["curves"]
+    curves = json.loads((out / "general" / "training_curves.json").read_text())["curves"]
     assert {c["run"] for c in curves} == {"finetune", "scratch"}
     assert min(c["episode"] for c in curves) == 0
     targets = {t["target"]: t for t in tables["Targets"]}
@@ -111,7 +112,7 @@ def test_cli_runs_bench_general_with_its_options(tmp_path, monkeypatch, tiny_che
     assert main(argv) == 0, capsys.readouterr().err
     rec = json.loads((tmp_path / "out" / "general.json").read_text())
     assert rec["summary"]["tasks"] == 1 and rec["summary"]["checkpoint"] == tiny_checkpoint
-    curve = json.loads((tmp_path / "out" / "general_budget_curve.json").read_text())
+    curve = json.loads((tmp_path / "out" / "general" / "budget_curve.json").read_text())
     assert curve["budget"] == 10
     assert {c["sim_calls"] for c in curve["curve"]} == {5, 10}
     assert (tmp_path / "runs" / "bench_general_quick").is_dir()
