@@ -51,6 +51,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="Stage II episodes (0: none)",
     )
     p.add_argument("--lr", type=number_arg(above=0), help="Stage II learning rate")
+    p.add_argument(
+        "--timing",
+        choices=("task", "wc", "est"),
+        default=g.GENERAL_TIMING,
+        help="episode-state timing model of a fresh policy (task: each task's semantics' model)",
+    )
     p.add_argument("--seed", type=int_arg(0), default=0, help="seed (task pool, weights, rollouts)")
     p.add_argument("--init", metavar="CKPT", help="start Stage I from a checkpoint")
     p.add_argument(
@@ -73,6 +79,7 @@ def command_line(args: argparse.Namespace) -> str:
         ("--anchor-episodes", "anchor_episodes", g.GENERAL_ANCHOR_EPISODES),
         ("--sim-episodes", "sim_episodes", g.GENERAL_SIM_EPISODES),
         ("--lr", "lr", None),
+        ("--timing", "timing", g.GENERAL_TIMING),
         ("--seed", "seed", 0),
         ("--init", "init", None),
     ):
@@ -100,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         init,
         show_progress(args),
         args.anchor_episodes,
+        args.timing,
         **changes,
     )
     stages = g.general_stages(

@@ -6,12 +6,14 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ..errors import ConfigError
-from ..schedule import TIMINGS, timing_for
+from ..schedule import TIMINGS, Timing, timing_for
 from .encoder import EDGE_MODES
 from .features import LAYOUTS
 
 POLICY_KINDS: tuple[str, ...] = ("dual", "sel-only", "plc-only", "placeto", "gdp")
 PLACED_NORMS: tuple[str, ...] = ("smooth", "zscore")
+#: a policy config's timing: a model, ``auto`` (fixed at creation) or ``task`` (per graph)
+TIMING_CHOICES: tuple[str, ...] = (*TIMINGS, "auto", "task")
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,9 @@ class PolicyConfig:
             first trained under (:func:`~doppler_lab.schedule.timing_for`; ``wc`` for ``wc``,
             ``est`` otherwise), fixed when the policy is made (:meth:`resolved`); checkpoints
             always hold the resolved model (those written before ``auto`` existed hold ``est``).
+            ``task``: the model of the semantics of each task the policy places, chosen per graph
+            (:meth:`context_timing`): one policy trained over tasks of several semantics sees
+            features that describe the machine that scores each of them.
         hidden: encoder width (DOPPLER), released 128.
         head_hidden: width of the SEL/PLC heads' hidden layer, released 64.
         mp_steps: message-passing rounds, released 6.
@@ -69,8 +74,8 @@ class PolicyConfig:
             raise ConfigError(f"policy kind {self.kind!r}; expected one of {POLICY_KINDS}")
         if self.layout not in LAYOUTS:
             raise ConfigError(f"feature layout {self.layout!r}; expected one of {sorted(LAYOUTS)}")
-        if self.timing not in (*TIMINGS, "auto"):
-            raise ConfigError(f"timing {self.timing!r}; expected one of {(*TIMINGS, 'auto')}")
+        if self.timing not in TIMING_CHOICES:
+            raise ConfigError(f"timing {self.timing!r}; expected one of {TIMING_CHOICES}")
         if self.edge_mode not in EDGE_MODES:
             raise ConfigError(f"edge_mode {self.edge_mode!r}; expected one of {EDGE_MODES}")
         if self.placed_norm not in PLACED_NORMS:
@@ -105,6 +110,14 @@ class PolicyConfig:
         if self.timing != "auto":
             return self
         return self.replace(timing=timing_for(semantics))
+
+    def context_timing(self, semantics: str | None = None) -> Timing:
+        """The episode state's timing model on a task judged under ``semantics``: the
+        config's model, or with ``task`` (or an unresolved ``auto``) the model of ``semantics``
+        (``est`` when None)."""
+        if self.timing in ("task", "auto"):
+            return timing_for(semantics)
+        return self.timing  # type: ignore[return-value]
 
 
 POLICY_PRESETS: dict[str, PolicyConfig] = {

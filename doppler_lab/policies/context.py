@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,6 +19,9 @@ from .features import (
     normalize_device_features,
 )
 from .tensors import as_tensor
+
+if TYPE_CHECKING:
+    from .config import PolicyConfig
 
 
 class GraphContext:
@@ -60,6 +63,19 @@ class GraphContext:
         self.t_jumps = [as_tensor(j) for j in f.t_jumps]
         self.topo_global = f.nodes[f.topo]
         self.cache: dict[str, Any] = {}  # per-policy-kind static data (e.g. Placeto's groups)
+
+    @classmethod
+    def for_policy(
+        cls,
+        graph: DataflowGraph,
+        cluster: Cluster | str,
+        config: PolicyConfig,
+        semantics: str | None,
+    ) -> GraphContext:
+        """The context a policy of ``config`` reads on a task judged under ``semantics``: its
+        layout, and its timing model for that semantics
+        (:meth:`~doppler_lab.policies.config.PolicyConfig.context_timing`)."""
+        return cls(graph, cluster, config.layout, config.context_timing(semantics))
 
     @property
     def num_nodes(self) -> int:

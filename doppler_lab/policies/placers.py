@@ -82,7 +82,7 @@ def best_of_rollouts(
         ctx: a prepared :class:`GraphContext` (built if None).
     """
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    cands = policy_candidates(policy, graph, cluster, samples, rng, ctx)
+    cands = policy_candidates(policy, graph, cluster, samples, rng, ctx, semantics)
     if samples == 0:
         return RolloutResult(cands[0], np.array([np.nan]), 0)
     sim = Simulator(graph, cluster, semantics, noise)  # type: ignore[arg-type]

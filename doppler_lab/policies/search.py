@@ -56,9 +56,11 @@ def policy_candidates(
     samples: int,
     rng: np.random.Generator,
     ctx: GraphContext | None = None,
+    semantics: str | None = None,
 ) -> list[Placement]:
-    """The policy's greedy rollout, then ``samples`` sampled rollouts (no simulator call)."""
-    ctx = ctx or GraphContext(graph, cluster, policy.config.layout, policy.config.timing)  # type: ignore[arg-type]
+    """The policy's greedy rollout, then ``samples`` sampled rollouts (no simulator call);
+    ``semantics``: the task's, which picks the timing model of a ``task``-timed policy."""
+    ctx = ctx or GraphContext.for_policy(graph, cluster, policy.config, semantics)
     with flush_denormal(), torch.no_grad():
         enc = policy.encode(ctx)
         cands = run_episodes(policy, ctx, enc, 1, rng, GREEDY, GREEDY).placements
@@ -142,7 +144,7 @@ def policy_search(
     if budget < 1:
         raise ConfigError(f"search budget {budget!r}, expected an integer >= 1")
     samples = default_samples(budget) if samples is None else min(samples, budget - 1)
-    cands = policy_candidates(policy, graph, cluster, samples, rng, ctx)
+    cands = policy_candidates(policy, graph, cluster, samples, rng, ctx, semantics)
     sim = Simulator(graph, cluster, semantics)  # type: ignore[arg-type]
     devices = np.stack([p.device for p in cands])
     costs = sim.makespans(devices)

@@ -35,17 +35,19 @@ def episode_times(
     repeats: int = 5,
     batch: int = 16,
     warmup: bool = True,
+    semantics: str | None = None,
 ) -> dict[str, float]:
     """Milliseconds per inference episode, per training episode (one per update) and per
     training episode in a batch of ``batch`` (one encoder pass shared; ``batch=0``: not
-    measured, NaN). ``warmup=False`` skips the untimed first call of each measurement."""
+    measured, NaN). ``warmup=False`` skips the untimed first call of each measurement;
+    ``semantics`` picks a ``task``-timed policy's timing model."""
     import torch
 
     from .context import GraphContext
     from .rollout import GREEDY, SAMPLE, run_episodes
     from .tensors import flush_denormal
 
-    ctx = GraphContext(graph, cluster, policy.config.layout, policy.config.timing)
+    ctx = GraphContext.for_policy(graph, cluster, policy.config, semantics)
     rng = np.random.default_rng(0)
 
     def infer() -> None:

@@ -339,11 +339,16 @@ def general_stages(
     return stages
 
 
-def general_policy_config():
-    """The general policy's architecture: the default one with the ``wc`` timing model."""
+#: the general policy's episode-state timing model (``task``: each task's semantics' model)
+GENERAL_TIMING = "task"
+
+
+def general_policy_config(timing: str = GENERAL_TIMING):
+    """The general policy's architecture: the default one with the timing model ``timing``
+    (``task``: the model of each task's semantics; ``wc``: the realistic one for every task)."""
     from ..policies.config import POLICY_PRESETS
 
-    return POLICY_PRESETS["default"].replace(timing="wc")
+    return POLICY_PRESETS["default"].replace(timing=timing)
 
 
 def search_anchors(
@@ -383,6 +388,7 @@ def train_general(
     init: str | Path | None = None,
     progress: bool = True,
     anchor_episodes: int = GENERAL_ANCHOR_EPISODES,
+    timing: str = GENERAL_TIMING,
     **sim_changes: Any,
 ):
     """Train (or resume) the general policy in ``out_dir``; returns each stage's result.
@@ -390,7 +396,8 @@ def train_general(
     Stages: I (imitation of the Critical Path teacher), the anchor stage (imitation of a local
     search's placement of each task, exploring around it; skipped when ``anchor_episodes`` is
     0), II (REINFORCE; skipped when ``sim_episodes`` is 0). ``init``: start from a checkpoint
-    instead of fresh weights.
+    instead of fresh weights. ``timing``: the episode state's timing model of a fresh policy
+    (:func:`general_policy_config`).
     """
     import torch
 
@@ -421,12 +428,13 @@ def train_general(
             cfg,
             graphs,
             clusters,
-            general_policy_config() if i == 0 else None,
+            general_policy_config(timing) if i == 0 else None,
             stage_dir(out, i, cfg),
             init=previous,
             cost_fns=costs,
             progress=progress,
             anchors=anchors,
+            semantics=[t.semantics for t in pool],
         )
         results.append(trainer.run())
         previous = results[-1].checkpoint

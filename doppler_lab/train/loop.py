@@ -44,6 +44,7 @@ from ..policies.config import PolicyConfig
 from ..policies.context import GraphContext
 from ..policies.rollout import GREEDY, ActionMode, run_episodes
 from ..policies.tensors import as_tensor, flush_denormal
+from ..sim import SEMANTICS
 from .config import TrainConfig
 from .costs import CostFunction, SimulatorCost, evaluate_costs, make_executor_cost
 from .metrics import MetricsLog
@@ -204,8 +205,9 @@ def _run_header(
     graphs: Sequence[DataflowGraph],
     clusters: Sequence[Cluster],
     init: str | None,
+    semantics: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    head = {
+    head: dict[str, Any] = {
         "train": config.to_dict(),
         "policy": policy_config.to_dict(),
         "graphs": [g.name for g in graphs],
@@ -217,6 +219,8 @@ def _run_header(
     if any(c is not clusters[0] for c in clusters):  # a task per graph: its own cluster
         head["cluster"] = [c.name for c in clusters]
         head["num_devices"] = [c.num_devices for c in clusters]
+    if semantics is not None:  # a semantics per graph
+        head["semantics"] = list(semantics)
     return head
 
 
@@ -240,6 +244,9 @@ class Trainer:
             ``anchor`` mode, e.g. a search's result: the policy learns to reproduce it and
             explores around it (a better placement found replaces it). Ignored on resume (the
             checkpoint holds the anchors reached).
+        semantics: each graph's simulator semantics (default: the stage's ``semantics`` for
+            all): the default cost functions judge under it, and a ``task``-timed policy's
+            episode state uses its timing model.
     """
 
     def __init__(
@@ -255,9 +262,12 @@ class Trainer:
         progress: bool = True,
         allow_device_change: bool = False,
         anchors: Sequence[np.ndarray | None] | None = None,
+        semantics: Sequence[str] | None = None,
     ):
         if not graphs:
             raise ConfigError("training needs at least one graph")
+        if semantics is not None and len(semantics) != len(graphs):
+            raise ConfigError(f"{len(semantics)} semantics for {len(graphs)} graphs")
         if cost_fns is not None and len(cost_fns) != len(graphs):
             raise ConfigError(f"{len(cost_fns)} cost functions for {len(graphs)} graphs")
         self.config = config
@@ -267,6 +277,10 @@ class Trainer:
             raise ConfigError(f"{len(clusters)} clusters for {len(self.graphs)} graphs")
         self.clusters = clusters
         self.cluster = clusters[0]
+        self.semantics = list(semantics) if semantics is not None else None
+        for sem in self.semantics or ():
+            if sem not in SEMANTICS:
+                raise ConfigError(f"graph semantics {sem!r}, expected one of {SEMANTICS}")
         cluster = clusters[0]
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.callbacks = list(callbacks)
@@ -291,17 +305,20 @@ class Trainer:
                 pcfg = policy or PolicyConfig()
                 self.policy = make_policy(pcfg, d, config.seed, config.semantics)
         pcfg = self.policy.config
-        self.header = _run_header(config, pcfg, self.graphs, self.clusters, self.init)
+        self.header = _run_header(
+            config, pcfg, self.graphs, self.clusters, self.init, self.semantics
+        )
+        sems = self.semantics or [config.semantics] * len(self.graphs)
         self.contexts = [
-            GraphContext(g, c, pcfg.layout, pcfg.timing)  # type: ignore[arg-type]
-            for g, c in zip(self.graphs, self.clusters)
+            GraphContext.for_policy(g, c, pcfg, sem)
+            for g, c, sem in zip(self.graphs, self.clusters, sems)
         ]
         seeds = np.random.SeedSequence(config.seed).spawn(1 + len(self.graphs))
         self.rng = np.random.default_rng(seeds[0])
         if cost_fns is None:
             cost_fns = [
-                self._default_cost(g, c, s)
-                for g, c, s in zip(self.graphs, self.clusters, seeds[1:])
+                self._default_cost(g, c, s, sem)
+                for g, c, s, sem in zip(self.graphs, self.clusters, seeds[1:], sems)
             ]
         self.cost_fns = list(cost_fns)
         groups = self.policy.param_groups()
@@ -347,12 +364,16 @@ class Trainer:
             self.anchors[gi] = (cost, p.device.copy())
 
     def _default_cost(
-        self, graph: DataflowGraph, cluster: Cluster, seed: np.random.SeedSequence
+        self,
+        graph: DataflowGraph,
+        cluster: Cluster,
+        seed: np.random.SeedSequence,
+        semantics: str,
     ) -> CostFunction:
         c = self.config
         if c.stage == "real":
             return make_executor_cost(graph, cluster, c.repeats)
-        return SimulatorCost(graph, cluster, c.semantics, c.noise, seed)
+        return SimulatorCost(graph, cluster, semantics, c.noise, seed)
 
     def _write_header(self, resume: bool) -> None:
         assert self.out_dir is not None

@@ -244,6 +244,7 @@ class PolicyStepper:
         cluster: the cluster (its device count must be the policy's).
         seed: seeds the Critical Path rule's ties (ablations).
         name: label (default: the policy's kind).
+        semantics: the task's simulator semantics (picks a ``task``-timed policy's timing model).
     """
 
     def __init__(
@@ -253,6 +254,7 @@ class PolicyStepper:
         cluster: Cluster,
         seed: int = 0,
         name: str | None = None,
+        semantics: str | None = None,
     ):
         from ..policies.context import GraphContext
 
@@ -262,7 +264,7 @@ class PolicyStepper:
         self.seed = seed
         self.name = name or policy.kind
         cfg = policy.config
-        self.ctx = GraphContext(graph, cluster, cfg.layout, cfg.timing)
+        self.ctx = GraphContext.for_policy(graph, cluster, cfg, semantics)
         self.sel_label = {"learned": "SEL score", "topo": "-topological position"}.get(
             policy.sel_mode, "b-level (CP rule)"
         )
@@ -382,7 +384,8 @@ def make_stepper(
         return factory(choice, graph, cluster, seed)
     placer = get_placer(choice.name, **choice.placer_options())
     policy = placer.policy(cluster.num_devices)  # type: ignore[attr-defined]
-    return PolicyStepper(policy, graph, cluster, seed, name=choice.label)
+    semantics = getattr(placer, "semantics", None)
+    return PolicyStepper(policy, graph, cluster, seed, name=choice.label, semantics=semantics)
 
 
 def _is_learned(name: str) -> bool:

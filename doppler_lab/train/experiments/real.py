@@ -248,9 +248,10 @@ def policy_rollouts(
     samples: int,
     rng: np.random.Generator,
     label: str = "policy",
+    semantics: str = "wc",
 ) -> list[Placement]:
     """``policy``'s greedy placement and ``samples`` sampled ones, labelled ``<label>-greedy``
-    and ``<label>-sample``."""
+    and ``<label>-sample`` (``semantics`` picks a ``task``-timed policy's timing model)."""
     import torch
 
     from ...policies.context import GraphContext
@@ -259,7 +260,7 @@ def policy_rollouts(
 
     if not isinstance(samples, int) or samples < 0:
         raise ConfigError(f"policy_rollouts samples = {samples!r}, expected an integer >= 0")
-    ctx = GraphContext(graph, cluster, policy.config.layout, policy.config.timing)  # type: ignore[arg-type]
+    ctx = GraphContext.for_policy(graph, cluster, policy.config, semantics)
     with flush_denormal(), torch_threads(1), torch.no_grad():
         enc = policy.encode(ctx)
         greedy = run_episodes(policy, ctx, enc, 1, rng, GREEDY, GREEDY).placements
