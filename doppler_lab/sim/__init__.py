@@ -345,8 +345,10 @@ class Simulator:
         opts = self._options(self._rng(seed, rng), devs.shape[0], priorities)
         ga, ca = self._records
         if self.semantics == "paper":
-            chunks = min(devs.shape[0], numba.get_num_threads())
-            out = _keep_torch_threads(lambda: K.paper_batch(ga, ca, devs, opts, chunks))
+            # numba.get_num_threads() starts the threading layer too (torch's threads change)
+            out = _keep_torch_threads(
+                lambda: K.paper_batch(ga, ca, devs, opts, min(len(devs), numba.get_num_threads()))
+            )
         elif self.semantics == "wc":
             out = _keep_torch_threads(lambda: K.wc_batch(ga, ca, devs, opts))
         else:

@@ -150,13 +150,15 @@ def test_batch_array_validation():
 
 @pytest.mark.parametrize("semantics", ["paper", "wc"])
 def test_parallel_batch_keeps_torch_threads(semantics):
-    """numba's OpenMP layer must not change the thread count a torch training loop asked for."""
+    """numba's OpenMP layer must not change the thread count a torch training loop asked for
+    (also once torch's own OpenMP runtime has started)."""
     import subprocess
     import sys
 
     code = (
         "import torch, numpy as np\n"
         "torch.set_num_threads(1)\n"
+        "torch.nn.GRUCell(64, 64)(torch.randn(300, 64))  # torch's OpenMP runtime started\n"
         "from doppler_lab.sim import Simulator\n"
         "from doppler_lab.hardware import make_cluster\n"
         "from doppler_lab.workloads.random_dag import random_dag\n"
