@@ -52,6 +52,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--lr", type=number_arg(above=0), help="Stage II learning rate")
     p.add_argument(
+        "--graphs-per-step",
+        type=int_arg(1),
+        metavar="G",
+        help="Stage II: average G tasks' gradients into one optimiser step",
+    )
+    p.add_argument(
         "--timing",
         choices=("task", "wc", "est"),
         default=g.GENERAL_TIMING,
@@ -79,6 +85,7 @@ def command_line(args: argparse.Namespace) -> str:
         ("--anchor-episodes", "anchor_episodes", g.GENERAL_ANCHOR_EPISODES),
         ("--sim-episodes", "sim_episodes", g.GENERAL_SIM_EPISODES),
         ("--lr", "lr", None),
+        ("--graphs-per-step", "graphs_per_step", None),
         ("--timing", "timing", g.GENERAL_TIMING),
         ("--seed", "seed", 0),
         ("--init", "init", None),
@@ -97,7 +104,11 @@ def run(args: argparse.Namespace) -> int:
         from ..policies.pretrained import resolve_checkpoint
 
         init = resolve_checkpoint(args.init)
-    changes = {} if args.lr is None else {"lr": args.lr}
+    changes = {
+        k: v
+        for k, v in (("lr", args.lr), ("graphs_per_step", args.graphs_per_step))
+        if v is not None
+    }
     results = g.train_general(
         args.out,
         args.tasks,

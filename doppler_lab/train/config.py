@@ -24,6 +24,9 @@ class TrainConfig:
             (Stage III: REINFORCE on measured makespans).
         episodes: episodes in the stage (in ``sim``/``real``: cost evaluations).
         episodes_per_update: K episodes share one encoder pass and one update.
+        graphs_per_step: updates whose gradients are averaged into one optimiser step (each
+            update rolls out one graph: with several graphs, one step follows the mean
+            improvement direction over that many graphs instead of one graph's).
         lr: learning rate of both optimisers (SEL and PLC get separate Adam optimisers).
         lr_sel: SEL's learning rate if different (None: ``lr``).
         lr_schedule: ``constant``, ``linear`` or ``cosine`` decay over the stage.
@@ -81,6 +84,7 @@ class TrainConfig:
     stage: str = "sim"
     episodes: int = 2000
     episodes_per_update: int = 16
+    graphs_per_step: int = 1
     lr: float = 1e-3
     lr_sel: float | None = None
     lr_schedule: str = "cosine"
@@ -132,6 +136,7 @@ class TrainConfig:
         for name in (
             "episodes",
             "episodes_per_update",
+            "graphs_per_step",
             "repeats",
             "checkpoint_every",
             "sil_size",
@@ -178,6 +183,11 @@ class TrainConfig:
             raise ConfigError(
                 f"train config plc_temperature_end = {self.plc_temperature_end!r}, expected >= 0"
             )
+        if self.anchor and self.graphs_per_step > 1:
+            raise ConfigError(
+                f"train config: anchor mode steps the optimiser within an update; expected "
+                f"graphs_per_step 1, got {self.graphs_per_step}"
+            )
         if self.stage == "imitation" and self.imitation_coef == 0:
             raise ConfigError("train config: stage 'imitation' needs imitation_coef > 0")
         if self.stage != "imitation" and not (self.pg_coef or self.imitation_coef or self.sil_coef):
@@ -189,6 +199,11 @@ class TrainConfig:
     def updates(self) -> int:
         """Number of updates (the last one may have fewer episodes)."""
         return -(-self.episodes // self.episodes_per_update)
+
+    @property
+    def steps(self) -> int:
+        """Number of optimiser steps (every ``graphs_per_step`` updates, and the last)."""
+        return -(-self.updates // self.graphs_per_step)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -199,6 +199,12 @@ class TrainResult:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
+def grads_pending(update: int, config: TrainConfig) -> bool:
+    """Whether gradients of finished updates wait for the optimiser step after ``update``
+    updates (a checkpoint then would lose them: checkpoints fall on step boundaries)."""
+    return update % config.graphs_per_step != 0 and update != config.updates
+
+
 def _run_header(
     config: TrainConfig,
     policy_config: PolicyConfig,
@@ -324,7 +330,7 @@ class Trainer:
         groups = self.policy.param_groups()
         lrs = {"sel": config.lr_sel or config.lr, "plc": config.lr}
         self.optimizers = {k: torch.optim.Adam(ps, lr=lrs[k]) for k, ps in groups.items()}
-        u = config.updates
+        u = config.steps
         self.schedulers = {
             k: torch.optim.lr_scheduler.LambdaLR(
                 opt,
@@ -553,6 +559,16 @@ class Trainer:
             loss.backward()
             self._step(schedule=False)
 
+    def _average_grads(self, count: int) -> None:
+        """Divide the gradients summed over ``count`` updates by ``count`` (their mean)."""
+        if count <= 1:
+            return
+        for opt in self.optimizers.values():
+            for g in opt.param_groups:
+                for p in g["params"]:
+                    if p.grad is not None:
+                        p.grad.div_(count)
+
     def _step(self, schedule: bool = True) -> dict[str, float]:
         """One optimiser step each; returns each optimiser's gradient norm before clipping."""
         norms = {}
@@ -638,7 +654,10 @@ class Trainer:
                 )
                 if c.anchor:
                     self._anchor_update(gi, costs, episodes)
-                norms = self._step()
+                norms: dict[str, float] = {}
+                if (u + 1) % c.graphs_per_step == 0 or u + 1 == c.updates:
+                    self._average_grads(u % c.graphs_per_step + 1)
+                    norms = self._step()
                 if anchor is not None:
                     self._refit_anchor(gi, episodes, temps)
                 self.best[gi] = min(self.best[gi], float(costs.min()))
@@ -654,7 +673,7 @@ class Trainer:
                     "loss": loss,
                     # the total and per optimiser: one exploding parameter freezes the rest
                     # of its half under the clip; the per-half norm shows which half
-                    "grad_norm": math.hypot(*norms.values()),
+                    "grad_norm": math.hypot(*norms.values()) if norms else None,
                     "grad_norm_sel": norms.get("sel"),
                     "grad_norm_plc": norms.get("plc"),
                     "epsilon": eps,
@@ -674,7 +693,8 @@ class Trainer:
                 if self.log is not None:
                     self.log.append(row)
                 if self.out_dir is not None and (
-                    self.update % c.checkpoint_every == 0 or self.update == c.updates
+                    (self.update % c.checkpoint_every == 0 and not grads_pending(self.update, c))
+                    or self.update == c.updates
                 ):
                     self.save(self.out_dir / "checkpoints" / "last.pt")
                 bar.update(k)

@@ -205,3 +205,39 @@ def test_task_timed_policy_reads_each_task_under_its_semantics_timing():
         Trainer(cfg, [g, g], clusters, pcfg, progress=False, semantics=["wc", "real"])
     assert pcfg.context_timing("paper") == "est" and pcfg.context_timing("wc") == "wc"
     assert pcfg.context_timing(None) == "est" and SMALL.context_timing("paper") == "wc"
+
+
+def test_graphs_per_step_averages_updates_into_one_step_and_resumes_exactly(tmp_path):
+    g = build_from_spec("chainmm:matrices=3,scale=0.001")
+    clusters = [make_cluster("uniform", 2), make_cluster("p100x4"), make_cluster("uniform", 3)]
+    cfg = preset(
+        "sim", episodes=28, episodes_per_update=4, semantics="wc", checkpoint_every=1,
+        graphs_per_step=3,
+    )  # fmt: skip
+    assert cfg.updates == 7 and cfg.steps == 3
+    seen = []
+
+    def watch(trainer, row):
+        seen.append({k: v.clone() for k, v in trainer.policy.state_dict().items()})
+
+    full = train(cfg, [g] * 3, clusters, SMALL, tmp_path / "full", callbacks=[watch], progress=False)
+    # the weights move only at the step after every third update, and after the last
+    moved = [any(not torch.equal(a[k], b[k]) for k in a) for a, b in zip(seen, seen[1:])]
+    assert moved == [False, True, False, False, True, True]
+    stepped = [r["sim/grad_norm"] is not None for r in full.rows]
+    assert stepped == [False, False, True, False, False, True, True]
+
+    def stop(trainer, row):
+        if row["update"] == 5:  # mid-step: the last checkpoint is the step after update 3
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        train(cfg, [g] * 3, clusters, SMALL, tmp_path / "cut", callbacks=[stop], progress=False)
+    resumed = Trainer(cfg, [g] * 3, clusters, SMALL, tmp_path / "cut", progress=False).run()
+    assert read_rows(tmp_path / "cut" / "metrics.csv") == read_rows(
+        tmp_path / "full" / "metrics.csv"
+    )
+    for k, v in full.policy.state_dict().items():
+        torch.testing.assert_close(resumed.policy.state_dict()[k], v, rtol=0, atol=0)
+    with pytest.raises(ConfigError, match="graphs_per_step 1, got 2"):
+        preset("sim", anchor=True, graphs_per_step=2)
