@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+from numba import njit
 from torch import Tensor, nn
 from torch.nn import functional as F
 
@@ -171,8 +172,63 @@ class PlcPolicy(nn.Module):
         return self.out(_leaky(pre)).squeeze(-1)
 
 
+@njit(cache=True)
+def _first_layer(a, bias, placed, var_add, std_add, centred):  # pragma: no cover - compiled
+    """The numpy head's elementwise work before its hidden layer, in float32 as numpy does it:
+    ``a = leaky(a + bias)`` in place, and the placed sums ``(B, D, C)`` centred over the D
+    devices (summed device after device, as ``np.add.reduce`` over that axis adds) and divided
+    by ``sqrt(var + var_add) + std_add`` into ``centred``."""
+    lo = np.float32(0.1)
+    for b in range(a.shape[0]):
+        for d in range(a.shape[1]):
+            for j in range(a.shape[2]):
+                x = a[b, d, j] + bias[j]
+                y = lo * x
+                a[b, d, j] = x if x > y else y
+    ndev = placed.shape[1]
+    inv_d = np.float32(1.0 / ndev)
+    for b in range(placed.shape[0]):
+        for c in range(placed.shape[2]):
+            total = placed[b, 0, c]
+            for d in range(1, ndev):
+                total += placed[b, d, c]
+            mean = total * inv_d
+            sq = np.float32(0.0)
+            for d in range(ndev):
+                x = placed[b, d, c] - mean
+                centred[b, d, c] = x
+                sq = x * x if d == 0 else sq + x * x
+            scale = np.sqrt((sq * inv_d) + var_add) + std_add
+            for d in range(ndev):
+                centred[b, d, c] /= scale
+
+
+@njit(cache=True)
+def _hidden(pre, placed_term, node_term, rows):  # pragma: no cover - compiled
+    """``pre = leaky((pre + placed_term) + node_term[rows[b]])`` in place, float32."""
+    lo = np.float32(0.1)
+    for b in range(pre.shape[0]):
+        r = rows[b]
+        for d in range(pre.shape[1]):
+            for j in range(pre.shape[2]):
+                x = (pre[b, d, j] + placed_term[b, d, j]) + node_term[r, j]
+                y = lo * x
+                pre[b, d, j] = x if x > y else y
+
+
+@njit(cache=True)
+def _add_placed(sums, emb, nodes, devices):  # pragma: no cover - compiled
+    """``sums[k, devices[k]] += emb[nodes[k]]`` for every episode k."""
+    for k in range(nodes.shape[0]):
+        sums[k, devices[k]] += emb[nodes[k]]
+
+
 class PlcHeadNumpy:
     """:meth:`PlcPolicy.scores` in numpy for rollouts (float32 views of the live weights).
+
+    The four matrix products are numpy's (a batch of ``(D, .) @ (., H)`` products: each row's
+    logits do not depend on the other rows of the batch, to the bit); the elementwise work
+    between them is compiled, in float32 and in the order numpy computes it.
 
     Shapes:
         - call: node_term ``(B, H)``, feats ``(B, D, F)``, placed ``(B, D, C)`` -> ``(B, D)``
@@ -181,28 +237,31 @@ class PlcHeadNumpy:
     def __init__(self, plc: PlcPolicy):
         h = plc.hidden
         # smooth: divide by sqrt(var + 1); zscore: by std + 1e-6
-        self.var_add, self.std_add = (1.0, 0.0) if plc.placed_norm == "smooth" else (0.0, 1e-6)
+        var_add, std_add = (1.0, 0.0) if plc.placed_norm == "smooth" else (0.0, 1e-6)
+        self.var_add, self.std_add = np.float32(var_add), np.float32(std_add)
         w = plc.hidden_layer.weight.detach().numpy()
         self.dev_w = plc.dev_lin.weight.detach().numpy().T
         self.dev_b = plc.dev_lin.bias.detach().numpy()
         self.w_dev = np.ascontiguousarray(w[:, :h].T)
         self.w_placed = np.ascontiguousarray(w[:, 3 * h :].T)
         self.out_w = plc.out.weight.detach().numpy()[0]
-        self.out_b = float(plc.out.bias.detach().numpy()[0])
+        self.out_b = np.float32(plc.out.bias.detach().numpy()[0])
 
     def __call__(self, node_term: np.ndarray, feats: np.ndarray, placed: np.ndarray) -> np.ndarray:
+        return self.logits(node_term, np.arange(node_term.shape[0]), feats, placed)
+
+    def logits(
+        self, node_term: np.ndarray, rows: np.ndarray, feats: np.ndarray, placed: np.ndarray
+    ) -> np.ndarray:
+        """The scores of :meth:`__call__` with node terms ``node_term[rows]`` ``(B,)``."""
         a = feats @ self.dev_w
-        a += self.dev_b
-        np.maximum(a, 0.1 * a, out=a)  # leaky relu
-        inv_d = 1.0 / placed.shape[-2]
-        diff = placed - np.add.reduce(placed, axis=-2, keepdims=True) * inv_d
-        var = np.add.reduce(diff * diff, axis=-2, keepdims=True) * inv_d
-        diff /= np.sqrt(var + self.var_add) + self.std_add
+        centred = np.empty_like(placed)
+        _first_layer(a, self.dev_b, placed, self.var_add, self.std_add, centred)
         pre = a @ self.w_dev
-        pre += diff @ self.w_placed
-        pre += node_term[:, None, :]
-        np.maximum(pre, 0.1 * pre, out=pre)
-        return pre @ self.out_w + self.out_b
+        _hidden(pre, centred @ self.w_placed, node_term, rows)
+        out = pre @ self.out_w
+        out += self.out_b
+        return out
 
 
 class DualEncoding(NamedTuple):
@@ -266,10 +325,10 @@ class DualPolicy(PlacementPolicy):
         nodes: np.ndarray,
         feats: np.ndarray,
     ) -> np.ndarray:
-        return pstate.head(pstate.node_term[nodes], feats, pstate.sums)
+        return pstate.head.logits(pstate.node_term, nodes, feats, pstate.sums)
 
     def plc_observe(self, pstate: _PlacedSums, nodes: np.ndarray, devices: np.ndarray) -> None:
-        pstate.sums[np.arange(nodes.size), devices] += pstate.emb[nodes]
+        _add_placed(pstate.sums, pstate.emb, nodes, devices)
 
     def log_probs(
         self,

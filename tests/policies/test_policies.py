@@ -83,6 +83,45 @@ def test_numpy_head_equals_torch_head(ctx, norm):
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
 
 
+def _numpy_head(head, node_term, feats, placed):
+    """The head as plain numpy expressions (the rollouts' scores before it was compiled)."""
+    a = feats @ head.dev_w
+    a += head.dev_b
+    np.maximum(a, 0.1 * a, out=a)
+    inv_d = 1.0 / placed.shape[-2]
+    diff = placed - np.add.reduce(placed, axis=-2, keepdims=True) * inv_d
+    var = np.add.reduce(diff * diff, axis=-2, keepdims=True) * inv_d
+    diff /= np.sqrt(var + float(head.var_add)) + float(head.std_add)
+    pre = a @ head.w_dev
+    pre += diff @ head.w_placed
+    pre += node_term[:, None, :]
+    np.maximum(pre, 0.1 * pre, out=pre)
+    return pre @ head.out_w + float(head.out_b)
+
+
+@pytest.mark.parametrize("norm", ["smooth", "zscore"])
+def test_compiled_head_is_the_numpy_head_to_the_bit(norm):
+    """Placements of a seed stay what they were: the compiled head's scores are the plain numpy
+    expressions' to the last bit (zeros of either sign included), whatever the batch size."""
+    pol = make_policy(PolicyConfig(hidden=16, head_hidden=8, placed_norm=norm), 4, seed=2)
+    head = PlcHeadNumpy(pol.plc)
+    rng = np.random.default_rng(0)
+    for trial in range(40):
+        b, d = int(rng.integers(1, 18)), int(rng.integers(1, 9))
+        feats = (rng.standard_normal((b, d, 9)) * rng.choice([0.01, 1.0, 100.0])).astype(np.float32)
+        placed = (rng.standard_normal((b, d, 16)) * rng.choice([0.0, 1e-3, 1.0, 50.0])).astype(
+            np.float32
+        )
+        if trial % 4 == 0:
+            placed[..., :8] = rng.choice([0.0, -0.0, 1.0], size=(b, d, 8))
+        node_term = rng.standard_normal((b, 8)).astype(np.float32)
+        out = head(node_term, feats, placed)
+        ref = _numpy_head(head, node_term, feats, placed)
+        assert out.dtype == ref.dtype == np.float32
+        np.testing.assert_array_equal(out.view(np.int32), ref.view(np.int32))
+        np.testing.assert_array_equal(head(node_term[:1], feats[:1], placed[:1]), out[:1])
+
+
 def test_smooth_placed_norm_has_bounded_gradient():
     """The z-score's gradient grows as 1 / std when the devices' placed sums nearly agree (one
     node placed, a channel near zero): that is what froze Stage II; the smooth norm's does not."""
