@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit
 
 from ..schedule import batch_assign, batch_device_features, batch_est
-from .features import extend_device_features
+from .features import extend_device_features, scale_device_features
 
 #: how a step chooses: the argmax, a draw from the softmax, or the topological order (SEL)
 GREEDY, SAMPLE, TOPO = 0, 1, 2
@@ -93,12 +93,27 @@ def sel_logits(scores, local, arrays, temperature, out, ptr):  # pragma: no cove
     return pos
 
 
+@njit(cache=True, error_model="numpy")
+def softmax_exponents(logits, temperature, out):  # pragma: no cover - compiled
+    """``z - max z`` per row of ``z = logits / temperature`` ``(K, D)`` into ``out`` (float32, as
+    numpy computes ``z - z.max(axis=1, keepdims=True)``: a NaN in a row makes the row NaN)."""
+    for k in range(logits.shape[0]):
+        top = logits[k, 0] / temperature
+        for d in range(logits.shape[1]):
+            z = logits[k, d] / temperature
+            out[k, d] = z
+            if top == top and (z > top or z != z):
+                top = z
+        for d in range(logits.shape[1]):
+            out[k, d] -= top
+
+
 @njit(cache=True)
 def select_step(
-    t, kind, record, arrays, timing, edge_cost, sel, draw, out, pos
+    t, kind, record, arrays, timing, edge_cost, sel, draw, out, pos, time_unit, norm
 ):  # pragma: no cover
     """SEL's choice in every episode of step ``t``, then the chosen node's earliest starts and
-    raw device features.
+    raw device features (and, with ``time_unit > 0``, their ``scaled`` normalisation).
 
     Args:
         t: the step.
@@ -115,6 +130,9 @@ def select_step(
             features ``(K, D, F)`` (F = 5 or 9), the candidates' local ids (step-major from
             ``cand_rec[pos]``) and their number ``counts[:, t]`` (learned SEL only).
         pos: where the candidate record goes on.
+        time_unit: the ``scaled`` layout's time unit (0: no normalisation).
+        norm: ``(K, D, F)`` written (``time_unit > 0``): the normalised device features
+            (:func:`~doppler_lab.policies.features.scale_device_features`).
 
     Returns:
         The new end of the candidate record.
@@ -143,6 +161,8 @@ def select_step(
         batch_device_features(record, arrays, k, v, est[k], raw[k])
         if raw.shape[2] == 9:
             extend_device_features(record, edge_cost, v, device[k], raw[k])
+    if time_unit > 0:
+        scale_device_features(raw, time_unit, norm)
     return pos
 
 

@@ -172,7 +172,7 @@ class PlcPolicy(nn.Module):
         return self.out(_leaky(pre)).squeeze(-1)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")  # numpy's division: no zero check, vectorised
 def _first_layer(a, bias, placed, var_add, std_add, centred):  # pragma: no cover - compiled
     """The numpy head's elementwise work before its hidden layer, in float32 as numpy does it:
     ``a = leaky(a + bias)`` in place, and the placed sums ``(B, D, C)`` centred over the D
@@ -185,22 +185,29 @@ def _first_layer(a, bias, placed, var_add, std_add, centred):  # pragma: no cove
                 x = a[b, d, j] + bias[j]
                 y = lo * x
                 a[b, d, j] = x if x > y else y
-    ndev = placed.shape[1]
+    ndev, width = placed.shape[1], placed.shape[2]
     inv_d = np.float32(1.0 / ndev)
+    total = np.empty(width, placed.dtype)
+    sq = np.empty(width, placed.dtype)
     for b in range(placed.shape[0]):
-        for c in range(placed.shape[2]):
-            total = placed[b, 0, c]
-            for d in range(1, ndev):
-                total += placed[b, d, c]
-            mean = total * inv_d
-            sq = np.float32(0.0)
-            for d in range(ndev):
-                x = placed[b, d, c] - mean
+        for c in range(width):
+            total[c] = placed[b, 0, c]
+            sq[c] = 0.0  # + squares (>= 0): the sum numpy starts from the first one
+        for d in range(1, ndev):
+            for c in range(width):
+                total[c] += placed[b, d, c]
+        for c in range(width):
+            total[c] *= inv_d  # the mean
+        for d in range(ndev):
+            for c in range(width):
+                x = placed[b, d, c] - total[c]
                 centred[b, d, c] = x
-                sq = x * x if d == 0 else sq + x * x
-            scale = np.sqrt((sq * inv_d) + var_add) + std_add
-            for d in range(ndev):
-                centred[b, d, c] /= scale
+                sq[c] += x * x
+        for c in range(width):
+            sq[c] = np.sqrt(sq[c] * inv_d + var_add) + std_add
+        for d in range(ndev):
+            for c in range(width):
+                centred[b, d, c] /= sq[c]
 
 
 @njit(cache=True)

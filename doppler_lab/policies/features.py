@@ -249,13 +249,14 @@ def normalize_device_features(f: np.ndarray, layout: FeatureLayout, time_unit: f
     if out.size:
         shape = (-1, *f.shape[-2:])
         raw = np.ascontiguousarray(f, dtype=np.float64).reshape(shape)
-        _scaled(raw, float(time_unit), out.reshape(shape))
+        scale_device_features(raw, float(time_unit), out.reshape(shape))
     return out
 
 
 @njit(cache=True)
-def _scaled(f, time_unit, out):  # pragma: no cover - compiled
-    """The ``scaled`` normalisation of ``f`` ``(B, D, F)`` into ``out`` (float32)."""
+def scale_device_features(f, time_unit, out):  # pragma: no cover - compiled
+    """The ``scaled`` normalisation of raw device features ``f`` ``(B, D, F)`` (float64) into
+    ``out`` (float32; see :func:`normalize_device_features`)."""
     ndev, nfeat = f.shape[1], f.shape[2]
     for b in range(f.shape[0]):
         ref = f[b, 0, 4] / time_unit  # the smallest earliest start

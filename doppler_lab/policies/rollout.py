@@ -30,7 +30,7 @@ from .base import Episodes, PlacementPolicy
 from .batched import GREEDY as KIND_GREEDY
 from .batched import SAMPLE as KIND_SAMPLE
 from .batched import TOPO as KIND_TOPO
-from .batched import place_step, sel_logits, select_step
+from .batched import place_step, sel_logits, select_step, softmax_exponents
 from .context import GraphContext
 
 
@@ -254,7 +254,7 @@ class Rollout:
     def _begin_batched(self) -> None:
         """The K episodes in one schedule batch, and the buffers of the compiled steps."""
         k_eps, ctx = self.num_episodes, self.ctx
-        self._batch = ScheduleBatch(self._episodes)  # type: ignore[arg-type]
+        self._batch = batch = ScheduleBatch(self._episodes)  # type: ignore[arg-type]
         self.ests = np.empty((k_eps, ctx.num_devices))
         scores = self.sel_scores
         if scores is None:  # topological SEL: no scores, no candidates recorded
@@ -272,6 +272,17 @@ class Rollout:
         self._cand_rec = np.empty(2 * bound, dtype=np.int64)
         self._cand_pos = 0
         self._cand_counts = np.zeros((k_eps, self.num_steps), dtype=np.int64)
+        ndev, fdim = ctx.num_devices, ctx.layout.device_dim
+        # the scaled layout is normalised inside the compiled step (the same kernel)
+        scaled = ctx.layout.device_norm == "scaled"
+        self._time_unit = float(ctx.features.time_unit) if scaled else 0.0
+        self._norm = np.empty((k_eps, ndev, fdim), dtype=np.float32)
+        self._args = (batch.record, batch.arrays, batch.timing, ctx.cost.mean_edge_cost)
+        self._select_out = self._select_outputs()
+        self._place_out = (self.devices, self.partial, self._span)
+
+    def _select_outputs(self) -> tuple[np.ndarray, ...]:
+        return (self.selected, self.nodes, self.ests, self._raw, self._cand_rec, self._cand_counts)
 
     def _step_batched(self) -> None:
         """:meth:`step` in the plain modes, compiled (same decisions, records and draws)."""
@@ -287,10 +298,14 @@ class Rollout:
             draw = (np.exp(buf[:m]), ptr, u)
         if self._cand_rec.size - self._cand_pos < self._sel_buf.size:
             self._cand_rec = np.concatenate([self._cand_rec, np.empty_like(self._cand_rec)])
-        out = (self.selected, self.nodes, self.ests, self._raw, self._cand_rec, self._cand_counts)
-        args = (batch.record, batch.arrays, batch.timing, ctx.cost.mean_edge_cost)
-        self._cand_pos = select_step(t, self._sel_kind, *args, self._sel, draw, out, self._cand_pos)
-        norm = ctx.normalize(self._raw)
+            self._select_out = self._select_outputs()
+        args, norm = self._args, self._norm
+        self._cand_pos = select_step(
+            t, self._sel_kind, *args, self._sel, draw, self._select_out, self._cand_pos,
+            self._time_unit, norm,
+        )  # fmt: skip
+        if not self._time_unit:
+            norm = ctx.normalize(self._raw)
         self.feats[:, t] = norm
         loc_v = self.nodes[:, t].copy()
         with torch.no_grad() if torch.is_grad_enabled() else contextlib.nullcontext():
@@ -299,13 +314,15 @@ class Rollout:
         kind, scores, u = KIND_GREEDY, logits, self._no_draws
         if self.plc.samples:
             u = rng.random(k_eps)
-            temp = self.plc.temperature
-            z = logits if temp == 1.0 else logits / temp
-            kind, scores = KIND_SAMPLE, np.exp(z - z.max(axis=1, keepdims=True))
-        out = (self.devices, self.partial, self._span)
+            # numpy's exp of z - max z (z = logits / temperature), as the loop computes them
+            scores = np.empty_like(logits)
+            softmax_exponents(logits, logits.dtype.type(self.plc.temperature), scores)
+            kind = KIND_SAMPLE
+            np.exp(scores, out=scores)
         place_step(
-            t, kind, *args[:3], self.selected, self.ests, scores, u, out, ctx.graph.time_scale
-        )
+            t, kind, *args[:3], self.selected, self.ests, scores, u, self._place_out,
+            ctx.graph.time_scale,
+        )  # fmt: skip
         policy.plc_observe(self._pstate, loc_v, self.devices[:, t])
         self.t += 1
 
