@@ -229,6 +229,9 @@ class PlacementPolicy(nn.Module):
     plc_mode: str = "learned"
     #: episodes per chunk when recomputing log-probabilities (memory-heavy policies)
     eval_chunk: int | None = None
+    #: an episode's PLC logits do not depend on the other episodes of its rollout, to the bit
+    #: (a greedy episode can then share a rollout with sampled ones)
+    batch_invariant: bool = False
 
     def __init__(self, config: PolicyConfig, num_devices: int):
         super().__init__()

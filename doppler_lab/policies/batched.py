@@ -110,7 +110,7 @@ def softmax_exponents(logits, temperature, out):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def select_step(
-    t, kind, record, arrays, timing, edge_cost, sel, draw, out, pos, time_unit, norm
+    t, kind, lead, record, arrays, timing, edge_cost, sel, draw, out, pos, time_unit, norm
 ):  # pragma: no cover
     """SEL's choice in every episode of step ``t``, then the chosen node's earliest starts and
     raw device features (and, with ``time_unit > 0``, their ``scaled`` normalisation).
@@ -118,6 +118,7 @@ def select_step(
     Args:
         t: the step.
         kind: :data:`GREEDY`, :data:`SAMPLE` or :data:`TOPO`.
+        lead: the first ``lead`` episodes choose by :data:`GREEDY` (unless ``kind`` is TOPO).
         record, arrays, timing: the :class:`~doppler_lab.schedule.ScheduleBatch`.
         edge_cost: ``(E,)`` mean transfer cost per edge (``doppler9`` features).
         sel: ``(scores, local, topo)``: static SEL score per local node, local id per global
@@ -147,7 +148,7 @@ def select_step(
         else:
             m = ncand[k]
             row = cand[k]
-            if kind == SAMPLE:
+            if kind == SAMPLE and k >= lead:
                 v = row[_draw(weights, ptr[k], m, u[k])]
             else:
                 v = row[_argmax(scores[local[row[:m]]], 0, m)]
@@ -168,14 +169,15 @@ def select_step(
 
 @njit(cache=True)
 def place_step(
-    t, kind, record, arrays, timing, selected, est, scores, u, out, scale
+    t, kind, lead, record, arrays, timing, selected, est, logits, weights, u, out, scale
 ):  # pragma: no cover
     """PLC's choice in every episode of step ``t`` and its assignment.
 
     Args:
         t: the step.
-        kind: :data:`GREEDY` (``scores`` are logits) or :data:`SAMPLE` (``scores`` are
-            softmax weights, ``u`` a uniform each, float64).
+        kind: :data:`GREEDY` (the argmax of ``logits``) or :data:`SAMPLE` (a draw from the
+            softmax ``weights`` with ``u``, a uniform each, float64).
+        lead: the first ``lead`` episodes choose by :data:`GREEDY`.
         record, arrays, timing: the :class:`~doppler_lab.schedule.ScheduleBatch`.
         selected, est: each episode's selected node and its earliest starts.
         out: ``(devices, partial, span)``: written: the device ``devices[:, t]``, the schedule's
@@ -184,12 +186,12 @@ def place_step(
     """
     devices, partial, span = out
     finish = arrays[2]
-    ndev = scores.shape[1]
+    ndev = logits.shape[1]
     for k in range(selected.shape[0]):
-        if kind == SAMPLE:
-            d = _draw(scores[k], 0, ndev, u[k])
+        if kind == SAMPLE and k >= lead:
+            d = _draw(weights[k], 0, ndev, u[k])
         else:
-            d = _argmax(scores[k], 0, ndev)
+            d = _argmax(logits[k], 0, ndev)
         v = selected[k]
         devices[k, t] = d
         partial[k, t] = span[k]

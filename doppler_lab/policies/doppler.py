@@ -297,6 +297,8 @@ class DualPolicy(PlacementPolicy):
         num_devices: the device count (the networks themselves work for any count).
     """
 
+    batch_invariant = True  # the numpy head scores each episode's devices on their own
+
     def __init__(self, config: PolicyConfig, num_devices: int):
         super().__init__(config, num_devices)
         shared = _encoder(config) if config.shared_encoder else None

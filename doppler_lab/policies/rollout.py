@@ -25,6 +25,7 @@ import torch
 
 from ..episode import Episode
 from ..errors import ConfigError, PlacementError
+from ..placement import Placement
 from ..schedule import ScheduleBatch
 from .base import Episodes, PlacementPolicy
 from .batched import GREEDY as KIND_GREEDY
@@ -103,6 +104,8 @@ class Rollout:
         record_teacher: record the Critical Path choices at every visited state (Stage I).
         anchor: ``(N,)`` a device per node that replaces the Critical Path rule as PLC's teacher
             (for mixing and labels): exploration around a known placement (learned PLC only).
+        greedy_lead: the first ``greedy_lead`` episodes act by :data:`GREEDY` (SEL and PLC),
+            whatever ``sel`` and ``plc`` say (see :func:`greedy_and_samples`).
 
     Attributes:
         episodes: the K episodes.
@@ -131,12 +134,18 @@ class Rollout:
         plc: ActionMode = SAMPLE,
         record_teacher: bool = False,
         anchor: np.ndarray | None = None,
+        greedy_lead: int = 0,
     ):
+        if not 0 <= greedy_lead <= num_episodes:
+            raise ConfigError(
+                f"greedy_lead = {greedy_lead!r}, expected 0..{num_episodes} (the episodes)"
+            )
         k_eps, t_steps = num_episodes, ctx.num_nodes
         ndev, fdim = ctx.num_devices, ctx.layout.device_dim
         self.policy, self.ctx, self.enc, self.rng = policy, ctx, enc, rng
         self.sel, self.plc = sel, plc
         self.record_teacher, self.anchor = record_teacher, anchor
+        self.greedy_lead = greedy_lead
         self.num_episodes, self.num_steps = k_eps, t_steps
         self._episodes: list[Episode] = [ctx.new_episode() for _ in range(k_eps)]
         self.t = 0
@@ -192,11 +201,13 @@ class Rollout:
             self._step_batched()
             return
         t, rng, ctx, policy = self.t, self.rng, self.ctx, self.policy
-        sel, plc, record_teacher = self.sel, self.plc, self.record_teacher
+        record_teacher = self.record_teacher
         teacher, local = ctx.teacher, ctx.features.local
         t_steps, scores, counts = self.num_steps, self.sel_scores, self._counts
         vs, ests, raw = self.selected, self.ests, self._raw
+        lead = self.greedy_lead
         for k, st in enumerate(self._episodes):
+            sel = GREEDY if k < lead else self.sel
             if policy.sel_mode == "topo":
                 v = int(ctx.topo_global[t])
             else:
@@ -231,6 +242,7 @@ class Rollout:
         anchor, plc_teacher, devices = self.anchor, self.plc_teacher, self.devices
         span, scale = self._span, ctx.graph.time_scale
         for k, st in enumerate(self._episodes):
+            plc = GREEDY if k < lead else self.plc
             d_ties = None
             if anchor is not None and logits is not None:
                 d_ties = anchor[vs[k] : vs[k] + 1]
@@ -281,16 +293,25 @@ class Rollout:
         self._select_out = self._select_outputs()
         self._place_out = (self.devices, self.partial, self._span)
 
+    def _uniforms(self) -> np.ndarray:
+        """A uniform per episode, drawn in episode order as the loop draws them; the greedy lead
+        draws none (its entries are 0)."""
+        lead, k_eps = self.greedy_lead, self.num_episodes
+        if not lead:
+            return self.rng.random(k_eps)
+        u = np.zeros(k_eps)
+        u[lead:] = self.rng.random(k_eps - lead)
+        return u
+
     def _select_outputs(self) -> tuple[np.ndarray, ...]:
         return (self.selected, self.nodes, self.ests, self._raw, self._cand_rec, self._cand_counts)
 
     def _step_batched(self) -> None:
         """:meth:`step` in the plain modes, compiled (same decisions, records and draws)."""
-        t, k_eps, ctx, policy = self.t, self.num_episodes, self.ctx, self.policy
-        batch, rng = self._batch, self.rng
+        t, ctx, policy, batch = self.t, self.ctx, self.policy, self._batch
         draw = self._no_draw
         if self._sel_kind == KIND_SAMPLE:
-            u = rng.random(k_eps)  # one draw per episode, in order, as the loop draws them
+            u = self._uniforms()
             buf, ptr = self._sel_buf, self._sel_ptr
             m = sel_logits(
                 self._sel[0], self._sel[1], batch.arrays, self._sel_temperature, buf, ptr
@@ -301,7 +322,7 @@ class Rollout:
             self._select_out = self._select_outputs()
         args, norm = self._args, self._norm
         self._cand_pos = select_step(
-            t, self._sel_kind, *args, self._sel, draw, self._select_out, self._cand_pos,
+            t, self._sel_kind, self.greedy_lead, *args, self._sel, draw, self._select_out, self._cand_pos,
             self._time_unit, norm,
         )  # fmt: skip
         if not self._time_unit:
@@ -313,15 +334,15 @@ class Rollout:
         self.logits = logits
         kind, scores, u = KIND_GREEDY, logits, self._no_draws
         if self.plc.samples:
-            u = rng.random(k_eps)
+            u = self._uniforms()
             # numpy's exp of z - max z (z = logits / temperature), as the loop computes them
             scores = np.empty_like(logits)
             softmax_exponents(logits, logits.dtype.type(self.plc.temperature), scores)
             kind = KIND_SAMPLE
             np.exp(scores, out=scores)
         place_step(
-            t, kind, *args[:3], self.selected, self.ests, scores, u, self._place_out,
-            ctx.graph.time_scale,
+            t, kind, self.greedy_lead, *args[:3], self.selected, self.ests, logits, scores, u,
+            self._place_out, ctx.graph.time_scale,
         )  # fmt: skip
         policy.plc_observe(self._pstate, loc_v, self.devices[:, t])
         self.t += 1
@@ -384,6 +405,7 @@ def run_episodes(
     plc: ActionMode = SAMPLE,
     record_teacher: bool = False,
     anchor: np.ndarray | None = None,
+    greedy_lead: int = 0,
 ) -> Episodes:
     """Roll out ``num_episodes`` episodes of ``policy`` on ``ctx``'s graph (a whole
     :class:`Rollout`; the arguments are its own).
@@ -391,4 +413,36 @@ def run_episodes(
     Returns:
         The recorded :class:`Episodes`.
     """
-    return Rollout(policy, ctx, enc, num_episodes, rng, sel, plc, record_teacher, anchor).run()
+    return Rollout(
+        policy, ctx, enc, num_episodes, rng, sel, plc, record_teacher, anchor, greedy_lead
+    ).run()
+
+
+def greedy_and_samples(
+    policy: PlacementPolicy,
+    ctx: GraphContext,
+    enc: object,
+    samples: int,
+    rng: np.random.Generator,
+) -> list[Placement]:
+    """The placements of the greedy rollout (:data:`GREEDY`), then of ``samples`` sampled ones
+    (:data:`SAMPLE`).
+
+    They come from one rollout of ``1 + samples`` episodes whose first is greedy when that is
+    the two rollouts to the bit: the greedy episode draws no random number (learned or
+    topological SEL, learned PLC) and the policy is
+    :attr:`~doppler_lab.policies.base.PlacementPolicy.batch_invariant`; else from two.
+    """
+    if (
+        samples > 0
+        and policy.batch_invariant
+        and policy.sel_mode in ("learned", "topo")
+        and policy.plc_mode == "learned"
+    ):
+        return run_episodes(
+            policy, ctx, enc, 1 + samples, rng, SAMPLE, SAMPLE, greedy_lead=1
+        ).placements
+    cands = run_episodes(policy, ctx, enc, 1, rng, GREEDY, GREEDY).placements
+    if samples > 0:
+        cands += run_episodes(policy, ctx, enc, samples, rng, SAMPLE, SAMPLE).placements
+    return cands

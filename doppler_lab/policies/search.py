@@ -36,7 +36,7 @@ from ..placers.local_search import neighbours, search_devices
 from ..sim import Simulator
 from .base import PlacementPolicy
 from .context import GraphContext
-from .rollout import GREEDY, SAMPLE, run_episodes
+from .rollout import greedy_and_samples
 from .tensors import flush_denormal
 
 SEARCH_STRATEGIES = ("anneal", "guided", "restarts")
@@ -62,11 +62,7 @@ def policy_candidates(
     ``semantics``: the task's, which picks the timing model of a ``task``-timed policy."""
     ctx = ctx or GraphContext.for_policy(graph, cluster, policy.config, semantics)
     with flush_denormal(), torch.no_grad():
-        enc = policy.encode(ctx)
-        cands = run_episodes(policy, ctx, enc, 1, rng, GREEDY, GREEDY).placements
-        if samples > 0:
-            cands += run_episodes(policy, ctx, enc, samples, rng, SAMPLE, SAMPLE).placements
-    return cands
+        return greedy_and_samples(policy, ctx, policy.encode(ctx), samples, rng)
 
 
 def device_preferences(devices: np.ndarray, num_devices: int, mix: float) -> np.ndarray:

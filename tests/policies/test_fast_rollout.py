@@ -8,14 +8,21 @@ import numpy as np
 import pytest
 import torch
 
-from doppler_lab.errors import PlacementError
+from doppler_lab.errors import ConfigError, PlacementError
 from doppler_lab.hardware import make_cluster
 from doppler_lab.io import read_paper_graph
 from doppler_lab.policies.checkpoint import make_policy
 from doppler_lab.policies.config import PolicyConfig
 from doppler_lab.policies.context import GraphContext
 from doppler_lab.policies.features import extend_device_features
-from doppler_lab.policies.rollout import GREEDY, SAMPLE, ActionMode, Rollout
+from doppler_lab.policies.rollout import (
+    GREEDY,
+    SAMPLE,
+    ActionMode,
+    Rollout,
+    greedy_and_samples,
+    run_episodes,
+)
 from doppler_lab.schedule import (
     ListScheduleState,
     ScheduleBatch,
@@ -150,6 +157,63 @@ def test_which_modes_are_compiled(small_graph):
     assert not batched(dual, enc, record_teacher=True)
     assert not batched(dual, enc, anchor=np.zeros(small_graph.num_nodes, dtype=np.int64))
     assert not batched(sel_only, enc_sel)  # PLC is the Critical Path rule
+
+
+def _placements_and_draws(episodes_list, rng):
+    pls = [p for e in episodes_list for p in e.placements]
+    return [(p.device, p.priority) for p in pls], rng.random()
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("mode", ["sample", "tempered"])
+@pytest.mark.parametrize(
+    ("timing", "layout", "devices"), [("wc", "doppler9", 4), ("est", "doppler5", 8)]
+)
+def test_a_greedy_lead_is_the_greedy_rollout_and_the_samples_to_the_bit(
+    small_graph, compiled, mode, timing, layout, devices
+):
+    """One rollout whose first episode is greedy gives the greedy rollout and the sampled ones
+    of two rollouts, placements and random draws alike (the greedy episode draws nothing)."""
+    ctx = GraphContext(small_graph, _cluster(devices), layout, timing)
+    pol = make_policy(PolicyConfig(layout=layout, timing=timing, **SMALL), devices, seed=4)
+    sel, plc = MODES[mode]
+    Rollout.compiled_plain_modes = compiled
+    try:
+        with torch.no_grad():
+            enc = pol.encode(ctx)
+            rng = np.random.default_rng(9)
+            two = [run_episodes(pol, ctx, enc, 1, rng, GREEDY, GREEDY)]
+            two.append(run_episodes(pol, ctx, enc, 5, rng, sel, plc))
+            ref = _placements_and_draws(two, rng)
+            rng = np.random.default_rng(9)
+            one = run_episodes(pol, ctx, enc, 6, rng, sel, plc, greedy_lead=1)
+            got = _placements_and_draws([one], rng)
+    finally:
+        Rollout.compiled_plain_modes = True
+    assert got[1] == ref[1]
+    for (d, p), (d_ref, p_ref) in zip(got[0], ref[0], strict=True):
+        np.testing.assert_array_equal(d, d_ref)
+        np.testing.assert_array_equal(p, p_ref)
+
+
+@pytest.mark.parametrize("kind", ["dual", "plc-only"])
+def test_greedy_and_samples_is_the_two_rollouts(small_graph, kind):
+    """The protocol's candidates: one shared rollout for the dual policy, two for a policy
+    whose selection draws (the Critical Path rule); the same placements either way."""
+    ctx = GraphContext(small_graph, _cluster(4), "doppler9", "wc")
+    pol = make_policy(PolicyConfig(kind=kind, timing="wc", **SMALL), 4, seed=6)
+    with torch.no_grad():
+        enc = pol.encode(ctx)
+        rng = np.random.default_rng(2)
+        two = [run_episodes(pol, ctx, enc, 1, rng, GREEDY, GREEDY)]
+        two.append(run_episodes(pol, ctx, enc, 4, rng, SAMPLE, SAMPLE))
+        ref = [p.device for e in two for p in e.placements]
+        got = greedy_and_samples(pol, ctx, enc, 4, np.random.default_rng(2))
+        assert len(greedy_and_samples(pol, ctx, enc, 0, np.random.default_rng(2))) == 1
+    for d, d_ref in zip([p.device for p in got], ref, strict=True):
+        np.testing.assert_array_equal(d, d_ref)
+    with pytest.raises(ConfigError, match="greedy_lead"):
+        Rollout(pol, ctx, enc, 2, np.random.default_rng(0), greedy_lead=3)
 
 
 def test_stepping_one_decision_at_a_time_keeps_the_episodes_live(small_graph):
