@@ -250,3 +250,21 @@ def test_aggregate_first_equals_message_passing(ctx, monkeypatch, fused_limit):
     g2 = torch.autograd.grad(ref.sum(), [x, conv.bases])
     for a, b in zip(g1, g2):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("fused_limit", [10**9, 0])
+def test_compiled_inference_aggregation_is_index_add_to_the_bit(ctx, monkeypatch, fused_limit):
+    """Without autograd the conv aggregates compiled; the sums are index_add's to the bit (zeros
+    of either sign included), so an encoding does not depend on whether gradients are on."""
+    monkeypatch.setattr(EdgeConditionedConv, "FUSED_LIMIT", fused_limit)
+    torch.manual_seed(1)
+    conv = EdgeConditionedConv(16, 2, 4)
+    x = torch.randn(ctx.num_nodes, 16) * 10.0 ** torch.randint(-3, 3, (ctx.num_nodes, 1))
+    x[x.abs() < 0.1] = 0.0
+    x[:3] = -0.0
+    coef = conv.edge_coefficients(ctx.edge_attr).detach()
+    with torch.enable_grad():
+        ref = conv(x, ctx.edge_index, coef)
+    with torch.no_grad():
+        fast = conv(x, ctx.edge_index, coef)
+    assert torch.equal(fast.view(torch.int32), ref.detach().view(torch.int32))
