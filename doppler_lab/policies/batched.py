@@ -61,14 +61,15 @@ def _draw(weights, lo, m, u):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def sel_logits(scores, local, arrays, temperature, out, ptr):  # pragma: no cover - compiled
+def sel_logits(scores, local, cand, ncand, temperature, out, ptr):  # pragma: no cover - compiled
     """Each episode's candidates' SEL scores over ``temperature`` minus their maximum, the
     exponent of its softmax weights.
 
     Args:
         scores: ``(n,)`` static SEL score per local node.
         local: ``(N,)`` local id per global node.
-        arrays: the batch's :attr:`~doppler_lab.schedule.ScheduleBatch.arrays`.
+        cand, ncand: each episode's candidates and their number (of the batch's
+            :attr:`~doppler_lab.schedule.ScheduleBatch.arrays`).
         temperature: the sampling temperature, of the scores' dtype.
         out: written: episode k's values at ``out[ptr[k]:ptr[k] + ncand[k]]``.
         ptr: ``(K,)`` written: where each episode's values start.
@@ -76,7 +77,6 @@ def sel_logits(scores, local, arrays, temperature, out, ptr):  # pragma: no cove
     Returns:
         The number of values written.
     """
-    cand, ncand = arrays[10], arrays[11]
     pos = 0
     for k in range(ncand.shape[0]):
         ptr[k] = pos

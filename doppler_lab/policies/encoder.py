@@ -27,8 +27,9 @@ EDGE_MODES: tuple[str, ...] = ("basis", "nnconv")
 
 @njit(cache=True)
 def _aggregate(x, src, dst, coef, out):  # pragma: no cover - compiled
-    """``out[dst[e], k] += x[src[e]] * coef[e, k]`` edge after edge (float32): the sums
-    ``index_add`` forms, to the bit."""
+    """``out = 0``, then ``out[dst[e], k] += x[src[e]] * coef[e, k]`` edge after edge
+    (float32): the sums ``index_add`` forms, to the bit."""
+    out[:] = 0.0
     for e in range(src.shape[0]):
         s, r = src[e], dst[e]
         for k in range(coef.shape[1]):
@@ -91,7 +92,7 @@ class EdgeConditionedConv(MessagePassing):
         src, dst = edge_index
         if not torch.is_grad_enabled() and x.dtype == coef.dtype == torch.float32 and x.is_cpu:
             # inference: the same sums compiled (no per-edge messages materialised)
-            agg = x.new_zeros(n, k1, c)
+            agg = x.new_empty(n, k1, c)
             _aggregate(x.numpy(), src.numpy(), dst.numpy(), coef.numpy(), agg.numpy())
             return self._combine(x, agg.reshape(n, k1 * c))
         xs = x[src]

@@ -292,16 +292,13 @@ class Rollout:
         self._args = (batch.record, batch.arrays, batch.timing, ctx.cost.mean_edge_cost)
         self._select_out = self._select_outputs()
         self._place_out = (self.devices, self.partial, self._span)
+        self._sel_draws, self._plc_draws = np.zeros(k_eps), np.zeros(k_eps)
 
-    def _uniforms(self) -> np.ndarray:
-        """A uniform per episode, drawn in episode order as the loop draws them; the greedy lead
-        draws none (its entries are 0)."""
-        lead, k_eps = self.greedy_lead, self.num_episodes
-        if not lead:
-            return self.rng.random(k_eps)
-        u = np.zeros(k_eps)
-        u[lead:] = self.rng.random(k_eps - lead)
-        return u
+    def _uniforms(self, out: np.ndarray) -> np.ndarray:
+        """A uniform per episode into ``out``, drawn in episode order as the loop draws them;
+        the greedy lead draws none (its entries stay 0)."""
+        self.rng.random(out=out[self.greedy_lead :])
+        return out
 
     def _select_outputs(self) -> tuple[np.ndarray, ...]:
         return (self.selected, self.nodes, self.ests, self._raw, self._cand_rec, self._cand_counts)
@@ -311,19 +308,18 @@ class Rollout:
         t, ctx, policy, batch = self.t, self.ctx, self.policy, self._batch
         draw = self._no_draw
         if self._sel_kind == KIND_SAMPLE:
-            u = self._uniforms()
+            u = self._uniforms(self._sel_draws)
             buf, ptr = self._sel_buf, self._sel_ptr
-            m = sel_logits(
-                self._sel[0], self._sel[1], batch.arrays, self._sel_temperature, buf, ptr
-            )
+            cand, ncand = batch.arrays[10:12]
+            m = sel_logits(self._sel[0], self._sel[1], cand, ncand, self._sel_temperature, buf, ptr)
             draw = (np.exp(buf[:m]), ptr, u)
         if self._cand_rec.size - self._cand_pos < self._sel_buf.size:
             self._cand_rec = np.concatenate([self._cand_rec, np.empty_like(self._cand_rec)])
             self._select_out = self._select_outputs()
         args, norm = self._args, self._norm
         self._cand_pos = select_step(
-            t, self._sel_kind, self.greedy_lead, *args, self._sel, draw, self._select_out, self._cand_pos,
-            self._time_unit, norm,
+            t, self._sel_kind, self.greedy_lead, *args, self._sel, draw, self._select_out,
+            self._cand_pos, self._time_unit, norm,
         )  # fmt: skip
         if not self._time_unit:
             norm = ctx.normalize(self._raw)
@@ -334,7 +330,7 @@ class Rollout:
         self.logits = logits
         kind, scores, u = KIND_GREEDY, logits, self._no_draws
         if self.plc.samples:
-            u = self._uniforms()
+            u = self._uniforms(self._plc_draws)
             # numpy's exp of z - max z (z = logits / temperature), as the loop computes them
             scores = np.empty_like(logits)
             softmax_exponents(logits, logits.dtype.type(self.plc.temperature), scores)
