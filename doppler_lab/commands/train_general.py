@@ -71,6 +71,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="copy the result to DEST/doppler/general.pt and record it in DEST/index.json "
         "(data/checkpoints ships it)",
     )
+    p.add_argument(
+        "--validate",
+        action="store_true",
+        help="score the result on the validation pool (zero-shot protocol vs CP; recorded "
+        "with --ship)",
+    )
+    p.add_argument(
+        "--score",
+        metavar="CKPT",
+        action="append",
+        help="only score checkpoints on the validation pool, no training (repeatable)",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 
@@ -99,6 +111,22 @@ def command_line(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     from ..train import general as g
 
+    if args.score:
+        from ..policies.pretrained import resolve_checkpoint
+
+        scores = {
+            c: g.validation_score(resolve_checkpoint(c), progress=show_progress(args))
+            for c in args.score
+        }
+        if args.json:
+            print_json(scores)
+        else:
+            for c, sc in scores.items():
+                print(
+                    f"{c}: geometric mean of policy / CP {sc['ratio_cp']:.4f} over "
+                    f"{sc['tasks']} validation tasks"
+                )
+        return 0
     init = None
     if args.init:
         from ..policies.pretrained import resolve_checkpoint
@@ -125,6 +153,9 @@ def run(args: argparse.Namespace) -> int:
         args.imitation_episodes, args.sim_episodes, args.seed, args.anchor_episodes, **changes
     )
     record = g.run_record(results, stages, args.tasks, args.seed)
+    if args.validate:
+        score = g.validation_score(results[-1].checkpoint, progress=show_progress(args))
+        record["validation_ratio_cp"] = round(score["ratio_cp"], 4)
     summary = {"out": str(Path(args.out)), "checkpoint": str(results[-1].checkpoint), **record}
     if args.ship:
         summary["shipped"] = str(g.ship_general(results, args.ship, command_line(args), record))
@@ -137,6 +168,8 @@ def run(args: argparse.Namespace) -> int:
             f"{record['train_s']:.0f} s of updates"
         )
         print(f"checkpoint: {summary['checkpoint']}")
+        if args.validate:
+            print(f"validation: geometric mean of policy / CP {record['validation_ratio_cp']}")
         if args.ship:
             print(f"shipped: {summary['shipped']}")
     return 0

@@ -129,7 +129,7 @@ def test_train_general_command_trains_resumes_and_ships(tmp_path, capsys):
         in (dest / "README.md").read_text()
     )
     pol, doc = load_policy(dest / "doppler" / "general.pt", ["dual"], num_devices=5)
-    assert pol.config.timing == "task"
+    assert pol.config.timing == "wc"
     # a second call finds both stages finished: same weights, no new rows
     assert main(args) == 0
     assert read_rows(out / "3_sim" / "metrics.csv") == rows
@@ -241,3 +241,18 @@ def test_graphs_per_step_averages_updates_into_one_step_and_resumes_exactly(tmp_
         torch.testing.assert_close(resumed.policy.state_dict()[k], v, rtol=0, atol=0)
     with pytest.raises(ConfigError, match="graphs_per_step 1, got 2"):
         preset("sim", anchor=True, graphs_per_step=2)
+
+
+def test_validation_pool_is_fixed_and_disjoint_from_the_held_out_set():
+    from doppler_lab.train.general import validation_score, validation_tasks
+
+    tasks = validation_tasks()
+    assert tasks == validation_tasks() and len(tasks) == 32
+    assert all(in_training_distribution(t) for t in tasks)
+    held = {t.name for t in held_out_tasks(("generator", "cluster", "paper"))}
+    assert not held & {t.name for t in tasks}
+    small = [Task("chainmm:matrices=3,blocks=2,scale=0.5", "uniform:3", "paper", "generator")]
+    score = validation_score("doppler/general", small, seeds=1, samples=2, progress=False)
+    (row,) = score["rows"]
+    assert row["ratio_cp"] == pytest.approx(row["policy"] / row["cp"])
+    assert score["ratio_cp"] == pytest.approx(row["ratio_cp"])
