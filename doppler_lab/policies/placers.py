@@ -82,10 +82,12 @@ def best_of_rollouts(
         ctx: a prepared :class:`GraphContext` (built if None).
     """
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    ctx = ctx or GraphContext.for_policy(graph, cluster, policy.config, semantics)
     cands = policy_candidates(policy, graph, cluster, samples, rng, ctx, semantics)
     if samples == 0:
         return RolloutResult(cands[0], np.array([np.nan]), 0)
-    sim = Simulator(graph, cluster, semantics, noise)  # type: ignore[arg-type]
+    # the context's cost model is the simulator's (both CostModel(graph, cluster))
+    sim = Simulator(graph, ctx.cluster, semantics, noise, ctx.cost)  # type: ignore[arg-type]
     reps = noise_seeds if noise > 0 else 1
     # (the simulator restores torch's thread count after its parallel kernels itself)
     costs = np.mean(
