@@ -634,8 +634,9 @@ class CostModel:
                 if s is not None:
                     scale[v] = op_scale.get(f"{s.kind}:{s.op}", op_scale.get(s.kind, 1.0))
         out = np.empty((n, len(devs)))
+        kinds, of_node = np.unique(np.array(dtypes, dtype=str), return_inverse=True)
         for j, dev in enumerate(devs):
-            rates = np.array([dev.rate(t) for t in dtypes])
+            rates = np.array([dev.rate(str(t)) for t in kinds])[of_node.reshape(-1)]
             out[:, j] = (
                 np.maximum(g.flops / rates, moved / dev.mem_bytes_per_s) * scale
                 + dev.launch_overhead_s
