@@ -6,15 +6,20 @@ anneals over device vectors from the best of them with the rest of the budget
 (:func:`~doppler_lab.placers.local_search.search_devices`, the loop of the ``local-search``
 placer). The strategies (:data:`SEARCH_STRATEGIES`):
 
-- ``anneal`` (default): moves as in ``local-search`` (the moved node's new device uniform);
+- ``scan`` (default): the anneal of ``anneal``, but the single-node moves are drawn without
+  replacement (:class:`MoveScan`: a shuffled list of every (node, new device) move, walked in
+  order and reshuffled when used up), so that no move is left untried for long;
+- ``anneal``: moves as in ``local-search`` (the moved node's new device uniform);
 - ``guided``: the moved node's new device drawn from the policy's preferences, the device
   frequencies of each node over the sampled rollouts mixed with a uniform draw;
 - ``restarts``: ``guided`` from each of the best few distinct rollouts, the rest of the
   budget split evenly between them.
 
-``anneal`` is the default because it measured best (reports/bench/doppler_search_probe.md: 17
-held-out tasks, 4 seeds, 250-2000 calls; ``guided`` within 0.6 % of it, ``restarts`` about 1 %
-behind).
+``scan`` is the default because the policy's best rollout is a deep optimum for single-node
+moves: under ``paper`` semantics a quarter or more of its N(D-1) moves leave the makespan
+unchanged (off the critical path; the walk accepts them and drifts) and only a few improve it,
+sometimes one alone by much; the uniform draw of ``anneal`` can miss such a move for the whole
+budget, the scan tries each within about N(D-1) calls (reports/bench/doppler_search_probe.md).
 
 The simulator is deterministic (noise 0) under ``semantics``; the result is never worse than the
 best rollout, and ``calls <= budget`` always.
@@ -39,7 +44,7 @@ from .context import GraphContext
 from .rollout import greedy_and_samples
 from .tensors import flush_denormal
 
-SEARCH_STRATEGIES = ("anneal", "guided", "restarts")
+SEARCH_STRATEGIES = ("scan", "anneal", "guided", "restarts")
 #: rollouts judged before the local moves: this share of the budget, at most ``MAX_SAMPLES``
 SAMPLE_SHARE = 0.25
 MAX_SAMPLES = 64
@@ -72,6 +77,53 @@ def device_preferences(devices: np.ndarray, num_devices: int, mix: float) -> np.
     freq = np.zeros((n, num_devices))
     np.add.at(freq, (np.tile(np.arange(n), k), devices.reshape(-1)), 1.0)
     return (1.0 - mix) * freq / max(k, 1) + mix / num_devices
+
+
+class MoveScan:
+    """A proposal of :func:`~doppler_lab.placers.local_search.search_devices` that walks every
+    single-node move without replacement.
+
+    The moves are the (node, device shift) pairs of the ``movable`` nodes: shuffled, taken in
+    order ``count`` at a time and reshuffled when used up; a move applies to the current device
+    vector, so the walk goes on as the search moves. With probability ``swap_prob`` a row swaps
+    instead: its scanned node trades devices with a random movable node on another device.
+    """
+
+    def __init__(self, movable: np.ndarray, num_devices: int, swap_prob: float = 0.2) -> None:
+        shift = np.arange(1, num_devices)
+        self.moves = np.stack(
+            [np.repeat(movable, shift.size), np.tile(shift, movable.size)], axis=1
+        )
+        self.movable = movable
+        self.num_devices = num_devices
+        self.swap_prob = swap_prob
+        self.order = self.moves
+        self.pos = len(self.moves)
+
+    def __call__(self, device: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+        """``(count, N)`` placements, each one move away from ``device``."""
+        out = np.repeat(device[None, :], count, axis=0)
+        if not len(self.moves):
+            return out
+        picks, need = [], count
+        while need:
+            if self.pos == len(self.moves):
+                self.order, self.pos = self.moves[rng.permutation(len(self.moves))], 0
+            take = self.order[self.pos : self.pos + need]
+            self.pos += len(take)
+            need -= len(take)
+            picks.append(take)
+        v, shift = np.concatenate(picks).T
+        out[np.arange(count), v] = (device[v] + shift) % self.num_devices
+        # swaps: the scanned node trades devices with a random movable node on another device
+        rows = np.flatnonzero(rng.random(count) < self.swap_prob)
+        w = self.movable[rng.integers(0, self.movable.size, rows.size)]
+        a = v[rows]
+        keep = device[w] != device[a]
+        rows, a, w = rows[keep], a[keep], w[keep]
+        out[rows, a] = device[w]
+        out[rows, w] = device[a]
+        return out
 
 
 def default_samples(budget: int) -> int:
@@ -150,7 +202,9 @@ def policy_search(
     order = np.argsort(costs, kind="stable")
     ndev = cluster.num_devices
     propose = None
-    if strategy != "anneal":
+    if strategy == "scan":
+        propose = MoveScan(graph.compute_nodes, ndev)
+    elif strategy != "anneal":
         prefs = device_preferences(devices, ndev, mix)
         movable = graph.compute_nodes
 

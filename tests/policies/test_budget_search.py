@@ -14,6 +14,7 @@ from doppler_lab.policies.placers import DopplerPlacer, best_of_rollouts
 from doppler_lab.policies.pretrained import GENERAL_CHECKPOINT
 from doppler_lab.policies.search import (
     SEARCH_STRATEGIES,
+    MoveScan,
     default_samples,
     device_preferences,
     policy_search,
@@ -43,7 +44,7 @@ def counted(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize(("strategy", "budget"), list(zip(SEARCH_STRATEGIES, [60, 1, 23])))
+@pytest.mark.parametrize(("strategy", "budget"), list(zip(SEARCH_STRATEGIES, [60, 1, 23, 37])))
 def test_budget_is_respected_and_counted(small_graph, cluster4, ckpt, counted, strategy, budget):
     p = place(
         "doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, budget=budget, search=strategy
@@ -104,6 +105,25 @@ def test_progress_bar_counts_calls(small_graph, cluster4, ckpt, capsys):
     pol = DopplerPlacer(ckpt).policy(4)
     out = policy_search(pol, small_graph, cluster4, 40, np.random.default_rng(0), bar=bar)
     assert bar.n == out.calls == 40
+
+
+def test_move_scan_tries_every_move_once_per_pass():
+    movable, ndev = np.array([1, 3, 4, 6]), 3
+    scan = MoveScan(movable, ndev, swap_prob=0.0)
+    dev = np.array([0, 1, 2, 0, 1, 2, 0])
+    rng = np.random.default_rng(0)
+    rows = np.concatenate([scan(dev, k, rng) for k in (3, 1, 4)])  # one pass: 4 nodes x 2
+    changed = rows != dev
+    assert (changed.sum(axis=1) == 1).all() and not changed[:, [0, 2, 5]].any()
+    moves = {(int(v), int(r[v])) for r, v in zip(rows, changed.argmax(axis=1))}
+    assert moves == {(v, d) for v in movable for d in range(ndev) if d != dev[v]}
+    assert len(scan(dev, 5, rng)) == 5  # the next pass, reshuffled
+    swaps = MoveScan(movable, ndev, swap_prob=1.0)(dev, 20, rng)
+    diff = swaps != dev
+    assert set(diff.sum(axis=1)) == {1, 2}  # a move where the partner shares the device
+    for r in swaps[diff.sum(axis=1) == 2]:  # a swap: the two nodes trade devices
+        a, b = np.flatnonzero(r != dev)
+        assert r[a] == dev[b] and r[b] == dev[a]
 
 
 def test_device_preferences_mix_frequencies_with_uniform():
