@@ -1,10 +1,11 @@
 """Probe of the DOPPLER budget search against ``local-search`` at equal simulator calls.
 
 Run ``python -m doppler_lab.bench.search_probe CHECKPOINT OUT.jsonl [--budgets 250 1000 2000]
-[--seeds 0 1] [--strategies guided anneal restarts] [--groups generator cluster paper]``: one
-JSON line per (task, seed, budget, method) with the makespan, the calls and the wall time (runs
-already in ``OUT.jsonl`` are skipped), then a Markdown table of mean makespans relative to
-``local-search`` on stdout. Torch runs on one thread.
+[--seeds 0 1] [--strategies scan anneal guided] [--groups generator cluster paper]``: one JSON
+line per (task, seed, budget, method) with the makespan, the calls and the wall time (runs
+already in ``OUT.jsonl`` are skipped), then Markdown tables of mean makespans relative to
+``local-search`` on stdout: the summary, the budget curve and each task. Torch runs on one
+thread.
 """
 
 from __future__ import annotations
@@ -131,13 +132,36 @@ def budget_curve(runs: list[dict]) -> str:
     return f"{len(tasks)} tasks\n\n" + "\n".join(lines)
 
 
+def per_task(runs: list[dict]) -> str:
+    """Markdown: per task, ``local-search``'s mean makespan at each budget and each method's
+    as a ratio to it (the methods in the order of ``runs``)."""
+    mean: dict[tuple, list[float]] = defaultdict(list)
+    for r in runs:
+        mean[(r["task"], r["budget"], r["method"])].append(r["makespan"])
+    budgets = sorted({r["budget"] for r in runs})
+    methods = [m for m in dict.fromkeys(r["method"] for r in runs) if m != "local-search"]
+    cols = " / ".join(str(b) for b in budgets)
+    lines = [
+        f"| task | local-search {cols} | {' | '.join(f'{m} {cols}' for m in methods)} |",
+        f"|---|---|{'---|' * len(methods)}",
+    ]
+    for t in dict.fromkeys(r["task"] for r in runs):
+        ls = [np.mean(mean.get((t, b, "local-search"), [np.nan])) for b in budgets]
+        cells = [" / ".join(f"{x:.4g}" for x in ls)]
+        for m in methods:
+            ratio = [np.mean(mean.get((t, b, m), [np.nan])) / x for b, x in zip(budgets, ls)]
+            cells.append(" / ".join(f"{x:.3f}" for x in ratio))
+        lines.append(f"| {t} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("checkpoint")
     ap.add_argument("out", type=Path)
     ap.add_argument("--budgets", type=int, nargs="+", default=[250, 1000, 2000])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    ap.add_argument("--strategies", nargs="+", default=["guided", "anneal", "restarts"])
+    ap.add_argument("--strategies", nargs="+", default=["scan", "anneal", "guided"])
     ap.add_argument("--groups", nargs="+", default=["generator", "cluster", "paper"])
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -145,6 +169,8 @@ def main(argv: list[str] | None = None) -> None:
     print(table(runs))
     print()
     print(budget_curve(runs))
+    print()
+    print(per_task(runs))
 
 
 if __name__ == "__main__":
