@@ -154,6 +154,16 @@ def write_readme(dest: str | Path) -> Path:
             "`--placer doppler` uses it when no `--checkpoint` is given, on any device count. "
             "How it does on held-out graphs and clusters: `doppler-lab bench general` "
             "(reports/bench/general.md).",
+        ]
+        if "validation_ratio_cp" in r:
+            lines += [
+                "",
+                "On the validation pool (`doppler-lab train-general --score CKPT`: 32 tasks of the "
+                "training distribution, best of greedy + 16 samples) it places at "
+                f"{r['validation_ratio_cp']} of CP's makespan (geometric mean); the seed was "
+                "chosen on that score.",
+            ]
+        lines += [
             "",
             f"Reproduce: `{r['command']} --ship {dest}` (resumable: rerun the same command "
             "after an interruption).",
