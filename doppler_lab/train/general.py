@@ -6,7 +6,12 @@ from :func:`sample_tasks` (every generator with randomised parameters and scales
 2-8 devices on ``p100x4``, ``v100x8``, ``cpu`` and ``uniform``; ``paper`` and ``wc`` semantics) and runs
 Stage I (imitation of the Critical Path teacher) then Stage II (REINFORCE in the simulator)
 over it, updates cycling through the pool. The policy's episode state uses the ``wc`` timing
-model whatever the task's semantics (one policy, one feature meaning).
+model whatever the task's semantics (one policy, one feature meaning; ``timing="task"`` gives
+each task its semantics' model instead, measured no better).
+
+:func:`validation_tasks` is a pool of the training distribution drawn with its own seed, for
+choosing between runs (:func:`validation_score`; ``doppler-lab train-general --score CKPT``);
+the shipped policy is the best of six seeds on it.
 
 :func:`held_out_tasks` is disjoint from anything training can draw: generator settings outside
 the training grids, clusters never trained on (``h100x8``, ``uniform`` with 6 devices), the
