@@ -220,7 +220,9 @@ def test_graphs_per_step_averages_updates_into_one_step_and_resumes_exactly(tmp_
     def watch(trainer, row):
         seen.append({k: v.clone() for k, v in trainer.policy.state_dict().items()})
 
-    full = train(cfg, [g] * 3, clusters, SMALL, tmp_path / "full", callbacks=[watch], progress=False)
+    full = train(
+        cfg, [g] * 3, clusters, SMALL, tmp_path / "full", callbacks=[watch], progress=False
+    )
     # the weights move only at the step after every third update, and after the last
     moved = [any(not torch.equal(a[k], b[k]) for k in a) for a, b in zip(seen, seen[1:])]
     assert moved == [False, True, False, False, True, True]
