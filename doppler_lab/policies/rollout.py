@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from scipy.optimize import linear_sum_assignment
 
 from ..episode import Episode
 from ..errors import ConfigError, PlacementError
@@ -91,6 +92,38 @@ def _choose(logits: np.ndarray, rng: np.random.Generator, mode: ActionMode) -> i
     return int(min(np.searchsorted(c, rng.random() * c[-1], side="right"), c.size - 1))
 
 
+class AnchorMatch:
+    """Which device of each episode plays the part of each device of an anchor placement.
+
+    Per episode, a count of the nodes the anchor put on device ``a`` that the episode put on
+    device ``d``; the match is the device permutation that agrees with the most of them (the
+    identity while the episode follows the anchor, and among equal matches). Labels follow it,
+    so an episode that swapped two devices' roles early is not told to undo that node by node.
+
+    Args:
+        num_episodes: K.
+        num_devices: D.
+    """
+
+    def __init__(self, num_episodes: int, num_devices: int):
+        self.counts = np.zeros((num_episodes, num_devices, num_devices))
+        self.perm = np.tile(np.arange(num_devices, dtype=np.int64), (num_episodes, 1))
+        # prefer the identity among equal matches
+        self._bias = 1e-6 * np.eye(num_devices)
+
+    def label(self, k: int, anchor_device: int) -> np.ndarray:
+        """Episode ``k``'s device for a node the anchor put on ``anchor_device``, ``(1,)``."""
+        return self.perm[k, anchor_device : anchor_device + 1]
+
+    def observe(self, k: int, anchor_device: int, device: int) -> None:
+        """Episode ``k`` put a node of ``anchor_device`` on ``device``; rematch if it left the
+        match."""
+        self.counts[k, anchor_device, device] += 1.0
+        if self.perm[k, anchor_device] != device:
+            rows, cols = linear_sum_assignment(self.counts[k] + self._bias, maximize=True)
+            self.perm[k, rows] = cols
+
+
 class Rollout:
     """K episodes of ``policy`` on ``ctx``'s graph, one SEL + PLC decision each per :meth:`step`.
 
@@ -104,6 +137,10 @@ class Rollout:
         record_teacher: record the Critical Path choices at every visited state (Stage I).
         anchor: ``(N,)`` a device per node that replaces the Critical Path rule as PLC's teacher
             (for mixing and labels): exploration around a known placement (learned PLC only).
+            Its device names are matched to each episode's as the episode goes
+            (:class:`AnchorMatch`): devices of one kind are interchangeable, so after an
+            episode put the anchor's device-0 nodes on device 2, the label of the next such node
+            is 2.
         greedy_lead: the first ``greedy_lead`` episodes act by :data:`GREEDY` (SEL and PLC),
             whatever ``sel`` and ``plc`` say (see :func:`greedy_and_samples`).
 
@@ -153,6 +190,7 @@ class Rollout:
         self.devices = np.empty((k_eps, t_steps), dtype=np.int64)
         self.feats = np.empty((k_eps, t_steps, ndev, fdim), dtype=np.float32)
         self.plc_teacher = np.zeros((k_eps, t_steps, ndev), dtype=bool) if record_teacher else None
+        self._match = None if anchor is None else AnchorMatch(k_eps, ndev)
         self.learned_sel = policy.sel_mode == "learned"
         self.sel_scores = policy.sel_scores(enc) if self.learned_sel else None
         self._cand_chunks: list[np.ndarray] = []
@@ -245,7 +283,7 @@ class Rollout:
             plc = GREEDY if k < lead else self.plc
             d_ties = None
             if anchor is not None and logits is not None:
-                d_ties = anchor[vs[k] : vs[k] + 1]
+                d_ties = self._match.label(k, int(anchor[vs[k]]))  # type: ignore[union-attr]
             elif record_teacher or plc.teacher or logits is None:
                 d_ties = teacher.device_choices(ests[k])
             if logits is None or (plc.teacher and rng.random() < plc.teacher):
@@ -256,6 +294,8 @@ class Rollout:
             if plc_teacher is not None and d_ties is not None:
                 plc_teacher[k, t, d_ties] = True
             devices[k, t] = d
+            if anchor is not None:
+                self._match.observe(k, int(anchor[vs[k]]), d)  # type: ignore[union-attr]
             self.partial[k, t] = span[k]
             st.assign(vs[k], d, ests[k])
             span[k] = max(span[k], st.finish[vs[k]] * scale)
