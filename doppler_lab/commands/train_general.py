@@ -22,33 +22,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="run directory (resumed if it holds a run)",
     )
-    p.add_argument(
-        "--tasks",
-        type=int_arg(1),
-        default=g.GENERAL_TASKS,
-        metavar="N",
-        help="training tasks in the pool",
+    counts = (
+        ("--tasks", 1, g.GENERAL_TASKS, "training tasks in the pool"),
+        (
+            "--imitation-episodes",
+            0,
+            g.GENERAL_IMITATION_EPISODES,
+            "Stage I episodes (0: none, e.g. to continue from --init)",
+        ),
+        (
+            "--anchor-episodes",
+            0,
+            g.GENERAL_ANCHOR_EPISODES,
+            "episodes imitating each task's searched placement, after Stage I (0: none)",
+        ),
+        ("--anchor-budget", 1, g.ANCHOR_BUDGET, "simulator calls of each task's anchor search"),
+        ("--sim-episodes", 0, g.GENERAL_SIM_EPISODES, "Stage II episodes (0: none)"),
     )
+    for flag, least, default, text in counts:
+        p.add_argument(flag, type=int_arg(least), default=default, metavar="N", help=text)
     p.add_argument(
-        "--imitation-episodes",
-        type=int_arg(0),
-        default=g.GENERAL_IMITATION_EPISODES,
-        metavar="N",
-        help="Stage I episodes (0: none, e.g. to continue from --init)",
-    )
-    p.add_argument(
-        "--anchor-episodes",
-        type=int_arg(0),
-        default=g.GENERAL_ANCHOR_EPISODES,
-        metavar="N",
-        help="episodes imitating each task's local-search placement, after Stage I (0: none)",
-    )
-    p.add_argument(
-        "--sim-episodes",
-        type=int_arg(0),
-        default=g.GENERAL_SIM_EPISODES,
-        metavar="N",
-        help="Stage II episodes (0: none)",
+        "--anchor-source",
+        choices=g.ANCHOR_SOURCES,
+        default=g.ANCHOR_SOURCES[0],
+        help="the anchor stage's placements: the budget search of the policy it starts from "
+        "(policy), or local-search from CP",
     )
     p.add_argument("--lr", type=number_arg(above=0), help="Stage II learning rate")
     p.add_argument(
@@ -95,6 +93,8 @@ def command_line(args: argparse.Namespace) -> str:
         ("--tasks", "tasks", g.GENERAL_TASKS),
         ("--imitation-episodes", "imitation_episodes", g.GENERAL_IMITATION_EPISODES),
         ("--anchor-episodes", "anchor_episodes", g.GENERAL_ANCHOR_EPISODES),
+        ("--anchor-source", "anchor_source", g.ANCHOR_SOURCES[0]),
+        ("--anchor-budget", "anchor_budget", g.ANCHOR_BUDGET),
         ("--sim-episodes", "sim_episodes", g.GENERAL_SIM_EPISODES),
         ("--lr", "lr", None),
         ("--graphs-per-step", "graphs_per_step", None),
@@ -147,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
         show_progress(args),
         args.anchor_episodes,
         args.timing,
+        args.anchor_source,
+        args.anchor_budget,
         **changes,
     )
     stages = g.general_stages(

@@ -350,20 +350,35 @@ GENERAL_SIM_EPISODES = 12288
 GENERAL_SIM_SETTINGS: dict[str, Any] = {"lr": 1e-2, "lr_warmup": 10, "tempered_loss": True}
 
 
-#: Stage "anchor" settings: imitate a search's placement of each task (local search from CP with
-#: ``ANCHOR_BUDGET`` simulator calls), explore around it, keep any better placement found
+#: Stage "anchor" settings: imitate a search's placement of each task (the ``doppler`` budget
+#: search with the policy reached so far as the proposal, :data:`ANCHOR_BUDGET` simulator calls;
+#: or ``local-search`` from CP), its device names matched to each episode's
+#: (:class:`~doppler_lab.policies.rollout.AnchorMatch`); DAgger mixing: PLC takes the anchor's
+#: device with probability 1 - epsilon (from 0.8 down to 0.2), SEL acts greedily; no policy
+#: gradient (the episodes are mostly the anchor's, not the policy's); any better placement found
+#: on the way becomes the anchor
 GENERAL_ANCHOR_SETTINGS: dict[str, Any] = {
     "anchor": True,
     "sil_coef": 1.0,
-    "lr": 3e-3,
+    "pg_coef": 0.0,
+    "entropy_coef": 0.0,
+    "lr": 2e-4,
     "lr_warmup": 5,
     "tempered_loss": True,
-    "epsilon_start": 0.3,
-    "epsilon_end": 0.1,
+    "epsilon_start": 0.2,
+    "epsilon_end": 0.8,
 }
 ANCHOR_BUDGET = 2000
-#: off by default: measured after Stage I on the held-out set it made the policy worse (geometric
-#: mean vs CP 0.894 -> 0.979 with 6144 episodes, against 0.890 for Stage II's 12288)
+#: where the anchors come from (:func:`search_anchors`)
+ANCHOR_SOURCES = ("policy", "local-search")
+#: off by default: it never made the policy better. With local-search anchors, uniform SEL draws
+#: and the policy gradient on the anchor's actions, after Stage I: held-out geometric mean vs CP
+#: 0.894 -> 0.979 with 6144 episodes (Stage II's 12288: 0.890). From the shipped policy (validation
+#: pool, policy / CP 0.929), 3072 episodes, anchors from its own search (2000 calls): from the best
+#: sampled rollout, unsettled, lr 3e-3: 1.186; settled, SEL sampled, lr 1e-3: 1.222; from the
+#: greedy rollout, settled, SEL greedy, lr 1e-3: 1.222, lr 2e-4: 0.934. The policy's device
+#: choices depend on the state more than a node -> device map can say: even on the anchor's own
+#: states it gave the anchor's labels 0.63 of its probability at the start and no more later.
 GENERAL_ANCHOR_EPISODES = 0
 
 
@@ -412,6 +427,42 @@ def general_policy_config(timing: str = GENERAL_TIMING):
     return POLICY_PRESETS["default"].replace(timing=timing)
 
 
+def settle_anchor(
+    sim: Any, anchor: np.ndarray, reference: np.ndarray, movable: np.ndarray, rtol: float = 2e-3
+) -> np.ndarray:
+    """``anchor`` moved as close to ``reference`` as it can be without a longer makespan.
+
+    First the anchor's device names are matched to the reference's (the permutation that
+    agrees on the most nodes; devices of one kind are interchangeable, so a search may have
+    renamed them; no settling when the anchor is not ``2 rtol`` better: the reference is the
+    answer), then each node that still differs goes back to its reference device when
+    the makespan stays within ``rtol`` (relative) of the anchor's (one pass, one simulator call
+    each, in node order). What is left differs from the reference only where it pays:
+    imitation labels without the search's drift across moves that change (almost) nothing.
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    ndev = int(max(anchor.max(), reference.max())) + 1
+    agree = np.zeros((ndev, ndev))
+    np.add.at(agree, (anchor[movable], reference[movable]), 1.0)
+    rows, cols = linear_sum_assignment(agree + 1e-6 * np.eye(ndev), maximize=True)
+    perm = np.arange(ndev)
+    perm[rows] = cols
+    renamed = anchor.copy()
+    renamed[movable] = perm[anchor[movable]]
+    cost = sim.makespan(anchor)
+    if cost >= sim.makespan(reference) * (1.0 - 2.0 * rtol):  # the search found no more
+        return reference.copy()
+    out = renamed if sim.makespan(renamed) <= cost else anchor.copy()  # else names matter
+    bound = cost * (1.0 + rtol)
+    for v in movable[out[movable] != reference[movable]]:
+        old = out[v]
+        out[v] = reference[v]
+        if sim.makespan(out) > bound:
+            out[v] = old
+    return out
+
+
 def search_anchors(
     pool: Sequence[Task],
     built: Sequence[tuple[DataflowGraph, Cluster]],
@@ -419,11 +470,26 @@ def search_anchors(
     seed: int = 0,
     cache: str | Path | None = None,
     progress: bool = True,
+    policy: str | Path | None = None,
 ) -> list[np.ndarray]:
-    """Each task's local-search placement (``budget`` simulator calls under its semantics),
-    read from / written to ``cache`` (an ``.npz``) so a resumed run does not search again."""
+    """Each task's searched placement (``budget`` simulator calls under its semantics), read
+    from / written to ``cache`` (an ``.npz``) so a resumed run does not search again.
+
+    The search is ``local-search`` (from CP), or with ``policy`` (a checkpoint) the ``doppler``
+    placer's budget search from that policy's greedy rollout, settled back onto it
+    (:func:`settle_anchor`): labels that differ from the policy's own greedy choices only where
+    that shortens the makespan. (The anchor stage's SEL acts greedily, so its episodes visit
+    the states of that rollout: a sampled node order puts the policy's own choices on other
+    devices at about half the steps, and labels from another order would be noise.)
+    """
     from ..placers import place
     from ..progress import progress as bar
+    from ..sim import Simulator
+
+    if policy is None:
+        name, options = "local-search", {}
+    else:
+        name, options = "doppler", {"checkpoint": str(policy), "samples": 0}
 
     if cache is not None and Path(cache).exists():
         with np.load(cache) as z:
@@ -433,8 +499,13 @@ def search_anchors(
     for i, (t, (g, c)) in enumerate(
         zip(pool, bar(built, desc="search anchors", enabled=progress, unit="task"))
     ):
-        p = place("local-search", g, c, seed=seed + i, budget=budget, semantics=t.semantics)
-        out.append(p.device.astype(np.int64))
+        p = place(name, g, c, seed=seed + i, budget=budget, semantics=t.semantics, **options)
+        dev = p.device.astype(np.int64)
+        if policy is not None:
+            greedy = place(name, g, c, seed=0, semantics=t.semantics, **options)
+            sim = Simulator(g, c, t.semantics)  # type: ignore[arg-type]
+            dev = settle_anchor(sim, dev, greedy.device, g.compute_nodes)
+        out.append(dev)
     if cache is not None:
         np.savez(cache, **{f"t{i}": d for i, d in enumerate(out)})
     return out
@@ -450,13 +521,17 @@ def train_general(
     progress: bool = True,
     anchor_episodes: int = GENERAL_ANCHOR_EPISODES,
     timing: str = GENERAL_TIMING,
+    anchor_source: str = ANCHOR_SOURCES[0],
+    anchor_budget: int = ANCHOR_BUDGET,
     **sim_changes: Any,
 ):
     """Train (or resume) the general policy in ``out_dir``; returns each stage's result.
 
-    Stages: I (imitation of the Critical Path teacher), the anchor stage (imitation of a local
-    search's placement of each task, exploring around it; skipped when ``anchor_episodes`` is
-    0), II (REINFORCE; skipped when ``sim_episodes`` is 0). ``init``: start from a checkpoint
+    Stages: I (imitation of the Critical Path teacher), the anchor stage (imitation of a
+    searched placement of each task, exploring around it; skipped when ``anchor_episodes`` is
+    0; ``anchor_source``: ``policy``, the budget search of the policy the stage starts from, or
+    ``local-search``; ``anchor_budget`` simulator calls each), II (REINFORCE; skipped when
+    ``sim_episodes`` is 0). ``init``: start from a checkpoint
     instead of fresh weights. ``timing``: the episode state's timing model of a fresh policy
     (:func:`general_policy_config`).
     """
@@ -466,6 +541,10 @@ def train_general(
     from .loop import Trainer
     from .pipeline import stage_dir
 
+    if anchor_source not in ANCHOR_SOURCES:
+        raise ConfigError(
+            f"anchor source {anchor_source!r}: expected one of {', '.join(ANCHOR_SOURCES)}"
+        )
     torch.set_num_threads(1)
     pool = sample_tasks(tasks, seed)
     built = [t.build() for t in pool]
@@ -482,8 +561,18 @@ def train_general(
     for i, cfg in enumerate(stages):
         anchors = None
         if cfg.anchor:
+            if anchor_source == "policy" and previous is None:
+                raise ConfigError(
+                    "anchor source 'policy' needs a policy to search with: Stage I or --init"
+                )
             anchors = search_anchors(
-                pool, built, ANCHOR_BUDGET, seed, out / "anchors.npz", progress
+                pool,
+                built,
+                anchor_budget,
+                seed,
+                out / f"anchors-{anchor_source}-{anchor_budget}.npz",
+                progress,
+                previous if anchor_source == "policy" else None,
             )
         trainer = Trainer(
             cfg,

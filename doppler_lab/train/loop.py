@@ -621,8 +621,9 @@ class Trainer:
                 sel_mode, plc_mode, eps, teach = self._modes(u * k_max / c.episodes)
                 lrs = {lr_names[n]: o.param_groups[0]["lr"] for n, o in self.optimizers.items()}
                 anchor = self.anchors[gi] if c.anchor else None
-                if anchor is not None:
+                if anchor is not None:  # PLC follows the anchor, SEL acts greedily
                     plc_mode = ActionMode(False, 0.0, 1.0 - eps, plc_mode.temperature)
+                    sel_mode = GREEDY
                 enc = self.policy.encode(ctx)
                 episodes = run_episodes(
                     self.policy,

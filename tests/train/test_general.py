@@ -22,6 +22,7 @@ from doppler_lab.train.general import (
     held_out_tasks,
     in_training_distribution,
     sample_tasks,
+    settle_anchor,
 )
 from doppler_lab.workloads import build_from_spec
 
@@ -111,8 +112,8 @@ def test_train_general_command_trains_resumes_and_ships(tmp_path, capsys):
     ]
     assert main([*args, "--ship", str(dest)]) == 0
     rows = read_rows(out / "3_sim" / "metrics.csv")
-    # the anchor stage started from each task's local-search placement
-    with np.load(out / "anchors.npz") as z:
+    # the anchor stage started from each task's search with the Stage I policy
+    with np.load(out / "anchors-policy-2000.npz") as z:
         assert len(z.files) == 2
     assert len(read_rows(out / "2_sim" / "metrics.csv")) == 1
     tasks = json.loads((out / "tasks.json").read_text())
@@ -258,3 +259,44 @@ def test_validation_pool_is_fixed_and_disjoint_from_the_held_out_set():
     (row,) = score["rows"]
     assert row["ratio_cp"] == pytest.approx(row["policy"] / row["cp"])
     assert score["ratio_cp"] == pytest.approx(row["ratio_cp"])
+
+
+def _settle_case():
+    from doppler_lab.sim import Simulator
+    from doppler_lab.workloads import random_dag
+
+    g = random_dag(num_nodes=40, width=6, seed=3)
+    c = make_cluster("uniform", 4)
+    return g, Simulator(g, c, "wc"), g.compute_nodes
+
+
+def test_settle_anchor_keeps_only_the_changes_that_pay():
+    g, sim, movable = _settle_case()
+    rng = np.random.default_rng(0)
+    reference = np.zeros(g.num_nodes, dtype=np.int64)  # all on one device
+    ref_cost = sim.makespan(reference)
+    # the best of some random placements as the "search result"
+    cands = [rng.integers(0, 4, g.num_nodes) for _ in range(64)]
+    anchor = min(cands, key=sim.makespan)
+    a_cost = sim.makespan(anchor)
+    assert a_cost < ref_cost * 0.99
+    out = settle_anchor(sim, anchor, reference, movable, rtol=2e-3)
+    assert sim.makespan(out) <= a_cost * (1 + 2e-3)
+    # every node left off the reference pays: moving it back alone costs more than rtol
+    for v in movable[out[movable] != reference[movable]]:
+        back = out.copy()
+        back[v] = reference[v]
+        assert sim.makespan(back) > a_cost * (1 + 2e-3) - 1e-12
+    # the anchor's device names are matched to the reference's first
+    perm = np.array([2, 3, 0, 1])
+    renamed = settle_anchor(sim, perm[out], out, movable)
+    np.testing.assert_array_equal(renamed[movable], out[movable])
+
+
+def test_settle_anchor_returns_the_reference_when_the_search_found_nothing_more():
+    g, sim, movable = _settle_case()
+    reference = np.random.default_rng(1).integers(0, 4, g.num_nodes)
+    worse = reference.copy()
+    worse[movable] = 0
+    assert sim.makespan(worse) >= sim.makespan(reference)
+    np.testing.assert_array_equal(settle_anchor(sim, worse, reference, movable), reference)
