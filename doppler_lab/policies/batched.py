@@ -16,9 +16,10 @@ episode's draw cast to the weights' precision (as numpy casts a Python float the
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, objmode
 
 from ..schedule import batch_assign, batch_device_features, batch_est
+from .doppler import add_placed, head_logits
 from .features import extend_device_features, scale_device_features
 
 #: how a step chooses: the argmax, a draw from the softmax, or the topological order (SEL)
@@ -109,6 +110,43 @@ def softmax_exponents(logits, temperature, out):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
+def _select(
+    t, k, kind, lead, scores, local, topo, cand, ncand, weights, ptr, u
+):  # pragma: no cover
+    """Episode ``k``'s SEL choice at step ``t`` (see :func:`select_step`)."""
+    if kind == TOPO:
+        return topo[t]
+    m = ncand[k]
+    row = cand[k]
+    if kind == SAMPLE and k >= lead:
+        return row[_draw(weights, ptr[k], m, u[k])]
+    return row[_argmax(scores[local[row[:m]]], 0, m)]
+
+
+@njit(cache=True)
+def _node_state(record, arrays, timing, edge_cost, k, v, est, raw):  # pragma: no cover
+    """The earliest starts ``est`` ``(D,)`` and raw device features ``raw`` ``(D, F)`` of
+    node ``v`` in episode ``k``."""
+    batch_est(record, arrays, timing, k, v, est)
+    batch_device_features(record, arrays, k, v, est, raw)
+    if raw.shape[1] == 9:
+        extend_device_features(record, edge_cost, v, arrays[0][k], raw)
+
+
+@njit(cache=True)
+def _place(k, kind, lead, record, arrays, timing, v, est, logits, weights, u):  # pragma: no cover
+    """Episode ``k``'s PLC choice for node ``v`` and its assignment (see
+    :func:`place_step`); returns the device."""
+    ndev = logits.shape[1]
+    if kind == SAMPLE and k >= lead:
+        d = _draw(weights[k], 0, ndev, u[k])
+    else:
+        d = _argmax(logits[k], 0, ndev)
+    batch_assign(record, arrays, timing, k, v, d, est)
+    return d
+
+
+@njit(cache=True)
 def select_step(
     t, kind, lead, record, arrays, timing, edge_cost, sel, draw, out, pos, time_unit, norm
 ):  # pragma: no cover
@@ -141,27 +179,19 @@ def select_step(
     scores, local, topo = sel
     weights, ptr, u = draw
     selected, nodes, est, raw, cand_rec, counts = out
-    device, cand, ncand = arrays[0], arrays[10], arrays[11]
+    cand, ncand = arrays[10], arrays[11]
     for k in range(selected.shape[0]):
-        if kind == TOPO:
-            v = topo[t]
-        else:
+        v = _select(t, k, kind, lead, scores, local, topo, cand, ncand, weights, ptr, u)
+        if kind != TOPO:
             m = ncand[k]
             row = cand[k]
-            if kind == SAMPLE and k >= lead:
-                v = row[_draw(weights, ptr[k], m, u[k])]
-            else:
-                v = row[_argmax(scores[local[row[:m]]], 0, m)]
             for i in range(m):
                 cand_rec[pos + i] = local[row[i]]
             pos += m
             counts[k, t] = m
         selected[k] = v
         nodes[k, t] = local[v]
-        batch_est(record, arrays, timing, k, v, est[k])
-        batch_device_features(record, arrays, k, v, est[k], raw[k])
-        if raw.shape[2] == 9:
-            extend_device_features(record, edge_cost, v, device[k], raw[k])
+        _node_state(record, arrays, timing, edge_cost, k, v, est[k], raw[k])
     if time_unit > 0:
         scale_device_features(raw, time_unit, norm)
     return pos
@@ -186,14 +216,106 @@ def place_step(
     """
     devices, partial, span = out
     finish = arrays[2]
-    ndev = logits.shape[1]
     for k in range(selected.shape[0]):
-        if kind == SAMPLE and k >= lead:
-            d = _draw(weights[k], 0, ndev, u[k])
-        else:
-            d = _argmax(logits[k], 0, ndev)
         v = selected[k]
-        devices[k, t] = d
         partial[k, t] = span[k]
-        batch_assign(record, arrays, timing, k, v, d, est[k])
+        devices[k, t] = _place(k, kind, lead, record, arrays, timing, v, est[k], logits, weights, u)
         span[k] = max(span[k], finish[k, v] * scale)
+
+
+@njit(cache=True)
+def _numpy_exp(x, out):  # pragma: no cover - compiled
+    """``np.exp(x, out=out)`` by numpy itself (its float32 exponential, to the bit)."""
+    with objmode():
+        np.exp(x, out=out)
+
+
+@njit(cache=True)
+def run_plain(
+    kinds,
+    lead,
+    record,
+    arrays,
+    timing,
+    edge_cost,
+    sel,
+    temperatures,
+    uniforms,
+    time_unit,
+    plc,
+    devices,
+):  # pragma: no cover
+    """Every step of a rollout in the plain modes in one compiled call, without a record: the
+    decisions of :func:`select_step`, the policy's compiled PLC head
+    (:func:`~doppler_lab.policies.doppler.head_logits`) and :func:`place_step`, to the bit
+    (the softmax weights are numpy's exponentials, as in the stepped rollout).
+
+    Args:
+        kinds: ``(sel kind, plc kind)``: SEL :data:`GREEDY`, :data:`SAMPLE` or :data:`TOPO`;
+            PLC :data:`GREEDY` or :data:`SAMPLE`.
+        lead: the first ``lead`` episodes choose by :data:`GREEDY`.
+        record, arrays, timing: the :class:`~doppler_lab.schedule.ScheduleBatch` (fresh).
+        edge_cost: ``(E,)`` mean transfer cost per edge (``doppler9`` features).
+        sel: ``(scores, local, topo)`` as :func:`select_step` takes it.
+        temperatures: ``(SEL's, PLC's)`` sampling temperatures, float32.
+        uniforms: ``(T, S)`` every draw of the rollout (float64), in the order the stepped
+            rollout draws them: per step, one per sampling episode for SEL (when it samples),
+            then one per sampling episode for PLC (when it samples).
+        time_unit: the ``scaled`` layout's time unit (> 0).
+        plc: ``(weights, node_term, emb, sums)`` of the policy's
+            :class:`~doppler_lab.policies.doppler.PlacedSums`.
+        devices: ``(K, T)`` written: each episode's device per step.
+    """
+    sel_kind, plc_kind = kinds
+    scores, local, topo = sel
+    sel_temperature, plc_temperature = temperatures
+    weights, node_term, emb, sums = plc
+    cand, ncand = arrays[10], arrays[11]
+    k_eps, t_steps = devices.shape
+    ndev, fdim, hidden = sums.shape[1], weights[0].shape[1], weights[2].shape[1]
+    nsel = k_eps - lead if sel_kind == SAMPLE else 0
+    sel_buf = np.empty(max(1, k_eps * cand.shape[1]), scores.dtype)
+    sel_w = np.empty_like(sel_buf)
+    ptr = np.zeros(k_eps, dtype=np.int64)
+    selected = np.empty(k_eps, dtype=np.int64)
+    rows = np.empty(k_eps, dtype=np.int64)
+    chosen = np.empty(k_eps, dtype=np.int64)
+    est = np.empty((k_eps, ndev))
+    raw = np.empty((k_eps, ndev, fdim))
+    norm = np.empty((k_eps, ndev, fdim), dtype=np.float32)
+    scratch = (
+        np.empty((k_eps, ndev, weights[0].shape[0]), dtype=np.float32),
+        np.empty_like(sums),
+        np.empty((k_eps, ndev, hidden), dtype=np.float32),
+        np.empty((k_eps, ndev, hidden), dtype=np.float32),
+    )
+    logits = np.empty((k_eps, ndev), dtype=np.float32)
+    plc_w = np.empty((k_eps, ndev), dtype=np.float32)
+    u_sel = np.zeros(k_eps)
+    u_plc = np.zeros(k_eps)
+    for t in range(t_steps):
+        for k in range(lead, k_eps):
+            if sel_kind == SAMPLE:
+                u_sel[k] = uniforms[t, k - lead]
+            if plc_kind == SAMPLE:
+                u_plc[k] = uniforms[t, nsel + k - lead]
+        if sel_kind == SAMPLE:
+            m = sel_logits(scores, local, cand, ncand, sel_temperature, sel_buf, ptr)
+            _numpy_exp(sel_buf[:m], sel_w[:m])
+        for k in range(k_eps):
+            v = _select(t, k, sel_kind, lead, scores, local, topo, cand, ncand, sel_w, ptr, u_sel)
+            selected[k] = v
+            rows[k] = local[v]
+            _node_state(record, arrays, timing, edge_cost, k, v, est[k], raw[k])
+        scale_device_features(raw, time_unit, norm)
+        head_logits(weights, node_term, rows, norm, sums, scratch, logits)
+        if plc_kind == SAMPLE:
+            softmax_exponents(logits, plc_temperature, plc_w)
+            _numpy_exp(plc_w, plc_w)
+        for k in range(k_eps):
+            d = _place(
+                k, plc_kind, lead, record, arrays, timing, selected[k], est[k], logits, plc_w, u_plc
+            )
+            chosen[k] = d
+            devices[k, t] = d
+        add_placed(sums, emb, rows, chosen)

@@ -18,6 +18,7 @@ from numba import njit
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from . import numpy_blas
 from .base import (
     Episodes,
     PlacementPolicy,
@@ -32,6 +33,7 @@ from .config import PolicyConfig
 from .context import GraphContext
 from .encoder import MPNNEncoder
 from .features import get_layout
+from .numpy_blas import stack_matmul, stack_matvec
 from .tensors import as_tensor
 
 
@@ -224,10 +226,34 @@ def _hidden(pre, placed_term, node_term, rows):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _add_placed(sums, emb, nodes, devices):  # pragma: no cover - compiled
+def add_placed(sums, emb, nodes, devices):  # pragma: no cover - compiled
     """``sums[k, devices[k]] += emb[nodes[k]]`` for every episode k."""
     for k in range(nodes.shape[0]):
         sums[k, devices[k]] += emb[nodes[k]]
+
+
+@njit(cache=True)
+def head_logits(weights, node_term, rows, feats, placed, scratch, out):  # pragma: no cover
+    """:meth:`PlcHeadNumpy.logits` compiled, to the bit: the same BLAS calls
+    (:mod:`~doppler_lab.policies.numpy_blas`; only where it is available) and elementwise kernels.
+
+    Args:
+        weights: :meth:`PlcHeadNumpy.kernel_weights`.
+        node_term, rows, feats, placed: as :meth:`PlcHeadNumpy.logits` (float32, C-contiguous).
+        scratch: ``(B, D, H)`` ``(B, D, C)`` ``(B, D, H2)`` ``(B, D, H2)`` float32 work arrays.
+        out: ``(B, D)`` float32, written: the logits.
+    """
+    dev_w_t, dev_b, w_dev, w_placed, out_w, out_b, var_add, std_add = weights
+    a, centred, pre, placed_term = scratch
+    stack_matmul(feats, dev_w_t, a, True)
+    _first_layer(a, dev_b, placed, var_add, std_add, centred)
+    stack_matmul(a, w_dev, pre)
+    stack_matmul(centred, w_placed, placed_term)
+    _hidden(pre, placed_term, node_term, rows)
+    stack_matvec(pre, out_w, out)
+    for b in range(out.shape[0]):
+        for d in range(out.shape[1]):
+            out[b, d] += out_b
 
 
 class PlcHeadNumpy:
@@ -254,6 +280,19 @@ class PlcHeadNumpy:
         self.out_w = plc.out.weight.detach().numpy()[0]
         self.out_b = np.float32(plc.out.bias.detach().numpy()[0])
 
+    def kernel_weights(self) -> tuple | None:
+        """The weights as :func:`head_logits` takes them, or None where it cannot reproduce
+        :meth:`logits` (numpy's BLAS not callable from compiled code, or a layout or width
+        for which numpy's products take another BLAS routine)."""
+        dev_w_t = self.dev_w.T
+        arrays = (dev_w_t, self.w_dev, self.w_placed, self.out_w)
+        if not numpy_blas.AVAILABLE or min(min(w.shape) for w in arrays) < 2:
+            return None
+        if not all(w.dtype == np.float32 and w.flags.c_contiguous for w in arrays):
+            return None
+        return (dev_w_t, self.dev_b, self.w_dev, self.w_placed, self.out_w, self.out_b,
+                self.var_add, self.std_add)  # fmt: skip
+
     def __call__(self, node_term: np.ndarray, feats: np.ndarray, placed: np.ndarray) -> np.ndarray:
         return self.logits(node_term, np.arange(node_term.shape[0]), feats, placed)
 
@@ -278,14 +317,25 @@ class DualEncoding(NamedTuple):
     plc: PlcStatic | None
 
 
-class _PlacedSums:
-    """Per-rollout PLC state: placed-set sums ``(K, D, C)`` and the numpy head."""
+class PlacedSums:
+    """Per-rollout PLC state: placed-set sums ``(K, D, C)`` and the numpy head.
+
+    Attributes:
+        emb: ``(n, C)`` node embeddings (float32).
+        node_term: ``(n, H)`` the nodes' first-layer terms (float32).
+        head: the numpy head.
+        sums: ``(K, D, C)`` each episode's placed-set sums (float32), updated by
+            :meth:`DualPolicy.plc_observe`.
+        kernel_weights: the head's weights for :func:`head_logits` (None: the compiled head is
+            not available, see :meth:`PlcHeadNumpy.kernel_weights`).
+    """
 
     def __init__(self, plc: PlcPolicy, static: PlcStatic, num_episodes: int, num_devices: int):
         self.emb = static.emb.detach().numpy()
         self.node_term = static.node_term.detach().numpy()
         self.head = PlcHeadNumpy(plc)
         self.sums = np.zeros((num_episodes, num_devices, self.emb.shape[1]), dtype=np.float32)
+        self.kernel_weights = self.head.kernel_weights()
 
 
 class DualPolicy(PlacementPolicy):
@@ -322,22 +372,22 @@ class DualPolicy(PlacementPolicy):
         assert enc.sel_scores is not None
         return enc.sel_scores.detach().numpy()
 
-    def plc_begin(self, ctx: GraphContext, enc: DualEncoding, num_episodes: int) -> _PlacedSums:
+    def plc_begin(self, ctx: GraphContext, enc: DualEncoding, num_episodes: int) -> PlacedSums:
         assert enc.plc is not None and self.plc is not None
-        return _PlacedSums(self.plc, enc.plc, num_episodes, ctx.num_devices)
+        return PlacedSums(self.plc, enc.plc, num_episodes, ctx.num_devices)
 
     def plc_logits(
         self,
         ctx: GraphContext,
         enc: DualEncoding,
-        pstate: _PlacedSums,
+        pstate: PlacedSums,
         nodes: np.ndarray,
         feats: np.ndarray,
     ) -> np.ndarray:
         return pstate.head.logits(pstate.node_term, nodes, feats, pstate.sums)
 
-    def plc_observe(self, pstate: _PlacedSums, nodes: np.ndarray, devices: np.ndarray) -> None:
-        _add_placed(pstate.sums, pstate.emb, nodes, devices)
+    def plc_observe(self, pstate: PlacedSums, nodes: np.ndarray, devices: np.ndarray) -> None:
+        add_placed(pstate.sums, pstate.emb, nodes, devices)
 
     def log_probs(
         self,

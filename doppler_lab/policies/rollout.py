@@ -32,8 +32,9 @@ from .base import Episodes, PlacementPolicy
 from .batched import GREEDY as KIND_GREEDY
 from .batched import SAMPLE as KIND_SAMPLE
 from .batched import TOPO as KIND_TOPO
-from .batched import place_step, sel_logits, select_step, softmax_exponents
+from .batched import place_step, run_plain, sel_logits, select_step, softmax_exponents
 from .context import GraphContext
+from .doppler import PlacedSums
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,7 @@ class Rollout:
         ests: the earliest start times of those nodes, ``(D,)`` each.
         logits: ``(K, D)`` PLC's logits at the last step (None unless PLC is learned).
         batched: the steps run compiled (see the module docstring).
+        fused: :meth:`run_placements` ran the whole rollout as one compiled call.
 
     Run it with :meth:`run` (or :meth:`step` until :attr:`done`, then :meth:`episodes_record`).
     """
@@ -214,6 +216,7 @@ class Rollout:
             and policy.sel_mode in ("learned", "topo")
             and fdim in (5, 9)
         )
+        self.fused = False
         if self.batched:
             self._begin_batched()
 
@@ -423,6 +426,39 @@ class Rollout:
             self.partial,
         )
 
+    def run_placements(self) -> list[Placement]:
+        """Step to the end and return the episodes' placements: those of :meth:`run`, to the
+        bit, with the same random draws. In the plain modes of a policy with a compiled PLC
+        head (:class:`~doppler_lab.policies.doppler.PlacedSums` with kernel weights, the
+        ``scaled`` device features, 2 devices or more) the whole rollout is one compiled call
+        that keeps no record (:func:`~doppler_lab.policies.batched.run_plain`; afterwards
+        only :attr:`episodes` and :attr:`devices` are filled); otherwise it is :meth:`run`."""
+        pstate = self._pstate
+        if not (
+            self.batched
+            and self.t == 0
+            and self._time_unit > 0
+            and self.ctx.num_devices >= 2
+            and isinstance(pstate, PlacedSums)
+            and pstate.kernel_weights is not None
+        ):
+            return self.run().placements
+        sel_kind = self._sel_kind
+        plc_kind = KIND_SAMPLE if self.plc.samples else KIND_GREEDY
+        sampling = self.num_episodes - self.greedy_lead
+        per_step = sampling * ((sel_kind == KIND_SAMPLE) + (plc_kind == KIND_SAMPLE))
+        # one draw per sampling episode and sampling half, step after step: the stepped order
+        uniforms = self.rng.random((self.num_steps, per_step))
+        temperatures = (self._sel_temperature, np.float32(self.plc.temperature))
+        head = (pstate.kernel_weights, pstate.node_term, pstate.emb, pstate.sums)
+        record, arrays, timing, edge_cost = self._args
+        run_plain(
+            (sel_kind, plc_kind), self.greedy_lead, record, arrays, timing, edge_cost, self._sel,
+            temperatures, uniforms, self._time_unit, head, self.devices,
+        )  # fmt: skip
+        self.t, self.fused = self.num_steps, True
+        return [ep.placement(self.policy.kind) for ep in self.episodes]
+
     def run(self) -> Episodes:
         """Step to the end and return the record."""
         with torch.no_grad():
@@ -475,10 +511,10 @@ def greedy_and_samples(
         and policy.sel_mode in ("learned", "topo")
         and policy.plc_mode == "learned"
     ):
-        return run_episodes(
+        return Rollout(
             policy, ctx, enc, 1 + samples, rng, SAMPLE, SAMPLE, greedy_lead=1
-        ).placements
-    cands = run_episodes(policy, ctx, enc, 1, rng, GREEDY, GREEDY).placements
+        ).run_placements()
+    cands = Rollout(policy, ctx, enc, 1, rng, GREEDY, GREEDY).run_placements()
     if samples > 0:
-        cands += run_episodes(policy, ctx, enc, samples, rng, SAMPLE, SAMPLE).placements
+        cands += Rollout(policy, ctx, enc, samples, rng, SAMPLE, SAMPLE).run_placements()
     return cands

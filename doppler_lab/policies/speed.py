@@ -44,7 +44,7 @@ def episode_times(
     import torch
 
     from .context import GraphContext
-    from .rollout import GREEDY, SAMPLE, run_episodes
+    from .rollout import GREEDY, SAMPLE, Rollout, run_episodes
     from .tensors import flush_denormal
 
     ctx = GraphContext.for_policy(graph, cluster, policy.config, semantics)
@@ -52,7 +52,7 @@ def episode_times(
 
     def infer() -> None:
         with torch.no_grad():
-            run_episodes(policy, ctx, policy.encode(ctx), 1, rng, GREEDY, GREEDY)
+            Rollout(policy, ctx, policy.encode(ctx), 1, rng, GREEDY, GREEDY).run_placements()
 
     def train(k: int) -> None:
         enc = policy.encode(ctx)
