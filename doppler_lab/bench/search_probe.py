@@ -1,7 +1,7 @@
 """Probe of the DOPPLER budget search against ``local-search`` at equal simulator calls.
 
 Run ``python -m doppler_lab.bench.search_probe CHECKPOINT OUT.jsonl [--budgets 250 1000 2000]
-[--seeds 0 1] [--strategies scan anneal guided] [--groups generator cluster paper]``: one JSON
+[--seeds 0 1] [--strategies ils scan] [--groups generator cluster paper]``: one JSON
 line per (task, seed, budget, method) with the makespan, the calls and the wall time (runs
 already in ``OUT.jsonl`` are skipped), then Markdown tables of mean makespans relative to
 ``local-search`` on stdout: the summary, the budget curve and each task. Torch runs on one
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--budgets", type=int, nargs="+", default=[250, 1000, 2000])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    ap.add_argument("--strategies", nargs="+", default=["scan", "anneal", "guided"])
+    ap.add_argument("--strategies", nargs="+", default=["ils", "scan"])
     ap.add_argument("--groups", nargs="+", default=["generator", "cluster", "paper"])
     args = ap.parse_args(argv)
     torch.set_num_threads(1)

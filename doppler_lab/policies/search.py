@@ -1,25 +1,34 @@
 """Inference-time search with a policy as the proposal: a budget of simulator calls.
 
-:func:`policy_search` spends ``budget`` simulator calls (one call = one simulated placement)
-on one graph: it judges the policy's greedy rollout and ``samples`` sampled rollouts, then
-anneals over device vectors from the best of them with the rest of the budget
-(:func:`~doppler_lab.placers.local_search.search_devices`, the loop of the ``local-search``
-placer). The strategies (:data:`SEARCH_STRATEGIES`):
+:func:`policy_search` spends ``budget`` simulator calls (one call = one simulated placement,
+a trace included) on one graph: it judges the policy's greedy rollout and ``samples`` sampled
+rollouts, then searches device vectors from the best of them with the rest of the budget. The
+strategies (:data:`SEARCH_STRATEGIES`):
 
-- ``scan`` (default): the anneal of ``anneal``, but the single-node moves are drawn without
-  replacement (:class:`MoveScan`: a shuffled list of every (node, new device) move, walked in
-  order and reshuffled when used up), so that no move is left untried for long;
-- ``anneal``: moves as in ``local-search`` (the moved node's new device uniform);
+- ``ils`` (default): iterated local search (:func:`iterated_search`). A descent by the moves of
+  the ops on the critical path of the current placement's trace (each (op, new device) move
+  once, :class:`MoveScan`; the path taken again after every improvement), then a scan of every
+  single-node move that also accepts moves that leave the makespan unchanged (back to the
+  descent on an improvement), and when N(D-1)/2 calls of it improve nothing, a kick: 4 random
+  single-node moves from the best such end so far, and again;
+- ``scan``: the anneal of ``anneal``, but the single-node moves are drawn without replacement
+  (:class:`MoveScan`: a shuffled list of every (node, new device) move, walked in order and
+  reshuffled when used up), so that no move is left untried for long;
+- ``anneal``: the loop of the ``local-search`` placer
+  (:func:`~doppler_lab.placers.local_search.search_devices`: uniform moves, Metropolis rule);
 - ``guided``: the moved node's new device drawn from the policy's preferences, the device
   frequencies of each node over the sampled rollouts mixed with a uniform draw;
 - ``restarts``: ``guided`` from each of the best few distinct rollouts, the rest of the
   budget split evenly between them.
 
-``scan`` is the default because the policy's best rollout is a deep optimum for single-node
-moves: under ``paper`` semantics a quarter or more of its N(D-1) moves leave the makespan
-unchanged (off the critical path; the walk accepts them and drifts) and only a few improve it,
-sometimes one alone by much; the uniform draw of ``anneal`` can miss such a move for the whole
-budget, the scan tries each within about N(D-1) calls (reports/bench/doppler_search_probe.md).
+Why ``ils`` (reports/bench/doppler_search_probe.md): the policy's best rollout sits in a deep
+optimum for single-node moves. Under ``paper`` semantics a quarter or more of its N(D-1) moves
+leave the makespan unchanged (off the critical path) and only a few improve it, sometimes one
+alone by much (paper full_transformer_layer: 205.5 to 150.1 by one move). ``anneal`` can miss
+such a move for the whole budget; ``scan`` tries each within N(D-1) calls, but it takes the
+first no-worse move of a batch, drifts over the plateau and may pass the big one by; the
+descent tries the few moves that can shorten the path first (a few dozen ops, not N) and takes
+the best of each batch, and the kicks leave an optimum that the scan cannot improve.
 
 The simulator is deterministic (noise 0) under ``semantics``; the result is never worse than the
 best rollout, and ``calls <= budget`` always.
@@ -28,6 +37,7 @@ best rollout, and ``calls <= budget`` always.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -37,14 +47,17 @@ from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
 from ..placement import Placement
-from ..placers.local_search import neighbours, search_devices
+from ..placers.local_search import SearchResult, neighbours, search_devices
 from ..sim import Simulator
+from ..trace_path import critical_path
 from .base import PlacementPolicy
 from .context import GraphContext
 from .rollout import greedy_and_samples
 from .tensors import flush_denormal
 
-SEARCH_STRATEGIES = ("scan", "anneal", "guided", "restarts")
+_T = TypeVar("_T")
+
+SEARCH_STRATEGIES = ("ils", "scan", "anneal", "guided", "restarts")
 #: rollouts judged before the local moves: this share of the budget, at most ``MAX_SAMPLES``
 SAMPLE_SHARE = 0.25
 MAX_SAMPLES = 64
@@ -52,6 +65,11 @@ MAX_SAMPLES = 64
 UNIFORM_MIX = 0.5
 #: starts of the ``restarts`` strategy
 RESTARTS = 4
+#: ``ils``: random single-node moves of a kick
+KICK_MOVES = 4
+#: ``ils``: calls of the scan of all moves without a strict improvement before a kick, as a
+#: share of the number of moves N(D-1)
+STALL_SHARE = 0.5
 
 
 def policy_candidates(
@@ -124,6 +142,113 @@ class MoveScan:
         out[rows, a] = device[w]
         out[rows, w] = device[a]
         return out
+
+
+def critical_ops(sim: Simulator, device: np.ndarray) -> tuple[np.ndarray, float]:
+    """The ops on the critical path of ``device``'s simulated trace (sorted node ids) and its
+    makespan: one simulator call."""
+    trace = sim.run(device)
+    ops = {s.index for s in critical_path(trace, sim.graph) if s.record == "op"}
+    return np.array(sorted(ops), dtype=np.int64), trace.makespan
+
+
+def iterated_search(
+    sim: Simulator,
+    start: np.ndarray,
+    start_cost: float,
+    budget: int,
+    rng: np.random.Generator,
+    calls_used: int = 0,
+    batch: int = 8,
+    kick: int = KICK_MOVES,
+    stall_share: float = STALL_SHARE,
+    swap_prob: float = 0.2,
+    bar: tqdm | None = None,
+) -> SearchResult:
+    """Iterated local search over device vectors from ``start`` until ``budget`` calls have been
+    counted (``calls_used`` included): the ``ils`` strategy (module docstring).
+
+    Rounds of three phases: (1) descent by the moves of the critical path's ops
+    (:func:`critical_ops`, one call; a :class:`MoveScan` over them, ``batch`` at a time, moving to
+    the best of a batch when it is strictly better and then taking the new path) until a pass
+    over them improves nothing; (2) a :class:`MoveScan` of every move, no worse accepted, back
+    to (1) on a strict improvement, until ``stall_share`` N(D-1) calls improve nothing; (3) a
+    kick: ``kick`` random single-node moves from the incumbent, the best end of (2) so far.
+
+    Args:
+        sim: the deterministic simulator that judges placements.
+        start: ``(N,)`` the start's device vector.
+        start_cost: its makespan.
+        budget: the call count at which the search stops.
+        rng: the only source of randomness.
+        calls_used: calls already spent by the caller.
+        batch: proposals simulated per round.
+        kick: random moves of a kick.
+        stall_share: calls of phase (2) without a strict improvement, per move.
+        swap_prob: probability that a scanned move is a swap (:class:`MoveScan`).
+        bar: a progress bar advanced by each call this search makes.
+    """
+    movable, ndev = sim.graph.compute_nodes, sim.num_devices
+    calls = calls_used
+    cur, cur_cost = np.array(start, copy=True), float(start_cost)
+    best, best_cost = cur.copy(), cur_cost
+    inc, inc_cost = cur.copy(), cur_cost
+    if ndev < 2 or not movable.size:
+        return SearchResult(best, best_cost, calls, float(start_cost))
+    every = MoveScan(movable, ndev, swap_prob)
+    stall = max(int(stall_share * len(every.moves)), batch)
+
+    def count(value: _T, k: int) -> _T:
+        nonlocal calls
+        calls += k
+        if bar is not None:
+            bar.update(k)
+        return value
+
+    def judge(cand: np.ndarray) -> tuple[int, float]:
+        costs = count(sim.makespans(cand), len(cand))
+        j = int(np.argmin(costs))
+        return j, float(costs[j])
+
+    path = None  # the critical path's ops when already known for ``cur``
+    while calls < budget:
+        improved = True
+        while improved and calls < budget:  # (1) the critical path's moves
+            improved = False
+            if path is None:
+                path = count(critical_ops(sim, cur)[0], 1)
+            scan = MoveScan(path[np.isin(path, movable)], ndev, swap_prob)
+            path, left = None, len(scan.moves)
+            while left > 0 and calls < budget:
+                k = min(batch, budget - calls, left)
+                left -= k
+                cand = scan(cur, k, rng)
+                j, c = judge(cand)
+                if c < cur_cost:
+                    cur, cur_cost, improved = cand[j].copy(), c, True
+                    break
+        idle, better = 0, False
+        while idle < stall and calls < budget and not better:  # (2) every move
+            k = min(batch, budget - calls)
+            cand = every(cur, k, rng)
+            j, c = judge(cand)
+            idle += k
+            if c <= cur_cost:
+                better = c < cur_cost
+                cur, cur_cost = cand[j].copy(), c
+        if cur_cost < best_cost:
+            best, best_cost = cur.copy(), cur_cost
+        if better or calls >= budget:
+            continue  # back to (1)
+        if cur_cost <= inc_cost:  # (3) a kick from the incumbent
+            inc, inc_cost = cur.copy(), cur_cost
+        cur = inc.copy()
+        v = movable[rng.choice(movable.size, min(kick, movable.size), replace=False)]
+        cur[v] = (cur[v] + rng.integers(1, ndev, v.size)) % ndev
+        path, cur_cost = count(critical_ops(sim, cur), 1)
+        if cur_cost < best_cost:
+            best, best_cost = cur.copy(), cur_cost
+    return SearchResult(best, best_cost, calls, float(start_cost))
 
 
 def default_samples(budget: int) -> int:
@@ -216,19 +341,25 @@ def policy_search(
     starts = [int(order[i]) for i in sorted(first)[: restarts if strategy == "restarts" else 1]]
     best_i, best_dev, best_cost = starts[0], devices[starts[0]], float(costs[starts[0]])
     for n, i in enumerate(starts):
-        found = search_devices(
-            sim,
-            devices[i],
-            calls + (budget - calls) // (len(starts) - n),
-            rng,
-            "anneal",
-            batch,
-            temperature,
-            start_cost=float(costs[i]),
-            calls_used=calls,
-            propose=propose,
-            bar=bar,
-        )
+        stop = calls + (budget - calls) // (len(starts) - n)
+        if strategy == "ils":
+            found = iterated_search(
+                sim, devices[i], float(costs[i]), stop, rng, calls, batch, bar=bar
+            )
+        else:
+            found = search_devices(
+                sim,
+                devices[i],
+                stop,
+                rng,
+                "anneal",
+                batch,
+                temperature,
+                start_cost=float(costs[i]),
+                calls_used=calls,
+                propose=propose,
+                bar=bar,
+            )
         calls = found.calls
         if found.cost < best_cost:
             best_i, best_dev, best_cost = i, found.device, found.cost

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from doppler_lab.errors import CheckpointError, ConfigError
+from doppler_lab.graph import GraphBuilder
+from doppler_lab.hardware import make_cluster
 from doppler_lab.placers import get_placer, place
 from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
 from doppler_lab.policies.config import PolicyConfig
@@ -15,8 +17,10 @@ from doppler_lab.policies.pretrained import GENERAL_CHECKPOINT
 from doppler_lab.policies.search import (
     SEARCH_STRATEGIES,
     MoveScan,
+    critical_ops,
     default_samples,
     device_preferences,
+    iterated_search,
     policy_search,
 )
 from doppler_lab.sim import Simulator
@@ -32,19 +36,24 @@ def ckpt(tmp_path_factory):
 
 @pytest.fixture
 def counted(monkeypatch):
-    """Counts the placements every Simulator.makespans call simulates."""
+    """Counts the placements every Simulator.makespans and Simulator.run call simulates."""
     calls = [0]
-    real = Simulator.makespans
+    real, real_run = Simulator.makespans, Simulator.run
 
     def makespans(self, placements, *args, **kw):
         calls[0] += len(placements)
         return real(self, placements, *args, **kw)
 
+    def run(self, placement, *args, **kw):
+        calls[0] += 1
+        return real_run(self, placement, *args, **kw)
+
     monkeypatch.setattr(Simulator, "makespans", makespans)
+    monkeypatch.setattr(Simulator, "run", run)
     return calls
 
 
-@pytest.mark.parametrize(("strategy", "budget"), list(zip(SEARCH_STRATEGIES, [60, 1, 23, 37])))
+@pytest.mark.parametrize(("strategy", "budget"), list(zip(SEARCH_STRATEGIES, [60, 1, 23, 37, 41])))
 def test_budget_is_respected_and_counted(small_graph, cluster4, ckpt, counted, strategy, budget):
     p = place(
         "doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, budget=budget, search=strategy
@@ -124,6 +133,38 @@ def test_move_scan_tries_every_move_once_per_pass():
     for r in swaps[diff.sum(axis=1) == 2]:  # a swap: the two nodes trade devices
         a, b = np.flatnonzero(r != dev)
         assert r[a] == dev[b] and r[b] == dev[a]
+
+
+def two_heavy_ops():
+    """Two heavy independent ops on device 0 (the critical path) and 40 light ones elsewhere."""
+    b = GraphBuilder("two-heavy")
+    b.add_node("a", cost=10.0)
+    b.add_node("b", cost=10.0)
+    for i in range(40):
+        b.add_node(f"x{i}", cost=0.1)
+    start = np.array([0, 0, *(1 + np.arange(40) % 3)])
+    return Simulator(b.build(), make_cluster("uniform", 4), "paper"), start
+
+
+def test_ils_moves_the_critical_path_first():
+    sim, start = two_heavy_ops()
+    ops, makespan = critical_ops(sim, start)
+    assert ops.tolist() == [0, 1] and makespan == 20.0
+    # 126 single-node moves; the path's call and its 6 moves find the halving
+    found = iterated_search(sim, start, 20.0, 7, np.random.default_rng(0), swap_prob=0.0)
+    assert found.calls == 7 and found.cost < 12.0
+    assert sim.makespan(found.device) == found.cost
+
+
+def test_ils_kicks_and_keeps_its_budget():
+    sim, start = two_heavy_ops()
+    bar = type("Bar", (), {"n": 0, "update": lambda self, k: setattr(self, "n", self.n + k)})()
+    found = iterated_search(sim, start, 20.0, 400, np.random.default_rng(1), calls_used=5, bar=bar)
+    assert found.calls == 400 and bar.n == 395
+    assert found.cost == pytest.approx(sim.makespan(found.device)) and found.cost <= 10.0 + 1.4
+    one = Simulator(sim.graph, make_cluster("uniform", 1), "paper")
+    same = iterated_search(one, np.zeros(42, dtype=np.int64), 24.0, 50, np.random.default_rng(0))
+    assert same.calls == 0 and same.cost == 24.0
 
 
 def test_device_preferences_mix_frequencies_with_uniform():
