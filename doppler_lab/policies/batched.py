@@ -62,9 +62,9 @@ def _draw(weights, lo, m, u):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def sel_logits(scores, local, cand, ncand, temperature, out, ptr):  # pragma: no cover - compiled
+def sel_logits(scores, local, cand, ncand, temperature, out, ptr, table):  # pragma: no cover
     """Each episode's candidates' SEL scores over ``temperature`` minus their maximum, the
-    exponent of its softmax weights.
+    exponent of its softmax weights; or, with a ``table``, the weights themselves.
 
     Args:
         scores: ``(n,)`` static SEL score per local node.
@@ -74,22 +74,29 @@ def sel_logits(scores, local, cand, ncand, temperature, out, ptr):  # pragma: no
         temperature: the sampling temperature, of the scores' dtype.
         out: written: episode k's values at ``out[ptr[k]:ptr[k] + ncand[k]]``.
         ptr: ``(K,)`` written: where each episode's values start.
+        table: ``(n, n)`` numpy's ``np.exp(z[:, None] - z[None, :])`` of ``z = scores /
+            temperature`` (no NaN): the weight of node i when node j has the largest score,
+            written instead of the exponent; ``(0, 0)``: the exponents.
 
     Returns:
         The number of values written.
     """
+    weights = table.shape[0] > 0
     pos = 0
     for k in range(ncand.shape[0]):
         ptr[k] = pos
         m = ncand[k]
         row = cand[k]
         top = scores[local[row[0]]] / temperature
+        best = local[row[0]]
         for i in range(m):
             z = scores[local[row[i]]] / temperature
             out[pos + i] = z
+            if z > top:
+                best = local[row[i]]
             top = max(top, z)
         for i in range(m):
-            out[pos + i] -= top
+            out[pos + i] = table[local[row[i]], best] if weights else out[pos + i] - top
         pos += m
     return pos
 
@@ -240,6 +247,7 @@ def run_plain(
     edge_cost,
     sel,
     temperatures,
+    sel_table,
     uniforms,
     time_unit,
     plc,
@@ -258,6 +266,8 @@ def run_plain(
         edge_cost: ``(E,)`` mean transfer cost per edge (``doppler9`` features).
         sel: ``(scores, local, topo)`` as :func:`select_step` takes it.
         temperatures: ``(SEL's, PLC's)`` sampling temperatures, float32.
+        sel_table: :func:`sel_logits`'s table: SEL's softmax weights read from it instead of
+            an exponential per step (``(0, 0)``: computed per step).
         uniforms: ``(T, S)`` every draw of the rollout (float64), in the order the stepped
             rollout draws them: per step, one per sampling episode for SEL (when it samples),
             then one per sampling episode for PLC (when it samples).
@@ -300,8 +310,11 @@ def run_plain(
             if plc_kind == SAMPLE:
                 u_plc[k] = uniforms[t, nsel + k - lead]
         if sel_kind == SAMPLE:
-            m = sel_logits(scores, local, cand, ncand, sel_temperature, sel_buf, ptr)
-            _numpy_exp(sel_buf[:m], sel_w[:m])
+            if sel_table.shape[0] > 0:
+                sel_logits(scores, local, cand, ncand, sel_temperature, sel_w, ptr, sel_table)
+            else:
+                m = sel_logits(scores, local, cand, ncand, sel_temperature, sel_buf, ptr, sel_table)
+                _numpy_exp(sel_buf[:m], sel_w[:m])
         for k in range(k_eps):
             v = _select(t, k, sel_kind, lead, scores, local, topo, cand, ncand, sel_w, ptr, u_sel)
             selected[k] = v

@@ -161,6 +161,9 @@ class Rollout:
 
     #: run the plain modes compiled (False: always the per-episode loop, the reference)
     compiled_plain_modes: bool = True
+    #: :meth:`run_placements` reads sampled SEL weights from a table of every pair of nodes
+    #: (numpy's exponentials, computed once) on graphs of at most this many compute nodes
+    sel_table_limit: int = 1024
 
     def __init__(
         self,
@@ -322,6 +325,7 @@ class Rollout:
         self._sel_buf = np.empty(bound, scores.dtype)
         self._sel_ptr = np.zeros(k_eps, dtype=np.int64)
         self._sel_temperature = scores.dtype.type(self.sel.temperature)
+        self._no_table = np.zeros((0, 0), scores.dtype)  # sel_logits writes the exponents
         self._no_draws = np.zeros(0)
         self._no_draw = (self._sel_buf[:0], self._sel_ptr, self._no_draws)
         self._cand_rec = np.empty(2 * bound, dtype=np.int64)
@@ -354,7 +358,8 @@ class Rollout:
             u = self._uniforms(self._sel_draws)
             buf, ptr = self._sel_buf, self._sel_ptr
             cand, ncand = batch.arrays[10:12]
-            m = sel_logits(self._sel[0], self._sel[1], cand, ncand, self._sel_temperature, buf, ptr)
+            scores, local, temperature = self._sel[0], self._sel[1], self._sel_temperature
+            m = sel_logits(scores, local, cand, ncand, temperature, buf, ptr, self._no_table)
             draw = (np.exp(buf[:m]), ptr, u)
         if self._cand_rec.size - self._cand_pos < self._sel_buf.size:
             self._cand_rec = np.concatenate([self._cand_rec, np.empty_like(self._cand_rec)])
@@ -450,11 +455,17 @@ class Rollout:
         # one draw per sampling episode and sampling half, step after step: the stepped order
         uniforms = self.rng.random((self.num_steps, per_step))
         temperatures = (self._sel_temperature, np.float32(self.plc.temperature))
+        table = self._no_table
+        if sel_kind == KIND_SAMPLE and self._sel[0].size <= self.sel_table_limit:
+            z = self._sel[0] / self._sel_temperature  # as sel_logits divides
+            if not np.isnan(z).any():
+                # numpy's exp(z_i - z_j) of every pair, once: the weights of every step
+                table = np.exp(z[:, None] - z[None, :])
         head = (pstate.kernel_weights, pstate.node_term, pstate.emb, pstate.sums)
         record, arrays, timing, edge_cost = self._args
         run_plain(
             (sel_kind, plc_kind), self.greedy_lead, record, arrays, timing, edge_cost, self._sel,
-            temperatures, uniforms, self._time_unit, head, self.devices,
+            temperatures, table, uniforms, self._time_unit, head, self.devices,
         )  # fmt: skip
         self.t, self.fused = self.num_steps, True
         return [ep.placement(self.policy.kind) for ep in self.episodes]

@@ -9,6 +9,7 @@ import torch
 
 from doppler_lab.hardware import make_cluster
 from doppler_lab.policies import numpy_blas
+from doppler_lab.policies.batched import sel_logits
 from doppler_lab.policies.checkpoint import make_policy
 from doppler_lab.policies.config import PolicyConfig
 from doppler_lab.policies.context import GraphContext
@@ -72,7 +73,11 @@ def test_inference_rollout_is_the_stepped_rollout(small_graph, timing, mode):
     ("devices", "kind", "norm"),
     [(2, "dual", "smooth"), (8, "plc-only", "zscore"), (3, "dual", "zscore")],
 )
-def test_inference_rollout_on_other_device_counts_and_kinds(devices, kind, norm):
+@pytest.mark.parametrize("table_limit", [0, 1024])  # SEL's exponentials per step, or a table
+def test_inference_rollout_on_other_device_counts_and_kinds(
+    devices, kind, norm, table_limit, monkeypatch
+):
+    monkeypatch.setattr(Rollout, "sel_table_limit", table_limit)
     g = random_dag(num_nodes=50, width=7, seed=4)
     ctx = GraphContext(g, _cluster(devices), "doppler9", "wc")
     cfg = PolicyConfig(kind=kind, timing="wc", placed_norm=norm, **SMALL)
@@ -80,6 +85,26 @@ def test_inference_rollout_on_other_device_counts_and_kinds(devices, kind, norm)
     fast, slow = _both(pol, ctx, 5, *MODES["tempered"], seed=11)
     assert fast[2] == (kind == "dual")  # plc-only selects by the Critical Path rule: stepped
     _assert_same(fast, slow)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.6, 1.7, 3.1])
+def test_sel_weights_from_the_table_are_numpys_exponentials(temperature):
+    rng = np.random.default_rng(int(temperature * 10))
+    n, k = 60, 5
+    scores = (rng.standard_normal(n) * 4).astype(np.float32)
+    scores[7] = scores[3]  # a tie for the largest score in some candidate sets
+    local = rng.permutation(n)
+    cand = np.stack([np.sort(rng.choice(n, n // 2, replace=False)) for _ in range(k)])
+    ncand = rng.integers(1, n // 2, k)
+    t = np.float32(temperature)
+    z = scores / t
+    table = np.exp(z[:, None] - z[None, :])
+    exps, weights = np.empty(k * n, np.float32), np.empty(k * n, np.float32)
+    ptr, ptr2 = np.zeros(k, np.int64), np.zeros(k, np.int64)
+    m = sel_logits(scores, local, cand, ncand, t, exps, ptr, np.zeros((0, 0), np.float32))
+    assert sel_logits(scores, local, cand, ncand, t, weights, ptr2, table) == m
+    np.testing.assert_array_equal(ptr, ptr2)
+    np.testing.assert_array_equal(weights[:m], np.exp(exps[:m]))
 
 
 def test_inference_rollout_falls_back_to_the_steps(small_graph):
