@@ -107,10 +107,15 @@ def test_sel_weights_from_the_table_are_numpys_exponentials(temperature):
     np.testing.assert_array_equal(weights[:m], np.exp(exps[:m]))
 
 
-def test_inference_rollout_falls_back_to_the_steps(small_graph):
-    """``doppler5`` normalises device features in numpy: no fused call, the same placements."""
-    ctx = GraphContext(small_graph, _cluster(4), "doppler5", "est")
-    pol = make_policy(PolicyConfig(layout="doppler5", timing="est", **SMALL), 4, seed=2)
+@pytest.mark.parametrize("why", ["doppler5", "no numpy BLAS"])
+def test_inference_rollout_falls_back_to_the_steps(small_graph, why, monkeypatch):
+    """``doppler5`` normalises device features in numpy, and without numpy's BLAS there is no
+    compiled head: no fused call, the same placements."""
+    layout = "doppler5" if why == "doppler5" else "doppler9"
+    if why == "no numpy BLAS":
+        monkeypatch.setattr(numpy_blas, "AVAILABLE", False)
+    ctx = GraphContext(small_graph, _cluster(4), layout, "est")
+    pol = make_policy(PolicyConfig(layout=layout, timing="est", **SMALL), 4, seed=2)
     fast, slow = _both(pol, ctx, 3, SAMPLE, SAMPLE, 1)
     assert not fast[2]
     _assert_same(fast, slow)
