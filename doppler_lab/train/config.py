@@ -11,7 +11,7 @@ from ..sim import SEMANTICS
 STAGES: tuple[str, ...] = ("imitation", "sim", "real")
 LR_SCHEDULES: tuple[str, ...] = ("constant", "linear", "cosine")
 BASELINES: tuple[str, ...] = ("batch", "ema", "mean")
-ADVANTAGES: tuple[str, ...] = ("relative", "raw", "std", "rank")
+ADVANTAGES: tuple[str, ...] = ("relative", "raw", "std", "rank", "elite")
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,12 @@ class TrainConfig:
         baseline_decay: EMA decay per update.
         advantage: ``relative`` ((baseline - cost) / baseline), ``raw`` (baseline - cost) or
             ``std`` (divided by the batch's standard deviation) or ``rank`` (costs replaced by
-            their ranks in the batch, then as ``std``).
+            their ranks in the batch, then as ``std``) or ``elite`` (risk-seeking: only the
+            episodes better than the batch's ``elite_quantile`` quantile count, by how much
+            they beat it over the batch's standard deviation; the others 0. The objective of
+            the best of K samples, which is how a policy is judged, rather than of their mean;
+            no step baseline).
+        elite_quantile: the quantile of the ``elite`` advantage (0.25: the best quarter).
         step_baseline: with the ``batch`` baseline, judge step t's actions by the cost added
             after t (cost minus the makespan of the state's own schedule before t), compared
             across the batch at the same step: a state-dependent baseline (unbiased).
@@ -107,6 +112,7 @@ class TrainConfig:
     baseline_decay: float = 0.9
     advantage: str = "std"
     step_baseline: bool = True
+    elite_quantile: float = 0.25
     sil_coef: float = 0.0
     sil_size: int = 4
     anchor: bool = False
@@ -158,7 +164,7 @@ class TrainConfig:
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
                 raise ConfigError(f"train config {name} = {v!r}, expected a value in [0, 1]")
-        for name in ("baseline_decay", "gamma"):
+        for name in ("baseline_decay", "gamma", "elite_quantile"):
             v = getattr(self, name)
             if not 0.0 < v <= 1.0:
                 raise ConfigError(f"train config {name} = {v!r}, expected a value in (0, 1]")

@@ -112,6 +112,7 @@ def advantages(
     decay: float,
     norm: str,
     partial: np.ndarray | None = None,
+    elite_quantile: float = 0.25,
 ) -> tuple[np.ndarray, float]:
     """Advantages (higher = better than the baseline) and the mean baseline.
 
@@ -121,9 +122,18 @@ def advantages(
     With ``partial`` ``(K, T)`` (and the batch baseline) step t is judged by the cost added
     from t on, ``cost - partial[:, t]``, against the other episodes at the same step; the
     result is then ``(K, T)``, else ``(K,)``. ``state`` is updated.
+
+    ``norm="elite"`` (risk-seeking, any baseline kind, no ``partial``): ``max(q - cost, 0)``
+    over the batch's standard deviation, ``q`` the ``elite_quantile`` quantile of the batch's
+    costs (reported as the baseline).
     """
     k = costs.size
     mean = float(costs.mean())
+    if norm == "elite":
+        q = float(np.quantile(costs, elite_quantile))
+        state.ema = mean if state.ema is None else decay * state.ema + (1 - decay) * mean
+        spread = float(costs.std())
+        return np.maximum(q - costs, 0.0) / (spread + 1e-8 * abs(mean) + 1e-30), q
     if kind == "batch" and k >= 2:
         r = costs[:, None] - partial if partial is not None else costs[:, None]
         if norm == "rank":  # centred ranks: robust to outliers, scale-free
@@ -644,6 +654,7 @@ class Trainer:
                     c.baseline_decay,
                     c.advantage,
                     episodes.partial if c.step_baseline else None,
+                    c.elite_quantile,
                 )
                 if c.sil_coef > 0 and not c.anchor:
                     self._remember(gi, costs, episodes)

@@ -166,6 +166,21 @@ def test_advantages():
     np.testing.assert_allclose(adv[:, 0], [1.5, 0.0, -1.5])
 
 
+def test_elite_advantages_reward_only_the_best_quantile():
+    costs = np.array([5.0, 1.0, 4.0, 2.0, 3.0, 6.0, 7.0, 8.0])
+    partial = np.zeros((8, 3))  # ignored: whole episodes only
+    adv, q = advantages(costs, _Baseline(), "batch", 0.9, "elite", partial, 0.25)
+    assert adv.shape == (8,)
+    assert q == pytest.approx(np.quantile(costs, 0.25))
+    assert (adv[costs >= q] == 0).all() and (adv[costs < q] > 0).all()
+    np.testing.assert_allclose(adv, np.maximum(q - costs, 0) / costs.std())
+    # the whole batch at one cost: nothing to learn
+    same, _ = advantages(np.full(4, 2.0), _Baseline(), "batch", 0.9, "elite")
+    assert (same == 0).all()
+    with pytest.raises(ConfigError, match="elite_quantile"):
+        preset("sim", advantage="elite", elite_quantile=0.0)
+
+
 @pytest.fixture(scope="module")
 def paper_chain():
     from doppler_lab.io import read_paper_graph
