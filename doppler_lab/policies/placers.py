@@ -24,6 +24,7 @@ from ..graph import DataflowGraph
 from ..hardware import Cluster
 from ..placement import Placement
 from ..progress import progress as progress_bar
+from ..runners import torch_threads
 from ..sim import SEMANTICS, Simulator
 from ..validate import want_bool, want_int, want_number
 from .base import PlacementPolicy
@@ -223,6 +224,13 @@ class _LearnedPlacer:
             bar.close()
 
     def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
+        """The placement (on one torch thread: an episode's tensors are tiny, and a second
+        thread made a zero-shot placement ten times slower on a busy two-core machine; the
+        placements are the same)."""
+        with torch_threads(1):
+            return self._place(graph, cluster, rng)
+
+    def _place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
         meta: dict[str, Any] = {"checkpoint": str(self.checkpoint)}
         if self.budget is not None:
             out = self.run_search(graph, cluster, rng)
