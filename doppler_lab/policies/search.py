@@ -9,8 +9,9 @@ strategies (:data:`SEARCH_STRATEGIES`):
   the ops on the critical path of the current placement's trace (each (op, new device) move
   once, :class:`MoveScan`; the path taken again after every improvement), then a scan of every
   single-node move that also accepts moves that leave the makespan unchanged (back to the
-  descent on an improvement), and when N(D-1)/2 calls of it improve nothing, a kick: 4 random
-  single-node moves from the best such end so far, and again;
+  descent on an improvement), and when N(D-1)/2 calls have made no progress (no makespan 0.1 %
+  below the one at the last progress), a kick: 4 random single-node moves from the best such
+  end so far, and again;
 - ``scan``: the anneal of ``anneal``, but the single-node moves are drawn without replacement
   (:class:`MoveScan`: a shuffled list of every (node, new device) move, walked in order and
   reshuffled when used up), so that no move is left untried for long;
@@ -67,9 +68,10 @@ UNIFORM_MIX = 0.5
 RESTARTS = 4
 #: ``ils``: random single-node moves of a kick
 KICK_MOVES = 4
-#: ``ils``: calls of the scan of all moves without a strict improvement before a kick, as a
-#: share of the number of moves N(D-1)
+#: ``ils``: calls without progress before a kick, as a share of the number of moves N(D-1)
 STALL_SHARE = 0.5
+#: ``ils``: progress is a makespan this much (relative) below the last progress
+MIN_GAIN = 1e-3
 
 
 def policy_candidates(
@@ -162,6 +164,7 @@ def iterated_search(
     batch: int = 8,
     kick: int = KICK_MOVES,
     stall_share: float = STALL_SHARE,
+    min_gain: float = MIN_GAIN,
     swap_prob: float = 0.2,
     bar: tqdm | None = None,
 ) -> SearchResult:
@@ -172,8 +175,10 @@ def iterated_search(
     (:func:`critical_ops`, one call; a :class:`MoveScan` over them, ``batch`` at a time, moving to
     the best of a batch when it is strictly better and then taking the new path) until a pass
     over them improves nothing; (2) a :class:`MoveScan` of every move, no worse accepted, back
-    to (1) on a strict improvement, until ``stall_share`` N(D-1) calls improve nothing; (3) a
-    kick: ``kick`` random single-node moves from the incumbent, the best end of (2) so far.
+    to (1) on a strict improvement; (3) once ``stall_share`` N(D-1) calls have made no progress
+    (the makespan ``min_gain`` below the one at the last progress: under ``paper`` semantics
+    improvements by 0.01 go on for long), a kick: ``kick`` random single-node moves from the
+    incumbent, the best end of (2) so far.
 
     Args:
         sim: the deterministic simulator that judges placements.
@@ -184,7 +189,8 @@ def iterated_search(
         calls_used: calls already spent by the caller.
         batch: proposals simulated per round.
         kick: random moves of a kick.
-        stall_share: calls of phase (2) without a strict improvement, per move.
+        stall_share: calls without progress before a kick, per move.
+        min_gain: the relative gain that counts as progress.
         swap_prob: probability that a scanned move is a swap (:class:`MoveScan`).
         bar: a progress bar advanced by each call this search makes.
     """
@@ -211,6 +217,13 @@ def iterated_search(
         return j, float(costs[j])
 
     path = None  # the critical path's ops when already known for ``cur``
+    ref, mark = cur_cost, calls  # the makespan at the last progress, and the call count then
+
+    def progress() -> None:
+        nonlocal ref, mark
+        if cur_cost < ref * (1.0 - min_gain):
+            ref, mark = cur_cost, calls
+
     while calls < budget:
         improved = True
         while improved and calls < budget:  # (1) the critical path's moves
@@ -226,19 +239,19 @@ def iterated_search(
                 j, c = judge(cand)
                 if c < cur_cost:
                     cur, cur_cost, improved = cand[j].copy(), c, True
+                    progress()
                     break
-        idle, better = 0, False
-        while idle < stall and calls < budget and not better:  # (2) every move
-            k = min(batch, budget - calls)
-            cand = every(cur, k, rng)
+        better = False
+        while calls - mark < stall and calls < budget and not better:  # (2) every move
+            cand = every(cur, min(batch, budget - calls), rng)
             j, c = judge(cand)
-            idle += k
             if c <= cur_cost:
                 better = c < cur_cost
                 cur, cur_cost = cand[j].copy(), c
+                progress()
         if cur_cost < best_cost:
             best, best_cost = cur.copy(), cur_cost
-        if better or calls >= budget:
+        if calls >= budget or (better and calls - mark < stall):
             continue  # back to (1)
         if cur_cost <= inc_cost:  # (3) a kick from the incumbent
             inc, inc_cost = cur.copy(), cur_cost
@@ -246,6 +259,7 @@ def iterated_search(
         v = movable[rng.choice(movable.size, min(kick, movable.size), replace=False)]
         cur[v] = (cur[v] + rng.integers(1, ndev, v.size)) % ndev
         path, cur_cost = count(critical_ops(sim, cur), 1)
+        ref, mark = cur_cost, calls
         if cur_cost < best_cost:
             best, best_cost = cur.copy(), cur_cost
     return SearchResult(best, best_cost, calls, float(start_cost))
