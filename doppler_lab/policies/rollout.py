@@ -459,8 +459,10 @@ class Rollout:
         if sel_kind == KIND_SAMPLE and self._sel[0].size <= self.sel_table_limit:
             z = self._sel[0] / self._sel_temperature  # as sel_logits divides
             if not np.isnan(z).any():
-                # numpy's exp(z_i - z_j) of every pair, once: the weights of every step
-                table = np.exp(z[:, None] - z[None, :])
+                # numpy's exp(z_i - z_j) of every pair, once: the weights of every step (the
+                # steps read z_i - z_j <= 0 only, j the best candidate; the others may overflow)
+                with np.errstate(over="ignore"):
+                    table = np.exp(z[:, None] - z[None, :])
         head = (pstate.kernel_weights, pstate.node_term, pstate.emb, pstate.sums)
         record, arrays, timing, edge_cost = self._args
         run_plain(
