@@ -82,9 +82,17 @@ class Placement:
     def with_inputs_filled(self, graph: DataflowGraph) -> Placement:
         """A copy whose input nodes sit on the device of their first consumer."""
         dev = self.device.copy()
-        for v in np.flatnonzero(graph.is_input):
-            succ = graph.successors(int(v))
-            dev[v] = dev[succ[0]] if succ.size else 0
+        inputs = np.flatnonzero(graph.is_input)
+        ptr = graph.succ_ptr
+        has = ptr[inputs + 1] > ptr[inputs]
+        first = graph.succ_idx[ptr[inputs[has]]]
+        if graph.is_input[first].any():  # an input feeding an input: in node order, one by one
+            for v in inputs:
+                succ = graph.successors(int(v))
+                dev[v] = dev[succ[0]] if succ.size else 0
+        else:
+            dev[inputs[has]] = dev[first]
+            dev[inputs[~has]] = 0
         return Placement(dev, self.priority, self.placer, self.meta)
 
     def devices_used(self, graph: DataflowGraph) -> np.ndarray:
