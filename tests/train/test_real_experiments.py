@@ -122,6 +122,10 @@ def test_policy_rollouts_are_the_greedy_one_then_samples(tiny_graph, profile, wa
     assert [p.placer for p in pls] == ["policy-greedy"] + ["policy-sample"] * 3
     for p in pls:
         assert p.device.shape == (tiny_graph.num_nodes,) and set(p.device) <= {0, 1}
+    # the greedy rollout draws nothing: the same with or without samples after it
+    alone = policy_rollouts(warm.policy, tiny_graph, profile.cluster, 0, np.random.default_rng(5))
+    assert len(alone) == 1
+    np.testing.assert_array_equal(alone[0].device, pls[0].device)
     with pytest.raises(ConfigError, match="samples = -1"):
         policy_rollouts(warm.policy, tiny_graph, profile.cluster, -1, rng)
 

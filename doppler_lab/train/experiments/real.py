@@ -255,7 +255,7 @@ def policy_rollouts(
     import torch
 
     from ...policies.context import GraphContext
-    from ...policies.rollout import GREEDY, SAMPLE, run_episodes
+    from ...policies.rollout import greedy_and_samples
     from ...policies.tensors import flush_denormal
 
     if not isinstance(samples, int) or samples < 0:
@@ -263,12 +263,9 @@ def policy_rollouts(
     ctx = GraphContext.for_policy(graph, cluster, policy.config, semantics)
     with flush_denormal(), torch_threads(1), torch.no_grad():
         enc = policy.encode(ctx)
-        greedy = run_episodes(policy, ctx, enc, 1, rng, GREEDY, GREEDY).placements
-        sampled = (
-            run_episodes(policy, ctx, enc, samples, rng, SAMPLE, SAMPLE).placements
-            if samples
-            else []
-        )
+        # the greedy rollout, then the samples (one compiled rollout where that is exact)
+        cands = greedy_and_samples(policy, ctx, enc, samples, rng)
+    greedy, sampled = cands[:1], cands[1:]
     return [Placement(p.device, p.priority, f"{label}-greedy") for p in greedy] + [
         Placement(p.device, p.priority, f"{label}-sample") for p in sampled
     ]
