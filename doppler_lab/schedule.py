@@ -38,6 +38,7 @@ them; (5) earliest start of v on d. Input nodes are never assigned (resident eve
 
 from __future__ import annotations
 
+import copy
 from typing import Literal
 
 import numpy as np
@@ -407,6 +408,17 @@ class ListScheduleState:
         self._frontier = np.zeros(n, dtype=bool)
         self._frontier[(self._waiting == 0) & ~self._is_input] = True
         self._remaining = int((~self._is_input).sum())
+
+    def copy(self) -> ListScheduleState:
+        """An independent copy of the state (the graph and cost arrays are shared, read-only)."""
+        out = copy.copy(self)
+        for name in ("device", "start", "finish", "comp_on", "load", "dev_free", "link_free"):
+            setattr(out, name, getattr(self, name).copy())
+        out.arrival = self.arrival.copy()
+        out.order = list(self.order)
+        out._waiting = self._waiting.copy()
+        out._frontier = self._frontier.copy()
+        return out
 
     # -- queries ---------------------------------------------------------------------------
     @property

@@ -262,6 +262,9 @@ def _zero_shot(cfg: GeneralBenchConfig, task: Task) -> dict[str, Any]:
         for s in range(cfg.seed, cfg.seed + cfg.cp_seeds)
     ]
     heft = sim.makespan(place("heft", graph, cluster, seed=0))
+    t0 = time.perf_counter()
+    rollout = sim.makespan(place("cp-rollout", graph, cluster, semantics=sem))
+    rollout_s = time.perf_counter() - t0
     opts = {"checkpoint": cfg.checkpoint, "semantics": sem}
     general, greedy_ms, ms = [], [], []
     with torch_threads(1):
@@ -290,6 +293,8 @@ def _zero_shot(cfg: GeneralBenchConfig, task: Task) -> dict[str, Any]:
         "lower_bound": float(sim.lower_bound()),
         "cp": cp,
         "heft": float(heft),
+        "cp_rollout": float(rollout),
+        "cp_rollout_s": rollout_s,
         "greedy": float(sim.makespan(p0)),
         "general": general,
         "greedy_ms": greedy_ms,
@@ -465,12 +470,15 @@ def zero_shot_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
                 "devices": r["devices"],
                 "cp": cp,
                 "heft": r["heft"],
+                "cp_rollout": r["cp_rollout"],
                 "greedy": r["greedy"],
                 "general": gen,
                 "general_std": float(np.std(r["general"])),
                 "ratio_lb": gen / r["lower_bound"],
                 "vs_cp": (cp - gen) / cp,
                 "vs_heft": gen / r["heft"] - 1.0,
+                "vs_cp_rollout": gen / r["cp_rollout"] - 1.0,
+                "cp_rollout_s": r["cp_rollout_s"],
                 "best_known": best_known(r["graph"]),
                 "vs_best_known": _vs_known(r["graph"], gen),
                 "cp_vs_best_known": _vs_known(r["graph"], cp),
@@ -489,6 +497,8 @@ def zero_shot_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
                 "ratio_lb": _gmean([r["ratio_lb"] for r in rows]),
                 "vs_cp": 1.0 - _gmean([r["general"] / r["cp"] for r in rows]),
                 "vs_heft": _gmean([r["general"] / r["heft"] for r in rows]) - 1.0,
+                "cp_rollout": _gmean([r["cp_rollout"] for r in rows]),
+                "vs_cp_rollout": _gmean([r["general"] / r["cp_rollout"] for r in rows]) - 1.0,
                 "ms": float(np.median([r["ms"] for r in rows])),
             }
         )
@@ -790,7 +800,7 @@ def evaluate(
 
 ZERO_COLUMNS = [
     "task", "group", "nodes", "devices", "cp", "heft", "greedy", "general", "general_std",
-    "vs_cp", "vs_heft", "ratio_lb", "best_known", "vs_best_known", "cp_vs_best_known", "ms",
+    "vs_cp", "vs_heft", "cp_rollout", "vs_cp_rollout", "cp_rollout_s", "ratio_lb", "best_known", "vs_best_known", "cp_vs_best_known", "ms",
     "greedy_ms", "ms_per_250_nodes",
 ]  # fmt: skip
 BUDGET_COLUMNS = [
@@ -880,6 +890,9 @@ def run(
             "called once before (registry lookup, checkpoint load, compilation: once per "
             "process, not counted); greedy_ms: the same with samples=0. ms_per_250_nodes: ms "
             "scaled to 250 compute nodes.",
+            "cp_rollout: the rollout over deterministic CP (placer cp-rollout, one run, "
+            "cp_rollout_s seconds; a search of N x D simulator calls, for reference); "
+            "vs_cp_rollout = makespan / cp_rollout - 1. "
             "vs_cp = (cp - makespan) / cp; vs_heft = makespan / heft - 1 (> 0: worse than HEFT); "
             "vs_best_known = makespan / YARDSTICK best known - 1 (paper graphs); the geometric "
             "mean row: vs_cp = 1 - geometric mean of general / cp.",

@@ -46,7 +46,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=g.ANCHOR_SOURCES,
         default=g.ANCHOR_SOURCES[0],
         help="the anchor stage's placements: the budget search of the policy it starts from "
-        "(policy), or local-search from CP",
+        "(policy), local-search from CP, or the rollout over deterministic CP (cp-rollout)",
+    )
+    p.add_argument(
+        "--teacher",
+        choices=("cp", "cp-rollout"),
+        default=g.GENERAL_TEACHER,
+        help="Stage I's PLC labels: the Critical Path rule (cp) or the rollout over "
+        "deterministic CP at the visited states (cp-rollout: D simulator calls per label)",
+    )
+    p.add_argument(
+        "--label-fraction",
+        type=number_arg(above=0),
+        default=g.GENERAL_LABEL_FRACTION,
+        metavar="F",
+        help="share of Stage I's states the cp-rollout teacher labels (0 < F <= 1)",
     )
     p.add_argument("--lr", type=number_arg(above=0), help="Stage II learning rate")
     p.add_argument(
@@ -96,6 +110,8 @@ def command_line(args: argparse.Namespace) -> str:
         ("--anchor-source", "anchor_source", g.ANCHOR_SOURCES[0]),
         ("--anchor-budget", "anchor_budget", g.ANCHOR_BUDGET),
         ("--sim-episodes", "sim_episodes", g.GENERAL_SIM_EPISODES),
+        ("--teacher", "teacher", g.GENERAL_TEACHER),
+        ("--label-fraction", "label_fraction", g.GENERAL_LABEL_FRACTION),
         ("--lr", "lr", None),
         ("--graphs-per-step", "graphs_per_step", None),
         ("--timing", "timing", g.GENERAL_TIMING),
@@ -149,10 +165,18 @@ def run(args: argparse.Namespace) -> int:
         args.timing,
         args.anchor_source,
         args.anchor_budget,
+        args.teacher,
+        args.label_fraction,
         **changes,
     )
     stages = g.general_stages(
-        args.imitation_episodes, args.sim_episodes, args.seed, args.anchor_episodes, **changes
+        args.imitation_episodes,
+        args.sim_episodes,
+        args.seed,
+        args.anchor_episodes,
+        args.teacher,
+        args.label_fraction,
+        **changes,
     )
     record = g.run_record(results, stages, args.tasks, args.seed)
     if args.validate:

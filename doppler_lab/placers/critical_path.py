@@ -168,6 +168,16 @@ def _episode(
     return CPRun(sched, decisions)
 
 
+def check_cp_options(name: str, semantics: str | None, timing: str | None, tie_rtol: float) -> None:
+    """Check the options a CP-rule placer shares (None: not given)."""
+    if semantics is not None:
+        check_choice(name, "semantics", semantics, SEMANTICS)
+    if timing is not None:
+        check_choice(name, "timing", timing, TIMINGS)
+    if not (np.isfinite(tie_rtol) and 0 <= tie_rtol < 1):
+        raise ConfigError(f"placer {name!r}: tie_rtol = {tie_rtol!r}, expected 0 <= x < 1")
+
+
 @dataclass(frozen=True)
 class CriticalPathPlacer(ScheduleToPlacement):
     """The Critical Path teacher as a placer (SEL = max b-level, PLC = min earliest start).
@@ -188,14 +198,7 @@ class CriticalPathPlacer(ScheduleToPlacement):
     released: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        if self.semantics is not None:
-            check_choice(self.name, "semantics", self.semantics, SEMANTICS)
-        if self.timing is not None:
-            check_choice(self.name, "timing", self.timing, TIMINGS)
-        if not (np.isfinite(self.tie_rtol) and 0 <= self.tie_rtol < 1):
-            raise ConfigError(
-                f"placer {self.name!r}: tie_rtol = {self.tie_rtol!r}, expected 0 <= x < 1"
-            )
+        check_cp_options(self.name, self.semantics, self.timing, self.tie_rtol)
 
     def run(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> CPRun:
         """One episode with its decision trace."""

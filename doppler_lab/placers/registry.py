@@ -115,6 +115,13 @@ BUILTIN_PLACERS: Mapping[str, PlacerSpec] = MappingProxyType(
                 "topological fill per device (Baechi m-TOPO)",
             ),
             _spec(
+                "cp-rollout",
+                f"{_P}.cp_rollout:CPRolloutPlacer",
+                "search",
+                "rollout over deterministic CP: each CP node on the device whose CP completion "
+                "simulates best",
+            ),
+            _spec(
                 "local-search",
                 f"{_P}.local_search:LocalSearchPlacer",
                 "search",

@@ -18,6 +18,7 @@ per-episode loop, which stays for the other modes.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -144,6 +145,11 @@ class Rollout:
             is 2.
         greedy_lead: the first ``greedy_lead`` episodes act by :data:`GREEDY` (SEL and PLC),
             whatever ``sel`` and ``plc`` say (see :func:`greedy_and_samples`).
+        plc_labeller: with ``record_teacher``, PLC's labels (and the teacher's action of PLC
+            mixing) come from ``plc_labeller(state, node, est, rng)`` instead of the Critical
+            Path rule, e.g. :class:`~doppler_lab.placers.cp_rollout.RolloutLabeller`; where it
+            returns None the state gets no PLC label (every device marked) and mixing takes
+            the CP rule's device.
 
     Attributes:
         episodes: the K episodes.
@@ -177,6 +183,7 @@ class Rollout:
         record_teacher: bool = False,
         anchor: np.ndarray | None = None,
         greedy_lead: int = 0,
+        plc_labeller: Callable[..., np.ndarray | None] | None = None,
     ):
         if not 0 <= greedy_lead <= num_episodes:
             raise ConfigError(
@@ -188,6 +195,7 @@ class Rollout:
         self.sel, self.plc = sel, plc
         self.record_teacher, self.anchor = record_teacher, anchor
         self.greedy_lead = greedy_lead
+        self.plc_labeller = plc_labeller if record_teacher else None
         self.num_episodes, self.num_steps = k_eps, t_steps
         self._episodes: list[Episode] = [ctx.new_episode() for _ in range(k_eps)]
         self.t = 0
@@ -285,20 +293,24 @@ class Rollout:
         self.logits = logits
         anchor, plc_teacher, devices = self.anchor, self.plc_teacher, self.devices
         span, scale = self._span, ctx.graph.time_scale
+        labeller, every = self.plc_labeller, np.arange(ctx.num_devices)
         for k, st in enumerate(self._episodes):
             plc = GREEDY if k < lead else self.plc
-            d_ties = None
+            d_ties = label = None
             if anchor is not None and logits is not None:
                 d_ties = self._match.label(k, int(anchor[vs[k]]))  # type: ignore[union-attr]
             elif record_teacher or plc.teacher or logits is None:
                 d_ties = teacher.device_choices(ests[k])
+                if labeller is not None:
+                    label = labeller(st, int(vs[k]), ests[k], rng)
+                    d_ties, label = (d_ties, every) if label is None else (label, label)
             if logits is None or (plc.teacher and rng.random() < plc.teacher):
                 assert d_ties is not None
                 d = int(rng.choice(d_ties))
             else:
                 d = _choose(logits[k], rng, plc)
             if plc_teacher is not None and d_ties is not None:
-                plc_teacher[k, t, d_ties] = True
+                plc_teacher[k, t, d_ties if label is None else label] = True
             devices[k, t] = d
             if anchor is not None:
                 self._match.observe(k, int(anchor[vs[k]]), d)  # type: ignore[union-attr]
@@ -491,6 +503,7 @@ def run_episodes(
     record_teacher: bool = False,
     anchor: np.ndarray | None = None,
     greedy_lead: int = 0,
+    plc_labeller: Callable[..., np.ndarray | None] | None = None,
 ) -> Episodes:
     """Roll out ``num_episodes`` episodes of ``policy`` on ``ctx``'s graph (a whole
     :class:`Rollout`; the arguments are its own).
@@ -499,7 +512,17 @@ def run_episodes(
         The recorded :class:`Episodes`.
     """
     return Rollout(
-        policy, ctx, enc, num_episodes, rng, sel, plc, record_teacher, anchor, greedy_lead
+        policy,
+        ctx,
+        enc,
+        num_episodes,
+        rng,
+        sel,
+        plc,
+        record_teacher,
+        anchor,
+        greedy_lead,
+        plc_labeller,
     ).run()
 
 

@@ -12,6 +12,7 @@ STAGES: tuple[str, ...] = ("imitation", "sim", "real")
 LR_SCHEDULES: tuple[str, ...] = ("constant", "linear", "cosine")
 BASELINES: tuple[str, ...] = ("batch", "ema", "mean")
 ADVANTAGES: tuple[str, ...] = ("relative", "raw", "std", "rank", "elite")
+PLC_LABELS: tuple[str, ...] = ("cp", "cp-rollout")
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,12 @@ class TrainConfig:
             replaying the best episodes).
         sil_epochs: gradient steps per update on that imitation (anchor mode; the first one is
             shared with the policy-gradient step).
+        plc_labels: where PLC's imitation labels come from: ``cp`` (the Critical Path rule's
+            devices) or ``cp-rollout`` (the devices whose deterministic CP completion simulates
+            shortest, :class:`~doppler_lab.placers.cp_rollout.RolloutLabeller`; D completions
+            and simulator calls per labelled state, not counted as episodes).
+        label_fraction: the share of visited states ``cp-rollout`` labels (the rest get no PLC
+            label).
         grad_clip: max gradient norm per optimiser (0: off).
         semantics: simulator semantics of the cost (``sim`` stage and monitoring).
         noise: simulator duration noise sigma.
@@ -117,6 +124,8 @@ class TrainConfig:
     sil_size: int = 4
     anchor: bool = False
     sil_epochs: int = 1
+    plc_labels: str = "cp"
+    label_fraction: float = 1.0
     grad_clip: float = 1.0
     semantics: str = "paper"
     noise: float = 0.0
@@ -133,6 +142,7 @@ class TrainConfig:
             "baseline": BASELINES,
             "advantage": ADVANTAGES,
             "semantics": SEMANTICS,
+            "plc_labels": PLC_LABELS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -188,6 +198,10 @@ class TrainConfig:
         if self.plc_temperature_end is not None and not self.plc_temperature_end >= 0:
             raise ConfigError(
                 f"train config plc_temperature_end = {self.plc_temperature_end!r}, expected >= 0"
+            )
+        if not 0.0 < self.label_fraction <= 1.0:
+            raise ConfigError(
+                f"train config label_fraction = {self.label_fraction!r}, expected 0 < x <= 1"
             )
         if self.anchor and self.graphs_per_step > 1:
             raise ConfigError(

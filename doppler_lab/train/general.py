@@ -370,7 +370,7 @@ GENERAL_ANCHOR_SETTINGS: dict[str, Any] = {
 }
 ANCHOR_BUDGET = 2000
 #: where the anchors come from (:func:`search_anchors`)
-ANCHOR_SOURCES = ("policy", "local-search")
+ANCHOR_SOURCES = ("policy", "local-search", "cp-rollout")
 #: off by default: it never made the policy better. With local-search anchors, uniform SEL draws
 #: and the policy gradient on the anchor's actions, after Stage I: held-out geometric mean vs CP
 #: 0.894 -> 0.979 with 6144 episodes (Stage II's 12288: 0.890). From the shipped policy (validation
@@ -380,6 +380,10 @@ ANCHOR_SOURCES = ("policy", "local-search")
 #: choices depend on the state more than a node -> device map can say: even on the anchor's own
 #: states it gave the anchor's labels 0.63 of its probability at the start and no more later.
 GENERAL_ANCHOR_EPISODES = 0
+#: Stage I's PLC labels: ``cp`` (the Critical Path rule) or ``cp-rollout`` (the rollout over
+#: deterministic CP at the visited states), on this share of the states
+GENERAL_TEACHER = "cp"
+GENERAL_LABEL_FRACTION = 1.0
 
 
 def general_stages(
@@ -387,15 +391,19 @@ def general_stages(
     sim_episodes: int = GENERAL_SIM_EPISODES,
     seed: int = 0,
     anchor_episodes: int = GENERAL_ANCHOR_EPISODES,
+    teacher: str = GENERAL_TEACHER,
+    label_fraction: float = GENERAL_LABEL_FRACTION,
     **sim_changes: Any,
 ):
-    """The general policy's stage configurations (a stage of 0 episodes is left out)."""
+    """The general policy's stage configurations (a stage of 0 episodes is left out);
+    ``teacher``: Stage I's PLC labels (:attr:`~doppler_lab.train.config.TrainConfig.plc_labels`)."""
     from .config import preset
 
     common = {"semantics": "wc", "seed": seed, "checkpoint_every": 20}
     stages = []
     if imitation_episodes:
-        stages.append(preset("imitation", episodes=imitation_episodes, **common))
+        labels = {"plc_labels": teacher, "label_fraction": label_fraction}
+        stages.append(preset("imitation", episodes=imitation_episodes, **common, **labels))
     if anchor_episodes:
         stages.append(
             preset("sim", **{**GENERAL_ANCHOR_SETTINGS, **common, "episodes": anchor_episodes})
@@ -471,11 +479,13 @@ def search_anchors(
     cache: str | Path | None = None,
     progress: bool = True,
     policy: str | Path | None = None,
+    source: str | None = None,
 ) -> list[np.ndarray]:
     """Each task's searched placement (``budget`` simulator calls under its semantics), read
     from / written to ``cache`` (an ``.npz``) so a resumed run does not search again.
 
-    The search is ``local-search`` (from CP), or with ``policy`` (a checkpoint) the ``doppler``
+    ``source="cp-rollout"``: the deterministic rollout over CP (:mod:`~doppler_lab.placers.cp_rollout`,
+    no budget). Otherwise the search is ``local-search`` (from CP), or with ``policy`` (a checkpoint) the ``doppler``
     placer's budget search from that policy's greedy rollout, settled back onto it
     (:func:`settle_anchor`): labels that differ from the policy's own greedy choices only where
     that shortens the makespan. (The anchor stage's SEL acts greedily, so its episodes visit
@@ -486,10 +496,12 @@ def search_anchors(
     from ..progress import progress as bar
     from ..sim import Simulator
 
-    if policy is None:
-        name, options = "local-search", {}
+    if source == "cp-rollout":
+        name, options = "cp-rollout", {}
+    elif policy is None:
+        name, options = "local-search", {"budget": budget}
     else:
-        name, options = "doppler", {"checkpoint": str(policy), "samples": 0}
+        name, options = "doppler", {"checkpoint": str(policy), "samples": 0, "budget": budget}
 
     if cache is not None and Path(cache).exists():
         with np.load(cache) as z:
@@ -499,10 +511,11 @@ def search_anchors(
     for i, (t, (g, c)) in enumerate(
         zip(pool, bar(built, desc="search anchors", enabled=progress, unit="task"))
     ):
-        p = place(name, g, c, seed=seed + i, budget=budget, semantics=t.semantics, **options)
+        p = place(name, g, c, seed=seed + i, semantics=t.semantics, **options)
         dev = p.device.astype(np.int64)
-        if policy is not None:
-            greedy = place(name, g, c, seed=0, semantics=t.semantics, **options)
+        if policy is not None and source != "cp-rollout":
+            plain = {k: v for k, v in options.items() if k != "budget"}
+            greedy = place(name, g, c, seed=0, semantics=t.semantics, **plain)
             sim = Simulator(g, c, t.semantics)  # type: ignore[arg-type]
             dev = settle_anchor(sim, dev, greedy.device, g.compute_nodes)
         out.append(dev)
@@ -523,6 +536,8 @@ def train_general(
     timing: str = GENERAL_TIMING,
     anchor_source: str = ANCHOR_SOURCES[0],
     anchor_budget: int = ANCHOR_BUDGET,
+    teacher: str = GENERAL_TEACHER,
+    label_fraction: float = GENERAL_LABEL_FRACTION,
     **sim_changes: Any,
 ):
     """Train (or resume) the general policy in ``out_dir``; returns each stage's result.
@@ -555,7 +570,15 @@ def train_general(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "tasks.json").write_text(json.dumps([t.to_dict() for t in pool], indent=1))
-    stages = general_stages(imitation_episodes, sim_episodes, seed, anchor_episodes, **sim_changes)
+    stages = general_stages(
+        imitation_episodes,
+        sim_episodes,
+        seed,
+        anchor_episodes,
+        teacher,
+        label_fraction,
+        **sim_changes,
+    )
     results = []
     previous: Any = init
     for i, cfg in enumerate(stages):
@@ -570,9 +593,12 @@ def train_general(
                 built,
                 anchor_budget,
                 seed,
-                out / f"anchors-{anchor_source}-{anchor_budget}.npz",
+                out / f"anchors-{anchor_source}-{anchor_budget}.npz"
+                if anchor_source != "cp-rollout"
+                else out / "anchors-cp-rollout.npz",
                 progress,
                 previous if anchor_source == "policy" else None,
+                anchor_source,
             )
         trainer = Trainer(
             cfg,

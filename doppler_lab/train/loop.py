@@ -44,7 +44,7 @@ from ..policies.config import PolicyConfig
 from ..policies.context import GraphContext
 from ..policies.rollout import GREEDY, ActionMode, run_episodes
 from ..policies.tensors import as_tensor, flush_denormal
-from ..sim import SEMANTICS
+from ..sim import SEMANTICS, Simulator
 from .config import TrainConfig
 from .costs import CostFunction, SimulatorCost, evaluate_costs, make_executor_cost
 from .metrics import MetricsLog
@@ -337,6 +337,14 @@ class Trainer:
                 for g, c, s, sem in zip(self.graphs, self.clusters, seeds[1:], sems)
             ]
         self.cost_fns = list(cost_fns)
+        self.labellers: list[Any] = [None] * len(self.graphs)
+        if config.plc_labels == "cp-rollout":
+            from ..placers.cp_rollout import RolloutLabeller
+
+            self.labellers = [
+                RolloutLabeller(Simulator(g, c, sem), ctx.teacher.b_level, config.label_fraction)
+                for g, c, sem, ctx in zip(self.graphs, self.clusters, sems, self.contexts)
+            ]
         groups = self.policy.param_groups()
         lrs = {"sel": config.lr_sel or config.lr, "plc": config.lr}
         self.optimizers = {k: torch.optim.Adam(ps, lr=lrs[k]) for k, ps in groups.items()}
@@ -645,6 +653,7 @@ class Trainer:
                     plc_mode,
                     c.imitation_coef > 0 or anchor is not None,
                     None if anchor is None else anchor[1],
+                    plc_labeller=self.labellers[gi],
                 )
                 costs = evaluate_costs(self.cost_fns[gi], episodes.placements)
                 adv, base = advantages(

@@ -25,6 +25,7 @@ from placer_helpers import small_dag
 
 BUILTINS = [
     "random", "round-robin", "single", "cp", "cp-released", "heft", "cpop", "etf", "m-topo",
+    "cp-rollout",
     "local-search", "enumerative", "exact",
 ]  # fmt: skip
 

@@ -48,6 +48,7 @@ def test_quick_run_writes_every_table_and_a_rerun_skips_finished_cases(tmp_path,
     assert [r["task"] for r in zero] == [t.name for t in TASKS] + ["geometric mean"]
     for r in zero[:-1]:
         assert r["cp"] > 0 and r["heft"] > 0 and r["general"] > 0 and r["ms"] > 0
+        assert r["cp_rollout"] > 0 and r["cp_rollout_s"] >= 0
         assert r["vs_cp"] == pytest.approx((r["cp"] - r["general"]) / r["cp"])
         assert r["ratio_lb"] >= 1 - 1e-9 and r["vs_best_known"] is None  # not a paper graph
     ratios = [r["general"] / r["cp"] for r in zero[:-1]]

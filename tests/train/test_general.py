@@ -300,3 +300,26 @@ def test_settle_anchor_returns_the_reference_when_the_search_found_nothing_more(
     worse[movable] = 0
     assert sim.makespan(worse) >= sim.makespan(reference)
     np.testing.assert_array_equal(settle_anchor(sim, worse, reference, movable), reference)
+
+
+def test_cp_rollout_anchors_are_the_placers_and_cached(tmp_path):
+    from doppler_lab.placers import place
+    from doppler_lab.train.general import general_stages, search_anchors
+
+    pool = [
+        Task("chainmm:matrices=3,scale=0.001", "uniform:3", "paper"),
+        Task("ffnn:layers=2,blocks=2", "p100x4", "wc"),
+    ]
+    built = [t.build() for t in pool]
+    cache = tmp_path / "anchors.npz"
+    got = search_anchors(pool, built, cache=cache, progress=False, source="cp-rollout")
+    for t, (g, c), dev in zip(pool, built, got):
+        want = place("cp-rollout", g, c, semantics=t.semantics).device
+        np.testing.assert_array_equal(dev, want)
+    again = search_anchors(pool, built, cache=cache, progress=False, source="cp-rollout")
+    for a, b in zip(got, again):
+        np.testing.assert_array_equal(a, b)
+    # Stage I's PLC labels follow the teacher setting
+    first = general_stages(64, 0, teacher="cp-rollout", label_fraction=0.5)[0]
+    assert (first.plc_labels, first.label_fraction) == ("cp-rollout", 0.5)
+    assert general_stages(64, 0)[0].plc_labels == "cp"
