@@ -141,6 +141,13 @@ def write_readme(dest: str | Path) -> Path:
     lines += [f"- `{r['command']} --dest {dest}`" for _, r in sorted(per_graph.items())]
     for name, r in sorted(general.items()):
         e = r["episodes"]
+        imit = r.get("train_config", {}).get("imitation", {})
+        labels = ""
+        if imit.get("plc_labels", "cp") != "cp":
+            labels = (
+                f" (PLC's labels: the rollout over deterministic CP, on "
+                f"{imit.get('label_fraction', 1.0):g} of the visited states)"
+            )
         lines += [
             "",
             f"## {name}: one policy for any graph and cluster",
@@ -148,7 +155,7 @@ def write_readme(dest: str | Path) -> Path:
             f"Trained on {r['tasks']} tasks (graphs with randomised generator parameters and "
             "scales, random DAGs; 2-8 devices on p100x4, v100x8, cpu and uniform clusters; paper "
             "and wc semantics: `doppler_lab.train.general`), Stage I "
-            f"{e.get('imitation', 0)} + imitation of local-search placements "
+            f"{e.get('imitation', 0)}{labels} + imitation of searched placements "
             f"{e.get('anchor', 0)} + Stage II {e.get('sim', 0)} episodes, seed {r['seed']}, "
             f"{r['train_s']:.0f} s of updates on one core, {r['size_bytes'] / 1e6:.2f} MB. "
             "`--placer doppler` uses it when no `--checkpoint` is given, on any device count. "

@@ -322,4 +322,4 @@ def test_cp_rollout_anchors_are_the_placers_and_cached(tmp_path):
     # Stage I's PLC labels follow the teacher setting
     first = general_stages(64, 0, teacher="cp-rollout", label_fraction=0.5)[0]
     assert (first.plc_labels, first.label_fraction) == ("cp-rollout", 0.5)
-    assert general_stages(64, 0)[0].plc_labels == "cp"
+    assert general_stages(64, 0, teacher="cp")[0].plc_labels == "cp"
