@@ -379,11 +379,14 @@ ANCHOR_SOURCES = ("policy", "local-search", "cp-rollout")
 #: greedy rollout, settled, SEL greedy, lr 1e-3: 1.222, lr 2e-4: 0.934. The policy's device
 #: choices depend on the state more than a node -> device map can say: even on the anchor's own
 #: states it gave the anchor's labels 0.63 of its probability at the start and no more later.
+#: ``cp-rollout`` anchors (lr 2e-4, 3072 episodes): 0.933 from the previous shipped policy (0.929);
+#: after a CP Stage I, then Stage II: 0.938.
 GENERAL_ANCHOR_EPISODES = 0
 #: Stage I's PLC labels: ``cp`` (the Critical Path rule) or ``cp-rollout`` (the rollout over
 #: deterministic CP at the visited states), on this share of the states. Validation pool
 #: (policy / CP after Stage I + II), seeds 0 / 1 / 2: cp-rollout on 0.25 of the states 0.939 /
-#: 0.929 / 0.940 (mean 0.936), cp 0.938 / 0.929 / 0.946 (mean 0.938); held-out set of
+#: 0.929 / 0.940 (mean 0.936; seeds 3 / 4 later: 0.938 / 0.938), cp 0.938 / 0.929 / 0.946
+#: (mean 0.938; seeds 3-5: 0.939 / 0.940 / 0.941); held-out set of
 #: ``bench general`` (not used to choose): 13.2% / 13.7% / 10.3% below CP against 12.1% (seed 2) /
 #: 12.4% / 10.8% (seed 3). Stage I's PLC gives the rollout's labels about 0.4 of its probability
 #: (CP's: 1.0 after a sixth of the stage): its features do not predict the rollout's choice, and
