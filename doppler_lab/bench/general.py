@@ -139,6 +139,7 @@ class GeneralBenchConfig:
             raise ConfigError(
                 f"bench general: curve = {self.curve!r}, expected budgets that are integers >= 1"
             )
+        _check_finetune_train(self.finetune_train)
         if not 0 <= self.scratch_imitation_episodes < self.scratch_episodes:
             raise ConfigError(
                 f"bench general: scratch_imitation_episodes {self.scratch_imitation_episodes} "
@@ -154,6 +155,37 @@ class GeneralBenchConfig:
     def budgets(self) -> tuple[int, ...]:
         """The budgets run: the curve's and the table's."""
         return tuple(sorted({*self.curve, self.budget}))
+
+
+#: Stage II fields the bench sets itself for each fine-tuning run
+FINETUNE_FIXED: tuple[str, ...] = ("stage", "episodes", "semantics", "seed", "eval_every")
+
+
+def _check_finetune_train(changes: Mapping[str, Any]) -> None:
+    """Fine-tuning's Stage II changes name :class:`~doppler_lab.train.config.TrainConfig`
+    fields the bench leaves to the user, with values that field takes."""
+    from ..train.config import TrainConfig, preset
+
+    if not isinstance(changes, Mapping):
+        raise ConfigError(
+            f"bench general: finetune_train = {changes!r}, expected a mapping of Stage II fields"
+        )
+    known = set(TrainConfig.__dataclass_fields__)
+    for key in changes:
+        if key in FINETUNE_FIXED:
+            raise ConfigError(
+                f"bench general: fine-tuning setting {key!r} is set by the bench (episodes: "
+                "--finetune-episodes); expected another Stage II field"
+            )
+        if key not in known:
+            raise ConfigError(
+                f"bench general: fine-tuning setting {key!r} is not a Stage II field; expected "
+                f"one of {sorted(known - set(FINETUNE_FIXED))}"
+            )
+    try:
+        preset("sim", **changes)
+    except TypeError as exc:  # a value of the wrong kind for the dataclass itself
+        raise ConfigError(f"bench general: fine-tuning settings {dict(changes)}: {exc}") from None
 
 
 def quick_config() -> GeneralBenchConfig:
@@ -926,9 +958,15 @@ def make_config(
 ) -> GeneralBenchConfig:
     """``config`` (default: the full or the quick configuration) with ``changes``: config fields,
     ``curve`` may be a string ``"100,250"``, ``groups`` ``"paper,cluster"``, ``tasks`` task-name
-    parts (the filter, also as a comma-separated string); None values are left out."""
+    parts (the filter, also as a comma-separated string), ``finetune_set`` Stage II changes
+    merged into ``finetune_train`` (``--finetune-set KEY=VALUE``); None values are left out."""
     base = config or (quick_config() if quick else GeneralBenchConfig())
-    return replace(base, **_config_changes(changes))
+    changes = dict(changes)
+    sets = changes.pop("finetune_set", None)
+    out = _config_changes(changes)
+    if sets:
+        out["finetune_train"] = {**out.get("finetune_train", base.finetune_train), **sets}
+    return replace(base, **out)
 
 
 def _config_changes(changes: Mapping[str, Any]) -> dict[str, Any]:

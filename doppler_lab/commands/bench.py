@@ -47,13 +47,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--scratch-episodes", type=int, help="episodes of training from scratch (default 4000)"
     )
+    g.add_argument(
+        "--finetune-set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a Stage II setting of fine-tuning on top of the bench's (lr=0.01, lr_warmup=3, "
+        "tempered_loss=true), e.g. lr=0.03 or episodes_per_update=4 (repeatable)",
+    )
     g.add_argument("--skip-training", action="store_true", help="leave out fine-tuning vs scratch")
 
 
 #: options of ``bench general`` (None / False: not given)
 GENERAL_OPTIONS = (
     "checkpoint", "budget", "curve", "seeds", "groups", "tasks", "finetune_episodes",
-    "scratch_episodes", "skip_training",
+    "scratch_episodes", "finetune_set", "skip_training",
 )  # fmt: skip
 
 
@@ -79,6 +86,10 @@ def run(args: argparse.Namespace) -> int:
             "--keep-going"
         )
     given = {k: getattr(args, k) for k in GENERAL_OPTIONS if getattr(args, k) not in (None, False)}
+    if "finetune_set" in given:
+        from .place import parse_options
+
+        given["finetune_set"] = parse_options(given["finetune_set"])
     if given and args.name != "general":
         flag = "--" + next(iter(given)).replace("_", "-")
         raise ConfigError(

@@ -100,6 +100,30 @@ def test_bad_settings_are_named():
         bench.parse_budgets("1,x")
 
 
+def test_finetune_settings_merge_and_bad_ones_are_named(capsys):
+    cfg = bench.make_config(finetune_set={"lr": 0.03, "episodes_per_update": 4})
+    assert cfg.finetune_train == {
+        "lr": 0.03,
+        "lr_warmup": 3,
+        "tempered_loss": True,
+        "episodes_per_update": 4,
+    }
+    stages, _ = bench._training_setup(cfg, TASKS[0], "finetune", 2)
+    st = stages[0]
+    assert (st.lr, st.episodes_per_update, st.lr_warmup, st.seed) == (0.03, 4, 3, 2)
+    assert st.episodes == cfg.finetune_episodes and st.semantics == TASKS[0].semantics
+    with pytest.raises(ConfigError, match="'episodes' is set by the bench"):
+        bench.make_config(finetune_set={"episodes": 5})
+    with pytest.raises(ConfigError, match="'lrr' is not a Stage II field"):
+        bench.GeneralBenchConfig(finetune_train={"lrr": 1e-3})
+    with pytest.raises(ConfigError, match="lr"):
+        bench.make_config(finetune_set={"lr": -1.0})
+    assert main(["bench", "general", "--finetune-set", "seed=3", "--skip-training"]) == 2
+    assert "'seed' is set by the bench" in capsys.readouterr().err
+    assert main(["bench", "sim", "--finetune-set", "lr=0.1"]) == 2
+    assert "--finetune-set is an option of bench general" in capsys.readouterr().err
+
+
 def test_cli_options_belong_to_bench_general(capsys):
     assert main(["bench", "sim", "--budget", "5"]) == 2
     assert "--budget is an option of bench general" in capsys.readouterr().err
