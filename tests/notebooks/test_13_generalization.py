@@ -18,6 +18,7 @@ def test_generalization(run_notebook, tmp_path):
         budget=10,
         curve="5,10",
         finetune_episodes=8,
+        finetune_set={"episodes_per_update": 4},
         scratch_episodes=12,
         scratch_imitation_episodes=4,
         runs_dir=None,
@@ -31,3 +32,9 @@ def test_generalization(run_notebook, tmp_path):
     }
     assert [r["method"] for r in s["training"]] == ["zero-shot", "fine-tuned", "scratch"]
     assert len(s["targets"]) == 7
+    assert s["finetune_train"] == {
+        "lr": 1e-2,
+        "lr_warmup": 3,
+        "tempered_loss": True,
+        "episodes_per_update": 4,
+    }
