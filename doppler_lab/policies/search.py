@@ -20,7 +20,10 @@ strategies (:data:`SEARCH_STRATEGIES`):
 - ``guided``: the moved node's new device drawn from the policy's preferences, the device
   frequencies of each node over the sampled rollouts mixed with a uniform draw;
 - ``restarts``: ``guided`` from each of the best few distinct rollouts, the rest of the
-  budget split evenly between them.
+  budget split evenly between them;
+- ``ils-cp``: ``ils`` from the best of the rollouts and the ``cp-rollout`` placement (the rollout
+  over deterministic CP, :mod:`doppler_lab.placers.cp_rollout`), which joins them when its
+  N x D (+ 2) calls fit in :data:`CP_ROLLOUT_SHARE` of what the rollouts left of the budget.
 
 Why ``ils`` (reports/bench/doppler_search_probe.md): the policy's best rollout sits in a deep
 optimum for single-node moves. Under ``paper`` semantics a quarter or more of its N(D-1) moves
@@ -58,7 +61,9 @@ from .tensors import flush_denormal
 
 _T = TypeVar("_T")
 
-SEARCH_STRATEGIES = ("ils", "scan", "anneal", "guided", "restarts")
+SEARCH_STRATEGIES = ("ils", "scan", "anneal", "guided", "restarts", "ils-cp")
+#: ``ils-cp``: the largest share of the budget left after the rollouts that ``cp-rollout`` may take
+CP_ROLLOUT_SHARE = 0.5
 #: rollouts judged before the local moves: this share of the budget, at most ``MAX_SAMPLES``
 SAMPLE_SHARE = 0.25
 MAX_SAMPLES = 64
@@ -280,8 +285,9 @@ class SearchOutcome:
         cost: its simulated makespan.
         calls: simulator calls spent (``<= budget``).
         greedy_cost: the greedy rollout's makespan.
-        rollout_cost: the best rollout's makespan (before the local moves).
-        rollouts: rollouts judged (the greedy one included).
+        rollout_cost: the best rollout's makespan (before the local moves; the policy's
+            rollouts only, without ``ils-cp``'s ``cp-rollout`` start).
+        rollouts: the policy's rollouts judged (the greedy one included).
     """
 
     placement: Placement
@@ -290,6 +296,33 @@ class SearchOutcome:
     greedy_cost: float
     rollout_cost: float
     rollouts: int
+
+
+def cp_rollout_calls(graph: DataflowGraph, num_devices: int) -> int:
+    """Simulator calls of the ``cp-rollout`` start of ``ils-cp``: N x D completions, the
+    placer's check of its final placement and the search's judgement of it."""
+    return int(graph.compute_nodes.size) * num_devices + 2
+
+
+def _with_cp_rollout(sim, graph, cluster, semantics, budget, cands, devices, costs, calls, bar):
+    """The candidates with the ``cp-rollout`` placement added when its calls fit in
+    :data:`CP_ROLLOUT_SHARE` of the budget left (unchanged otherwise)."""
+    from ..placers.cp_rollout import CPRolloutPlacer
+
+    need = cp_rollout_calls(graph, cluster.num_devices)
+    if need > CP_ROLLOUT_SHARE * (budget - calls):
+        return cands, devices, costs, calls
+    p = CPRolloutPlacer(semantics=semantics).place(graph, cluster, np.random.default_rng(0))
+    cost = sim.makespan(p)
+    if bar is not None:
+        bar.update(need)
+    start = Placement(p.device, p.priority, p.placer, dict(p.meta))
+    return (
+        [*cands, start],
+        np.concatenate([devices, p.device[None, :]]),
+        np.append(costs, cost),
+        calls + need,
+    )
 
 
 def policy_search(
@@ -338,6 +371,11 @@ def policy_search(
     calls = len(cands)
     if bar is not None:
         bar.update(calls)
+    rollout_cost, rollouts = float(costs.min()), len(cands)
+    if strategy == "ils-cp":
+        cands, devices, costs, calls = _with_cp_rollout(
+            sim, graph, cluster, semantics, budget, cands, devices, costs, calls, bar
+        )
     order = np.argsort(costs, kind="stable")
     ndev = cluster.num_devices
     propose = None
@@ -356,7 +394,7 @@ def policy_search(
     best_i, best_dev, best_cost = starts[0], devices[starts[0]], float(costs[starts[0]])
     for n, i in enumerate(starts):
         stop = calls + (budget - calls) // (len(starts) - n)
-        if strategy == "ils":
+        if strategy in ("ils", "ils-cp"):
             found = iterated_search(
                 sim, devices[i], float(costs[i]), stop, rng, calls, batch, bar=bar
             )
@@ -379,6 +417,4 @@ def policy_search(
             best_i, best_dev, best_cost = i, found.device, found.cost
     start = cands[best_i]
     placement = Placement(best_dev, start.priority, start.placer, dict(start.meta))
-    return SearchOutcome(
-        placement, best_cost, calls, float(costs[0]), float(costs[order[0]]), len(cands)
-    )
+    return SearchOutcome(placement, best_cost, calls, float(costs[0]), rollout_cost, rollouts)

@@ -15,8 +15,10 @@ from doppler_lab.policies.config import PolicyConfig
 from doppler_lab.policies.placers import DopplerPlacer, best_of_rollouts
 from doppler_lab.policies.pretrained import GENERAL_CHECKPOINT
 from doppler_lab.policies.search import (
+    CP_ROLLOUT_SHARE,
     SEARCH_STRATEGIES,
     MoveScan,
+    cp_rollout_calls,
     critical_ops,
     default_samples,
     device_preferences,
@@ -36,24 +38,37 @@ def ckpt(tmp_path_factory):
 
 @pytest.fixture
 def counted(monkeypatch):
-    """Counts the placements every Simulator.makespans and Simulator.run call simulates."""
+    """Counts the placements every Simulator.makespans, .makespan and .run call simulates."""
     calls = [0]
-    real, real_run = Simulator.makespans, Simulator.run
+    real, real_run, real_one = Simulator.makespans, Simulator.run, Simulator.makespan
+
+    inside = [False]  # makespans of one placement calls makespan: count it once
 
     def makespans(self, placements, *args, **kw):
         calls[0] += len(placements)
-        return real(self, placements, *args, **kw)
+        inside[0] = True
+        try:
+            return real(self, placements, *args, **kw)
+        finally:
+            inside[0] = False
 
     def run(self, placement, *args, **kw):
         calls[0] += 1
         return real_run(self, placement, *args, **kw)
 
+    def makespan(self, placement, *args, **kw):
+        calls[0] += not inside[0]
+        return real_one(self, placement, *args, **kw)
+
     monkeypatch.setattr(Simulator, "makespans", makespans)
     monkeypatch.setattr(Simulator, "run", run)
+    monkeypatch.setattr(Simulator, "makespan", makespan)
     return calls
 
 
-@pytest.mark.parametrize(("strategy", "budget"), list(zip(SEARCH_STRATEGIES, [60, 1, 23, 37, 41])))
+@pytest.mark.parametrize(
+    ("strategy", "budget"), list(zip(SEARCH_STRATEGIES, [60, 1, 23, 37, 41, 300], strict=True))
+)
 def test_budget_is_respected_and_counted(small_graph, cluster4, ckpt, counted, strategy, budget):
     p = place(
         "doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, budget=budget, search=strategy
@@ -78,6 +93,26 @@ def test_never_worse_than_the_rollouts_and_deterministic(small_graph, cluster4, 
     assert a.meta["rollout_cost"] == pytest.approx(res.best_cost)
     assert a.meta["greedy_cost"] == pytest.approx(res.greedy_cost)
     assert a.meta["best_cost"] <= res.best_cost
+
+
+def test_ils_cp_starts_from_the_cp_rollout_when_it_fits(small_graph, cluster4, ckpt, counted):
+    from doppler_lab.placers.cp_rollout import CPRolloutPlacer
+
+    need = cp_rollout_calls(small_graph, 4)
+    fits = int(2 * need / CP_ROLLOUT_SHARE)  # the rollouts take a quarter: half of the rest fits
+    kw = dict(seed=1, checkpoint=ckpt, semantics="wc")
+    a = place("doppler", small_graph, cluster4, budget=fits, search="ils-cp", **kw)
+    assert counted[0] == a.meta["sim_calls"] <= fits
+    sim = Simulator(small_graph, cluster4, "wc")
+    cp = CPRolloutPlacer(semantics="wc").place(small_graph, cluster4, np.random.default_rng(0))
+    assert sim.makespan(a) == pytest.approx(a.meta["best_cost"])
+    assert a.meta["best_cost"] <= min(sim.makespan(cp), a.meta["rollout_cost"]) + 1e-12
+    # too small a budget for the rollout over CP: exactly ils
+    small = need  # the rollouts leave 3/4 of it, and half of that is short of need
+    b = place("doppler", small_graph, cluster4, budget=small, search="ils-cp", **kw)
+    c = place("doppler", small_graph, cluster4, budget=small, search="ils", **kw)
+    np.testing.assert_array_equal(b.device, c.device)
+    assert b.meta["sim_calls"] == c.meta["sim_calls"]
 
 
 def test_explicit_samples_and_no_budget_protocol(small_graph, cluster4, ckpt, counted):
