@@ -80,6 +80,9 @@ class GeneralBenchConfig:
         seed: the first seed (of every seed range: CP's ties, rollouts, search, training).
         cp_seeds: tie seeds of the Critical Path teacher.
         samples: sampled rollouts besides the greedy one (protocol: 16).
+        partitions: METIS partition proposals the ``doppler`` placer judges with its rollouts
+            (zero-shot and budget; its default, 4); the policy's rollouts alone are reported
+            beside it. Fine-tuning and scratch are compared by the rollouts alone.
         budget: simulator calls of the budget table.
         curve: simulator-call budgets of the budget curve.
         train_seeds: seeds of the fine-tuning and scratch runs.
@@ -102,6 +105,7 @@ class GeneralBenchConfig:
     seed: int = 0
     cp_seeds: int = 5
     samples: int = 16
+    partitions: int = 4
     budget: int = 2000
     curve: tuple[int, ...] = (100, 250, 500, 1000, 2000)
     train_seeds: int = 1
@@ -129,7 +133,7 @@ class GeneralBenchConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"bench general: {name} = {v!r}, expected an integer >= 1")
-        for name in ("seed", "samples", "finetune_eval_every", "scratch_eval_every"):
+        for name in ("seed", "samples", "partitions", "finetune_eval_every", "scratch_eval_every"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"bench general: {name} = {v!r}, expected an integer >= 0")
@@ -276,7 +280,9 @@ def zero_shot_case(cfg: GeneralBenchConfig, task: Task, root: str) -> dict[str, 
 
     digest = checkpoint_digest(cfg.checkpoint)
     seeds = list(cfg.seed_range)
-    key = versioned_key("zero-shot", task.to_dict(), digest, seeds, cfg.cp_seeds, cfg.samples)
+    key = versioned_key(
+        "zero-shot", task.to_dict(), digest, seeds, cfg.cp_seeds, cfg.samples, cfg.partitions
+    )
     where = Path(root) / "zero_shot" / _slug(task.name) / key / "result.json"
     return _cached(where, lambda: _zero_shot(cfg, task))
 
@@ -298,11 +304,11 @@ def _zero_shot(cfg: GeneralBenchConfig, task: Task) -> dict[str, Any]:
     rollout = sim.makespan(place("cp-rollout", graph, cluster, semantics=sem))
     rollout_s = time.perf_counter() - t0
     opts = {"checkpoint": cfg.checkpoint, "semantics": sem}
-    general, greedy_ms, ms = [], [], []
+    general, policy, parts, sources, greedy_ms, ms = [], [], [], [], [], []
     with torch_threads(1):
         # built and called once untimed: the registry lookup, the checkpoint load, compilation
-        greedy = get_placer("doppler", samples=0, **opts)
-        protocol = get_placer("doppler", samples=cfg.samples, **opts)
+        greedy = get_placer("doppler", samples=0, partitions=0, **opts)
+        protocol = get_placer("doppler", samples=cfg.samples, partitions=cfg.partitions, **opts)
         for placer in (greedy, protocol):
             placer.place(graph, cluster, make_rng(0))
         for s in cfg.seed_range:
@@ -313,6 +319,10 @@ def _zero_shot(cfg: GeneralBenchConfig, task: Task) -> dict[str, Any]:
             p = protocol.place(graph, cluster, make_rng(s))
             ms.append((time.perf_counter() - t0) * 1e3)
             general.append(sim.makespan(p.validate(graph, cluster.num_devices)))
+            # the rollouts draw the same numbers with or without partitions (which draw none)
+            policy.append(float(p.meta.get("rollout_cost", general[-1])))
+            parts.append(float(p.meta.get("partition_cost", np.nan)))
+            sources.append(str(p.meta.get("source", "")))
     p0 = p0.validate(graph, cluster.num_devices)
     return {
         "task": task.name,
@@ -329,6 +339,9 @@ def _zero_shot(cfg: GeneralBenchConfig, task: Task) -> dict[str, Any]:
         "cp_rollout_s": rollout_s,
         "greedy": float(sim.makespan(p0)),
         "general": general,
+        "policy": policy,
+        "partition": parts,
+        "source": sources,
         "greedy_ms": greedy_ms,
         "ms": ms,
     }
@@ -343,7 +356,7 @@ def budget_case(cfg: GeneralBenchConfig, task: Task, method: str, root: str) -> 
         return {"task": task.name, "method": method, "makespans": None}
     parts: list[Any] = ["budget", method, task.to_dict(), cfg.budgets, list(cfg.seed_range)]
     if method == "doppler":
-        parts.append(checkpoint_digest(cfg.checkpoint))
+        parts += [checkpoint_digest(cfg.checkpoint), cfg.partitions]
     where = Path(root) / "budget" / _slug(task.name) / method / versioned_key(*parts)
     return _cached(where / "result.json", lambda: _budget(cfg, task, method))
 
@@ -356,7 +369,7 @@ def _budget(cfg: GeneralBenchConfig, task: Task, method: str) -> dict[str, Any]:
     sim = Simulator(graph, cluster, task.semantics)  # type: ignore[arg-type]
     opts: dict[str, Any] = {"semantics": task.semantics}
     if method == "doppler":
-        opts["checkpoint"] = cfg.checkpoint
+        opts.update(checkpoint=cfg.checkpoint, partitions=cfg.partitions)
     out: dict[str, list[float]] = {}
     with torch_threads(1):
         for n in cfg.budgets:
@@ -493,6 +506,8 @@ def zero_shot_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
     rows = []
     for r in results:
         cp, gen = float(np.mean(r["cp"])), float(np.mean(r["general"]))
+        pol = float(np.mean(r.get("policy", r["general"])))
+        part = float(np.mean(r["partition"])) if r.get("partition") else float("nan")
         ms = float(np.median(r["ms"]))
         rows.append(
             {
@@ -506,6 +521,10 @@ def zero_shot_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
                 "greedy": r["greedy"],
                 "general": gen,
                 "general_std": float(np.std(r["general"])),
+                "policy": pol,
+                "partition": part,
+                "from_partition": sum(x == "partition" for x in r.get("source", [])),
+                "policy_vs_cp": (cp - pol) / cp,
                 "ratio_lb": gen / r["lower_bound"],
                 "vs_cp": (cp - gen) / cp,
                 "vs_heft": gen / r["heft"] - 1.0,
@@ -526,6 +545,10 @@ def zero_shot_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
                 "cp": _gmean([r["cp"] for r in rows]),
                 "heft": _gmean([r["heft"] for r in rows]),
                 "general": _gmean([r["general"] for r in rows]),
+                "policy": _gmean([r["policy"] for r in rows]),
+                "partition": _gmean([r["partition"] for r in rows]),
+                "from_partition": sum(r["from_partition"] for r in rows),
+                "policy_vs_cp": 1.0 - _gmean([r["policy"] / r["cp"] for r in rows]),
                 "ratio_lb": _gmean([r["ratio_lb"] for r in rows]),
                 "vs_cp": 1.0 - _gmean([r["general"] / r["cp"] for r in rows]),
                 "vs_heft": _gmean([r["general"] / r["heft"] for r in rows]) - 1.0,
@@ -620,14 +643,16 @@ def training_rows(
             ("scratch", [r for r in mine if r["mode"] == "scratch"]),
         ]
         if z:
+            # the policy's rollouts alone, as fine-tuned and scratch are judged
+            zm = float(np.mean(z.get("policy", z["general"])))
             rows.append(
                 {
                     "task": task,
                     "method": "zero-shot",
                     "episodes": 0,
-                    "makespan": float(np.mean(z["general"])),
-                    "vs_best_known": _vs_known(graph, float(np.mean(z["general"]))),
-                    "vs_cp": (cp - float(np.mean(z["general"]))) / cp if cp else None,
+                    "makespan": zm,
+                    "vs_best_known": _vs_known(graph, zm),
+                    "vs_cp": (cp - zm) / cp if cp else None,
                 }
             )
         for label, rs in entries:
@@ -678,6 +703,13 @@ def target_rows(
     worse = [r["task"] for r in tasks if r["general"] > r["heft"] * (1 + TIE_RTOL)]
     line("zero-shot: graphs worse than HEFT", ", ".join(worse) or 0, "none",
          None if not tasks else not worse)  # fmt: skip
+    if cfg.partitions:  # the same two for the policy's rollouts alone (no partition proposals)
+        gm = zero[-1]["policy_vs_cp"] if tasks else None
+        line("zero-shot, the policy's rollouts alone: geometric mean below CP", gm,
+             f">= {TARGET_VS_CP:.0%}", None if gm is None else gm >= TARGET_VS_CP)  # fmt: skip
+        worse = [r["task"] for r in tasks if r["policy"] > r["heft"] * (1 + TIE_RTOL)]
+        line("zero-shot, the policy's rollouts alone: graphs worse than HEFT",
+             ", ".join(worse) or 0, "none", None if not tasks else not worse)  # fmt: skip
     lo, hi = SPEED_NODES
     around = [r["ms"] for r in tasks if lo <= r["nodes"] <= hi]
     slowest = max(around) if around else None
@@ -832,7 +864,7 @@ def evaluate(
 
 ZERO_COLUMNS = [
     "task", "group", "nodes", "devices", "cp", "heft", "greedy", "general", "general_std",
-    "vs_cp", "vs_heft", "cp_rollout", "vs_cp_rollout", "cp_rollout_s", "ratio_lb", "best_known", "vs_best_known", "cp_vs_best_known", "ms",
+    "vs_cp", "vs_heft", "policy", "policy_vs_cp", "partition", "from_partition", "cp_rollout", "vs_cp_rollout", "cp_rollout_s", "ratio_lb", "best_known", "vs_best_known", "cp_vs_best_known", "ms",
     "greedy_ms", "ms_per_250_nodes",
 ]  # fmt: skip
 BUDGET_COLUMNS = [
@@ -893,7 +925,10 @@ def run(
         "The general policy on held-out graphs and clusters",
         {
             "Targets": (res.targets, ["target", "value", "threshold", "passed"]),
-            f"Zero-shot: general policy (greedy + {cfg.samples} samples) vs CP and HEFT": (
+            (
+                f"Zero-shot: general policy (greedy + {cfg.samples} samples + {cfg.partitions} "
+                "partitions) vs CP and HEFT"
+            ): (
                 res.zero_shot,
                 ZERO_COLUMNS,
             ),
@@ -914,9 +949,13 @@ def run(
             f"Tasks: the held-out set of doppler_lab.train.general (groups {', '.join(cfg.groups)})"
             if not cfg.tasks
             else "Tasks: the quick set (tiny generated graphs).",
-            f"cp: mean over {cfg.cp_seeds} tie seeds; general: best of the greedy rollout and "
-            f"{cfg.samples} sampled rollouts, mean over {cfg.seeds} seeds; greedy: the greedy "
-            "rollout alone. Makespans by the simulator of the task's semantics, noise 0.",
+            f"cp: mean over {cfg.cp_seeds} tie seeds; general: the doppler placer, best of the "
+            f"greedy rollout, {cfg.samples} sampled rollouts and {cfg.partitions} METIS "
+            f"partition proposals (placer partition; equal ones judged once), mean over "
+            f"{cfg.seeds} seeds; policy: the best of the rollouts alone (the same rollouts); "
+            "partition: the best partition proposal alone; from_partition: seeds whose winner "
+            "is a partition; greedy: the greedy rollout alone. Makespans by the simulator of "
+            "the task's semantics, noise 0.",
             "ms: median wall milliseconds of the doppler placer's place() call on one torch "
             "thread (encoder, rollouts, the simulator calls judging them), the placer built and "
             "called once before (registry lookup, checkpoint load, compilation: once per "
@@ -938,7 +977,8 @@ def run(
             f"({cfg.scratch_imitation_episodes}) + Stage II "
             f"({cfg.scratch_episodes - cfg.scratch_imitation_episodes}) from fresh weights of "
             f"the general architecture; {cfg.train_seeds} seed(s); protocol: best of greedy + "
-            f"{cfg.samples} samples of the final policy. 'matches': fine-tuned at most "
+            f"{cfg.samples} samples of the final policy (no partition proposals; the zero-shot "
+            "row: the general policy's rollouts alone). 'matches': fine-tuned at most "
             f"{MATCH_RTOL:.0%} worse than scratch. Training curves: general/training_curves.json."
             + (" Skipped (--skip-training)." if cfg.skip_training else ""),
             f"Runs: {root} (each case's result.json; a rerun skips finished cases).",

@@ -34,6 +34,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--seeds", type=int, help="seeds per task (default 3)")
     g.add_argument(
+        "--partitions",
+        type=int,
+        help="METIS partition proposals of the doppler placer (default 4; 0: its rollouts alone)",
+    )
+    g.add_argument(
         "--groups", help="held-out groups, comma-separated (default generator,cluster,paper,model)"
     )
     g.add_argument(
@@ -59,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 #: options of ``bench general`` (None / False: not given)
 GENERAL_OPTIONS = (
-    "checkpoint", "budget", "curve", "seeds", "groups", "tasks", "finetune_episodes",
+    "checkpoint", "budget", "curve", "seeds", "partitions", "groups", "tasks", "finetune_episodes",
     "scratch_episodes", "finetune_set", "skip_training",
 )  # fmt: skip
 
@@ -85,7 +90,10 @@ def run(args: argparse.Namespace) -> int:
             f"benchmark {args.name!r} has no sweep of runs; expected --runner local and no "
             "--keep-going"
         )
-    given = {k: getattr(args, k) for k in GENERAL_OPTIONS if getattr(args, k) not in (None, False)}
+    # (identity, not equality: --partitions 0 is given)
+    given = {
+        k: v for k in GENERAL_OPTIONS if (v := getattr(args, k)) is not None and v is not False
+    }
     if "finetune_set" in given:
         from .place import parse_options
 

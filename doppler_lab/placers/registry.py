@@ -122,6 +122,12 @@ BUILTIN_PLACERS: Mapping[str, PlacerSpec] = MappingProxyType(
                 "simulates best",
             ),
             _spec(
+                "partition",
+                f"{_P}.partition:PartitionPlacer",
+                "search",
+                "METIS min-cut k-way partition (balanced compute, least transfer), best of tries",
+            ),
+            _spec(
                 "local-search",
                 f"{_P}.local_search:LocalSearchPlacer",
                 "search",

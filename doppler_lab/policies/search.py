@@ -49,7 +49,7 @@ from tqdm.auto import tqdm
 
 from ..errors import ConfigError
 from ..graph import DataflowGraph
-from ..hardware import Cluster
+from ..hardware import Cluster, CostModel
 from ..placement import Placement
 from ..placers.local_search import SearchResult, neighbours, search_devices
 from ..sim import Simulator
@@ -93,6 +93,17 @@ def policy_candidates(
     ctx = ctx or GraphContext.for_policy(graph, cluster, policy.config, semantics)
     with flush_denormal(), torch.no_grad():
         return greedy_and_samples(policy, ctx, policy.encode(ctx), samples, rng)
+
+
+def partition_candidates(
+    graph: DataflowGraph, cost: CostModel, num_devices: int, count: int
+) -> list[Placement]:
+    """``count`` partition proposals of ``graph`` on ``num_devices`` devices as placements
+    (equal ones once; :func:`~doppler_lab.placers.partition.partition_proposals`)."""
+    from ..placers.partition import partition_proposals
+
+    props = partition_proposals(graph, cost, num_devices, count)
+    return [Placement(dev, None, "partition").with_inputs_filled(graph) for dev in props]
 
 
 def device_preferences(devices: np.ndarray, num_devices: int, mix: float) -> np.ndarray:
@@ -288,6 +299,7 @@ class SearchOutcome:
         rollout_cost: the best rollout's makespan (before the local moves; the policy's
             rollouts only, without ``ils-cp``'s ``cp-rollout`` start).
         rollouts: the policy's rollouts judged (the greedy one included).
+        partition_cost: the best partition proposal's makespan (nan without any).
     """
 
     placement: Placement
@@ -296,6 +308,7 @@ class SearchOutcome:
     greedy_cost: float
     rollout_cost: float
     rollouts: int
+    partition_cost: float = float("nan")
 
 
 def cp_rollout_calls(graph: DataflowGraph, num_devices: int) -> int:
@@ -340,6 +353,7 @@ def policy_search(
     temperature: float = 0.02,
     mix: float = UNIFORM_MIX,
     restarts: int = RESTARTS,
+    partitions: int = 0,
 ) -> SearchOutcome:
     """Search placements of ``graph`` with ``policy`` as the proposal (module docstring).
 
@@ -358,6 +372,8 @@ def policy_search(
         temperature: annealing temperature relative to the start's makespan.
         mix: weight of the uniform draw in the guided proposal.
         restarts: starts of the ``restarts`` strategy.
+        partitions: METIS partitions judged after the rollouts (as many as the budget leaves
+            room for; equal ones once), starts of the search like them.
     """
     if strategy not in SEARCH_STRATEGIES:
         raise ConfigError(f"search strategy {strategy!r}, expected one of {SEARCH_STRATEGIES}")
@@ -372,6 +388,18 @@ def policy_search(
     if bar is not None:
         bar.update(calls)
     rollout_cost, rollouts = float(costs.min()), len(cands)
+    partition_cost = float("nan")
+    room = min(partitions, budget - calls)
+    if room > 0:
+        extra = partition_candidates(graph, sim.cost, cluster.num_devices, room)
+        more = sim.makespans(np.stack([p.device for p in extra]))
+        partition_cost = float(more.min())
+        cands = [*cands, *extra]
+        devices = np.concatenate([devices, np.stack([p.device for p in extra])])
+        costs = np.concatenate([costs, more])
+        calls += len(extra)
+        if bar is not None:
+            bar.update(len(extra))
     if strategy == "ils-cp":
         cands, devices, costs, calls = _with_cp_rollout(
             sim, graph, cluster, semantics, budget, cands, devices, costs, calls, bar
@@ -417,4 +445,6 @@ def policy_search(
             best_i, best_dev, best_cost = i, found.device, found.cost
     start = cands[best_i]
     placement = Placement(best_dev, start.priority, start.placer, dict(start.meta))
-    return SearchOutcome(placement, best_cost, calls, float(costs[0]), rollout_cost, rollouts)
+    return SearchOutcome(
+        placement, best_cost, calls, float(costs[0]), rollout_cost, rollouts, partition_cost
+    )

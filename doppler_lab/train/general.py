@@ -511,7 +511,9 @@ def search_anchors(
     elif policy is None:
         name, options = "local-search", {"budget": budget}
     else:
+        # the policy's own search: no partition proposals
         name, options = "doppler", {"checkpoint": str(policy), "samples": 0, "budget": budget}
+        options["partitions"] = 0
 
     if cache is not None and Path(cache).exists():
         with np.load(cache) as z:

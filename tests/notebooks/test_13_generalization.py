@@ -15,6 +15,7 @@ def test_generalization(run_notebook, tmp_path):
         seeds=1,
         cp_seeds=1,
         samples=1,
+        partitions=2,
         budget=10,
         curve="5,10",
         finetune_episodes=8,
@@ -31,7 +32,9 @@ def test_generalization(run_notebook, tmp_path):
         (m, n) for m in methods for n in (5, 10)
     }
     assert [r["method"] for r in s["training"]] == ["zero-shot", "fine-tuned", "scratch"]
-    assert len(s["targets"]) == 7
+    # the two zero-shot targets once more for the policy's rollouts alone
+    assert len(s["targets"]) == 9 and s["partitions"] == 2
+    assert all(r["general"] <= r["policy"] * (1 + 1e-9) for r in s["zero_shot"][:-1])
     assert s["finetune_train"] == {
         "lr": 1e-2,
         "lr_warmup": 3,

@@ -25,7 +25,7 @@ from placer_helpers import small_dag
 
 BUILTINS = [
     "random", "round-robin", "single", "cp", "cp-released", "heft", "cpop", "etf", "m-topo",
-    "cp-rollout",
+    "cp-rollout", "partition",
     "local-search", "enumerative", "exact",
 ]  # fmt: skip
 

@@ -12,7 +12,7 @@ from doppler_lab.hardware import make_cluster
 from doppler_lab.placers import get_placer, place
 from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
 from doppler_lab.policies.config import PolicyConfig
-from doppler_lab.policies.placers import DopplerPlacer, best_of_rollouts
+from doppler_lab.policies.placers import PARTITION_PROPOSALS, DopplerPlacer, best_of_rollouts
 from doppler_lab.policies.pretrained import GENERAL_CHECKPOINT
 from doppler_lab.policies.search import (
     CP_ROLLOUT_SHARE,
@@ -118,8 +118,39 @@ def test_ils_cp_starts_from_the_cp_rollout_when_it_fits(small_graph, cluster4, c
 def test_explicit_samples_and_no_budget_protocol(small_graph, cluster4, ckpt, counted):
     p = place("doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, budget=30, samples=5)
     assert p.meta["samples"] == 5 and counted[0] == 30
+    counted[0] = 0
+    q = place("doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, partitions=0)
+    assert q.meta["samples"] == 16 and q.meta["sim_calls"] == 17 == counted[0]
+    assert "budget" not in q.meta and q.meta["source"] in ("greedy", "sample")
+
+
+def test_partition_proposals_join_the_protocol(small_graph, cluster4, ckpt, counted):
     q = place("doppler", small_graph, cluster4, seed=0, checkpoint=ckpt)
-    assert q.meta["samples"] == 16 and q.meta["sim_calls"] == 17 and "budget" not in q.meta
+    k = q.meta["partitions"]
+    assert 1 <= k <= PARTITION_PROPOSALS and q.meta["sim_calls"] == 17 + k == counted[0]
+    best = q.meta["best_cost"]
+    assert best == min(q.meta["rollout_cost"], q.meta["partition_cost"])
+    sim = Simulator(small_graph, cluster4, "paper")
+    assert sim.makespan(q) == pytest.approx(best, rel=1e-12)
+    if q.meta["partition_cost"] < q.meta["rollout_cost"]:
+        assert q.meta["source"] == "partition"
+    alone = place("doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, partitions=0)
+    assert alone.meta["best_cost"] == q.meta["rollout_cost"]  # the same rollouts
+    with pytest.raises(ConfigError, match="option partitions"):
+        get_placer("doppler", checkpoint=ckpt, partitions=-1)
+
+
+def test_budget_search_judges_partitions_within_the_budget(small_graph, cluster4, ckpt, counted):
+    p = place("doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, budget=30, samples=5)
+    assert counted[0] == 30 and np.isfinite(p.meta["partition_cost"])
+    assert p.meta["best_cost"] <= min(p.meta["rollout_cost"], p.meta["partition_cost"])
+    counted[0] = 0
+    # the rollouts leave room for one partition only, and the search for no local move
+    p = place("doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, budget=7, samples=5)
+    assert counted[0] == 7 and np.isfinite(p.meta["partition_cost"])
+    counted[0] = 0
+    p = place("doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, budget=6, samples=5)
+    assert counted[0] == 6 and np.isnan(p.meta["partition_cost"])
 
 
 @pytest.mark.parametrize("bad", [0, -1, "x", True, 2.5])

@@ -51,6 +51,10 @@ def test_quick_run_writes_every_table_and_a_rerun_skips_finished_cases(tmp_path,
         assert r["cp_rollout"] > 0 and r["cp_rollout_s"] >= 0
         assert r["vs_cp"] == pytest.approx((r["cp"] - r["general"]) / r["cp"])
         assert r["ratio_lb"] >= 1 - 1e-9 and r["vs_best_known"] is None  # not a paper graph
+        # the placer's best of rollouts and partitions; the same rollouts alone; partitions alone
+        assert r["general"] <= min(r["policy"], r["partition"]) * (1 + 1e-9)
+        assert r["policy_vs_cp"] == pytest.approx((r["cp"] - r["policy"]) / r["cp"])
+        assert 0 <= r["from_partition"] <= cfg.seeds
     ratios = [r["general"] / r["cp"] for r in zero[:-1]]
     assert zero[-1]["vs_cp"] == pytest.approx(1 - (ratios[0] * ratios[1]) ** 0.5)
     # budget table: one row per task at the table's budget, then the win/tie/loss count
@@ -70,7 +74,9 @@ def test_quick_run_writes_every_table_and_a_rerun_skips_finished_cases(tmp_path,
     assert {c["run"] for c in curves} == {"finetune", "scratch"}
     assert min(c["episode"] for c in curves) == 0
     targets = {t["target"]: t for t in tables["Targets"]}
-    assert len(targets) == 7 and all(t["passed"] in (True, False, None) for t in targets.values())
+    assert len(targets) == 9 and all(t["passed"] in (True, False, None) for t in targets.values())
+    alone = targets["zero-shot, the policy's rollouts alone: geometric mean below CP"]
+    assert alone["value"] == pytest.approx(zero[-1]["policy_vs_cp"])
     # a rerun computes nothing: every case's result.json stays as it was
     done = sorted((tmp_path / "runs_quick").rglob("result.json"))
     assert len(done) == 2 + 2 * 2 + 2  # zero-shot and budget (2 methods) per task, 2 trainings
@@ -133,9 +139,13 @@ def test_cli_runs_bench_general_with_its_options(tmp_path, monkeypatch, tiny_che
     monkeypatch.chdir(tmp_path)  # the run cache is relative to the working folder
     argv = ["bench", "general", "--quick", "--no-progress", "--out", "out"]
     argv += ["--checkpoint", tiny_checkpoint, "--curve", "5,10", "--budget", "10"]
-    argv += ["--skip-training", "--task", "ffnn", "--seeds", "1"]
+    argv += ["--skip-training", "--task", "ffnn", "--seeds", "1", "--partitions", "0"]
     assert main(argv) == 0, capsys.readouterr().err
     rec = json.loads((tmp_path / "out" / "general.json").read_text())
+    zero = next(v for k, v in rec["tables"].items() if k.startswith("Zero-shot"))
+    assert "+ 0 partitions" in next(k for k in rec["tables"] if k.startswith("Zero-shot"))
+    assert zero[0]["general"] == zero[0]["policy"] and zero[0]["from_partition"] == 0
+    assert len(rec["tables"]["Targets"]) == 7  # no rows of the rollouts alone: they are general
     assert rec["summary"]["tasks"] == 1 and rec["summary"]["checkpoint"] == tiny_checkpoint
     curve = json.loads((tmp_path / "out" / "general" / "budget_curve.json").read_text())
     assert curve["budget"] == 10

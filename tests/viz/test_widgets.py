@@ -239,11 +239,12 @@ def test_learned_placer_steps_from_its_checkpoint(small, cluster, tmp_path, one_
 
     policy = make_policy(PolicyConfig(hidden=8, head_hidden=8, mp_steps=1), 4, seed=2)
     ckpt = str(save_checkpoint(tmp_path / "tiny.pt", policy))
-    choice = PlacerChoice("doppler", ckpt, {"samples": 0})  # the greedy rollout alone
+    choice = PlacerChoice("doppler", ckpt, {"samples": 0})  # the greedy rollout, stepped
     stepper = make_stepper(choice, graph, cluster)
     assert stepper.name == "doppler [tiny, samples=0]"
     run_episode(stepper)
-    expected = place("doppler", graph, cluster, seed=0, checkpoint=ckpt, samples=0)
+    # the placer's greedy rollout alone (no partition proposals beside it)
+    expected = place("doppler", graph, cluster, seed=0, checkpoint=ckpt, samples=0, partitions=0)
     assert (stepper.placement().device == expected.device).all()
     with pytest.raises(ConfigError, match="needs a checkpoint"):
         make_stepper("doppler", graph, cluster)
