@@ -165,7 +165,8 @@ def run(args: argparse.Namespace) -> int:
     if schedule is not None:
         result["schedule_makespan"] = schedule.makespan
         result["schedule_model"] = schedule.model
-    for key in ("optimal", "bound", "gap", "status"):
+    # the learned placers' candidates: the best rollout, the best partition, which one won
+    for key in ("optimal", "bound", "gap", "status", "source", "rollout_cost", "partition_cost"):
         if key in placement.meta:
             result[key] = placement.meta[key]
     if args.out:
@@ -195,6 +196,11 @@ def run(args: argparse.Namespace) -> int:
     if "optimal" in result:
         print(
             f"  optimal: {result['optimal']}, bound {result['bound']:.6g}, gap {result['gap']:.3%}"
+        )
+    if "source" in result and result.get("partition_cost") == result.get("partition_cost"):
+        print(
+            f"  best rollout {result['rollout_cost']:.6g}, best partition "
+            f"{result['partition_cost']:.6g}: the {result['source']} won"
         )
     for key in ("out", "gantt"):
         if key in result:

@@ -85,6 +85,12 @@ def test_learned_placer_from_a_shipped_checkpoint(capsys):
     argv = ["place", "chainmm", "--placer", "doppler", "--checkpoint", "chainmm", "--json"]
     alone = _json(capsys, [*argv, "-o", "partitions=0"])
     assert alone["sim_calls"] == 17 and alone["makespan"] >= r["makespan"]
+    # which candidate won, and the best of each kind
+    assert r["source"] in ("greedy", "sample", "partition")
+    assert r["makespan"] == pytest.approx(min(r["rollout_cost"], r["partition_cost"]))
+    assert alone["partition_cost"] is None and alone["source"] in ("greedy", "sample")
+    assert main([*argv[:-1], "--no-progress"]) == 0
+    assert ": the " in capsys.readouterr().out  # "best rollout ..., best partition ...: the X won"
 
 
 @pytest.mark.parametrize(
