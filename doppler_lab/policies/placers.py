@@ -44,8 +44,8 @@ from .search import (
 
 #: ``doppler``'s partition proposals by default: four METIS partitions (two seeds each of 3% and
 #: 10% imbalance) next to the greedy rollout and 16 samples, 21 simulator calls in all
-#: (``doppler-lab bench general``: 0.84 of CP's makespan in geometric mean over the held-out
-#: set, against 0.86 for the policy's rollouts alone; the partitions win on the paper graphs
+#: (``doppler-lab bench general``: 0.822 of CP's makespan in geometric mean over the held-out
+#: set, against 0.863 for the policy's rollouts alone; the partitions win on the paper graphs
 #: and communication-heavy ones, the policy where work must spread step by step)
 PARTITION_PROPOSALS = 4
 

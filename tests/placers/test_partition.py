@@ -12,7 +12,7 @@ from doppler_lab.graph import cost_graph
 from doppler_lab.hardware import CostModel, make_cluster
 from doppler_lab.io import read_paper_graph
 from doppler_lab.placers import get_placer, place
-from doppler_lab.placers.partition import VARIANTS, PartitionProblem, partition_proposals
+from doppler_lab.placers.partition import VARIANTS, PartitionProblem, map_parts, partition_proposals
 from doppler_lab.sim import Simulator
 
 from paper_graphs import paper_graph_path
@@ -111,3 +111,37 @@ def test_paper_ffnn_partition_beats_cp_by_far():
     sim = Simulator(g, c, "paper")
     cp = sim.makespan(place("cp", g, c, seed=0))
     assert sim.makespan(place("partition", g, c)) < 0.8 * cp
+
+
+def test_parts_that_talk_most_get_the_fastest_link():
+    # parts 0 and 1 exchange 100 bytes, parts 1 and 2 one byte; the link 0-1 is ten times slower
+    parts = np.array([0, 1, 2])
+    src, dst, nbytes = np.array([0, 1]), np.array([1, 2]), np.array([100.0, 1.0])
+    inv = np.ones((3, 3)) - np.eye(3)
+    inv[0, 1] = inv[1, 0] = 10.0
+    mapped = map_parts(parts, src, dst, nbytes, inv, np.zeros((3, 3)))
+    assert sorted(mapped) == [0, 1, 2] and {mapped[0], mapped[1]} != {0, 1}
+    # equal links: the identity
+    flat = np.ones((3, 3)) - np.eye(3)
+    assert map_parts(parts, src, dst, nbytes, flat, np.zeros((3, 3))).tolist() == [0, 1, 2]
+
+
+def test_partitions_on_a_mixed_topology_use_it():
+    from doppler_lab.workloads import build_from_spec
+
+    g, c = build_from_spec("chainmm:matrices=4,blocks=2"), make_cluster("v100x8")
+    cost = CostModel(g, c)
+    problem = PartitionProblem.build(g, cost)
+    assert problem.links is not None  # NVLink pairs and PCIe
+    assert PartitionProblem.build(g, CostModel(g, make_cluster("h100x8"))).links is None
+    dev = problem.devices(8, *VARIANTS[0])
+    plain = dataclasses.replace(problem, links=None).devices(8, *VARIANTS[0])
+    # the same parts, relabelled: no more link time than part i on device i
+    assert sorted(np.unique(dev[g.compute_nodes])) == sorted(np.unique(plain[g.compute_nodes]))
+
+    def link_time(d):
+        s, t = g.edge_src, g.edge_dst
+        keep = ~g.is_input[s] & (d[s] != d[t])
+        return float((cost.edge_bytes[keep] * cost.inv_bandwidth[d[s[keep]], d[t[keep]]]).sum())
+
+    assert link_time(dev) <= link_time(plain)
