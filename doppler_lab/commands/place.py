@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -197,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"  optimal: {result['optimal']}, bound {result['bound']:.6g}, gap {result['gap']:.3%}"
         )
-    if "source" in result and result.get("partition_cost") == result.get("partition_cost"):
+    if "source" in result and math.isfinite(result.get("partition_cost") or math.nan):
         print(
             f"  best rollout {result['rollout_cost']:.6g}, best partition "
             f"{result['partition_cost']:.6g}: the {result['source']} won"
