@@ -10,7 +10,8 @@ Rows per workload, mean over seeds:
   the training episodes plus the 17 judged rollouts;
 - ``local-search``: annealing from CP with as many simulator calls;
 - ``doppler-general-search``: the shipped general policy (no training on the workload) as the
-  proposal of ``--placer doppler --budget N`` with the same N calls.
+  proposal of ``--placer doppler --budget N`` with the same N calls (its rollouts and, by the
+  placer's default, 4 METIS partition proposals, then the search from the best of them).
 
 The training runs are cached like ``bench policy``'s (``runs/bench_policy_wc``, keyed by
 configuration and code version), so a rerun only evaluates.
