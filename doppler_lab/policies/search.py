@@ -392,10 +392,11 @@ def policy_search(
     room = min(partitions, budget - calls)
     if room > 0:
         extra = partition_candidates(graph, sim.cost, cluster.num_devices, room)
-        more = sim.makespans(np.stack([p.device for p in extra]))
+        rows = np.stack([p.device for p in extra])
+        more = sim.makespans(rows)
         partition_cost = float(more.min())
         cands = [*cands, *extra]
-        devices = np.concatenate([devices, np.stack([p.device for p in extra])])
+        devices = np.concatenate([devices, rows])
         costs = np.concatenate([costs, more])
         calls += len(extra)
         if bar is not None:
