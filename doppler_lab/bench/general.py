@@ -13,10 +13,13 @@ Three parts, written into ``reports/bench/general.{json,md}``:
   against ``local-search --budget N`` per task at ``budget`` (win/tie/loss counts), and the budget
   curve (makespan against simulator calls for both, per task and as a geometric mean of the ratio
   to CP), also written to ``general/budget_curve.json`` and ``general/budget_curve.html``;
-- **fine-tuning**: on the paper graphs (4 and 8 devices) Stage II from the general policy for
-  ``finetune_episodes`` against per-graph training from fresh weights (Stage I + II,
-  ``scratch_episodes`` in all): the protocol's final makespans, the distance to best known, the
-  training seconds, and the training curves (``general/training_curves.json``).
+- **fine-tuning**: on the paper graphs (4 and 8 devices) the general policy fine-tuned for
+  ``finetune_episodes`` simulator calls (by default the per-instance adapter,
+  :mod:`doppler_lab.train.adapt`: a node x device bias on PLC's logits trained with the network
+  frozen; ``finetune_method="network"``: Stage II of the network's weights) against per-graph
+  training from fresh weights (Stage I + II, ``scratch_episodes`` in all): the protocol's final
+  makespans, the distance to best known, the training seconds, and the training curves
+  (``general/training_curves.json``).
 
 Every expensive case (a task's zero-shot rows, a task's budget runs per method, a training run)
 writes ``result.json`` under ``runs_dir/<part>/<task>/<key>/`` (``runs/bench_general``; the key is
@@ -86,11 +89,17 @@ class GeneralBenchConfig:
         budget: simulator calls of the budget table.
         curve: simulator-call budgets of the budget curve.
         train_seeds: seeds of the fine-tuning and scratch runs.
-        finetune_episodes: Stage II episodes of fine-tuning the general policy.
+        finetune_episodes: episodes (simulator calls) of fine-tuning the general policy.
         scratch_episodes: episodes of per-graph training from fresh weights (Stage I + II).
         scratch_imitation_episodes: Stage I's share of ``scratch_episodes``.
         finetune_eval_every: updates between greedy evaluations when fine-tuning (curves).
         scratch_eval_every: updates between greedy evaluations from scratch (curves).
+        finetune_method: ``adapter`` (default): a per-instance bias table on PLC's logits
+            trained with the network frozen (:func:`doppler_lab.train.adapt.adapt`; its
+            proposals are the ``doppler`` placer's, ``samples`` and ``partitions``, within the
+            episodes); ``network``: Stage II of the network's weights (``finetune_train``).
+        finetune_adapter: :class:`~doppler_lab.train.adapt.AdaptConfig` changes (not
+            ``episodes``, ``samples``, ``partitions``: the bench's own).
         finetune_train: Stage II changes for fine-tuning (learning rate, warm-up, ...).
         policy: policy-config changes of the scratch policies (on the general architecture).
         skip_training: leave the fine-tuning part out.
@@ -114,6 +123,8 @@ class GeneralBenchConfig:
     scratch_imitation_episodes: int = 400
     finetune_eval_every: int = 1
     scratch_eval_every: int = 5
+    finetune_method: str = "adapter"
+    finetune_adapter: dict[str, Any] = field(default_factory=dict)
     # the sim preset's rate (3e-2) with fresh Adam states jolted the policy in 200 episodes
     # (8-GPU block: 310 zero-shot -> 321; 254 with these)
     finetune_train: dict[str, Any] = field(
@@ -144,11 +155,51 @@ class GeneralBenchConfig:
                 f"bench general: curve = {self.curve!r}, expected budgets that are integers >= 1"
             )
         _check_finetune_train(self.finetune_train)
+        if self.finetune_method not in FINETUNE_METHODS:
+            raise ConfigError(
+                f"bench general: finetune_method = {self.finetune_method!r}, expected one of "
+                f"{FINETUNE_METHODS}"
+            )
+        acfg = self.adapt_config()  # its errors name the bad field
+        need = 1 + acfg.samples + acfg.partitions
+        if self.finetune_method == "adapter" and self.finetune_episodes < need:
+            raise ConfigError(
+                f"bench general: finetune_episodes = {self.finetune_episodes} do not cover the "
+                f"adapter's proposals (1 greedy + {acfg.samples} samples + {acfg.partitions} "
+                f"partitions); expected at least {need}"
+            )
         if not 0 <= self.scratch_imitation_episodes < self.scratch_episodes:
             raise ConfigError(
                 f"bench general: scratch_imitation_episodes {self.scratch_imitation_episodes} "
                 f"must lie in [0, scratch_episodes={self.scratch_episodes})"
             )
+
+    def adapt_config(self) -> Any:
+        """The adapter's settings of a fine-tuning run."""
+        from ..train.adapt import AdaptConfig
+
+        fixed = {"episodes", "samples", "partitions"}
+        bad = sorted(fixed & set(self.finetune_adapter))
+        if bad:
+            raise ConfigError(
+                f"bench general: finetune_adapter sets {bad[0]!r}, which the bench sets itself "
+                "(--finetune-episodes, --samples, --partitions); expected another adapter field"
+            )
+        known = set(AdaptConfig.__dataclass_fields__)
+        unknown = sorted(set(self.finetune_adapter) - known)
+        if unknown:
+            raise ConfigError(
+                f"bench general: finetune_adapter field {unknown[0]!r}, expected one of "
+                f"{sorted(known - fixed)}"
+            )
+        return AdaptConfig(
+            **{
+                **self.finetune_adapter,
+                "episodes": self.finetune_episodes,
+                "samples": self.samples,
+                "partitions": self.partitions,
+            }
+        )
 
     @property
     def seed_range(self) -> range:
@@ -161,6 +212,8 @@ class GeneralBenchConfig:
         return tuple(sorted({*self.curve, self.budget}))
 
 
+#: how fine-tuning trains (:attr:`GeneralBenchConfig.finetune_method`)
+FINETUNE_METHODS: tuple[str, ...] = ("adapter", "network")
 #: Stage II fields the bench sets itself for each fine-tuning run
 FINETUNE_FIXED: tuple[str, ...] = ("stage", "episodes", "semantics", "seed", "eval_every")
 
@@ -392,6 +445,8 @@ def training_case(
     parts: list[Any] = [mode, task.to_dict(), [s.to_dict() for s in stages], cfg.samples]
     if mode == "finetune":
         parts.append(checkpoint_digest(cfg.checkpoint))
+        if cfg.finetune_method == "adapter":
+            parts = [mode, "adapter", task.to_dict(), cfg.adapt_config().to_dict(), parts[-1]]
     else:
         parts.append(policy.to_dict())
     run_dir = (
@@ -442,6 +497,8 @@ def _train(cfg, task, mode, seed, stages, policy, run_dir: Path) -> dict[str, An
     graph, cluster = _built(task)
     init = None
     labels = {"task": task.name, "run": mode, "seed": seed}
+    if mode == "finetune" and cfg.finetune_method == "adapter":
+        return _adapt(cfg, task, seed, run_dir, labels)
     with torch_threads(1):
         if mode == "finetune":
             from ..policies.checkpoint import load_policy
@@ -486,6 +543,54 @@ def _train(cfg, task, mode, seed, stages, policy, run_dir: Path) -> dict[str, An
         "greedy": res.greedy_cost,
         "start_greedy": first,
         "train_s": float(sum(float(r.summary.get("train_s", 0.0)) for r in results)),
+        "curve": json.loads(curve.to_json(orient="records")),
+    }
+
+
+def _adapt(cfg, task: Task, seed: int, run_dir: Path, labels: dict[str, Any]) -> dict[str, Any]:
+    """Fine-tuning by the per-instance adapter (:func:`doppler_lab.train.adapt.adapt`): the
+    table is saved in ``run_dir`` (``adapter.pt``); the protocol judges the adapted policy."""
+    import pandas as pd
+
+    from ..policies.checkpoint import load_policy
+    from ..policies.placers import best_of_rollouts
+    from ..policies.pretrained import resolve_checkpoint
+    from ..train.adapt import adapt
+    from ..train.experiments.common import greedy_makespan, start_point
+
+    graph, cluster = _built(task)
+    acfg = cfg.adapt_config()
+    with torch_threads(1):
+        ckpt = resolve_checkpoint(cfg.checkpoint, "doppler")
+        policy = load_policy(ckpt, num_devices=cluster.num_devices)[0]
+        first = greedy_makespan(policy, graph, cluster, task.semantics)
+        t0 = time.perf_counter()
+        out = adapt(policy, graph, cluster, task.semantics, acfg, seed=seed, track_greedy=True)
+        train_s = time.perf_counter() - t0
+        out.save(run_dir / "adapter.pt", graph, cluster, cfg.checkpoint)
+        policy.set_node_bias(out.bias)
+        res = best_of_rollouts(policy, graph, cluster, cfg.samples, 1000 + seed, task.semantics)
+    rows = [
+        {**labels, "stage": "adapter", "episode": r["calls"], "stage_episode": r["calls"],
+         "cost_mean": r["cost_mean"], "cost_min": r["cost_min"], "greedy_cost": r["greedy_cost"]}
+        for r in out.rows
+    ]  # fmt: skip
+    curve = pd.concat(
+        [start_point(first, "adapter", **labels), pd.DataFrame(rows)], ignore_index=True
+    )
+    return {
+        "task": task.name,
+        "graph": _graph_name(task),
+        "mode": "finetune",
+        "method": "adapter",
+        "seed": seed,
+        "episodes": out.calls,
+        "makespan": res.best_cost,
+        "greedy": res.greedy_cost,
+        "start_greedy": first,
+        "start_best": out.start_cost,
+        "search_best": out.best_cost,
+        "train_s": train_s,
         "curve": json.loads(curve.to_json(orient="records")),
     }
 
@@ -672,6 +777,13 @@ def training_rows(
                     "vs_cp": (cp - m) / cp if cp else None,
                     "train_s": float(np.mean([r["train_s"] for r in rs])),
                     "seeds": len(rs),
+                    # the adapter: the best placement simulated on the way (the final policy
+                    # settles on it; its samples may find better)
+                    "found": (
+                        float(np.mean([r["search_best"] for r in rs]))
+                        if all("search_best" in r for r in rs)
+                        else None
+                    ),
                 }
             )
     return rows
@@ -873,8 +985,8 @@ BUDGET_COLUMNS = [
 ]  # fmt: skip
 CURVE_COLUMNS = ["task", "method", "sim_calls", "makespan", "std", "ratio_cp"]
 TRAIN_COLUMNS = [
-    "task", "method", "episodes", "makespan", "std", "greedy", "best_known", "vs_best_known",
-    "vs_cp", "train_s", "seeds",
+    "task", "method", "episodes", "makespan", "std", "greedy", "found", "best_known",
+    "vs_best_known", "vs_cp", "train_s", "seeds",
 ]  # fmt: skip
 
 
@@ -971,9 +1083,7 @@ def run(
             f"seeds; result: doppler vs local-search (tie within {TIE_RTOL:g} relative). Curve: "
             f"{', '.join(map(str, cfg.budgets))} calls, geometric mean of makespan / cp over the "
             f"tasks; figure {DATA_DIR}/budget_curve.html, data {DATA_DIR}/budget_curve.json.",
-            f"Fine-tuning: Stage II (sim preset, {cfg.finetune_episodes} episodes"
-            + (f", changes {cfg.finetune_train}" if cfg.finetune_train else "")
-            + ") from the general policy; scratch: Stage I "
+            _finetune_note(cfg) + "; scratch: Stage I "
             f"({cfg.scratch_imitation_episodes}) + Stage II "
             f"({cfg.scratch_episodes - cfg.scratch_imitation_episodes}) from fresh weights of "
             f"the general architecture; {cfg.train_seeds} seed(s); protocol: best of greedy + "
@@ -984,6 +1094,25 @@ def run(
             f"Runs: {root} (each case's result.json; a rerun skips finished cases).",
         ],
         command="doppler-lab bench general" + quick_flag,
+    )
+
+
+def _finetune_note(cfg: GeneralBenchConfig) -> str:
+    """How the fine-tuning runs trained, for the notes."""
+    if cfg.finetune_method == "network":
+        return (
+            f"Fine-tuning: Stage II (sim preset, {cfg.finetune_episodes} episodes"
+            + (f", changes {cfg.finetune_train}" if cfg.finetune_train else "")
+            + ") of the general policy's weights"
+        )
+    a = cfg.adapt_config()
+    return (
+        f"Fine-tuning: the per-instance adapter (doppler_lab.train.adapt, {a.episodes} "
+        f"simulator calls: the placer's proposals, greedy + {a.samples} samples + up to "
+        f"{a.partitions} partitions, then updates of {a.batch} episodes of a node x device "
+        f"bias on PLC's logits, the network frozen; settings {a.to_dict()}); the final "
+        "policy is the network with its table, settled on the best placement found (column "
+        "found; imitation steps without simulator calls)"
     )
 
 
@@ -1005,7 +1134,9 @@ def make_config(
     sets = changes.pop("finetune_set", None)
     out = _config_changes(changes)
     if sets:
-        out["finetune_train"] = {**out.get("finetune_train", base.finetune_train), **sets}
+        method = out.get("finetune_method", base.finetune_method)
+        name = "finetune_adapter" if method == "adapter" else "finetune_train"
+        out[name] = {**out.get(name, getattr(base, name)), **sets}
     return replace(base, **out)
 
 

@@ -53,11 +53,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--scratch-episodes", type=int, help="episodes of training from scratch (default 4000)"
     )
     g.add_argument(
+        "--finetune-method",
+        choices=("adapter", "network"),
+        help="how fine-tuning trains: a per-instance bias table on the frozen network (adapter, "
+        "the default) or Stage II of the network's weights (network)",
+    )
+    g.add_argument(
         "--finetune-set",
         action="append",
         metavar="KEY=VALUE",
-        help="a Stage II setting of fine-tuning on top of the bench's (lr=0.01, lr_warmup=3, "
-        "tempered_loss=true), e.g. lr=0.03 or episodes_per_update=4 (repeatable)",
+        help="a setting of the fine-tuning method on top of the bench's: an adapter field "
+        "(doppler_lab.train.adapt.AdaptConfig, e.g. lr=0.5 or temperature=3) or, with "
+        "--finetune-method network, a Stage II field (e.g. lr=0.03) (repeatable)",
     )
     g.add_argument("--skip-training", action="store_true", help="leave out fine-tuning vs scratch")
 
@@ -65,7 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 #: options of ``bench general`` (None / False: not given)
 GENERAL_OPTIONS = (
     "checkpoint", "budget", "curve", "seeds", "partitions", "groups", "tasks", "finetune_episodes",
-    "scratch_episodes", "finetune_set", "skip_training",
+    "scratch_episodes", "finetune_method", "finetune_set", "skip_training",
 )  # fmt: skip
 
 

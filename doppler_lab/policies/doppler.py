@@ -18,6 +18,7 @@ from numba import njit
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from ..errors import ConfigError
 from . import numpy_blas
 from .base import (
     Episodes,
@@ -359,6 +360,32 @@ class DualPolicy(PlacementPolicy):
         self.plc = PlcPolicy(config, shared) if learns_plc else None
         self.sel_mode = "learned" if learns_sel else "cp"
         self.plc_mode = "learned" if learns_plc else "cp"
+        self.node_bias: Tensor | None = None
+        self._node_bias_np: np.ndarray | None = None
+
+    def set_node_bias(self, bias: Tensor | None) -> None:
+        """Add ``bias[v]`` ``(n, D)`` to PLC's logits of local node ``v`` on its graph: the
+        per-instance adapter of :func:`doppler_lab.train.adapt.adapt` (None removes it).
+
+        The bias is not a parameter of the network (its state dict is unchanged); the rollouts
+        read it through a numpy view, so in-place optimiser steps on it show at once.
+
+        Raises:
+            ConfigError: PLC is not learned, or ``bias`` is not a 2-d float tensor with one
+                column per device.
+        """
+        if bias is None:
+            self.node_bias = self._node_bias_np = None
+            return
+        if self.plc is None:
+            raise ConfigError(f"node bias: the {self.config.kind} policy has no learned PLC")
+        if bias.dim() != 2 or bias.shape[1] != self.num_devices or bias.dtype != torch.float32:
+            raise ConfigError(
+                f"node bias: shape {tuple(bias.shape)} {bias.dtype}, expected (nodes, "
+                f"{self.num_devices}) float32"
+            )
+        self.node_bias = bias
+        self._node_bias_np = bias.detach().numpy()
 
     def encode(self, ctx: GraphContext) -> DualEncoding:
         emb = None
@@ -374,7 +401,16 @@ class DualPolicy(PlacementPolicy):
 
     def plc_begin(self, ctx: GraphContext, enc: DualEncoding, num_episodes: int) -> PlacedSums:
         assert enc.plc is not None and self.plc is not None
-        return PlacedSums(self.plc, enc.plc, num_episodes, ctx.num_devices)
+        out = PlacedSums(self.plc, enc.plc, num_episodes, ctx.num_devices)
+        if self._node_bias_np is not None:
+            if self._node_bias_np.shape != (ctx.num_nodes, ctx.num_devices):
+                raise ConfigError(
+                    f"node bias: shape {self._node_bias_np.shape}, expected ({ctx.num_nodes}, "
+                    f"{ctx.num_devices}) for the graph {ctx.graph.name!r}: a bias belongs to "
+                    "the graph it was trained on"
+                )
+            out.kernel_weights = None  # the compiled rollout knows no bias: step by step
+        return out
 
     def plc_logits(
         self,
@@ -384,7 +420,10 @@ class DualPolicy(PlacementPolicy):
         nodes: np.ndarray,
         feats: np.ndarray,
     ) -> np.ndarray:
-        return pstate.head.logits(pstate.node_term, nodes, feats, pstate.sums)
+        out = pstate.head.logits(pstate.node_term, nodes, feats, pstate.sums)
+        if self._node_bias_np is not None:
+            out += self._node_bias_np[nodes]
+        return out
 
     def plc_observe(self, pstate: PlacedSums, nodes: np.ndarray, devices: np.ndarray) -> None:
         add_placed(pstate.sums, pstate.emb, nodes, devices)
@@ -422,6 +461,8 @@ class DualPolicy(PlacementPolicy):
             contrib = onehot.unsqueeze(-1).to(emb.dtype) * emb.unsqueeze(-2)  # (K, T, D, C)
             placed = torch.cumsum(contrib, dim=1) - contrib  # sums before each step
             logits = self.plc.scores(enc.plc, nodes, as_tensor(episodes.dev_feats), placed)
+            if self.node_bias is not None:
+                logits = logits + self.node_bias[nodes]
             plc_logp, plc_ent, plc_tl = device_terms(
                 logits, devs, episodes.plc_teacher, temperature[1]
             )

@@ -107,7 +107,8 @@ def test_bad_settings_are_named():
 
 
 def test_finetune_settings_merge_and_bad_ones_are_named(capsys):
-    cfg = bench.make_config(finetune_set={"lr": 0.03, "episodes_per_update": 4})
+    net = {"finetune_method": "network"}
+    cfg = bench.make_config(finetune_set={"lr": 0.03, "episodes_per_update": 4}, **net)
     assert cfg.finetune_train == {
         "lr": 0.03,
         "lr_warmup": 3,
@@ -119,13 +120,32 @@ def test_finetune_settings_merge_and_bad_ones_are_named(capsys):
     assert (st.lr, st.episodes_per_update, st.lr_warmup, st.seed) == (0.03, 4, 3, 2)
     assert st.episodes == cfg.finetune_episodes and st.semantics == TASKS[0].semantics
     with pytest.raises(ConfigError, match="'episodes' is set by the bench"):
-        bench.make_config(finetune_set={"episodes": 5})
+        bench.make_config(finetune_set={"episodes": 5}, **net)
     with pytest.raises(ConfigError, match="'lrr' is not a Stage II field"):
         bench.GeneralBenchConfig(finetune_train={"lrr": 1e-3})
     with pytest.raises(ConfigError, match="lr"):
+        bench.make_config(finetune_set={"lr": -1.0}, **net)
+    # the adapter (the default): its own fields; the budget and the proposals are the bench's
+    cfg = bench.make_config(finetune_set={"lr": 0.5, "temperature": 3.0}, partitions=2)
+    acfg = cfg.adapt_config()
+    assert (acfg.lr, acfg.temperature, acfg.partitions) == (0.5, 3.0, 2)
+    assert (acfg.episodes, acfg.samples) == (cfg.finetune_episodes, cfg.samples)
+    assert cfg.finetune_train == bench.GeneralBenchConfig().finetune_train
+    with pytest.raises(ConfigError, match="'samples', which the bench sets itself"):
+        bench.make_config(finetune_set={"samples": 3})
+    with pytest.raises(ConfigError, match="finetune_adapter field 'episodes_per_update'"):
+        bench.make_config(finetune_set={"episodes_per_update": 4})
+    with pytest.raises(ConfigError, match="adapt: lr = -1.0"):
         bench.make_config(finetune_set={"lr": -1.0})
-    assert main(["bench", "general", "--finetune-set", "seed=3", "--skip-training"]) == 2
+    with pytest.raises(ConfigError, match="finetune_episodes = 10 do not cover"):
+        bench.GeneralBenchConfig(finetune_episodes=10)
+    with pytest.raises(ConfigError, match="finetune_method = 'eas'"):
+        bench.GeneralBenchConfig(finetune_method="eas")
+    argv = ["bench", "general", "--finetune-method", "network", "--skip-training"]
+    assert main([*argv, "--finetune-set", "seed=3"]) == 2
     assert "'seed' is set by the bench" in capsys.readouterr().err
+    assert main(["bench", "general", "--finetune-set", "seed=3", "--skip-training"]) == 2
+    assert "finetune_adapter field 'seed'" in capsys.readouterr().err
     assert main(["bench", "sim", "--finetune-set", "lr=0.1"]) == 2
     assert "--finetune-set is an option of bench general" in capsys.readouterr().err
 

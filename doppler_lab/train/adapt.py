@@ -1,0 +1,366 @@
+"""Per-instance fine-tuning of a DOPPLER policy: a node-by-device bias table on PLC's logits,
+trained by policy gradient with the network frozen (efficient active search, Hottung et al.,
+ICLR 2022, "EAS-tab").
+
+Fine-tuning the network itself on one graph for a few hundred episodes barely moves it, and
+the rates that make it memorise a good placement unsettle everything else it knows (measured:
+``bench general``'s notes). The table is the opposite trade: ``n x D`` numbers that only this
+graph reads, so a high learning rate is safe and the network's judgement of every state is kept.
+
+:func:`adapt` spends ``episodes`` simulator calls:
+
+1. the proposals of the ``doppler`` placer (greedy + ``samples`` sampled rollouts + up to
+   ``partitions`` METIS partitions); the best is the incumbent, and the table starts at
+   ``anchor_bias`` on each node's incumbent device (0: at zero);
+2. updates of ``batch`` sampled episodes each: the policy gradient of the episodes' costs
+   (advantage = the batch mean minus the cost, scaled by the batch's standard deviation) plus
+   ``imitation`` times the log-likelihood of the incumbent's own episode (EAS's imitation term:
+   the table learns to reproduce the best placement found so far);
+3. whatever the budget leaves when a batch would overrun it goes to a last, smaller batch;
+4. settling: imitation steps on the best placement, without simulator calls, until the greedy
+   rollout reproduces it (at most ``settle_steps``).
+
+The adapted policy is judged as any policy: its greedy rollout and sampled rollouts.
+
+Why these defaults (paper graphs, 200 episodes, the shipped ``doppler/general``, mean over seeds
+0-3 of the protocol's makespan after adapting; a ``/tmp`` sweep, 2026-12-02):
+
+- The general policy's PLC logits are sharp: between its two best devices the median gap is 13
+  and the 90th percentile 19 (paper ffnn, greedy rollout). A table at 2-5 with rate 0.1 never
+  outvoted the network (its greedy rollout stayed the zero-shot one); ``anchor_bias`` 10 and
+  rate 1 reproduce the incumbent and still let the samples leave it.
+- Sampling PLC at temperature 1 rarely leaves the incumbent (full transformer layer, start
+  196.7: 183-197 with tables at 20-30, one seed). Four seeds, rate 1: 168.6-172.5 at
+  temperature 2 (``anchor_bias`` 15), 145.2 at 2.5 and 154.2 at 3 (``anchor_bias`` 10).
+- ``anchor_bias`` 10 against 15: chain_mm 1250 vs 1200 (half the seeds reach the optimum
+  1200.07 with either), block 207.9 vs 212.7, full layer 145.2 vs 163.4, 8-GPU full 246.7 vs
+  252.5. 5 and 7 came out like 10 (150-153 on the full layer).
+- Batches of 16 beat 8 and 32 on most graphs.
+- Settling needs an optimiser of its own: with the policy gradient's Adam state it did not
+  reproduce the full layer's best placement in 100 steps; fresh, in 5-15.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+from ..graph import DataflowGraph
+from ..hardware import Cluster
+from ..placement import Placement
+from ..sim import Simulator
+
+#: the ``format`` field of a saved table
+ADAPTER_FORMAT = "doppler-lab/adapter-1"
+
+
+@dataclass(frozen=True)
+class AdaptConfig:
+    """Settings of :func:`adapt`.
+
+    Attributes:
+        episodes: simulator calls in all (the proposals' included).
+        batch: sampled episodes per update.
+        lr: Adam learning rate of the table.
+        anchor_bias: the table's start on each node's incumbent device (0: zeros).
+        imitation: weight of the incumbent's log-likelihood in the loss.
+        samples: sampled rollouts of the proposals (besides the greedy one).
+        partitions: METIS partition proposals.
+        temperature: PLC's sampling temperature during the updates (SEL samples at 1).
+        reanchor: when a sampled placement beats the incumbent, swap each moved node's table
+            entries of its old and new device, so the table's preference follows the new
+            incumbent with the confidence it had learned.
+        settle_steps: at most this many imitation steps on the best placement after the
+            budget (no simulator calls), until the greedy rollout reproduces it.
+    """
+
+    episodes: int = 200
+    batch: int = 16
+    lr: float = 1.0
+    anchor_bias: float = 10.0
+    imitation: float = 4.0
+    samples: int = 16
+    partitions: int = 4
+    temperature: float = 2.5
+    reanchor: bool = True
+    settle_steps: int = 100
+
+    def __post_init__(self) -> None:
+        for name in ("episodes", "batch"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"adapt: {name} = {v!r}, expected an integer >= 1")
+        for name in ("samples", "partitions", "settle_steps"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ConfigError(f"adapt: {name} = {v!r}, expected an integer >= 0")
+        for name in ("lr", "anchor_bias", "imitation", "temperature"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+                raise ConfigError(f"adapt: {name} = {v!r}, expected a finite number")
+            if v < 0 or (name in ("lr", "temperature") and v == 0):
+                raise ConfigError(
+                    f"adapt: {name} = {v!r}, expected a number > 0"
+                    if name in ("lr", "temperature")
+                    else f"adapt: {name} = {v!r}, expected a number >= 0"
+                )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class AdaptResult:
+    """What :func:`adapt` found.
+
+    Attributes:
+        bias: ``(n, D)`` the trained table (local node ids; set it with
+            :meth:`~doppler_lab.policies.doppler.DualPolicy.set_node_bias`).
+        best: the best placement simulated on the way.
+        best_cost: its makespan.
+        start_cost: the best proposal's makespan.
+        calls: simulator calls spent.
+        rows: one dict per update (calls so far, batch mean / min, incumbent).
+        config: the settings.
+        greedy_cost: the greedy rollout's makespan (before the table).
+        rollout_cost: the best proposal rollout's makespan.
+        rollouts: the proposal rollouts judged (the greedy one included).
+        partition_cost: the best partition proposal's makespan (nan without any).
+        source: where the best placement came from (``greedy``, ``sample``, ``partition`` or
+            ``adapter``).
+        settle_steps: imitation steps after the budget until the greedy rollout reproduced
+            the best placement (-1: it did not within ``settle_steps``).
+    """
+
+    bias: torch.Tensor
+    best: Placement
+    best_cost: float
+    start_cost: float
+    calls: int
+    rows: list[dict[str, float]]
+    config: AdaptConfig
+    greedy_cost: float = math.nan
+    rollout_cost: float = math.nan
+    rollouts: int = 0
+    partition_cost: float = math.nan
+    source: str = ""
+    settle_steps: int = 0
+
+    def save(self, path: str | Path, graph: DataflowGraph, cluster: Cluster, checkpoint: Any):
+        """Write the table with what it belongs to (:func:`load_adapter` reads it back)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {
+            "format": ADAPTER_FORMAT,
+            "bias": self.bias,
+            "graph": graph.name,
+            "nodes": int(self.bias.shape[0]),
+            "devices": int(cluster.num_devices),
+            "checkpoint": str(checkpoint),
+            "best_device": self.best.device.tolist(),
+            "best_cost": self.best_cost,
+            "start_cost": self.start_cost,
+            "calls": self.calls,
+            "config": self.config.to_dict(),
+        }
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save(doc, tmp)
+        os.replace(tmp, path)
+        return path
+
+
+def load_adapter(path: str | Path, policy: Any, graph: DataflowGraph) -> dict[str, Any]:
+    """Set the table saved at ``path`` on ``policy`` for ``graph``; returns the saved record.
+
+    Raises:
+        ConfigError: not an adapter file, or saved for another graph or device count.
+    """
+    doc = torch.load(Path(path), map_location="cpu", weights_only=True)
+    if not isinstance(doc, dict) or doc.get("format") != ADAPTER_FORMAT:
+        raise ConfigError(f"adapter {path}: not an adapter table (format {ADAPTER_FORMAT!r})")
+    n = int(graph.compute_nodes.size)
+    if doc["graph"] != graph.name or doc["nodes"] != n:
+        raise ConfigError(
+            f"adapter {path}: trained on {doc['graph']!r} ({doc['nodes']} compute nodes), "
+            f"expected the graph it is used on, {graph.name!r} ({n})"
+        )
+    policy.set_node_bias(doc["bias"])
+    return doc
+
+
+def _reanchor(bias: torch.Tensor, old: np.ndarray, new: np.ndarray) -> None:
+    """Swap ``bias[v, old[v]]`` and ``bias[v, new[v]]`` where they differ (in place)."""
+    moved = np.nonzero(old != new)[0]
+    if moved.size:
+        rows = torch.as_tensor(moved)
+        a, b = torch.as_tensor(old[moved]), torch.as_tensor(new[moved])
+        with torch.no_grad():
+            va, vb = bias[rows, a].clone(), bias[rows, b].clone()
+            bias[rows, a], bias[rows, b] = vb, va
+
+
+def adapt(
+    policy: Any,
+    graph: DataflowGraph,
+    cluster: Cluster,
+    semantics: str = "paper",
+    config: AdaptConfig | None = None,
+    seed: int | np.random.Generator = 0,
+    progress: bool = False,
+    pbar: Any = None,
+    track_greedy: bool = False,
+) -> AdaptResult:
+    """Train a per-instance bias table for ``policy`` on ``graph`` (module docstring). The
+    policy's network is left as it was, and so is its bias (the result holds the table).
+
+    Args:
+        policy: a DOPPLER policy (learned PLC).
+        graph: the graph.
+        cluster: the cluster.
+        semantics: simulator semantics of the objective.
+        config: the settings (default :class:`AdaptConfig`).
+        seed: seed (or generator) of every draw.
+        progress: show a bar over the simulator calls.
+        pbar: a bar to advance instead (a search's own).
+        track_greedy: record the greedy rollout's makespan after each update (``greedy_cost``;
+            evaluation calls, not counted in the budget, as training's greedy evaluations).
+
+    Raises:
+        ConfigError: the policy has no learned PLC (only DOPPLER's dual and PLC-only do), or
+            the budget does not cover the proposals.
+    """
+    from ..policies.base import Episodes
+    from ..policies.context import GraphContext
+    from ..policies.placers import policy_candidates
+    from ..policies.rollout import GREEDY, SAMPLE, ActionMode, Rollout, run_episodes
+    from ..policies.search import partition_candidates
+    from ..progress import progress as bar
+
+    cfg = config or AdaptConfig()
+    if getattr(policy, "plc", None) is None or not hasattr(policy, "set_node_bias"):
+        raise ConfigError(
+            f"adapt: a {getattr(policy, 'kind', type(policy).__name__)} policy has no learned "
+            "PLC to bias; expected a DOPPLER dual or plc-only policy"
+        )
+    if cfg.episodes < 1 + cfg.samples + cfg.partitions:
+        raise ConfigError(
+            f"adapt: episodes = {cfg.episodes} do not cover the proposals (1 greedy + "
+            f"{cfg.samples} samples + {cfg.partitions} partitions); expected at least "
+            f"{1 + cfg.samples + cfg.partitions}"
+        )
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    ctx = GraphContext.for_policy(graph, cluster, policy.config, semantics)
+    sim = Simulator(graph, ctx.cluster, semantics, 0.0, ctx.cost)  # type: ignore[arg-type]
+    n, d = ctx.num_nodes, ctx.num_devices
+    old = policy.node_bias
+    policy.set_node_bias(None)
+    with torch.no_grad():
+        enc = policy.encode(ctx)
+    cands = policy_candidates(policy, graph, cluster, cfg.samples, rng, ctx, semantics)
+    rollouts = len(cands)
+    if cfg.partitions:
+        cands += partition_candidates(graph, ctx.cost, d, cfg.partitions)
+    costs = np.asarray(sim.makespans(cands), dtype=np.float64)
+    calls = len(cands)
+    i = int(np.argmin(costs))
+    best, best_cost, start_cost = cands[i], float(costs[i]), float(costs[i])
+    source = "partition" if i >= rollouts else ("greedy" if i == 0 else "sample")
+    part_cost = float(costs[rollouts:].min()) if calls > rollouts else math.nan
+    nodes = ctx.features.nodes  # local -> global
+    bias = torch.zeros((n, d), dtype=torch.float32)
+    if cfg.anchor_bias:
+        bias[torch.arange(n), torch.as_tensor(best.device[nodes])] = float(cfg.anchor_bias)
+    bias.requires_grad_(True)
+    opt = torch.optim.Adam([bias], lr=cfg.lr)
+    plc = ActionMode(True, 0.0, 0.0, cfg.temperature)
+    temps = (1.0, cfg.temperature)
+    follow = ActionMode(False, 0.0, 1.0, 1.0)  # PLC takes the anchor's devices
+    # the incumbent as an episode of the policy (SEL greedy, PLC on its devices): what the
+    # imitation term makes likelier
+    with torch.no_grad():
+        incumbent: Episodes = run_episodes(
+            policy, ctx, enc, 1, rng, GREEDY, follow, anchor=best.device
+        )
+    rows: list[dict[str, float]] = []
+    own = pbar is None
+    if own:
+        pbar = bar(total=cfg.episodes, desc="adapt", enabled=progress, unit="ep")
+    pbar.update(calls)
+    try:
+        policy.set_node_bias(bias)
+        while calls < cfg.episodes:
+            k = min(cfg.batch, cfg.episodes - calls)
+            with torch.no_grad():
+                eps = run_episodes(policy, ctx, enc, k, rng, SAMPLE, plc)
+            c = np.asarray(sim.makespans(eps.placements), dtype=np.float64)
+            calls += k
+            j = int(np.argmin(c))
+            if c[j] < best_cost:
+                if cfg.reanchor:
+                    _reanchor(bias, best.device[nodes], eps.placements[j].device[nodes])
+                best, best_cost, incumbent = eps.placements[j], float(c[j]), eps.select([j])
+                source = "adapter"
+            opt.zero_grad()
+            loss = torch.zeros(())
+            if k > 1 and float(c.std()) > 0:
+                adv = torch.as_tensor((c.mean() - c) / c.std(), dtype=torch.float32)
+                terms = policy.log_probs(ctx, enc, eps, temps)
+                loss = loss - (adv * terms.plc_logp.sum(1)).mean()
+            if cfg.imitation:
+                terms = policy.log_probs(ctx, enc, incumbent, temps)
+                loss = loss - cfg.imitation * terms.plc_logp.sum() / n
+            if loss.requires_grad:
+                loss.backward()
+                opt.step()
+            row = {"calls": calls, "cost_mean": float(c.mean()), "cost_min": float(c[j]),
+                   "cost_best": best_cost}  # fmt: skip
+            if track_greedy:
+                with torch.no_grad():
+                    g = Rollout(policy, ctx, enc, 1, rng, GREEDY, GREEDY).run_placements()[0]
+                row["greedy_cost"] = float(sim.makespan(g))
+            rows.append(row)
+            pbar.update(k)
+        settled = _settle(policy, ctx, enc, bias, best.device, nodes, cfg, rng, temps)
+    finally:
+        if own:
+            pbar.close()
+        policy.set_node_bias(old)
+    return AdaptResult(
+        bias.detach().clone(), best, best_cost, start_cost, calls, rows, cfg,
+        float(costs[0]), float(costs[:rollouts].min()), rollouts, part_cost, source, settled,
+    )  # fmt: skip
+
+
+def _settle(policy, ctx, enc, bias, target, nodes, cfg: AdaptConfig, rng, temps) -> int:
+    """Imitation steps (no simulator call) until the greedy rollout places every node where
+    ``target`` does: the episode that follows ``target``'s devices along greedy SEL is the one
+    the greedy rollout takes once every PLC choice agrees. Returns the steps taken (-1: still
+    not reproduced after ``cfg.settle_steps``). A fresh optimiser: the policy gradient's
+    moment estimates point elsewhere (with them, 100 steps did not settle the paper's full
+    transformer layer; fresh, 11 did)."""
+    from ..policies.rollout import GREEDY, ActionMode, Rollout, run_episodes
+
+    opt = torch.optim.Adam([bias], lr=cfg.lr)
+    follow = ActionMode(False, 0.0, 1.0, 1.0)
+    want = target[nodes]
+    for step in range(cfg.settle_steps + 1):
+        with torch.no_grad():
+            got = Rollout(policy, ctx, enc, 1, rng, GREEDY, GREEDY).run_placements()[0]
+        if np.array_equal(got.device[nodes], want):
+            return step
+        if step == cfg.settle_steps:
+            break
+        with torch.no_grad():
+            path = run_episodes(policy, ctx, enc, 1, rng, GREEDY, follow, anchor=target)
+        opt.zero_grad()
+        loss = -policy.log_probs(ctx, enc, path, temps).plc_logp.sum() / len(nodes)
+        loss.backward()
+        opt.step()
+    return -1
