@@ -15,7 +15,7 @@ Three parts, written into ``reports/bench/general.{json,md}``:
   to CP), also written to ``general/budget_curve.json`` and ``general/budget_curve.html``;
 - **fine-tuning**: on the paper graphs (4 and 8 devices) the general policy fine-tuned for
   ``finetune_episodes`` simulator calls (by default the per-instance adapter,
-  :mod:`doppler_lab.train.adapt`: a node x device bias on PLC's logits trained with the network
+  :mod:`doppler_lab.policies.adapt`: a node x device bias on PLC's logits trained with the network
   frozen; ``finetune_method="network"``: Stage II of the network's weights) against per-graph
   training from fresh weights (Stage I + II, ``scratch_episodes`` in all): the protocol's final
   makespans, the distance to best known, the training seconds, and the training curves
@@ -95,10 +95,10 @@ class GeneralBenchConfig:
         finetune_eval_every: updates between greedy evaluations when fine-tuning (curves).
         scratch_eval_every: updates between greedy evaluations from scratch (curves).
         finetune_method: ``adapter`` (default): a per-instance bias table on PLC's logits
-            trained with the network frozen (:func:`doppler_lab.train.adapt.adapt`; its
+            trained with the network frozen (:func:`doppler_lab.policies.adapt.adapt`; its
             proposals are the ``doppler`` placer's, ``samples`` and ``partitions``, within the
             episodes); ``network``: Stage II of the network's weights (``finetune_train``).
-        finetune_adapter: :class:`~doppler_lab.train.adapt.AdaptConfig` changes (not
+        finetune_adapter: :class:`~doppler_lab.policies.adapt.AdaptConfig` changes (not
             ``episodes``, ``samples``, ``partitions``: the bench's own).
         finetune_train: Stage II changes for fine-tuning (learning rate, warm-up, ...).
         policy: policy-config changes of the scratch policies (on the general architecture).
@@ -176,7 +176,7 @@ class GeneralBenchConfig:
 
     def adapt_config(self) -> Any:
         """The adapter's settings of a fine-tuning run."""
-        from ..train.adapt import AdaptConfig
+        from ..policies.adapt import AdaptConfig
 
         fixed = {"episodes", "samples", "partitions"}
         bad = sorted(fixed & set(self.finetune_adapter))
@@ -548,14 +548,14 @@ def _train(cfg, task, mode, seed, stages, policy, run_dir: Path) -> dict[str, An
 
 
 def _adapt(cfg, task: Task, seed: int, run_dir: Path, labels: dict[str, Any]) -> dict[str, Any]:
-    """Fine-tuning by the per-instance adapter (:func:`doppler_lab.train.adapt.adapt`): the
+    """Fine-tuning by the per-instance adapter (:func:`doppler_lab.policies.adapt.adapt`): the
     table is saved in ``run_dir`` (``adapter.pt``); the protocol judges the adapted policy."""
     import pandas as pd
 
+    from ..policies.adapt import adapt
     from ..policies.checkpoint import load_policy
     from ..policies.placers import best_of_rollouts
     from ..policies.pretrained import resolve_checkpoint
-    from ..train.adapt import adapt
     from ..train.experiments.common import greedy_makespan, start_point
 
     graph, cluster = _built(task)
@@ -1107,7 +1107,7 @@ def _finetune_note(cfg: GeneralBenchConfig) -> str:
         )
     a = cfg.adapt_config()
     return (
-        f"Fine-tuning: the per-instance adapter (doppler_lab.train.adapt, {a.episodes} "
+        f"Fine-tuning: the per-instance adapter (doppler_lab.policies.adapt, {a.episodes} "
         f"simulator calls: the placer's proposals, greedy + {a.samples} samples + up to "
         f"{a.partitions} partitions, then updates of {a.batch} episodes of a node x device "
         f"bias on PLC's logits, the network frozen; settings {a.to_dict()}); the final "

@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         metavar="KEY=VALUE",
         help="a setting of the fine-tuning method on top of the bench's: an adapter field "
-        "(doppler_lab.train.adapt.AdaptConfig, e.g. lr=0.5 or temperature=3) or, with "
+        "(doppler_lab.policies.adapt.AdaptConfig, e.g. lr=0.5 or temperature=3) or, with "
         "--finetune-method network, a Stage II field (e.g. lr=0.03) (repeatable)",
     )
     g.add_argument("--skip-training", action="store_true", help="leave out fine-tuning vs scratch")

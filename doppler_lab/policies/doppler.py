@@ -365,7 +365,7 @@ class DualPolicy(PlacementPolicy):
 
     def set_node_bias(self, bias: Tensor | None) -> None:
         """Add ``bias[v]`` ``(n, D)`` to PLC's logits of local node ``v`` on its graph: the
-        per-instance adapter of :func:`doppler_lab.train.adapt.adapt` (None removes it).
+        per-instance adapter of :func:`doppler_lab.policies.adapt.adapt` (None removes it).
 
         The bias is not a parameter of the network (its state dict is unchanged); the rollouts
         read it through a numpy view, so in-place optimiser steps on it show at once.

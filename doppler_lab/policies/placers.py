@@ -30,6 +30,7 @@ from ..progress import progress as progress_bar
 from ..runners import torch_threads
 from ..sim import SEMANTICS, Simulator
 from ..validate import want_bool, want_int, want_number
+from .adapt import adapt_search
 from .base import PlacementPolicy
 from .checkpoint import load_policy
 from .context import GraphContext
@@ -48,6 +49,9 @@ from .search import (
 #: set, against 0.863 for the policy's rollouts alone; the partitions win on the paper graphs
 #: and communication-heavy ones, the policy where work must spread step by step)
 PARTITION_PROPOSALS = 4
+
+#: ``search`` values of the learned placers with a budget
+PLACER_SEARCHES: tuple[str, ...] = (*SEARCH_STRATEGIES, "adapt")
 
 
 @dataclass(frozen=True)
@@ -160,7 +164,8 @@ class _LearnedPlacer:
         budget: simulator calls of a search with the policy as the proposal (None: the
             protocol's best of the greedy rollout and ``samples`` samples).
         search: the budget search's strategy, one of
-            :data:`~doppler_lab.policies.search.SEARCH_STRATEGIES`.
+            :data:`PLACER_SEARCHES` (the search's strategies, and ``adapt``: the per-instance
+            adapter, :func:`~doppler_lab.policies.adapt.adapt_search`).
         progress: show a bar over the budget's simulator calls on stderr.
         partitions: METIS min-cut partitions judged with the rollouts, with or without a budget
             (:mod:`doppler_lab.placers.partition`; default :attr:`default_partitions`; 0: the
@@ -202,8 +207,8 @@ class _LearnedPlacer:
             raise ConfigError(
                 f"placer {self.name!r}: semantics {semantics!r}, expected one of {SEMANTICS}"
             )
-        if search not in SEARCH_STRATEGIES:
-            raise ConfigError(f"{what} search = {search!r}, expected one of {SEARCH_STRATEGIES}")
+        if search not in PLACER_SEARCHES:
+            raise ConfigError(f"{what} search = {search!r}, expected one of {PLACER_SEARCHES}")
         if budget is not None and noise > 0:
             raise ConfigError(
                 f"{what} noise = {noise!r} with a budget; the budget search judges placements "
@@ -268,6 +273,18 @@ class _LearnedPlacer:
             total=self.budget, desc=f"{self.name} {graph.name}", enabled=self.progress, unit="call"
         )
         try:
+            if self.search == "adapt":
+                return adapt_search(
+                    self.policy(cluster.num_devices),
+                    graph,
+                    cluster,
+                    self.budget,
+                    rng,
+                    self.semantics,
+                    self.samples,
+                    self.partitions,
+                    bar,
+                )
             return policy_search(
                 self.policy(cluster.num_devices),
                 graph,

@@ -24,9 +24,10 @@ strategies (:data:`SEARCH_STRATEGIES`):
 - ``ils-cp``: ``ils`` from the best of the rollouts and the ``cp-rollout`` placement (the rollout
   over deterministic CP, :mod:`doppler_lab.placers.cp_rollout`), which joins them when its
   N x D (+ 2) calls fit in :data:`CP_ROLLOUT_SHARE` of what the rollouts left of the budget.
-- ``adapt``: no local moves: the calls train a per-instance table on PLC's logits with the
-  network frozen, from the best proposal (:func:`doppler_lab.train.adapt.adapt`); DOPPLER
-  policies only (a learned PLC).
+
+The ``doppler`` placer also takes ``search="adapt"``: no local moves, the calls train a
+per-instance table on PLC's logits with the network frozen, from the best proposal
+(:func:`doppler_lab.policies.adapt.adapt_search`; DOPPLER policies only, a learned PLC).
 
 Why ``ils`` (reports/bench/doppler_search_probe.md): the policy's best rollout sits in a deep
 optimum for single-node moves. Under ``paper`` semantics a quarter or more of its N(D-1) moves
@@ -64,7 +65,7 @@ from .tensors import flush_denormal
 
 _T = TypeVar("_T")
 
-SEARCH_STRATEGIES = ("ils", "scan", "anneal", "guided", "restarts", "ils-cp", "adapt")
+SEARCH_STRATEGIES = ("ils", "scan", "anneal", "guided", "restarts", "ils-cp")
 #: ``ils-cp``: the largest share of the budget left after the rollouts that ``cp-rollout`` may take
 CP_ROLLOUT_SHARE = 0.5
 #: rollouts judged before the local moves: this share of the budget, at most ``MAX_SAMPLES``
@@ -341,37 +342,6 @@ def _with_cp_rollout(sim, graph, cluster, semantics, budget, cands, devices, cos
     )
 
 
-def _adapt_search(
-    policy: PlacementPolicy,
-    graph: DataflowGraph,
-    cluster: Cluster,
-    budget: int,
-    rng: np.random.Generator,
-    semantics: str,
-    samples: int | None,
-    partitions: int,
-    bar: tqdm | None,
-) -> SearchOutcome:
-    """The ``adapt`` strategy: the budget spent training a per-instance table on PLC's logits
-    (:func:`doppler_lab.train.adapt.adapt`, its proposals first: ``samples``, default
-    :class:`~doppler_lab.train.adapt.AdaptConfig`'s, and ``partitions``); the best placement
-    it simulated."""
-    from ..train.adapt import AdaptConfig, adapt
-
-    samples = min(AdaptConfig.samples if samples is None else samples, budget - 1)
-    room = max(0, min(partitions, budget - 1 - samples))
-    cfg = AdaptConfig(episodes=budget, samples=samples, partitions=room)
-    out = adapt(policy, graph, cluster, semantics, cfg, seed=rng, pbar=bar)
-    best = out.best
-    placement = Placement(
-        best.device, best.priority, best.placer, {**best.meta, "source": out.source}
-    )
-    return SearchOutcome(
-        placement, out.best_cost, out.calls, out.greedy_cost, out.rollout_cost, out.rollouts,
-        out.partition_cost,
-    )  # fmt: skip
-
-
 def policy_search(
     policy: PlacementPolicy,
     graph: DataflowGraph,
@@ -413,10 +383,6 @@ def policy_search(
         raise ConfigError(f"search strategy {strategy!r}, expected one of {SEARCH_STRATEGIES}")
     if budget < 1:
         raise ConfigError(f"search budget {budget!r}, expected an integer >= 1")
-    if strategy == "adapt":
-        return _adapt_search(
-            policy, graph, cluster, budget, rng, semantics, samples, partitions, bar
-        )
     samples = default_samples(budget) if samples is None else min(samples, budget - 1)
     cands = policy_candidates(policy, graph, cluster, samples, rng, ctx, semantics)
     sim = Simulator(graph, cluster, semantics)  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ def test_generalization(run_notebook, tmp_path):
         budget=10,
         curve="5,10",
         finetune_episodes=8,
-        finetune_set={"episodes_per_update": 4},
+        finetune_set={"batch": 4, "temperature": 2.0},
         scratch_episodes=12,
         scratch_imitation_episodes=4,
         runs_dir=None,
@@ -35,9 +35,9 @@ def test_generalization(run_notebook, tmp_path):
     # the two zero-shot targets once more for the policy's rollouts alone
     assert len(s["targets"]) == 9 and s["partitions"] == 2
     assert all(r["general"] <= r["policy"] * (1 + 1e-9) for r in s["zero_shot"][:-1])
-    assert s["finetune_train"] == {
-        "lr": 1e-2,
-        "lr_warmup": 3,
-        "tempered_loss": True,
-        "episodes_per_update": 4,
-    }
+    # fine-tuning by the adapter (the default) with the notebook's settings on the bench's
+    assert s["finetune_method"] == "adapter"
+    assert (s["finetune_adapter"]["batch"], s["finetune_adapter"]["temperature"]) == (4, 2.0)
+    assert s["finetune_adapter"]["episodes"] == 8 and s["finetune_adapter"]["partitions"] == 2
+    tuned = next(r for r in s["training"] if r["method"] == "fine-tuned")
+    assert tuned["found"] is not None and tuned["makespan"] <= tuned["found"] * (1 + 1e-9)

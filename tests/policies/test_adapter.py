@@ -1,5 +1,5 @@
 """The per-instance adapter: a node x device bias on PLC's logits (DualPolicy.set_node_bias) and
-its training (doppler_lab.train.adapt): rollouts and log-probabilities read the bias, the budget
+its training (doppler_lab.policies.adapt): rollouts and log-probabilities read the bias, the budget
 is spent exactly, the best placement is never worse than the proposals and the settled greedy
 rollout reproduces it; saving, loading and the errors."""
 
@@ -10,14 +10,13 @@ import pytest
 import torch
 
 from doppler_lab.errors import ConfigError
+from doppler_lab.policies.adapt import AdaptConfig, adapt, adapt_search, load_adapter
 from doppler_lab.policies.checkpoint import make_policy
 from doppler_lab.policies.config import PolicyConfig
 from doppler_lab.policies.context import GraphContext
 from doppler_lab.policies.placers import best_of_rollouts
 from doppler_lab.policies.rollout import GREEDY, SAMPLE, Rollout, run_episodes
-from doppler_lab.policies.search import policy_search
 from doppler_lab.sim import Simulator
-from doppler_lab.train.adapt import AdaptConfig, adapt, load_adapter
 from doppler_lab.workloads import build_from_spec
 
 SMALL = dict(hidden=16, head_hidden=16, mp_steps=2, num_bases=4)
@@ -158,12 +157,12 @@ def test_adapt_errors(policy, small_graph, cluster4):
 
 def test_the_adapt_search_strategy(policy, small_graph, cluster4):
     rng = np.random.default_rng(0)
-    out = policy_search(policy, small_graph, cluster4, 30, rng, "paper", "adapt", partitions=2)
+    out = adapt_search(policy, small_graph, cluster4, 30, rng, "paper", None, 2)
     assert out.calls == 30 and out.rollouts == 17
     assert out.cost <= min(out.rollout_cost, out.partition_cost)
     sim = Simulator(small_graph, cluster4, "paper")
     assert sim.makespan(out.placement) == pytest.approx(out.cost)
     assert out.placement.meta["source"] in ("greedy", "sample", "partition", "adapter")
     # a budget smaller than the default proposals: fewer samples, no partitions
-    small = policy_search(policy, small_graph, cluster4, 5, rng, "paper", "adapt", partitions=2)
+    small = adapt_search(policy, small_graph, cluster4, 5, rng, "paper", None, 2)
     assert small.calls == 5 and small.rollouts == 5

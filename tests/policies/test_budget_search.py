@@ -12,11 +12,15 @@ from doppler_lab.hardware import make_cluster
 from doppler_lab.placers import get_placer, place
 from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
 from doppler_lab.policies.config import PolicyConfig
-from doppler_lab.policies.placers import PARTITION_PROPOSALS, DopplerPlacer, best_of_rollouts
+from doppler_lab.policies.placers import (
+    PARTITION_PROPOSALS,
+    PLACER_SEARCHES,
+    DopplerPlacer,
+    best_of_rollouts,
+)
 from doppler_lab.policies.pretrained import GENERAL_CHECKPOINT
 from doppler_lab.policies.search import (
     CP_ROLLOUT_SHARE,
-    SEARCH_STRATEGIES,
     MoveScan,
     cp_rollout_calls,
     critical_ops,
@@ -73,7 +77,7 @@ def _samples(strategy: str, budget: int) -> int:
 
 @pytest.mark.parametrize(
     ("strategy", "budget"),
-    list(zip(SEARCH_STRATEGIES, [60, 1, 23, 37, 41, 300, 50], strict=True)),
+    list(zip(PLACER_SEARCHES, [60, 1, 23, 37, 41, 300, 50], strict=True)),
 )
 def test_budget_is_respected_and_counted(small_graph, cluster4, ckpt, counted, strategy, budget):
     p = place(
@@ -83,7 +87,7 @@ def test_budget_is_respected_and_counted(small_graph, cluster4, ckpt, counted, s
     assert p.meta["samples"] == _samples(strategy, budget)
 
 
-@pytest.mark.parametrize("strategy", SEARCH_STRATEGIES)
+@pytest.mark.parametrize("strategy", PLACER_SEARCHES)
 def test_never_worse_than_the_rollouts_and_deterministic(small_graph, cluster4, ckpt, strategy):
     kw = dict(seed=4, checkpoint=ckpt, budget=40, search=strategy, semantics="wc")
     a = place("doppler", small_graph, cluster4, **kw)

@@ -236,12 +236,11 @@ def adapt(
         ConfigError: the policy has no learned PLC (only DOPPLER's dual and PLC-only do), or
             the budget does not cover the proposals.
     """
-    from ..policies.base import Episodes
-    from ..policies.context import GraphContext
-    from ..policies.placers import policy_candidates
-    from ..policies.rollout import GREEDY, SAMPLE, ActionMode, Rollout, run_episodes
-    from ..policies.search import partition_candidates
     from ..progress import progress as bar
+    from .base import Episodes
+    from .context import GraphContext
+    from .rollout import GREEDY, SAMPLE, ActionMode, Rollout, run_episodes
+    from .search import partition_candidates, policy_candidates
 
     cfg = config or AdaptConfig()
     if getattr(policy, "plc", None) is None or not hasattr(policy, "set_node_bias"):
@@ -345,7 +344,7 @@ def _settle(policy, ctx, enc, bias, target, nodes, cfg: AdaptConfig, rng, temps)
     not reproduced after ``cfg.settle_steps``). A fresh optimiser: the policy gradient's
     moment estimates point elsewhere (with them, 100 steps did not settle the paper's full
     transformer layer; fresh, 11 did)."""
-    from ..policies.rollout import GREEDY, ActionMode, Rollout, run_episodes
+    from .rollout import GREEDY, ActionMode, Rollout, run_episodes
 
     opt = torch.optim.Adam([bias], lr=cfg.lr)
     follow = ActionMode(False, 0.0, 1.0, 1.0)
@@ -364,3 +363,34 @@ def _settle(policy, ctx, enc, bias, target, nodes, cfg: AdaptConfig, rng, temps)
         loss.backward()
         opt.step()
     return -1
+
+
+def adapt_search(
+    policy: Any,
+    graph: DataflowGraph,
+    cluster: Cluster,
+    budget: int,
+    rng: np.random.Generator,
+    semantics: str,
+    samples: int | None,
+    partitions: int,
+    bar: Any = None,
+) -> Any:
+    """The ``doppler`` placer's ``search="adapt"``: the budget spent training a per-instance table on PLC's logits
+    (:func:`doppler_lab.policies.adapt.adapt`, its proposals first: ``samples``, default
+    :class:`~doppler_lab.policies.adapt.AdaptConfig`'s, and ``partitions``); the best placement
+    it simulated."""
+    samples = min(AdaptConfig.samples if samples is None else samples, budget - 1)
+    room = max(0, min(partitions, budget - 1 - samples))
+    cfg = AdaptConfig(episodes=budget, samples=samples, partitions=room)
+    out = adapt(policy, graph, cluster, semantics, cfg, seed=rng, pbar=bar)
+    best = out.best
+    placement = Placement(
+        best.device, best.priority, best.placer, {**best.meta, "source": out.source}
+    )
+    from .search import SearchOutcome
+
+    return SearchOutcome(
+        placement, out.best_cost, out.calls, out.greedy_cost, out.rollout_cost, out.rollouts,
+        out.partition_cost,
+    )  # fmt: skip
