@@ -269,33 +269,16 @@ class _LearnedPlacer:
         """The budget search (requires ``budget``)."""
         if self.budget is None:
             raise ConfigError(f"placer {self.name!r}: run_search needs the option budget")
+        policy = self.policy(cluster.num_devices)
         bar = progress_bar(
             total=self.budget, desc=f"{self.name} {graph.name}", enabled=self.progress, unit="call"
         )
+        task = (policy, graph, cluster, self.budget, rng, self.semantics)
         try:
             if self.search == "adapt":
-                return adapt_search(
-                    self.policy(cluster.num_devices),
-                    graph,
-                    cluster,
-                    self.budget,
-                    rng,
-                    self.semantics,
-                    self.samples,
-                    self.partitions,
-                    bar,
-                )
+                return adapt_search(*task, self.samples, self.partitions, bar)
             return policy_search(
-                self.policy(cluster.num_devices),
-                graph,
-                cluster,
-                self.budget,
-                rng,
-                self.semantics,
-                self.search,
-                self.samples,
-                bar=bar,
-                partitions=self.partitions,
+                *task, self.search, self.samples, bar=bar, partitions=self.partitions
             )
         finally:
             bar.close()
