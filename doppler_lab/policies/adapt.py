@@ -376,10 +376,9 @@ def adapt_search(
     partitions: int,
     bar: Any = None,
 ) -> Any:
-    """The ``doppler`` placer's ``search="adapt"``: the budget spent training a per-instance table on PLC's logits
-    (:func:`doppler_lab.policies.adapt.adapt`, its proposals first: ``samples``, default
-    :class:`~doppler_lab.policies.adapt.AdaptConfig`'s, and ``partitions``); the best placement
-    it simulated."""
+    """The ``doppler`` placer's ``search="adapt"``: the budget spent training a per-instance
+    table on PLC's logits (:func:`adapt`, its proposals first: ``samples``, default
+    :class:`AdaptConfig`'s, and ``partitions``); the best placement it simulated."""
     samples = min(AdaptConfig.samples if samples is None else samples, budget - 1)
     room = max(0, min(partitions, budget - 1 - samples))
     cfg = AdaptConfig(episodes=budget, samples=samples, partitions=room)
