@@ -56,6 +56,7 @@ from ..graph import DataflowGraph
 from ..hardware import Cluster
 from ..placement import Placement
 from ..sim import Simulator
+from .search import SearchOutcome
 
 #: the ``format`` field of a saved table
 ADAPTER_FORMAT = "doppler-lab/adapter-1"
@@ -381,14 +382,13 @@ def adapt_search(
     :class:`AdaptConfig`'s, and ``partitions``); the best placement it simulated."""
     samples = min(AdaptConfig.samples if samples is None else samples, budget - 1)
     room = max(0, min(partitions, budget - 1 - samples))
-    cfg = AdaptConfig(episodes=budget, samples=samples, partitions=room)
+    # no settling: a search returns the best placement simulated, not the policy
+    cfg = AdaptConfig(episodes=budget, samples=samples, partitions=room, settle_steps=0)
     out = adapt(policy, graph, cluster, semantics, cfg, seed=rng, pbar=bar)
     best = out.best
     placement = Placement(
         best.device, best.priority, best.placer, {**best.meta, "source": out.source}
     )
-    from .search import SearchOutcome
-
     return SearchOutcome(
         placement, out.best_cost, out.calls, out.greedy_cost, out.rollout_cost, out.rollouts,
         out.partition_cost,

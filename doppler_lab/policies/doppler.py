@@ -371,18 +371,18 @@ class DualPolicy(PlacementPolicy):
         read it through a numpy view, so in-place optimiser steps on it show at once.
 
         Raises:
-            ConfigError: PLC is not learned, or ``bias`` is not a 2-d float tensor with one
-                column per device.
+            ConfigError: PLC is not learned, or ``bias`` is not a 2-d float32 tensor (its
+                shape is checked against the graph when a rollout begins).
         """
         if bias is None:
             self.node_bias = self._node_bias_np = None
             return
         if self.plc is None:
             raise ConfigError(f"node bias: the {self.config.kind} policy has no learned PLC")
-        if bias.dim() != 2 or bias.shape[1] != self.num_devices or bias.dtype != torch.float32:
+        if bias.dim() != 2 or bias.dtype != torch.float32:
             raise ConfigError(
-                f"node bias: shape {tuple(bias.shape)} {bias.dtype}, expected (nodes, "
-                f"{self.num_devices}) float32"
+                f"node bias: shape {tuple(bias.shape)} {bias.dtype}, expected a 2-d "
+                "(nodes, devices) float32 tensor"
             )
         self.node_bias = bias
         self._node_bias_np = bias.detach().numpy()

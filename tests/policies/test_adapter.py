@@ -72,20 +72,23 @@ def test_log_probs_read_the_bias(policy, small_graph, cluster4):
 
 
 def test_set_node_bias_errors(policy, small_graph, cluster4):
-    with pytest.raises(ConfigError, match=r"expected \(nodes, 4\) float32"):
-        policy.set_node_bias(torch.zeros((5, 3)))
+    with pytest.raises(ConfigError, match=r"expected a 2-d \(nodes, devices\) float32"):
+        policy.set_node_bias(torch.zeros(5))
     with pytest.raises(ConfigError, match="float32"):
         policy.set_node_bias(torch.zeros((5, 4), dtype=torch.float64))
     other = make_policy(PolicyConfig(kind="sel-only", **SMALL), 4, seed=0)
     with pytest.raises(ConfigError, match="no learned PLC"):
         other.set_node_bias(torch.zeros((5, 4)))
     ctx = _ctx(policy, small_graph, cluster4)
-    policy.set_node_bias(torch.zeros((ctx.num_nodes + 1, 4)))
-    try:
-        with pytest.raises(ConfigError, match="belongs to the graph it was trained on"):
-            Rollout(policy, ctx, policy.encode(ctx), 1, np.random.default_rng(0), GREEDY, GREEDY)
-    finally:
-        policy.set_node_bias(None)
+    for shape in ((ctx.num_nodes + 1, 4), (ctx.num_nodes, 3)):  # another graph, device count
+        policy.set_node_bias(torch.zeros(shape))
+        try:
+            with pytest.raises(ConfigError, match="belongs to the graph it was trained on"):
+                Rollout(
+                    policy, ctx, policy.encode(ctx), 1, np.random.default_rng(0), GREEDY, GREEDY
+                )
+        finally:
+            policy.set_node_bias(None)
 
 
 def test_adapt_spends_the_budget_and_keeps_the_best(policy, small_graph, cluster4, tmp_path):
