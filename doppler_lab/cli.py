@@ -27,6 +27,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "place",
     "train",
     "train_general",
+    "adapt",
     "execute",
     "calibrate",
     "bench",

@@ -42,6 +42,8 @@ Why these defaults (paper graphs, 200 episodes, the shipped ``doppler/general``,
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 from dataclasses import asdict, dataclass
@@ -60,6 +62,8 @@ from .search import SearchOutcome
 
 #: the ``format`` field of a saved table
 ADAPTER_FORMAT = "doppler-lab/adapter-1"
+#: the ``format`` field of a run's progress file (``adapt(state=...)``)
+ADAPT_STATE_FORMAT = "doppler-lab/adapt-state-1"
 
 
 @dataclass(frozen=True)
@@ -138,6 +142,7 @@ class AdaptResult:
             ``adapter``).
         settle_steps: imitation steps after the budget until the greedy rollout reproduced
             the best placement (-1: it did not within ``settle_steps``).
+        policy: :func:`policy_digest` of the network the table was trained on.
     """
 
     bias: torch.Tensor
@@ -153,6 +158,7 @@ class AdaptResult:
     partition_cost: float = math.nan
     source: str = ""
     settle_steps: int = 0
+    policy: str = ""
 
     def save(self, path: str | Path, graph: DataflowGraph, cluster: Cluster, checkpoint: Any):
         """Write the table with what it belongs to (:func:`load_adapter` reads it back)."""
@@ -165,6 +171,7 @@ class AdaptResult:
             "nodes": int(self.bias.shape[0]),
             "devices": int(cluster.num_devices),
             "checkpoint": str(checkpoint),
+            "policy": self.policy,
             "best_device": self.best.device.tolist(),
             "best_cost": self.best_cost,
             "start_cost": self.start_cost,
@@ -177,13 +184,22 @@ class AdaptResult:
         return path
 
 
-def load_adapter(path: str | Path, policy: Any, graph: DataflowGraph) -> dict[str, Any]:
+def load_adapter(
+    path: str | Path, policy: Any, graph: DataflowGraph, num_devices: int | None = None
+) -> dict[str, Any]:
     """Set the table saved at ``path`` on ``policy`` for ``graph``; returns the saved record.
 
     Raises:
-        ConfigError: not an adapter file, or saved for another graph or device count.
+        ConfigError: no such file, not an adapter file, or saved for another graph, device
+            count (``num_devices``, when given) or network (the saved :func:`policy_digest`).
     """
-    doc = torch.load(Path(path), map_location="cpu", weights_only=True)
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"adapter {path}: no such file (doppler-lab adapt --out DIR writes one)")
+    try:
+        doc = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - a foreign file, named in the message
+        raise ConfigError(f"adapter {path}: unreadable ({exc})") from exc
     if not isinstance(doc, dict) or doc.get("format") != ADAPTER_FORMAT:
         raise ConfigError(f"adapter {path}: not an adapter table (format {ADAPTER_FORMAT!r})")
     n = int(graph.compute_nodes.size)
@@ -191,6 +207,18 @@ def load_adapter(path: str | Path, policy: Any, graph: DataflowGraph) -> dict[st
         raise ConfigError(
             f"adapter {path}: trained on {doc['graph']!r} ({doc['nodes']} compute nodes), "
             f"expected the graph it is used on, {graph.name!r} ({n})"
+        )
+    if num_devices is not None and doc["devices"] != num_devices:
+        raise ConfigError(
+            f"adapter {path}: trained for {doc['devices']} devices, expected the cluster's "
+            f"{num_devices}"
+        )
+    digest = policy_digest(policy)
+    if doc.get("policy") and doc["policy"] != digest:
+        raise ConfigError(
+            f"adapter {path}: trained on top of another network (weights {doc['policy']}, "
+            f"from {doc.get('checkpoint')!r}); this policy's are {digest}: expected the "
+            "checkpoint it was trained with"
         )
     policy.set_node_bias(doc["bias"])
     return doc
@@ -217,6 +245,7 @@ def adapt(
     progress: bool = False,
     pbar: Any = None,
     track_greedy: bool = False,
+    state: str | Path | None = None,
 ) -> AdaptResult:
     """Train a per-instance bias table for ``policy`` on ``graph`` (module docstring). The
     policy's network is left as it was, and so is its bias (the result holds the table).
@@ -232,10 +261,15 @@ def adapt(
         pbar: a bar to advance instead (a search's own).
         track_greedy: record the greedy rollout's makespan after each update (``greedy_cost``;
             evaluation calls, not counted in the budget, as training's greedy evaluations).
+        state: a file that keeps the run's progress (written after the proposals and after
+            every update, atomically). When it exists the run resumes from it, with the same
+            draws an uninterrupted run makes, so the result is the same; a finished run only
+            settles again.
 
     Raises:
-        ConfigError: the policy has no learned PLC (only DOPPLER's dual and PLC-only do), or
-            the budget does not cover the proposals.
+        ConfigError: the policy has no learned PLC (only DOPPLER's dual and PLC-only do), the
+            budget does not cover the proposals, or ``state`` belongs to another run (another
+            graph, cluster, semantics, settings, seed or network).
     """
     from ..progress import progress as bar
     from .base import Episodes
@@ -259,36 +293,84 @@ def adapt(
     ctx = GraphContext.for_policy(graph, cluster, policy.config, semantics)
     sim = Simulator(graph, ctx.cluster, semantics, 0.0, ctx.cost)  # type: ignore[arg-type]
     n, d = ctx.num_nodes, ctx.num_devices
+    nodes = ctx.features.nodes  # local -> global
+    key = {
+        "graph": graph.name,
+        "nodes": int(n),
+        "devices": int(d),
+        "semantics": semantics,
+        "config": cfg.to_dict(),
+        "policy": policy_digest(policy),
+        "seed": None if isinstance(seed, np.random.Generator) else int(seed),
+    }
     old = policy.node_bias
     policy.set_node_bias(None)
     with torch.no_grad():
         enc = policy.encode(ctx)
-    cands = policy_candidates(policy, graph, cluster, cfg.samples, rng, ctx, semantics)
-    rollouts = len(cands)
-    if cfg.partitions:
-        cands += partition_candidates(graph, ctx.cost, d, cfg.partitions)
-    costs = np.asarray(sim.makespans(cands), dtype=np.float64)
-    calls = len(cands)
-    i = int(np.argmin(costs))
-    best, best_cost, start_cost = cands[i], float(costs[i]), float(costs[i])
-    source = "partition" if i >= rollouts else ("greedy" if i == 0 else "sample")
-    part_cost = float(costs[rollouts:].min()) if calls > rollouts else math.nan
-    nodes = ctx.features.nodes  # local -> global
-    bias = torch.zeros((n, d), dtype=torch.float32)
-    if cfg.anchor_bias:
-        bias[torch.arange(n), torch.as_tensor(best.device[nodes])] = float(cfg.anchor_bias)
-    bias.requires_grad_(True)
-    opt = torch.optim.Adam([bias], lr=cfg.lr)
     plc = ActionMode(True, 0.0, 0.0, cfg.temperature)
     temps = (1.0, cfg.temperature)
     follow = ActionMode(False, 0.0, 1.0, 1.0)  # PLC takes the anchor's devices
-    # the incumbent as an episode of the policy (SEL greedy, PLC on its devices): what the
-    # imitation term makes likelier
-    with torch.no_grad():
-        incumbent: Episodes = run_episodes(
-            policy, ctx, enc, 1, rng, GREEDY, follow, anchor=best.device
+    saved = _read_state(state, key) if state is not None else None
+    bias = torch.zeros((n, d), dtype=torch.float32)
+    if saved is None:
+        cands = policy_candidates(policy, graph, cluster, cfg.samples, rng, ctx, semantics)
+        rollouts = len(cands)
+        if cfg.partitions:
+            cands += partition_candidates(graph, ctx.cost, d, cfg.partitions)
+        costs = np.asarray(sim.makespans(cands), dtype=np.float64)
+        calls = len(cands)
+        i = int(np.argmin(costs))
+        best, best_cost, start_cost = cands[i], float(costs[i]), float(costs[i])
+        source = "partition" if i >= rollouts else ("greedy" if i == 0 else "sample")
+        part_cost = float(costs[rollouts:].min()) if calls > rollouts else math.nan
+        greedy_cost, rollout_cost = float(costs[0]), float(costs[:rollouts].min())
+        if cfg.anchor_bias:
+            bias[torch.arange(n), torch.as_tensor(best.device[nodes])] = float(cfg.anchor_bias)
+        # the incumbent as an episode of the policy (SEL greedy, PLC on its devices): what the
+        # imitation term makes likelier
+        with torch.no_grad():
+            incumbent: Episodes = run_episodes(
+                policy, ctx, enc, 1, rng, GREEDY, follow, anchor=best.device
+            )
+        rows: list[dict[str, float]] = []
+    else:
+        bias.copy_(saved["bias"])
+        best = Placement(
+            saved["best_device"].numpy(),
+            None if saved["best_priority"] is None else saved["best_priority"].numpy(),
+            saved["best_placer"],
         )
-    rows: list[dict[str, float]] = []
+        best_cost, start_cost, calls = saved["best_cost"], saved["start_cost"], saved["calls"]
+        source, part_cost = saved["source"], saved["partition_cost"]
+        greedy_cost, rollout_cost, rollouts = (
+            saved["greedy_cost"], saved["rollout_cost"], saved["rollouts"]
+        )  # fmt: skip
+        incumbent = Episodes.from_state(saved["incumbent"])
+        rows = list(saved["rows"])
+        rng.bit_generator.state = json.loads(saved["rng"])
+    bias.requires_grad_(True)
+    opt = torch.optim.Adam([bias], lr=cfg.lr)
+    if saved is not None and saved["opt"] is not None:
+        opt.load_state_dict(saved["opt"])
+
+    def keep() -> None:
+        if state is None:
+            return
+        _write_state(state, {
+            "format": ADAPT_STATE_FORMAT, "key": key, "bias": bias.detach().clone(),
+            "opt": opt.state_dict() if opt.state else None,
+            "best_device": torch.from_numpy(np.array(best.device, dtype=np.int64)),
+            "best_priority": None if best.priority is None else torch.from_numpy(
+                np.asarray(best.priority, dtype=np.float64)),
+            "best_placer": best.placer, "best_cost": best_cost, "start_cost": start_cost,
+            "calls": calls, "source": source, "partition_cost": part_cost,
+            "greedy_cost": greedy_cost, "rollout_cost": rollout_cost, "rollouts": rollouts,
+            "incumbent": incumbent.to_state(), "rows": rows,
+            "rng": json.dumps(rng.bit_generator.state),
+        })  # fmt: skip
+
+    if saved is None:
+        keep()
     own = pbar is None
     if own:
         pbar = bar(total=cfg.episodes, desc="adapt", enabled=progress, unit="ep")
@@ -326,6 +408,7 @@ def adapt(
                     g = Rollout(policy, ctx, enc, 1, rng, GREEDY, GREEDY).run_placements()[0]
                 row["greedy_cost"] = float(sim.makespan(g))
             rows.append(row)
+            keep()
             pbar.update(k)
         settled = _settle(policy, ctx, enc, bias, best.device, nodes, cfg, rng, temps)
     finally:
@@ -334,8 +417,50 @@ def adapt(
         policy.set_node_bias(old)
     return AdaptResult(
         bias.detach().clone(), best, best_cost, start_cost, calls, rows, cfg,
-        float(costs[0]), float(costs[:rollouts].min()), rollouts, part_cost, source, settled,
+        greedy_cost, rollout_cost, rollouts, part_cost, source, settled, key["policy"],
     )  # fmt: skip
+
+
+def policy_digest(policy: Any) -> str:
+    """A digest of the network's weights (16 hex digits): what a table was trained on top of."""
+    h = hashlib.sha256()
+    for name, t in sorted(policy.state_dict().items()):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(t.detach().cpu().numpy()).tobytes())
+    return h.hexdigest()[:16]
+
+
+def _write_state(path: str | Path, doc: dict[str, Any]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(doc, tmp)
+    os.replace(tmp, path)
+
+
+def _read_state(path: str | Path, key: dict[str, Any]) -> dict[str, Any] | None:
+    """The saved progress of the run ``key`` at ``path`` (None when there is none yet)."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        doc = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - a torn or foreign file, named in the message
+        raise ConfigError(
+            f"adapt state {path}: unreadable ({exc}); delete it to start over"
+        ) from exc
+    if not isinstance(doc, dict) or doc.get("format") != ADAPT_STATE_FORMAT:
+        raise ConfigError(
+            f"adapt state {path}: not an adapter run's state (format {ADAPT_STATE_FORMAT!r})"
+        )
+    for field, want in key.items():
+        have = doc["key"].get(field)
+        if have != want:
+            raise ConfigError(
+                f"adapt state {path}: written by another run ({field} {have!r}, this run "
+                f"{want!r}); use another file, or delete it to start over"
+            )
+    return doc
 
 
 def _settle(policy, ctx, enc, bias, target, nodes, cfg: AdaptConfig, rng, temps) -> int:

@@ -16,6 +16,8 @@ shipped general policy (:data:`~doppler_lab.policies.pretrained.GENERAL_CHECKPOI
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -170,6 +172,10 @@ class _LearnedPlacer:
         partitions: METIS min-cut partitions judged with the rollouts, with or without a budget
             (:mod:`doppler_lab.placers.partition`; default :attr:`default_partitions`; 0: the
             policy's rollouts alone).
+        adapter: a per-instance table trained for this graph on this checkpoint
+            (``adapter.pt`` of ``doppler-lab adapt``; :func:`~doppler_lab.policies.adapt.adapt`):
+            the rollouts run with it on PLC's logits. Refused for another graph, device count
+            or network, and with ``search="adapt"`` (which trains a table of its own).
     """
 
     name: ClassVar[str] = ""
@@ -189,6 +195,7 @@ class _LearnedPlacer:
         search: str = SEARCH_STRATEGIES[0],
         progress: bool = False,
         partitions: int | None = None,
+        adapter: str | Path | None = None,
     ):
         what = f"placer {self.name!r}: option"
         if samples is not None:
@@ -214,6 +221,15 @@ class _LearnedPlacer:
                 f"{what} noise = {noise!r} with a budget; the budget search judges placements "
                 "without noise (expected noise 0)"
             )
+        if adapter is not None:
+            if not isinstance(adapter, (str, Path)) or not str(adapter):
+                raise ConfigError(f"{what} adapter = {adapter!r}, expected a file path")
+            if search == "adapt" and budget is not None:
+                raise ConfigError(
+                    f"{what} adapter with search='adapt': that search trains a table of its own; "
+                    f"expected another search ({', '.join(SEARCH_STRATEGIES)}) or no adapter"
+                )
+        self.adapter = None if adapter is None else Path(adapter)
         self.checkpoint = self._checkpoint(checkpoint)
         self.samples = samples
         self.semantics = semantics
@@ -248,20 +264,40 @@ class _LearnedPlacer:
             self._cache[num_devices] = pol
         return self._cache[num_devices]
 
+    @contextlib.contextmanager
+    def _adapted(self, graph: DataflowGraph, cluster: Cluster) -> Iterator[PlacementPolicy]:
+        """The policy for ``cluster``, with the ``adapter`` table set while in use."""
+        policy = self.policy(cluster.num_devices)
+        if self.adapter is None:
+            yield policy
+            return
+        from .adapt import load_adapter
+
+        if not hasattr(policy, "set_node_bias"):
+            raise ConfigError(
+                f"placer {self.name!r}: option adapter needs a DOPPLER policy with a learned PLC"
+            )
+        load_adapter(self.adapter, policy, graph, cluster.num_devices)
+        try:
+            yield policy
+        finally:
+            policy.set_node_bias(None)
+
     def run(
         self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator
     ) -> RolloutResult:
         """The protocol's greedy rollout and ``samples`` samples (without a budget)."""
-        return best_of_rollouts(
-            self.policy(cluster.num_devices),
-            graph,
-            cluster,
-            16 if self.samples is None else self.samples,
-            rng,
-            self.semantics,
-            self.noise,
-            partitions=self.partitions,
-        )
+        with self._adapted(graph, cluster) as policy:
+            return best_of_rollouts(
+                policy,
+                graph,
+                cluster,
+                16 if self.samples is None else self.samples,
+                rng,
+                self.semantics,
+                self.noise,
+                partitions=self.partitions,
+            )
 
     def run_search(
         self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator
@@ -269,17 +305,17 @@ class _LearnedPlacer:
         """The budget search (requires ``budget``)."""
         if self.budget is None:
             raise ConfigError(f"placer {self.name!r}: run_search needs the option budget")
-        policy = self.policy(cluster.num_devices)
         bar = progress_bar(
             total=self.budget, desc=f"{self.name} {graph.name}", enabled=self.progress, unit="call"
         )
-        task = (policy, graph, cluster, self.budget, rng, self.semantics)
         try:
-            if self.search == "adapt":
-                return adapt_search(*task, self.samples, self.partitions, bar)
-            return policy_search(
-                *task, self.search, self.samples, bar=bar, partitions=self.partitions
-            )
+            with self._adapted(graph, cluster) as policy:
+                task = (policy, graph, cluster, self.budget, rng, self.semantics)
+                if self.search == "adapt":
+                    return adapt_search(*task, self.samples, self.partitions, bar)
+                return policy_search(
+                    *task, self.search, self.samples, bar=bar, partitions=self.partitions
+                )
         finally:
             bar.close()
 
@@ -292,6 +328,8 @@ class _LearnedPlacer:
 
     def _place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
         meta: dict[str, Any] = {"checkpoint": str(self.checkpoint)}
+        if self.adapter is not None:
+            meta["adapter"] = str(self.adapter)
         if self.budget is not None:
             out = self.run_search(graph, cluster, rng)
             p = out.placement

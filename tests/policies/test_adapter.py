@@ -169,3 +169,68 @@ def test_the_adapt_search_strategy(policy, small_graph, cluster4):
     # a budget smaller than the default proposals: fewer samples, no partitions
     small = adapt_search(policy, small_graph, cluster4, 5, rng, "paper", None, 2)
     assert small.calls == 5 and small.rollouts == 5
+
+
+class _Interrupt(Exception):
+    pass
+
+
+def test_an_interrupted_run_resumes_to_the_same_result(policy, small_graph, cluster4, tmp_path,
+                                                       monkeypatch):  # fmt: skip
+    import doppler_lab.policies.adapt as mod
+
+    cfg = AdaptConfig(episodes=70, batch=8, samples=4, partitions=2)
+    whole = adapt(policy, small_graph, cluster4, "paper", cfg, seed=7)
+    state = tmp_path / "run" / "state.pt"
+
+    class Stops(Simulator):  # the third batch of the updates never comes back
+        seen = 0
+
+        def makespans(self, *args, **kwargs):
+            Stops.seen += 1
+            if Stops.seen == 4:
+                raise _Interrupt
+            return super().makespans(*args, **kwargs)
+
+    monkeypatch.setattr(mod, "Simulator", Stops)
+    with pytest.raises(_Interrupt):
+        adapt(policy, small_graph, cluster4, "paper", cfg, seed=7, state=state)
+    monkeypatch.setattr(mod, "Simulator", Simulator)
+    assert policy.node_bias is None
+    saved = torch.load(state, weights_only=True)
+    assert saved["calls"] == 7 + 2 * 8 and len(saved["rows"]) == 2  # proposals + 2 updates
+    resumed = adapt(policy, small_graph, cluster4, "paper", cfg, seed=7, state=state)
+    assert resumed.calls == whole.calls == 70
+    assert resumed.rows == whole.rows
+    assert torch.equal(resumed.bias, whole.bias)
+    assert np.array_equal(resumed.best.device, whole.best.device)
+    assert (resumed.best_cost, resumed.start_cost, resumed.source, resumed.settle_steps) == (
+        whole.best_cost, whole.start_cost, whole.source, whole.settle_steps
+    )  # fmt: skip
+    # a finished run only settles again
+    again = adapt(policy, small_graph, cluster4, "paper", cfg, seed=7, state=state)
+    assert again.rows == whole.rows and torch.equal(again.bias, whole.bias)
+    # the state of another run is refused, naming what differs
+    with pytest.raises(ConfigError, match=r"written by another run \(seed 7, this run 8\)"):
+        adapt(policy, small_graph, cluster4, "paper", cfg, seed=8, state=state)
+    with pytest.raises(ConfigError, match="written by another run \\(config"):
+        adapt(policy, small_graph, cluster4, "paper", AdaptConfig(episodes=71, batch=8,
+              samples=4, partitions=2), seed=7, state=state)  # fmt: skip
+    (tmp_path / "bad.pt").write_bytes(b"torn")
+    with pytest.raises(ConfigError, match="unreadable"):
+        adapt(policy, small_graph, cluster4, "paper", cfg, seed=7, state=tmp_path / "bad.pt")
+
+
+def test_a_table_is_refused_on_another_network_or_device_count(policy, small_graph, cluster4,
+                                                                tmp_path):  # fmt: skip
+    cfg = AdaptConfig(episodes=30, batch=8, samples=4, partitions=2)
+    out = adapt(policy, small_graph, cluster4, "paper", cfg, seed=1)
+    path = out.save(tmp_path / "a.pt", small_graph, cluster4, "test")
+    with pytest.raises(ConfigError, match="trained for 4 devices, expected the cluster's 8"):
+        load_adapter(path, policy, small_graph, 8)
+    other = make_policy(PolicyConfig(kind="dual", **SMALL), 4, seed=4)
+    with pytest.raises(ConfigError, match="trained on top of another network"):
+        load_adapter(path, other, small_graph)
+    assert other.node_bias is None
+    with pytest.raises(ConfigError, match="no such file"):
+        load_adapter(tmp_path / "none.pt", policy, small_graph)
