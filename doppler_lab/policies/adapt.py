@@ -21,6 +21,11 @@ graph reads, so a high learning rate is safe and the network's judgement of ever
    rollout reproduces it (at most ``settle_steps``).
 
 The adapted policy is judged as any policy: its greedy rollout and sampled rollouts.
+``adapt(state=FILE)`` keeps the run's progress in ``FILE`` after the proposals and after every
+update (table, optimiser, incumbent, random state), and a run started again with the same file
+resumes exactly where it stopped; ``doppler-lab adapt GRAPH --out DIR`` runs it from the command
+line, and the ``doppler`` placer's ``adapter`` option places with a saved table
+(:func:`load_adapter`, which refuses a table of another graph, device count or network).
 
 Why these defaults (paper graphs, 200 episodes, the shipped ``doppler/general``, mean over seeds
 0-3 of the protocol's makespan after adapting; a ``/tmp`` sweep, 2026-12-02):
