@@ -101,6 +101,11 @@ class GeneralBenchConfig:
         finetune_adapter: :class:`~doppler_lab.policies.adapt.AdaptConfig` changes (not
             ``episodes``, ``samples``, ``partitions``: the bench's own).
         finetune_train: Stage II changes for fine-tuning (learning rate, warm-up, ...).
+        finetune_long: also fine-tune the general policy's weights for as many episodes as
+            scratch trains (Stage II, the sim preset with ``long_train``'s changes): the two
+            starting points at equal episodes (run ``finetune-long``, rows "fine-tuned,
+            network"), beside the short fine-tuning the targets ask about.
+        long_train: Stage II changes of the ``finetune-long`` runs.
         policy: policy-config changes of the scratch policies (on the general architecture).
         skip_training: leave the fine-tuning part out.
         runs_dir: the run cache.
@@ -130,6 +135,8 @@ class GeneralBenchConfig:
     finetune_train: dict[str, Any] = field(
         default_factory=lambda: {"lr": 1e-2, "lr_warmup": 3, "tempered_loss": True}
     )
+    finetune_long: bool = True
+    long_train: dict[str, Any] = field(default_factory=dict)
     policy: dict[str, Any] = field(default_factory=dict)
     skip_training: bool = False
     runs_dir: str = BENCH_GENERAL_RUNS
@@ -155,6 +162,11 @@ class GeneralBenchConfig:
                 f"bench general: curve = {self.curve!r}, expected budgets that are integers >= 1"
             )
         _check_finetune_train(self.finetune_train)
+        _check_finetune_train(self.long_train)
+        if not isinstance(self.finetune_long, bool):
+            raise ConfigError(
+                f"bench general: finetune_long = {self.finetune_long!r}, expected true or false"
+            )
         if self.finetune_method not in FINETUNE_METHODS:
             raise ConfigError(
                 f"bench general: finetune_method = {self.finetune_method!r}, expected one of "
@@ -210,6 +222,26 @@ class GeneralBenchConfig:
     def budgets(self) -> tuple[int, ...]:
         """The budgets run: the curve's and the table's."""
         return tuple(sorted({*self.curve, self.budget}))
+
+
+#: the training table's method of the ``finetune-long`` runs
+LONG_METHOD = "fine-tuned, network"
+
+
+def long_comparison(training: Sequence[Mapping[str, Any]]) -> str | None:
+    """The network fine-tuned for as many episodes as scratch against scratch: on how many
+    tasks it is at most :data:`MATCH_RTOL` worse, and the geometric mean of the ratio."""
+    by = {(r["task"], r["method"]): r["makespan"] for r in training}
+    pairs = [(by[(t, LONG_METHOD)], by[(t, "scratch")]) for t, m in by
+             if m == LONG_METHOD and (t, "scratch") in by]  # fmt: skip
+    if not pairs:
+        return None
+    ok = sum(a <= b * (1 + MATCH_RTOL) for a, b in pairs)
+    gm = _gmean([a / b for a, b in pairs])
+    return (
+        f"{ok} of {len(pairs)} at most {MATCH_RTOL:.0%} worse than scratch; geometric mean of "
+        f"fine-tuned / scratch {gm:.3f}"
+    )
 
 
 #: how fine-tuning trains (:attr:`GeneralBenchConfig.finetune_method`)
@@ -443,9 +475,9 @@ def training_case(
 
     stages, policy = _training_setup(cfg, task, mode, seed)
     parts: list[Any] = [mode, task.to_dict(), [s.to_dict() for s in stages], cfg.samples]
-    if mode == "finetune":
+    if mode in ("finetune", "finetune-long"):
         parts.append(checkpoint_digest(cfg.checkpoint))
-        if cfg.finetune_method == "adapter":
+        if mode == "finetune" and cfg.finetune_method == "adapter":
             parts = [mode, "adapter", task.to_dict(), cfg.adapt_config().to_dict(), parts[-1]]
     else:
         parts.append(policy.to_dict())
@@ -469,10 +501,15 @@ def _training_setup(cfg: GeneralBenchConfig, task: Task, mode: str, seed: int):
             **cfg.finetune_train,
         )
         return [sim], None
-    if mode != "scratch":
-        raise ConfigError(f"bench general: training mode {mode!r}, expected finetune or scratch")
-    n1 = cfg.scratch_imitation_episodes
     every = {"eval_every": cfg.scratch_eval_every}
+    if mode == "finetune-long":
+        return [preset("sim", **common, **every, episodes=cfg.scratch_episodes,
+                       **cfg.long_train)], None  # fmt: skip
+    if mode != "scratch":
+        raise ConfigError(
+            f"bench general: training mode {mode!r}, expected finetune, finetune-long or scratch"
+        )
+    n1 = cfg.scratch_imitation_episodes
     stages = [preset("sim", **common, **every, episodes=cfg.scratch_episodes - n1)]
     if n1:
         stages.insert(0, preset("imitation", **common, **every, episodes=n1))
@@ -500,7 +537,7 @@ def _train(cfg, task, mode, seed, stages, policy, run_dir: Path) -> dict[str, An
     if mode == "finetune" and cfg.finetune_method == "adapter":
         return _adapt(cfg, task, seed, run_dir, labels)
     with torch_threads(1):
-        if mode == "finetune":
+        if mode in ("finetune", "finetune-long"):
             from ..policies.checkpoint import load_policy
             from ..policies.pretrained import resolve_checkpoint
 
@@ -533,6 +570,11 @@ def _train(cfg, task, mode, seed, stages, policy, run_dir: Path) -> dict[str, An
     import pandas as pd
 
     curve = pd.concat(curves, ignore_index=True)
+    # the best placement sampled on the way (the final policy need not reproduce it)
+    found = [
+        float(v) for r in results for row in r.rows for k, v in row.items()
+        if k.endswith("/cost_best") and v is not None and math.isfinite(float(v))
+    ]  # fmt: skip
     return {
         "task": task.name,
         "graph": _graph_name(task),
@@ -541,6 +583,7 @@ def _train(cfg, task, mode, seed, stages, policy, run_dir: Path) -> dict[str, An
         "episodes": sum(s.episodes for s in stages),
         "makespan": res.best_cost,
         "greedy": res.greedy_cost,
+        "search_best": float(min(found)) if found else None,
         "start_greedy": first,
         "train_s": float(sum(float(r.summary.get("train_s", 0.0)) for r in results)),
         "curve": json.loads(curve.to_json(orient="records")),
@@ -745,6 +788,7 @@ def training_rows(
         cp = float(np.mean(z["cp"])) if z else None
         entries: list[tuple[str, list[Mapping[str, Any]]]] = [
             ("fine-tuned", [r for r in mine if r["mode"] == "finetune"]),
+            (LONG_METHOD, [r for r in mine if r["mode"] == "finetune-long"]),
             ("scratch", [r for r in mine if r["mode"] == "scratch"]),
         ]
         if z:
@@ -777,11 +821,11 @@ def training_rows(
                     "vs_cp": (cp - m) / cp if cp else None,
                     "train_s": float(np.mean([r["train_s"] for r in rs])),
                     "seeds": len(rs),
-                    # the adapter: the best placement simulated on the way (the final policy
-                    # settles on it; its samples may find better)
+                    # the best placement simulated on the way (the adapter's final policy settles
+                    # on it; Stage II's need not reproduce it)
                     "found": (
                         float(np.mean([r["search_best"] for r in rs]))
-                        if all("search_best" in r for r in rs)
+                        if all(r.get("search_best") is not None for r in rs)
                         else None
                     ),
                 }
@@ -955,7 +999,8 @@ def evaluate(
                 Run(training_case, (cfg, t, mode, s, root), label=f"{mode} {t.name} seed {s}")
                 for t in targets
                 for s in range(cfg.seed, cfg.seed + cfg.train_seeds)
-                for mode in ("finetune", "scratch")
+                for mode in ("finetune", "finetune-long", "scratch")
+                if mode != "finetune-long" or cfg.finetune_long
             ],
             "bench general: training",
         )
@@ -1030,6 +1075,9 @@ def run(
     for t in res.targets:
         mark = {True: "pass", False: "FAIL", None: "not measured"}[t["passed"]]
         summary[t["target"]] = f"{mark} ({_show(t['value'])}; target {t['threshold']})"
+    long = long_comparison(res.training)
+    if long:
+        summary[f"equal episodes: network fine-tuned ({cfg.scratch_episodes}) vs scratch"] = long
     quick_flag = " --quick" if quick else ""
     return write_report(
         out_dir,
@@ -1089,7 +1137,16 @@ def run(
             f"the general architecture; {cfg.train_seeds} seed(s); protocol: best of greedy + "
             f"{cfg.samples} samples of the final policy (no partition proposals; the zero-shot "
             "row: the general policy's rollouts alone). 'matches': fine-tuned at most "
-            f"{MATCH_RTOL:.0%} worse than scratch. Training curves: general/training_curves.json."
+            f"{MATCH_RTOL:.0%} worse than scratch. "
+            + (
+                f"'{LONG_METHOD}': Stage II of the general policy's weights for "
+                f"{cfg.scratch_episodes} episodes, as many as scratch (sim preset"
+                + (f", changes {cfg.long_train}" if cfg.long_train else "")
+                + "), judged the same way; found: the best placement sampled on the way. "
+                if cfg.finetune_long
+                else ""
+            )
+            + "Training curves: general/training_curves.json."
             + (" Skipped (--skip-training)." if cfg.skip_training else ""),
             f"Runs: {root} (each case's result.json; a rerun skips finished cases).",
         ],

@@ -67,12 +67,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--finetune-method network, a Stage II field (e.g. lr=0.03) (repeatable)",
     )
     g.add_argument("--skip-training", action="store_true", help="leave out fine-tuning vs scratch")
+    g.add_argument(
+        "--skip-finetune-long",
+        action="store_true",
+        help="leave out fine-tuning the network for as many episodes as scratch (the "
+        "equal-episodes comparison beside the short fine-tuning)",
+    )
 
 
 #: options of ``bench general`` (None / False: not given)
 GENERAL_OPTIONS = (
     "checkpoint", "budget", "curve", "seeds", "partitions", "groups", "tasks", "finetune_episodes",
-    "scratch_episodes", "finetune_method", "finetune_set", "skip_training",
+    "scratch_episodes", "finetune_method", "finetune_set", "skip_training", "skip_finetune_long",
 )  # fmt: skip
 
 
@@ -110,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"{flag} is an option of bench general; expected none with bench {args.name}"
         )
+    if given.pop("skip_finetune_long", False):
+        given["finetune_long"] = False
     record = mod.run(Path(args.out), quick=args.quick, **shown, **given)
     print(f"wrote {Path(args.out) / (args.name + '.md')}")
     for k, v in record.get("summary", {}).items():

@@ -31,7 +31,10 @@ def test_generalization(run_notebook, tmp_path):
     assert {(c["method"], c["sim_calls"]) for c in s["curve"] if c["task"] == "geometric mean"} == {
         (m, n) for m in methods for n in (5, 10)
     }
-    assert [r["method"] for r in s["training"]] == ["zero-shot", "fine-tuned", "scratch"]
+    assert [r["method"] for r in s["training"]] == [
+        "zero-shot", "fine-tuned", "fine-tuned, network", "scratch"
+    ]  # fmt: skip
+    assert s["finetune_long"] is True
     # the two zero-shot targets once more for the policy's rollouts alone
     assert len(s["targets"]) == 9 and s["partitions"] == 2
     assert all(r["general"] <= r["policy"] * (1 + 1e-9) for r in s["zero_shot"][:-1])

@@ -67,11 +67,21 @@ def test_quick_run_writes_every_table_and_a_rerun_skips_finished_cases(tmp_path,
     assert {(c["method"], c["sim_calls"]) for c in gm} == {(m, n) for m in METHODS for n in (5, 10)}
     # fine-tuning vs scratch on the first task (no paper graph here), with its curves
     train = next(v for k, v in tables.items() if k.startswith("Fine-tuning"))
-    assert [r["method"] for r in train] == ["zero-shot", "fine-tuned", "scratch"]
-    assert [r["episodes"] for r in train] == [0, 8, 12]
+    # the network fine-tuned for as many episodes as scratch, beside the short fine-tuning
+    assert [r["method"] for r in train] == [
+        "zero-shot", "fine-tuned", "fine-tuned, network", "scratch"
+    ]  # fmt: skip
+    assert [r["episodes"] for r in train] == [0, 8, 12, 12]
     assert all(r["train_s"] > 0 for r in train[1:])
+    # found: the best placement simulated on the way (the adapter's policy settles on it)
+    assert all(r["found"] is not None for r in train[1:])
+    assert train[1]["makespan"] <= train[1]["found"] * (1 + 1e-9)
+    pair = [r["makespan"] for r in train[2:]]
+    long = rec["summary"]["equal episodes: network fine-tuned (12) vs scratch"]
+    assert long.startswith(f"{int(pair[0] <= pair[1] * 1.01)} of 1 at most 1% worse")
+    assert long.endswith(f"fine-tuned / scratch {pair[0] / pair[1]:.3f}")
     curves = json.loads((out / "general" / "training_curves.json").read_text())["curves"]
-    assert {c["run"] for c in curves} == {"finetune", "scratch"}
+    assert {c["run"] for c in curves} == {"finetune", "finetune-long", "scratch"}
     assert min(c["episode"] for c in curves) == 0
     targets = {t["target"]: t for t in tables["Targets"]}
     assert len(targets) == 9 and all(t["passed"] in (True, False, None) for t in targets.values())
@@ -79,7 +89,7 @@ def test_quick_run_writes_every_table_and_a_rerun_skips_finished_cases(tmp_path,
     assert alone["value"] == pytest.approx(zero[-1]["policy_vs_cp"])
     # a rerun computes nothing: every case's result.json stays as it was
     done = sorted((tmp_path / "runs_quick").rglob("result.json"))
-    assert len(done) == 2 + 2 * 2 + 2  # zero-shot and budget (2 methods) per task, 2 trainings
+    assert len(done) == 2 + 2 * 2 + 3  # zero-shot and budget (2 methods) per task, 3 trainings
     stamps = [p.stat().st_mtime_ns for p in done]
     again = bench.run(tmp_path / "out", quick=True, config=cfg, progress=False)
     assert [p.stat().st_mtime_ns for p in done] == stamps
@@ -93,6 +103,20 @@ def test_skip_training_and_filter(tmp_path, tiny_checkpoint):
     assert res.training == [] and res.curves == []
     with pytest.raises(ConfigError, match="no task matches"):
         bench.bench_tasks(replace(cfg, task_filter=("nothing",)))
+
+
+def test_the_equal_episodes_fine_tuning_can_be_left_out(tmp_path, tiny_checkpoint, capsys):
+    cfg = _config(tmp_path, tiny_checkpoint, finetune_long=False, task_filter=("ffnn",))
+    res = bench.evaluate(cfg, tmp_path / "runs")
+    assert [r["method"] for r in res.training] == ["zero-shot", "fine-tuned", "scratch"]
+    assert bench.long_comparison(res.training) is None
+    assert bench.make_config(skip_finetune_long=None).finetune_long is True
+    with pytest.raises(ConfigError, match="finetune_long = 'no', expected true or false"):
+        bench.GeneralBenchConfig(finetune_long="no")
+    with pytest.raises(ConfigError, match="fine-tuning setting 'lrr' is not a Stage II field"):
+        bench.GeneralBenchConfig(long_train={"lrr": 0.1})
+    assert main(["bench", "sim", "--skip-finetune-long"]) == 2
+    assert "--skip-finetune-long is an option of bench general" in capsys.readouterr().err
 
 
 def test_bad_settings_are_named():
