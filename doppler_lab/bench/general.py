@@ -563,18 +563,15 @@ def _train(cfg, task, mode, seed, stages, policy, run_dir: Path) -> dict[str, An
         )
     curves = [start_point(first, stages[0].stage, **labels)]
     offset = 0
-    plan = [st for st, _ in curriculum_plan(stages, cluster, _curriculum(mode, cluster))]
-    for st, r in zip(plan, results):
+    plan = curriculum_plan(stages, cluster, _curriculum(mode, cluster))
+    for (st, _), r in zip(plan, results):
         curves.append(stage_curve(r.rows, st.stage, offset, **labels))
         offset += st.episodes
     import pandas as pd
 
     curve = pd.concat(curves, ignore_index=True)
     # the best placement sampled on the way (the final policy need not reproduce it)
-    found = [
-        float(v) for r in results for row in r.rows for k, v in row.items()
-        if k.endswith("/cost_best") and v is not None and math.isfinite(float(v))
-    ]  # fmt: skip
+    found = best_found(plan, [r.rows for r in results], cluster.num_devices)
     return {
         "task": task.name,
         "graph": _graph_name(task),
@@ -583,11 +580,28 @@ def _train(cfg, task, mode, seed, stages, policy, run_dir: Path) -> dict[str, An
         "episodes": sum(s.episodes for s in stages),
         "makespan": res.best_cost,
         "greedy": res.greedy_cost,
-        "search_best": float(min(found)) if found else None,
+        "search_best": found,
         "start_greedy": first,
         "train_s": float(sum(float(r.summary.get("train_s", 0.0)) for r in results)),
         "curve": json.loads(curve.to_json(orient="records")),
     }
+
+
+def best_found(
+    plan: Sequence[tuple[Any, Cluster]], rows: Sequence[Sequence[Mapping[str, Any]]], devices: int
+) -> float | None:
+    """The best placement cost a training run sampled (its stages' ``*/cost_best`` metrics),
+    over the stages run on the task's ``devices`` only: the first stages of a device curriculum
+    ran on fewer devices, another machine. None when no stage logged one."""
+    found = [
+        float(v)
+        for (_, on), stage_rows in zip(plan, rows)
+        if on.num_devices == devices
+        for row in stage_rows
+        for k, v in row.items()
+        if k.endswith("/cost_best") and v is not None and math.isfinite(float(v))
+    ]
+    return min(found) if found else None
 
 
 def _adapt(cfg, task: Task, seed: int, run_dir: Path, labels: dict[str, Any]) -> dict[str, Any]:

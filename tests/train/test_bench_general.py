@@ -195,3 +195,19 @@ def test_cli_runs_bench_general_with_its_options(tmp_path, monkeypatch, tiny_che
     assert curve["budget"] == 10
     assert {c["sim_calls"] for c in curve["curve"]} == {5, 10}
     assert (tmp_path / "runs" / "bench_general_quick").is_dir()
+
+
+def test_found_leaves_out_the_curriculum_stages_on_fewer_devices():
+    # a device curriculum's first stages ran on 4 of the 6 devices: another machine
+    from doppler_lab.hardware import make_cluster
+
+    six = make_cluster("uniform", 6)
+    plan = [("imitation", six.first(4)), ("sim", six.first(4)), ("sim", six)]
+    rows = [
+        [{"imitation/cost_best": 1.0}],
+        [{"sim/cost_best": 2.0}, {"sim/cost_best": None}],
+        [{"sim/cost_best": 5.0, "sim/cost_min": 4.0}, {"sim/cost_best": 3.0}],
+    ]
+    assert bench.best_found(plan, rows, 6) == 3.0
+    assert bench.best_found(plan, rows, 4) == 1.0
+    assert bench.best_found(plan[:1], [[{"imitation/loss": 0.5}]], 4) is None
