@@ -16,6 +16,7 @@ from ..graph import DataflowGraph
 from ..hardware import Cluster, make_cluster
 from ..jsonutil import to_jsonable
 from ..placement import Placement, random_placement, round_robin, single_device
+from ..sim import SEMANTICS
 from ..validate import parse_int_text, parse_number_text, show
 
 PLACEMENT_KEYWORDS = ("round-robin", "single", "random")
@@ -73,6 +74,21 @@ def add_cluster_arguments(p: argparse.ArgumentParser, default_help: str = "") ->
     p.add_argument(
         "--devices", type=int_arg(1), metavar="N", help="number of devices (cpu/uniform clusters)"
     )
+
+
+def add_semantics_argument(p: argparse.ArgumentParser, what: str = "simulator semantics") -> None:
+    """``--semantics`` (``what`` opens its help); :func:`resolve_semantics` gives its default."""
+    p.add_argument(
+        "--semantics",
+        choices=SEMANTICS,
+        help=f"{what}; default: paper for graphs with explicit costs (the paper's files), wc "
+        "otherwise",
+    )
+
+
+def resolve_semantics(args: argparse.Namespace, graph: DataflowGraph) -> str:
+    """``--semantics``, or by default ``paper`` for a graph with explicit costs, else ``wc``."""
+    return args.semantics or ("paper" if graph.compute_cost is not None else "wc")
 
 
 def add_placement_argument(p: argparse.ArgumentParser) -> None:

@@ -20,10 +20,12 @@ from ..progress import show_progress
 from ._common import (
     add_cluster_arguments,
     add_graph_argument,
+    add_semantics_argument,
     int_arg,
     print_json,
     resolve_cluster,
     resolve_graph,
+    resolve_semantics,
 )
 
 NAME = "adapt"
@@ -39,12 +41,7 @@ OWN_FIELDS = ("episodes",)
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_graph_argument(p)
     add_cluster_arguments(p)
-    p.add_argument(
-        "--semantics",
-        choices=("paper", "wc", "bsp"),
-        help="simulator semantics of the objective; default: paper for graphs with explicit "
-        "costs, wc otherwise",
-    )
+    add_semantics_argument(p, "simulator semantics of the objective")
     p.add_argument(
         "--checkpoint",
         metavar="CKPT",
@@ -103,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = adapt_config(args)
     graph = resolve_graph(args.graph)
     cluster = resolve_cluster(args, graph)
-    semantics = args.semantics or ("paper" if graph.compute_cost is not None else "wc")
+    semantics = resolve_semantics(args, graph)
     ckpt = resolve_checkpoint(args.checkpoint or GENERAL_CHECKPOINT, "doppler")
     policy, _ = load_policy(ckpt, ("dual", "plc-only"), cluster.num_devices)
     out = Path(args.out)

@@ -16,11 +16,13 @@ from ..validate import parse_json
 from ._common import (
     add_cluster_arguments,
     add_graph_argument,
+    add_semantics_argument,
     int_arg,
     number_arg,
     print_json,
     resolve_cluster,
     resolve_graph,
+    resolve_semantics,
 )
 
 NAME = "place"
@@ -35,11 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--placer", required=True, metavar="NAME", help=f"one of: {', '.join(available_placers())}"
     )
     add_cluster_arguments(p)
-    p.add_argument(
-        "--semantics",
-        choices=("paper", "wc", "bsp"),
-        help="simulator semantics for the makespan (and for search placers' objective); "
-        "default: paper for graphs with explicit costs, wc otherwise",
+    add_semantics_argument(
+        p, "simulator semantics for the makespan (and for search placers' objective)"
     )
     p.add_argument(
         "--noise",
@@ -131,8 +130,7 @@ def run(args: argparse.Namespace) -> int:
     placer_spec(args.placer)  # unknown names fail before the graph is built
     graph = resolve_graph(args.graph)
     cluster = resolve_cluster(args, graph)
-    if args.semantics is None:
-        args.semantics = "paper" if graph.compute_cost is not None else "wc"
+    args.semantics = resolve_semantics(args, graph)
     opts = placer_arguments(args.placer, args)
     placer = get_placer(args.placer, **opts)
     rng = np.random.default_rng(args.seed)

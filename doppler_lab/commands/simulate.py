@@ -6,11 +6,12 @@ import argparse
 
 from ..errors import ConfigError
 from ..progress import show_progress
-from ..sim import SEMANTICS, Simulator
+from ..sim import Simulator
 from ._common import (
     add_cluster_arguments,
     add_graph_argument,
     add_placement_argument,
+    add_semantics_argument,
     int_arg,
     number_arg,
     print_json,
@@ -18,6 +19,7 @@ from ._common import (
     resolve_cost_model,
     resolve_graph,
     resolve_placement,
+    resolve_semantics,
 )
 
 NAME = "simulate"
@@ -28,11 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_graph_argument(p)
     add_cluster_arguments(p)
     add_placement_argument(p)
-    p.add_argument(
-        "--semantics",
-        choices=SEMANTICS,
-        help="default: paper for graphs with explicit costs (the paper's files), wc otherwise",
-    )
+    add_semantics_argument(p)
     p.add_argument(
         "--noise",
         type=number_arg(minimum=0),
@@ -58,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--noise must be >= 0, got {args.noise}")
     graph = resolve_graph(args.graph)
     cluster = resolve_cluster(args, graph)
-    semantics = args.semantics or ("paper" if graph.compute_cost is not None else "wc")
+    semantics = resolve_semantics(args, graph)
     placement = resolve_placement(
         args.placement, graph, cluster, seed=args.seed, progress=show_progress(args)
     )

@@ -12,6 +12,7 @@ from ..errors import ConfigError
 from ..progress import show_progress
 from ._common import (
     add_cluster_arguments,
+    add_semantics_argument,
     int_arg,
     number_arg,
     print_json,
@@ -40,11 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "repeat for several graphs (updates cycle through them)",
     )
     add_cluster_arguments(p)
-    p.add_argument(
-        "--semantics",
-        choices=("paper", "wc", "bsp"),
-        help="simulator semantics; default: paper for graphs with explicit costs, wc otherwise",
-    )
+    add_semantics_argument(p)
     p.add_argument(
         "--noise", type=number_arg(minimum=0), help="simulator duration noise sigma (default 0)"
     )
