@@ -122,7 +122,7 @@ class GeneralBenchConfig:
     partitions: int = 4
     budget: int = 2000
     curve: tuple[int, ...] = (100, 250, 500, 1000, 2000)
-    train_seeds: int = 1
+    train_seeds: int = 2
     finetune_episodes: int = 200
     scratch_episodes: int = 4000
     scratch_imitation_episodes: int = 400
@@ -286,6 +286,7 @@ def quick_config() -> GeneralBenchConfig:
         ),
         seeds=1,
         cp_seeds=2,
+        train_seeds=1,
         samples=2,
         budget=20,
         curve=(10, 20),

@@ -48,6 +48,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="TEXT",
         help="only the tasks whose name contains TEXT (repeatable)",
     )
+    g.add_argument(
+        "--train-seeds",
+        type=int,
+        help="seeds of each fine-tuning and scratch run (default 2; the table shows their mean)",
+    )
     g.add_argument("--finetune-episodes", type=int, help="fine-tuning episodes (default 200)")
     g.add_argument(
         "--scratch-episodes", type=int, help="episodes of training from scratch (default 4000)"
@@ -77,7 +82,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 #: options of ``bench general`` (None / False: not given)
 GENERAL_OPTIONS = (
-    "checkpoint", "budget", "curve", "seeds", "partitions", "groups", "tasks", "finetune_episodes",
+    "checkpoint", "budget", "curve", "seeds", "partitions", "groups", "tasks", "train_seeds",
+    "finetune_episodes",
     "scratch_episodes", "finetune_method", "finetune_set", "skip_training", "skip_finetune_long",
 )  # fmt: skip
 

@@ -28,6 +28,10 @@ SHIPPED_SEMANTICS = "wc"
 IMITATION_EPISODES = 400
 SIM_EPISODES = 1600
 DEFAULT_PLACED_NORM = PolicyConfig().placed_norm
+#: Stages I and II as the shipped checkpoints were trained, before the presets' warm-ups and
+#: Stage II's tempered losses: their recorded commands train them again
+SHIPPED_IMITATION_SETTINGS: dict[str, Any] = {"lr_warmup": 0}
+SHIPPED_SIM_SETTINGS: dict[str, Any] = {"tempered_loss": False, "lr_warmup": 0}
 
 
 def train_shipped(
@@ -57,8 +61,18 @@ def train_shipped(
     cluster = make_cluster(SHIPPED_CLUSTER)
     common = {"semantics": SHIPPED_SEMANTICS, "seed": seed}
     stages = [
-        preset("imitation", episodes=imitation_episodes, **common),
-        preset("sim", **{**common, **(train_overrides or {}), "episodes": sim_episodes}),
+        preset(
+            "imitation", **{**SHIPPED_IMITATION_SETTINGS, **common}, episodes=imitation_episodes
+        ),
+        preset(
+            "sim",
+            **{
+                **SHIPPED_SIM_SETTINGS,
+                **common,
+                **(train_overrides or {}),
+                "episodes": sim_episodes,
+            },
+        ),
     ]
     # est timing: the shipped checkpoints were trained with it (before wc had its own model),
     # so their recorded commands train them again
