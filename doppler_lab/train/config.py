@@ -32,7 +32,8 @@ class TrainConfig:
         lr_sel: SEL's learning rate if different (None: ``lr``).
         lr_schedule: ``constant``, ``linear`` or ``cosine`` decay over the stage.
         lr_final: the final rate as a fraction of the initial one.
-        lr_warmup: updates over which the rate ramps up linearly to the schedule's (0: none).
+        lr_warmup: updates over which the rate ramps up linearly to the schedule's (0: none; at
+            most a third of the stage's updates).
             A stage that warm-starts from another gets fresh Adam states, whose first steps
             move every weight by about the full rate whatever its gradient: at Stage II's rate
             that knocked the Stage I policy to one device or to uniform within three updates.

@@ -83,8 +83,10 @@ def _lerp(a: float, b: float, f: float) -> float:
 
 def lr_factor(schedule: str, final: float, update: int, updates: int, warmup: int = 0) -> float:
     """Multiplier of the initial learning rate at ``update`` (0-based) of ``updates``, ramped up
-    linearly over the first ``warmup`` updates (``(update + 1) / (warmup + 1)``)."""
-    ramp = min(1.0, (update + 1) / (warmup + 1))
+    linearly over the first ``w`` updates (``(update + 1) / (w + 1)``), ``w = warmup`` but at most
+    a third of the stage's updates: a short stage still reaches its rate."""
+    w = min(warmup, updates // 3)
+    ramp = min(1.0, (update + 1) / (w + 1))
     f = update / max(updates - 1, 1)
     if schedule == "linear":
         return ramp * (1.0 - (1.0 - final) * f)

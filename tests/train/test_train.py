@@ -116,6 +116,9 @@ def test_learning_rate_really_changes(graph, cluster):
     # warm-up: the first updates ramp up to the schedule
     ramp = [lr_factor("constant", 0.0, i, 10, warmup=3) for i in range(5)]
     assert ramp == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0])
+    # ... over at most a third of the stage: 6 updates with a warm-up of 10 reach the rate
+    short = [lr_factor("constant", 0.0, i, 6, warmup=10) for i in range(4)]
+    assert short == pytest.approx([1 / 3, 2 / 3, 1.0, 1.0])
 
 
 def test_separate_optimisers(graph, cluster):
@@ -199,7 +202,9 @@ def _greedy_makespan(policy, g, cl) -> float:
 def test_imitation_improves_on_the_starting_policy(paper_chain):
     g, cl = paper_chain
     start = make_policy(SMALL, 4, 0)
-    cfg = preset("imitation", episodes=96, episodes_per_update=8, lr=1e-2)
+    cfg = preset(
+        "imitation", episodes=192, episodes_per_update=8, lr=1e-2
+    )  # 24 updates, the first 8 warming up
     r = train(cfg, [g], cl, SMALL, progress=False)
     first, last = r.rows[0], r.rows[-1]
     assert last["imitation/sel_teacher_prob"] > first["imitation/sel_teacher_prob"] + 0.1
