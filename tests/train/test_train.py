@@ -202,9 +202,8 @@ def _greedy_makespan(policy, g, cl) -> float:
 def test_imitation_improves_on_the_starting_policy(paper_chain):
     g, cl = paper_chain
     start = make_policy(SMALL, 4, 0)
-    cfg = preset(
-        "imitation", episodes=192, episodes_per_update=8, lr=1e-2
-    )  # 24 updates, the first 8 warming up
+    # 24 updates, the first 8 warming up
+    cfg = preset("imitation", episodes=192, episodes_per_update=8, lr=1e-2)
     r = train(cfg, [g], cl, SMALL, progress=False)
     first, last = r.rows[0], r.rows[-1]
     assert last["imitation/sel_teacher_prob"] > first["imitation/sel_teacher_prob"] + 0.1
