@@ -83,8 +83,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 #: options of ``bench general`` (None / False: not given)
 GENERAL_OPTIONS = (
     "checkpoint", "budget", "curve", "seeds", "partitions", "groups", "tasks", "train_seeds",
-    "finetune_episodes",
-    "scratch_episodes", "finetune_method", "finetune_set", "skip_training", "skip_finetune_long",
+    "finetune_episodes", "scratch_episodes", "finetune_method", "finetune_set", "skip_training",
+    "skip_finetune_long",
 )  # fmt: skip
 
 

@@ -211,3 +211,15 @@ def test_found_leaves_out_the_curriculum_stages_on_fewer_devices():
     assert bench.best_found(plan, rows, 6) == 3.0
     assert bench.best_found(plan, rows, 4) == 1.0
     assert bench.best_found(plan[:1], [[{"imitation/loss": 0.5}]], 4) is None
+
+
+def test_training_seeds(capsys):
+    """Two seeds by default (single runs from scratch vary by up to a third), one when quick,
+    any number from ``--train-seeds``."""
+    assert bench.make_config().train_seeds == 2
+    assert bench.make_config(quick=True).train_seeds == 1
+    assert bench.make_config(quick=True, train_seeds=3).train_seeds == 3
+    with pytest.raises(ConfigError, match="train_seeds"):
+        bench.GeneralBenchConfig(train_seeds=0)
+    assert main(["bench", "sim", "--train-seeds", "2"]) == 2
+    assert "--train-seeds is an option of bench general" in capsys.readouterr().err
