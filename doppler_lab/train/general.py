@@ -346,6 +346,10 @@ GENERAL_IMITATION_EPISODES = 3072
 GENERAL_SIM_EPISODES = 12288
 
 
+#: Stage I settings of the general policy besides the ``imitation`` preset's: the shipped
+#: ``doppler/general`` was trained before that preset warmed its rate up, so its recorded command
+#: (``doppler-lab train-general --seed 1``) trains it again only without the warm-up
+GENERAL_IMITATION_SETTINGS: dict[str, Any] = {"lr_warmup": 0}
 #: Stage II settings of the general policy besides the ``sim`` preset's
 GENERAL_SIM_SETTINGS: dict[str, Any] = {"lr": 1e-2, "lr_warmup": 10, "tempered_loss": True}
 
@@ -413,7 +417,13 @@ def general_stages(
     stages = []
     if imitation_episodes:
         labels = {"plc_labels": teacher, "label_fraction": label_fraction}
-        stages.append(preset("imitation", episodes=imitation_episodes, **common, **labels))
+        stages.append(
+            preset(
+                "imitation",
+                **{**GENERAL_IMITATION_SETTINGS, **common, **labels},
+                episodes=imitation_episodes,
+            )
+        )
     if anchor_episodes:
         stages.append(
             preset("sim", **{**GENERAL_ANCHOR_SETTINGS, **common, "episodes": anchor_episodes})

@@ -323,3 +323,35 @@ def test_cp_rollout_anchors_are_the_placers_and_cached(tmp_path):
     first = general_stages(64, 0, teacher="cp-rollout", label_fraction=0.5)[0]
     assert (first.plc_labels, first.label_fraction) == ("cp-rollout", 0.5)
     assert general_stages(64, 0, teacher="cp")[0].plc_labels == "cp"
+
+
+def test_the_recorded_command_trains_the_shipped_general_policy_again():
+    """``doppler-lab train-general --seed 1`` (the command data/checkpoints records) must build
+    the stages ``doppler/general`` was trained with, whatever the presets became since: its
+    Stage II config is in the checkpoint, and its Stage I ran before the imitation preset warmed
+    its rate up."""
+    from doppler_lab.policies.pretrained import list_checkpoints, resolve_checkpoint
+    from doppler_lab.train.general import (
+        GENERAL_IMITATION_EPISODES,
+        GENERAL_LABEL_FRACTION,
+        GENERAL_TEACHER,
+        general_stages,
+    )
+
+    assert list_checkpoints()["doppler/general"]["command"] == "doppler-lab train-general --seed 1"
+    imitation, sim = general_stages(seed=1)
+    assert imitation.stage == "imitation" and imitation.lr_warmup == 0
+    assert imitation.episodes == GENERAL_IMITATION_EPISODES
+    assert (imitation.plc_labels, imitation.label_fraction) == (
+        GENERAL_TEACHER,
+        GENERAL_LABEL_FRACTION,
+    )
+    assert imitation.replace(lr_warmup=10, plc_labels="cp", label_fraction=1.0) == preset(
+        "imitation",
+        episodes=GENERAL_IMITATION_EPISODES,
+        semantics="wc",
+        seed=1,
+        checkpoint_every=20,
+    )
+    doc = torch.load(resolve_checkpoint("doppler/general"), map_location="cpu", weights_only=False)
+    assert sim.to_dict() == doc["meta"]["train_config"]
