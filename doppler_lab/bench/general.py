@@ -687,6 +687,7 @@ def zero_shot_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
                 "policy": pol,
                 "partition": part,
                 "from_partition": sum(x == "partition" for x in r.get("source", [])),
+                "from_fewer": sum(x.startswith("greedy on") for x in r.get("source", [])),
                 "policy_vs_cp": (cp - pol) / cp,
                 "ratio_lb": gen / r["lower_bound"],
                 "vs_cp": (cp - gen) / cp,
@@ -711,6 +712,7 @@ def zero_shot_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
                 "policy": _gmean([r["policy"] for r in rows]),
                 "partition": _gmean([r["partition"] for r in rows]),
                 "from_partition": sum(r["from_partition"] for r in rows),
+                "from_fewer": sum(r["from_fewer"] for r in rows),
                 "policy_vs_cp": 1.0 - _gmean([r["policy"] / r["cp"] for r in rows]),
                 "ratio_lb": _gmean([r["ratio_lb"] for r in rows]),
                 "vs_cp": 1.0 - _gmean([r["general"] / r["cp"] for r in rows]),
@@ -1036,7 +1038,7 @@ def evaluate(
 
 ZERO_COLUMNS = [
     "task", "group", "nodes", "devices", "cp", "heft", "greedy", "general", "general_std",
-    "vs_cp", "vs_heft", "policy", "policy_vs_cp", "partition", "from_partition", "cp_rollout", "vs_cp_rollout", "cp_rollout_s", "ratio_lb", "best_known", "vs_best_known", "cp_vs_best_known", "ms",
+    "vs_cp", "vs_heft", "policy", "policy_vs_cp", "partition", "from_partition", "from_fewer", "cp_rollout", "vs_cp_rollout", "cp_rollout_s", "ratio_lb", "best_known", "vs_best_known", "cp_vs_best_known", "ms",
     "greedy_ms", "ms_per_250_nodes",
 ]  # fmt: skip
 BUDGET_COLUMNS = [
@@ -1127,10 +1129,13 @@ def run(
             f"cp: mean over {cfg.cp_seeds} tie seeds; general: the doppler placer, best of the "
             f"greedy rollout, {cfg.samples} sampled rollouts and {cfg.partitions} METIS "
             f"partition proposals (placer partition; equal ones judged once), mean over "
-            f"{cfg.seeds} seeds; policy: the best of the rollouts alone (the same rollouts); "
-            "partition: the best partition proposal alone; from_partition: seeds whose winner "
-            "is a partition; greedy: the greedy rollout alone. Makespans by the simulator of "
-            "the task's semantics, noise 0.",
+            f"{cfg.seeds} seeds; of the samples, the last one or two are greedy rollouts on "
+            "the first half of the devices and on 2 (the placer's fewer_devices, on clusters "
+            "of more than 2 devices); policy: the best of the rollouts alone (the same "
+            "rollouts); partition: the best partition proposal alone; from_partition / "
+            "from_fewer: seeds whose winner is a partition / a rollout on fewer devices; "
+            "greedy: the greedy rollout alone. Makespans by the simulator of the task's "
+            "semantics, noise 0.",
             "ms: median wall milliseconds of the doppler placer's place() call on one torch "
             "thread (encoder, rollouts, the simulator calls judging them), the placer built and "
             "called once before (registry lookup, checkpoint load, compilation: once per "

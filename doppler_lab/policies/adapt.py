@@ -63,7 +63,7 @@ from ..graph import DataflowGraph
 from ..hardware import Cluster
 from ..placement import Placement
 from ..sim import Simulator
-from .search import SearchOutcome
+from .search import SearchOutcome, fewer_device_counts
 
 #: the ``format`` field of a saved table
 ADAPTER_FORMAT = "doppler-lab/adapter-1"
@@ -83,6 +83,10 @@ class AdaptConfig:
         imitation: weight of the incumbent's log-likelihood in the loss.
         samples: sampled rollouts of the proposals (besides the greedy one).
         partitions: METIS partition proposals.
+        fewer_devices: greedy rollouts on fewer devices replace as many of the samples, as in
+            the ``doppler`` placer: ``True`` for the first half of the devices and the first 2,
+            a list of device counts, or ``False``
+            (:func:`~doppler_lab.policies.search.fewer_device_counts`).
         temperature: PLC's sampling temperature during the updates (SEL samples at 1).
         reanchor: when a sampled placement beats the incumbent, swap each moved node's table
             entries of its old and new device, so the table's preference follows the new
@@ -98,6 +102,7 @@ class AdaptConfig:
     imitation: float = 4.0
     samples: int = 16
     partitions: int = 4
+    fewer_devices: bool | list[int] = True
     temperature: float = 2.5
     reanchor: bool = True
     settle_steps: int = 100
@@ -111,6 +116,7 @@ class AdaptConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"adapt: {name} = {v!r}, expected an integer >= 0")
+        fewer_device_counts(1 << 30, self.fewer_devices)  # raises on a bad value
         for name in ("lr", "anchor_bias", "imitation", "temperature"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
@@ -318,7 +324,10 @@ def adapt(
     saved = _read_state(state, key) if state is not None else None
     bias = torch.zeros((n, d), dtype=torch.float32)
     if saved is None:
-        cands = policy_candidates(policy, graph, cluster, cfg.samples, rng, ctx, semantics)
+        fewer = fewer_device_counts(d, cfg.fewer_devices)
+        cands = policy_candidates(
+            policy, graph, cluster, cfg.samples, rng, ctx, semantics, fewer_devices=fewer
+        )
         rollouts = len(cands)
         if cfg.partitions:
             cands += partition_candidates(graph, ctx.cost, d, cfg.partitions)
@@ -326,7 +335,14 @@ def adapt(
         calls = len(cands)
         i = int(np.argmin(costs))
         best, best_cost, start_cost = cands[i], float(costs[i]), float(costs[i])
-        source = "partition" if i >= rollouts else ("greedy" if i == 0 else "sample")
+        used = best.meta.get("devices_used")
+        source = (
+            "partition"
+            if i >= rollouts
+            else f"greedy on {used} device{'s' if used != 1 else ''}"
+            if used is not None
+            else ("greedy" if i == 0 else "sample")
+        )
         part_cost = float(costs[rollouts:].min()) if calls > rollouts else math.nan
         greedy_cost, rollout_cost = float(costs[0]), float(costs[:rollouts].min())
         if cfg.anchor_bias:
@@ -506,14 +522,22 @@ def adapt_search(
     samples: int | None,
     partitions: int,
     bar: Any = None,
+    fewer_devices: bool | list[int] = True,
 ) -> Any:
     """The ``doppler`` placer's ``search="adapt"``: the budget spent training a per-instance
     table on PLC's logits (:func:`adapt`, its proposals first: ``samples``, default
-    :class:`AdaptConfig`'s, and ``partitions``); the best placement it simulated."""
+    :class:`AdaptConfig`'s, with ``fewer_devices``, and ``partitions``); the best placement it
+    simulated."""
     samples = min(AdaptConfig.samples if samples is None else samples, budget - 1)
     room = max(0, min(partitions, budget - 1 - samples))
     # no settling: a search returns the best placement simulated, not the policy
-    cfg = AdaptConfig(episodes=budget, samples=samples, partitions=room, settle_steps=0)
+    cfg = AdaptConfig(
+        episodes=budget,
+        samples=samples,
+        partitions=room,
+        settle_steps=0,
+        fewer_devices=fewer_devices,
+    )
     out = adapt(policy, graph, cluster, semantics, cfg, seed=rng, pbar=bar)
     best = out.best
     placement = Placement(

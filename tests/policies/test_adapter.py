@@ -143,6 +143,7 @@ def test_adapt_spends_the_budget_and_keeps_the_best(policy, small_graph, cluster
         ("lr", 0.0, "lr = 0.0, expected a number > 0"),
         ("anchor_bias", -1.0, "anchor_bias = -1.0, expected a number >= 0"),
         ("temperature", float("nan"), "temperature = nan, expected a finite number"),
+        ("fewer_devices", "half", "fewer_devices = 'half': expected true"),
     ],
 )
 def test_adapt_config_errors(field, value, match):

@@ -26,7 +26,9 @@ from doppler_lab.policies.search import (
     critical_ops,
     default_samples,
     device_preferences,
+    fewer_device_counts,
     iterated_search,
+    policy_candidates,
     policy_search,
 )
 from doppler_lab.sim import Simulator
@@ -263,3 +265,56 @@ def test_doppler_defaults_to_the_general_checkpoint(tmp_path, monkeypatch):
         get_placer("doppler")
     with pytest.raises(ConfigError, match="'placeto' needs a checkpoint"):
         get_placer("placeto")
+
+
+def test_fewer_device_counts():
+    assert fewer_device_counts(8, True) == (4, 2)
+    assert fewer_device_counts(4, True) == (2,) == fewer_device_counts(3, True)
+    assert fewer_device_counts(2, True) == () == fewer_device_counts(8, False)
+    assert fewer_device_counts(8, None) == ()
+    assert fewer_device_counts(4, [3, 1, 3, 6]) == (3, 1)  # no repeats, none of 4 or more
+    for bad in ("two", [0], [True], 2, [2.5]):
+        with pytest.raises(ConfigError, match="fewer_devices"):
+            fewer_device_counts(4, bad)
+
+
+def test_rollouts_on_fewer_devices_replace_the_last_samples(small_graph, cluster4):
+    pol = make_policy(PolicyConfig(kind="dual", **SMALL), 4, seed=3)
+    rng = np.random.default_rng(0)
+    cands = policy_candidates(pol, small_graph, cluster4, 5, rng, fewer_devices=(2, 1))
+    assert len(cands) == 6
+    assert ["devices_used" in c.meta for c in cands] == [False] * 4 + [True] * 2
+    compute = small_graph.compute_nodes
+    for cand, k in zip(cands[4:], (2, 1), strict=True):
+        assert cand.meta["devices_used"] == k and cand.device[compute].max() < k
+    # as many as there are samples; the greedy rollout stays
+    one = policy_candidates(pol, small_graph, cluster4, 1, rng, fewer_devices=(2, 1))
+    assert [c.meta.get("devices_used") for c in one] == [None, 2]
+    alone = best_of_rollouts(pol, small_graph, cluster4, 0, 0, fewer_devices=(2,))
+    assert alone.costs.size == 1 and alone.source == "greedy"
+
+
+def test_doppler_judges_its_rollouts_on_fewer_devices(ckpt, counted):
+    # a chain whose every transfer costs far more than its compute: one device is best
+    b = GraphBuilder("heavy-chain")
+    for i in range(12):
+        b.add_node(
+            f"n{i}", cost=1.0, inputs=[i - 1] if i else [], edge_costs=[100.0] if i else None
+        )
+    graph, cluster = b.build(), make_cluster("uniform", 4)
+    sim = Simulator(graph, cluster, "paper")
+    one_device = sim.makespan(np.zeros(graph.num_nodes, dtype=np.int64))
+    counted[0] = 0
+    kw = dict(seed=0, checkpoint=ckpt, partitions=0)
+    q = place("doppler", graph, cluster, fewer_devices=[1], **kw)
+    assert q.meta["sim_calls"] == 17 == counted[0]  # in place of a sample
+    assert q.meta["best_cost"] <= one_device * (1 + 1e-12)
+    if q.meta["source"].startswith("greedy on"):
+        assert q.meta["source"] == "greedy on 1 device" and q.device.max() == 0
+    assert place("doppler", graph, cluster, **kw).meta["sim_calls"] == 17  # the default: 2
+    with pytest.raises(ConfigError, match="option fewer_devices"):
+        get_placer("doppler", checkpoint=ckpt, fewer_devices="half")
+    with pytest.raises(ConfigError, match="with an adapter"):
+        get_placer("doppler", checkpoint=ckpt, fewer_devices=True, adapter="a.pt")
+    assert get_placer("doppler", checkpoint=ckpt, adapter="a.pt").fewer_devices is False
+    assert get_placer("doppler", checkpoint=ckpt).fewer_devices is True
