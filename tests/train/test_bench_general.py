@@ -217,6 +217,7 @@ def test_training_seeds(capsys):
     """Two seeds by default (single runs from scratch vary by up to a third), one when quick,
     any number from ``--train-seeds``."""
     assert bench.make_config().train_seeds == 2
+    assert bench.make_config().seeds == 10 and bench.make_config(quick=True).seeds == 1
     assert bench.make_config(quick=True).train_seeds == 1
     assert bench.make_config(quick=True, train_seeds=3).train_seeds == 3
     with pytest.raises(ConfigError, match="train_seeds"):

@@ -1,9 +1,11 @@
 """Training on many devices: the device curriculum (Stage I and half of Stage II on the first k
 devices, then all of them) and the sub-cluster it trains on.
 
-The failure it fixes needs thousands of episodes to show; ``test_scratch_on_8_devices_*`` (slow)
-shows it on the paper's 8-GPU transformer block: plain Stages I+II stay at the Critical Path
-level, the curriculum with the same episodes does not."""
+The failure of training from scratch on 8 devices needs thousands of episodes to show;
+``test_scratch_on_8_devices_*`` (slow) shows it on the paper's 8-GPU transformer block: Stage II
+trained on the temperature-1 log-probabilities of placements it sampled at 1.5 stays near the
+Critical Path level; the ``sim`` preset's tempered losses leave it, and the curriculum makes that
+reliable across seeds."""
 
 from __future__ import annotations
 
@@ -111,8 +113,13 @@ def test_train_command_uses_the_curriculum_on_more_than_4_devices(tmp_path, caps
 
 
 @pytest.mark.slow
-def test_scratch_on_8_devices_needs_the_curriculum(paper_dir):
-    """2000 + 2000 episodes on the 8-GPU transformer block (~10 min each on one core)."""
+def test_scratch_on_8_devices_leaves_the_critical_path_level(paper_dir):
+    """400 + 3600 episodes on the 8-GPU transformer block, twice (about a minute each on one
+    core). Measured, best of greedy + 16 over CP's mean makespan (332.1), seeds 0 / 1 / 2:
+    - before the fix (Stage II's losses at temperature 1, no warm-ups), without the curriculum:
+      0.82 / 1.01 / 0.97;
+    - the presets (tempered losses, warm-ups) with the curriculum, as ``train`` runs them:
+      0.52 / 0.52 / 0.52; without the curriculum 0.52 / 0.52 / 0.72."""
     from doppler_lab.io import read_paper_graph
     from doppler_lab.placers import place
     from doppler_lab.policies.placers import best_of_rollouts
@@ -121,14 +128,15 @@ def test_scratch_on_8_devices_needs_the_curriculum(paper_dir):
     c = make_cluster("uniform", 8)
     sim = Simulator(g, c, "paper")
     cp = np.mean([sim.makespan(place("cp", g, c, seed=s, semantics="paper")) for s in range(5)])
-    # as measured for the issue (321 without, 229 with the curriculum; CP 332)
-    stages = [
-        preset("imitation", episodes=2000, semantics="paper"),
-        preset("sim", episodes=2000, semantics="paper", tempered_loss=True, lr_warmup=10),
+    common = {"semantics": "paper", "seed": 1}
+    before = [
+        preset("imitation", episodes=400, lr_warmup=0, **common),
+        preset("sim", episodes=3600, tempered_loss=False, lr_warmup=0, **common),
     ]
+    now = [preset("imitation", episodes=400, **common), preset("sim", episodes=3600, **common)]
     got = {}
-    for k in (None, 4):
+    for name, stages, k in (("before", before, None), ("now", now, 4)):
         res = run_pipeline(stages, [g], c, PolicyConfig(), None, None, k, progress=False)
-        got[k] = best_of_rollouts(res[-1].policy, g, c, 16, 0, "paper").best_cost
-    assert got[None] > 0.9 * cp  # stuck at the teacher's level
-    assert got[4] < 0.8 * cp
+        got[name] = best_of_rollouts(res[-1].policy, g, c, 16, 0, "paper").best_cost
+    assert got["before"] > 0.9 * cp  # stuck at the teacher's level
+    assert got["now"] < 0.6 * cp
