@@ -190,3 +190,12 @@ def resolve_placement(
 def print_json(obj: dict[str, Any]) -> None:
     json.dump(to_jsonable(obj), sys.stdout, allow_nan=False)
     sys.stdout.write("\n")
+
+
+def source_label(source: str) -> str:
+    """A learned placer's winning candidate in words: ``greedy`` -> ``greedy rollout``,
+    ``sample`` -> ``sampled rollout``, ``greedy on K devices`` -> ``greedy rollout on K
+    devices``, ``partition`` as it is."""
+    return (
+        str(source).replace("greedy", "greedy rollout", 1).replace("sample", "sampled rollout", 1)
+    )

@@ -26,6 +26,7 @@ from ._common import (
     resolve_cluster,
     resolve_graph,
     resolve_semantics,
+    source_label,
 )
 
 NAME = "adapt"
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"adapted {ckpt.name} to {graph.name} ({cluster.name}, {semantics}) in {res.calls} "
         f"simulator calls: makespan {res.start_cost:.6g} -> {res.best_cost:.6g} "
-        f"({summary['gain']:.1%} better; best from the {res.source}), {wall:.3g} s"
+        f"({summary['gain']:.1%} better; best from the {source_label(res.source)}), {wall:.3g} s"
     )
     if res.settle_steps >= 0:
         print(f"  the greedy rollout with the table reproduces it ({res.settle_steps} steps)")

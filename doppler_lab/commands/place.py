@@ -23,6 +23,7 @@ from ._common import (
     resolve_cluster,
     resolve_graph,
     resolve_semantics,
+    source_label,
 )
 
 NAME = "place"
@@ -197,12 +198,9 @@ def run(args: argparse.Namespace) -> int:
             f"  optimal: {result['optimal']}, bound {result['bound']:.6g}, gap {result['gap']:.3%}"
         )
     if "source" in result and math.isfinite(result.get("partition_cost") or math.nan):
-        # "greedy", "sample", "greedy on K devices", "partition"
-        what = str(result["source"]).replace("greedy", "greedy rollout", 1)
-        what = what.replace("sample", "sampled rollout", 1)
         print(
             f"  best rollout {result['rollout_cost']:.6g}, best partition "
-            f"{result['partition_cost']:.6g}: the {what} won"
+            f"{result['partition_cost']:.6g}: the {source_label(result['source'])} won"
         )
     for key in ("out", "gantt"):
         if key in result:

@@ -382,7 +382,7 @@ def adapt(
             "opt": opt.state_dict() if opt.state else None,
             "best_device": torch.from_numpy(np.array(best.device, dtype=np.int64)),
             "best_priority": None if best.priority is None else torch.from_numpy(
-                np.asarray(best.priority, dtype=np.float64)),
+                np.array(best.priority, dtype=np.float64)),  # a copy: placements are read-only
             "best_placer": best.placer, "best_cost": best_cost, "start_cost": start_cost,
             "calls": calls, "source": source, "partition_cost": part_cost,
             "greedy_cost": greedy_cost, "rollout_cost": rollout_cost, "rollouts": rollouts,

@@ -110,3 +110,12 @@ def test_learned_placer_from_a_shipped_checkpoint(capsys):
 def test_bad_input_exits_2_with_a_message(capsys, graph_file, argv, message):
     assert main(["place", graph_file, *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_winning_candidate_is_named_in_words():
+    from doppler_lab.commands._common import source_label
+
+    assert source_label("greedy") == "greedy rollout"
+    assert source_label("sample") == "sampled rollout"
+    assert source_label("greedy on 2 devices") == "greedy rollout on 2 devices"
+    assert source_label("partition") == "partition"
