@@ -63,7 +63,7 @@ from ..graph import DataflowGraph
 from ..hardware import Cluster
 from ..placement import Placement
 from ..sim import Simulator
-from .search import SearchOutcome, fewer_device_counts
+from .search import SearchOutcome, candidate_source, fewer_device_counts
 
 #: the ``format`` field of a saved table
 ADAPTER_FORMAT = "doppler-lab/adapter-1"
@@ -335,14 +335,7 @@ def adapt(
         calls = len(cands)
         i = int(np.argmin(costs))
         best, best_cost, start_cost = cands[i], float(costs[i]), float(costs[i])
-        used = best.meta.get("devices_used")
-        source = (
-            "partition"
-            if i >= rollouts
-            else f"greedy on {used} device{'s' if used != 1 else ''}"
-            if used is not None
-            else ("greedy" if i == 0 else "sample")
-        )
+        source = candidate_source(i, rollouts, best)
         part_cost = float(costs[rollouts:].min()) if calls > rollouts else math.nan
         greedy_cost, rollout_cost = float(costs[0]), float(costs[:rollouts].min())
         if cfg.anchor_bias:

@@ -40,6 +40,7 @@ from .pretrained import GENERAL_CHECKPOINT, list_checkpoints, resolve_checkpoint
 from .search import (
     SEARCH_STRATEGIES,
     SearchOutcome,
+    candidate_source,
     fewer_device_counts,
     partition_candidates,
     policy_candidates,
@@ -107,12 +108,7 @@ class RolloutResult:
     def source(self) -> str:
         """What the winner is: ``greedy``, ``sample``, ``greedy on K devices`` (a rollout on
         fewer devices) or ``partition``."""
-        if self.best_index >= self.rollouts:
-            return "partition"
-        used = self.placement.meta.get("devices_used")
-        if used is not None:
-            return f"greedy on {used} device{'s' if used != 1 else ''}"
-        return "greedy" if self.best_index == 0 else "sample"
+        return candidate_source(self.best_index, self.rollouts, self.placement)
 
 
 def best_of_rollouts(

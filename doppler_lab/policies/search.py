@@ -103,6 +103,18 @@ def fewer_device_counts(num_devices: int, spec: object) -> tuple[int, ...]:
     )
 
 
+def candidate_source(index: int, rollouts: int, placement: Placement) -> str:
+    """What candidate ``index`` of the proposals is (``rollouts`` of them the policy's, the rest
+    partitions): ``greedy``, ``sample``, ``greedy on K devices`` (:func:`policy_candidates`'s
+    rollouts on fewer devices) or ``partition``."""
+    if index >= rollouts:
+        return "partition"
+    used = placement.meta.get("devices_used")
+    if used is not None:
+        return f"greedy on {used} device{'s' if used != 1 else ''}"
+    return "greedy" if index == 0 else "sample"
+
+
 def policy_candidates(
     policy: PlacementPolicy,
     graph: DataflowGraph,
