@@ -63,7 +63,7 @@ from ..graph import DataflowGraph
 from ..hardware import Cluster
 from ..placement import Placement
 from ..sim import Simulator
-from .search import SearchOutcome, candidate_source, fewer_device_counts
+from .search import SearchOutcome, candidate_source, check_fewer_devices, fewer_device_counts
 
 #: the ``format`` field of a saved table
 ADAPTER_FORMAT = "doppler-lab/adapter-1"
@@ -116,7 +116,7 @@ class AdaptConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"adapt: {name} = {v!r}, expected an integer >= 0")
-        fewer_device_counts(1 << 30, self.fewer_devices)  # raises on a bad value
+        check_fewer_devices(self.fewer_devices)
         for name in ("lr", "anchor_bias", "imitation", "temperature"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):

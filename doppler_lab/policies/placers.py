@@ -41,6 +41,7 @@ from .search import (
     SEARCH_STRATEGIES,
     SearchOutcome,
     candidate_source,
+    check_fewer_devices,
     fewer_device_counts,
     partition_candidates,
     policy_candidates,
@@ -231,7 +232,7 @@ class _LearnedPlacer:
                 "every device of the cluster (expected fewer_devices false or no adapter)"
             )
         try:
-            fewer_device_counts(1 << 30, fewer_devices)
+            check_fewer_devices(fewer_devices)
         except ConfigError as e:
             raise ConfigError(f"placer {self.name!r}: option {e}") from None
         if budget is not None:

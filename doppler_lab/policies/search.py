@@ -84,23 +84,32 @@ STALL_SHARE = 0.5
 MIN_GAIN = 1e-3
 
 
-def fewer_device_counts(num_devices: int, spec: object) -> tuple[int, ...]:
-    """The device counts below ``num_devices`` that the policy also places on (greedily, on the
-    first devices of the cluster): ``spec`` ``True`` for half the devices and 2, ``False`` /
-    ``None`` for none, or a list of counts (each ``1 <= k < num_devices``; larger ones are left
-    out, so one list serves clusters of any size)."""
-    if spec is None or spec is False:
-        return ()
-    if spec is True:
-        return tuple(k for k in sorted({num_devices // 2, 2}, reverse=True) if 2 <= k < num_devices)
+def check_fewer_devices(spec: object) -> None:
+    """Raise :class:`ConfigError` unless ``spec`` is a ``fewer_devices`` value: ``True``,
+    ``False``, ``None`` or a list of device counts >= 1."""
+    if spec is None or isinstance(spec, bool):
+        return
     if isinstance(spec, (list, tuple)) and all(
         isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k >= 1 for k in spec
     ):
-        return tuple(int(k) for k in dict.fromkeys(spec) if k < num_devices)
+        return
     raise ConfigError(
         f"fewer_devices = {spec!r}: expected true (half the devices and 2), false, or a list "
         "of device counts >= 1"
     )
+
+
+def fewer_device_counts(num_devices: int, spec: object) -> tuple[int, ...]:
+    """The device counts below ``num_devices`` that the policy also places on (greedily, on the
+    first devices of the cluster): ``spec`` ``True`` for half the devices and 2, ``False`` /
+    ``None`` for none, or a list of counts (each ``1 <= k < num_devices``; larger ones are left
+    out, so one list serves clusters of any size; :func:`check_fewer_devices`)."""
+    check_fewer_devices(spec)
+    if spec is None or spec is False:
+        return ()
+    if spec is True:
+        return tuple(k for k in sorted({num_devices // 2, 2}, reverse=True) if 2 <= k < num_devices)
+    return tuple(int(k) for k in dict.fromkeys(spec) if k < num_devices)  # type: ignore[union-attr]
 
 
 def candidate_source(index: int, rollouts: int, placement: Placement) -> str:
