@@ -194,6 +194,9 @@ class _LearnedPlacer:
             (``adapter.pt`` of ``doppler-lab adapt``; :func:`~doppler_lab.policies.adapt.adapt`):
             the rollouts run with it on PLC's logits. Refused for another graph, device count
             or network, and with ``search="adapt"`` (which trains a table of its own).
+        cluster_moves: the budget search's descent (``ils``, ``ils-cp``) also tries moves of
+            several ops at once (:class:`~doppler_lab.policies.search.ClusterMoves`; default
+            true; false: single-node moves alone).
     """
 
     name: ClassVar[str] = ""
@@ -217,8 +220,10 @@ class _LearnedPlacer:
         partitions: int | None = None,
         adapter: str | Path | None = None,
         fewer_devices: bool | list[int] | None = None,
+        cluster_moves: bool = True,
     ):
         what = f"placer {self.name!r}: option"
+        cluster_moves = want_bool(cluster_moves, f"{what} cluster_moves", ConfigError)
         if samples is not None:
             samples = want_int(samples, f"{what} samples", ConfigError, minimum=0)
         if partitions is None:
@@ -272,6 +277,7 @@ class _LearnedPlacer:
         self.progress = progress
         self.partitions = partitions
         self.fewer_devices = fewer_devices
+        self.cluster_moves = cluster_moves
         self._cache: dict[int, PlacementPolicy] = {}
 
     def _checkpoint(self, checkpoint: str | Path | None) -> Path:
@@ -356,6 +362,7 @@ class _LearnedPlacer:
                     bar=bar,
                     partitions=self.partitions,
                     fewer_devices=fewer_device_counts(cluster.num_devices, self.fewer_devices),
+                    cluster_moves=self.cluster_moves,
                 )
         finally:
             bar.close()

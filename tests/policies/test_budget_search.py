@@ -21,6 +21,7 @@ from doppler_lab.policies.placers import (
 from doppler_lab.policies.pretrained import GENERAL_CHECKPOINT
 from doppler_lab.policies.search import (
     CP_ROLLOUT_SHARE,
+    ClusterMoves,
     MoveScan,
     cp_rollout_calls,
     critical_ops,
@@ -318,3 +319,88 @@ def test_doppler_judges_its_rollouts_on_fewer_devices(ckpt, counted):
         get_placer("doppler", checkpoint=ckpt, fewer_devices=True, adapter="a.pt")
     assert get_placer("doppler", checkpoint=ckpt, adapter="a.pt").fewer_devices is False
     assert get_placer("doppler", checkpoint=ckpt).fewer_devices is True
+
+
+def fan_in(kind: str = "compute"):
+    """Four producers (compute 1) each sending a tensor that takes 10 to move to one consumer
+    (compute 0.1); node 0 is of ``kind``."""
+    b = GraphBuilder("fan-in")
+    a = [b.add_node(f"a{i}", kind=kind if i == 0 else "compute", cost=1.0) for i in range(4)]
+    b.add_node("z", cost=0.1, inputs=a, edge_costs=[10.0] * 4)
+    return b.build()
+
+
+def test_cluster_moves_gather_a_fan_in():
+    graph = fan_in()
+    sim = Simulator(graph, make_cluster("uniform", 4), "paper")
+    spread = np.array([0, 1, 2, 3, 0])
+    path, makespan = critical_ops(sim, spread)
+    assert makespan == pytest.approx(11.1)
+    # no single-node move shortens it: three transfers of 10 remain
+    for v in range(4):
+        for d in range(4):
+            moved = spread.copy()
+            moved[v] = d
+            assert sim.makespan(moved) >= makespan - 1e-9
+    rows = ClusterMoves(graph, 4)(spread, path)
+    got = {tuple(r) for r in rows}
+    # around the path (producer 1 and the consumer): the consumer pulls its producers, producer 1
+    # pushes the consumer to itself, and gathers the consumer's whole fan-in
+    assert got == {(0, 0, 0, 0, 0), (0, 1, 2, 3, 1), (1, 1, 1, 1, 1)}
+    assert min(sim.makespan(r) for r in rows) == pytest.approx(4.1)  # all four on one device
+
+
+def test_cluster_moves_move_a_chain_whole_and_never_an_input():
+    b = GraphBuilder("chain")
+    r = b.add_node("r", cost=1.0)
+    x0 = b.add_node("x0", cost=1.0, inputs=[r])
+    x1 = b.add_node("x1", cost=1.0, inputs=[x0])
+    x2 = b.add_node("x2", cost=1.0, inputs=[x1])
+    y = b.add_node("y", cost=1.0, inputs=[r])
+    b.add_node("q", cost=1.0, inputs=[x2, y])
+    graph = b.build()
+    moves = ClusterMoves(graph, 4)
+    # r feeds two ops and q has two inputs: the chain is x0 -> x1 -> x2, nothing else
+    assert [c.tolist() for c in moves.chains] == [[x0, x1, x2]]
+    dev = np.array([1, 0, 0, 0, 2, 3])
+    rows = moves(dev, np.array([x1]))
+    assert sorted(map(tuple, rows)) == [(1, k, k, k, 2, 3) for k in (1, 2, 3)]
+    # the chain once; x0 pulls r; x2 pushes q, and gathers q's fan-in (y and q) on its device
+    got = {tuple(row) for row in moves(dev, np.array([x0, x1, x2]))}
+    assert got == {(1, k, k, k, 2, 3) for k in (1, 2, 3)} | {
+        (0, 0, 0, 0, 2, 3), (1, 0, 0, 0, 2, 0), (1, 0, 0, 0, 0, 0)
+    }  # fmt: skip
+    # an input never moves: gathering the fan-in leaves node 0 where it is
+    graph = fan_in(kind="input")
+    assert 0 not in graph.compute_nodes
+    spread = np.array([0, 1, 2, 3, 1])
+    for row in ClusterMoves(graph, 4)(spread, np.arange(5)):
+        assert row[0] == 0 and not np.array_equal(row, spread)
+
+
+def test_ils_cluster_moves_reach_what_single_moves_cannot():
+    graph = fan_in()
+    sim = Simulator(graph, make_cluster("uniform", 4), "paper")
+    spread = np.array([0, 1, 2, 3, 0])
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        found = iterated_search(sim, spread, 11.1, 5, rng)
+        assert found.calls == 5 and found.cost == pytest.approx(4.1)
+        assert sim.makespan(found.device) == pytest.approx(found.cost)
+        alone = iterated_search(sim, spread, 11.1, 30, rng, cluster_moves=False)
+        assert alone.cost == pytest.approx(11.1)  # a plateau for single-node moves
+
+
+def test_doppler_cluster_moves_option(small_graph, cluster4, ckpt):
+    kw = dict(seed=2, checkpoint=ckpt, budget=60, semantics="wc")
+    off = place("doppler", small_graph, cluster4, cluster_moves=False, **kw)
+    pol = DopplerPlacer(ckpt).policy(4)
+    out = policy_search(pol, small_graph, cluster4, 60, np.random.default_rng(2), "wc",
+                        partitions=PARTITION_PROPOSALS, fewer_devices=(2,),
+                        cluster_moves=False)  # fmt: skip
+    np.testing.assert_array_equal(off.device, out.placement.device)
+    on = place("doppler", small_graph, cluster4, **kw)
+    assert on.meta["sim_calls"] == off.meta["sim_calls"] == 60
+    assert get_placer("doppler", checkpoint=ckpt).cluster_moves is True
+    with pytest.raises(ConfigError, match="option cluster_moves"):
+        get_placer("doppler", checkpoint=ckpt, cluster_moves="sometimes")
