@@ -248,6 +248,23 @@ def long_comparison(training: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 #: how fine-tuning trains (:attr:`GeneralBenchConfig.finetune_method`)
+def ils_heft_comparison(budget: Sequence[Mapping[str, Any]]) -> str | None:
+    """What the policy adds to the budget search: doppler against ``ils-heft`` (the same search
+    from HEFT's placement) per task, and the geometric mean of doppler / ils-heft."""
+    pairs = [(r["doppler"], r["ils_heft"]) for r in budget
+             if r.get("doppler") is not None and r.get("ils_heft") is not None]  # fmt: skip
+    if not pairs:
+        return None
+    rel = [(b - a) / b for a, b in pairs]
+    better = sum(x > TIE_RTOL for x in rel)
+    worse = sum(x < -TIE_RTOL for x in rel)
+    gm = _gmean([a / b for a, b in pairs])
+    return (
+        f"better on {better}, tied on {len(rel) - better - worse}, worse on {worse} of "
+        f"{len(rel)}; geometric mean of doppler / ils-heft {gm:.3f}"
+    )
+
+
 FINETUNE_METHODS: tuple[str, ...] = ("adapter", "network")
 #: Stage II fields the bench sets itself for each fine-tuning run
 FINETUNE_FIXED: tuple[str, ...] = ("stage", "episodes", "semantics", "seed", "eval_every")
@@ -437,7 +454,7 @@ def _zero_shot(cfg: GeneralBenchConfig, task: Task) -> dict[str, Any]:
 
 
 def budget_case(cfg: GeneralBenchConfig, task: Task, method: str, root: str) -> dict[str, Any]:
-    """``method`` (``local-search`` or ``doppler``) with each budget of ``cfg.budgets`` over the
+    """``method`` (one of :data:`BUDGET_METHODS`) with each budget of ``cfg.budgets`` over the
     seeds; ``{"makespans": {budget: [per seed]}}`` (None for doppler without a budget option)."""
     from ..codeversion import versioned_key
 
@@ -450,6 +467,13 @@ def budget_case(cfg: GeneralBenchConfig, task: Task, method: str, root: str) -> 
     return _cached(where / "result.json", lambda: _budget(cfg, task, method))
 
 
+#: the budget part's methods: ``local-search`` (its defaults: annealing from CP), the
+#: ``doppler`` placer's budget search, and that search without the policy (``ils-heft``)
+BUDGET_METHODS: tuple[str, ...] = ("local-search", "ils-heft", "doppler")
+#: ``ils-heft``: the ``local-search`` placer running ``doppler``'s iterated local search from HEFT
+ILS_HEFT_OPTIONS: dict[str, str] = {"method": "ils", "start": "heft"}
+
+
 def _budget(cfg: GeneralBenchConfig, task: Task, method: str) -> dict[str, Any]:
     from ..placers import place
     from ..sim import Simulator
@@ -457,13 +481,17 @@ def _budget(cfg: GeneralBenchConfig, task: Task, method: str) -> dict[str, Any]:
     graph, cluster = _built(task)
     sim = Simulator(graph, cluster, task.semantics)  # type: ignore[arg-type]
     opts: dict[str, Any] = {"semantics": task.semantics}
+    placer = method
     if method == "doppler":
         opts.update(checkpoint=cfg.checkpoint, partitions=cfg.partitions)
+    elif method == "ils-heft":
+        placer = "local-search"
+        opts.update(ILS_HEFT_OPTIONS)
     out: dict[str, list[float]] = {}
     with torch_threads(1):
         for n in cfg.budgets:
             out[str(n)] = [
-                sim.makespan(place(method, graph, cluster, seed=s, budget=n, **opts))
+                sim.makespan(place(placer, graph, cluster, seed=s, budget=n, **opts))
                 for s in cfg.seed_range
             ]
     return {"task": task.name, "method": method, "makespans": out}
@@ -774,9 +802,11 @@ def budget_rows(
     counts = {"win": 0, "tie": 0, "loss": 0}
     for task in dict.fromkeys(t for t, _ in by):
         ls = by.get((task, "local-search"), {}).get(str(budget))
+        ih = by.get((task, "ils-heft"), {}).get(str(budget))
         dp = by.get((task, "doppler"), {}).get(str(budget))
         row: dict[str, Any] = {"task": task, "budget": budget, "cp": cp_of.get(task)}
         row["local_search"] = float(np.mean(ls)) if ls else None
+        row["ils_heft"] = float(np.mean(ih)) if ih else None
         row["doppler"] = float(np.mean(dp)) if dp else None
         if ls and dp:
             a, b = row["doppler"], row["local_search"]
@@ -784,7 +814,9 @@ def budget_rows(
             row["doppler_vs_local_search"] = rel
             row["result"] = "tie" if abs(rel) <= TIE_RTOL else ("win" if rel > 0 else "loss")
             counts[row["result"]] += 1
-        for k in ("local_search", "doppler"):
+        if ih and dp:
+            row["doppler_vs_ils_heft"] = (row["ils_heft"] - row["doppler"]) / row["ils_heft"]
+        for k in ("local_search", "ils_heft", "doppler"):
             if row[k] is not None:
                 row[f"{k}_vs_best_known"] = _vs_known(graph_of.get(task, ""), row[k])
         table.append(row)
@@ -1003,7 +1035,7 @@ def evaluate(
         [
             Run(budget_case, (cfg, t, m, root), label=f"budget {m} {t.name}")
             for t in tasks
-            for m in ("local-search", "doppler")
+            for m in BUDGET_METHODS
         ],
         "bench general: budgets",
     )
@@ -1045,8 +1077,9 @@ ZERO_COLUMNS = [
     "greedy_ms", "ms_per_250_nodes",
 ]  # fmt: skip
 BUDGET_COLUMNS = [
-    "task", "budget", "cp", "local_search", "doppler", "doppler_vs_local_search", "result",
-    "local_search_vs_best_known", "doppler_vs_best_known",
+    "task", "budget", "cp", "local_search", "ils_heft", "doppler", "doppler_vs_local_search",
+    "result", "doppler_vs_ils_heft", "local_search_vs_best_known", "ils_heft_vs_best_known",
+    "doppler_vs_best_known",
 ]  # fmt: skip
 CURVE_COLUMNS = ["task", "method", "sim_calls", "makespan", "std", "ratio_cp"]
 TRAIN_COLUMNS = [
@@ -1095,6 +1128,11 @@ def run(
     for t in res.targets:
         mark = {True: "pass", False: "FAIL", None: "not measured"}[t["passed"]]
         summary[t["target"]] = f"{mark} ({_show(t['value'])}; target {t['threshold']})"
+    policy_adds = ils_heft_comparison(res.budget)
+    if policy_adds:
+        summary[f"budget {cfg.budget}: doppler vs the same search from HEFT (ils-heft)"] = (
+            policy_adds
+        )
     long = long_comparison(res.training)
     if long:
         summary[f"equal episodes: network fine-tuned ({cfg.scratch_episodes}) vs scratch"] = long
@@ -1151,7 +1189,10 @@ def run(
             "vs_best_known = makespan / YARDSTICK best known - 1 (paper graphs); the geometric "
             "mean row: vs_cp = 1 - geometric mean of general / cp.",
             f"Budget: each placer gets N simulator calls (--budget N), mean over {cfg.seeds} "
-            f"seeds; result: doppler vs local-search (tie within {TIE_RTOL:g} relative). Curve: "
+            f"seeds; result: doppler vs local-search (tie within {TIE_RTOL:g} relative). "
+            "ils_heft: the same iterated local search as doppler's, without the policy (placer "
+            "local-search with method=ils, start=heft): what the policy's proposals add; "
+            "doppler_vs_ils_heft = (ils_heft - doppler) / ils_heft (> 0: the policy helps). Curve: "
             f"{', '.join(map(str, cfg.budgets))} calls, geometric mean of makespan / cp over the "
             f"tasks; figure {DATA_DIR}/budget_curve.html, data {DATA_DIR}/budget_curve.json.",
             _finetune_note(cfg) + "; scratch: Stage I "

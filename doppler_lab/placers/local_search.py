@@ -29,7 +29,8 @@ from .base import check_choice, check_positive
 #: ``propose(device, count, rng) -> (count, N)``: candidate placements around ``device``
 Proposal = Callable[[np.ndarray, int, np.random.Generator], np.ndarray]
 
-SEARCH_METHODS = ("anneal", "hill")
+#: ``method`` values of the ``local-search`` placer (``ils``: :func:`doppler_lab.policies.search.iterated_search`)
+SEARCH_METHODS = ("anneal", "hill", "ils")
 
 
 def neighbours(
@@ -171,7 +172,10 @@ class LocalSearchPlacer:
 
     Attributes:
         budget: simulator calls in all (the start's evaluation included).
-        method: ``anneal`` (default) or ``hill``.
+        method: ``anneal`` (default), ``hill``, or ``ils``: the iterated local search of the
+            ``doppler`` placer's budget search (critical-path descent with moves of several ops
+            at once, :func:`~doppler_lab.policies.search.iterated_search`), from ``start``
+            without any policy (``temperature`` unused).
         start: the placer whose placement starts the search.
         batch: neighbours simulated per round.
         semantics: simulator semantics of the objective (``paper``, ``wc``, ``bsp``).
@@ -214,17 +218,27 @@ class LocalSearchPlacer:
         bar = progress(
             total=budget, desc=f"{self.name} {graph.name}", enabled=self.progress, unit="call"
         )
-        found = search_devices(
-            sim,
-            init.device,
-            budget,
-            rng,
-            self.method,
-            self.batch,
-            self.temperature,
-            self.swap_prob,
-            bar=bar,
-        )
+        if self.method == "ils":
+            from ..policies.search import iterated_search
+
+            start_cost = float(sim.makespans(init.device[None, :])[0])
+            bar.update(1)
+            found = iterated_search(
+                sim, init.device, start_cost, budget, rng, 1, self.batch,
+                swap_prob=self.swap_prob, bar=bar,
+            )  # fmt: skip
+        else:
+            found = search_devices(
+                sim,
+                init.device,
+                budget,
+                rng,
+                self.method,
+                self.batch,
+                self.temperature,
+                self.swap_prob,
+                bar=bar,
+            )
         bar.close()
         best, best_cost, calls, start_cost = found
         meta = {

@@ -22,7 +22,7 @@ def case():
     return g, make_cluster("uniform", 4)
 
 
-@pytest.mark.parametrize("method", ["anneal", "hill"])
+@pytest.mark.parametrize("method", ["anneal", "hill", "ils"])
 @pytest.mark.parametrize("start", ["cp", "round-robin", "random"])
 def test_local_search_never_worse_than_start_and_within_budget(case, method, start):
     g, c = case
@@ -42,6 +42,23 @@ def test_local_search_improves_a_bad_start_and_is_reproducible(case):
     assert a.meta["best_makespan"] < a.meta["start_makespan"]
     np.testing.assert_array_equal(a.device, b.device)
     assert a.meta["sim_calls"] == 300
+
+
+def test_local_search_ils_is_the_doppler_search_without_a_policy(case):
+    from doppler_lab.policies.search import iterated_search
+
+    g, c = case
+    sim = Simulator(g, c, "wc")
+    p = place("local-search", g, c, seed=5, budget=200, method="ils", start="heft", semantics="wc")
+    rng = np.random.default_rng(5)
+    init = place("heft", g, c, seed=rng)
+    found = iterated_search(sim, init.device, sim.makespan(init), 200, rng, calls_used=1)
+    assert p.device[g.compute_nodes].tolist() == found.device[g.compute_nodes].tolist()
+    assert p.meta["sim_calls"] == found.calls == 200
+    assert p.meta["best_makespan"] == pytest.approx(found.cost)
+    assert found.cost <= sim.makespan(init)
+    with pytest.raises(ConfigError, match="method"):
+        get_placer("local-search", method="beam")
 
 
 # recorded before local search's loop moved into search_devices (shared with the doppler search)

@@ -15,7 +15,11 @@ from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
 from doppler_lab.train.general import Task, general_policy_config
 
 #: the doppler placer's budget option came with the general policy (absent: an empty column)
-METHODS = ("local-search", "doppler") if bench.doppler_takes_budget() else ("local-search",)
+METHODS = (
+    bench.BUDGET_METHODS
+    if bench.doppler_takes_budget()
+    else tuple(m for m in bench.BUDGET_METHODS if m != "doppler")
+)
 TASKS = (
     Task("chainmm:matrices=3,scale=0.01", "p100x4", "wc", "generator"),
     Task("ffnn:layers=2,scale=0.01", "uniform:3", "wc", "cluster"),
@@ -62,6 +66,15 @@ def test_quick_run_writes_every_table_and_a_rerun_skips_finished_cases(tmp_path,
     assert [r["task"] for r in budget[:-1]] == [t.name for t in TASKS]
     results = [r["result"] for r in budget[:-1]]
     assert budget[-1]["result"] == " / ".join(str(results.count(k)) for k in ("win", "tie", "loss"))
+    # beside them, the same search as doppler's from HEFT's placement, without the policy
+    for r in budget[:-1]:
+        assert r["ils_heft"] > 0
+        rel = (r["ils_heft"] - r["doppler"]) / r["ils_heft"]
+        assert r["doppler_vs_ils_heft"] == pytest.approx(rel)
+    adds = rec["summary"]["budget 10: doppler vs the same search from HEFT (ils-heft)"]
+    assert adds.endswith(" of 2; geometric mean of doppler / ils-heft " + format(
+        (budget[0]["doppler"] / budget[0]["ils_heft"] * budget[1]["doppler"] / budget[1]["ils_heft"])
+        ** 0.5, ".3f"))  # fmt: skip
     curve = json.loads((out / "general" / "budget_curve.json").read_text())["curve"]
     gm = [c for c in curve if c["task"] == "geometric mean"]
     assert {(c["method"], c["sim_calls"]) for c in gm} == {(m, n) for m in METHODS for n in (5, 10)}
@@ -89,7 +102,7 @@ def test_quick_run_writes_every_table_and_a_rerun_skips_finished_cases(tmp_path,
     assert alone["value"] == pytest.approx(zero[-1]["policy_vs_cp"])
     # a rerun computes nothing: every case's result.json stays as it was
     done = sorted((tmp_path / "runs_quick").rglob("result.json"))
-    assert len(done) == 2 + 2 * 2 + 3  # zero-shot and budget (2 methods) per task, 3 trainings
+    assert len(done) == 2 + 2 * 3 + 3  # zero-shot and budget (3 methods) per task, 3 trainings
     stamps = [p.stat().st_mtime_ns for p in done]
     again = bench.run(tmp_path / "out", quick=True, config=cfg, progress=False)
     assert [p.stat().st_mtime_ns for p in done] == stamps
