@@ -7,13 +7,18 @@ devices of two nodes), simulates them together with :meth:`Simulator.makespans`,
 the best of them when it is no worse (``hill``) or by the Metropolis rule with a temperature
 that falls linearly to zero (``anneal``). The best placement seen is returned, so the result is
 never worse than the start. Simulation is deterministic (noise 0) under ``semantics``.
+
+``method="ils"`` runs :func:`iterated_search` instead: the iterated local search that the
+``doppler`` placer's budget search runs from the policy's proposals
+(:mod:`doppler_lab.policies.search`), with its moves of several ops at once
+(:class:`ClusterMoves`), here from the ``start`` placer's placement and without any policy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple, TypeVar
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -24,13 +29,22 @@ from ..hardware import Cluster
 from ..placement import Placement
 from ..progress import progress
 from ..sim import SEMANTICS, Simulator
+from ..trace_path import critical_path
 from .base import check_choice, check_positive
 
 #: ``propose(device, count, rng) -> (count, N)``: candidate placements around ``device``
 Proposal = Callable[[np.ndarray, int, np.random.Generator], np.ndarray]
 
-#: ``method`` values of the ``local-search`` placer (``ils``: :func:`doppler_lab.policies.search.iterated_search`)
+_T = TypeVar("_T")
+
+#: ``method`` values of the ``local-search`` placer (``ils``: :func:`iterated_search`)
 SEARCH_METHODS = ("anneal", "hill", "ils")
+#: ``ils``: random single-node moves of a kick
+KICK_MOVES = 4
+#: ``ils``: calls without progress before a kick, as a share of the number of moves N(D-1)
+STALL_SHARE = 0.5
+#: ``ils``: progress is a makespan this much (relative) below the last progress
+MIN_GAIN = 1e-3
 
 
 def neighbours(
@@ -174,8 +188,8 @@ class LocalSearchPlacer:
         budget: simulator calls in all (the start's evaluation included).
         method: ``anneal`` (default), ``hill``, or ``ils``: the iterated local search of the
             ``doppler`` placer's budget search (critical-path descent with moves of several ops
-            at once, :func:`~doppler_lab.policies.search.iterated_search`), from ``start``
-            without any policy (``temperature`` unused).
+            at once, :func:`iterated_search`), from ``start`` without any policy
+            (``temperature`` unused).
         start: the placer whose placement starts the search.
         batch: neighbours simulated per round.
         semantics: simulator semantics of the objective (``paper``, ``wc``, ``bsp``).
@@ -219,8 +233,6 @@ class LocalSearchPlacer:
             total=budget, desc=f"{self.name} {graph.name}", enabled=self.progress, unit="call"
         )
         if self.method == "ils":
-            from ..policies.search import iterated_search
-
             start_cost = float(sim.makespans(init.device[None, :])[0])
             bar.update(1)
             found = iterated_search(
@@ -250,3 +262,268 @@ class LocalSearchPlacer:
             "semantics": self.semantics,
         }
         return Placement(best, None, self.name, meta).with_inputs_filled(graph)
+
+
+class MoveScan:
+    """A proposal of :func:`~doppler_lab.placers.local_search.search_devices` that walks every
+    single-node move without replacement.
+
+    The moves are the (node, device shift) pairs of the ``movable`` nodes: shuffled, taken in
+    order ``count`` at a time and reshuffled when used up; a move applies to the current device
+    vector, so the walk goes on as the search moves. With probability ``swap_prob`` a row swaps
+    instead: its scanned node trades devices with a random movable node on another device.
+    """
+
+    def __init__(self, movable: np.ndarray, num_devices: int, swap_prob: float = 0.2) -> None:
+        shift = np.arange(1, num_devices)
+        self.moves = np.stack(
+            [np.repeat(movable, shift.size), np.tile(shift, movable.size)], axis=1
+        )
+        self.movable = movable
+        self.num_devices = num_devices
+        self.swap_prob = swap_prob
+        self.order = self.moves
+        self.pos = len(self.moves)
+
+    def __call__(self, device: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+        """``(count, N)`` placements, each one move away from ``device``."""
+        out = np.repeat(device[None, :], count, axis=0)
+        if not len(self.moves):
+            return out
+        picks, need = [], count
+        while need:
+            if self.pos == len(self.moves):
+                self.order, self.pos = self.moves[rng.permutation(len(self.moves))], 0
+            take = self.order[self.pos : self.pos + need]
+            self.pos += len(take)
+            need -= len(take)
+            picks.append(take)
+        v, shift = np.concatenate(picks).T
+        out[np.arange(count), v] = (device[v] + shift) % self.num_devices
+        # swaps: the scanned node trades devices with a random movable node on another device
+        rows = np.flatnonzero(rng.random(count) < self.swap_prob)
+        w = self.movable[rng.integers(0, self.movable.size, rows.size)]
+        a = v[rows]
+        keep = device[w] != device[a]
+        rows, a, w = rows[keep], a[keep], w[keep]
+        out[rows, a] = device[w]
+        out[rows, w] = device[a]
+        return out
+
+
+class ClusterMoves:
+    """Moves of several ops at once, around the ops of a critical path: what single-node moves
+    cannot reach one at a time without first making the makespan worse.
+
+    For each op ``v`` of the path, every move that changes the placement:
+
+    - *pull*: ``v``'s predecessors on other devices to ``v``'s device;
+    - *push*: ``v``'s successors on other devices to ``v``'s device;
+    - *join*: for each successor ``s`` of ``v``, ``s`` and all of ``s``'s predecessors to ``v``'s
+      device (a fan-in gathered where one of its inputs is made);
+    - *chain*: ``v``'s chain (the longest run of ops through ``v`` in which each link is its
+      op's only input and its producer's only consumer) to each other device, whole.
+
+    Why: the general policy's placements of the paper's transformer graphs cut the heaviest edges
+    (a fan-in of four 18.5-unit ops, each sending a 73.9-unit tensor). Moving one producer to the
+    consumer saves nothing while the other three transfers still run; moving all four does
+    (``pull``). A chain moves to a less loaded device without cutting itself. In ``bench
+    general`` (2000 calls, 10 seeds) these moves took the search from 0.752 to 0.729 of CP in
+    geometric mean over the held-out tasks, the paper's transformer block from 193.8 to 174.4
+    (half the seeds within 0.1% of the best known, 166.74) and the 8-GPU block from 221.8 to 194.1;
+    no task got more than 1% worse.
+
+    Only movable ops (``graph.compute_nodes``) move.
+    """
+
+    def __init__(self, graph: DataflowGraph, num_devices: int) -> None:
+        n = graph.num_nodes
+        self.graph = graph
+        self.num_devices = num_devices
+        movable = np.zeros(n, dtype=bool)
+        movable[graph.compute_nodes] = True
+        self.movable = movable
+        indeg = np.asarray(graph.in_degree)
+        outdeg = np.asarray(graph.out_degree)
+        # link u -> v of a chain: v's only input is u, and u's only consumer is v (both movable)
+        nxt = np.full(n, -1, dtype=np.int64)
+        for v in np.flatnonzero(movable & (indeg == 1)):
+            u = int(graph.predecessors(v)[0])
+            if movable[u] and outdeg[u] == 1:
+                nxt[u] = v
+        has_prev = np.zeros(n, dtype=bool)
+        has_prev[nxt[nxt >= 0]] = True
+        self.chain = np.full(n, -1, dtype=np.int64)
+        self.chains: list[np.ndarray] = []
+        for head in np.flatnonzero((nxt >= 0) & ~has_prev):
+            run, v = [], int(head)
+            while v >= 0:
+                run.append(v)
+                v = int(nxt[v])
+            self.chain[run] = len(self.chains)
+            self.chains.append(np.array(run, dtype=np.int64))
+
+    def __call__(self, device: np.ndarray, ops: np.ndarray) -> np.ndarray:
+        """``(K, N)`` the distinct placements one cluster move away from ``device``, around the
+        ops ``ops`` (K may be 0)."""
+        g, movable = self.graph, self.movable
+        rows: list[np.ndarray] = []
+
+        def gather(nodes: np.ndarray, d: int) -> None:
+            nodes = nodes[movable[nodes] & (device[nodes] != d)]
+            if nodes.size:
+                r = device.copy()
+                r[nodes] = d
+                rows.append(r)
+
+        done_chains: set[int] = set()
+        for v in np.asarray(ops, dtype=np.int64):
+            d = int(device[v])
+            gather(g.predecessors(v), d)
+            succ = g.successors(v)
+            gather(succ, d)
+            for s in succ:
+                fan = np.append(g.predecessors(s), s)
+                if np.count_nonzero(movable[fan] & (device[fan] != d)) > 1:
+                    gather(fan, d)
+            c = int(self.chain[v])
+            if c >= 0 and c not in done_chains:
+                done_chains.add(c)
+                for k in range(self.num_devices):
+                    gather(self.chains[c], k)
+        if not rows:
+            return np.empty((0, device.size), dtype=device.dtype)
+        return np.unique(np.stack(rows), axis=0)
+
+
+def critical_ops(sim: Simulator, device: np.ndarray) -> tuple[np.ndarray, float]:
+    """The ops on the critical path of ``device``'s simulated trace (sorted node ids) and its
+    makespan: one simulator call."""
+    trace = sim.run(device)
+    ops = {s.index for s in critical_path(trace, sim.graph) if s.record == "op"}
+    return np.array(sorted(ops), dtype=np.int64), trace.makespan
+
+
+def iterated_search(
+    sim: Simulator,
+    start: np.ndarray,
+    start_cost: float,
+    budget: int,
+    rng: np.random.Generator,
+    calls_used: int = 0,
+    batch: int = 8,
+    kick: int = KICK_MOVES,
+    stall_share: float = STALL_SHARE,
+    min_gain: float = MIN_GAIN,
+    swap_prob: float = 0.2,
+    bar: tqdm | None = None,
+    cluster_moves: bool = True,
+) -> SearchResult:
+    """Iterated local search over device vectors from ``start`` until ``budget`` calls have been
+    counted (``calls_used`` included): the ``ils`` strategy (module docstring).
+
+    Rounds of three phases: (1) descent by the moves of the critical path's ops
+    (:func:`critical_ops`, one call; first the path's :class:`ClusterMoves` in a random order,
+    then a :class:`MoveScan` over its single-node moves, ``batch`` at a time, moving to the best
+    of a batch when it is strictly better and then taking the new path) until a pass over them
+    improves nothing; (2) a :class:`MoveScan` of every move, no worse accepted, back
+    to (1) on a strict improvement; (3) once ``stall_share`` N(D-1) calls have made no progress
+    (the makespan ``min_gain`` below the one at the last progress: under ``paper`` semantics
+    improvements by 0.01 go on for long), a kick: ``kick`` random single-node moves from the
+    incumbent, the best end of (2) so far.
+
+    Args:
+        sim: the deterministic simulator that judges placements.
+        start: ``(N,)`` the start's device vector.
+        start_cost: its makespan.
+        budget: the call count at which the search stops.
+        rng: the only source of randomness.
+        calls_used: calls already spent by the caller.
+        batch: proposals simulated per round.
+        kick: random moves of a kick.
+        stall_share: calls without progress before a kick, per move.
+        min_gain: the relative gain that counts as progress.
+        swap_prob: probability that a scanned move is a swap (:class:`MoveScan`).
+        bar: a progress bar advanced by each call this search makes.
+        cluster_moves: try the path's :class:`ClusterMoves` before its single-node moves
+            (False: single-node moves alone, the search before them).
+    """
+    movable, ndev = sim.graph.compute_nodes, sim.num_devices
+    calls = calls_used
+    cur, cur_cost = np.array(start, copy=True), float(start_cost)
+    best, best_cost = cur.copy(), cur_cost
+    inc, inc_cost = cur.copy(), cur_cost
+    if ndev < 2 or not movable.size:
+        return SearchResult(best, best_cost, calls, float(start_cost))
+    every = MoveScan(movable, ndev, swap_prob)
+    stall = max(int(stall_share * len(every.moves)), batch)
+    clusters = ClusterMoves(sim.graph, ndev) if cluster_moves else None
+
+    def count(value: _T, k: int) -> _T:
+        nonlocal calls
+        calls += k
+        if bar is not None:
+            bar.update(k)
+        return value
+
+    def judge(cand: np.ndarray) -> tuple[int, float]:
+        costs = count(sim.makespans(cand), len(cand))
+        j = int(np.argmin(costs))
+        return j, float(costs[j])
+
+    path = None  # the critical path's ops when already known for ``cur``
+    ref, mark = cur_cost, calls  # the makespan at the last progress, and the call count then
+
+    def progress() -> None:
+        nonlocal ref, mark
+        if cur_cost < ref * (1.0 - min_gain):
+            ref, mark = cur_cost, calls
+
+    while calls < budget:
+        improved = True
+        while improved and calls < budget:  # (1) the critical path's moves
+            improved = False
+            if path is None:
+                path = count(critical_ops(sim, cur)[0], 1)
+            scan = MoveScan(path[np.isin(path, movable)], ndev, swap_prob)
+            groups = None
+            if clusters is not None:
+                groups = clusters(cur, path)
+                groups = groups[rng.permutation(len(groups))]
+            gpos = 0
+            path, left = None, len(scan.moves)
+            while (left > 0 or (groups is not None and gpos < len(groups))) and calls < budget:
+                if groups is not None and gpos < len(groups):
+                    cand = groups[gpos : gpos + min(batch, budget - calls)]
+                    gpos += len(cand)
+                else:
+                    k = min(batch, budget - calls, left)
+                    left -= k
+                    cand = scan(cur, k, rng)
+                j, c = judge(cand)
+                if c < cur_cost:
+                    cur, cur_cost, improved = cand[j].copy(), c, True
+                    progress()
+                    break
+        better = False
+        while calls - mark < stall and calls < budget and not better:  # (2) every move
+            cand = every(cur, min(batch, budget - calls), rng)
+            j, c = judge(cand)
+            if c <= cur_cost:
+                better = c < cur_cost
+                cur, cur_cost = cand[j].copy(), c
+                progress()
+        if cur_cost < best_cost:
+            best, best_cost = cur.copy(), cur_cost
+        if calls >= budget or (better and calls - mark < stall):
+            continue  # back to (1)
+        if cur_cost <= inc_cost:  # (3) a kick from the incumbent
+            inc, inc_cost = cur.copy(), cur_cost
+        cur = inc.copy()
+        v = movable[rng.choice(movable.size, min(kick, movable.size), replace=False)]
+        cur[v] = (cur[v] + rng.integers(1, ndev, v.size)) % ndev
+        path, cur_cost = count(critical_ops(sim, cur), 1)
+        ref, mark = cur_cost, calls
+        if cur_cost < best_cost:
+            best, best_cost = cur.copy(), cur_cost
+    return SearchResult(best, best_cost, calls, float(start_cost))

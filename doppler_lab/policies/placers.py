@@ -8,10 +8,10 @@ greedy rollout and ``samples`` sampled rollouts from the final policy, judged by
 is the policy alone. ``samples=0, partitions=0`` gives the greedy rollout alone, without any
 simulator call.
 
-With a ``budget`` (simulator calls) the placer searches instead: the policy's rollouts, then
-annealing from the best of them with the rest of the calls (:mod:`doppler_lab.policies.search`),
-the budget protocol of the search placers (``local-search``). ``doppler`` without a checkpoint runs the
-shipped general policy (:data:`~doppler_lab.policies.pretrained.GENERAL_CHECKPOINT`).
+With a ``budget`` (simulator calls) the placer searches instead: the policy's rollouts, then an
+iterated local search from the best of them with the rest of the calls
+(:mod:`doppler_lab.policies.search`), the budget protocol of the search placers
+(``local-search``). ``doppler`` without a checkpoint runs the shipped general policy (:data:`~doppler_lab.policies.pretrained.GENERAL_CHECKPOINT`).
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ class _LearnedPlacer:
             the rollouts run with it on PLC's logits. Refused for another graph, device count
             or network, and with ``search="adapt"`` (which trains a table of its own).
         cluster_moves: the budget search's descent (``ils``, ``ils-cp``) also tries moves of
-            several ops at once (:class:`~doppler_lab.policies.search.ClusterMoves`; default
+            several ops at once (:class:`~doppler_lab.placers.local_search.ClusterMoves`; default
             true; false: single-node moves alone).
     """
 

@@ -5,18 +5,20 @@ a trace included) on one graph: it judges the policy's greedy rollout and ``samp
 rollouts, then searches device vectors from the best of them with the rest of the budget. The
 strategies (:data:`SEARCH_STRATEGIES`):
 
-- ``ils`` (default): iterated local search (:func:`iterated_search`). A descent by the moves of
-  the ops on the critical path of the current placement's trace (first the moves of several
-  ops at once around them, :class:`ClusterMoves`: a fan-in gathered on one device, a chain moved
-  whole; then each (op, new device) move once, :class:`MoveScan`; the path taken again after
-  every improvement), then a scan of every
-  single-node move that also accepts moves that leave the makespan unchanged (back to the
-  descent on an improvement), and when N(D-1)/2 calls have made no progress (no makespan 0.1 %
-  below the one at the last progress), a kick: 4 random single-node moves from the best such
-  end so far, and again;
+- ``ils`` (default): iterated local search (:func:`~doppler_lab.placers.local_search.
+  iterated_search`, also the ``local-search`` placer's ``method=ils``). A descent by the moves
+  of the ops on the critical path of the current placement's trace (first the moves of several
+  ops at once around them, :class:`~doppler_lab.placers.local_search.ClusterMoves`: a fan-in
+  gathered on one device, a chain moved whole; then each (op, new device) move once,
+  :class:`~doppler_lab.placers.local_search.MoveScan`; the path taken again after every
+  improvement), then a scan of every single-node move that also accepts moves that leave the
+  makespan unchanged (back to the descent on an improvement), and when N(D-1)/2 calls have made
+  no progress (no makespan 0.1 % below the one at the last progress), a kick: 4 random
+  single-node moves from the best such end so far, and again;
 - ``scan``: the anneal of ``anneal``, but the single-node moves are drawn without replacement
-  (:class:`MoveScan`: a shuffled list of every (node, new device) move, walked in order and
-  reshuffled when used up), so that no move is left untried for long;
+  (:class:`~doppler_lab.placers.local_search.MoveScan`: a shuffled list of every (node, new
+  device) move, walked in order and reshuffled when used up), so that no move is left untried
+  for long;
 - ``anneal``: the loop of the ``local-search`` placer
   (:func:`~doppler_lab.placers.local_search.search_devices`: uniform moves, Metropolis rule);
 - ``guided``: the moved node's new device drawn from the policy's preferences, the device
@@ -31,10 +33,6 @@ The ``doppler`` placer also takes ``search="adapt"``: no local moves, the calls 
 per-instance table on PLC's logits with the network frozen, from the best proposal
 (:func:`doppler_lab.policies.adapt.adapt_search`; DOPPLER policies only, a learned PLC).
 
-The moves of several ops at once (:class:`ClusterMoves`) came after that probe (its ``ils``
-rows are single-node moves alone, ``cluster_moves=False`` here); see the class for why and what
-they changed.
-
 Why ``ils`` (reports/bench/doppler_search_probe.md): the policy's best rollout sits in a deep
 optimum for single-node moves. Under ``paper`` semantics a quarter or more of its N(D-1) moves
 leave the makespan unchanged (off the critical path) and only a few improve it, sometimes one
@@ -42,7 +40,10 @@ alone by much (paper full_transformer_layer: 205.5 to 150.1 by one move). ``anne
 such a move for the whole budget; ``scan`` tries each within N(D-1) calls, but it takes the
 first no-worse move of a batch, drifts over the plateau and may pass the big one by; the
 descent tries the few moves that can shorten the path first (a few dozen ops, not N) and takes
-the best of each batch, and the kicks leave an optimum that the scan cannot improve.
+the best of each batch, and the kicks leave an optimum that the scan cannot improve. The moves
+of several ops at once came after that probe (its ``ils`` rows are single-node moves alone,
+``cluster_moves=False`` here); :class:`~doppler_lab.placers.local_search.ClusterMoves` says why
+and what they changed.
 
 The simulator is deterministic (noise 0) under ``semantics``; the result is never worse than the
 best rollout, and ``calls <= budget`` always.
@@ -52,7 +53,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
 import numpy as np
 import torch
@@ -62,15 +62,12 @@ from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, CostModel
 from ..placement import Placement
-from ..placers.local_search import SearchResult, neighbours, search_devices
+from ..placers.local_search import MoveScan, iterated_search, neighbours, search_devices
 from ..sim import Simulator
-from ..trace_path import critical_path
 from .base import PlacementPolicy
 from .context import GraphContext
 from .rollout import greedy_and_samples
 from .tensors import flush_denormal
-
-_T = TypeVar("_T")
 
 SEARCH_STRATEGIES = ("ils", "scan", "anneal", "guided", "restarts", "ils-cp")
 #: ``ils-cp``: the largest share of the budget left after the rollouts that ``cp-rollout`` may take
@@ -82,12 +79,6 @@ MAX_SAMPLES = 64
 UNIFORM_MIX = 0.5
 #: starts of the ``restarts`` strategy
 RESTARTS = 4
-#: ``ils``: random single-node moves of a kick
-KICK_MOVES = 4
-#: ``ils``: calls without progress before a kick, as a share of the number of moves N(D-1)
-STALL_SHARE = 0.5
-#: ``ils``: progress is a makespan this much (relative) below the last progress
-MIN_GAIN = 1e-3
 
 
 def check_fewer_devices(spec: object) -> None:
@@ -179,271 +170,6 @@ def device_preferences(devices: np.ndarray, num_devices: int, mix: float) -> np.
     freq = np.zeros((n, num_devices))
     np.add.at(freq, (np.tile(np.arange(n), k), devices.reshape(-1)), 1.0)
     return (1.0 - mix) * freq / max(k, 1) + mix / num_devices
-
-
-class MoveScan:
-    """A proposal of :func:`~doppler_lab.placers.local_search.search_devices` that walks every
-    single-node move without replacement.
-
-    The moves are the (node, device shift) pairs of the ``movable`` nodes: shuffled, taken in
-    order ``count`` at a time and reshuffled when used up; a move applies to the current device
-    vector, so the walk goes on as the search moves. With probability ``swap_prob`` a row swaps
-    instead: its scanned node trades devices with a random movable node on another device.
-    """
-
-    def __init__(self, movable: np.ndarray, num_devices: int, swap_prob: float = 0.2) -> None:
-        shift = np.arange(1, num_devices)
-        self.moves = np.stack(
-            [np.repeat(movable, shift.size), np.tile(shift, movable.size)], axis=1
-        )
-        self.movable = movable
-        self.num_devices = num_devices
-        self.swap_prob = swap_prob
-        self.order = self.moves
-        self.pos = len(self.moves)
-
-    def __call__(self, device: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
-        """``(count, N)`` placements, each one move away from ``device``."""
-        out = np.repeat(device[None, :], count, axis=0)
-        if not len(self.moves):
-            return out
-        picks, need = [], count
-        while need:
-            if self.pos == len(self.moves):
-                self.order, self.pos = self.moves[rng.permutation(len(self.moves))], 0
-            take = self.order[self.pos : self.pos + need]
-            self.pos += len(take)
-            need -= len(take)
-            picks.append(take)
-        v, shift = np.concatenate(picks).T
-        out[np.arange(count), v] = (device[v] + shift) % self.num_devices
-        # swaps: the scanned node trades devices with a random movable node on another device
-        rows = np.flatnonzero(rng.random(count) < self.swap_prob)
-        w = self.movable[rng.integers(0, self.movable.size, rows.size)]
-        a = v[rows]
-        keep = device[w] != device[a]
-        rows, a, w = rows[keep], a[keep], w[keep]
-        out[rows, a] = device[w]
-        out[rows, w] = device[a]
-        return out
-
-
-class ClusterMoves:
-    """Moves of several ops at once, around the ops of a critical path: what single-node moves
-    cannot reach one at a time without first making the makespan worse.
-
-    For each op ``v`` of the path, every move that changes the placement:
-
-    - *pull*: ``v``'s predecessors on other devices to ``v``'s device;
-    - *push*: ``v``'s successors on other devices to ``v``'s device;
-    - *join*: for each successor ``s`` of ``v``, ``s`` and all of ``s``'s predecessors to ``v``'s
-      device (a fan-in gathered where one of its inputs is made);
-    - *chain*: ``v``'s chain (the longest run of ops through ``v`` in which each link is its
-      op's only input and its producer's only consumer) to each other device, whole.
-
-    Why: the general policy's placements of the paper's transformer graphs cut the heaviest edges
-    (a fan-in of four 18.5-unit ops, each sending a 73.9-unit tensor). Moving one producer to the
-    consumer saves nothing while the other three transfers still run; moving all four does
-    (``pull``). A chain moves to a less loaded device without cutting itself. In ``bench
-    general`` (2000 calls, 10 seeds) these moves took the search from 0.752 to 0.729 of CP in
-    geometric mean over the held-out tasks, the paper's transformer block from 193.8 to 174.4
-    (half the seeds within 0.1% of the best known, 166.74) and the 8-GPU block from 221.8 to 194.1;
-    no task got more than 1% worse.
-
-    Only movable ops (``graph.compute_nodes``) move.
-    """
-
-    def __init__(self, graph: DataflowGraph, num_devices: int) -> None:
-        n = graph.num_nodes
-        self.graph = graph
-        self.num_devices = num_devices
-        movable = np.zeros(n, dtype=bool)
-        movable[graph.compute_nodes] = True
-        self.movable = movable
-        indeg = np.asarray(graph.in_degree)
-        outdeg = np.asarray(graph.out_degree)
-        # link u -> v of a chain: v's only input is u, and u's only consumer is v (both movable)
-        nxt = np.full(n, -1, dtype=np.int64)
-        for v in np.flatnonzero(movable & (indeg == 1)):
-            u = int(graph.predecessors(v)[0])
-            if movable[u] and outdeg[u] == 1:
-                nxt[u] = v
-        has_prev = np.zeros(n, dtype=bool)
-        has_prev[nxt[nxt >= 0]] = True
-        self.chain = np.full(n, -1, dtype=np.int64)
-        self.chains: list[np.ndarray] = []
-        for head in np.flatnonzero((nxt >= 0) & ~has_prev):
-            run, v = [], int(head)
-            while v >= 0:
-                run.append(v)
-                v = int(nxt[v])
-            self.chain[run] = len(self.chains)
-            self.chains.append(np.array(run, dtype=np.int64))
-
-    def __call__(self, device: np.ndarray, ops: np.ndarray) -> np.ndarray:
-        """``(K, N)`` the distinct placements one cluster move away from ``device``, around the
-        ops ``ops`` (K may be 0)."""
-        g, movable = self.graph, self.movable
-        rows: list[np.ndarray] = []
-
-        def gather(nodes: np.ndarray, d: int) -> None:
-            nodes = nodes[movable[nodes] & (device[nodes] != d)]
-            if nodes.size:
-                r = device.copy()
-                r[nodes] = d
-                rows.append(r)
-
-        done_chains: set[int] = set()
-        for v in np.asarray(ops, dtype=np.int64):
-            d = int(device[v])
-            gather(g.predecessors(v), d)
-            succ = g.successors(v)
-            gather(succ, d)
-            for s in succ:
-                fan = np.append(g.predecessors(s), s)
-                if np.count_nonzero(movable[fan] & (device[fan] != d)) > 1:
-                    gather(fan, d)
-            c = int(self.chain[v])
-            if c >= 0 and c not in done_chains:
-                done_chains.add(c)
-                for k in range(self.num_devices):
-                    gather(self.chains[c], k)
-        if not rows:
-            return np.empty((0, device.size), dtype=device.dtype)
-        return np.unique(np.stack(rows), axis=0)
-
-
-def critical_ops(sim: Simulator, device: np.ndarray) -> tuple[np.ndarray, float]:
-    """The ops on the critical path of ``device``'s simulated trace (sorted node ids) and its
-    makespan: one simulator call."""
-    trace = sim.run(device)
-    ops = {s.index for s in critical_path(trace, sim.graph) if s.record == "op"}
-    return np.array(sorted(ops), dtype=np.int64), trace.makespan
-
-
-def iterated_search(
-    sim: Simulator,
-    start: np.ndarray,
-    start_cost: float,
-    budget: int,
-    rng: np.random.Generator,
-    calls_used: int = 0,
-    batch: int = 8,
-    kick: int = KICK_MOVES,
-    stall_share: float = STALL_SHARE,
-    min_gain: float = MIN_GAIN,
-    swap_prob: float = 0.2,
-    bar: tqdm | None = None,
-    cluster_moves: bool = True,
-) -> SearchResult:
-    """Iterated local search over device vectors from ``start`` until ``budget`` calls have been
-    counted (``calls_used`` included): the ``ils`` strategy (module docstring).
-
-    Rounds of three phases: (1) descent by the moves of the critical path's ops
-    (:func:`critical_ops`, one call; first the path's :class:`ClusterMoves` in a random order,
-    then a :class:`MoveScan` over its single-node moves, ``batch`` at a time, moving to the best
-    of a batch when it is strictly better and then taking the new path) until a pass over them
-    improves nothing; (2) a :class:`MoveScan` of every move, no worse accepted, back
-    to (1) on a strict improvement; (3) once ``stall_share`` N(D-1) calls have made no progress
-    (the makespan ``min_gain`` below the one at the last progress: under ``paper`` semantics
-    improvements by 0.01 go on for long), a kick: ``kick`` random single-node moves from the
-    incumbent, the best end of (2) so far.
-
-    Args:
-        sim: the deterministic simulator that judges placements.
-        start: ``(N,)`` the start's device vector.
-        start_cost: its makespan.
-        budget: the call count at which the search stops.
-        rng: the only source of randomness.
-        calls_used: calls already spent by the caller.
-        batch: proposals simulated per round.
-        kick: random moves of a kick.
-        stall_share: calls without progress before a kick, per move.
-        min_gain: the relative gain that counts as progress.
-        swap_prob: probability that a scanned move is a swap (:class:`MoveScan`).
-        bar: a progress bar advanced by each call this search makes.
-        cluster_moves: try the path's :class:`ClusterMoves` before its single-node moves
-            (False: single-node moves alone, the search before them).
-    """
-    movable, ndev = sim.graph.compute_nodes, sim.num_devices
-    calls = calls_used
-    cur, cur_cost = np.array(start, copy=True), float(start_cost)
-    best, best_cost = cur.copy(), cur_cost
-    inc, inc_cost = cur.copy(), cur_cost
-    if ndev < 2 or not movable.size:
-        return SearchResult(best, best_cost, calls, float(start_cost))
-    every = MoveScan(movable, ndev, swap_prob)
-    stall = max(int(stall_share * len(every.moves)), batch)
-    clusters = ClusterMoves(sim.graph, ndev) if cluster_moves else None
-
-    def count(value: _T, k: int) -> _T:
-        nonlocal calls
-        calls += k
-        if bar is not None:
-            bar.update(k)
-        return value
-
-    def judge(cand: np.ndarray) -> tuple[int, float]:
-        costs = count(sim.makespans(cand), len(cand))
-        j = int(np.argmin(costs))
-        return j, float(costs[j])
-
-    path = None  # the critical path's ops when already known for ``cur``
-    ref, mark = cur_cost, calls  # the makespan at the last progress, and the call count then
-
-    def progress() -> None:
-        nonlocal ref, mark
-        if cur_cost < ref * (1.0 - min_gain):
-            ref, mark = cur_cost, calls
-
-    while calls < budget:
-        improved = True
-        while improved and calls < budget:  # (1) the critical path's moves
-            improved = False
-            if path is None:
-                path = count(critical_ops(sim, cur)[0], 1)
-            scan = MoveScan(path[np.isin(path, movable)], ndev, swap_prob)
-            groups = None
-            if clusters is not None:
-                groups = clusters(cur, path)
-                groups = groups[rng.permutation(len(groups))]
-            gpos = 0
-            path, left = None, len(scan.moves)
-            while (left > 0 or (groups is not None and gpos < len(groups))) and calls < budget:
-                if groups is not None and gpos < len(groups):
-                    cand = groups[gpos : gpos + min(batch, budget - calls)]
-                    gpos += len(cand)
-                else:
-                    k = min(batch, budget - calls, left)
-                    left -= k
-                    cand = scan(cur, k, rng)
-                j, c = judge(cand)
-                if c < cur_cost:
-                    cur, cur_cost, improved = cand[j].copy(), c, True
-                    progress()
-                    break
-        better = False
-        while calls - mark < stall and calls < budget and not better:  # (2) every move
-            cand = every(cur, min(batch, budget - calls), rng)
-            j, c = judge(cand)
-            if c <= cur_cost:
-                better = c < cur_cost
-                cur, cur_cost = cand[j].copy(), c
-                progress()
-        if cur_cost < best_cost:
-            best, best_cost = cur.copy(), cur_cost
-        if calls >= budget or (better and calls - mark < stall):
-            continue  # back to (1)
-        if cur_cost <= inc_cost:  # (3) a kick from the incumbent
-            inc, inc_cost = cur.copy(), cur_cost
-        cur = inc.copy()
-        v = movable[rng.choice(movable.size, min(kick, movable.size), replace=False)]
-        cur[v] = (cur[v] + rng.integers(1, ndev, v.size)) % ndev
-        path, cur_cost = count(critical_ops(sim, cur), 1)
-        ref, mark = cur_cost, calls
-        if cur_cost < best_cost:
-            best, best_cost = cur.copy(), cur_cost
-    return SearchResult(best, best_cost, calls, float(start_cost))
 
 
 def default_samples(budget: int) -> int:
@@ -543,8 +269,9 @@ def policy_search(
             room for; equal ones once), starts of the search like them.
         fewer_devices: device counts whose greedy rollouts replace the last samples
             (:func:`policy_candidates`).
-        cluster_moves: ``ils`` and ``ils-cp`` try :class:`ClusterMoves` in their descent
-            (False: single-node moves alone).
+        cluster_moves: ``ils`` and ``ils-cp`` try
+            :class:`~doppler_lab.placers.local_search.ClusterMoves` in their descent (False:
+            single-node moves alone).
     """
     if strategy not in SEARCH_STRATEGIES:
         raise ConfigError(f"search strategy {strategy!r}, expected one of {SEARCH_STRATEGIES}")

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from doppler_lab.bench.general import doppler_takes_budget
+from doppler_lab.bench.general import BUDGET_METHODS, doppler_takes_budget
 from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
 from doppler_lab.train.general import general_policy_config
 
@@ -25,7 +25,7 @@ def test_generalization(run_notebook, tmp_path):
         runs_dir=None,
     )
     assert len(s["tasks"]) == 2
-    methods = ("local-search", "doppler") if doppler_takes_budget() else ("local-search",)
+    methods = tuple(m for m in BUDGET_METHODS if m != "doppler" or doppler_takes_budget())
     assert [r["task"] for r in s["zero_shot"]] == s["tasks"] + ["geometric mean"]
     assert all(r["ratio_lb"] >= 1 - 1e-9 for r in s["zero_shot"][:-1])
     assert {(c["method"], c["sim_calls"]) for c in s["curve"] if c["task"] == "geometric mean"} == {

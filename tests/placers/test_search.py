@@ -10,7 +10,7 @@ from doppler_lab.graph import GraphBuilder
 from doppler_lab.hardware import CostModel, make_cluster
 from doppler_lab.placers import get_placer, place
 from doppler_lab.placers.enumerative import group_choices, load_cost, node_groups
-from doppler_lab.placers.local_search import neighbours, search_devices
+from doppler_lab.placers.local_search import iterated_search, neighbours, search_devices
 from doppler_lab.sim import Simulator
 
 from placer_helpers import small_dag
@@ -45,8 +45,6 @@ def test_local_search_improves_a_bad_start_and_is_reproducible(case):
 
 
 def test_local_search_ils_is_the_doppler_search_without_a_policy(case):
-    from doppler_lab.policies.search import iterated_search
-
     g, c = case
     sim = Simulator(g, c, "wc")
     p = place("local-search", g, c, seed=5, budget=200, method="ils", start="heft", semantics="wc")

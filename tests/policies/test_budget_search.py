@@ -10,6 +10,7 @@ from doppler_lab.errors import CheckpointError, ConfigError
 from doppler_lab.graph import GraphBuilder
 from doppler_lab.hardware import make_cluster
 from doppler_lab.placers import get_placer, place
+from doppler_lab.placers.local_search import ClusterMoves, MoveScan, critical_ops, iterated_search
 from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
 from doppler_lab.policies.config import PolicyConfig
 from doppler_lab.policies.placers import (
@@ -21,14 +22,10 @@ from doppler_lab.policies.placers import (
 from doppler_lab.policies.pretrained import GENERAL_CHECKPOINT
 from doppler_lab.policies.search import (
     CP_ROLLOUT_SHARE,
-    ClusterMoves,
-    MoveScan,
     cp_rollout_calls,
-    critical_ops,
     default_samples,
     device_preferences,
     fewer_device_counts,
-    iterated_search,
     policy_candidates,
     policy_search,
 )
