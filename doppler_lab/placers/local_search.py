@@ -420,7 +420,8 @@ def iterated_search(
     cluster_moves: bool = True,
 ) -> SearchResult:
     """Iterated local search over device vectors from ``start`` until ``budget`` calls have been
-    counted (``calls_used`` included): the ``ils`` strategy (module docstring).
+    counted (``calls_used`` included): the ``ils`` strategy of
+    :mod:`doppler_lab.policies.search` (its docstring says why) and ``method="ils"`` here.
 
     Rounds of three phases: (1) descent by the moves of the critical path's ops
     (:func:`critical_ops`, one call; first the path's :class:`ClusterMoves` in a random order,
