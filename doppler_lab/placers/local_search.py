@@ -487,14 +487,14 @@ def iterated_search(
             if path is None:
                 path = count(critical_ops(sim, cur)[0], 1)
             scan = MoveScan(path[np.isin(path, movable)], ndev, swap_prob)
-            groups = None
+            groups = np.empty((0, cur.size), dtype=cur.dtype)  # no cluster moves
             if clusters is not None:
                 groups = clusters(cur, path)
                 groups = groups[rng.permutation(len(groups))]
             gpos = 0
             path, left = None, len(scan.moves)
-            while (left > 0 or (groups is not None and gpos < len(groups))) and calls < budget:
-                if groups is not None and gpos < len(groups):
+            while (left > 0 or gpos < len(groups)) and calls < budget:
+                if gpos < len(groups):
                     cand = groups[gpos : gpos + min(batch, budget - calls)]
                     gpos += len(cand)
                 else:
