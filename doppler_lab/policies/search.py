@@ -5,10 +5,10 @@ a trace included) on one graph: it judges the policy's greedy rollout and ``samp
 rollouts, then searches device vectors from the best of them with the rest of the budget. The
 strategies (:data:`SEARCH_STRATEGIES`):
 
-- ``ils`` (default): iterated local search (:func:`~doppler_lab.placers.local_search.
-  iterated_search`, also the ``local-search`` placer's ``method=ils``). A descent by the moves
-  of the ops on the critical path of the current placement's trace (first the moves of several
-  ops at once around them, :class:`~doppler_lab.placers.local_search.ClusterMoves`: a fan-in
+- ``ils`` (default): iterated local search (``iterated_search`` of
+  :mod:`doppler_lab.placers.local_search`, also the ``local-search`` placer's ``method=ils``).
+  A descent by the moves of the ops on the critical path of the current placement's trace
+  (first the moves of several ops at once around them, :class:`~doppler_lab.placers.local_search.ClusterMoves`: a fan-in
   gathered on one device, a chain moved whole; then each (op, new device) move once,
   :class:`~doppler_lab.placers.local_search.MoveScan`; the path taken again after every
   improvement), then a scan of every single-node move that also accepts moves that leave the
