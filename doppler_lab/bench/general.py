@@ -89,6 +89,8 @@ class GeneralBenchConfig:
         partitions: METIS partition proposals the ``doppler`` placer judges with its rollouts
             (zero-shot and budget; its default, 4); the policy's rollouts alone are reported
             beside it. Fine-tuning and scratch are compared by the rollouts alone.
+        clustering: the ``doppler`` placer (zero-shot and budget) and the adapter also judge
+            the ``clustering`` placer's placement (their default); reported alone beside it.
         budget: simulator calls of the budget table.
         curve: simulator-call budgets of the budget curve.
         train_seeds: seeds of the fine-tuning and scratch runs.
@@ -123,6 +125,7 @@ class GeneralBenchConfig:
     cp_seeds: int = 5
     samples: int = 16
     partitions: int = 4
+    clustering: bool = True
     budget: int = 2000
     curve: tuple[int, ...] = (100, 250, 500, 1000, 2000)
     train_seeds: int = 2
@@ -164,6 +167,10 @@ class GeneralBenchConfig:
             raise ConfigError(
                 f"bench general: curve = {self.curve!r}, expected budgets that are integers >= 1"
             )
+        if not isinstance(self.clustering, bool):
+            raise ConfigError(
+                f"bench general: clustering = {self.clustering!r}, expected true or false"
+            )
         _check_finetune_train(self.finetune_train)
         _check_finetune_train(self.long_train)
         if not isinstance(self.finetune_long, bool):
@@ -176,12 +183,13 @@ class GeneralBenchConfig:
                 f"{FINETUNE_METHODS}"
             )
         acfg = self.adapt_config()  # its errors name the bad field
-        need = 1 + acfg.samples + acfg.partitions
+        need = 1 + acfg.samples + acfg.partitions + int(acfg.clustering)
         if self.finetune_method == "adapter" and self.finetune_episodes < need:
             raise ConfigError(
                 f"bench general: finetune_episodes = {self.finetune_episodes} do not cover the "
                 f"adapter's proposals (1 greedy + {acfg.samples} samples + {acfg.partitions} "
-                f"partitions); expected at least {need}"
+                f"partitions{' + the clustering' if acfg.clustering else ''}); expected at "
+                f"least {need}"
             )
         if not 0 <= self.scratch_imitation_episodes < self.scratch_episodes:
             raise ConfigError(
@@ -193,12 +201,13 @@ class GeneralBenchConfig:
         """The adapter's settings of a fine-tuning run."""
         from ..policies.adapt import AdaptConfig
 
-        fixed = {"episodes", "samples", "partitions"}
+        fixed = {"episodes", "samples", "partitions", "clustering"}
         bad = sorted(fixed & set(self.finetune_adapter))
         if bad:
             raise ConfigError(
                 f"bench general: finetune_adapter sets {bad[0]!r}, which the bench sets itself "
-                "(--finetune-episodes, --samples, --partitions); expected another adapter field"
+                "(--finetune-episodes, --samples, --partitions, clustering); expected another "
+                "adapter field"
             )
         known = set(AdaptConfig.__dataclass_fields__)
         unknown = sorted(set(self.finetune_adapter) - known)
@@ -213,6 +222,7 @@ class GeneralBenchConfig:
                 "episodes": self.finetune_episodes,
                 "samples": self.samples,
                 "partitions": self.partitions,
+                "clustering": self.clustering,
             }
         )
 
@@ -248,11 +258,13 @@ def long_comparison(training: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 #: how fine-tuning trains (:attr:`GeneralBenchConfig.finetune_method`)
-def ils_heft_comparison(budget: Sequence[Mapping[str, Any]]) -> str | None:
-    """What the policy adds to the budget search: doppler against ``ils-heft`` (the same search
-    from HEFT's placement) per task, and the geometric mean of doppler / ils-heft."""
-    pairs = [(r["doppler"], r["ils_heft"]) for r in budget
-             if r.get("doppler") is not None and r.get("ils_heft") is not None]  # fmt: skip
+def ils_comparison(budget: Sequence[Mapping[str, Any]], start: str = "heft") -> str | None:
+    """What the policy adds to the budget search: doppler against ``ils-<start>`` (the same
+    search from HEFT's or the clustering's placement) per task, and the geometric mean of
+    doppler / ils-<start>."""
+    col = f"ils_{start}"
+    pairs = [(r["doppler"], r[col]) for r in budget
+             if r.get("doppler") is not None and r.get(col) is not None]  # fmt: skip
     if not pairs:
         return None
     rel = [(b - a) / b for a, b in pairs]
@@ -261,7 +273,7 @@ def ils_heft_comparison(budget: Sequence[Mapping[str, Any]]) -> str | None:
     gm = _gmean([a / b for a, b in pairs])
     return (
         f"better on {better}, tied on {len(rel) - better - worse}, worse on {worse} of "
-        f"{len(rel)}; geometric mean of doppler / ils-heft {gm:.3f}"
+        f"{len(rel)}; geometric mean of doppler / ils-{start} {gm:.3f}"
     )
 
 
@@ -387,8 +399,9 @@ def zero_shot_case(cfg: GeneralBenchConfig, task: Task, root: str) -> dict[str, 
     digest = checkpoint_digest(cfg.checkpoint)
     seeds = list(cfg.seed_range)
     key = versioned_key(
-        "zero-shot", task.to_dict(), digest, seeds, cfg.cp_seeds, cfg.samples, cfg.partitions
-    )
+        "zero-shot", task.to_dict(), digest, seeds, cfg.cp_seeds, cfg.samples, cfg.partitions,
+        cfg.clustering,
+    )  # fmt: skip
     where = Path(root) / "zero_shot" / _slug(task.name) / key / "result.json"
     return _cached(where, lambda: _zero_shot(cfg, task))
 
@@ -406,6 +419,7 @@ def _zero_shot(cfg: GeneralBenchConfig, task: Task) -> dict[str, Any]:
         for s in range(cfg.seed, cfg.seed + cfg.cp_seeds)
     ]
     heft = sim.makespan(place("heft", graph, cluster, seed=0))
+    clustering = sim.makespan(place("clustering", graph, cluster, seed=0))
     t0 = time.perf_counter()
     rollout = sim.makespan(place("cp-rollout", graph, cluster, semantics=sem))
     rollout_s = time.perf_counter() - t0
@@ -413,8 +427,14 @@ def _zero_shot(cfg: GeneralBenchConfig, task: Task) -> dict[str, Any]:
     general, policy, parts, sources, greedy_ms, ms = [], [], [], [], [], []
     with torch_threads(1):
         # built and called once untimed: the registry lookup, the checkpoint load, compilation
-        greedy = get_placer("doppler", samples=0, partitions=0, **opts)
-        protocol = get_placer("doppler", samples=cfg.samples, partitions=cfg.partitions, **opts)
+        greedy = get_placer("doppler", samples=0, partitions=0, clustering=False, **opts)
+        protocol = get_placer(
+            "doppler",
+            samples=cfg.samples,
+            partitions=cfg.partitions,
+            clustering=cfg.clustering,
+            **opts,
+        )
         for placer in (greedy, protocol):
             placer.place(graph, cluster, make_rng(0))
         for s in cfg.seed_range:
@@ -441,6 +461,7 @@ def _zero_shot(cfg: GeneralBenchConfig, task: Task) -> dict[str, Any]:
         "lower_bound": float(sim.lower_bound()),
         "cp": cp,
         "heft": float(heft),
+        "clustering": float(clustering),
         "cp_rollout": float(rollout),
         "cp_rollout_s": rollout_s,
         "greedy": float(sim.makespan(p0)),
@@ -462,16 +483,19 @@ def budget_case(cfg: GeneralBenchConfig, task: Task, method: str, root: str) -> 
         return {"task": task.name, "method": method, "makespans": None}
     parts: list[Any] = ["budget", method, task.to_dict(), cfg.budgets, list(cfg.seed_range)]
     if method == "doppler":
-        parts += [checkpoint_digest(cfg.checkpoint), cfg.partitions]
+        parts += [checkpoint_digest(cfg.checkpoint), cfg.partitions, cfg.clustering]
     where = Path(root) / "budget" / _slug(task.name) / method / versioned_key(*parts)
     return _cached(where / "result.json", lambda: _budget(cfg, task, method))
 
 
 #: the budget part's methods: ``local-search`` (its defaults: annealing from CP), the
-#: ``doppler`` placer's budget search, and that search without the policy (``ils-heft``)
-BUDGET_METHODS: tuple[str, ...] = ("local-search", "ils-heft", "doppler")
+#: ``doppler`` placer's budget search, and that search without the policy from HEFT's
+#: placement (``ils-heft``) and from the clustering's (``ils-clustering``)
+BUDGET_METHODS: tuple[str, ...] = ("local-search", "ils-heft", "ils-clustering", "doppler")
 #: ``ils-heft``: the ``local-search`` placer running ``doppler``'s iterated local search from HEFT
 ILS_HEFT_OPTIONS: dict[str, str] = {"method": "ils", "start": "heft"}
+#: ``ils-clustering``: the same search from the ``clustering`` placer's placement
+ILS_CLUSTERING_OPTIONS: dict[str, str] = {"method": "ils", "start": "clustering"}
 
 
 def _budget(cfg: GeneralBenchConfig, task: Task, method: str) -> dict[str, Any]:
@@ -483,10 +507,13 @@ def _budget(cfg: GeneralBenchConfig, task: Task, method: str) -> dict[str, Any]:
     opts: dict[str, Any] = {"semantics": task.semantics}
     placer = method
     if method == "doppler":
-        opts.update(checkpoint=cfg.checkpoint, partitions=cfg.partitions)
+        opts.update(checkpoint=cfg.checkpoint, partitions=cfg.partitions, clustering=cfg.clustering)
     elif method == "ils-heft":
         placer = "local-search"
         opts.update(ILS_HEFT_OPTIONS)
+    elif method == "ils-clustering":
+        placer = "local-search"
+        opts.update(ILS_CLUSTERING_OPTIONS)
     out: dict[str, list[float]] = {}
     with torch_threads(1):
         for n in cfg.budgets:
@@ -717,7 +744,9 @@ def zero_shot_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
                 "general_std": float(np.std(r["general"])),
                 "policy": pol,
                 "partition": part,
+                "clustering": r.get("clustering"),
                 "from_partition": sum(x == "partition" for x in r.get("source", [])),
+                "from_clustering": sum(x == "clustering" for x in r.get("source", [])),
                 "from_fewer": sum(x.startswith("greedy on") for x in r.get("source", [])),
                 "policy_vs_cp": (cp - pol) / cp,
                 "ratio_lb": gen / r["lower_bound"],
@@ -742,7 +771,11 @@ def zero_shot_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
                 "general": _gmean([r["general"] for r in rows]),
                 "policy": _gmean([r["policy"] for r in rows]),
                 "partition": _gmean([r["partition"] for r in rows]),
+                "clustering": _gmean([r["clustering"] for r in rows])
+                if all(r["clustering"] is not None for r in rows)
+                else None,
                 "from_partition": sum(r["from_partition"] for r in rows),
+                "from_clustering": sum(r["from_clustering"] for r in rows),
                 "from_fewer": sum(r["from_fewer"] for r in rows),
                 "policy_vs_cp": 1.0 - _gmean([r["policy"] / r["cp"] for r in rows]),
                 "ratio_lb": _gmean([r["ratio_lb"] for r in rows]),
@@ -803,10 +836,12 @@ def budget_rows(
     for task in dict.fromkeys(t for t, _ in by):
         ls = by.get((task, "local-search"), {}).get(str(budget))
         ih = by.get((task, "ils-heft"), {}).get(str(budget))
+        ic = by.get((task, "ils-clustering"), {}).get(str(budget))
         dp = by.get((task, "doppler"), {}).get(str(budget))
         row: dict[str, Any] = {"task": task, "budget": budget, "cp": cp_of.get(task)}
         row["local_search"] = float(np.mean(ls)) if ls else None
         row["ils_heft"] = float(np.mean(ih)) if ih else None
+        row["ils_clustering"] = float(np.mean(ic)) if ic else None
         row["doppler"] = float(np.mean(dp)) if dp else None
         if ls and dp:
             a, b = row["doppler"], row["local_search"]
@@ -816,7 +851,10 @@ def budget_rows(
             counts[row["result"]] += 1
         if ih and dp:
             row["doppler_vs_ils_heft"] = (row["ils_heft"] - row["doppler"]) / row["ils_heft"]
-        for k in ("local_search", "ils_heft", "doppler"):
+        if ic and dp:
+            ic_mean = row["ils_clustering"]
+            row["doppler_vs_ils_clustering"] = (ic_mean - row["doppler"]) / ic_mean
+        for k in ("local_search", "ils_heft", "ils_clustering", "doppler"):
             if row[k] is not None:
                 row[f"{k}_vs_best_known"] = _vs_known(graph_of.get(task, ""), row[k])
         table.append(row)
@@ -1073,12 +1111,13 @@ def evaluate(
 
 ZERO_COLUMNS = [
     "task", "group", "nodes", "devices", "cp", "heft", "greedy", "general", "general_std",
-    "vs_cp", "vs_heft", "policy", "policy_vs_cp", "partition", "from_partition", "from_fewer", "cp_rollout", "vs_cp_rollout", "cp_rollout_s", "ratio_lb", "best_known", "vs_best_known", "cp_vs_best_known", "ms",
+    "vs_cp", "vs_heft", "policy", "policy_vs_cp", "clustering", "partition", "from_clustering", "from_partition", "from_fewer", "cp_rollout", "vs_cp_rollout", "cp_rollout_s", "ratio_lb", "best_known", "vs_best_known", "cp_vs_best_known", "ms",
     "greedy_ms", "ms_per_250_nodes",
 ]  # fmt: skip
 BUDGET_COLUMNS = [
-    "task", "budget", "cp", "local_search", "ils_heft", "doppler", "doppler_vs_local_search",
-    "result", "doppler_vs_ils_heft", "local_search_vs_best_known", "ils_heft_vs_best_known",
+    "task", "budget", "cp", "local_search", "ils_heft", "ils_clustering", "doppler",
+    "doppler_vs_local_search", "result", "doppler_vs_ils_heft", "doppler_vs_ils_clustering",
+    "local_search_vs_best_known", "ils_heft_vs_best_known", "ils_clustering_vs_best_known",
     "doppler_vs_best_known",
 ]  # fmt: skip
 CURVE_COLUMNS = ["task", "method", "sim_calls", "makespan", "std", "ratio_cp"]
@@ -1128,11 +1167,12 @@ def run(
     for t in res.targets:
         mark = {True: "pass", False: "FAIL", None: "not measured"}[t["passed"]]
         summary[t["target"]] = f"{mark} ({_show(t['value'])}; target {t['threshold']})"
-    policy_adds = ils_heft_comparison(res.budget)
-    if policy_adds:
-        summary[f"budget {cfg.budget}: doppler vs the same search from HEFT (ils-heft)"] = (
-            policy_adds
-        )
+    for start, label in (("heft", "HEFT"), ("clustering", "the clustering")):
+        policy_adds = ils_comparison(res.budget, start)
+        if policy_adds:
+            summary[
+                f"budget {cfg.budget}: doppler vs the same search from {label} (ils-{start})"
+            ] = policy_adds
     long = long_comparison(res.training)
     if long:
         summary[f"equal episodes: network fine-tuned ({cfg.scratch_episodes}) vs scratch"] = long
@@ -1144,8 +1184,9 @@ def run(
         {
             "Targets": (res.targets, ["target", "value", "threshold", "passed"]),
             (
-                f"Zero-shot: general policy (greedy + {cfg.samples} samples + {cfg.partitions} "
-                "partitions) vs CP and HEFT"
+                f"Zero-shot: general policy (greedy + {cfg.samples} samples"
+                + (" + clustering" if cfg.clustering else "")
+                + f" + {cfg.partitions} partitions) vs CP and HEFT"
             ): (
                 res.zero_shot,
                 ZERO_COLUMNS,
@@ -1168,13 +1209,18 @@ def run(
             if not cfg.tasks
             else "Tasks: the quick set (tiny generated graphs).",
             f"cp: mean over {cfg.cp_seeds} tie seeds; general: the doppler placer, best of the "
-            f"greedy rollout, {cfg.samples} sampled rollouts and {cfg.partitions} METIS "
+            f"greedy rollout, {cfg.samples} sampled rollouts"
+            + (", the clustering proposal (placer clustering)" if cfg.clustering else "")
+            + f" and {cfg.partitions} METIS "
             f"partition proposals (placer partition; equal ones judged once), mean over "
             f"{cfg.seeds} seeds; of the samples, the last one or two are greedy rollouts on "
             "the first half of the devices and on 2 (the placer's fewer_devices, on clusters "
             "of more than 2 devices); policy: the best of the rollouts alone (the same "
-            "rollouts); partition: the best partition proposal alone; from_partition / "
-            "from_fewer: seeds whose winner is a partition / a rollout on fewer devices; "
+            "rollouts); clustering: the clustering placer alone (deterministic: Sarkar's "
+            "edge-zeroing clustering mapped onto the devices, no simulator call); partition: "
+            "the best partition proposal alone; from_clustering / from_partition / "
+            "from_fewer: seeds whose winner is the clustering / a partition / a rollout on "
+            "fewer devices; "
             "greedy: the greedy rollout alone. Makespans by the simulator of the task's "
             "semantics, noise 0.",
             "ms: median wall milliseconds of the doppler placer's place() call on one torch "
@@ -1192,14 +1238,17 @@ def run(
             f"seeds; result: doppler vs local-search (tie within {TIE_RTOL:g} relative). "
             "ils_heft: the same iterated local search as doppler's, without the policy (placer "
             "local-search with method=ils, start=heft): what the policy's proposals add; "
-            "doppler_vs_ils_heft = (ils_heft - doppler) / ils_heft (> 0: the policy helps). Curve: "
+            "doppler_vs_ils_heft = (ils_heft - doppler) / ils_heft (> 0: the policy helps); "
+            "ils_clustering and doppler_vs_ils_clustering: the same from the clustering "
+            "placer's placement (start=clustering), which doppler also judges among its "
+            "proposals. Curve: "
             f"{', '.join(map(str, cfg.budgets))} calls, geometric mean of makespan / cp over the "
             f"tasks; figure {DATA_DIR}/budget_curve.html, data {DATA_DIR}/budget_curve.json.",
             _finetune_note(cfg) + "; scratch: Stage I "
             f"({cfg.scratch_imitation_episodes}) + Stage II "
             f"({cfg.scratch_episodes - cfg.scratch_imitation_episodes}) from fresh weights of "
             f"the general architecture; {cfg.train_seeds} seed(s); protocol: best of greedy + "
-            f"{cfg.samples} samples of the final policy (no partition proposals; the zero-shot "
+            f"{cfg.samples} samples of the final policy (no heuristic proposals; the zero-shot "
             "row: the general policy's rollouts alone). 'matches': fine-tuned at most "
             f"{MATCH_RTOL:.0%} worse than scratch. "
             + (
@@ -1229,8 +1278,9 @@ def _finetune_note(cfg: GeneralBenchConfig) -> str:
     a = cfg.adapt_config()
     return (
         f"Fine-tuning: the per-instance adapter (doppler_lab.policies.adapt, {a.episodes} "
-        f"simulator calls: the placer's proposals, greedy + {a.samples} samples + up to "
-        f"{a.partitions} partitions, then updates of {a.batch} episodes of a node x device "
+        f"simulator calls: the placer's proposals, greedy + {a.samples} samples"
+        + (" + the clustering" if a.clustering else "")
+        + f" + up to {a.partitions} partitions, then updates of {a.batch} episodes of a node x device "
         f"bias on PLC's logits, the network frozen; settings {a.to_dict()}); the final "
         "policy is the network with its table, settled on the best placement found (column "
         "found; imitation steps without simulator calls)"

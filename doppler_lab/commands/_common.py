@@ -195,7 +195,9 @@ def print_json(obj: dict[str, Any]) -> None:
 def source_label(source: str) -> str:
     """A learned placer's winning candidate in words: ``greedy`` -> ``greedy rollout``,
     ``sample`` -> ``sampled rollout``, ``greedy on K devices`` -> ``greedy rollout on K
-    devices``, ``partition`` as it is."""
+    devices``, ``clustering`` -> ``clustering placement``, ``partition`` as it is."""
+    if source == "clustering":
+        return "clustering placement"
     return (
         str(source).replace("greedy", "greedy rollout", 1).replace("sample", "sampled rollout", 1)
     )

@@ -165,8 +165,10 @@ def run(args: argparse.Namespace) -> int:
     if schedule is not None:
         result["schedule_makespan"] = schedule.makespan
         result["schedule_model"] = schedule.model
-    # the learned placers' candidates: the best rollout, the best partition, which one won
-    for key in ("optimal", "bound", "gap", "status", "source", "rollout_cost", "partition_cost"):
+    # the learned placers' candidates: the best rollout, the clustering, the best partition,
+    # which one won
+    keys = ("optimal", "bound", "gap", "status", "source", "rollout_cost", "clustering_cost")
+    for key in (*keys, "partition_cost"):
         if key in placement.meta:
             result[key] = placement.meta[key]
     if args.out:
@@ -197,10 +199,15 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"  optimal: {result['optimal']}, bound {result['bound']:.6g}, gap {result['gap']:.3%}"
         )
-    if "source" in result and math.isfinite(result.get("partition_cost") or math.nan):
+    others = [
+        f"{label} {result[key]:.6g}"
+        for key, label in (("clustering_cost", "clustering"), ("partition_cost", "best partition"))
+        if math.isfinite(result.get(key) or math.nan)
+    ]
+    if "source" in result and others:
         print(
-            f"  best rollout {result['rollout_cost']:.6g}, best partition "
-            f"{result['partition_cost']:.6g}: the {source_label(result['source'])} won"
+            f"  best rollout {result['rollout_cost']:.6g}, {', '.join(others)}: the "
+            f"{source_label(result['source'])} won"
         )
     for key in ("out", "gantt"):
         if key in result:

@@ -128,6 +128,13 @@ BUILTIN_PLACERS: Mapping[str, PlacerSpec] = MappingProxyType(
                 "METIS min-cut k-way partition (balanced compute, least transfer), best of tries",
             ),
             _spec(
+                "clustering",
+                f"{_P}.clustering:ClusteringPlacer",
+                "list",
+                "edge-zeroing clustering (Sarkar 1989), clusters mapped onto the devices; for "
+                "transfer-heavy graphs",
+            ),
+            _spec(
                 "local-search",
                 f"{_P}.local_search:LocalSearchPlacer",
                 "search",

@@ -9,8 +9,8 @@ graph reads, so a high learning rate is safe and the network's judgement of ever
 
 :func:`adapt` spends ``episodes`` simulator calls:
 
-1. the proposals of the ``doppler`` placer (greedy + ``samples`` sampled rollouts + up to
-   ``partitions`` METIS partitions); the best is the incumbent, and the table starts at
+1. the proposals of the ``doppler`` placer (greedy + ``samples`` sampled rollouts + the
+   ``clustering`` placement + up to ``partitions`` METIS partitions); the best is the incumbent, and the table starts at
    ``anchor_bias`` on each node's incumbent device (0: at zero);
 2. updates of ``batch`` sampled episodes each: the policy gradient of the episodes' costs
    (advantage = the batch mean minus the cost, scaled by the batch's standard deviation) plus
@@ -83,6 +83,8 @@ class AdaptConfig:
         imitation: weight of the incumbent's log-likelihood in the loss.
         samples: sampled rollouts of the proposals (besides the greedy one).
         partitions: METIS partition proposals.
+        clustering: the ``clustering`` placer's placement as a proposal, as in the ``doppler``
+            placer (:func:`~doppler_lab.policies.search.heuristic_candidates`).
         fewer_devices: greedy rollouts on fewer devices replace as many of the samples, as in
             the ``doppler`` placer: ``True`` for the first half of the devices and the first 2,
             a list of device counts, or ``False``
@@ -102,6 +104,7 @@ class AdaptConfig:
     imitation: float = 4.0
     samples: int = 16
     partitions: int = 4
+    clustering: bool = True
     fewer_devices: bool | list[int] = True
     temperature: float = 2.5
     reanchor: bool = True
@@ -117,6 +120,8 @@ class AdaptConfig:
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"adapt: {name} = {v!r}, expected an integer >= 0")
         check_fewer_devices(self.fewer_devices)
+        if not isinstance(self.clustering, bool):
+            raise ConfigError(f"adapt: clustering = {self.clustering!r}, expected true or false")
         for name in ("lr", "anchor_bias", "imitation", "temperature"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
@@ -148,9 +153,10 @@ class AdaptResult:
         greedy_cost: the greedy rollout's makespan (before the table).
         rollout_cost: the best proposal rollout's makespan.
         rollouts: the proposal rollouts judged (the greedy one included).
-        partition_cost: the best partition proposal's makespan (nan without any).
-        source: where the best placement came from (``greedy``, ``sample``, ``partition`` or
-            ``adapter``).
+        partition_cost: the best heuristic proposal's makespan (clustering or partitions; nan
+            without any).
+        source: where the best placement came from (``greedy``, ``sample``, ``clustering``,
+            ``partition`` or ``adapter``).
         settle_steps: imitation steps after the budget until the greedy rollout reproduced
             the best placement (-1: it did not within ``settle_steps``).
         policy: :func:`policy_digest` of the network the table was trained on.
@@ -286,7 +292,7 @@ def adapt(
     from .base import Episodes
     from .context import GraphContext
     from .rollout import GREEDY, SAMPLE, ActionMode, Rollout, run_episodes
-    from .search import partition_candidates, policy_candidates
+    from .search import heuristic_candidates, policy_candidates
 
     cfg = config or AdaptConfig()
     if getattr(policy, "plc", None) is None or not hasattr(policy, "set_node_bias"):
@@ -294,11 +300,12 @@ def adapt(
             f"adapt: a {getattr(policy, 'kind', type(policy).__name__)} policy has no learned "
             "PLC to bias; expected a DOPPLER dual or plc-only policy"
         )
-    if cfg.episodes < 1 + cfg.samples + cfg.partitions:
+    proposals = 1 + cfg.samples + cfg.partitions + int(cfg.clustering)
+    if cfg.episodes < proposals:
         raise ConfigError(
             f"adapt: episodes = {cfg.episodes} do not cover the proposals (1 greedy + "
-            f"{cfg.samples} samples + {cfg.partitions} partitions); expected at least "
-            f"{1 + cfg.samples + cfg.partitions}"
+            f"{cfg.samples} samples + {cfg.partitions} partitions"
+            f"{' + the clustering' if cfg.clustering else ''}); expected at least {proposals}"
         )
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     ctx = GraphContext.for_policy(graph, cluster, policy.config, semantics)
@@ -329,8 +336,7 @@ def adapt(
             policy, graph, cluster, cfg.samples, rng, ctx, semantics, fewer_devices=fewer
         )
         rollouts = len(cands)
-        if cfg.partitions:
-            cands += partition_candidates(graph, ctx.cost, d, cfg.partitions)
+        cands += heuristic_candidates(graph, ctx.cost, d, cfg.partitions, cfg.clustering)
         costs = np.asarray(sim.makespans(cands), dtype=np.float64)
         calls = len(cands)
         i = int(np.argmin(costs))
@@ -516,18 +522,21 @@ def adapt_search(
     partitions: int,
     bar: Any = None,
     fewer_devices: bool | list[int] = True,
+    clustering: bool = False,
 ) -> Any:
     """The ``doppler`` placer's ``search="adapt"``: the budget spent training a per-instance
     table on PLC's logits (:func:`adapt`, its proposals first: ``samples``, default
-    :class:`AdaptConfig`'s, with ``fewer_devices``, and ``partitions``); the best placement it
-    simulated."""
+    :class:`AdaptConfig`'s, with ``fewer_devices``, then the ``clustering`` placement and
+    ``partitions`` as the budget leaves room); the best placement it simulated."""
     samples = min(AdaptConfig.samples if samples is None else samples, budget - 1)
-    room = max(0, min(partitions, budget - 1 - samples))
+    clustering = clustering and budget - 1 - samples >= 1
+    room = max(0, min(partitions, budget - 1 - samples - int(clustering)))
     # no settling: a search returns the best placement simulated, not the policy
     cfg = AdaptConfig(
         episodes=budget,
         samples=samples,
         partitions=room,
+        clustering=clustering,
         settle_steps=0,
         fewer_devices=fewer_devices,
     )

@@ -2,11 +2,12 @@
 
 The experiment protocol (ARCHITECTURE.md): a learned method's placement is the best of its
 greedy rollout and ``samples`` sampled rollouts from the final policy, judged by the simulator
-(the same semantics and noise as the table it goes into). ``doppler`` also judges
-``partitions`` METIS min-cut partitions with them by default (:data:`PARTITION_PROPOSALS`;
-:mod:`doppler_lab.placers.partition`), which win where transfers dominate; ``partitions=0``
-is the policy alone. ``samples=0, partitions=0`` gives the greedy rollout alone, without any
-simulator call.
+(the same semantics and noise as the table it goes into). ``doppler`` also judges heuristic
+proposals with them by default: the ``clustering`` placer's placement (:data:`CLUSTERING_PROPOSAL`;
+:mod:`doppler_lab.placers.clustering`) and ``partitions`` METIS min-cut partitions
+(:data:`PARTITION_PROPOSALS`; :mod:`doppler_lab.placers.partition`), which win where transfers
+dominate; ``clustering=false, partitions=0`` is the policy alone. ``samples=0, partitions=0,
+clustering=false`` gives the greedy rollout alone, without any simulator call.
 
 With a ``budget`` (simulator calls) the placer searches instead: the policy's rollouts, then an
 iterated local search from the best of them with the rest of the calls
@@ -43,7 +44,7 @@ from .search import (
     candidate_source,
     check_fewer_devices,
     fewer_device_counts,
-    partition_candidates,
+    heuristic_candidates,
     policy_candidates,
     policy_search,
 )
@@ -61,6 +62,14 @@ PARTITION_PROPOSALS = 4
 #: on the held-out set 0.861 -> 0.837, a communication-heavy random DAG going from 0.93 to 0.47
 FEWER_DEVICES = True
 
+#: ``doppler`` judges the ``clustering`` placer's placement with its rollouts by default (one
+#: simulator call; :mod:`doppler_lab.placers.clustering`): Sarkar's edge-zeroing clustering,
+#: the classic heuristic where transfers cost as much as compute or more. On the paper's
+#: graphs it is at or near YARDSTICK's best known where the policy and the partitions are
+#: 5-50% away (transformer block 166.9 against the policy's 212.7), and it wins some
+#: communication-heavy ``wc`` tasks (``doppler-lab bench general``, column ``clustering``)
+CLUSTERING_PROPOSAL = True
+
 #: ``search`` values of the learned placers with a budget
 PLACER_SEARCHES: tuple[str, ...] = (*SEARCH_STRATEGIES, "adapt")
 
@@ -70,17 +79,22 @@ class RolloutResult:
     """The protocol's candidates and the winner.
 
     Attributes:
-        placement: the best placement (greedy on ties, a rollout on ties with a partition).
-        costs: ``(1 + samples + partitions,)`` simulated cost of the greedy rollout, of each
-            sample, then of each partition proposal.
+        placement: the best placement (greedy on ties, a rollout on ties with a heuristic
+            proposal).
+        costs: ``(1 + samples + proposals,)`` simulated cost of the greedy rollout, of each
+            sample, then of each heuristic proposal (the clustering, the partitions).
         best_index: index of the winner in ``costs`` (0: the greedy rollout).
-        rollouts: how many of ``costs`` are the policy's rollouts (the rest: partitions).
+        rollouts: how many of ``costs`` are the policy's rollouts (the rest: heuristic
+            proposals).
+        clustering: whether the first heuristic proposal is the clustering placement (the
+            rest are partitions).
     """
 
     placement: Placement
     costs: np.ndarray
     best_index: int
     rollouts: int = -1
+    clustering: bool = False
 
     def __post_init__(self) -> None:
         if self.rollouts < 0:
@@ -102,13 +116,18 @@ class RolloutResult:
     @property
     def partition_cost(self) -> float:
         """The best partition proposal (nan without any)."""
-        rest = self.costs[self.rollouts :]
+        rest = self.costs[self.rollouts + int(self.clustering) :]
         return float(np.min(rest)) if rest.size else float("nan")
+
+    @property
+    def clustering_cost(self) -> float:
+        """The clustering proposal's cost (nan without it)."""
+        return float(self.costs[self.rollouts]) if self.clustering else float("nan")
 
     @property
     def source(self) -> str:
         """What the winner is: ``greedy``, ``sample``, ``greedy on K devices`` (a rollout on
-        fewer devices) or ``partition``."""
+        fewer devices), ``clustering`` or ``partition``."""
         return candidate_source(self.best_index, self.rollouts, self.placement)
 
 
@@ -124,6 +143,7 @@ def best_of_rollouts(
     ctx: GraphContext | None = None,
     partitions: int = 0,
     fewer_devices: Sequence[int] = (),
+    clustering: bool = False,
 ) -> RolloutResult:
     """The greedy rollout and ``samples`` sampled rollouts of ``policy`` (and ``partitions``
     min-cut partition proposals); the best by simulated cost (mean over ``noise_seeds`` noise
@@ -144,6 +164,8 @@ def best_of_rollouts(
         fewer_devices: device counts below the cluster's whose greedy rollouts (on the first
             k devices) replace the last samples, so the calls stay ``1 + samples``
             (:func:`~doppler_lab.policies.search.policy_candidates`).
+        clustering: judge the ``clustering`` placer's placement with them, before the
+            partitions (:func:`~doppler_lab.policies.search.heuristic_candidates`).
     """
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     ctx = ctx or GraphContext.for_policy(graph, cluster, policy.config, semantics)
@@ -151,10 +173,10 @@ def best_of_rollouts(
         policy, graph, cluster, samples, rng, ctx, semantics, fewer_devices=fewer_devices
     )
     rollouts = len(cands)
-    if partitions > 0:
-        cands += partition_candidates(graph, ctx.cost, ctx.num_devices, partitions)
+    cands += heuristic_candidates(graph, ctx.cost, ctx.num_devices, partitions, clustering)
     if len(cands) == 1:
         return RolloutResult(cands[0], np.array([np.nan]), 0)
+    with_clustering = len(cands) > rollouts and cands[rollouts].placer == "clustering"
     # the context's cost model is the simulator's (both CostModel(graph, cluster))
     sim = Simulator(graph, ctx.cluster, semantics, noise, ctx.cost)  # type: ignore[arg-type]
     reps = noise_seeds if noise > 0 else 1
@@ -163,7 +185,7 @@ def best_of_rollouts(
         [sim.makespans(cands, rng=rng if noise > 0 else None) for _ in range(reps)], axis=0
     )
     best = int(np.argmin(costs))
-    return RolloutResult(cands[best], costs, best, rollouts)
+    return RolloutResult(cands[best], costs, best, rollouts, with_clustering)
 
 
 class _LearnedPlacer:
@@ -197,6 +219,9 @@ class _LearnedPlacer:
         cluster_moves: the budget search's descent (``ils``, ``ils-cp``) also tries moves of
             several ops at once (:class:`~doppler_lab.placers.local_search.ClusterMoves`; default
             true; false: single-node moves alone).
+        clustering: judge the ``clustering`` placer's placement
+            (:mod:`doppler_lab.placers.clustering`) with the rollouts, with or without a budget
+            (default :attr:`default_clustering`; one simulator call).
     """
 
     name: ClassVar[str] = ""
@@ -206,6 +231,8 @@ class _LearnedPlacer:
     default_partitions: ClassVar[int] = 0
     #: rollouts on fewer devices unless ``fewer_devices`` says otherwise
     default_fewer_devices: ClassVar[bool] = False
+    #: the clustering proposal judged with the rollouts unless ``clustering`` says otherwise
+    default_clustering: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -221,9 +248,13 @@ class _LearnedPlacer:
         adapter: str | Path | None = None,
         fewer_devices: bool | list[int] | None = None,
         cluster_moves: bool = True,
+        clustering: bool | None = None,
     ):
         what = f"placer {self.name!r}: option"
         cluster_moves = want_bool(cluster_moves, f"{what} cluster_moves", ConfigError)
+        if clustering is None:
+            clustering = self.default_clustering
+        clustering = want_bool(clustering, f"{what} clustering", ConfigError)
         if samples is not None:
             samples = want_int(samples, f"{what} samples", ConfigError, minimum=0)
         if partitions is None:
@@ -278,6 +309,7 @@ class _LearnedPlacer:
         self.partitions = partitions
         self.fewer_devices = fewer_devices
         self.cluster_moves = cluster_moves
+        self.clustering = clustering
         self._cache: dict[int, PlacementPolicy] = {}
 
     def _checkpoint(self, checkpoint: str | Path | None) -> Path:
@@ -337,6 +369,7 @@ class _LearnedPlacer:
                 self.noise,
                 partitions=self.partitions,
                 fewer_devices=fewer_device_counts(cluster.num_devices, self.fewer_devices),
+                clustering=self.clustering,
             )
 
     def run_search(
@@ -353,8 +386,9 @@ class _LearnedPlacer:
                 task = (policy, graph, cluster, self.budget, rng, self.semantics)
                 if self.search == "adapt":
                     return adapt_search(
-                        *task, self.samples, self.partitions, bar, self.fewer_devices
-                    )
+                        *task, self.samples, self.partitions, bar, self.fewer_devices,
+                        self.clustering,
+                    )  # fmt: skip
                 return policy_search(
                     *task,
                     self.search,
@@ -363,6 +397,7 @@ class _LearnedPlacer:
                     partitions=self.partitions,
                     fewer_devices=fewer_device_counts(cluster.num_devices, self.fewer_devices),
                     cluster_moves=self.cluster_moves,
+                    clustering=self.clustering,
                 )
         finally:
             bar.close()
@@ -386,6 +421,7 @@ class _LearnedPlacer:
                 rollout_cost=out.rollout_cost,
                 best_cost=out.cost,
                 partition_cost=out.partition_cost,
+                clustering_cost=out.clustering_cost,
                 samples=out.rollouts - 1,
                 budget=self.budget,
                 search=self.search,
@@ -399,10 +435,11 @@ class _LearnedPlacer:
                 greedy_cost=res.greedy_cost,
                 rollout_cost=res.rollout_cost,
                 partition_cost=res.partition_cost,
+                clustering_cost=res.clustering_cost,
                 best_cost=res.best_cost,
                 source=res.source,
                 samples=samples,
-                partitions=len(res.costs) - res.rollouts,
+                partitions=len(res.costs) - res.rollouts - int(res.clustering),
                 # each candidate judged once; the greedy rollout alone is not judged
                 sim_calls=len(res.costs) if len(res.costs) > 1 else 0,
             )
@@ -418,6 +455,7 @@ class DopplerPlacer(_LearnedPlacer):
     default_checkpoint = GENERAL_CHECKPOINT
     default_partitions = PARTITION_PROPOSALS
     default_fewer_devices = FEWER_DEVICES
+    default_clustering = CLUSTERING_PROPOSAL
 
 
 class PlacetoPlacer(_LearnedPlacer):

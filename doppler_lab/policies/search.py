@@ -109,12 +109,16 @@ def fewer_device_counts(num_devices: int, spec: object) -> tuple[int, ...]:
     return tuple(int(k) for k in dict.fromkeys(spec) if k < num_devices)  # type: ignore[union-attr]
 
 
+#: the heuristic proposals judged next to the policy's rollouts (:func:`heuristic_candidates`)
+HEURISTIC_SOURCES = ("clustering", "partition")
+
+
 def candidate_source(index: int, rollouts: int, placement: Placement) -> str:
     """What candidate ``index`` of the proposals is (``rollouts`` of them the policy's, the rest
-    partitions): ``greedy``, ``sample``, ``greedy on K devices`` (:func:`policy_candidates`'s
-    rollouts on fewer devices) or ``partition``."""
+    heuristic proposals): ``greedy``, ``sample``, ``greedy on K devices``
+    (:func:`policy_candidates`'s rollouts on fewer devices), ``clustering`` or ``partition``."""
     if index >= rollouts:
-        return "partition"
+        return placement.placer if placement.placer in HEURISTIC_SOURCES else "partition"
     used = placement.meta.get("devices_used")
     if used is not None:
         return f"greedy on {used} device{'s' if used != 1 else ''}"
@@ -163,6 +167,32 @@ def partition_candidates(
     return [Placement(dev, None, "partition").with_inputs_filled(graph) for dev in props]
 
 
+def clustering_candidate(graph: DataflowGraph, cost: CostModel) -> Placement:
+    """The ``clustering`` placer's placement (:mod:`doppler_lab.placers.clustering`; no
+    simulator call) as a proposal."""
+    from ..placers.clustering import clustering_devices
+
+    dev, meta = clustering_devices(graph, cost)
+    return Placement(dev, None, "clustering", meta)
+
+
+def heuristic_candidates(
+    graph: DataflowGraph, cost: CostModel, num_devices: int, partitions: int, clustering: bool
+) -> list[Placement]:
+    """The heuristic proposals judged next to the policy's rollouts: the clustering placement
+    (when ``clustering``), then ``partitions`` METIS partitions (:func:`partition_candidates`);
+    a partition equal to the clustering placement is left out."""
+    out = [clustering_candidate(graph, cost)] if clustering else []
+    if partitions > 0:
+        seen = {p.device.tobytes() for p in out}
+        out += [
+            p
+            for p in partition_candidates(graph, cost, num_devices, partitions)
+            if p.device.tobytes() not in seen
+        ]
+    return out
+
+
 def device_preferences(devices: np.ndarray, num_devices: int, mix: float) -> np.ndarray:
     """``(N, D)`` each node's device frequencies over the rows of ``devices`` (``(K, N)``),
     mixed with the uniform distribution (weight ``mix``)."""
@@ -191,6 +221,7 @@ class SearchOutcome:
             rollouts only, without ``ils-cp``'s ``cp-rollout`` start).
         rollouts: the policy's rollouts judged (the greedy one included).
         partition_cost: the best partition proposal's makespan (nan without any).
+        clustering_cost: the clustering proposal's makespan (nan without it).
     """
 
     placement: Placement
@@ -200,6 +231,7 @@ class SearchOutcome:
     rollout_cost: float
     rollouts: int
     partition_cost: float = float("nan")
+    clustering_cost: float = float("nan")
 
 
 def cp_rollout_calls(graph: DataflowGraph, num_devices: int) -> int:
@@ -247,6 +279,7 @@ def policy_search(
     partitions: int = 0,
     fewer_devices: Sequence[int] = (),
     cluster_moves: bool = True,
+    clustering: bool = False,
 ) -> SearchOutcome:
     """Search placements of ``graph`` with ``policy`` as the proposal (module docstring).
 
@@ -267,6 +300,8 @@ def policy_search(
         restarts: starts of the ``restarts`` strategy.
         partitions: METIS partitions judged after the rollouts (as many as the budget leaves
             room for; equal ones once), starts of the search like them.
+        clustering: judge the ``clustering`` placement after the rollouts, before the
+            partitions (:func:`heuristic_candidates`), when the budget leaves room.
         fewer_devices: device counts whose greedy rollouts replace the last samples
             (:func:`policy_candidates`).
         cluster_moves: ``ils`` and ``ils-cp`` try
@@ -288,13 +323,19 @@ def policy_search(
     if bar is not None:
         bar.update(calls)
     rollout_cost, rollouts = float(costs.min()), len(cands)
-    partition_cost = float("nan")
-    room = min(partitions, budget - calls)
+    partition_cost = clustering_cost = float("nan")
+    room = min(partitions + int(clustering), budget - calls)
     if room > 0:
-        extra = partition_candidates(graph, sim.cost, cluster.num_devices, room)
+        extra = heuristic_candidates(
+            graph, sim.cost, cluster.num_devices, room - int(clustering), clustering
+        )
         rows = np.stack([p.device for p in extra])
         more = sim.makespans(rows)
-        partition_cost = float(more.min())
+        first = int(clustering)  # the clustering comes first
+        if clustering:
+            clustering_cost = float(more[0])
+        if more.size > first:
+            partition_cost = float(more[first:].min())
         cands = [*cands, *extra]
         devices = np.concatenate([devices, rows])
         costs = np.concatenate([costs, more])
@@ -348,5 +389,6 @@ def policy_search(
     start = cands[best_i]
     placement = Placement(best_dev, start.priority, start.placer, dict(start.meta))
     return SearchOutcome(
-        placement, best_cost, calls, float(costs[0]), rollout_cost, rollouts, partition_cost
-    )
+        placement, best_cost, calls, float(costs[0]), rollout_cost, rollouts, partition_cost,
+        clustering_cost,
+    )  # fmt: skip

@@ -521,9 +521,9 @@ def search_anchors(
     elif policy is None:
         name, options = "local-search", {"budget": budget}
     else:
-        # the policy's own search: no partition proposals
+        # the policy's own search: no heuristic proposals
         name, options = "doppler", {"checkpoint": str(policy), "samples": 0, "budget": budget}
-        options["partitions"] = 0
+        options.update(partitions=0, clustering=False)
 
     if cache is not None and Path(cache).exists():
         with np.load(cache) as z:

@@ -79,18 +79,21 @@ def test_learned_placer_from_a_shipped_checkpoint(capsys):
         capsys,
         ["place", "chainmm", "--placer", "doppler", "--checkpoint", "chainmm", "--json"],
     )
-    # greedy + 16 samples + up to 4 distinct partition proposals
-    assert r["placer"] == "doppler" and 17 < r["sim_calls"] <= 21
+    # greedy + 16 samples + the clustering + up to 4 partition proposals that differ from it
+    assert r["placer"] == "doppler" and 18 <= r["sim_calls"] <= 22
     assert r["options"]["checkpoint"] == "chainmm" and r["makespan"] >= r["lower_bound"]
     argv = ["place", "chainmm", "--placer", "doppler", "--checkpoint", "chainmm", "--json"]
-    alone = _json(capsys, [*argv, "-o", "partitions=0"])
+    alone = _json(capsys, [*argv, "-o", "partitions=0", "-o", "clustering=false"])
     assert alone["sim_calls"] == 17 and alone["makespan"] >= r["makespan"]
     # which candidate won, and the best of each kind
-    assert r["source"] in ("greedy", "sample", "partition")
-    assert r["makespan"] == pytest.approx(min(r["rollout_cost"], r["partition_cost"]))
-    assert alone["partition_cost"] is None and alone["source"] in ("greedy", "sample")
+    assert r["source"] in ("greedy", "sample", "clustering", "partition")
+    others = [r[k] for k in ("rollout_cost", "clustering_cost", "partition_cost") if r[k]]
+    assert r["makespan"] == pytest.approx(min(others))
+    assert alone["partition_cost"] is None and alone["clustering_cost"] is None
+    assert alone["source"] in ("greedy", "sample")
     assert main([*argv[:-1], "--no-progress"]) == 0
-    assert ": the " in capsys.readouterr().out  # "best rollout ..., best partition ...: the X won"
+    # "best rollout ..., clustering ..., best partition ...: the X won"
+    assert ", clustering " in (out := capsys.readouterr().out) and ": the " in out
 
 
 @pytest.mark.parametrize(

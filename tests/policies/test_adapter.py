@@ -199,7 +199,8 @@ def test_an_interrupted_run_resumes_to_the_same_result(policy, small_graph, clus
     monkeypatch.setattr(mod, "Simulator", Simulator)
     assert policy.node_bias is None
     saved = torch.load(state, weights_only=True)
-    assert saved["calls"] == 7 + 2 * 8 and len(saved["rows"]) == 2  # proposals + 2 updates
+    # 1 + 4 samples + the clustering + 2 partitions, then 2 updates of 8
+    assert saved["calls"] == 8 + 2 * 8 and len(saved["rows"]) == 2
     resumed = adapt(policy, small_graph, cluster4, "paper", cfg, seed=7, state=state)
     assert resumed.calls == whole.calls == 70
     assert resumed.rows == whole.rows

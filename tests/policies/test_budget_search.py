@@ -129,38 +129,60 @@ def test_explicit_samples_and_no_budget_protocol(small_graph, cluster4, ckpt, co
     p = place("doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, budget=30, samples=5)
     assert p.meta["samples"] == 5 and counted[0] == 30
     counted[0] = 0
-    q = place("doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, partitions=0)
+    q = place(
+        "doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, partitions=0, clustering=False
+    )
     assert q.meta["samples"] == 16 and q.meta["sim_calls"] == 17 == counted[0]
     assert "budget" not in q.meta and q.meta["source"] in ("greedy", "sample")
 
 
-def test_partition_proposals_join_the_protocol(small_graph, cluster4, ckpt, counted):
+def test_heuristic_proposals_join_the_protocol(small_graph, cluster4, ckpt, counted):
     q = place("doppler", small_graph, cluster4, seed=0, checkpoint=ckpt)
+    # the clustering, then the partitions that differ from it
     k = q.meta["partitions"]
-    assert 1 <= k <= PARTITION_PROPOSALS and q.meta["sim_calls"] == 17 + k == counted[0]
-    best = q.meta["best_cost"]
-    assert best == min(q.meta["rollout_cost"], q.meta["partition_cost"])
+    assert 0 <= k <= PARTITION_PROPOSALS and q.meta["sim_calls"] == 18 + k == counted[0]
     sim = Simulator(small_graph, cluster4, "paper")
+    assert q.meta["clustering_cost"] == sim.makespan(place("clustering", small_graph, cluster4))
+    best = q.meta["best_cost"]
+    costs = [q.meta["rollout_cost"], q.meta["clustering_cost"], q.meta["partition_cost"]]
+    assert best == np.nanmin(costs)
     assert sim.makespan(q) == pytest.approx(best, rel=1e-12)
-    if q.meta["partition_cost"] < q.meta["rollout_cost"]:
-        assert q.meta["source"] == "partition"
-    alone = place("doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, partitions=0)
+    if best < q.meta["rollout_cost"]:
+        assert q.meta["source"] in ("clustering", "partition")
+    alone = place(
+        "doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, partitions=0, clustering=False
+    )
     assert alone.meta["best_cost"] == q.meta["rollout_cost"]  # the same rollouts
+    assert np.isnan(alone.meta["clustering_cost"]) and np.isnan(alone.meta["partition_cost"])
+    no_parts = place("doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, partitions=0)
+    assert no_parts.meta["sim_calls"] == 18 and no_parts.meta["partitions"] == 0
+    assert no_parts.meta["clustering_cost"] == q.meta["clustering_cost"]
     with pytest.raises(ConfigError, match="option partitions"):
         get_placer("doppler", checkpoint=ckpt, partitions=-1)
+    with pytest.raises(ConfigError, match="option clustering"):
+        get_placer("doppler", checkpoint=ckpt, clustering="yes")
 
 
-def test_budget_search_judges_partitions_within_the_budget(small_graph, cluster4, ckpt, counted):
+def test_budget_search_judges_proposals_within_the_budget(small_graph, cluster4, ckpt, counted):
     p = place("doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, budget=30, samples=5)
-    assert counted[0] == 30 and np.isfinite(p.meta["partition_cost"])
-    assert p.meta["best_cost"] <= min(p.meta["rollout_cost"], p.meta["partition_cost"])
+    assert counted[0] == 30 and np.isfinite(p.meta["clustering_cost"])
+    heuristics = np.nanmin([p.meta["clustering_cost"], p.meta["partition_cost"]])
+    assert p.meta["best_cost"] <= min(p.meta["rollout_cost"], heuristics)
     counted[0] = 0
-    # the rollouts leave room for one partition only, and the search for no local move
+    # the rollouts leave room for the clustering only, and the search for no local move
     p = place("doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, budget=7, samples=5)
+    assert counted[0] == 7 and np.isfinite(p.meta["clustering_cost"])
+    assert np.isnan(p.meta["partition_cost"])
+    counted[0] = 0
+    # ... for one partition, without the clustering
+    p = place("doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, budget=7, samples=5,
+              clustering=False)  # fmt: skip
     assert counted[0] == 7 and np.isfinite(p.meta["partition_cost"])
+    assert np.isnan(p.meta["clustering_cost"])
     counted[0] = 0
     p = place("doppler", small_graph, cluster4, seed=0, checkpoint=ckpt, budget=6, samples=5)
     assert counted[0] == 6 and np.isnan(p.meta["partition_cost"])
+    assert np.isnan(p.meta["clustering_cost"])
 
 
 @pytest.mark.parametrize("bad", [0, -1, "x", True, 2.5])
@@ -303,7 +325,7 @@ def test_doppler_judges_its_rollouts_on_fewer_devices(ckpt, counted):
     sim = Simulator(graph, cluster, "paper")
     one_device = sim.makespan(np.zeros(graph.num_nodes, dtype=np.int64))
     counted[0] = 0
-    kw = dict(seed=0, checkpoint=ckpt, partitions=0)
+    kw = dict(seed=0, checkpoint=ckpt, partitions=0, clustering=False)
     q = place("doppler", graph, cluster, fewer_devices=[1], **kw)
     assert q.meta["sim_calls"] == 17 == counted[0]  # in place of a sample
     assert q.meta["best_cost"] <= one_device * (1 + 1e-12)

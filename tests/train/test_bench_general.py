@@ -55,10 +55,10 @@ def test_quick_run_writes_every_table_and_a_rerun_skips_finished_cases(tmp_path,
         assert r["cp_rollout"] > 0 and r["cp_rollout_s"] >= 0
         assert r["vs_cp"] == pytest.approx((r["cp"] - r["general"]) / r["cp"])
         assert r["ratio_lb"] >= 1 - 1e-9 and r["vs_best_known"] is None  # not a paper graph
-        # the placer's best of rollouts and partitions; the same rollouts alone; partitions alone
-        assert r["general"] <= min(r["policy"], r["partition"]) * (1 + 1e-9)
+        # the placer's best of rollouts, the clustering and partitions; each of them alone
+        assert r["general"] <= min(r["policy"], r["clustering"], r["partition"]) * (1 + 1e-9)
         assert r["policy_vs_cp"] == pytest.approx((r["cp"] - r["policy"]) / r["cp"])
-        assert 0 <= r["from_partition"] <= cfg.seeds
+        assert 0 <= r["from_partition"] + r["from_clustering"] <= cfg.seeds
     ratios = [r["general"] / r["cp"] for r in zero[:-1]]
     assert zero[-1]["vs_cp"] == pytest.approx(1 - (ratios[0] * ratios[1]) ** 0.5)
     # budget table: one row per task at the table's budget, then the win/tie/loss count
@@ -66,15 +66,17 @@ def test_quick_run_writes_every_table_and_a_rerun_skips_finished_cases(tmp_path,
     assert [r["task"] for r in budget[:-1]] == [t.name for t in TASKS]
     results = [r["result"] for r in budget[:-1]]
     assert budget[-1]["result"] == " / ".join(str(results.count(k)) for k in ("win", "tie", "loss"))
-    # beside them, the same search as doppler's from HEFT's placement, without the policy
-    for r in budget[:-1]:
-        assert r["ils_heft"] > 0
-        rel = (r["ils_heft"] - r["doppler"]) / r["ils_heft"]
-        assert r["doppler_vs_ils_heft"] == pytest.approx(rel)
-    adds = rec["summary"]["budget 10: doppler vs the same search from HEFT (ils-heft)"]
-    assert adds.endswith(" of 2; geometric mean of doppler / ils-heft " + format(
-        (budget[0]["doppler"] / budget[0]["ils_heft"] * budget[1]["doppler"] / budget[1]["ils_heft"])
-        ** 0.5, ".3f"))  # fmt: skip
+    # beside them, the same search as doppler's from HEFT's and from the clustering's
+    # placement, without the policy
+    for start, label in (("heft", "HEFT"), ("clustering", "the clustering")):
+        col = f"ils_{start}"
+        for r in budget[:-1]:
+            assert r[col] > 0
+            assert r[f"doppler_vs_{col}"] == pytest.approx((r[col] - r["doppler"]) / r[col])
+        adds = rec["summary"][f"budget 10: doppler vs the same search from {label} (ils-{start})"]
+        assert adds.endswith(f" of 2; geometric mean of doppler / ils-{start} " + format(
+            (budget[0]["doppler"] / budget[0][col] * budget[1]["doppler"] / budget[1][col])
+            ** 0.5, ".3f"))  # fmt: skip
     curve = json.loads((out / "general" / "budget_curve.json").read_text())["curve"]
     gm = [c for c in curve if c["task"] == "geometric mean"]
     assert {(c["method"], c["sim_calls"]) for c in gm} == {(m, n) for m in METHODS for n in (5, 10)}
@@ -102,7 +104,7 @@ def test_quick_run_writes_every_table_and_a_rerun_skips_finished_cases(tmp_path,
     assert alone["value"] == pytest.approx(zero[-1]["policy_vs_cp"])
     # a rerun computes nothing: every case's result.json stays as it was
     done = sorted((tmp_path / "runs_quick").rglob("result.json"))
-    assert len(done) == 2 + 2 * 3 + 3  # zero-shot and budget (3 methods) per task, 3 trainings
+    assert len(done) == 2 + 2 * 4 + 3  # zero-shot and budget (4 methods) per task, 3 trainings
     stamps = [p.stat().st_mtime_ns for p in done]
     again = bench.run(tmp_path / "out", quick=True, config=cfg, progress=False)
     assert [p.stat().st_mtime_ns for p in done] == stamps

@@ -243,8 +243,9 @@ def test_learned_placer_steps_from_its_checkpoint(small, cluster, tmp_path, one_
     stepper = make_stepper(choice, graph, cluster)
     assert stepper.name == "doppler [tiny, samples=0]"
     run_episode(stepper)
-    # the placer's greedy rollout alone (no partition proposals beside it)
-    expected = place("doppler", graph, cluster, seed=0, checkpoint=ckpt, samples=0, partitions=0)
+    # the placer's greedy rollout alone (no heuristic proposals beside it)
+    expected = place("doppler", graph, cluster, seed=0, checkpoint=ckpt, samples=0, partitions=0,
+                     clustering=False)  # fmt: skip
     assert (stepper.placement().device == expected.device).all()
     with pytest.raises(ConfigError, match="needs a checkpoint"):
         make_stepper("doppler", graph, cluster)

@@ -1,0 +1,315 @@
+"""Edge-zeroing clustering for graphs whose transfers cost as much as their compute: ``clustering``.
+
+Sarkar's two-step method (V. Sarkar, *Partitioning and Scheduling Parallel Programs for
+Multiprocessors*, MIT Press 1989), the classic answer of DAG scheduling to a high
+communication-to-computation ratio. A list scheduler (HEFT, CP) puts each op on its
+earliest-finish device and pays for the transfers that choice causes later; the paper's graphs
+move about four times as much (in time) as they compute, and there it loses to keeping whole
+chains of heavy tensors on one device.
+
+1. **Clustering**, on as many virtual devices as there are ops: every op starts alone; the edges
+   between ops are visited by decreasing transfer time (the mean over device pairs, edge id on
+   ties), and an edge is *zeroed* (its two ends' clusters merged onto one virtual device) when
+   the schedule does not get longer. Merges that leave the length equal are taken: they cost
+   nothing now and leave fewer clusters to map.
+2. **Mapping** onto the D devices: clusters by decreasing compute, each onto the device that
+   gives the shortest schedule while the clusters not mapped yet keep virtual devices of their
+   own; then, in the same order, whole clusters move to the device that shortens the schedule
+   most, pass after pass while one does (at most :data:`MAX_PASSES`).
+
+The schedule length is this module's own timing model (:func:`schedule_length`): each device runs
+the ops assigned to it one at a time, in the order they become ready (an op is ready when each
+input has finished and, from another device, arrived; ties in node id order), transfers start
+when their producer finishes and never wait for a link. That is the ``paper`` simulator
+semantics: the makespans agree except where two ops become ready on one device at the same
+instant, which the simulator orders by its events (``tests/placers/test_clustering.py``; on
+the paper's six graphs they agree). Under ``wc`` it is an estimate: no link contention, no
+sharing of one tensor's transfer between consumers on a device. Virtual devices compute at the
+devices' mean speed and move tensors in the mean transfer time; mapped clusters see their
+device's compute time and the real link between two devices. The placer never calls the
+simulator: it runs its model once per edge between ops, then ``k x D`` times for ``k`` clusters
+per mapping pass (meta ``model_runs``: 150-1300 runs, 1-11 ms on one core for the held-out
+graphs of ``bench general``, 15-370 ops).
+
+On the paper's graphs (``paper`` semantics, makespans / 1e10; HEFT's after the slash,
+YARDSTICK's best known in brackets): chain_mm 1300.1 / 1300.1 (1200.1), ffnn 56.70 / 84.18
+(56.70), transformer block 166.87 / 240.2 (166.74), full layer 129.52 / 211.8 (122.11), 8-GPU
+block 173.74 / 328.3 (166.80), 8-GPU full transformer 173.86 / 265.7 (166.85). Under ``wc``
+it ranges from 0.68 of CP's makespan (an MoE layer on ``p100x4``) to 1.01 (a Llama layer on
+``v100x8``, where the work must spread op by op). The ``doppler`` placer judges its placement
+next to the policy's rollouts and the METIS partitions (its ``clustering`` option) and takes
+it where it wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from numba import njit
+
+from ..graph import DataflowGraph
+from ..hardware import Cluster, CostModel
+from ..placement import Placement
+from ..rules import transfer_time
+
+#: most passes of whole-cluster moves after the mapping (each a k x D sweep; the paper's graphs
+#: need 1-3)
+MAX_PASSES = 8
+#: a cluster moves when the schedule gets shorter by more than this share
+MOVE_GAIN = 1e-9
+
+
+@njit(cache=True)
+def _length(graph, costs, proc, nproc):  # pragma: no cover - compiled
+    """The schedule length of ops on processors ``proc`` (``< D``: a device, ``>= D``: a
+    virtual one); see the module docstring. ``graph``: (succ_ptr, succ_idx, succ_eid, indeg0,
+    roots) of the edges between ops; ``costs``: (comp, mean_comp, fixed, nbytes, lat, inv_bw,
+    mean_edge) (:class:`ClusteringModel`)."""
+    succ_ptr, succ_idx, succ_eid, indeg0, roots = graph
+    comp, mean_comp, fixed, nbytes, lat, inv_bw, mean_edge = costs
+    n = indeg0.shape[0]
+    ndev = lat.shape[0]
+    indeg = indeg0.copy()
+    rdy = np.zeros(n)
+    free = np.zeros(nproc)
+    hk = np.empty(n)
+    hv = np.empty(n, np.int64)
+    hn = 0
+    for v in roots:  # ascending ids, all ready at 0: already a heap
+        hk[hn] = 0.0
+        hv[hn] = v
+        hn += 1
+    length = 0.0
+    while hn > 0:
+        r = hk[0]
+        v = hv[0]
+        hn -= 1
+        lk = hk[hn]
+        lv = hv[hn]
+        i = 0
+        while True:  # sift the last entry down from the root
+            c = 2 * i + 1
+            if c >= hn:
+                break
+            if c + 1 < hn and (hk[c + 1] < hk[c] or (hk[c + 1] == hk[c] and hv[c + 1] < hv[c])):
+                c += 1
+            if hk[c] < lk or (hk[c] == lk and hv[c] < lv):
+                hk[i] = hk[c]
+                hv[i] = hv[c]
+                i = c
+            else:
+                break
+        if hn > 0:
+            hk[i] = lk
+            hv[i] = lv
+        p = proc[v]
+        start = r if r > free[p] else free[p]
+        f = start + (comp[v, p] if p < ndev else mean_comp[v])
+        free[p] = f
+        if f > length:
+            length = f
+        for k in range(succ_ptr[v], succ_ptr[v + 1]):
+            x = succ_idx[k]
+            q = proc[x]
+            t = f
+            if q != p:
+                e = succ_eid[k]
+                if p < ndev and q < ndev:
+                    t += transfer_time(fixed[e], lat[p, q], nbytes[e], inv_bw[p, q])
+                else:
+                    t += mean_edge[e]
+            if t > rdy[x]:
+                rdy[x] = t
+            indeg[x] -= 1
+            if indeg[x] == 0:  # sift up
+                t = rdy[x]
+                i = hn
+                hn += 1
+                while i > 0:
+                    par = (i - 1) // 2
+                    if hk[par] < t or (hk[par] == t and hv[par] < x):
+                        break
+                    hk[i] = hk[par]
+                    hv[i] = hv[par]
+                    i = par
+                hk[i] = t
+                hv[i] = x
+    return length
+
+
+@njit(cache=True)
+def _zero_edges(edge_order, edge_src, edge_dst, graph, costs):  # pragma: no cover - compiled
+    """Step 1: the cluster of each node (a node id) and the number of model runs."""
+    n = graph[3].shape[0]
+    ndev = costs[4].shape[0]
+    cl = np.arange(n)
+    proc = cl + ndev
+    best = _length(graph, costs, proc, n + ndev)
+    runs = 1
+    trial = proc.copy()
+    for e in edge_order:
+        a = cl[edge_src[e]]
+        b = cl[edge_dst[e]]
+        if a == b:
+            continue
+        for v in range(n):
+            trial[v] = a + ndev if cl[v] == b else proc[v]
+        t = _length(graph, costs, trial, n + ndev)
+        runs += 1
+        if t <= best:
+            best = t
+            for v in range(n):
+                if cl[v] == b:
+                    cl[v] = a
+                    proc[v] = a + ndev
+    return cl, runs
+
+
+class ClusteringModel:
+    """A graph's arrays for the timing model and the two steps (module docstring).
+
+    Args:
+        graph: the graph.
+        cost: its cost model on the cluster.
+    """
+
+    def __init__(self, graph: DataflowGraph, cost: CostModel):
+        self.graph, self.cost = graph, cost
+        comp = ~graph.is_input
+        # the CSR successor slots between ops (edges out of inputs cost nothing)
+        owner = np.repeat(np.arange(graph.num_nodes), np.diff(graph.succ_ptr))
+        slots = np.flatnonzero(comp[owner] & comp[graph.succ_idx])
+        ptr = np.zeros(graph.num_nodes + 1, dtype=np.int64)
+        np.add.at(ptr, owner[slots] + 1, 1)
+        succ_idx = np.ascontiguousarray(graph.succ_idx[slots], dtype=np.int64)
+        indeg = np.zeros(graph.num_nodes, dtype=np.int64)
+        np.add.at(indeg, succ_idx, 1)
+        #: the graph record of the compiled model
+        self.arrays = (
+            np.cumsum(ptr),
+            succ_idx,
+            np.ascontiguousarray(graph.succ_eid[slots], dtype=np.int64),
+            indeg,
+            np.flatnonzero(comp & (indeg == 0)).astype(np.int64),
+        )
+        compute = np.ascontiguousarray(cost.compute, dtype=np.float64)
+        self.mean_comp = compute.mean(axis=1)
+        self.between = comp[graph.edge_src] & comp[graph.edge_dst]
+        self.mean_edge = np.where(self.between, np.asarray(cost.mean_edge_cost, np.float64), 0.0)
+        #: the cost record of the compiled model
+        self.costs = (
+            compute,
+            self.mean_comp,
+            np.ascontiguousarray(cost.edge_fixed, dtype=np.float64),
+            np.ascontiguousarray(cost.edge_bytes, dtype=np.float64),
+            np.ascontiguousarray(cost.latency, dtype=np.float64),
+            np.ascontiguousarray(cost.inv_bandwidth, dtype=np.float64),
+            self.mean_edge,
+        )
+
+    @property
+    def num_devices(self) -> int:
+        return self.cost.cluster.num_devices
+
+    def length(self, proc: np.ndarray, num_procs: int | None = None) -> float:
+        """The model's schedule length with node v on processor ``proc[v]`` (raw units)."""
+        nproc = int(proc.max()) + 1 if num_procs is None else int(num_procs)
+        nproc = max(nproc, self.num_devices)
+        proc = np.ascontiguousarray(proc, dtype=np.int64)
+        return float(_length(self.arrays, self.costs, proc, nproc))
+
+    def clusters(self) -> tuple[np.ndarray, int]:
+        """Step 1: ``(N,)`` each node's cluster (the id of one of its nodes; inputs alone)
+        and the number of model runs."""
+        g = self.graph
+        w = self.mean_edge
+        order = np.flatnonzero(self.between & (w > 0))
+        order = order[np.argsort(-w[order], kind="stable")].astype(np.int64)
+        cl, runs = _zero_edges(
+            order,
+            np.asarray(g.edge_src, dtype=np.int64),
+            np.asarray(g.edge_dst, dtype=np.int64),
+            self.arrays,
+            self.costs,
+        )
+        return cl, int(runs)
+
+    def place(self, max_passes: int = MAX_PASSES) -> tuple[np.ndarray, dict]:
+        """Both steps: ``(N,)`` a device per node (inputs: 0) and what they did."""
+        g, d = self.graph, self.num_devices
+        n = g.num_nodes
+        dev = np.zeros(n, dtype=np.int64)
+        nodes = g.compute_nodes
+        if d <= 1 or nodes.size == 0:
+            return dev, {"clusters": int(nodes.size > 0), "model_runs": 0, "passes": 0}
+        cl, runs = self.clusters()
+        labels = np.unique(cl[nodes])
+        work = np.array([self.mean_comp[nodes[cl[nodes] == c]].sum() for c in labels])
+        order = labels[np.argsort(-work, kind="stable")]
+        members = [nodes[cl[nodes] == c] for c in order]
+        k = len(members)
+        proc = np.zeros(n, dtype=np.int64)
+        for j, m in enumerate(members):
+            proc[m] = d + j
+        nproc = d + k
+        for m in members:
+            best, where = np.inf, 0
+            for dd in range(d):
+                proc[m] = dd
+                t = self.length(proc, nproc)
+                runs += 1
+                if t < best:
+                    best, where = t, dd
+            proc[m] = where
+        length = self.length(proc, d)
+        passes = 0
+        while passes < max_passes:
+            passes += 1
+            moved = False
+            for m in members:
+                home = int(proc[m[0]])
+                best, where = length, home
+                for dd in range(d):
+                    if dd == home:
+                        continue
+                    proc[m] = dd
+                    t = self.length(proc, d)
+                    runs += 1
+                    if t < best and length - t > MOVE_GAIN * length:
+                        best, where = t, dd
+                proc[m] = where
+                if where != home:
+                    length, moved = best, True
+            if not moved:
+                break
+        dev[nodes] = proc[nodes]
+        return dev, {"clusters": k, "model_runs": runs, "passes": passes, "model_length": length}
+
+
+def schedule_length(graph: DataflowGraph, cluster: Cluster, device: np.ndarray) -> float:
+    """The clustering's timing model of placement ``device`` on ``cluster``, in the graph's
+    reported time units (the ``paper`` simulator's makespan; module docstring)."""
+    cost = CostModel(graph, cluster)
+    dev = np.asarray(device, dtype=np.int64)
+    return ClusteringModel(graph, cost).length(dev, cluster.num_devices) * graph.time_scale
+
+
+def clustering_devices(graph: DataflowGraph, cost: CostModel) -> tuple[np.ndarray, dict]:
+    """``(N,)`` the clustering's device per node (inputs on their first consumer's) and its
+    meta (clusters, model runs, mapping passes)."""
+    dev, meta = ClusteringModel(graph, cost).place()
+    return Placement(dev, None, "clustering").with_inputs_filled(graph).device, meta
+
+
+@dataclass(frozen=True)
+class ClusteringPlacer:
+    """Sarkar's edge-zeroing clustering, then its clusters mapped onto the devices (module
+    docstring). Deterministic; no simulator call."""
+
+    name: ClassVar[str] = "clustering"
+
+    def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
+        dev, meta = clustering_devices(graph, CostModel(graph, cluster))
+        return Placement(dev, None, self.name, meta)

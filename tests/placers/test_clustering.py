@@ -1,0 +1,120 @@
+"""Sarkar's edge-zeroing clustering: its timing model, the two steps, the paper's graphs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from doppler_lab.graph import cost_graph
+from doppler_lab.hardware import CostModel, make_cluster
+from doppler_lab.io import read_paper_graph
+from doppler_lab.placers import available_placers, get_placer, place
+from doppler_lab.placers.clustering import ClusteringModel, schedule_length
+from doppler_lab.sim import Simulator
+from doppler_lab.workloads import build_from_spec
+
+from paper_graphs import PAPER_GRAPHS_4GPU, PAPER_GRAPHS_8GPU, paper_graph_path
+from placer_helpers import small_dag
+
+
+@pytest.mark.parametrize(
+    ("spec", "cluster"),
+    [
+        ("random_dag:num_nodes=60,width=8,integer_costs=false,seed=1", ("uniform", 4)),
+        ("random_dag:num_nodes=80,width=6,integer_costs=false,seed=2", ("p100x4", None)),
+        ("random_dag:num_nodes=40,width=3,integer_costs=false,seed=3", ("uniform", 3)),
+    ],
+)
+def test_timing_model_is_the_paper_simulator(spec, cluster):
+    # costs drawn from a continuum: no two ops become ready on a device at the same instant,
+    # the one case where the simulator's event order and the model's node ids may differ
+    g = build_from_spec(spec)
+    c = make_cluster(cluster[0], cluster[1]) if cluster[1] else make_cluster(cluster[0])
+    sim = Simulator(g, c, "paper")
+    rng = np.random.default_rng(0)
+    for _ in range(25):
+        dev = rng.integers(0, c.num_devices, g.num_nodes)
+        assert schedule_length(g, c, dev) == pytest.approx(sim.makespan(dev), rel=1e-12)
+
+
+def test_virtual_devices_use_mean_costs():
+    # two ops joined by a 10-unit edge; op 1 is twice as slow on device 1
+    g = cost_graph(np.array([2.0, 2.0]), np.array([10.0, 0.0]), np.array([0]), np.array([1]))
+    c = make_cluster("uniform", 2)
+    model = ClusteringModel(g, CostModel(g, c))
+    assert model.length(np.array([0, 0])) == pytest.approx(4.0)
+    assert model.length(np.array([0, 1])) == pytest.approx(14.0)
+    # virtual processors 2 and 3: the mean transfer, then the mean compute
+    assert model.length(np.array([2, 3]), 4) == pytest.approx(14.0)
+    assert model.length(np.array([2, 2]), 4) == pytest.approx(4.0)
+
+
+def _chains(num: int, length: int, comm: float) -> tuple:
+    n = num * length
+    src = np.array([k * length + i for k in range(num) for i in range(length - 1)])
+    return cost_graph(np.ones(n), np.full(n, comm), src, src + 1)
+
+
+def test_heavy_chains_are_zeroed_and_spread():
+    g, c = _chains(4, 6, 50.0), make_cluster("uniform", 4)
+    p = place("clustering", g, c)
+    rows = p.device.reshape(4, 6)
+    assert all(len(set(r)) == 1 for r in rows)  # no transfer
+    assert sorted(rows[:, 0]) == [0, 1, 2, 3]  # one chain per device
+    assert p.meta["clusters"] == 4
+    assert Simulator(g, c, "paper").makespan(p) == pytest.approx(6.0)
+
+
+def test_fan_in_of_heavy_tensors_is_gathered():
+    # four producers (10 units each) send 40-unit tensors to one cheap consumer: spreading them
+    # saves 30 of compute and costs a 40-unit transfer; the clustering keeps them together
+    comp = np.array([10.0, 10.0, 10.0, 10.0, 1.0])
+    comm = np.array([40.0, 40.0, 40.0, 40.0, 0.0])
+    g = cost_graph(comp, comm, np.array([0, 1, 2, 3]), np.array([4, 4, 4, 4]))
+    c = make_cluster("uniform", 4)
+    p = place("clustering", g, c)
+    assert len(set(p.device)) == 1
+    sim = Simulator(g, c, "paper")
+    assert sim.makespan(p) == pytest.approx(41.0)
+    assert sim.makespan(place("heft", g, c)) > 41.0
+
+
+def test_cheap_transfers_spread_the_work():
+    g, c = _chains(4, 6, 0.0), make_cluster("uniform", 4)
+    # no edge costs anything: nothing is zeroed, and the mapping balances the 24 ops
+    p = place("clustering", g, c)
+    assert np.bincount(p.device, minlength=4).tolist() == [6, 6, 6, 6]
+
+
+def test_deterministic_registered_and_inputs_filled():
+    assert "clustering" in available_placers()
+    g, c = small_dag(50, 3, edge_prob=0.12, inputs=4), make_cluster("p100x4")
+    placer = get_placer("clustering")
+    a = placer.place(g, c, np.random.default_rng(0))
+    b = placer.place(g, c, np.random.default_rng(1))
+    assert np.array_equal(a.device, b.device)
+    assert a.placer == "clustering"
+    assert set(a.meta) >= {"clusters", "model_runs", "passes", "model_length"}
+    for v in np.flatnonzero(g.is_input):
+        succ = g.successors(int(v))
+        if succ.size:
+            assert a.device[v] == a.device[succ[0]]
+    one = place("clustering", g, make_cluster("uniform", 1))
+    assert not one.device.any()
+
+
+@pytest.mark.parametrize("name", [*PAPER_GRAPHS_4GPU, *PAPER_GRAPHS_8GPU])
+def test_paper_graphs_beat_heft(name):
+    g = read_paper_graph(paper_graph_path(name))
+    c = make_cluster("uniform", 8 if name in PAPER_GRAPHS_8GPU else 4)
+    sim = Simulator(g, c, "paper")
+    p = place("clustering", g, c)
+    ours, heft = sim.makespan(p), sim.makespan(place("heft", g, c))
+    # chain_mm: a tie (1300.11 against 1300.07); a third better or more elsewhere
+    assert ours <= heft * (1.0001 if name == "chain_mm_112nodes" else 0.7)
+    # the model is the simulator on these graphs
+    assert p.meta["model_length"] * g.time_scale == pytest.approx(ours, rel=1e-9)
+    # YARDSTICK's best known: ffnn's is reached, the transformer block's within 0.1%
+    best = {"ffnn_192nodes": 56.696, "transformer_block_215nodes": 166.74}
+    if name in best:
+        assert ours <= best[name] * 1.001
