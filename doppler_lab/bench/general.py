@@ -949,7 +949,7 @@ def target_rows(
     worse = [r["task"] for r in tasks if r["general"] > r["heft"] * (1 + TIE_RTOL)]
     line("zero-shot: graphs worse than HEFT", ", ".join(worse) or 0, "none",
          None if not tasks else not worse)  # fmt: skip
-    if cfg.partitions:  # the same two for the policy's rollouts alone (no partition proposals)
+    if cfg.partitions or cfg.clustering:  # the same two for the rollouts alone (no heuristics)
         gm = zero[-1]["policy_vs_cp"] if tasks else None
         line("zero-shot, the policy's rollouts alone: geometric mean below CP", gm,
              f">= {TARGET_VS_CP:.0%}", None if gm is None else gm >= TARGET_VS_CP)  # fmt: skip

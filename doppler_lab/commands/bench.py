@@ -39,6 +39,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="METIS partition proposals of the doppler placer (default 4; 0: its rollouts alone)",
     )
     g.add_argument(
+        "--skip-clustering",
+        action="store_true",
+        help="the doppler placer and the adapter without the clustering placer's placement among "
+        "their proposals (default: with it)",
+    )
+    g.add_argument(
         "--groups", help="held-out groups, comma-separated (default generator,cluster,paper,model)"
     )
     g.add_argument(
@@ -84,7 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 GENERAL_OPTIONS = (
     "checkpoint", "budget", "curve", "seeds", "partitions", "groups", "tasks", "train_seeds",
     "finetune_episodes", "scratch_episodes", "finetune_method", "finetune_set", "skip_training",
-    "skip_finetune_long",
+    "skip_finetune_long", "skip_clustering",
 )  # fmt: skip
 
 
@@ -124,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if given.pop("skip_finetune_long", False):
         given["finetune_long"] = False
+    if given.pop("skip_clustering", False):
+        given["clustering"] = False
     record = mod.run(Path(args.out), quick=args.quick, **shown, **given)
     print(f"wrote {Path(args.out) / (args.name + '.md')}")
     for k, v in record.get("summary", {}).items():

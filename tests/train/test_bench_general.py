@@ -192,6 +192,13 @@ def test_finetune_settings_merge_and_bad_ones_are_named(capsys):
 def test_cli_options_belong_to_bench_general(capsys):
     assert main(["bench", "sim", "--budget", "5"]) == 2
     assert "--budget is an option of bench general" in capsys.readouterr().err
+    assert main(["bench", "sim", "--skip-clustering"]) == 2
+    assert "--skip-clustering is an option of bench general" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="clustering = 'no', expected true or false"):
+        bench.GeneralBenchConfig(clustering="no")
+    assert bench.make_config(clustering=False).adapt_config().clustering is False
+    with pytest.raises(ConfigError, match="'clustering', which the bench sets itself"):
+        bench.make_config(finetune_set={"clustering": False})
 
 
 def test_cli_runs_bench_general_with_its_options(tmp_path, monkeypatch, tiny_checkpoint, capsys):
@@ -199,11 +206,13 @@ def test_cli_runs_bench_general_with_its_options(tmp_path, monkeypatch, tiny_che
     argv = ["bench", "general", "--quick", "--no-progress", "--out", "out"]
     argv += ["--checkpoint", tiny_checkpoint, "--curve", "5,10", "--budget", "10"]
     argv += ["--skip-training", "--task", "ffnn", "--seeds", "1", "--partitions", "0"]
+    argv += ["--skip-clustering"]
     assert main(argv) == 0, capsys.readouterr().err
     rec = json.loads((tmp_path / "out" / "general.json").read_text())
     zero = next(v for k, v in rec["tables"].items() if k.startswith("Zero-shot"))
     assert "+ 0 partitions" in next(k for k in rec["tables"] if k.startswith("Zero-shot"))
     assert zero[0]["general"] == zero[0]["policy"] and zero[0]["from_partition"] == 0
+    assert zero[0]["from_clustering"] == 0 and " + clustering" not in "".join(rec["tables"])
     assert len(rec["tables"]["Targets"]) == 7  # no rows of the rollouts alone: they are general
     assert rec["summary"]["tasks"] == 1 and rec["summary"]["checkpoint"] == tiny_checkpoint
     curve = json.loads((tmp_path / "out" / "general" / "budget_curve.json").read_text())
