@@ -292,7 +292,7 @@ def adapt(
     from .base import Episodes
     from .context import GraphContext
     from .rollout import GREEDY, SAMPLE, ActionMode, Rollout, run_episodes
-    from .search import heuristic_candidates, policy_candidates
+    from .search import heuristic_candidates, policy_candidates, proposal_order
 
     cfg = config or AdaptConfig()
     if getattr(policy, "plc", None) is None or not hasattr(policy, "set_node_bias"):
@@ -339,7 +339,7 @@ def adapt(
         cands += heuristic_candidates(graph, ctx.cost, d, cfg.partitions, cfg.clustering)
         costs = np.asarray(sim.makespans(cands), dtype=np.float64)
         calls = len(cands)
-        i = int(np.argmin(costs))
+        i = int(proposal_order(costs, np.stack([p.device for p in cands]), graph, ctx.cost)[0])
         best, best_cost, start_cost = cands[i], float(costs[i]), float(costs[i])
         source = candidate_source(i, rollouts, best)
         part_cost = float(costs[rollouts:].min()) if calls > rollouts else math.nan

@@ -47,6 +47,7 @@ from .search import (
     heuristic_candidates,
     policy_candidates,
     policy_search,
+    proposal_order,
 )
 
 #: ``doppler``'s partition proposals by default: four METIS partitions (two seeds each of 3% and
@@ -79,8 +80,8 @@ class RolloutResult:
     """The protocol's candidates and the winner.
 
     Attributes:
-        placement: the best placement (greedy on ties, a rollout on ties with a heuristic
-            proposal).
+        placement: the best placement (on ties, the one that cuts the least transfer time,
+            then the first: :func:`~doppler_lab.policies.search.proposal_order`).
         costs: ``(1 + samples + proposals,)`` simulated cost of the greedy rollout, of each
             sample, then of each heuristic proposal (the clustering, the partitions).
         best_index: index of the winner in ``costs`` (0: the greedy rollout).
@@ -184,7 +185,7 @@ def best_of_rollouts(
     costs = np.mean(
         [sim.makespans(cands, rng=rng if noise > 0 else None) for _ in range(reps)], axis=0
     )
-    best = int(np.argmin(costs))
+    best = int(proposal_order(costs, np.stack([p.device for p in cands]), graph, ctx.cost)[0])
     return RolloutResult(cands[best], costs, best, rollouts, with_clustering)
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from doppler_lab.errors import CheckpointError, ConfigError
-from doppler_lab.graph import GraphBuilder
-from doppler_lab.hardware import make_cluster
+from doppler_lab.graph import GraphBuilder, cost_graph
+from doppler_lab.hardware import CostModel, make_cluster
 from doppler_lab.placers import get_placer, place
 from doppler_lab.placers.local_search import ClusterMoves, MoveScan, critical_ops, iterated_search
 from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
@@ -28,6 +28,7 @@ from doppler_lab.policies.search import (
     fewer_device_counts,
     policy_candidates,
     policy_search,
+    proposal_order,
 )
 from doppler_lab.sim import Simulator
 
@@ -423,3 +424,26 @@ def test_doppler_cluster_moves_option(small_graph, cluster4, ckpt):
     assert get_placer("doppler", checkpoint=ckpt).cluster_moves is True
     with pytest.raises(ConfigError, match="option cluster_moves"):
         get_placer("doppler", checkpoint=ckpt, cluster_moves="sometimes")
+
+
+def test_equal_makespans_go_to_the_proposal_that_cuts_less():
+    # a chain 3 -> 0 -> 1 -> 2 whose transfers cost 0, 5 and 1
+    g = cost_graph(
+        np.ones(4), np.array([5.0, 1.0, 0.0, 0.0]), np.array([0, 1, 3]), np.array([1, 2, 0])
+    )
+    cost = CostModel(g, make_cluster("uniform", 2))
+    devices = np.array(
+        [
+            [0, 0, 1, 1],  # cuts 1 -> 2 (1) and 3 -> 0 (free)
+            [0, 1, 1, 0],  # cuts 0 -> 1 (5)
+            [0, 0, 0, 1],  # cuts 3 -> 0 only (free)
+            [1, 1, 1, 0],  # the same, a later index
+        ]
+    )
+    assert proposal_order(np.array([3.0, 3.0, 3.0, 3.0]), devices, g, cost).tolist() == [
+        2, 3, 0, 1
+    ]  # fmt: skip
+    # the makespan first
+    assert proposal_order(np.array([4.0, 2.0, 3.0, 3.0]), devices, g, cost).tolist() == [
+        1, 2, 3, 0
+    ]  # fmt: skip
