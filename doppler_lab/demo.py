@@ -29,7 +29,9 @@ from .placers import available_placers, place
 from .sim import Simulator
 from .yardstick import best_known
 
-BASELINES: tuple[str, ...] = ("single", "round-robin", "random", "cp", "heft", "etf", "m-topo")
+BASELINES: tuple[str, ...] = (
+    "single", "round-robin", "random", "cp", "heft", "etf", "m-topo", "clustering",
+)  # fmt: skip
 
 
 @dataclass
@@ -148,7 +150,12 @@ def step_paper_graphs(ctx: DemoContext) -> None:
         graphs.items(), desc="demo: paper graphs", leave=False, disable=not ctx.progress
     ):
         r, _ = _placer_rows(
-            name, g, default_cluster(g), "paper", ("round-robin", "cp", "heft"), ctx.seed
+            name,
+            g,
+            default_cluster(g),
+            "paper",
+            ("round-robin", "cp", "heft", "clustering"),
+            ctx.seed,
         )
         known = best_known(name)
         for row in r:
