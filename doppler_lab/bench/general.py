@@ -257,7 +257,6 @@ def long_comparison(training: Sequence[Mapping[str, Any]]) -> str | None:
     )
 
 
-#: how fine-tuning trains (:attr:`GeneralBenchConfig.finetune_method`)
 def ils_comparison(budget: Sequence[Mapping[str, Any]], start: str = "heft") -> str | None:
     """What the policy adds to the budget search: doppler against ``ils-<start>`` (the same
     search from HEFT's or the clustering's placement) per task, and the geometric mean of
@@ -277,6 +276,7 @@ def ils_comparison(budget: Sequence[Mapping[str, Any]], start: str = "heft") -> 
     )
 
 
+#: how fine-tuning trains (:attr:`GeneralBenchConfig.finetune_method`)
 FINETUNE_METHODS: tuple[str, ...] = ("adapter", "network")
 #: Stage II fields the bench sets itself for each fine-tuning run
 FINETUNE_FIXED: tuple[str, ...] = ("stage", "episodes", "semantics", "seed", "eval_every")
