@@ -63,7 +63,13 @@ from ..graph import DataflowGraph
 from ..hardware import Cluster
 from ..placement import Placement
 from ..sim import Simulator
-from .search import SearchOutcome, candidate_source, check_fewer_devices, fewer_device_counts
+from .search import (
+    SearchOutcome,
+    candidate_source,
+    check_fewer_devices,
+    clustering_fits,
+    fewer_device_counts,
+)
 
 #: the ``format`` field of a saved table
 ADAPTER_FORMAT = "doppler-lab/adapter-1"
@@ -300,12 +306,13 @@ def adapt(
             f"adapt: a {getattr(policy, 'kind', type(policy).__name__)} policy has no learned "
             "PLC to bias; expected a DOPPLER dual or plc-only policy"
         )
-    proposals = 1 + cfg.samples + cfg.partitions + int(cfg.clustering)
+    clustering = cfg.clustering and clustering_fits(graph)
+    proposals = 1 + cfg.samples + cfg.partitions + int(clustering)
     if cfg.episodes < proposals:
         raise ConfigError(
             f"adapt: episodes = {cfg.episodes} do not cover the proposals (1 greedy + "
             f"{cfg.samples} samples + {cfg.partitions} partitions"
-            f"{' + the clustering' if cfg.clustering else ''}); expected at least {proposals}"
+            f"{' + the clustering' if clustering else ''}); expected at least {proposals}"
         )
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     ctx = GraphContext.for_policy(graph, cluster, policy.config, semantics)
@@ -529,7 +536,7 @@ def adapt_search(
     :class:`AdaptConfig`'s, with ``fewer_devices``, then the ``clustering`` placement and
     ``partitions`` as the budget leaves room); the best placement it simulated."""
     samples = min(AdaptConfig.samples if samples is None else samples, budget - 1)
-    clustering = clustering and budget - 1 - samples >= 1
+    clustering = clustering and clustering_fits(graph) and budget - 1 - samples >= 1
     room = max(0, min(partitions, budget - 1 - samples - int(clustering)))
     # no settling: a search returns the best placement simulated, not the policy
     cfg = AdaptConfig(

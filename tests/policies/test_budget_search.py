@@ -447,3 +447,20 @@ def test_equal_makespans_go_to_the_proposal_that_cuts_less():
     assert proposal_order(np.array([4.0, 2.0, 3.0, 3.0]), devices, g, cost).tolist() == [
         1, 2, 3, 0
     ]  # fmt: skip
+
+
+def test_the_clustering_proposal_is_left_out_of_big_graphs(
+    small_graph, cluster4, ckpt, counted, monkeypatch
+):
+    import doppler_lab.policies.search as search
+
+    monkeypatch.setattr(search, "CLUSTERING_MAX_OPS", small_graph.compute_nodes.size - 1)
+    kw = dict(seed=0, checkpoint=ckpt, partitions=1)
+    q = place("doppler", small_graph, cluster4, **kw)
+    assert np.isnan(q.meta["clustering_cost"]) and q.meta["partitions"] == 1
+    assert q.meta["sim_calls"] == 18 == counted[0]
+    counted[0] = 0
+    # a budget: the room goes to the partition
+    p = place("doppler", small_graph, cluster4, budget=7, samples=5, **kw)
+    assert counted[0] == 7 and np.isfinite(p.meta["partition_cost"])
+    assert np.isnan(p.meta["clustering_cost"])
