@@ -46,7 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=g.ANCHOR_SOURCES,
         default=g.ANCHOR_SOURCES[0],
         help="the anchor stage's placements: the budget search of the policy it starts from "
-        "(policy), local-search from CP, or the rollout over deterministic CP (cp-rollout)",
+        "(policy), local-search from CP, the rollout over deterministic CP (cp-rollout), or "
+        "the doppler placer's zero-shot pick with that policy (proposals: its rollouts, the "
+        "clustering, the partitions)",
     )
     p.add_argument(
         "--teacher",

@@ -374,7 +374,7 @@ GENERAL_ANCHOR_SETTINGS: dict[str, Any] = {
 }
 ANCHOR_BUDGET = 2000
 #: where the anchors come from (:func:`search_anchors`)
-ANCHOR_SOURCES = ("policy", "local-search", "cp-rollout")
+ANCHOR_SOURCES = ("policy", "local-search", "cp-rollout", "proposals")
 #: off by default: it never made the policy better. With local-search anchors, uniform SEL draws
 #: and the policy gradient on the anchor's actions, after Stage I: held-out geometric mean vs CP
 #: 0.894 -> 0.979 with 6144 episodes (Stage II's 12288: 0.890). From the shipped policy (validation
@@ -385,6 +385,15 @@ ANCHOR_SOURCES = ("policy", "local-search", "cp-rollout")
 #: states it gave the anchor's labels 0.63 of its probability at the start and no more later.
 #: ``cp-rollout`` anchors (lr 2e-4, 3072 episodes): 0.933 from the previous shipped policy (0.929);
 #: after a CP Stage I, then Stage II: 0.938.
+#: ``proposals`` anchors (the ``doppler`` placer's zero-shot pick: the policy's rollouts, the
+#: clustering or a partition; lr 2e-4, 3072 episodes, 61 s of updates) from the shipped policy:
+#: validation 0.929 -> 0.909, but the held-out set of ``bench general`` (rollouts alone, geometric
+#: mean vs CP) 0.838 -> 0.850, and the paper graphs unchanged (chain_mm 1480 in the mean of 5
+#: seeds); a second round from that policy: validation 0.915. With 32 of the 96 tasks replaced by
+#: paper-style cost proxies of generated graphs (``uniform`` clusters, transfers 4x the producer's
+#: compute, where the clustering places at 0.47-0.76 of CP and the policy at 0.76-1.0) the policy
+#: did not move on them either: PLC gave the anchors' devices 0.5-0.7 of its probability
+#: throughout.
 GENERAL_ANCHOR_EPISODES = 0
 #: Stage I's PLC labels: ``cp`` (the Critical Path rule) or ``cp-rollout`` (the rollout over
 #: deterministic CP at the visited states), on this share of the states. Validation pool
@@ -505,7 +514,9 @@ def search_anchors(
     from / written to ``cache`` (an ``.npz``) so a resumed run does not search again.
 
     ``source="cp-rollout"``: the deterministic rollout over CP (:mod:`~doppler_lab.placers.cp_rollout`,
-    no budget). Otherwise the search is ``local-search`` (from CP), or with ``policy`` (a checkpoint) the ``doppler``
+    no budget). ``source="proposals"``: the ``doppler`` placer's zero-shot choice with ``policy``
+    (the best of its greedy rollout, 16 samples, the clustering and the partitions; no budget),
+    expert iteration: the policy imitates the best of what it and the heuristics propose. Otherwise the search is ``local-search`` (from CP), or with ``policy`` (a checkpoint) the ``doppler``
     placer's budget search from that policy's greedy rollout, settled back onto it
     (:func:`settle_anchor`): labels that differ from the policy's own greedy choices only where
     that shortens the makespan. (The anchor stage's SEL acts greedily, so its episodes visit
@@ -518,6 +529,10 @@ def search_anchors(
 
     if source == "cp-rollout":
         name, options = "cp-rollout", {}
+    elif source == "proposals":
+        if policy is None:
+            raise ConfigError("anchor source 'proposals' needs a policy: Stage I or --init")
+        name, options = "doppler", {"checkpoint": str(policy)}
     elif policy is None:
         name, options = "local-search", {"budget": budget}
     else:
@@ -535,7 +550,7 @@ def search_anchors(
     ):
         p = place(name, g, c, seed=seed + i, semantics=t.semantics, **options)
         dev = p.device.astype(np.int64)
-        if policy is not None and source != "cp-rollout":
+        if policy is not None and source not in ("cp-rollout", "proposals"):
             plain = {k: v for k, v in options.items() if k != "budget"}
             greedy = place(name, g, c, seed=0, semantics=t.semantics, **plain)
             sim = Simulator(g, c, t.semantics)  # type: ignore[arg-type]
@@ -606,9 +621,9 @@ def train_general(
     for i, cfg in enumerate(stages):
         anchors = None
         if cfg.anchor:
-            if anchor_source == "policy" and previous is None:
+            if anchor_source in ("policy", "proposals") and previous is None:
                 raise ConfigError(
-                    "anchor source 'policy' needs a policy to search with: Stage I or --init"
+                    f"anchor source {anchor_source!r} needs a policy to start from: Stage I or --init"
                 )
             anchors = search_anchors(
                 pool,
@@ -616,10 +631,10 @@ def train_general(
                 anchor_budget,
                 seed,
                 out / f"anchors-{anchor_source}-{anchor_budget}.npz"
-                if anchor_source != "cp-rollout"
-                else out / "anchors-cp-rollout.npz",
+                if anchor_source not in ("cp-rollout", "proposals")
+                else out / f"anchors-{anchor_source}.npz",
                 progress,
-                previous if anchor_source == "policy" else None,
+                previous if anchor_source in ("policy", "proposals") else None,
                 anchor_source,
             )
         trainer = Trainer(

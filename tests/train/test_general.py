@@ -325,6 +325,29 @@ def test_cp_rollout_anchors_are_the_placers_and_cached(tmp_path):
     assert general_stages(64, 0, teacher="cp")[0].plc_labels == "cp"
 
 
+def test_proposal_anchors_are_the_doppler_placers_zero_shot_pick(tmp_path):
+    from doppler_lab.errors import ConfigError
+    from doppler_lab.placers import place
+    from doppler_lab.policies.pretrained import resolve_checkpoint
+    from doppler_lab.train.general import search_anchors
+
+    pool = [
+        Task("chainmm:matrices=3,scale=0.001", "uniform:3", "paper"),
+        Task("ffnn:layers=2,blocks=2", "p100x4", "wc"),
+    ]
+    built = [t.build() for t in pool]
+    policy = resolve_checkpoint("doppler/general")
+    got = search_anchors(
+        pool, built, seed=5, cache=tmp_path / "a.npz", progress=False, policy=policy,
+        source="proposals",
+    )  # fmt: skip
+    for i, (t, (g, c), dev) in enumerate(zip(pool, built, got)):
+        want = place("doppler", g, c, seed=5 + i, semantics=t.semantics, checkpoint=str(policy))
+        np.testing.assert_array_equal(dev, want.device)
+    with pytest.raises(ConfigError, match="proposals"):
+        search_anchors(pool, built, progress=False, source="proposals")
+
+
 def test_the_recorded_command_trains_the_shipped_general_policy_again():
     """``doppler-lab train-general --seed 1`` (the command data/checkpoints records) must build
     the stages ``doppler/general`` was trained with, whatever the presets became since: its
