@@ -393,7 +393,8 @@ ANCHOR_SOURCES = ("policy", "local-search", "cp-rollout", "proposals")
 #: paper-style cost proxies of generated graphs (``uniform`` clusters, transfers 4x the producer's
 #: compute, where the clustering places at 0.47-0.76 of CP and the policy at 0.76-1.0) the policy
 #: did not move on them either: PLC gave the anchors' devices 0.5-0.7 of its probability
-#: throughout.
+#: throughout; at lr 3e-3 on 48 such tasks alone it fell to 0.3-0.4 and every rollout got worse
+#: (chain_mm 1720, the paper's block 300 against 215).
 GENERAL_ANCHOR_EPISODES = 0
 #: Stage I's PLC labels: ``cp`` (the Critical Path rule) or ``cp-rollout`` (the rollout over
 #: deterministic CP at the visited states), on this share of the states. Validation pool
