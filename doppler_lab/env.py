@@ -42,7 +42,7 @@ from .graph import DataflowGraph
 from .hardware import Cluster, CostModel, make_cluster
 from .placement import Placement
 from .placers.critical_path import CriticalPathTeacher
-from .policies.features import device_features, get_layout
+from .policies.features import device_features, feature_args, get_layout
 from .schedule import TIMINGS, Timing, timing_for
 from .sim import SEMANTICS, Simulator
 
@@ -104,6 +104,7 @@ class PlacementEnv(gym.Env):
         self.cluster = make_cluster(cluster) if isinstance(cluster, str) else cluster
         self.cost_model = CostModel(graph, self.cluster)
         self.layout = get_layout(layout)
+        self._extra = feature_args(graph, self.cost_model, self.layout)
         self.timing: Timing = timing
         self.reward_mode = reward
         self.invalid_action = invalid_action
@@ -170,7 +171,7 @@ class PlacementEnv(gym.Env):
         mask[cand] = 1
         feats = np.zeros((n, d, f), dtype=np.float32)
         for v in cand:
-            feats[v] = device_features(self.episode, int(v), self.layout)
+            feats[v] = device_features(self.episode, int(v), self.layout, None, self._extra)
         return {
             "candidates": mask,
             "device_features": feats,

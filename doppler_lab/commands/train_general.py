@@ -77,6 +77,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=g.GENERAL_TIMING,
         help="episode-state timing model of a fresh policy (task: each task's semantics' model)",
     )
+    p.add_argument(
+        "--layout",
+        choices=("doppler9", "doppler10"),
+        default=g.GENERAL_LAYOUT,
+        help="feature layout of a fresh policy (doppler10: with the cluster share); an --init of "
+        "a narrower layout is widened to it",
+    )
+    p.add_argument(
+        "--paper-cost-share",
+        type=number_arg(minimum=0),
+        default=g.GENERAL_PAPER_COST_SHARE,
+        metavar="F",
+        help="share of the generator tasks given the paper's cost convention (uniform devices, "
+        "paper semantics, transfers 4x the compute)",
+    )
     p.add_argument("--seed", type=int_arg(0), default=0, help="seed (task pool, weights, rollouts)")
     p.add_argument("--init", metavar="CKPT", help="start Stage I from a checkpoint")
     p.add_argument(
@@ -117,6 +132,8 @@ def command_line(args: argparse.Namespace) -> str:
         ("--lr", "lr", None),
         ("--graphs-per-step", "graphs_per_step", None),
         ("--timing", "timing", g.GENERAL_TIMING),
+        ("--layout", "layout", g.GENERAL_LAYOUT),
+        ("--paper-cost-share", "paper_cost_share", g.GENERAL_PAPER_COST_SHARE),
         ("--seed", "seed", 0),
         ("--init", "init", None),
     ):
@@ -169,6 +186,8 @@ def run(args: argparse.Namespace) -> int:
         args.anchor_budget,
         args.teacher,
         args.label_fraction,
+        args.paper_cost_share,
+        args.layout,
         **changes,
     )
     stages = g.general_stages(

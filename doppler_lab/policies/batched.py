@@ -131,13 +131,13 @@ def _select(
 
 
 @njit(cache=True)
-def _node_state(record, arrays, timing, edge_cost, k, v, est, raw):  # pragma: no cover
+def _node_state(record, arrays, timing, extra, k, v, est, raw):  # pragma: no cover
     """The earliest starts ``est`` ``(D,)`` and raw device features ``raw`` ``(D, F)`` of
     node ``v`` in episode ``k``."""
     batch_est(record, arrays, timing, k, v, est)
     batch_device_features(record, arrays, k, v, est, raw)
-    if raw.shape[1] == 9:
-        extend_device_features(record, edge_cost, v, arrays[0][k], raw)
+    if raw.shape[1] >= 9:
+        extend_device_features(record, extra, v, arrays[0][k], raw)
 
 
 @njit(cache=True)
@@ -155,7 +155,7 @@ def _place(k, kind, lead, record, arrays, timing, v, est, logits, weights, u):  
 
 @njit(cache=True)
 def select_step(
-    t, kind, lead, record, arrays, timing, edge_cost, sel, draw, out, pos, time_unit, norm
+    t, kind, lead, record, arrays, timing, extra, sel, draw, out, pos, time_unit, norm
 ):  # pragma: no cover
     """SEL's choice in every episode of step ``t``, then the chosen node's earliest starts and
     raw device features (and, with ``time_unit > 0``, their ``scaled`` normalisation).
@@ -165,7 +165,8 @@ def select_step(
         kind: :data:`GREEDY`, :data:`SAMPLE` or :data:`TOPO`.
         lead: the first ``lead`` episodes choose by :data:`GREEDY` (unless ``kind`` is TOPO).
         record, arrays, timing: the :class:`~doppler_lab.schedule.ScheduleBatch`.
-        edge_cost: ``(E,)`` mean transfer cost per edge (``doppler9`` features).
+        extra: the graph's :func:`~doppler_lab.policies.features.feature_args` (``doppler9``
+            and ``doppler10`` features).
         sel: ``(scores, local, topo)``: static SEL score per local node, local id per global
             node, the compute nodes (global) in topological order.
         draw: ``(weights, ptr, u)`` of a sampled choice: softmax weights of each episode's
@@ -173,7 +174,7 @@ def select_step(
             (float64).
         out: ``(selected, nodes, est, raw, cand_rec, counts)``: written: selected global node
             ``(K,)``, its local id ``nodes[:, t]``, earliest starts ``(K, D)``, raw device
-            features ``(K, D, F)`` (F = 5 or 9), the candidates' local ids (step-major from
+            features ``(K, D, F)`` (F = 5, 9 or 10), the candidates' local ids (step-major from
             ``cand_rec[pos]``) and their number ``counts[:, t]`` (learned SEL only).
         pos: where the candidate record goes on.
         time_unit: the ``scaled`` layout's time unit (0: no normalisation).
@@ -198,7 +199,7 @@ def select_step(
             counts[k, t] = m
         selected[k] = v
         nodes[k, t] = local[v]
-        _node_state(record, arrays, timing, edge_cost, k, v, est[k], raw[k])
+        _node_state(record, arrays, timing, extra, k, v, est[k], raw[k])
     if time_unit > 0:
         scale_device_features(raw, time_unit, norm)
     return pos
@@ -244,7 +245,7 @@ def run_plain(
     record,
     arrays,
     timing,
-    edge_cost,
+    extra,
     sel,
     temperatures,
     sel_table,
@@ -263,7 +264,7 @@ def run_plain(
             PLC :data:`GREEDY` or :data:`SAMPLE`.
         lead: the first ``lead`` episodes choose by :data:`GREEDY`.
         record, arrays, timing: the :class:`~doppler_lab.schedule.ScheduleBatch` (fresh).
-        edge_cost: ``(E,)`` mean transfer cost per edge (``doppler9`` features).
+        extra: as :func:`select_step` takes it.
         sel: ``(scores, local, topo)`` as :func:`select_step` takes it.
         temperatures: ``(SEL's, PLC's)`` sampling temperatures, float32.
         sel_table: :func:`sel_logits`'s table: SEL's softmax weights read from it instead of
@@ -319,7 +320,7 @@ def run_plain(
             v = _select(t, k, sel_kind, lead, scores, local, topo, cand, ncand, sel_w, ptr, u_sel)
             selected[k] = v
             rows[k] = local[v]
-            _node_state(record, arrays, timing, edge_cost, k, v, est[k], raw[k])
+            _node_state(record, arrays, timing, extra, k, v, est[k], raw[k])
         scale_device_features(raw, time_unit, norm)
         head_logits(weights, node_term, rows, norm, sums, scratch, logits)
         if plc_kind == SAMPLE:

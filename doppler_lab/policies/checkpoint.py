@@ -234,3 +234,62 @@ def load_policy(
             f"checkpoint {sp!r}: its weights do not fit its {kind!r} policy: {one_line(exc)}"
         ) from None
     return policy, doc
+
+
+def widen_checkpoint(
+    path: str | Path, layout: str, out: str | Path, like: dict[str, str] | None = None
+) -> Path:
+    """Save the DOPPLER policy of ``path`` with the wider feature layout ``layout`` to ``out``:
+    the same node and edge features and normalisation, the saved device features first; the
+    new device features enter PLC's first layer through zero weights, so the widened policy
+    places exactly as the saved one until training moves them, or, for a new feature named in
+    ``like``, through a copy of the weights of the saved feature it names (a start that already
+    reads it as that one).
+
+    Raises:
+        CheckpointError: not a DOPPLER policy, or ``layout`` does not extend the saved layout.
+    """
+    sp = str(path)
+    policy, doc = load_policy(path, DEVICE_FREE_KINDS)
+    old = LAYOUTS[policy.config.layout]
+    if layout not in LAYOUTS:
+        raise CheckpointError(
+            f"unknown feature layout {layout!r}; expected one of {sorted(LAYOUTS)}"
+        )
+    new = LAYOUTS[layout]
+    extends = (
+        new.node == old.node
+        and new.edge == old.edge
+        and new.device_norm == old.device_norm
+        and new.device[: old.device_dim] == old.device
+    )
+    if not extends:
+        raise CheckpointError(
+            f"checkpoint {sp!r}: layout {layout!r} (device features {list(new.device)}) does not "
+            f"extend its layout {old.name!r} (device features {list(old.device)}): expected the "
+            "same node and edge features with more device features after the saved ones"
+        )
+    like = dict(like or {})
+    for new_name, old_name in like.items():
+        if new_name not in new.device[old.device_dim :] or old_name not in old.device:
+            raise CheckpointError(
+                f"widening {sp!r} to {layout!r}: like={{{new_name!r}: {old_name!r}}} must map a "
+                f"new device feature {list(new.device[old.device_dim :])} to a saved one "
+                f"{list(old.device)}"
+            )
+    wide = make_policy(policy.config.replace(layout=layout), policy.num_devices)
+    state = policy.state_dict()
+    own = wide.state_dict()
+    for key, value in own.items():
+        saved = state[key]
+        if saved.shape == value.shape:
+            own[key] = saved
+        else:  # a device-feature input layer: the saved columns, then zeros or copies
+            own[key] = torch.zeros_like(value)
+            own[key][..., : saved.shape[-1]] = saved
+            for new_name, old_name in like.items():
+                col = own[key][..., old.device.index(old_name)]
+                own[key][..., new.device.index(new_name)] = col
+    wide.load_state_dict(own)
+    meta = {**doc["meta"], "widened_from": {"checkpoint": sp, "layout": old.name, "like": like}}
+    return save_checkpoint(out, wide, meta)

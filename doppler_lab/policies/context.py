@@ -92,7 +92,7 @@ class GraphContext:
 
     def raw_device_features(self, episode: Episode, v: int, est: np.ndarray) -> np.ndarray:
         """The layout's device features of global node ``v``, raw units, ``(D, F_dev)``."""
-        return device_features(episode, v, self.layout, est)
+        return device_features(episode, v, self.layout, est, self.features.extra)
 
     def normalize(self, raw: np.ndarray) -> np.ndarray:
         """Normalise raw device features ``(..., D, F)`` for the policy."""

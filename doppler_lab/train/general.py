@@ -37,6 +37,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, make_cluster
+from ..policies.features import get_layout
 
 #: the name the general checkpoint ships under (``--placer doppler`` without a checkpoint)
 GENERAL_CHECKPOINT = "doppler/general"
@@ -74,6 +75,24 @@ TRAIN_DAG_CLUSTERS: tuple[str, ...] = (
     "uniform:8",
 )
 TRAIN_SEMANTICS: tuple[str, ...] = ("paper", "wc")
+#: paper-cost tasks (graph ``paper_costs:SPEC``, see :func:`paper_cost_graph`;
+#: ``train-general --paper-cost-share F``): this share of the generator draws is given the
+#: paper's cost convention, on ``uniform`` devices under ``paper`` semantics, the regime of the
+#: paper's released graphs (transfers four times the compute), where keeping chains of tensors
+#: on one device is what wins. Off for the shipped policy: measured and not adopted (see
+#: :data:`GENERAL_LAYOUT`)
+GENERAL_PAPER_COST_SHARE = 0.0
+#: each op's output moves between devices in this many times its compute time (the paper's six
+#: graphs: 4.0 for every op)
+PAPER_COST_RATIO = 4.0
+#: the clusters of paper-cost tasks (uniform:6 is held out)
+PAPER_COST_CLUSTERS: tuple[str, ...] = (
+    "uniform:2",
+    "uniform:3",
+    "uniform:4",
+    "uniform:5",
+    "uniform:8",
+)
 #: the training graphs' node limit (bigger draws are drawn again)
 MAX_TRAIN_NODES = 360
 
@@ -84,7 +103,9 @@ class Task:
 
     Attributes:
         graph: a workload spec (``llama_block:blocks=2``), ``paper:NAME`` (a released paper
-            graph) or ``model:SPEC`` (a model of the import zoo, ``model:hf-llama:layers=2``).
+            graph), ``model:SPEC`` (a model of the import zoo, ``model:hf-llama:layers=2``) or
+            ``paper_costs:SPEC`` (a graph of these with the paper's cost convention,
+            :func:`paper_cost_graph`).
         cluster: a preset name or ``uniform:N``.
         semantics: ``paper`` or ``wc``.
         group: where it comes from in a held-out set (``generator``, ``cluster``, ``paper``,
@@ -136,9 +157,22 @@ def build_graph(spec: str) -> DataflowGraph:
         from ..importers.zoo import import_model
 
         return import_model(rest)
+    if kind == "paper_costs":
+        return paper_cost_graph(build_graph(rest))
     from ..workloads import build_from_spec
 
     return build_from_spec(spec)
+
+
+def paper_cost_graph(graph: DataflowGraph, ratio: float = PAPER_COST_RATIO) -> DataflowGraph:
+    """``graph`` with the paper's cost convention as explicit costs: each op computes in its time
+    on one P100 (the ``p100x4`` preset) and its output moves to another device in ``ratio``
+    times that (inputs: nothing; they are resident everywhere)."""
+    from ..hardware import CostModel
+
+    compute = np.where(graph.is_input, 0.0, CostModel(graph, make_cluster("p100x4")).mean_compute)
+    edge = ratio * compute[graph.edge_src]
+    return graph.with_costs(compute, edge)
 
 
 def _spec(name: str, params: dict[str, Any]) -> str:
@@ -146,8 +180,10 @@ def _spec(name: str, params: dict[str, Any]) -> str:
     return f"{name}:{body}" if body else name
 
 
-def sample_task(rng: np.random.Generator) -> Task:
-    """One training task (see :data:`TRAIN_GRIDS` and the module docstring)."""
+def sample_task(rng: np.random.Generator, paper_cost_share: float = 0.0) -> Task:
+    """One training task (see :data:`TRAIN_GRIDS` and the module docstring); a generator draw
+    becomes a paper-cost task (:data:`GENERAL_PAPER_COST_SHARE`) with probability
+    ``paper_cost_share`` (no draw from ``rng`` for it when 0: the pools stay those of before)."""
     names = (*TRAIN_GRIDS, "random_dag")
     # random DAGs a third: their shapes vary most
     p = [2 / 3 / len(TRAIN_GRIDS)] * len(TRAIN_GRIDS) + [1 / 3]
@@ -172,12 +208,17 @@ def sample_task(rng: np.random.Generator) -> Task:
     clusters = TRAIN_DAG_CLUSTERS if name == "random_dag" else TRAIN_CLUSTERS
     cluster = clusters[int(rng.integers(len(clusters)))]
     semantics = TRAIN_SEMANTICS[int(rng.integers(len(TRAIN_SEMANTICS)))]
+    if paper_cost_share > 0 and name != "random_dag" and rng.random() < paper_cost_share:
+        cluster = PAPER_COST_CLUSTERS[int(rng.integers(len(PAPER_COST_CLUSTERS)))]
+        return Task("paper_costs:" + _spec(name, params), cluster, "paper")
     return Task(_spec(name, params), cluster, semantics)
 
 
-def sample_tasks(count: int, seed: int = 0) -> list[Task]:
+def sample_tasks(count: int, seed: int = 0, paper_cost_share: float = 0.0) -> list[Task]:
     """``count`` distinct training tasks of at most :data:`MAX_TRAIN_NODES` nodes, the same
-    for the same seed."""
+    for the same seed (and share of paper-cost tasks, see :func:`sample_task`)."""
+    if not 0.0 <= paper_cost_share <= 1.0:
+        raise ConfigError(f"paper_cost_share {paper_cost_share!r}: expected a share in [0, 1]")
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0x6E6E]))
     out: list[Task] = []
     seen: set[Task] = set()
@@ -186,7 +227,7 @@ def sample_tasks(count: int, seed: int = 0) -> list[Task]:
         tries += 1
         if tries > 50 * count:
             raise ConfigError(f"could not draw {count} distinct training tasks")
-        t = sample_task(rng)
+        t = sample_task(rng, paper_cost_share)
         if t in seen:
             continue
         if build_graph(t.graph).num_nodes > MAX_TRAIN_NODES:
@@ -255,9 +296,17 @@ def in_training_distribution(task: Task) -> bool:
 
     from ..workloads import WORKLOADS, parse_spec
 
-    kind = task.graph.partition(":")[0]
+    kind, _, rest = task.graph.partition(":")
     if kind in ("paper", "model") or task.semantics not in TRAIN_SEMANTICS:
         return False
+    if kind == "paper_costs":
+        inner = Task(rest, TRAIN_CLUSTERS[0], "wc")
+        return (
+            task.cluster in PAPER_COST_CLUSTERS
+            and task.semantics == "paper"
+            and not rest.startswith(("random_dag", "paper_costs"))
+            and in_training_distribution(inner)
+        )
     name, params = parse_spec(task.graph)
     defaults = {k: p.default for k, p in inspect.signature(WORKLOADS[name]).parameters.items()}
     full = {**defaults, **params}
@@ -457,12 +506,32 @@ def general_stages(
 GENERAL_TIMING = "wc"
 
 
-def general_policy_config(timing: str = GENERAL_TIMING):
+#: the general policy's feature layout. ``doppler10`` adds the cluster share (the edge-zeroing
+#: clustering's co-location, :mod:`doppler_lab.policies.features`). Measured from the shipped
+#: ``doppler9`` policy widened (``--init``, the new column starting as a copy of ``pred_share``'s
+#: weights), Stage II only (6144 episodes, lr 2e-3, seed 1, 70-130 s of updates), best of greedy
+#: + 16 samples: validation pool 0.929 -> 0.907 of CP; with ``--paper-cost-share 0.4`` (21 of the
+#: 96 tasks) 0.847 on that pool's paper-cost version, where the shipped policy scores 0.848; the
+#: paper's graphs moved within the seeds' spread (chain_mm seeds 0-2: 1400 / 1200 / 1300.14
+#: against the shipped 1500 / 1500 / 1400; the 8-GPU block 240-247 against 247). With an anchor
+#: stage on the ``proposals`` anchors first: the same; with ``--paper-cost-share 1`` (2/3 of the
+#: tasks) chain_mm 1400 for seeds 0-2 and the other paper graphs unchanged (the 8-GPU block
+#: 254-296). The hand rule the column makes easy
+#: (b-level order; the device of the cluster's placed compute, else the earliest finish) places
+#: chain_mm at 1300.07 greedily and 1200.07 at best of 200 draws with 5% random choices, the
+#: block at 192 and the full layer at 144, but training did not find it from these starts
+GENERAL_LAYOUT = "doppler9"
+#: how ``--init`` from a narrower layout is widened: the new column starts as a copy of these
+GENERAL_WIDEN_LIKE = {"cluster_share": "pred_share"}
+
+
+def general_policy_config(timing: str = GENERAL_TIMING, layout: str = GENERAL_LAYOUT):
     """The general policy's architecture: the default one with the timing model ``timing``
-    (``task``: the model of each task's semantics; ``wc``: the realistic one for every task)."""
+    (``task``: the model of each task's semantics; ``wc``: the realistic one for every task)
+    and the feature layout ``layout``."""
     from ..policies.config import POLICY_PRESETS
 
-    return POLICY_PRESETS["default"].replace(timing=timing)
+    return POLICY_PRESETS["default"].replace(timing=timing, layout=layout)
 
 
 def settle_anchor(
@@ -576,6 +645,8 @@ def train_general(
     anchor_budget: int = ANCHOR_BUDGET,
     teacher: str = GENERAL_TEACHER,
     label_fraction: float = GENERAL_LABEL_FRACTION,
+    paper_cost_share: float = GENERAL_PAPER_COST_SHARE,
+    layout: str = GENERAL_LAYOUT,
     **sim_changes: Any,
 ):
     """Train (or resume) the general policy in ``out_dir``; returns each stage's result.
@@ -585,8 +656,11 @@ def train_general(
     0; ``anchor_source``: ``policy``, the budget search of the policy the stage starts from, or
     ``local-search``; ``anchor_budget`` simulator calls each), II (REINFORCE; skipped when
     ``sim_episodes`` is 0). ``init``: start from a checkpoint
-    instead of fresh weights. ``timing``: the episode state's timing model of a fresh policy
-    (:func:`general_policy_config`).
+    instead of fresh weights; an ``init`` of a narrower feature layout than ``layout`` is
+    widened first (:func:`~doppler_lab.policies.checkpoint.widen_checkpoint`, saved in
+    ``out_dir``). ``timing``, ``layout``: the episode state's timing model and the feature layout
+    of a fresh policy (:func:`general_policy_config`). ``paper_cost_share``: see
+    :func:`sample_task`.
     """
     import torch
 
@@ -599,13 +673,15 @@ def train_general(
             f"anchor source {anchor_source!r}: expected one of {', '.join(ANCHOR_SOURCES)}"
         )
     torch.set_num_threads(1)
-    pool = sample_tasks(tasks, seed)
+    pool = sample_tasks(tasks, seed, paper_cost_share)
+    out = Path(out_dir)
+    if init is not None:
+        init = widen_init(init, layout, out)
     built = [t.build() for t in pool]
     graphs = [g for g, _ in built]
     clusters = [c for _, c in built]
     seeds = np.random.SeedSequence([seed, 0xC057]).spawn(len(pool))
     costs = [SimulatorCost(g, c, t.semantics, 0.0, s) for (g, c), t, s in zip(built, pool, seeds)]
-    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "tasks.json").write_text(json.dumps([t.to_dict() for t in pool], indent=1))
     stages = general_stages(
@@ -642,7 +718,7 @@ def train_general(
             cfg,
             graphs,
             clusters,
-            general_policy_config(timing) if i == 0 else None,
+            general_policy_config(timing, layout) if i == 0 else None,
             stage_dir(out, i, cfg),
             init=previous,
             cost_fns=costs,
@@ -653,6 +729,18 @@ def train_general(
         results.append(trainer.run())
         previous = results[-1].checkpoint
     return results
+
+
+def widen_init(init: str | Path, layout: str, out_dir: Path) -> str | Path:
+    """``init``, or its widening to ``layout`` (``out_dir/init-<layout>.pt``) when its layout is
+    narrower (:data:`GENERAL_WIDEN_LIKE`)."""
+    from ..policies.checkpoint import read_checkpoint, widen_checkpoint
+
+    saved = read_checkpoint(init)["policy"]["layout"].get("name")
+    if saved == layout:
+        return init
+    like = {k: v for k, v in GENERAL_WIDEN_LIKE.items() if k in get_layout(layout).device}
+    return widen_checkpoint(init, layout, out_dir / f"init-{layout}.pt", like)
 
 
 def ship_general(results: Sequence[Any], dest: str | Path, command: str, record: dict) -> Path:

@@ -149,3 +149,22 @@ def test_checkpoint_without_placed_norm_reads_as_the_zscore_it_was_trained_with(
     assert PolicyConfig().placed_norm == "smooth"
     with pytest.raises(ConfigError, match="placed_norm 'std'"):
         PolicyConfig(placed_norm="std")
+
+
+def test_widened_policy_places_as_the_saved_one(tmp_path, small_graph, cluster4):
+    """A zero-weighted new device feature changes no decision; a layout that does not extend the
+    saved one is refused by name."""
+    from doppler_lab.policies.checkpoint import widen_checkpoint
+
+    cfg = PolicyConfig(hidden=16, head_hidden=16, mp_steps=2, num_bases=4, timing="wc")
+    path = save_checkpoint(tmp_path / "p9.pt", make_policy(cfg, 4, seed=4))
+    wide = widen_checkpoint(path, "doppler10", tmp_path / "p10.pt")
+    got = []
+    for ckpt in (path, wide):
+        opts = dict(checkpoint=str(ckpt), samples=4, clustering=False, partitions=0)
+        got.append(place("doppler", small_graph, cluster4, seed=0, semantics="wc", **opts).device)
+    np.testing.assert_array_equal(got[0], got[1])
+    with pytest.raises(CheckpointError, match="does not extend"):
+        widen_checkpoint(path, "doppler5", tmp_path / "p5.pt")
+    with pytest.raises(CheckpointError, match="must map a new device feature"):
+        widen_checkpoint(path, "doppler10", tmp_path / "px.pt", {"cluster_share": "nope"})

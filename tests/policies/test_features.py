@@ -7,8 +7,10 @@ import pytest
 
 from doppler_lab.errors import ConfigError
 from doppler_lab.hardware import CostModel, make_cluster
+from doppler_lab.placers.clustering import ClusteringModel
 from doppler_lab.policies.features import (
     LAYOUTS,
+    cluster_arrays,
     device_features,
     get_layout,
     graph_features,
@@ -101,3 +103,52 @@ def test_device_features_and_normalisation(small_graph, cluster4):
 def test_unknown_layout():
     with pytest.raises(ConfigError, match="doppler5"):
         get_layout("nope")
+
+
+def test_cluster_share_is_the_placed_mates_compute_by_device(paper_chain):
+    """``doppler10``'s last column: the share of the compute of the node's clustering mates
+    already placed that is on each device; 0 while none is placed; columns 0-8 are doppler9's."""
+    g = paper_chain
+    cm = CostModel(g, make_cluster("uniform", 4))
+    root, _ = ClusteringModel(g, cm).clusters()
+    of, ptr, members = cluster_arrays(g, cm)
+    comp = g.compute_nodes
+    # the same partition as the clustering's roots, members listed per cluster
+    for c in range(ptr.size - 1):
+        mates = members[ptr[c] : ptr[c + 1]]
+        assert (of[mates] == c).all() and np.unique(root[mates]).size == 1
+    assert sorted(members.tolist()) == sorted(comp.tolist()) and (of[g.is_input] == -1).all()
+    big = int(np.argmax(np.bincount(of[comp])))
+    mates = members[ptr[big] : ptr[big + 1]]
+    assert mates.size >= 3
+    st = ListScheduleState(g, cm, "paper")
+    lay10 = get_layout("doppler10")
+    extra = graph_features(g, cm, lay10).extra
+    rng = np.random.default_rng(0)
+    seen_none = seen_some = False
+    while not st.done:
+        v = int(st.candidates()[0])
+        f10 = device_features(st, v, lay10, None, extra)
+        np.testing.assert_array_equal(f10[:, :9], device_features(st, v, get_layout("doppler9")))
+        placed = [u for u in members[ptr[of[v]] : ptr[of[v] + 1]] if st.device[u] >= 0]
+        if not placed:
+            seen_none = True
+            np.testing.assert_array_equal(f10[:, 9], 0.0)
+        else:
+            seen_some = True
+            w = cm.mean_compute[placed]
+            want = np.bincount(st.device[placed], weights=w, minlength=4) / w.sum()
+            np.testing.assert_allclose(f10[:, 9], want)
+        st.assign(v, int(rng.integers(4)))
+    assert seen_none and seen_some
+    # unit-free in the scaled norm, like the shares
+    s = normalize_device_features(f10[None], lay10, 1e6)
+    np.testing.assert_allclose(s[0, :, 9], f10[:, 9].astype(np.float32))
+
+
+def test_cluster_share_has_singleton_clusters_on_big_graphs(small_graph, cluster4, monkeypatch):
+    import doppler_lab.policies.features as features
+
+    monkeypatch.setattr(features, "CLUSTER_MAX_OPS", 3)
+    of, ptr, members = cluster_arrays(small_graph, CostModel(small_graph, cluster4))
+    assert np.all(np.diff(ptr) == 1) and of.max() + 1 == small_graph.compute_nodes.size

@@ -69,6 +69,18 @@ def test_inference_rollout_is_the_stepped_rollout(small_graph, timing, mode):
 
 
 @needs_blas
+@pytest.mark.parametrize("mode", ["greedy", "tempered"])
+def test_inference_rollout_reads_the_cluster_share_as_the_steps_do(small_graph, mode):
+    """``doppler10`` (the cluster share column) in the compiled rollout and in the steps."""
+    ctx = GraphContext(small_graph, _cluster(4), "doppler10", "wc")
+    pol = make_policy(PolicyConfig(layout="doppler10", timing="wc", **SMALL), 4, seed=3)
+    sel, plc, lead = MODES[mode]
+    fast, slow = _both(pol, ctx, 1 if mode == "greedy" else 4, sel, plc, lead)
+    assert fast[2]
+    _assert_same(fast, slow)
+
+
+@needs_blas
 @pytest.mark.parametrize(
     ("devices", "kind", "norm"),
     [(2, "dual", "smooth"), (8, "plc-only", "zscore"), (3, "dual", "zscore")],

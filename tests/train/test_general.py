@@ -378,3 +378,60 @@ def test_the_recorded_command_trains_the_shipped_general_policy_again():
     )
     doc = torch.load(resolve_checkpoint("doppler/general"), map_location="cpu", weights_only=False)
     assert sim.to_dict() == doc["meta"]["train_config"]
+
+
+def test_paper_cost_tasks_have_the_papers_cost_convention():
+    """``--paper-cost-share``: generator draws become ``paper_costs:`` tasks on uniform devices
+    under paper semantics, with transfers four times the producer's compute; a share of 0 draws
+    nothing more (the pools of before)."""
+    from doppler_lab.train.general import PAPER_COST_CLUSTERS, build_graph
+
+    plain = sample_tasks(40, seed=5)
+    assert not [t for t in plain if t.graph.startswith("paper_costs")]
+    assert sample_tasks(40, seed=5, paper_cost_share=0.0) == plain
+    mixed = sample_tasks(40, seed=5, paper_cost_share=1.0)
+    pc = [t for t in mixed if t.graph.startswith("paper_costs:")]
+    assert len(pc) >= 10 and all(in_training_distribution(t) for t in mixed)
+    assert {t.semantics for t in pc} == {"paper"} and {t.cluster for t in pc} <= set(
+        PAPER_COST_CLUSTERS
+    )
+    g = build_graph(pc[0].graph)
+    inner = build_graph(pc[0].graph.partition(":")[2])
+    assert g.num_nodes == inner.num_nodes and g.compute_cost is not None
+    comp = ~g.is_input[g.edge_src]
+    np.testing.assert_allclose(g.edge_cost[comp], 4.0 * g.compute_cost[g.edge_src[comp]])
+    assert (g.compute_cost[g.is_input] == 0).all() and g.compute_cost[~g.is_input].max() > 0
+    # held out stays held out: uniform:6, wc semantics, or an out-of-grid graph
+    spec = pc[0].graph
+    assert not in_training_distribution(Task(spec, "uniform:6", "paper"))
+    assert not in_training_distribution(Task(spec, pc[0].cluster, "wc"))
+    assert not in_training_distribution(
+        Task("paper_costs:chainmm:matrices=7", "uniform:4", "paper")
+    )
+    with pytest.raises(ConfigError, match="paper_cost_share"):
+        sample_tasks(4, seed=0, paper_cost_share=1.5)
+
+
+def test_train_general_widens_a_narrower_init_to_the_cluster_share_layout(tmp_path):
+    """``--init`` of a doppler9 policy with ``--layout doppler10``: the widened start keeps the
+    saved weights, its new column starts as a copy of pred_share's, it trains, and the widening
+    is recorded."""
+    from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
+
+    small9 = tmp_path / "small9.pt"
+    save_checkpoint(small9, make_policy(SMALL, 4, seed=1))
+    out = tmp_path / "run"
+    args = ["train-general", "--out", str(out), "--tasks", "2", "--imitation-episodes", "0"]
+    args += ["--sim-episodes", "16", "--init", str(small9), "--layout", "doppler10"]
+    args += ["--paper-cost-share", "1", "--no-progress"]
+    assert main(args) == 0
+    wide, doc = load_policy(out / "init-doppler10.pt")
+    narrow, _ = load_policy(small9)
+    assert wide.config.layout == "doppler10"
+    assert doc["meta"]["widened_from"]["like"] == {"cluster_share": "pred_share"}
+    w, w0 = wide.state_dict()["plc.dev_lin.weight"], narrow.state_dict()["plc.dev_lin.weight"]
+    torch.testing.assert_close(w[:, :9], w0, rtol=0, atol=0)
+    torch.testing.assert_close(w[:, 9], w0[:, 6], rtol=0, atol=0)
+    trained, _ = load_policy(out / "1_sim" / "policy.pt")
+    assert trained.config.layout == "doppler10"
+    assert not torch.equal(trained.state_dict()["plc.dev_lin.weight"], w)
