@@ -52,10 +52,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--teacher",
-        choices=("cp", "cp-rollout"),
+        choices=("cp", "cp-rollout", "cluster"),
         default=g.GENERAL_TEACHER,
-        help="Stage I's PLC labels: the Critical Path rule (cp) or the rollout over "
-        "deterministic CP at the visited states (cp-rollout: D simulator calls per label)",
+        help="Stage I's PLC labels: the Critical Path rule (cp), the rollout over "
+        "deterministic CP at the visited states (cp-rollout: D simulator calls per label), or "
+        "the device of the op's placed clustering mates, else CP's (cluster)",
     )
     p.add_argument(
         "--label-fraction",
@@ -199,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
         args.label_fraction,
         **changes,
     )
-    record = g.run_record(results, stages, args.tasks, args.seed)
+    record = g.run_record(results, stages, args.tasks, args.seed, args.init, args.paper_cost_share)
     if args.validate:
         score = g.validation_score(results[-1].checkpoint, progress=show_progress(args))
         record["validation_ratio_cp"] = round(score["ratio_cp"], 4)

@@ -12,7 +12,7 @@ STAGES: tuple[str, ...] = ("imitation", "sim", "real")
 LR_SCHEDULES: tuple[str, ...] = ("constant", "linear", "cosine")
 BASELINES: tuple[str, ...] = ("batch", "ema", "mean")
 ADVANTAGES: tuple[str, ...] = ("relative", "raw", "std", "rank", "elite")
-PLC_LABELS: tuple[str, ...] = ("cp", "cp-rollout")
+PLC_LABELS: tuple[str, ...] = ("cp", "cp-rollout", "cluster")
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,9 @@ class TrainConfig:
         plc_labels: where PLC's imitation labels come from: ``cp`` (the Critical Path rule's
             devices) or ``cp-rollout`` (the devices whose deterministic CP completion simulates
             shortest, :class:`~doppler_lab.placers.cp_rollout.RolloutLabeller`; D completions
-            and simulator calls per labelled state, not counted as episodes).
+            and simulator calls per labelled state, not counted as episodes) or ``cluster``
+            (the device of the largest share of the op's placed clustering mates, else CP's,
+            :class:`~doppler_lab.placers.clustering.ClusterLabeller`).
         label_fraction: the share of visited states ``cp-rollout`` labels (the rest get no PLC
             label).
         grad_clip: max gradient norm per optimiser (0: off).

@@ -506,20 +506,21 @@ def general_stages(
 GENERAL_TIMING = "wc"
 
 
-#: the general policy's feature layout. ``doppler10`` adds the cluster share (the edge-zeroing
-#: clustering's co-location, :mod:`doppler_lab.policies.features`). Measured from the shipped
-#: ``doppler9`` policy widened (``--init``, the new column starting as a copy of ``pred_share``'s
-#: weights), Stage II only (6144 episodes, lr 2e-3, seed 1, 70-130 s of updates), best of greedy
-#: + 16 samples: validation pool 0.929 -> 0.907 of CP; with ``--paper-cost-share 0.4`` (21 of the
-#: 96 tasks) 0.847 on that pool's paper-cost version, where the shipped policy scores 0.848; the
-#: paper's graphs moved within the seeds' spread (chain_mm seeds 0-2: 1400 / 1200 / 1300.14
-#: against the shipped 1500 / 1500 / 1400; the 8-GPU block 240-247 against 247). With an anchor
-#: stage on the ``proposals`` anchors first: the same; with ``--paper-cost-share 1`` (2/3 of the
-#: tasks) chain_mm 1400 for seeds 0-2 and the other paper graphs unchanged (the 8-GPU block
-#: 254-296). The hand rule the column makes easy
-#: (b-level order; the device of the cluster's placed compute, else the earliest finish) places
-#: chain_mm at 1300.07 greedily and 1200.07 at best of 200 draws with 5% random choices, the
-#: block at 192 and the full layer at 144, but training did not find it from these starts
+#: the feature layout of a fresh general policy (``doppler9``: ``doppler/general-v1``'s recorded
+#: command trains it again). ``doppler/general`` is ``doppler10`` (the cluster share, the edge-
+#: zeroing clustering's co-location, :mod:`doppler_lab.policies.features`): ``--init
+#: doppler/general-v1 --layout doppler10`` widens v1 (the new column starts as a copy of
+#: ``pred_share``'s weights, :data:`GENERAL_WIDEN_LIKE`), then Stage I imitates the ``cluster``
+#: labels (:class:`~doppler_lab.placers.clustering.ClusterLabeller`: the device of the op's
+#: placed clustering mates, else CP's) and Stage II runs at lr 2e-3 (3072 + 6144 episodes, 239 s
+#: of updates). Validation pool (best of greedy + 16 samples / CP): v1 0.929; this recipe, seed
+#: 1: 0.9188 (chosen); with ``--paper-cost-share 0.4``, seeds 1 / 2 / 3: 0.9227 / 0.9186 /
+#: 0.9232. Without the cluster labels the new column was not taken up: Stage II alone from the
+#: widened v1 (6144 episodes, lr 2e-3) 0.907 on the validation pool but the paper graphs within
+#: their seed spread (chain_mm 1200-1400, the 8-GPU block 240-253), with or without paper-cost
+#: tasks and an anchor stage on the ``proposals`` anchors; with ``--paper-cost-share 1``
+#: chain_mm 1400 for seeds 0-2. After Stage I on the cluster labels alone the paper graphs
+#: were already at the clustering's level (ffnn 56.7, the block 166.9-180.6)
 GENERAL_LAYOUT = "doppler9"
 #: how ``--init`` from a narrower layout is widened: the new column starts as a copy of these
 GENERAL_WIDEN_LIKE = {"cluster_share": "pred_share"}
@@ -773,10 +774,20 @@ def _stage_name(cfg: Any) -> str:
 
 
 def run_record(
-    results: Sequence[Any], stages: Sequence[Any], tasks: int, seed: int
+    results: Sequence[Any],
+    stages: Sequence[Any],
+    tasks: int,
+    seed: int,
+    init: str | None = None,
+    paper_cost_share: float = GENERAL_PAPER_COST_SHARE,
 ) -> dict[str, Any]:
-    """What ``index.json`` says of a finished general run."""
+    """What ``index.json`` says of a finished general run (``init``: the checkpoint it started
+    from, as given)."""
+    extra: dict[str, Any] = {"init": init} if init else {}
+    if paper_cost_share:
+        extra["paper_cost_share"] = paper_cost_share
     return {
+        **extra,
         "tasks": tasks,
         "seed": seed,
         "episodes": {_stage_name(cfg): cfg.episodes for cfg in stages},

@@ -347,6 +347,17 @@ class Trainer:
                 RolloutLabeller(Simulator(g, c, sem), ctx.teacher.b_level, config.label_fraction)
                 for g, c, sem, ctx in zip(self.graphs, self.clusters, sems, self.contexts)
             ]
+        elif config.plc_labels == "cluster":
+            from ..placers.clustering import ClusterLabeller
+
+            self.labellers = [
+                ClusterLabeller(
+                    ctx.graph,
+                    ctx.cost,
+                    ctx.features.extra[1:4] if ctx.features.extra[1].size else None,
+                )
+                for ctx in self.contexts
+            ]
         groups = self.policy.param_groups()
         lrs = {"sel": config.lr_sel or config.lr, "plc": config.lr}
         self.optimizers = {k: torch.optim.Adam(ps, lr=lrs[k]) for k, ps in groups.items()}

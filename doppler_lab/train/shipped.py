@@ -157,24 +157,39 @@ def write_readme(dest: str | Path) -> Path:
         e = r["episodes"]
         imit = r.get("train_config", {}).get("imitation", {})
         labels = ""
-        if imit.get("plc_labels", "cp") != "cp":
+        if imit.get("plc_labels", "cp") == "cp-rollout":
             labels = (
                 f" (PLC's labels: the rollout over deterministic CP, on "
                 f"{imit.get('label_fraction', 1.0):g} of the visited states)"
             )
+        elif imit.get("plc_labels", "cp") == "cluster":
+            labels = " (PLC's labels: the device of the op's placed clustering mates, else CP's)"
+        layout = r.get("policy_config", {}).get("layout", "doppler9")
+        start = f", from `{r['init']}`" if r.get("init") else ""
+        paper_costs = r.get("paper_cost_share", 0)
+        pool = (
+            f"; {paper_costs:g} of the generator tasks with the paper's cost convention"
+            if paper_costs
+            else ""
+        )
         lines += [
             "",
             f"## {name}: one policy for any graph and cluster",
             "",
             f"Trained on {r['tasks']} tasks (graphs with randomised generator parameters and "
             "scales, random DAGs; 2-8 devices on p100x4, v100x8, cpu and uniform clusters; paper "
-            "and wc semantics: `doppler_lab.train.general`), Stage I "
+            f"and wc semantics{pool}: `doppler_lab.train.general`), feature layout {layout}"
+            f"{start}, Stage I "
             f"{e.get('imitation', 0)}{labels} + imitation of searched placements "
             f"{e.get('anchor', 0)} + Stage II {e.get('sim', 0)} episodes, seed {r['seed']}, "
             f"{r['train_s']:.0f} s of updates on one core, {r['size_bytes'] / 1e6:.2f} MB. "
-            "`--placer doppler` uses it when no `--checkpoint` is given, on any device count. "
-            "How it does on held-out graphs and clusters: `doppler-lab bench general` "
-            "(reports/bench/general.md).",
+            + (
+                "`--placer doppler` uses it when no `--checkpoint` is given, on any device count. "
+                "How it does on held-out graphs and clusters: `doppler-lab bench general` "
+                "(reports/bench/general.md)."
+                if name == "doppler/general"
+                else "Kept as the start of `doppler/general` (its `--init`)."
+            ),
         ]
         if "validation_ratio_cp" in r:
             lines += [

@@ -348,11 +348,15 @@ def test_proposal_anchors_are_the_doppler_placers_zero_shot_pick(tmp_path):
         search_anchors(pool, built, progress=False, source="proposals")
 
 
-def test_the_recorded_command_trains_the_shipped_general_policy_again():
-    """``doppler-lab train-general --seed 1`` (the command data/checkpoints records) must build
-    the stages ``doppler/general`` was trained with, whatever the presets became since: its
-    Stage II config is in the checkpoint, and its Stage I ran before the imitation preset warmed
-    its rate up."""
+def test_the_recorded_commands_train_the_shipped_general_policies_again():
+    """The commands data/checkpoints records must build the stages the general policies were
+    trained with, whatever the presets became since. ``doppler/general-v1`` (``doppler-lab
+    train-general --seed 1``): its Stage II config is in the checkpoint, and its Stage I ran
+    before the imitation preset warmed its rate up. ``doppler/general`` starts from it
+    (``--init doppler/general-v1``), widened to ``doppler10``."""
+    import shlex
+
+    from doppler_lab.cli import build_parser
     from doppler_lab.policies.pretrained import list_checkpoints, resolve_checkpoint
     from doppler_lab.train.general import (
         GENERAL_IMITATION_EPISODES,
@@ -361,7 +365,8 @@ def test_the_recorded_command_trains_the_shipped_general_policy_again():
         general_stages,
     )
 
-    assert list_checkpoints()["doppler/general"]["command"] == "doppler-lab train-general --seed 1"
+    shipped = list_checkpoints()
+    assert shipped["doppler/general-v1"]["command"] == "doppler-lab train-general --seed 1"
     imitation, sim = general_stages(seed=1)
     assert imitation.stage == "imitation" and imitation.lr_warmup == 0
     assert imitation.episodes == GENERAL_IMITATION_EPISODES
@@ -376,8 +381,31 @@ def test_the_recorded_command_trains_the_shipped_general_policy_again():
         seed=1,
         checkpoint_every=20,
     )
+    v1 = torch.load(
+        resolve_checkpoint("doppler/general-v1"), map_location="cpu", weights_only=False
+    )
+    assert sim.to_dict() == v1["meta"]["train_config"]
+
+    command = shipped["doppler/general"]["command"]
+    assert command.startswith("doppler-lab train-general ")
+    args = build_parser().parse_args(shlex.split(command)[1:])
+    assert args.init == "doppler/general-v1"
+    lr = {"lr": args.lr} if args.lr is not None else {}
+    stages = general_stages(
+        args.imitation_episodes,
+        args.sim_episodes,
+        args.seed,
+        args.anchor_episodes,
+        args.teacher,
+        args.label_fraction,
+        **lr,
+    )
     doc = torch.load(resolve_checkpoint("doppler/general"), map_location="cpu", weights_only=False)
-    assert sim.to_dict() == doc["meta"]["train_config"]
+    assert stages[-1].to_dict() == doc["meta"]["train_config"]
+    assert doc["policy"]["config"]["layout"] == args.layout == "doppler10"
+    record = shipped["doppler/general"]
+    assert record.get("paper_cost_share", 0.0) == args.paper_cost_share
+    assert record["train_config"]["imitation"]["plc_labels"] == args.teacher == "cluster"
 
 
 def test_paper_cost_tasks_have_the_papers_cost_convention():
