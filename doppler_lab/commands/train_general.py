@@ -102,6 +102,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(data/checkpoints ships it)",
     )
     p.add_argument(
+        "--name",
+        default=g.GENERAL_CHECKPOINT,
+        metavar="doppler/NAME",
+        help="the name --ship gives it (default doppler/general, what --placer doppler uses "
+        "without --checkpoint)",
+    )
+    p.add_argument(
         "--validate",
         action="store_true",
         help="score the result on the validation pool (zero-shot protocol vs CP; recorded "
@@ -137,6 +144,7 @@ def command_line(args: argparse.Namespace) -> str:
         ("--paper-cost-share", "paper_cost_share", g.GENERAL_PAPER_COST_SHARE),
         ("--seed", "seed", 0),
         ("--init", "init", None),
+        ("--name", "name", g.GENERAL_CHECKPOINT),
     ):
         value = getattr(args, key)
         if value is not None and value != default:
@@ -206,7 +214,9 @@ def run(args: argparse.Namespace) -> int:
         record["validation_ratio_cp"] = round(score["ratio_cp"], 4)
     summary = {"out": str(Path(args.out)), "checkpoint": str(results[-1].checkpoint), **record}
     if args.ship:
-        summary["shipped"] = str(g.ship_general(results, args.ship, command_line(args), record))
+        summary["shipped"] = str(
+            g.ship_general(results, args.ship, command_line(args), record, args.name)
+        )
     if args.json:
         print_json(summary)
     else:

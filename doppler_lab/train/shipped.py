@@ -188,7 +188,7 @@ def write_readme(dest: str | Path) -> Path:
                 "How it does on held-out graphs and clusters: `doppler-lab bench general` "
                 "(reports/bench/general.md)."
                 if name == "doppler/general"
-                else "Kept as the start of `doppler/general` (its `--init`)."
+                else f"Not the default: `--placer doppler --checkpoint {name}` uses it."
             ),
         ]
         if "validation_ratio_cp" in r:

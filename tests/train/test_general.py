@@ -350,10 +350,10 @@ def test_proposal_anchors_are_the_doppler_placers_zero_shot_pick(tmp_path):
 
 def test_the_recorded_commands_train_the_shipped_general_policies_again():
     """The commands data/checkpoints records must build the stages the general policies were
-    trained with, whatever the presets became since. ``doppler/general-v1`` (``doppler-lab
+    trained with, whatever the presets became since. ``doppler/general`` (``doppler-lab
     train-general --seed 1``): its Stage II config is in the checkpoint, and its Stage I ran
-    before the imitation preset warmed its rate up. ``doppler/general`` starts from it
-    (``--init doppler/general-v1``), widened to ``doppler10``."""
+    before the imitation preset warmed its rate up. ``doppler/general-cluster`` starts from it
+    (``--init doppler/general``), widened to ``doppler10``."""
     import shlex
 
     from doppler_lab.cli import build_parser
@@ -366,7 +366,7 @@ def test_the_recorded_commands_train_the_shipped_general_policies_again():
     )
 
     shipped = list_checkpoints()
-    assert shipped["doppler/general-v1"]["command"] == "doppler-lab train-general --seed 1"
+    assert shipped["doppler/general"]["command"] == "doppler-lab train-general --seed 1"
     imitation, sim = general_stages(seed=1)
     assert imitation.stage == "imitation" and imitation.lr_warmup == 0
     assert imitation.episodes == GENERAL_IMITATION_EPISODES
@@ -381,15 +381,13 @@ def test_the_recorded_commands_train_the_shipped_general_policies_again():
         seed=1,
         checkpoint_every=20,
     )
-    v1 = torch.load(
-        resolve_checkpoint("doppler/general-v1"), map_location="cpu", weights_only=False
-    )
+    v1 = torch.load(resolve_checkpoint("doppler/general"), map_location="cpu", weights_only=False)
     assert sim.to_dict() == v1["meta"]["train_config"]
 
-    command = shipped["doppler/general"]["command"]
+    command = shipped["doppler/general-cluster"]["command"]
     assert command.startswith("doppler-lab train-general ")
     args = build_parser().parse_args(shlex.split(command)[1:])
-    assert args.init == "doppler/general-v1"
+    assert args.init == "doppler/general" and args.name == "doppler/general-cluster"
     lr = {"lr": args.lr} if args.lr is not None else {}
     stages = general_stages(
         args.imitation_episodes,
@@ -400,10 +398,12 @@ def test_the_recorded_commands_train_the_shipped_general_policies_again():
         args.label_fraction,
         **lr,
     )
-    doc = torch.load(resolve_checkpoint("doppler/general"), map_location="cpu", weights_only=False)
+    doc = torch.load(
+        resolve_checkpoint("doppler/general-cluster"), map_location="cpu", weights_only=False
+    )
     assert stages[-1].to_dict() == doc["meta"]["train_config"]
     assert doc["policy"]["config"]["layout"] == args.layout == "doppler10"
-    record = shipped["doppler/general"]
+    record = shipped["doppler/general-cluster"]
     assert record.get("paper_cost_share", 0.0) == args.paper_cost_share
     assert record["train_config"]["imitation"]["plc_labels"] == args.teacher == "cluster"
 
@@ -452,7 +452,13 @@ def test_train_general_widens_a_narrower_init_to_the_cluster_share_layout(tmp_pa
     args = ["train-general", "--out", str(out), "--tasks", "2", "--imitation-episodes", "0"]
     args += ["--sim-episodes", "16", "--init", str(small9), "--layout", "doppler10"]
     args += ["--paper-cost-share", "1", "--no-progress"]
-    assert main(args) == 0
+    dest = tmp_path / "ckpts"
+    assert main([*args, "--name", "doppler/general-wide", "--ship", str(dest)]) == 0
+    index = json.loads((dest / "index.json").read_text())["checkpoints"]
+    assert list(index) == ["doppler/general-wide"] and (dest / "doppler/general-wide.pt").exists()
+    assert "--name doppler/general-wide" in index["doppler/general-wide"]["command"]
+    assert index["doppler/general-wide"]["paper_cost_share"] == 1.0
+    assert main([*args, "--name", "general", "--ship", str(dest)]) == 2
     wide, doc = load_policy(out / "init-doppler10.pt")
     narrow, _ = load_policy(small9)
     assert wide.config.layout == "doppler10"
