@@ -316,6 +316,38 @@ class ClusteringPlacer:
         return Placement(dev, None, self.name, meta)
 
 
+#: graphs with more ops get singleton clusters in :func:`cluster_arrays` (the ``doppler10``
+#: feature layout) (the clustering's step 1 runs
+#: its timing model once per edge: 0.13 s for 1000 ops on one core, 0.66 s for 2000, 2.3 s for
+#: 4000)
+CLUSTER_MAX_OPS = 2000
+
+
+def cluster_arrays(
+    graph: DataflowGraph, cost: CostModel
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The clusters of ``graph``'s ops (step 1 of :mod:`doppler_lab.placers.clustering` under
+    ``cost``; singletons above :data:`CLUSTER_MAX_OPS` ops).
+
+    Returns:
+        ``(of, ptr, members)``: the cluster index of each node ``(N,)`` (0..k-1; -1 for input
+        nodes), and the members of cluster ``c`` at ``members[ptr[c]:ptr[c + 1]]`` (global ids,
+        increasing).
+    """
+    comp = ~graph.is_input
+    if int(comp.sum()) <= CLUSTER_MAX_OPS:
+        root, _ = ClusteringModel(graph, cost).clusters()
+    else:
+        root = np.arange(graph.num_nodes)
+    of = np.full(graph.num_nodes, -1, dtype=np.int64)
+    _, of[comp] = np.unique(root[comp], return_inverse=True)
+    members = np.flatnonzero(comp)
+    members = members[np.argsort(of[members], kind="stable")].astype(np.int64)
+    ptr = np.zeros(int(of.max()) + 2 if members.size else 1, dtype=np.int64)
+    np.add.at(ptr, of[members] + 1, 1)
+    return of, np.cumsum(ptr), members
+
+
 class ClusterLabeller:
     """PLC labels of the cluster rule at the states a policy visits (Stage I with
     ``plc_labels="cluster"``): the device holding the largest share of the placed compute of the
@@ -330,14 +362,11 @@ class ClusterLabeller:
     Args:
         graph: the graph.
         cost: its cost model on the cluster.
-        clusters: ``(of, ptr, members)`` of
-            :func:`~doppler_lab.policies.features.cluster_arrays` (built here when None).
+        clusters: ``(of, ptr, members)`` of :func:`cluster_arrays` (built here when None).
     """
 
     def __init__(self, graph: DataflowGraph, cost: CostModel, clusters: tuple | None = None):
         if clusters is None:
-            from ..policies.features import cluster_arrays
-
             clusters = cluster_arrays(graph, cost)
         self.of, self.ptr, self.members = clusters[:3]
         self.weight = np.asarray(cost.mean_compute, dtype=np.float64)

@@ -24,7 +24,8 @@ Feature layouts (recorded in every checkpoint, checked on load):
   already placed that is on the device (0 everywhere while none is placed). It lets PLC say
   "where my cluster is" with one weight, which the other features could not: a policy without
   it gave the clustering's placements about 0.5-0.7 of its probability however long it imitated
-  them. Graphs with more ops than :data:`CLUSTER_MAX_OPS` get singleton clusters (the feature
+  them. Graphs with more ops than
+  :data:`~doppler_lab.placers.clustering.CLUSTER_MAX_OPS` get singleton clusters (the feature
   is 0) rather than the clustering's quadratic cost.
 """
 
@@ -39,6 +40,7 @@ from numba import njit
 from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import CostModel
+from ..placers.clustering import cluster_arrays
 from ..rules import transfer_time
 from ..schedule import ListScheduleState
 
@@ -113,10 +115,6 @@ LAYOUTS: dict[str, FeatureLayout] = {
 
 #: unit-free device feature columns (not divided by the time unit in the ``scaled`` norm)
 _UNIT_FREE = (6, 7, 9)
-#: graphs with more ops get singleton clusters in ``doppler10`` (the clustering's step 1 runs
-#: its timing model once per edge: 0.13 s for 1000 ops on one core, 0.66 s for 2000, 2.3 s for
-#: 4000)
-CLUSTER_MAX_OPS = 2000
 
 
 def get_layout(name: str) -> FeatureLayout:
@@ -269,33 +267,6 @@ def graph_features(graph: DataflowGraph, cost: CostModel, layout: FeatureLayout)
 def uses_clusters(layout: FeatureLayout) -> bool:
     """Whether ``layout`` reads the clustering (the ``cluster_share`` device feature)."""
     return "cluster_share" in layout.device
-
-
-def cluster_arrays(
-    graph: DataflowGraph, cost: CostModel
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The clusters of ``graph``'s ops (step 1 of :mod:`doppler_lab.placers.clustering` under
-    ``cost``; singletons above :data:`CLUSTER_MAX_OPS` ops).
-
-    Returns:
-        ``(of, ptr, members)``: the cluster index of each node ``(N,)`` (0..k-1; -1 for input
-        nodes), and the members of cluster ``c`` at ``members[ptr[c]:ptr[c + 1]]`` (global ids,
-        increasing).
-    """
-    from ..placers.clustering import ClusteringModel
-
-    comp = ~graph.is_input
-    if int(comp.sum()) <= CLUSTER_MAX_OPS:
-        root, _ = ClusteringModel(graph, cost).clusters()
-    else:
-        root = np.arange(graph.num_nodes)
-    of = np.full(graph.num_nodes, -1, dtype=np.int64)
-    _, of[comp] = np.unique(root[comp], return_inverse=True)
-    members = np.flatnonzero(comp)
-    members = members[np.argsort(of[members], kind="stable")].astype(np.int64)
-    ptr = np.zeros(int(of.max()) + 2 if members.size else 1, dtype=np.int64)
-    np.add.at(ptr, of[members] + 1, 1)
-    return of, np.cumsum(ptr), members
 
 
 def feature_args(graph: DataflowGraph, cost: CostModel, layout: FeatureLayout) -> tuple:

@@ -124,9 +124,8 @@ def test_cluster_labels_follow_the_placed_mates_else_cp():
     """Stage I's ``cluster`` labels: CP's devices (smallest earliest start) until a clustering
     mate of the op is placed, then the device with the largest share of their compute."""
     from doppler_lab.episode import Episode
-    from doppler_lab.placers.clustering import ClusterLabeller
+    from doppler_lab.placers.clustering import ClusterLabeller, cluster_arrays
     from doppler_lab.placers.critical_path import CriticalPathTeacher
-    from doppler_lab.policies.features import cluster_arrays
 
     g = read_paper_graph(paper_graph_path("chain_mm_112nodes"))
     cost = CostModel(g, make_cluster("uniform", 4))

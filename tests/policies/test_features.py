@@ -147,8 +147,8 @@ def test_cluster_share_is_the_placed_mates_compute_by_device(paper_chain):
 
 
 def test_cluster_share_has_singleton_clusters_on_big_graphs(small_graph, cluster4, monkeypatch):
-    import doppler_lab.policies.features as features
+    import doppler_lab.placers.clustering as clustering
 
-    monkeypatch.setattr(features, "CLUSTER_MAX_OPS", 3)
+    monkeypatch.setattr(clustering, "CLUSTER_MAX_OPS", 3)
     of, ptr, members = cluster_arrays(small_graph, CostModel(small_graph, cluster4))
     assert np.all(np.diff(ptr) == 1) and of.max() + 1 == small_graph.compute_nodes.size
