@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N,N,...",
         help="budgets of the budget curve (default 100,250,500,1000,2000)",
     )
-    g.add_argument("--seeds", type=int, help="seeds per task (default 3)")
+    g.add_argument("--seeds", type=int, help="seeds per task (default 10)")
     g.add_argument(
         "--partitions",
         type=int,
@@ -57,7 +57,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--train-seeds",
         type=int,
-        help="seeds of each fine-tuning and scratch run (default 2; the table shows their mean)",
+        help="seeds of each scratch run and long fine-tuning (default 2; the table shows their "
+        "mean)",
+    )
+    g.add_argument(
+        "--finetune-seeds",
+        type=int,
+        help="seeds of each short fine-tuning run (default 8; the table shows their mean)",
     )
     g.add_argument("--finetune-episodes", type=int, help="fine-tuning episodes (default 200)")
     g.add_argument(
@@ -89,6 +95,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 #: options of ``bench general`` (None / False: not given)
 GENERAL_OPTIONS = (
     "checkpoint", "budget", "curve", "seeds", "partitions", "groups", "tasks", "train_seeds",
+    "finetune_seeds",
     "finetune_episodes", "scratch_episodes", "finetune_method", "finetune_set", "skip_training",
     "skip_finetune_long", "skip_clustering",
 )  # fmt: skip

@@ -93,6 +93,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="share of the generator tasks given the paper's cost convention (uniform devices, "
         "paper semantics, transfers 4x the compute)",
     )
+    p.add_argument(
+        "--sample-temperature",
+        type=number_arg(above=0),
+        metavar="T",
+        help="record in the checkpoint PLC's temperature in its sampled rollouts (the doppler "
+        "placer's samples; default 1)",
+    )
     p.add_argument("--seed", type=int_arg(0), default=0, help="seed (task pool, weights, rollouts)")
     p.add_argument("--init", metavar="CKPT", help="start Stage I from a checkpoint")
     p.add_argument(
@@ -142,6 +149,7 @@ def command_line(args: argparse.Namespace) -> str:
         ("--timing", "timing", g.GENERAL_TIMING),
         ("--layout", "layout", g.GENERAL_LAYOUT),
         ("--paper-cost-share", "paper_cost_share", g.GENERAL_PAPER_COST_SHARE),
+        ("--sample-temperature", "sample_temperature", None),
         ("--seed", "seed", 0),
         ("--init", "init", None),
         ("--name", "name", g.GENERAL_CHECKPOINT),
@@ -209,6 +217,11 @@ def run(args: argparse.Namespace) -> int:
         **changes,
     )
     record = g.run_record(results, stages, args.tasks, args.seed, args.init, args.paper_cost_share)
+    if args.sample_temperature is not None:
+        from ..policies.checkpoint import set_sample_temperature
+
+        set_sample_temperature(results[-1].checkpoint, args.sample_temperature)
+        record["sample_temperature"] = float(args.sample_temperature)
     if args.validate:
         score = g.validation_score(results[-1].checkpoint, progress=show_progress(args))
         record["validation_ratio_cp"] = round(score["ratio_cp"], 4)

@@ -232,6 +232,11 @@ class PlacementPolicy(nn.Module):
     #: an episode's PLC logits do not depend on the other episodes of its rollout, to the bit
     #: (a greedy episode can then share a rollout with sampled ones)
     batch_invariant: bool = False
+    #: PLC's temperature in the sampled rollouts of the protocol (greedy + samples, the
+    #: proposals of a budget search and of the adapter; SEL samples at 1): a checkpoint's
+    #: ``meta["sample_temperature"]`` (:func:`~doppler_lab.policies.checkpoint.load_policy`),
+    #: or the placer option ``temperature``; training's episodes have their own
+    sample_temperature: float = 1.0
 
     def __init__(self, config: PolicyConfig, num_devices: int):
         super().__init__()

@@ -233,7 +233,36 @@ def load_policy(
         raise CheckpointError(
             f"checkpoint {sp!r}: its weights do not fit its {kind!r} policy: {one_line(exc)}"
         ) from None
+    if "sample_temperature" in doc["meta"]:
+        policy.sample_temperature = checked_sample_temperature(
+            doc["meta"]["sample_temperature"], f"checkpoint {sp!r}: meta sample_temperature"
+        )
     return policy, doc
+
+
+def checked_sample_temperature(value: Any, what: str) -> float:
+    """``value`` as a PLC sampling temperature (a finite number > 0), else a
+    :class:`CheckpointError` that names ``what``."""
+    return want_number(value, what, CheckpointError, above=0)
+
+
+def set_sample_temperature(path: str | Path, temperature: float | None) -> Path:
+    """Record in the checkpoint at ``path`` the PLC temperature its sampled rollouts use
+    (:attr:`~doppler_lab.policies.base.PlacementPolicy.sample_temperature`; None: remove it,
+    so they sample at 1). The weights are left as they are."""
+    doc = read_checkpoint(path)
+    meta = dict(doc["meta"])
+    if temperature is None:
+        meta.pop("sample_temperature", None)
+    else:
+        meta["sample_temperature"] = checked_sample_temperature(
+            temperature, f"sample temperature for {str(path)!r}"
+        )
+    doc["meta"] = meta
+    tmp = Path(path).with_name(Path(path).name + ".tmp")
+    torch.save(doc, tmp)
+    os.replace(tmp, path)
+    return Path(path)
 
 
 def widen_checkpoint(

@@ -225,6 +225,9 @@ class _LearnedPlacer:
         clustering: judge the ``clustering`` placer's placement
             (:mod:`doppler_lab.placers.clustering`) with the rollouts, with or without a budget
             (default :attr:`default_clustering`; one simulator call).
+        temperature: PLC's temperature in the sampled rollouts (default: the checkpoint's
+            ``sample_temperature``, else 1; see
+            :attr:`~doppler_lab.policies.base.PlacementPolicy.sample_temperature`).
     """
 
     name: ClassVar[str] = ""
@@ -252,8 +255,11 @@ class _LearnedPlacer:
         fewer_devices: bool | list[int] | None = None,
         cluster_moves: bool = True,
         clustering: bool | None = None,
+        temperature: float | None = None,
     ):
         what = f"placer {self.name!r}: option"
+        if temperature is not None:
+            temperature = want_number(temperature, f"{what} temperature", ConfigError, above=0)
         cluster_moves = want_bool(cluster_moves, f"{what} cluster_moves", ConfigError)
         if clustering is None:
             clustering = self.default_clustering
@@ -313,6 +319,7 @@ class _LearnedPlacer:
         self.fewer_devices = fewer_devices
         self.cluster_moves = cluster_moves
         self.clustering = clustering
+        self.temperature = temperature
         self._cache: dict[int, PlacementPolicy] = {}
 
     def _checkpoint(self, checkpoint: str | Path | None) -> Path:
@@ -335,6 +342,8 @@ class _LearnedPlacer:
     def policy(self, num_devices: int) -> PlacementPolicy:
         if num_devices not in self._cache:
             pol, _ = load_policy(self.checkpoint, self.kinds, num_devices, self.allow_device_change)
+            if self.temperature is not None:
+                pol.sample_temperature = self.temperature
             self._cache[num_devices] = pol
         return self._cache[num_devices]
 

@@ -534,13 +534,16 @@ def greedy_and_samples(
     rng: np.random.Generator,
 ) -> list[Placement]:
     """The placements of the greedy rollout (:data:`GREEDY`), then of ``samples`` sampled ones
-    (:data:`SAMPLE`).
+    (SEL at temperature 1, PLC at the policy's
+    :attr:`~doppler_lab.policies.base.PlacementPolicy.sample_temperature`).
 
     They come from one rollout of ``1 + samples`` episodes whose first is greedy when that is
     the two rollouts to the bit: the greedy episode draws no random number (learned or
     topological SEL, learned PLC) and the policy is
     :attr:`~doppler_lab.policies.base.PlacementPolicy.batch_invariant`; else from two.
     """
+    t = float(getattr(policy, "sample_temperature", 1.0))
+    plc = SAMPLE if t == 1.0 else ActionMode(temperature=t)
     if (
         samples > 0
         and policy.batch_invariant
@@ -548,9 +551,9 @@ def greedy_and_samples(
         and policy.plc_mode == "learned"
     ):
         return Rollout(
-            policy, ctx, enc, 1 + samples, rng, SAMPLE, SAMPLE, greedy_lead=1
+            policy, ctx, enc, 1 + samples, rng, SAMPLE, plc, greedy_lead=1
         ).run_placements()
     cands = Rollout(policy, ctx, enc, 1, rng, GREEDY, GREEDY).run_placements()
     if samples > 0:
-        cands += Rollout(policy, ctx, enc, samples, rng, SAMPLE, SAMPLE).run_placements()
+        cands += Rollout(policy, ctx, enc, samples, rng, SAMPLE, plc).run_placements()
     return cands

@@ -195,9 +195,14 @@ def write_readme(dest: str | Path) -> Path:
             lines += [
                 "",
                 "On the validation pool (`doppler-lab train-general --score CKPT`: 32 tasks of the "
-                "training distribution, best of greedy + 16 samples) it places at "
-                f"{r['validation_ratio_cp']} of CP's makespan (geometric mean); the seed was "
-                "chosen on that score.",
+                "training distribution, best of greedy + 16 samples"
+                + (
+                    f", PLC sampling at temperature {r['sample_temperature']:g}"
+                    if r.get("sample_temperature")
+                    else ""
+                )
+                + f") it places at {r['validation_ratio_cp']} of CP's makespan (geometric mean); "
+                "the seed was chosen on that score.",
             ]
         lines += [
             "",

@@ -168,3 +168,46 @@ def test_widened_policy_places_as_the_saved_one(tmp_path, small_graph, cluster4)
         widen_checkpoint(path, "doppler5", tmp_path / "p5.pt")
     with pytest.raises(CheckpointError, match="must map a new device feature"):
         widen_checkpoint(path, "doppler10", tmp_path / "px.pt", {"cluster_share": "nope"})
+
+
+def test_sample_temperature_from_the_checkpoint_or_the_placer(tmp_path, small_graph, cluster4):
+    """A checkpoint's ``sample_temperature`` sets PLC's temperature in the sampled rollouts;
+    1 (or none) is the plain softmax to the bit; the placer option overrides the checkpoint's;
+    the greedy rollout is the same at any temperature; bad values are refused by name."""
+    from doppler_lab.policies.checkpoint import set_sample_temperature
+    from doppler_lab.policies.search import policy_candidates
+
+    _, plain = _save(tmp_path)
+    assert load_policy(plain)[0].sample_temperature == 1.0
+
+    def samples(ckpt, **opts):
+        from doppler_lab.placers import get_placer
+
+        placer = get_placer("doppler", checkpoint=str(ckpt), semantics="wc", **opts)
+        pol = placer.policy(cluster4.num_devices)
+        cands = policy_candidates(pol, small_graph, cluster4, 8, np.random.default_rng(3))
+        return np.stack([c.device for c in cands])
+
+    base = samples(plain)
+    one = set_sample_temperature(tmp_path / "p.pt", 1.0)
+    np.testing.assert_array_equal(samples(one), base)
+    cold = set_sample_temperature(tmp_path / "p.pt", 0.05)
+    assert load_policy(cold)[0].sample_temperature == 0.05
+    got = samples(cold)
+    np.testing.assert_array_equal(got[0], base[0])  # the greedy rollout
+    assert (got[1:] != base[1:]).any()
+    np.testing.assert_array_equal(samples(cold, temperature=1), base)  # the option wins
+    set_sample_temperature(cold, None)
+    _, doc = load_policy(cold)
+    assert "sample_temperature" not in doc["meta"]
+    np.testing.assert_array_equal(samples(cold, temperature=0.05), got)
+
+    doc = torch.load(plain, weights_only=False)
+    doc["meta"]["sample_temperature"] = -2
+    torch.save(doc, tmp_path / "bad.pt")
+    with pytest.raises(CheckpointError, match="meta sample_temperature is -2; expected"):
+        load_policy(tmp_path / "bad.pt")
+    with pytest.raises(CheckpointError, match="sample temperature for"):
+        set_sample_temperature(plain, float("nan"))
+    with pytest.raises(ConfigError, match="option temperature is 0; expected"):
+        place("doppler", small_graph, cluster4, checkpoint=str(plain), temperature=0)

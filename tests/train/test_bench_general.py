@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from doppler_lab.bench import general as bench
@@ -248,3 +249,25 @@ def test_training_seeds(capsys):
         bench.GeneralBenchConfig(train_seeds=0)
     assert main(["bench", "sim", "--train-seeds", "2"]) == 2
     assert "--train-seeds is an option of bench general" in capsys.readouterr().err
+
+
+def test_fine_tuning_has_seeds_of_its_own(tmp_path, tiny_checkpoint, capsys):
+    """The short fine-tuning runs ``finetune_seeds`` seeds (cheap; 8 by default), scratch and the
+    long fine-tuning ``train_seeds``; the table's seeds column and mean follow."""
+    assert bench.make_config().finetune_seeds == 8
+    assert bench.make_config(quick=True).finetune_seeds == 1
+    cfg = _config(
+        tmp_path, tiny_checkpoint, finetune_seeds=3, task_filter=("ffnn",), finetune_long=False
+    )
+    res = bench.evaluate(cfg, tmp_path / "runs")
+    by = {r["method"]: r for r in res.training}
+    assert by["fine-tuned"]["seeds"] == 3 and by["scratch"]["seeds"] == 1
+    done = sorted((tmp_path / "runs").rglob("result.json"))
+    finetune = [p for p in done if "finetune" in str(p)]
+    assert len(finetune) == 3
+    mean = np.mean([json.loads(p.read_text())["makespan"] for p in finetune])
+    assert by["fine-tuned"]["makespan"] == pytest.approx(mean)
+    with pytest.raises(ConfigError, match="finetune_seeds = 0, expected an integer >= 1"):
+        bench.GeneralBenchConfig(finetune_seeds=0)
+    assert main(["bench", "sim", "--finetune-seeds", "2"]) == 2
+    assert "--finetune-seeds is an option of bench general" in capsys.readouterr().err

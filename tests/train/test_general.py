@@ -405,6 +405,9 @@ def test_the_recorded_commands_train_the_shipped_general_policies_again():
     assert doc["policy"]["config"]["layout"] == args.layout == "doppler10"
     record = shipped["doppler/general-cluster"]
     assert record.get("paper_cost_share", 0.0) == args.paper_cost_share
+    # its samples' PLC temperature, recorded in the command, the index and the checkpoint
+    assert args.sample_temperature == record["sample_temperature"] == 2.0
+    assert doc["meta"]["sample_temperature"] == 2.0
     assert record["train_config"]["imitation"]["plc_labels"] == args.teacher == "cluster"
 
 
@@ -451,13 +454,16 @@ def test_train_general_widens_a_narrower_init_to_the_cluster_share_layout(tmp_pa
     out = tmp_path / "run"
     args = ["train-general", "--out", str(out), "--tasks", "2", "--imitation-episodes", "0"]
     args += ["--sim-episodes", "16", "--init", str(small9), "--layout", "doppler10"]
-    args += ["--paper-cost-share", "1", "--no-progress"]
+    args += ["--paper-cost-share", "1", "--sample-temperature", "2", "--no-progress"]
     dest = tmp_path / "ckpts"
     assert main([*args, "--name", "doppler/general-wide", "--ship", str(dest)]) == 0
     index = json.loads((dest / "index.json").read_text())["checkpoints"]
     assert list(index) == ["doppler/general-wide"] and (dest / "doppler/general-wide.pt").exists()
     assert "--name doppler/general-wide" in index["doppler/general-wide"]["command"]
+    assert "--sample-temperature 2.0" in index["doppler/general-wide"]["command"]
     assert index["doppler/general-wide"]["paper_cost_share"] == 1.0
+    assert index["doppler/general-wide"]["sample_temperature"] == 2.0
+    assert load_policy(dest / "doppler/general-wide.pt")[0].sample_temperature == 2.0
     assert main([*args, "--name", "general", "--ship", str(dest)]) == 2
     wide, doc = load_policy(out / "init-doppler10.pt")
     narrow, _ = load_policy(small9)
