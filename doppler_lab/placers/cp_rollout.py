@@ -11,7 +11,8 @@ deterministic CP (the first step's completion on CP's own device is deterministi
 Cost: N * D completions (compiled, as :class:`~doppler_lab.schedule.ScheduleBatch` rows) and
 N * D simulator calls for N compute nodes and D devices: 0.005-1.3 s per graph of 15-367 nodes on
 2-8 devices on one core (``doppler-lab bench general``'s held-out set, where it is 0.859 of CP's
-makespan in geometric mean against 0.863 for the best of 17 rollouts of ``doppler/general``).
+makespan in geometric mean against 0.863 for the best of 17 rollouts of
+``doppler/general-v1``, the default then).
 It is deterministic; :class:`RolloutLabeller` applies its rule at any episode state, the device
 labels of the general policy's Stage I (``doppler-lab train-general --teacher cp-rollout``).
 

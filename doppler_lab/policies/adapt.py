@@ -27,8 +27,9 @@ resumes exactly where it stopped; ``doppler-lab adapt GRAPH --out DIR`` runs it 
 line, and the ``doppler`` placer's ``adapter`` option places with a saved table
 (:func:`load_adapter`, which refuses a table of another graph, device count or network).
 
-Why these defaults (paper graphs, 200 episodes, the shipped ``doppler/general``, mean over seeds
-0-3 of the protocol's makespan after adapting; a ``/tmp`` sweep, 2026-12-02):
+Why these defaults (paper graphs, 200 episodes, ``doppler/general-v1``, the shipped default
+then, mean over seeds 0-3 of the protocol's makespan after adapting; a ``/tmp`` sweep,
+2026-12-02; with today's ``doppler/general``, 8 seeds: ``doppler-lab bench general``):
 
 - The general policy's PLC logits are sharp: between its two best devices the median gap is 13
   and the 90th percentile 19 (paper ffnn, greedy rollout). A table at 2-5 with rate 0.1 never

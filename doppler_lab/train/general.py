@@ -506,26 +506,24 @@ def general_stages(
 GENERAL_TIMING = "wc"
 
 
-#: the feature layout of a fresh general policy (``doppler/general``'s recorded command trains it
-#: again). ``doppler/general-cluster`` is ``doppler10`` (the cluster share, the edge-zeroing
-#: clustering's co-location, :mod:`doppler_lab.policies.features`): ``--init doppler/general
-#: --layout doppler10`` widens the default policy (the new column starts as a copy of
-#: ``pred_share``'s weights, :data:`GENERAL_WIDEN_LIKE`), Stage I imitates the ``cluster`` labels
-#: (:class:`~doppler_lab.placers.clustering.ClusterLabeller`: the device of the op's placed
-#: clustering mates, else CP's), Stage II runs at lr 2e-3 (3072 + 6144 episodes, 239 s of
-#: updates). Validation pool (best of greedy + 16 samples / CP): doppler/general 0.929; this
-#: recipe, seed 1: 0.9188; with ``--paper-cost-share 0.4``, seeds 1 / 2 / 3: 0.9227 / 0.9186 /
-#: 0.9232. ``bench general`` (reports/bench/general-cluster/): the policy's rollouts alone 23.4%
-#: below CP in geometric mean over the held-out tasks (doppler/general: 16.2%), the paper's
-#: ffnn 56.7 and transformer block 166.9 from the rollouts alone; but its samples vary less:
-#: chain_mm 1300.1 at every seed (HEFT 1300.07: worse by 4e-6, where doppler/general's samples
-#: and partitions reach 1200 at some seeds, 1290 in the mean), and fine-tuning it for 200
-#: episodes leaves the full transformer layer at the clustering's 129.5 (6.1% from the best
-#: known; scratch 126.1). Three targets that doppler/general passes fail with it, so it is not
-#: the default. Without the cluster labels the new column was not taken up: Stage II alone from
-#: the widened policy (6144 episodes, lr 2e-3) 0.907 on the validation pool, the paper graphs
-#: within their seed spread (chain_mm 1200-1400, the 8-GPU block 240-253), with or without
-#: paper-cost tasks and an anchor stage on the ``proposals`` anchors
+#: the feature layout of a fresh general policy: ``doppler/general-v1``'s recorded command trains
+#: it again. ``doppler/general`` (the default since 2026-12-03) is ``doppler10`` (the cluster
+#: share, the edge-zeroing clustering's co-location, :mod:`doppler_lab.policies.features`) and
+#: starts from v1: ``--init doppler/general-v1 --layout doppler10`` widens it (the new column
+#: starts as a copy of ``pred_share``'s weights, :data:`GENERAL_WIDEN_LIKE`), Stage I imitates
+#: the ``cluster`` labels (:class:`~doppler_lab.placers.clustering.ClusterLabeller`: the device
+#: of the op's placed clustering mates, else CP's), Stage II runs at lr 2e-3 (3072 + 6144
+#: episodes, 239 s of updates), and its samples draw PLC at temperature 2
+#: (``--sample-temperature 2``). Validation pool (best of greedy + 16 samples / CP): v1 0.929;
+#: this recipe, seed 1: 0.9188 sampling at 1, 0.9195 at 2; with ``--paper-cost-share 0.4``,
+#: seeds 1 / 2 / 3: 0.9227 / 0.9186 / 0.9232. ``bench general`` (reports/bench/general.md,
+#: v1's in reports/bench/general-v1/): the rollouts alone 22.5% below CP in geometric mean over
+#: the held-out tasks (v1: 16.2%), no held-out graph worse than HEFT (the paper's chain_mm: 1270
+#: in the mean of 10 seeds; at temperature 1 it was 1300.1 at every seed, 4e-6 worse than HEFT's
+#: 1300.07, and v1's rollouts 1410). Without the cluster labels the new column was not taken up:
+#: Stage II alone from the widened policy (6144 episodes, lr 2e-3) 0.907 on the validation pool,
+#: the paper graphs within their seed spread (chain_mm 1200-1400, the 8-GPU block 240-253), with
+#: or without paper-cost tasks and an anchor stage on the ``proposals`` anchors
 GENERAL_LAYOUT = "doppler9"
 #: how ``--init`` from a narrower layout is widened: the new column starts as a copy of these
 GENERAL_WIDEN_LIKE = {"cluster_share": "pred_share"}

@@ -350,10 +350,11 @@ def test_proposal_anchors_are_the_doppler_placers_zero_shot_pick(tmp_path):
 
 def test_the_recorded_commands_train_the_shipped_general_policies_again():
     """The commands data/checkpoints records must build the stages the general policies were
-    trained with, whatever the presets became since. ``doppler/general`` (``doppler-lab
-    train-general --seed 1``): its Stage II config is in the checkpoint, and its Stage I ran
-    before the imitation preset warmed its rate up. ``doppler/general-cluster`` starts from it
-    (``--init doppler/general``), widened to ``doppler10``."""
+    trained with, whatever the presets became since. ``doppler/general-v1`` (``doppler-lab
+    train-general --seed 1 --name doppler/general-v1``; the default until the cluster share):
+    its Stage II config is in the checkpoint, and its Stage I ran before the imitation preset
+    warmed its rate up. ``doppler/general`` starts from it (``--init doppler/general-v1``),
+    widened to ``doppler10``, and samples PLC at temperature 2."""
     import shlex
 
     from doppler_lab.cli import build_parser
@@ -366,7 +367,10 @@ def test_the_recorded_commands_train_the_shipped_general_policies_again():
     )
 
     shipped = list_checkpoints()
-    assert shipped["doppler/general"]["command"] == "doppler-lab train-general --seed 1"
+    parse = build_parser().parse_args
+    v1_command = shipped["doppler/general-v1"]["command"]
+    assert v1_command == "doppler-lab train-general --seed 1 --name doppler/general-v1"
+    assert parse(shlex.split(v1_command)[1:]).name == "doppler/general-v1"
     imitation, sim = general_stages(seed=1)
     assert imitation.stage == "imitation" and imitation.lr_warmup == 0
     assert imitation.episodes == GENERAL_IMITATION_EPISODES
@@ -381,13 +385,17 @@ def test_the_recorded_commands_train_the_shipped_general_policies_again():
         seed=1,
         checkpoint_every=20,
     )
-    v1 = torch.load(resolve_checkpoint("doppler/general"), map_location="cpu", weights_only=False)
+    v1 = torch.load(
+        resolve_checkpoint("doppler/general-v1"), map_location="cpu", weights_only=False
+    )
     assert sim.to_dict() == v1["meta"]["train_config"]
+    assert v1["policy"]["config"]["layout"] == "doppler9"
+    assert "sample_temperature" not in v1["meta"]
 
-    command = shipped["doppler/general-cluster"]["command"]
+    command = shipped["doppler/general"]["command"]
     assert command.startswith("doppler-lab train-general ")
-    args = build_parser().parse_args(shlex.split(command)[1:])
-    assert args.init == "doppler/general" and args.name == "doppler/general-cluster"
+    args = parse(shlex.split(command)[1:])
+    assert args.init == "doppler/general-v1" and args.name == "doppler/general"
     lr = {"lr": args.lr} if args.lr is not None else {}
     stages = general_stages(
         args.imitation_episodes,
@@ -398,17 +406,15 @@ def test_the_recorded_commands_train_the_shipped_general_policies_again():
         args.label_fraction,
         **lr,
     )
-    doc = torch.load(
-        resolve_checkpoint("doppler/general-cluster"), map_location="cpu", weights_only=False
-    )
+    doc = torch.load(resolve_checkpoint("doppler/general"), map_location="cpu", weights_only=False)
     assert stages[-1].to_dict() == doc["meta"]["train_config"]
     assert doc["policy"]["config"]["layout"] == args.layout == "doppler10"
-    record = shipped["doppler/general-cluster"]
+    record = shipped["doppler/general"]
     assert record.get("paper_cost_share", 0.0) == args.paper_cost_share
+    assert record["train_config"]["imitation"]["plc_labels"] == args.teacher == "cluster"
     # its samples' PLC temperature, recorded in the command, the index and the checkpoint
     assert args.sample_temperature == record["sample_temperature"] == 2.0
     assert doc["meta"]["sample_temperature"] == 2.0
-    assert record["train_config"]["imitation"]["plc_labels"] == args.teacher == "cluster"
 
 
 def test_paper_cost_tasks_have_the_papers_cost_convention():
