@@ -189,13 +189,14 @@ class GeneralBenchConfig:
                 f"{FINETUNE_METHODS}"
             )
         acfg = self.adapt_config()  # its errors name the bad field
-        need = 1 + acfg.samples + acfg.partitions + int(acfg.clustering)
+        clusterings = 1 + len(acfg.cluster_caps) if acfg.clustering else 0
+        need = 1 + acfg.samples + acfg.partitions + clusterings
         if self.finetune_method == "adapter" and self.finetune_episodes < need:
             raise ConfigError(
                 f"bench general: finetune_episodes = {self.finetune_episodes} do not cover the "
                 f"adapter's proposals (1 greedy + {acfg.samples} samples + {acfg.partitions} "
-                f"partitions{' + the clustering' if acfg.clustering else ''}); expected at "
-                f"least {need}"
+                f"partitions{f' + {clusterings} clusterings' if clusterings else ''}); "
+                f"expected at least {need}"
             )
         if not 0 <= self.scratch_imitation_episodes < self.scratch_episodes:
             raise ConfigError(

@@ -111,8 +111,11 @@ def run(
     progress: bool = True,
     runner: str | Runner = "local",
     keep_going: bool = False,
+    checkpoint: str | None = None,
 ) -> dict[str, Any]:
-    """Run (or resume) the benchmark; writes ``policy-wc.{json,md}``."""
+    """Run (or resume) the benchmark; writes ``policy-wc.{json,md}``. ``checkpoint``: the
+    general policy of the ``doppler-general-search`` rows (a path or a shipped name; default
+    :data:`~doppler_lab.policies.pretrained.GENERAL_CHECKPOINT`)."""
     from ..policies.pretrained import GENERAL_CHECKPOINT
     from .policy import ablation_rows
     from .quality import WORKLOADS
@@ -132,7 +135,8 @@ def run(
         keep_going=keep_going,
         progress=progress,
     )
-    rows = rows + _general_rows(rows, graphs, seeds, GENERAL_CHECKPOINT)
+    general = GENERAL_CHECKPOINT if checkpoint is None else str(checkpoint)
+    rows = rows + _general_rows(rows, graphs, seeds, general)
     rows.sort(key=lambda r: r["graph"])
     verdict = verdicts(rows)
     wins = {
@@ -163,8 +167,10 @@ def run(
         notes=[
             f"{seeds} seeds; doppler = Stage I {imitation} + Stage II {episodes - imitation} "
             "episodes per workload (timing model of the semantics: wc), judged by greedy + 16 "
-            "samples; doppler-general-search = the shipped doppler/general with "
+            f"samples; doppler-general-search = the general policy {general} with "
             "--budget equal to doppler's calls, no training on the workload."
         ],
-        command="doppler-lab bench policy-wc" + (" --quick" if quick else ""),
+        command="doppler-lab bench policy-wc"
+        + (" --quick" if quick else "")
+        + ("" if checkpoint is None else f" --checkpoint {checkpoint}"),
     )

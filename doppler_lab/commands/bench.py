@@ -24,7 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("bench general (the general policy on held-out tasks)")
     g.add_argument(
         "--checkpoint",
-        help="the general policy: a path or a shipped name (default doppler/general)",
+        help="the general policy: a path or a shipped name (default doppler/general; also "
+        "bench policy-wc's doppler-general-search rows)",
     )
     g.add_argument("--budget", type=int, help="simulator calls of the budget table (default 2000)")
     g.add_argument(
@@ -130,8 +131,9 @@ def run(args: argparse.Namespace) -> int:
         from .place import parse_options
 
         given["finetune_set"] = parse_options(given["finetune_set"])
-    if given and args.name != "general":
-        flag = "--" + next(iter(given)).replace("_", "-")
+    foreign = [k for k in given if k not in accepted] if args.name != "general" else []
+    if foreign:
+        flag = "--" + foreign[0].replace("_", "-")
         raise ConfigError(
             f"{flag} is an option of bench general; expected none with bench {args.name}"
         )

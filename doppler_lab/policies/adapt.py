@@ -51,7 +51,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -63,7 +62,9 @@ from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
 from ..placement import Placement
+from ..placers.clustering import CLUSTER_CAPS, check_cap
 from ..sim import Simulator
+from .checkpoint import save_atomic
 from .search import (
     SearchOutcome,
     candidate_source,
@@ -92,6 +93,8 @@ class AdaptConfig:
         partitions: METIS partition proposals.
         clustering: the ``clustering`` placer's placement as a proposal, as in the ``doppler``
             placer (:func:`~doppler_lab.policies.search.heuristic_candidates`).
+        cluster_caps: the work bounds of the bounded clusterings judged beside it (each
+            distinct placement once; :func:`~doppler_lab.placers.clustering.clustering_variants`).
         fewer_devices: greedy rollouts on fewer devices replace as many of the samples, as in
             the ``doppler`` placer: ``True`` for the first half of the devices and the first 2,
             a list of device counts, or ``False``
@@ -112,6 +115,7 @@ class AdaptConfig:
     samples: int = 16
     partitions: int = 4
     clustering: bool = True
+    cluster_caps: tuple[float, ...] = CLUSTER_CAPS
     fewer_devices: bool | list[int] = True
     temperature: float = 2.5
     reanchor: bool = True
@@ -127,6 +131,14 @@ class AdaptConfig:
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"adapt: {name} = {v!r}, expected an integer >= 0")
         check_fewer_devices(self.fewer_devices)
+        if isinstance(self.cluster_caps, str) or not hasattr(self.cluster_caps, "__iter__"):
+            raise ConfigError(
+                f"adapt: cluster_caps = {self.cluster_caps!r}, expected a list of positive "
+                "numbers (shares of a device's part of the work)"
+            )
+        object.__setattr__(self, "cluster_caps", tuple(self.cluster_caps))
+        for cap in self.cluster_caps:
+            check_cap(cap, "adapt: cluster_caps")
         if not isinstance(self.clustering, bool):
             raise ConfigError(f"adapt: clustering = {self.clustering!r}, expected true or false")
         for name in ("lr", "anchor_bias", "imitation", "temperature"):
@@ -141,7 +153,15 @@ class AdaptConfig:
                 )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "cluster_caps": list(self.cluster_caps)}
+
+    def proposals(self, graph: DataflowGraph) -> int:
+        """The most simulator calls the proposals take on ``graph`` (equal clusterings are
+        judged once, so they may take fewer)."""
+        clusterings = (
+            1 + len(self.cluster_caps) if self.clustering and clustering_fits(graph) else 0
+        )
+        return 1 + self.samples + self.partitions + clusterings
 
 
 @dataclass
@@ -187,7 +207,6 @@ class AdaptResult:
     def save(self, path: str | Path, graph: DataflowGraph, cluster: Cluster, checkpoint: Any):
         """Write the table with what it belongs to (:func:`load_adapter` reads it back)."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         doc = {
             "format": ADAPTER_FORMAT,
             "bias": self.bias,
@@ -202,10 +221,7 @@ class AdaptResult:
             "calls": self.calls,
             "config": self.config.to_dict(),
         }
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save(doc, tmp)
-        os.replace(tmp, path)
-        return path
+        return save_atomic(doc, path)
 
 
 def load_adapter(
@@ -308,12 +324,13 @@ def adapt(
             "PLC to bias; expected a DOPPLER dual or plc-only policy"
         )
     clustering = cfg.clustering and clustering_fits(graph)
-    proposals = 1 + cfg.samples + cfg.partitions + int(clustering)
+    proposals = cfg.proposals(graph)
     if cfg.episodes < proposals:
         raise ConfigError(
             f"adapt: episodes = {cfg.episodes} do not cover the proposals (1 greedy + "
             f"{cfg.samples} samples + {cfg.partitions} partitions"
-            f"{' + the clustering' if clustering else ''}); expected at least {proposals}"
+            f"{f' + {1 + len(cfg.cluster_caps)} clusterings' if clustering else ''}); expected "
+            f"at least {proposals}"
         )
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     ctx = GraphContext.for_policy(graph, cluster, policy.config, semantics)
@@ -344,7 +361,9 @@ def adapt(
             policy, graph, cluster, cfg.samples, rng, ctx, semantics, fewer_devices=fewer
         )
         rollouts = len(cands)
-        cands += heuristic_candidates(graph, ctx.cost, d, cfg.partitions, cfg.clustering)
+        cands += heuristic_candidates(
+            graph, ctx.cost, d, cfg.partitions, cfg.clustering, cfg.cluster_caps
+        )
         costs = np.asarray(sim.makespans(cands), dtype=np.float64)
         calls = len(cands)
         i = int(proposal_order(costs, np.stack([p.device for p in cands]), graph, ctx.cost)[0])
@@ -459,11 +478,7 @@ def policy_digest(policy: Any) -> str:
 
 
 def _write_state(path: str | Path, doc: dict[str, Any]) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(doc, tmp)
-    os.replace(tmp, path)
+    save_atomic(doc, path)
 
 
 def _read_state(path: str | Path, key: dict[str, Any]) -> dict[str, Any] | None:
@@ -534,17 +549,22 @@ def adapt_search(
 ) -> Any:
     """The ``doppler`` placer's ``search="adapt"``: the budget spent training a per-instance
     table on PLC's logits (:func:`adapt`, its proposals first: ``samples``, default
-    :class:`AdaptConfig`'s, with ``fewer_devices``, then the ``clustering`` placement and
-    ``partitions`` as the budget leaves room); the best placement it simulated."""
+    :class:`AdaptConfig`'s, with ``fewer_devices``, then the ``clustering`` placement, its
+    bounded variants and ``partitions`` as the budget leaves room); the best placement it
+    simulated."""
     samples = min(AdaptConfig.samples if samples is None else samples, budget - 1)
-    clustering = clustering and clustering_fits(graph) and budget - 1 - samples >= 1
-    room = max(0, min(partitions, budget - 1 - samples - int(clustering)))
+    left = budget - 1 - samples
+    clustering = clustering and clustering_fits(graph) and left >= 1
+    # the clusterings as far as the budget leaves room, then the partitions
+    caps = CLUSTER_CAPS[: max(0, left - 1)] if clustering else ()
+    room = max(0, min(partitions, left - (1 + len(caps) if clustering else 0)))
     # no settling: a search returns the best placement simulated, not the policy
     cfg = AdaptConfig(
         episodes=budget,
         samples=samples,
         partitions=room,
         clustering=clustering,
+        cluster_caps=caps,
         settle_steps=0,
         fewer_devices=fewer_devices,
     )

@@ -78,6 +78,17 @@ def policy_header(policy: PlacementPolicy) -> dict[str, Any]:
     }
 
 
+def save_atomic(doc: Any, path: str | Path) -> Path:
+    """``torch.save`` of ``doc`` to ``path`` through a temporary file beside it (a reader never
+    sees half a file; an interrupted write leaves the old one); the folder is made."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    torch.save(doc, tmp)
+    os.replace(tmp, p)
+    return p
+
+
 def save_checkpoint(
     path: str | Path,
     policy: PlacementPolicy,
@@ -85,8 +96,6 @@ def save_checkpoint(
     train: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``policy`` (and optional resume state) to ``path`` atomically."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
     doc = {
         "format": CHECKPOINT_FORMAT,
         "version": CHECKPOINT_VERSION,
@@ -96,10 +105,7 @@ def save_checkpoint(
     }
     if train is not None:
         doc["train"] = train
-    tmp = p.with_name(p.name + ".tmp")
-    torch.save(doc, tmp)
-    os.replace(tmp, p)
-    return p
+    return save_atomic(doc, path)
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -259,10 +265,7 @@ def set_sample_temperature(path: str | Path, temperature: float | None) -> Path:
             temperature, f"sample temperature for {str(path)!r}"
         )
     doc["meta"] = meta
-    tmp = Path(path).with_name(Path(path).name + ".tmp")
-    torch.save(doc, tmp)
-    os.replace(tmp, path)
-    return Path(path)
+    return save_atomic(doc, path)
 
 
 def widen_checkpoint(

@@ -13,11 +13,16 @@ With a ``budget`` (simulator calls) the placer searches instead: the policy's ro
 iterated local search from the best of them with the rest of the calls
 (:mod:`doppler_lab.policies.search`), the budget protocol of the search placers
 (``local-search``). ``doppler`` without a checkpoint runs the shipped general policy (:data:`~doppler_lab.policies.pretrained.GENERAL_CHECKPOINT`).
+A budget search (and the adapter) also judges the clustering's bounded variants
+(:data:`~doppler_lab.placers.clustering.CLUSTER_CAPS`, a call each); the zero-shot protocol
+judges the unbounded clustering alone: the variants' mappings take 5-55 ms more on graphs of
+150-370 ops, which its 100 ms target has no room for.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +48,7 @@ from .search import (
     SearchOutcome,
     candidate_source,
     check_fewer_devices,
+    clustering_count,
     fewer_device_counts,
     heuristic_candidates,
     policy_candidates,
@@ -85,19 +91,19 @@ class RolloutResult:
         placement: the best placement (on ties, the one that cuts the least transfer time,
             then the first: :func:`~doppler_lab.policies.search.proposal_order`).
         costs: ``(1 + samples + proposals,)`` simulated cost of the greedy rollout, of each
-            sample, then of each heuristic proposal (the clustering, the partitions).
+            sample, then of each heuristic proposal (the clusterings, the partitions).
         best_index: index of the winner in ``costs`` (0: the greedy rollout).
         rollouts: how many of ``costs`` are the policy's rollouts (the rest: heuristic
             proposals).
-        clustering: whether the first heuristic proposal is the clustering placement (the
-            rest are partitions).
+        clustering: how many of the heuristic proposals are clustering placements (they come
+            first: the clustering and its bounded variants; the rest are partitions).
     """
 
     placement: Placement
     costs: np.ndarray
     best_index: int
     rollouts: int = -1
-    clustering: bool = False
+    clustering: int = 0
 
     def __post_init__(self) -> None:
         if self.rollouts < 0:
@@ -124,8 +130,9 @@ class RolloutResult:
 
     @property
     def clustering_cost(self) -> float:
-        """The clustering proposal's cost (nan without it)."""
-        return float(self.costs[self.rollouts]) if self.clustering else float("nan")
+        """The best clustering proposal's cost (nan without one)."""
+        k = int(self.clustering)
+        return float(np.min(self.costs[self.rollouts : self.rollouts + k])) if k else math.nan
 
     @property
     def source(self) -> str:
@@ -167,8 +174,9 @@ def best_of_rollouts(
         fewer_devices: device counts below the cluster's whose greedy rollouts (on the first
             k devices) replace the last samples, so the calls stay ``1 + samples``
             (:func:`~doppler_lab.policies.search.policy_candidates`).
-        clustering: judge the ``clustering`` placer's placement with them, before the
-            partitions (:func:`~doppler_lab.policies.search.heuristic_candidates`).
+        clustering: judge the ``clustering`` placer's placement and its bounded variants with
+            them, before the partitions
+            (:func:`~doppler_lab.policies.search.heuristic_candidates`).
     """
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     ctx = ctx or GraphContext.for_policy(graph, cluster, policy.config, semantics)
@@ -179,7 +187,7 @@ def best_of_rollouts(
     cands += heuristic_candidates(graph, ctx.cost, ctx.num_devices, partitions, clustering)
     if len(cands) == 1:
         return RolloutResult(cands[0], np.array([np.nan]), 0)
-    with_clustering = len(cands) > rollouts and cands[rollouts].placer == "clustering"
+    with_clustering = clustering_count(cands[rollouts:])
     # the context's cost model is the simulator's (both CostModel(graph, cluster))
     sim = Simulator(graph, ctx.cluster, semantics, noise, ctx.cost)  # type: ignore[arg-type]
     reps = noise_seeds if noise > 0 else 1
@@ -452,6 +460,7 @@ class _LearnedPlacer:
                 source=res.source,
                 samples=samples,
                 partitions=len(res.costs) - res.rollouts - int(res.clustering),
+                clusterings=int(res.clustering),
                 # each candidate judged once; the greedy rollout alone is not judged
                 sim_calls=len(res.costs) if len(res.costs) > 1 else 0,
             )

@@ -62,6 +62,7 @@ from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, CostModel
 from ..placement import Placement
+from ..placers.clustering import CLUSTER_CAPS
 from ..placers.local_search import MoveScan, iterated_search, neighbours, search_devices
 from ..sim import Simulator
 from .base import PlacementPolicy
@@ -167,13 +168,18 @@ def partition_candidates(
     return [Placement(dev, None, "partition").with_inputs_filled(graph) for dev in props]
 
 
-def clustering_candidate(graph: DataflowGraph, cost: CostModel) -> Placement:
-    """The ``clustering`` placer's placement (:mod:`doppler_lab.placers.clustering`; no
-    simulator call) as a proposal."""
-    from ..placers.clustering import clustering_devices
+def clustering_candidates(
+    graph: DataflowGraph, cost: CostModel, caps: Sequence[float] = ()
+) -> list[Placement]:
+    """The ``clustering`` placer's placement and its bounded variants (``caps``; each distinct
+    placement once: :func:`~doppler_lab.placers.clustering.clustering_variants`) as proposals
+    (no simulator call)."""
+    from ..placers.clustering import clustering_variants
 
-    dev, meta = clustering_devices(graph, cost)
-    return Placement(dev, None, "clustering", meta)
+    return [
+        Placement(dev, None, "clustering", meta)
+        for dev, meta in clustering_variants(graph, cost, tuple(caps))
+    ]
 
 
 #: the clustering proposal is left out of graphs with more ops than this: its model runs once
@@ -189,21 +195,41 @@ def clustering_fits(graph: DataflowGraph) -> bool:
 
 
 def heuristic_candidates(
-    graph: DataflowGraph, cost: CostModel, num_devices: int, partitions: int, clustering: bool
+    graph: DataflowGraph,
+    cost: CostModel,
+    num_devices: int,
+    partitions: int,
+    clustering: bool,
+    cluster_caps: Sequence[float] = (),
+    limit: int | None = None,
 ) -> list[Placement]:
     """The heuristic proposals judged next to the policy's rollouts: the clustering placement
-    (when ``clustering`` and the graph has at most :data:`CLUSTERING_MAX_OPS` ops), then
-    ``partitions`` METIS partitions (:func:`partition_candidates`); a partition equal to the
-    clustering placement is left out."""
-    out = [clustering_candidate(graph, cost)] if clustering and clustering_fits(graph) else []
-    if partitions > 0:
+    and its bounded variants of ``cluster_caps`` (when ``clustering`` and the graph has at most
+    :data:`CLUSTERING_MAX_OPS` ops: :func:`clustering_candidates`), then ``partitions`` METIS
+    partitions (:func:`partition_candidates`); a partition equal to a clustering placement is
+    left out. ``limit``: at most this many in all (the first ones)."""
+    out = (
+        clustering_candidates(graph, cost, cluster_caps)
+        if clustering and clustering_fits(graph)
+        else []
+    )
+    if limit is not None:
+        out = out[: max(0, limit)]
+    count = partitions if limit is None else min(partitions, limit - len(out))
+    if count > 0:
         seen = {p.device.tobytes() for p in out}
         out += [
             p
-            for p in partition_candidates(graph, cost, num_devices, partitions)
+            for p in partition_candidates(graph, cost, num_devices, count)
             if p.device.tobytes() not in seen
         ]
     return out
+
+
+def clustering_count(cands: Sequence[Placement]) -> int:
+    """How many of the heuristic proposals ``cands`` (:func:`heuristic_candidates`) are
+    clustering placements (they come first)."""
+    return sum(p.placer == "clustering" for p in cands)
 
 
 def proposal_order(
@@ -329,8 +355,9 @@ def policy_search(
         restarts: starts of the ``restarts`` strategy.
         partitions: METIS partitions judged after the rollouts (as many as the budget leaves
             room for; equal ones once), starts of the search like them.
-        clustering: judge the ``clustering`` placement after the rollouts, before the
-            partitions (:func:`heuristic_candidates`), when the budget leaves room.
+        clustering: judge the ``clustering`` placement and its bounded variants
+            (:data:`~doppler_lab.placers.clustering.CLUSTER_CAPS`) after the rollouts, before
+            the partitions (:func:`heuristic_candidates`), as far as the budget leaves room.
         fewer_devices: device counts whose greedy rollouts replace the last samples
             (:func:`policy_candidates`).
         cluster_moves: ``ils`` and ``ils-cp`` try
@@ -354,16 +381,19 @@ def policy_search(
         bar.update(calls)
     rollout_cost, rollouts = float(costs.min()), len(cands)
     partition_cost = clustering_cost = float("nan")
-    room = min(partitions + int(clustering), budget - calls)
-    if room > 0:
+    room = budget - calls
+    if room > 0 and (partitions > 0 or clustering):
         extra = heuristic_candidates(
-            graph, sim.cost, cluster.num_devices, room - int(clustering), clustering
+            graph, sim.cost, cluster.num_devices, partitions, clustering, CLUSTER_CAPS, room
         )
+    else:
+        extra = []
+    if extra:
         rows = np.stack([p.device for p in extra])
         more = sim.makespans(rows)
-        first = int(clustering)  # the clustering comes first
-        if clustering:
-            clustering_cost = float(more[0])
+        first = clustering_count(extra)  # the clusterings come first
+        if first:
+            clustering_cost = float(more[:first].min())
         if more.size > first:
             partition_cost = float(more[first:].min())
         cands = [*cands, *extra]

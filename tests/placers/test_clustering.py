@@ -5,11 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from doppler_lab.errors import ConfigError
 from doppler_lab.graph import cost_graph
 from doppler_lab.hardware import CostModel, make_cluster
 from doppler_lab.io import read_paper_graph
 from doppler_lab.placers import available_placers, get_placer, place
-from doppler_lab.placers.clustering import ClusteringModel, schedule_length
+from doppler_lab.placers.clustering import (
+    ClusteringModel,
+    clustering_devices,
+    clustering_variants,
+    schedule_length,
+)
 from doppler_lab.sim import Simulator
 from doppler_lab.workloads import build_from_spec
 
@@ -151,3 +157,57 @@ def test_cluster_labels_follow_the_placed_mates_else_cp():
     sim = Simulator(g, make_cluster("uniform", 4), "paper")
     ours = sim.makespan(np.where(ep.device < 0, 0, ep.device))
     assert ours < sim.makespan(place("cp", g, make_cluster("uniform", 4)))
+
+
+def test_cap_bounds_each_clusters_work():
+    # 4 heavy chains of 6 ops on 4 devices: unbounded, each chain is one cluster (6 units,
+    # a device's whole part); at a cap of half a part no cluster computes more than 3 units
+    g, c = _chains(4, 6, 50.0), make_cluster("uniform", 4)
+    model = ClusteringModel(g, CostModel(g, c))
+    assert model.cap_work(None) == np.inf
+    assert model.cap_work(0.5) == pytest.approx(3.0)
+    for cap, most in ((None, 6.0), (1.0, 6.0), (0.5, 3.0), (0.25, 1.0)):
+        cl, _ = model.clusters(cap)
+        work = np.bincount(cl, weights=np.ones(g.num_nodes))
+        assert work.max() == pytest.approx(most)
+    # the placer's option, in its meta
+    p = place("clustering", g, c, cap=0.5)
+    assert p.meta["cap"] == 0.5 and p.meta["clusters"] == 8
+
+
+def test_a_single_op_above_the_cap_stays_alone():
+    comp = np.array([10.0, 1.0, 1.0])
+    g = cost_graph(comp, np.array([5.0, 5.0, 0.0]), np.array([0, 1]), np.array([1, 2]))
+    model = ClusteringModel(g, CostModel(g, make_cluster("uniform", 2)))
+    cl, _ = model.clusters(0.5)  # at most 3 units: op 0 alone, ops 1-2 together
+    assert cl[0] != cl[1] and cl[1] == cl[2]
+
+
+@pytest.mark.parametrize("cap", [0, -0.5, float("nan"), float("inf"), "half", True])
+def test_bad_cap_is_refused_by_name(cap):
+    with pytest.raises(ConfigError, match="cap"):
+        get_placer("clustering", cap=cap)
+
+
+def test_variants_are_distinct_and_start_with_the_unbounded():
+    g, c = _chains(4, 6, 50.0), make_cluster("uniform", 4)
+    cost = CostModel(g, c)
+    out = clustering_variants(g, cost, (1.0, 0.5, 0.5))
+    assert out[0][1]["cap"] is None
+    assert np.array_equal(out[0][0], clustering_devices(g, cost)[0])
+    keys = [d.tobytes() for d, _ in out]
+    assert len(keys) == len(set(keys))  # cap 1.0 places like the unbounded one: left out
+    assert [m["cap"] for _, m in out] == [None, 0.5]
+
+
+def test_bounded_clustering_places_the_full_layer_near_the_best_known():
+    # Sarkar's clusters are too coarse for 4 devices here (129.52); a quarter of a device's
+    # part leaves the mapping pieces it can balance (YARDSTICK's best known: 122.11)
+    name = "full_transformer_layer_261nodes"
+    g = read_paper_graph(paper_graph_path(name))
+    c = make_cluster("uniform", 4)
+    sim = Simulator(g, c, "paper")
+    plain = sim.makespan(place("clustering", g, c))
+    bounded = sim.makespan(place("clustering", g, c, cap=0.25))
+    assert plain == pytest.approx(129.52, abs=0.01)
+    assert bounded <= 122.11 * 1.005

@@ -10,8 +10,11 @@ import pytest
 
 from doppler_lab.cli import main
 from doppler_lab.errors import ConfigError
+from doppler_lab.hardware import CostModel
 from doppler_lab.io import load_placement
 from doppler_lab.placers import get_placer
+from doppler_lab.placers.clustering import CLUSTER_CAPS
+from doppler_lab.policies.search import heuristic_candidates
 from doppler_lab.sim import Simulator
 from doppler_lab.workloads import build_from_spec
 
@@ -27,15 +30,17 @@ def test_adapt_writes_a_table_the_placer_uses(tmp_path, capsys):
         assert (out / name).is_file(), name
     assert summary["calls"] == 40 and summary["semantics"] == "wc"
     assert summary["best_cost"] <= summary["start_cost"] <= summary["greedy_cost"]
-    # 1 + 4 samples + the clustering + 2 partitions (one more when they differ: at most 8
-    # proposals), then batches of 8 and a last, smaller one
+    # 1 + 4 samples + the clusterings (the unbounded one and the distinct bounded ones) + 2
+    # partitions (equal ones once), then batches of 8 and a last, smaller one
+    graph = build_from_spec(GRAPH)
+    heuristics = heuristic_candidates(graph, CostModel(graph, _cluster()), 4, 2, True, CLUSTER_CAPS)
     proposals = summary["rows"][0]["calls"] - 8
-    assert 7 <= proposals <= 8
+    assert proposals == 1 + 4 + len(heuristics)
+    assert heuristics[0].placer == "clustering" and heuristics[0].meta["cap"] is None
     assert summary["config"]["batch"] == 8 and summary["config"]["clustering"] is True
     assert [r["calls"] for r in summary["rows"]] == [c for c in range(proposals + 8, 41, 8)] + (
         [40] if (40 - proposals) % 8 else []
     )
-    graph = build_from_spec(GRAPH)
     placed = load_placement(out / "placement.json")
     sim = Simulator(graph, _cluster(), "wc")
     assert sim.makespan(placed) == pytest.approx(summary["best_cost"])

@@ -144,6 +144,8 @@ def test_adapt_spends_the_budget_and_keeps_the_best(policy, small_graph, cluster
         ("anchor_bias", -1.0, "anchor_bias = -1.0, expected a number >= 0"),
         ("temperature", float("nan"), "temperature = nan, expected a finite number"),
         ("fewer_devices", "half", "fewer_devices = 'half': expected true"),
+        ("cluster_caps", 0.5, "cluster_caps = 0.5, expected a list of positive numbers"),
+        ("cluster_caps", [0.5, 0], "cluster_caps: cap = 0, expected a positive number"),
     ],
 )
 def test_adapt_config_errors(field, value, match):
@@ -180,7 +182,7 @@ def test_an_interrupted_run_resumes_to_the_same_result(policy, small_graph, clus
                                                        monkeypatch):  # fmt: skip
     import doppler_lab.policies.adapt as mod
 
-    cfg = AdaptConfig(episodes=70, batch=8, samples=4, partitions=2)
+    cfg = AdaptConfig(episodes=70, batch=8, samples=4, partitions=2, cluster_caps=())
     whole = adapt(policy, small_graph, cluster4, "paper", cfg, seed=7)
     state = tmp_path / "run" / "state.pt"
 
@@ -199,7 +201,7 @@ def test_an_interrupted_run_resumes_to_the_same_result(policy, small_graph, clus
     monkeypatch.setattr(mod, "Simulator", Simulator)
     assert policy.node_bias is None
     saved = torch.load(state, weights_only=True)
-    # 1 + 4 samples + the clustering + 2 partitions, then 2 updates of 8
+    # 1 + 4 samples + the (unbounded) clustering + 2 partitions, then 2 updates of 8
     assert saved["calls"] == 8 + 2 * 8 and len(saved["rows"]) == 2
     resumed = adapt(policy, small_graph, cluster4, "paper", cfg, seed=7, state=state)
     assert resumed.calls == whole.calls == 70

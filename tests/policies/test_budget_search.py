@@ -417,7 +417,7 @@ def test_doppler_cluster_moves_option(small_graph, cluster4, ckpt):
     pol = DopplerPlacer(ckpt).policy(4)
     out = policy_search(pol, small_graph, cluster4, 60, np.random.default_rng(2), "wc",
                         partitions=PARTITION_PROPOSALS, fewer_devices=(2,),
-                        cluster_moves=False)  # fmt: skip
+                        cluster_moves=False, clustering=True)  # fmt: skip
     np.testing.assert_array_equal(off.device, out.placement.device)
     on = place("doppler", small_graph, cluster4, **kw)
     assert on.meta["sim_calls"] == off.meta["sim_calls"] == 60
