@@ -18,9 +18,9 @@ def test_generalization(run_notebook, tmp_path):
         partitions=2,
         budget=10,
         curve="5,10",
-        finetune_episodes=8,
+        finetune_episodes=14,
         finetune_set={"batch": 4, "temperature": 2.0},
-        scratch_episodes=12,
+        scratch_episodes=16,
         scratch_imitation_episodes=4,
         runs_dir=None,
     )
@@ -41,6 +41,6 @@ def test_generalization(run_notebook, tmp_path):
     # fine-tuning by the adapter (the default) with the notebook's settings on the bench's
     assert s["finetune_method"] == "adapter"
     assert (s["finetune_adapter"]["batch"], s["finetune_adapter"]["temperature"]) == (4, 2.0)
-    assert s["finetune_adapter"]["episodes"] == 8 and s["finetune_adapter"]["partitions"] == 2
+    assert s["finetune_adapter"]["episodes"] == 14 and s["finetune_adapter"]["partitions"] == 2
     tuned = next(r for r in s["training"] if r["method"] == "fine-tuned")
     assert tuned["found"] is not None and tuned["makespan"] <= tuned["found"] * (1 + 1e-9)

@@ -37,7 +37,7 @@ def tiny_checkpoint(tmp_path_factory):
 def _config(tmp_path, checkpoint, **over):
     cfg = replace(bench.quick_config(), checkpoint=checkpoint, runs_dir=str(tmp_path / "runs"))
     small = {"tasks": TASKS, "cp_seeds": 1, "samples": 1, "budget": 10, "curve": (5, 10)}
-    return replace(cfg, **{**small, "finetune_episodes": 12, "scratch_episodes": 16, **over})
+    return replace(cfg, **{**small, "finetune_episodes": 16, "scratch_episodes": 20, **over})
 
 
 def test_quick_run_writes_every_table_and_a_rerun_skips_finished_cases(tmp_path, tiny_checkpoint):
@@ -87,13 +87,13 @@ def test_quick_run_writes_every_table_and_a_rerun_skips_finished_cases(tmp_path,
     assert [r["method"] for r in train] == [
         "zero-shot", "fine-tuned", "fine-tuned, network", "scratch"
     ]  # fmt: skip
-    assert [r["episodes"] for r in train] == [0, 12, 16, 16]
+    assert [r["episodes"] for r in train] == [0, 16, 20, 20]
     assert all(r["train_s"] > 0 for r in train[1:])
     # found: the best placement simulated on the way (the adapter's policy settles on it)
     assert all(r["found"] is not None for r in train[1:])
     assert train[1]["makespan"] <= train[1]["found"] * (1 + 1e-9)
     pair = [r["makespan"] for r in train[2:]]
-    long = rec["summary"]["equal episodes: network fine-tuned (16) vs scratch"]
+    long = rec["summary"]["equal episodes: network fine-tuned (20) vs scratch"]
     assert long.startswith(f"{int(pair[0] <= pair[1] * 1.01)} of 1 at most 1% worse")
     assert long.endswith(f"fine-tuned / scratch {pair[0] / pair[1]:.3f}")
     curves = json.loads((out / "general" / "training_curves.json").read_text())["curves"]
