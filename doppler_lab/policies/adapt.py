@@ -10,8 +10,9 @@ graph reads, so a high learning rate is safe and the network's judgement of ever
 :func:`adapt` spends ``episodes`` simulator calls:
 
 1. the proposals of the ``doppler`` placer (greedy + ``samples`` sampled rollouts + the
-   ``clustering`` placement + up to ``partitions`` METIS partitions); the best is the incumbent, and the table starts at
-   ``anchor_bias`` on each node's incumbent device (0: at zero);
+   ``clustering`` placement and its bounded variants of ``cluster_caps`` + up to ``partitions``
+   METIS partitions); the best is the incumbent, and the table starts at ``anchor_bias`` on
+   each node's incumbent device (0: at zero);
 2. updates of ``batch`` sampled episodes each: the policy gradient of the episodes' costs
    (advantage = the batch mean minus the cost, scaled by the batch's standard deviation) plus
    ``imitation`` times the log-likelihood of the incumbent's own episode (EAS's imitation term:
@@ -42,6 +43,11 @@ then, mean over seeds 0-3 of the protocol's makespan after adapting; a ``/tmp`` 
   1200.07 with either), block 207.9 vs 212.7, full layer 145.2 vs 163.4, 8-GPU full 246.7 vs
   252.5. 5 and 7 came out like 10 (150-153 on the full layer).
 - Batches of 16 beat 8 and 32 on most graphs.
+- The bounded clusterings (``cluster_caps``, 2026-12-03): on the paper's full layer the
+  adapter stayed at the unbounded clustering's 129.5 at every seed (200, 400 or 1000 episodes,
+  temperatures 2.5-5, anchors 0-10); the best known 122.1 moves whole chains (52 ops) at once.
+  With the bounds judged among the proposals it starts at 122.64 (``cap`` 0.25), and the 8-GPU
+  block at 166.87 instead of 173.7.
 - Settling needs an optimiser of its own: with the policy gradient's Adam state it did not
   reproduce the full layer's best placement in 100 steps; fresh, in 5-15.
 """
