@@ -105,7 +105,13 @@ def run(args: argparse.Namespace) -> int:
     from ..executor.factory import make_backend
     from ..executor.torchrun import TorchrunBackend, coordinate_or_serve, under_torchrun
 
-    if not under_torchrun() or args.cluster in ("cpu", "cuda", "cuda-shared", "inline"):
+    if not under_torchrun() or args.cluster in (
+        "cpu",
+        "cuda",
+        "cuda-shared",
+        "inline",
+        "inline-strict",
+    ):
         return _execute(args, args.cluster)
     # a rank of a torchrun job: rank 0 runs the command, the others serve it
     backend = make_backend(args.cluster, args.devices, args.threads)
@@ -137,7 +143,8 @@ def _execute(args: argparse.Namespace, devices: Any) -> int:
         placement = resolve_placement(
             args.placement, graph, cluster, seed=args.seed, progress=show_progress(args)
         )
-        forecast = predict_command(args, graph, cluster, placement)
+        sharing = ex.backend.sharing() if hasattr(ex.backend, "sharing") else None
+        forecast = predict_command(args, graph, cluster, placement, sharing)
         if args.dry_run:
             if args.json:
                 print_json(forecast)
@@ -213,7 +220,11 @@ def _execute(args: argparse.Namespace, devices: Any) -> int:
 
 
 def predict_command(
-    args: argparse.Namespace, graph: DataflowGraph, cluster: Cluster, placement: Placement
+    args: argparse.Namespace,
+    graph: DataflowGraph,
+    cluster: Cluster,
+    placement: Placement,
+    sharing: Any = None,
 ) -> dict[str, Any]:
     """What the cost model predicts for this ``execute`` command (warm-up, timed runs and the
     ``--check`` reference), and a smaller ``:scale=`` of the workload when that is over
@@ -230,6 +241,7 @@ def predict_command(
             reference=args.check,
             dispatch=args.dispatch,
             cost_model=resolve_cost_model(args, g, cluster),
+            sharing=sharing,
         )
 
     p = predict(graph)

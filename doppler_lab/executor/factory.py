@@ -13,7 +13,7 @@ from ..errors import ClusterError, ConfigError
 from ..hardware import Cluster
 from .backend import Backend, default_cpu_devices, make_cpu_cluster
 
-BACKENDS: tuple[str, ...] = ("cpu", "dist", "cuda", "cuda-shared", "inline")
+BACKENDS: tuple[str, ...] = ("cpu", "dist", "cuda", "cuda-shared", "inline", "inline-strict")
 
 
 def cluster_from_file(path: str | Path) -> Cluster:
@@ -118,10 +118,10 @@ def make_backend(
         return DistBackend(
             num_devices or default_cpu_devices(), threads_per_device=threads_per_device
         )
-    if spec == "inline":
+    if spec in ("inline", "inline-strict"):
         from .streams import make_inline_backend
 
-        return make_inline_backend(num_devices or 2)
+        return make_inline_backend(num_devices or 2, strict=spec == "inline-strict")
     raise ConfigError(
         f"unknown backend {spec!r}; expected one of {BACKENDS}, a cluster/profile .json or a Cluster"
     )

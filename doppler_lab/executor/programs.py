@@ -77,7 +77,11 @@ def compile_program(spec: OpSpec) -> Callable[..., torch.Tensor]:
     output = spec.program.output
 
     def run(*xs: Any) -> torch.Tensor:
-        dev = next((x.device for x in xs if isinstance(x, torch.Tensor)), torch.device("cpu"))
+        # no tensor operands (a constant): the default device, which the executor sets to the
+        # op's device
+        dev = next((x.device for x in xs if isinstance(x, torch.Tensor)), None)
+        if dev is None:
+            dev = torch.get_default_device()
         vals: list[Any] = []
         for fn, args, kwargs in steps:
             a = [v if static else v(xs, vals, dev) for static, v in args]

@@ -31,6 +31,7 @@ complete after a configurable number of polls: it tests the dispatcher on machin
 from __future__ import annotations
 
 import abc
+import contextlib
 import time
 from collections import deque
 from typing import Any
@@ -40,7 +41,7 @@ import torch
 
 from ..errors import ConfigError, ExecutorError
 from ..graph import DataflowGraph
-from ..hardware import GB, Cluster, Device
+from ..hardware import GB, Cluster
 from .backend import Backend, BackendSession, RawRun, executor_error, failure_verb, op_label
 from .plan import ExecutionPlan, ReadyQueues
 
@@ -70,9 +71,22 @@ class StreamApi(abc.ABC):
         """Restore the streams that were current before :meth:`begin`."""
 
     shared: bool = False
+    #: whether operands, results and copies are checked to live on their device (inline-strict)
+    strict: bool = False
 
     def activate(self, d: int) -> None:  # noqa: B027 - optional hook
         """Make device ``d``'s compute stream current (when devices share a GPU)."""
+
+    def scope(self, d: int) -> contextlib.AbstractContextManager[Any]:
+        """A context in which torch factories (``torch.arange``, ``torch.eye``, ...) make their
+        tensors on device ``d``: an op without operands (a constant) runs inside it."""
+        return contextlib.nullcontext()
+
+    def check_operands(self, d: int, args: list[Any], names: tuple[int, ...]) -> None:  # noqa: B027
+        """(strict) Raise unless every operand lives on device ``d``."""
+
+    def check_result(self, d: int, out: Any) -> None:  # noqa: B027
+        """(strict) Raise unless the result lives on device ``d``."""
 
     @abc.abstractmethod
     def record(self, ev: Any, d: int) -> None:
@@ -150,20 +164,25 @@ class CudaApi(StreamApi):
     def activate(self, d: int) -> None:
         torch.cuda.set_stream(self.compute[d])
 
+    def scope(self, d: int) -> contextlib.AbstractContextManager[Any]:
+        return self.devices[d]  # a torch.device is the default device inside ``with``
+
     def record(self, ev: Any, d: int) -> None:
         ev.record(self.compute[d])
 
     def copy(self, x: torch.Tensor, a: int, b: int, ev_start: Any, ev_end: Any) -> torch.Tensor:
-        if self.shared:
-            torch.cuda.set_stream(self.compute[b])
-        # allocated on b's compute stream (current), where its consumers run
-        y = torch.empty_like(x, device=self.devices[b])
         out = self.egress[a]
         across = self.gpus[a] != self.gpus[b]
-        torch.cuda.set_stream(out)
+        torch.cuda.set_stream(out)  # the current stream of a's GPU (b's too when they share it)
         if across:  # torch's cross-GPU copy barriers with the receiver's current stream
             torch.cuda.set_stream(self.ingress[b])
         try:
+            # allocated on the stream that writes it, not on b's compute stream: the caching
+            # allocator hands a block freed on a stream to that stream's next allocation at
+            # once, and kernels queued on b's compute stream may still read that block while
+            # this copy (on another stream) would write it (wrong outputs on a GPU, seen on
+            # 10k-op graphs on cuda-shared)
+            y = torch.empty_like(x, device=self.devices[b])
             ev_start.record(out)
             y.copy_(x, non_blocking=True)  # runs on the sender's current stream
             ev_end.record(out)
@@ -171,8 +190,10 @@ class CudaApi(StreamApi):
             torch.cuda.set_stream(self.compute[a])
             if across:
                 torch.cuda.set_stream(self.compute[b])
-        x.record_stream(out)
+        if x.is_cuda:  # (a host tensor needs no guard against early reuse)
+            x.record_stream(out)
         y.record_stream(out)
+        y.record_stream(self.compute[b])  # its consumers run there
         return y
 
     def query(self, ev: Any) -> bool:
@@ -207,19 +228,70 @@ class _InlineEvent:
 
 
 class InlineApi(StreamApi):
-    """Synchronous CPU stand-in: ops run at launch, an event completes after ``lag`` polls."""
+    """Synchronous CPU stand-in: ops run at launch, an event completes after ``lag`` polls.
+
+    With ``strict`` (the ``inline-strict`` backend), tensors carry the logical device that made
+    them and CUDA's residency rules are checked (:mod:`.residency`): a constant made outside its
+    device's :meth:`scope`, an operand or a copy source on another device, or an op mixing two
+    devices raises, as it would on a GPU.
+    """
 
     kind = "inline"
 
-    def __init__(self, num_devices: int, lag: int = 1):
+    def __init__(self, num_devices: int, lag: int = 1, strict: bool = False):
         super().__init__(num_devices)
         self.lag = int(lag)
+        self.strict = bool(strict)
+        self._mode: Any = None
+        if self.strict:
+            from .residency import ResidencyCheck
+
+            self.kind = "inline-strict"
+            self._mode = ResidencyCheck()
 
     def device(self, d: int) -> torch.device:
         return torch.device("cpu")
 
     def event(self, d: int) -> Any:
         return _InlineEvent()
+
+    def begin(self) -> None:
+        if self._mode is not None:
+            self._mode.__enter__()
+
+    def end(self) -> None:
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+
+    def scope(self, d: int) -> contextlib.AbstractContextManager[Any]:
+        return self._mode.scope(d) if self._mode is not None else contextlib.nullcontext()
+
+    def place(self, x: torch.Tensor, d: int) -> torch.Tensor:
+        """``x`` (a host tensor) materialised on device ``d``."""
+        y = x.clone()
+        if self.strict:
+            from .residency import tag
+
+            tag(y, d)
+        return y
+
+    def check_operands(self, d: int, args: list[Any], names: tuple[int, ...]) -> None:
+        from .residency import ResidencyError, tag_of, where
+
+        for i, x in enumerate(args):
+            if isinstance(x, torch.Tensor) and tag_of(x) != d:
+                raise ResidencyError(
+                    f"operand {i} (node {names[i]}) lives on {where(tag_of(x))}, not device {d}"
+                )
+
+    def check_result(self, d: int, out: Any) -> None:
+        from torch.utils._pytree import tree_flatten
+
+        from .residency import ResidencyError, tag_of, where
+
+        for x in tree_flatten(out)[0]:
+            if isinstance(x, torch.Tensor) and tag_of(x) != d:
+                raise ResidencyError(f"its result lives on {where(tag_of(x))}, not device {d}")
 
     def record(self, ev: Any, d: int) -> None:
         ev.t = time.perf_counter()
@@ -234,9 +306,18 @@ class InlineApi(StreamApi):
             ev.polls = 0
 
     def copy(self, x: torch.Tensor, a: int, b: int, ev_start: Any, ev_end: Any) -> torch.Tensor:
+        if self.strict:
+            from .residency import ResidencyError, tag, tag_of, where
+
+            if tag_of(x) != a:
+                raise ResidencyError(
+                    f"the copy from device {a} reads a tensor that lives on {where(tag_of(x))}"
+                )
         self.record(ev_start, a)
         y = x.clone()
         self.record(ev_end, a)
+        if self.strict:
+            tag(y, b)
         return y
 
     def query(self, ev: Any) -> bool:
@@ -274,6 +355,16 @@ class StreamBackend(Backend):
     def open(self, graph: DataflowGraph, seed: int = 0) -> StreamSession:
         return StreamSession(self, graph, seed)
 
+    def sharing(self, host_s: float | None = None, fill_s: float | None = None) -> Any:
+        """The :class:`~doppler_lab.contention.Sharing` of these devices: which GPU each one is
+        on (``inline``: one stand-in "GPU" each), one host dispatcher whose time per launch is
+        ``host_s`` (default: the devices' launch overhead)."""
+        from ..contention import DEFAULT_FILL_S, Sharing
+
+        gpus = getattr(self.api, "gpus", range(self.num_devices))
+        host = self.cluster.devices[0].launch_overhead_s if host_s is None else host_s
+        return Sharing(tuple(gpus), host_s=host, fill_s=fill_s or DEFAULT_FILL_S)
+
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "window": self.window}
 
@@ -310,7 +401,10 @@ class StreamSession(BackendSession):
         self.events = _EventPool(backend.api)
 
     def place_input(self, tensor: torch.Tensor, device: int, first: bool) -> torch.Tensor:
-        return tensor.to(self.backend.api.device(device), copy=True)
+        api = self.backend.api
+        if isinstance(api, InlineApi):
+            return api.place(tensor, device)
+        return tensor.to(api.device(device), copy=True)
 
     def run(self, plan: ExecutionPlan, timeout_s: float, keep_outputs: bool = False) -> RawRun:
         api = self.backend.api
@@ -366,12 +460,21 @@ class _StreamRun:
     def _launch(self, v: int, d: int) -> None:
         plan, api, buf, hold = self.plan, self.api, self.bufs[d], self.hold
         args = [buf[u] for u in plan.operands[v]]
+        fn = plan.fns[v]
         try:
             if api.shared:
                 api.activate(d)
+            if api.strict:
+                api.check_operands(d, args, plan.operands[v])
             api.record(self.ev_start[v], d)
-            out = plan.fns[v](*args)  # type: ignore[misc]
+            if args:
+                out = fn(*args)  # type: ignore[misc]
+            else:  # a constant: made on the op's device, not the host
+                with api.scope(d):
+                    out = fn()  # type: ignore[misc]
             api.record(self.ev_end[v], d)
+            if api.strict:
+                api.check_result(d, out)
         except Exception as exc:  # noqa: BLE001 - every failure is reported
             raise self._error(failure_verb(exc), v, d, exc) from exc
         del args
@@ -524,36 +627,40 @@ class _StreamRun:
 
 
 def gpu_cluster(gpus: list[int]) -> Cluster:
-    """A description of the GPUs ``gpus`` (nominal rates; ``doppler-lab calibrate`` measures).
+    """A description of the GPUs ``gpus`` (logical device ``d`` on GPU ``gpus[d]``): each
+    device's nominal rates from its name (:func:`~doppler_lab.gpu_specs.gpu_device`, published
+    peaks times achievable shares); ``doppler-lab calibrate`` measures them instead.
 
     Links follow the copy streams: a transfer occupies the sender's out-port and the receiver's
-    in-port (nominal 50 GB/s, 10 us).
+    in-port. Between two GPUs: 50 GB/s, 10 us plus the host's two wake-ups; between two logical
+    devices of one GPU: a device-to-device copy at half its memory bandwidth.
     """
+    props = [torch.cuda.get_device_properties(g) for g in gpus]
+    return describe_gpus(gpus, [p.name for p in props], [float(p.total_memory) for p in props])
+
+
+def describe_gpus(gpus: list[int], names: list[str], memory_bytes: list[float]) -> Cluster:
+    """:func:`gpu_cluster` from the GPUs' names and memory (no CUDA needed: tests use it)."""
+    from ..gpu_specs import HOST_LAUNCH_S, gpu_device
     from ..hardware import switch_routes
 
     n = len(gpus)
-    devs = []
-    for d, g in enumerate(gpus):
-        props = torch.cuda.get_device_properties(g)
-        devs.append(
-            Device(
-                name=f"{props.name}:{d}" if n == len(set(gpus)) else f"{props.name}:{g}/{d}",
-                kind="gpu",
-                flops_per_s={"float32": 50e12, "float16": 500e12, "bfloat16": 500e12},
-                mem_bytes_per_s=2000 * GB,
-                memory_bytes=float(props.total_memory),
-                launch_overhead_s=10e-6,
-            )
+    shared = n != len(set(gpus))
+    devs = tuple(
+        gpu_device(
+            f"{names[d]}:{g}/{d}" if shared else f"{names[d]}:{d}", names[d], memory_bytes[d]
         )
-    routes, names = switch_routes(n, "gpu")
-    return Cluster(
-        f"cuda{n}" if n == len(set(gpus)) else f"cuda{n}-shared",
-        tuple(devs),
-        np.full((n, n), 50 * GB),
-        np.full((n, n), 10e-6),
-        routes,
-        names,
+        for d, g in enumerate(gpus)
     )
+    bw = np.full((n, n), 50 * GB)
+    lat = np.full((n, n), 10e-6 + 2 * HOST_LAUNCH_S)
+    for a in range(n):
+        for b in range(n):
+            if a != b and gpus[a] == gpus[b]:
+                bw[a, b] = devs[a].mem_bytes_per_s / 2
+                lat[a, b] = 2 * HOST_LAUNCH_S
+    routes, link_names = switch_routes(n, "gpu")
+    return Cluster(f"cuda{n}-shared" if shared else f"cuda{n}", devs, bw, lat, routes, link_names)
 
 
 def make_cuda_backend(
@@ -585,9 +692,10 @@ def make_cuda_backend(
 
 
 def make_inline_backend(
-    num_devices: int = 2, lag: int = 1, window: int = DEFAULT_WINDOW
+    num_devices: int = 2, lag: int = 1, window: int = DEFAULT_WINDOW, strict: bool = False
 ) -> StreamBackend:
-    """The stream dispatcher over synchronous CPU stand-ins (tests without a GPU)."""
+    """The stream dispatcher over synchronous CPU stand-ins (tests without a GPU); ``strict``
+    checks device residency as CUDA would (:mod:`.residency`)."""
     from .backend import make_cpu_cluster
 
-    return StreamBackend(InlineApi(num_devices, lag), make_cpu_cluster(num_devices), window)
+    return StreamBackend(InlineApi(num_devices, lag, strict), make_cpu_cluster(num_devices), window)

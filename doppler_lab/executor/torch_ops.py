@@ -211,7 +211,12 @@ def evaluate(
             if spec.kind == "input":
                 values[v] = input_value(graph, v, seed, device)
                 continue
-            values[v] = compile_op(spec)(*operands_of(graph, v, values))
+            args = operands_of(graph, v, values)
+            if args:
+                values[v] = compile_op(spec)(*args)
+            else:  # a constant: made on ``device``, not the host
+                with torch.device(device):
+                    values[v] = compile_op(spec)()
             if keep != "all":  # free what no one needs any more
                 for u in set(graph.predecessors(v).tolist()):
                     remaining[u] -= 1

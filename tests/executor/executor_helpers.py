@@ -8,6 +8,16 @@ import pytest
 from doppler_lab.executor import make_backend
 from doppler_lab.graph import DataflowGraph, GraphBuilder
 
+#: zoo models at sizes whose ops take microseconds
+ZOO_SPECS: tuple[str, ...] = (
+    "hf-llama:layers=1,hidden=32,heads=2,seq=8,vocab=64",
+    "hf-gpt2:layers=1,hidden=32,heads=2,seq=8,vocab=64",
+    "mlp",
+    "resnet",
+)
+#: placements every graph runs under in the device tiers (the placers on the backend's cluster)
+PLACEMENTS: tuple[str, ...] = ("single", "round-robin", "random", "cp", "heft", "doppler")
+
 #: the generated workloads, at sizes whose ops take microseconds
 TINY_WORKLOADS: tuple[str, ...] = ("chainmm", "ffnn", "llama_block", "llama_layer", "moe_layer")
 TINY_SCALE = 0.01
@@ -57,3 +67,37 @@ def inline3():
 @pytest.fixture(scope="session")
 def toy() -> DataflowGraph:
     return toy_graph()
+
+
+def placements_of(graph, backend) -> dict:
+    """Each of :data:`PLACEMENTS` of ``graph`` on ``backend``'s devices."""
+    import numpy as np
+
+    from doppler_lab.placement import random_placement, round_robin, single_device
+    from doppler_lab.placers import place
+
+    d = backend.num_devices
+    out = {
+        "single": single_device(graph, d, d - 1),
+        "round-robin": round_robin(graph, d),
+        "random": random_placement(graph, d, np.random.default_rng(1)),
+    }
+    for name in ("cp", "heft", "doppler"):
+        out[name] = place(name, graph, backend.cluster, seed=0)
+    return out
+
+
+def check_all(graph, backend, seed: int = 3) -> None:
+    """Every placement of ``graph`` runs on ``backend``; outputs equal the reference, traces
+    are valid."""
+    from doppler_lab.executor import Executor
+    from doppler_lab.executor.runner import compare_outputs
+    from doppler_lab.executor.torch_ops import reference_outputs
+
+    ref = reference_outputs(graph, seed=seed)
+    with Executor(graph, backend, seed=seed) as ex:
+        for label, pl in placements_of(graph, backend).items():
+            r = ex.run(pl, keep_outputs=True)
+            check = compare_outputs(graph, r.outputs, ref)
+            assert check.ok, f"{graph.name} {label} on {backend.num_devices} devices: {check}"
+            assert r.trace.check(graph) == [], r.trace.check(graph)[:3]

@@ -19,7 +19,14 @@ from doppler_lab.executor.runner import compare_outputs
 from doppler_lab.executor.torch_ops import evaluate
 from doppler_lab.placement import Placement, random_placement, round_robin, single_device
 
-from executor_helpers import TINY_SCALE, TINY_WORKLOADS, fan_graph, toy_graph
+from executor_helpers import (
+    TINY_SCALE,
+    TINY_WORKLOADS,
+    ZOO_SPECS,
+    check_all,
+    fan_graph,
+    toy_graph,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -71,6 +78,35 @@ def test_outputs_match_on_every_visible_gpu(all_gpus, name):
             r = ex.run(pl, keep_outputs=True)
             assert compare_outputs(g, r.outputs, ref).ok
             assert r.trace.check(g) == []
+
+
+@pytest.mark.parametrize("kind", ["cuda", "cuda-shared"])
+@pytest.mark.parametrize("name", TINY_WORKLOADS)
+def test_every_generator_under_every_placement_on_cuda(kind, name):
+    """single, round-robin, random, cp, heft and doppler placements (the CPU tier's
+    ``inline-strict`` runs the same on CPU: tests/executor/test_device_residency.py)."""
+    from doppler_lab.workloads import build
+
+    backend = make_backend(kind, 3 if kind == "cuda-shared" else None)
+    try:
+        check_all(build(name, scale=TINY_SCALE), backend)
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize("spec", ZOO_SPECS)
+def test_every_zoo_model_under_every_placement_on_cuda(shared3, spec):
+    from doppler_lab.importers.zoo import import_model
+
+    check_all(import_model(spec), shared3)
+
+
+def test_one_gpu_cluster_is_valid():
+    backend = make_backend("cuda", 1)
+    try:
+        assert backend.num_devices == 1 and backend.cluster.num_links == 0
+    finally:
+        backend.close()
 
 
 def test_fifo_and_priority_dispatch_on_streams(shared3):
