@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .deps import require
 from .errors import ConfigError
 from .paths import REPO_ROOT
 
@@ -28,8 +29,7 @@ def notebook_parameters(path: str | os.PathLike) -> dict[str, Any]:
     """The defaults in a notebook's ``parameters`` cell (evaluated as Python literals)."""
     import ast
 
-    import nbformat
-
+    nbformat = require("nbformat", "reading a notebook's parameters")
     nb = nbformat.read(str(path), as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code" and "parameters" in cell.metadata.get("tags", []):
@@ -59,7 +59,7 @@ def run_notebook(
     folder as working directory and gets ``out_dir`` (absolute) as a parameter, and
     ``interactive=False`` unless ``parameters`` says otherwise (no widgets, no progress bars).
     """
-    import papermill as pm
+    pm = require("papermill", "running a notebook")
 
     nb_path = Path(notebook)
     if not nb_path.is_absolute() and not nb_path.exists():
@@ -118,7 +118,8 @@ def write_summary(out_dir: str | os.PathLike, summary: Mapping[str, Any]) -> Pat
 
 def render_html(executed_notebook: str | os.PathLike, html_path: str | os.PathLike) -> Path:
     """Render an executed notebook to HTML with its plotly charts live (no input prompts)."""
-    import nbformat
+    nbformat = require("nbformat", "rendering a notebook to HTML")
+    require("nbconvert", "rendering a notebook to HTML")
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(str(executed_notebook), as_version=4)
@@ -152,6 +153,6 @@ def setup_notebook(interactive: bool = False) -> None:
     notebook, so the HTML rendered from an executed notebook draws its charts offline.
     ``interactive`` is accepted for symmetry with the widgets (nothing else changes).
     """
-    import plotly.io as pio
+    pio = require("plotly.io", "the notebooks' charts")
 
     pio.renderers.default = "plotly_mimetype+notebook"

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from .deps import require
 from .graph import DataflowGraph
 from .hardware import Cluster
 from .placement import Placement, random_placement, round_robin, single_device
@@ -78,6 +79,7 @@ def fidelity_placements(
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     """Spearman rank correlation (average ranks for ties)."""
+    require("scipy.stats", "the Spearman rank correlation")
     from scipy.stats import spearmanr
 
     if len(x) < 3:

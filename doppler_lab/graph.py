@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from .deps import require
 from .errors import GraphError
 from .ops import OpSpec, broadcast_shape
 from .validate import show
@@ -538,7 +539,7 @@ class DataflowGraph:
     def to_networkx(self):
         """A ``networkx.DiGraph`` with node attributes (name, kind, flops, out_bytes[, cost])
         and edge attributes (eid[, cost])."""
-        import networkx as nx
+        nx = require("networkx", "DataflowGraph.to_networkx")
 
         g = nx.DiGraph(name=self.name)
         for v in range(self.num_nodes):
@@ -566,6 +567,8 @@ class DataflowGraph:
         """A ``torch_geometric.data.Data`` with ``edge_index``, ``flops``, ``out_bytes``,
         ``kind`` and ``node_cost`` (imports torch lazily)."""
         import torch
+
+        require("torch_geometric.data", "DataflowGraph.to_pyg")
         from torch_geometric.data import Data
 
         return Data(

@@ -318,12 +318,15 @@ def links_from_dict(d: Mapping[str, Any], what: str, fail: Fail) -> dict[str, An
 
 # -- presets ----------------------------------------------------------------------------------
 def switch_routes(d: int, prefix: str) -> tuple[np.ndarray, tuple[str, ...]]:
-    """Each transfer a->b occupies a's egress port and b's ingress port."""
+    """Each transfer a->b occupies a's egress port and b's ingress port (``routes``
+    ``(d, d, 2)`` and a name per port); one device has no transfers and no ports."""
     routes = np.full((d, d, 2), -1, dtype=np.int64)
     for a in range(d):
         for b in range(d):
             if a != b:
                 routes[a, b] = (a, d + b)
+    if d < 2:  # one device: no transfers, no link resources
+        return routes, ()
     names = tuple(f"{prefix}{a} out" for a in range(d)) + tuple(f"{prefix}{b} in" for b in range(d))
     return routes, names
 
@@ -473,6 +476,8 @@ def make_multihost(
     names: list[str] = []
     intra_port: dict[tuple[int, str], int] = {}
     for h in range(hosts):
+        if k == 1:  # one device a host: no transfers inside a host, no resources for them
+            continue
         if kind == "cpu":
             intra_port[(h, "mem")] = len(names)
             names.append(f"host{h} memory")

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .deps import require
 from .errors import ConfigError
 from .experiments import NOTEBOOKS_DIR, REPO_ROOT, notebook_parameters, render_html, run_notebook
 
@@ -71,8 +72,7 @@ class NotebookInfo:
 
 def notebook_info(path: str | os.PathLike) -> NotebookInfo:
     """The title (first markdown heading) and question (first paragraph) of a notebook."""
-    import nbformat
-
+    nbformat = require("nbformat", "reading a notebook")
     nb = nbformat.read(str(path), as_version=4)
     title, question = "", ""
     for cell in nb.cells:
@@ -138,8 +138,7 @@ def quick_parameters(path: str | os.PathLike) -> dict[str, Any] | None:
         ConfigError: the profile is not a mapping, or names a parameter the notebook's
             ``parameters`` cell does not declare.
     """
-    import nbformat
-
+    nbformat = require("nbformat", "reading a notebook")
     nb = nbformat.read(str(path), as_version=4)
     meta = nb.metadata.get(METADATA_KEY, {})
     profile = meta.get(QUICK_KEY) if isinstance(meta, Mapping) else None

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .deps import require
 from .errors import ConfigError, RunError
 from .progress import progress as progress_bar
 
@@ -271,12 +272,7 @@ class RayRunner(Runner):
 
     def connect(self) -> Any:
         """Start (or join) the cluster unless this process is already connected; the module."""
-        try:
-            import ray
-        except ModuleNotFoundError:
-            raise ConfigError(
-                "runner 'ray' needs the ray package; expected `pip install 'ray>=2.40,<3'`"
-            ) from None
+        ray = require("ray", "runner 'ray'")
         if ray.is_initialized():
             return ray
         opts: dict[str, Any] = {

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from .deps import require
 from .graph import NODE_KINDS, DataflowGraph
 
 
@@ -89,7 +90,7 @@ class Trace:
         """A pandas frame, one row per op and per transfer: ``record`` (op/transfer), ``name``,
         ``kind``, ``node``, ``lane``, ``device``, ``start``, ``end``, ``duration``,
         ``src_device``, ``dst_device``."""
-        import pandas as pd
+        pd = require("pandas", "Trace.to_frame")
 
         ran = np.flatnonzero(self.device >= 0)
         ops = pd.DataFrame(

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from ..deps import require
 from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
@@ -634,8 +635,7 @@ def _train(cfg, task, mode, seed, stages, policy, run_dir: Path) -> dict[str, An
     for (st, _), r in zip(plan, results):
         curves.append(stage_curve(r.rows, st.stage, offset, **labels))
         offset += st.episodes
-    import pandas as pd
-
+    pd = require("pandas", "the curriculum's curve")
     curve = pd.concat(curves, ignore_index=True)
     # the best placement sampled on the way (the final policy need not reproduce it)
     found = best_found(plan, [r.rows for r in results], cluster.num_devices)
@@ -674,7 +674,7 @@ def best_found(
 def _adapt(cfg, task: Task, seed: int, run_dir: Path, labels: dict[str, Any]) -> dict[str, Any]:
     """Fine-tuning by the per-instance adapter (:func:`doppler_lab.policies.adapt.adapt`): the
     table is saved in ``run_dir`` (``adapter.pt``); the protocol judges the adapted policy."""
-    import pandas as pd
+    pd = require("pandas", "the adapter's table")
 
     from ..policies.adapt import adapt
     from ..policies.checkpoint import load_policy
@@ -999,7 +999,7 @@ def target_rows(
 def budget_figure(curve: Sequence[Mapping[str, Any]], title: str | None = None):
     """Makespan / CP against simulator calls: per task (faint) and the geometric mean over the
     tasks (bold), one colour per method; log-scaled calls."""
-    import plotly.graph_objects as go
+    go = require("plotly.graph_objects", "the budget figure")
 
     from ..viz import series_color
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ..deps import require
 from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, make_cluster
@@ -370,7 +371,7 @@ def notebook_config(
 
 def quality_frame(rows: Sequence[dict[str, Any]]):
     """The rows as a pandas frame with the table's columns (and ``group``)."""
-    import pandas as pd
+    pd = require("pandas", "the quality frame")
 
     return pd.DataFrame([{c: r.get(c) for c in ["group", *COLUMNS]} for r in rows])
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..deps import require
 from ..errors import ConfigError
 from ..progress import show_progress
 from ._common import (
@@ -158,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _curve(res: Any, path: Path, graph: str, cluster: str) -> str:
     """``curve.html``: the best makespan so far and each update's batch against the calls."""
-    import plotly.graph_objects as go
+    go = require("plotly.graph_objects", "the adapt curve (curve.html)")
 
     from ..viz.html import HtmlReport
 

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..deps import require
 from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..validate import one_line, want_int
@@ -83,6 +84,7 @@ def hf_llama(
 
     ``kv_heads`` 0 means ``heads`` (no grouped-query attention); the MLP is 4 x ``hidden`` wide.
     """
+    require("transformers", "the model zoo's 'hf-llama'")
     from transformers import LlamaConfig, LlamaForCausalLM
 
     _check_heads("hf-llama", hidden, heads, kv_heads)
@@ -111,6 +113,7 @@ def hf_gpt2(
     seed: int = 0,
 ) -> ModelAndArgs:
     """A Hugging Face GPT-2 (``GPT2LMHeadModel``, random weights) returning its logits."""
+    require("transformers", "the model zoo's 'hf-gpt2'")
     from transformers import GPT2Config, GPT2LMHeadModel
 
     _check_heads("hf-gpt2", hidden, heads)

@@ -29,6 +29,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from ..deps import require
 from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, CostModel
@@ -169,7 +170,7 @@ class ExactPlacer(ScheduleToPlacement):
     def schedule(
         self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator
     ) -> Schedule:
-        from ortools.sat.python import cp_model
+        cp_model = require("ortools.sat.python.cp_model", "the 'exact' placer (CP-SAT)")
 
         n_comp = int(graph.compute_nodes.size)
         if self.time_limit is None and n_comp > MAX_NODES_WITHOUT_TIME_LIMIT:

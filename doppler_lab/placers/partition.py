@@ -33,6 +33,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from ..deps import require
 from ..errors import ConfigError, PlacementError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, CostModel
@@ -48,6 +49,8 @@ VARIANTS = ((0, 30), (1, 100), (2, 30), (3, 100))
 #: the integer weights METIS sees: largest edge and vertex weight, and a cap on their totals
 #: (METIS sums them in 32-bit integers)
 EDGE_SCALE, VERTEX_SCALE, TOTAL_CAP = 10**6, 10**4, 10**8
+#: what needs ``pymetis``, in the one-line error of :func:`doppler_lab.deps.require`
+METIS_WHAT = "the 'partition' placer (METIS min-cut partitions)"
 
 
 @contextlib.contextmanager
@@ -155,8 +158,7 @@ class PartitionProblem:
         if n <= num_devices:  # one node per device
             out[self.nodes] = np.arange(n)
             return out
-        import pymetis
-
+        pymetis = require("pymetis", METIS_WHAT)
         options = pymetis.Options(seed=int(seed), ufactor=int(ufactor))
         tp = self.tpwgts if self.tpwgts is not None and len(self.tpwgts) == num_devices else None
         graph = (

@@ -58,6 +58,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..deps import available, warn_once
 from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, CostModel
@@ -161,9 +162,17 @@ def partition_candidates(
     graph: DataflowGraph, cost: CostModel, num_devices: int, count: int
 ) -> list[Placement]:
     """``count`` partition proposals of ``graph`` on ``num_devices`` devices as placements
-    (equal ones once; :func:`~doppler_lab.placers.partition.partition_proposals`)."""
+    (equal ones once; :func:`~doppler_lab.placers.partition.partition_proposals`); none when
+    ``pymetis`` is not installed, said once per process on stderr (the other proposals are
+    judged without them)."""
     from ..placers.partition import partition_proposals
 
+    if count > 0 and num_devices > 1 and not available("pymetis"):
+        warn_once(
+            "the METIS partition proposals need the package 'pymetis' (pip install pymetis), "
+            "which is not installed: placing without them"
+        )
+        return []
     props = partition_proposals(graph, cost, num_devices, count)
     return [Placement(dev, None, "partition").with_inputs_filled(graph) for dev in props]
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..deps import require
 from ..graph import DataflowGraph
 from ..hardware import CostModel
 
@@ -21,7 +22,7 @@ def simulate_paper_simpy(
     graph: DataflowGraph, cost: CostModel, device: Sequence[int] | np.ndarray
 ) -> tuple[float, np.ndarray, np.ndarray]:
     """Simulate one placement; returns (makespan, start, end) in reported units."""
-    import simpy
+    simpy = require("simpy", "the simpy reference simulator")
 
     dev = np.asarray(device, dtype=np.int64)
     env = simpy.Environment()

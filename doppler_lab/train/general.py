@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ..deps import require
 from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, make_cluster
@@ -551,6 +552,7 @@ def settle_anchor(
     each, in node order). What is left differs from the reference only where it pays:
     imitation labels without the search's drift across moves that change (almost) nothing.
     """
+    require("scipy.optimize", "matching devices to a reference placement")
     from scipy.optimize import linear_sum_assignment
 
     ndev = int(max(anchor.max(), reference.max())) + 1

@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..deps import require
 from ..errors import ConfigError
 
 _CSS = """
@@ -309,6 +310,7 @@ class HtmlReport:
         """The whole page as a string."""
         head_js = ""
         if self._figures:
+            require("plotly.offline", "an HTML report with charts")
             from plotly.offline import get_plotlyjs
 
             head_js = f'<script type="text/javascript">{get_plotlyjs()}</script>'

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from ..deps import require
 from ..hardware import PRESETS
 from ._style import CRITICAL_COLOR
 from .episodes import (
@@ -89,7 +90,7 @@ __all__ = [
 def _figure_output(out: Any, fig: go.Figure) -> None:
     """Show ``fig`` in an ipywidgets ``Output`` (works with or without a running kernel; JupyterLab
     draws the plotly mimetype)."""
-    import plotly.io as pio
+    pio = require("plotly.io", "showing a chart in a widget")
 
     bundle = pio.renderers["plotly_mimetype"].to_mimebundle(fig.to_dict())
     bundle["text/plain"] = f"<figure: {fig.layout.title.text or 'plotly'}>"
@@ -113,7 +114,7 @@ class EpisodePanel:
     """
 
     def __init__(self, stepper: EpisodeStepper | None = None):
-        import ipywidgets as w
+        w = require("ipywidgets", "the interactive widgets")
 
         self.reset_button = w.Button(description="reset", icon="undo")
         self.step_button = w.Button(description="step", icon="step-forward")
@@ -202,7 +203,7 @@ class ExplorerWidget:
         checkpoints_dir: str | Path | None = None,
         auto_update: bool = True,
     ):
-        import ipywidgets as w
+        w = require("ipywidgets", "the interactive widgets")
 
         from ..placers import available_placers
         from ..sim import SEMANTICS

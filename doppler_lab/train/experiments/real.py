@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ...calibration import Profile
+from ...deps import require
 from ...errors import ConfigError
 from ...graph import DataflowGraph
 from ...hardware import Cluster
@@ -390,7 +391,7 @@ def fidelity_stats(frame: pd.DataFrame) -> dict[str, float]:
 def fidelity_scatter(frame: pd.DataFrame, title: str | None = None) -> Any:
     """Measured (x) against simulated (y) makespans, one series per simulator, with the
     diagonal (a perfect simulator) and a placement's label on hover; log axes."""
-    import plotly.graph_objects as go
+    go = require("plotly.graph_objects", "the fidelity scatter chart")
 
     from ...viz import series_color
 
