@@ -54,6 +54,7 @@ def test_require_names_the_missing_package_in_one_line(monkeypatch):
     with pytest.raises(ConfigError, match=r"needs the package 'ortools' \(pip install ortools\)"):
         deps.require("ortools.sat.python.cp_model", "the 'exact' placer")
     monkeypatch.setitem(sys.modules, "torch_geometric", None)
+    monkeypatch.setitem(sys.modules, "torch_geometric.data", None)  # imported by earlier tests
     with pytest.raises(ConfigError, match=r"pip install torch-geometric"):
         deps.require("torch_geometric.data", "to_pyg")
 

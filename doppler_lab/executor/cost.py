@@ -147,6 +147,7 @@ def predict_execution(
     reference: bool = False,
     dispatch: str = "fifo",
     cost_model: CostModel | None = None,
+    sharing: Any = None,
 ) -> ExecutionPrediction:
     """The simulator's prediction of ``runs`` executions of ``placement`` on ``cluster`` (plus the
     reference run of an output check, which runs on one CPU device of the host).
@@ -159,6 +160,9 @@ def predict_execution(
         reference: whether a single-device reference run follows (``--check``).
         dispatch: ``fifo`` or ``priority``.
         cost_model: measured op times (a profile's :meth:`cost_model`); default: the roofline.
+        sharing: which devices share a GPU and the host's time per launch
+            (:class:`~doppler_lab.contention.Sharing`; the stream backends' ``sharing``): the
+            run is then predicted with contention (FIFO dispatch).
 
     Example:
         >>> from doppler_lab.workloads import build
@@ -172,7 +176,15 @@ def predict_execution(
     from ..sim import Simulator
 
     pl = placement if isinstance(placement, Placement) else Placement(np.asarray(placement))
-    run_s = Simulator(graph, cluster, "wc", cost_model=cost_model).makespan(pl, dispatch=dispatch)
+    if sharing is not None and dispatch == "fifo":
+        from ..contention import contended_makespan
+
+        model = cost_model if cost_model is not None else CostModel(graph, cluster)
+        run_s = contended_makespan(graph, cluster, model, pl, sharing) / graph.time_scale
+    else:
+        run_s = Simulator(graph, cluster, "wc", cost_model=cost_model).makespan(
+            pl, dispatch=dispatch
+        )
     reference_s = 0.0
     if reference:
         on_cpu = all(dev.kind == "cpu" for dev in cluster.devices)

@@ -192,9 +192,14 @@ def op_samples(
     """Every op's duration in ``repeats`` runs of each of ``placements`` placements per graph.
 
     The first ``D`` placements are round-robin shifted by one device each, so every op runs on
-    every device at least once; the others are random."""
+    every device at least once; the others are random. Where devices share a GPU
+    (``cuda-shared``), every placement puts the whole graph on one device (each in turn): an
+    op's time alone, which :mod:`doppler_lab.contention` then stretches by what runs beside it
+    (measured under round-robin, the times would already hold the contention of that one
+    placement)."""
     rng = np.random.default_rng(seed)
     d = backend.num_devices
+    shared = bool(getattr(getattr(backend, "api", None), "shared", False))
     out: list[OpSample] = []
     placements = max(placements, d)
     total = len(graphs) * placements
@@ -202,7 +207,9 @@ def op_samples(
         for g in graphs:
             with Executor(g, backend, seed=seed) as ex:
                 for k in range(placements):
-                    if k < d:
+                    if shared:
+                        pl = Placement(np.full(g.num_nodes, k % d)).with_inputs_filled(g)
+                    elif k < d:
                         pl = Placement((np.arange(g.num_nodes) + k) % d).with_inputs_filled(g)
                     else:
                         pl = random_placement(g, d, rng)
@@ -274,3 +281,73 @@ def calibrate(
         results["dispatch"],
         meta,
     )
+
+
+# -- shared GPUs -------------------------------------------------------------------------------
+def matmul_chains_graph(n: int, length: int, chains: int) -> DataflowGraph:
+    """``chains`` independent chains of ``length`` ``(n, n)`` matmuls (chain ``c``'s ops are
+    named ``c{c}_{i}``, as :func:`chain_placement` expects)."""
+    b = GraphBuilder(f"matmul-chains-{n}x{length}x{chains}")
+    w = b.add_input("w", (n, n), init="uniform")  # values grow; only the timing matters
+    for c in range(chains):
+        prev = b.add_input(f"x{c}", (n, n), init="uniform")
+        for i in range(length):
+            prev = b.add_einsum(f"c{c}_{i}", "ij,jk->ik", [prev, w])
+    return b.build()
+
+
+def interference_probe(
+    backend: Backend,
+    sizes: Sequence[int] = (64, 256, 1024, 2048, 4096),
+    length: int = 40,
+    repeats: int = 3,
+) -> list[dict[str, float]]:
+    """Matmul chains of each size alone on device 0 and on every device at once (no
+    transfers): how much kernels slow each other where devices share a GPU.
+
+    Returns one row per size: ``n``, ``kernel_s`` (median op time alone), ``period_alone_s``
+    and ``period_all_s`` (makespan per op of a chain alone and with every device running one),
+    ``devices``.
+    """
+    d = backend.num_devices
+    rows = []
+    for n in sizes:
+        g1 = matmul_chains_graph(n, length, 1)
+        gk = matmul_chains_graph(n, length, d)
+        with Executor(g1, backend) as ex:
+            t1 = ex.run(chain_placement(g1, [0]), repeats=repeats, warmup=1).trace
+        with Executor(gk, backend) as ex:
+            tk = ex.run(chain_placement(gk, list(range(d))), repeats=repeats, warmup=1).trace
+        comp = g1.compute_nodes
+        rows.append(
+            {
+                "n": int(n),
+                "devices": d,
+                "kernel_s": float(np.median(t1.end[comp] - t1.start[comp])),
+                "period_alone_s": float(t1.makespan / length),
+                "period_all_s": float(tk.makespan / length),
+            }
+        )
+    return rows
+
+
+def fit_fill_s(rows: Sequence[dict[str, float]], host_s: float, gpus: int = 1) -> float:
+    """The ``fill_s`` of :class:`~doppler_lab.contention.Sharing` that best predicts the probe's
+    periods with every device busy (least squares on log periods over a grid)."""
+    from ..contention import DEFAULT_FILL_S
+
+    if not rows:
+        return DEFAULT_FILL_S
+    grid = np.geomspace(1e-6, 1e-1, 161)
+    errs = []
+    for fill in grid:
+        err = 0.0
+        for r in rows:
+            k = r["kernel_s"]
+            d = r["devices"]
+            m_gpu = max(d / max(gpus, 1) - 1, 0)  # other devices on this GPU, all busy
+            alpha = min(1.0, k / fill)
+            pred = max(k * (1 + alpha * m_gpu) + host_s, host_s * d)
+            err += float(np.log(pred / max(r["period_all_s"], 1e-12)) ** 2)
+        errs.append(err)
+    return float(grid[int(np.argmin(errs))])

@@ -123,22 +123,6 @@ def test_calibrate_then_execute_on_the_profile(capsys, tmp_path):
 
 
 @pytest.mark.slow
-def test_gpu_check_smoke_on_cpu(capsys, tmp_path):
-    rc, out, _ = run_cli(
-        capsys,
-        "gpu-check",
-        "--out",
-        str(tmp_path),
-        "--allow-cpu",
-        "--skip-tests",
-        "--skip-fidelity",
-    )
-    assert (
-        rc == 0 and (tmp_path / "gpu_check.json").exists() and (tmp_path / "executor.md").exists()
-    )
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("name", ["executor", "fidelity"])
 def test_benchmarks_write_their_reports(capsys, tmp_path, name):
     rc, out, _ = run_cli(capsys, "bench", name, "--quick", "--out", str(tmp_path))
