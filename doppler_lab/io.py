@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .atomic import atomic_write
 from .errors import ClusterError, FormatError, GraphError, PlacementError
 from .graph import INPUT, KIND_CODE, NODE_KINDS, DataflowGraph, cost_graph
 from .hardware import Cluster
@@ -88,10 +89,7 @@ def _read_json(path: str | Path, expected: str) -> dict[str, Any]:
 
 
 def _write_json(path: str | Path, doc: Mapping[str, Any]) -> Path:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(doc, indent=1, allow_nan=False))
-    return p
+    return atomic_write(path, json.dumps(doc, indent=1, allow_nan=False))
 
 
 # -- graphs ------------------------------------------------------------------------------------
@@ -272,11 +270,8 @@ def save_graph(graph: DataflowGraph, path: str | Path) -> Path:
 
 
 def _save_graph_with_tensors(graph: DataflowGraph, path: str | Path) -> Path:
-    """The sidecar first, then the JSON, each through a temporary file and a rename: a failure
-    leaves no half-written file behind."""
-    import os
-    import tempfile
-
+    """The sidecar first, then the JSON, each written atomically (:mod:`doppler_lab.atomic`):
+    a failure leaves no half-written file behind."""
     from .stored import sidecar_path
 
     p = Path(path)
@@ -285,15 +280,7 @@ def _save_graph_with_tensors(graph: DataflowGraph, path: str | Path) -> Path:
     doc["meta"]["tensors"] = sidecar.name
     text = json.dumps(doc, indent=1, allow_nan=False)
     graph.tensors.save(sidecar)
-    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, p)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return p
+    return atomic_write(p, text)
 
 
 def _attach_tensors(graph: DataflowGraph, path: Path) -> DataflowGraph:

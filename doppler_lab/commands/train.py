@@ -207,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
             best = ", ".join(f"{g} {c:.6g}" for g, c in s["best_cost"].items())
             print(f"{s['stage']}: {s['episodes']} episodes, best cost seen {best}")
         print(f"checkpoint: {results[-1].checkpoint}")
-        (out / "train_summary.json").parent.mkdir(parents=True, exist_ok=True)
-        (out / "train_summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        from ..atomic import atomic_write
+
+        atomic_write(out / "train_summary.json", json.dumps(summary, indent=1, default=str))
     return 0

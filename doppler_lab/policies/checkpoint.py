@@ -15,7 +15,6 @@ and re-initialises their device-sized layers.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -81,12 +80,11 @@ def policy_header(policy: PlacementPolicy) -> dict[str, Any]:
 def save_atomic(doc: Any, path: str | Path) -> Path:
     """``torch.save`` of ``doc`` to ``path`` through a temporary file beside it (a reader never
     sees half a file; an interrupted write leaves the old one); the folder is made."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    torch.save(doc, tmp)
-    os.replace(tmp, p)
-    return p
+    from ..atomic import atomic_writer
+
+    with atomic_writer(path, "wb") as fh:
+        torch.save(doc, fh)
+    return Path(path)
 
 
 def save_checkpoint(

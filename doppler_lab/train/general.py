@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ..atomic import atomic_copy, atomic_write
 from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, make_cluster
@@ -631,7 +631,10 @@ def search_anchors(
             dev = settle_anchor(sim, dev, greedy.device, g.compute_nodes)
         out.append(dev)
     if cache is not None:
-        np.savez(cache, **{f"t{i}": d for i, d in enumerate(out)})
+        from ..atomic import atomic_writer
+
+        with atomic_writer(cache, "wb") as fh:
+            np.savez(fh, **{f"t{i}": d for i, d in enumerate(out)})
     return out
 
 
@@ -687,7 +690,7 @@ def train_general(
     seeds = np.random.SeedSequence([seed, 0xC057]).spawn(len(pool))
     costs = [SimulatorCost(g, c, t.semantics, 0.0, s) for (g, c), t, s in zip(built, pool, seeds)]
     out.mkdir(parents=True, exist_ok=True)
-    (out / "tasks.json").write_text(json.dumps([t.to_dict() for t in pool], indent=1))
+    atomic_write(out / "tasks.json", json.dumps([t.to_dict() for t in pool], indent=1))
     stages = general_stages(
         imitation_episodes,
         sim_episodes,
@@ -761,7 +764,7 @@ def ship_general(
     dest = Path(dest)
     target = dest / f"{name}.pt"
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(results[-1].checkpoint, target)
+    atomic_copy(results[-1].checkpoint, target)
     index_path = dest / "index.json"
     index = json.loads(index_path.read_text()) if index_path.exists() else {"checkpoints": {}}
     index.setdefault("checkpoints", {})[name] = {
@@ -773,7 +776,7 @@ def ship_general(
         **record,
         "size_bytes": target.stat().st_size,
     }
-    index_path.write_text(json.dumps(index, indent=1) + "\n")
+    atomic_write(index_path, json.dumps(index, indent=1) + "\n")
     from .shipped import write_readme
 
     write_readme(dest)

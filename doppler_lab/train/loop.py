@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..atomic import atomic_write
 from ..errors import CheckpointError, ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
@@ -435,8 +436,7 @@ class Trainer:
                         f"configuration ({what}); resume it unchanged or use a new --out"
                     )
             return
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.header, indent=1))
+        atomic_write(path, json.dumps(self.header, indent=1))
 
     def _train_state(self) -> dict[str, Any]:
         return {
@@ -753,7 +753,7 @@ class Trainer:
         if self.out_dir is not None:
             ckpt = self.save(self.out_dir / "policy.pt", with_train_state=False)
             summary["checkpoint"] = str(ckpt)
-            (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+            atomic_write(self.out_dir / "summary.json", json.dumps(summary, indent=1, default=str))
         return TrainResult(self.policy, self.rows, self.out_dir, ckpt, summary)
 
 
