@@ -20,6 +20,7 @@ from typing import NoReturn
 
 from .errors import DopplerLabError
 from .progress import add_progress_argument
+from .trust import trust_pt2
 from .validate import one_line
 
 # order = order in --help
@@ -78,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
         add_progress_argument(p)
+        p.add_argument(
+            "--trust-pt2",
+            action="store_true",
+            help="load saved programs (.pt2) given as a graph: torch.export.load can run code "
+            "stored in the file, so only for files you trust (like FILE.py:FUNC)",
+        )
         p.set_defaults(_run=mod.run)
     return parser
 
@@ -90,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{exc.prog}: error: {one_line(exc, 2000)}", file=sys.stderr)
         return 2
     try:
-        code = int(args._run(args) or 0)
+        with trust_pt2(True if args.trust_pt2 else None):
+            code = int(args._run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
         return code
     except DopplerLabError as exc:
