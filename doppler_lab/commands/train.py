@@ -98,6 +98,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "8-GPU block, 400 + 3600 episodes, seeds 0-2 reach 0.52 / 0.52 / 0.72 of the Critical "
         "Path's makespan without it and 0.52 each with it; 0: off)",
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write into --out even if it holds files this command did not write there (a run "
+        "of another command, your own files, a run of an older doppler-lab); a run of this "
+        "command in it still resumes",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 
@@ -150,6 +157,13 @@ def device_curriculum(args, configs, pcfg, init, num_devices: int) -> int | None
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..runfolder import run_folder
+
+    with run_folder(args.out, NAME, args.force):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from ..train.pipeline import run_pipeline
 
     graphs = [resolve_graph(g) for g in args.graph]
