@@ -76,11 +76,21 @@ def _fsync_dir(folder: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_writer(path: str | os.PathLike, mode: str = "wb", **open_args: Any) -> Iterator[IO]:
+def atomic_writer(
+    path: str | os.PathLike,
+    mode: str = "wb",
+    keep_previous: str | os.PathLike | None = None,
+    **open_args: Any,
+) -> Iterator[IO]:
     """A file object whose content replaces ``path`` when the block ends without an error
     (``mode`` ``"wb"`` or ``"w"``; ``open_args`` such as ``encoding``, ``newline`` go to
     :func:`open`). The folder is made. An error inside the block leaves ``path`` as it was;
-    an :class:`OSError` of the write itself becomes a :class:`WriteError`."""
+    an :class:`OSError` of the write itself becomes a :class:`WriteError`.
+
+    ``keep_previous``: a path that gets the old ``path`` (if any) just before the new content
+    replaces it, itself atomically (a hard link, or a copy where links are not supported), so
+    that at every moment ``path`` holds the old or the new content and ``keep_previous`` the
+    one before."""
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_writer mode {mode!r}; expected 'w' or 'wb'")
     target = Path(path)
@@ -108,6 +118,8 @@ def atomic_writer(path: str | os.PathLike, mode: str = "wb", **open_args: Any) -
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, _mode_for(target))
+        if keep_previous is not None and target.is_file() and not target.is_symlink():
+            _keep(target, Path(keep_previous))
         os.replace(tmp, target)
         ok = True
     except OSError as exc:
@@ -119,6 +131,25 @@ def atomic_writer(path: str | os.PathLike, mode: str = "wb", **open_args: Any) -
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
     _fsync_dir(folder)
+
+
+def _keep(target: Path, previous: Path) -> None:
+    """``previous`` becomes a copy of ``target`` (a hard link where possible), atomically."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{previous.name}.", suffix=".tmp", dir=previous.parent)
+    os.close(fd)
+    try:
+        os.unlink(tmp)
+        try:
+            os.link(target, tmp)
+        except OSError:
+            import shutil
+
+            shutil.copy2(target, tmp)
+        os.replace(tmp, previous)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise write_error(previous, exc) from None
 
 
 def atomic_write(path: str | os.PathLike, data: bytes | str, encoding: str = "utf-8") -> Path:

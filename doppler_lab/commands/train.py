@@ -189,6 +189,7 @@ def _run(args: argparse.Namespace) -> int:
             curriculum,
             progress=show_progress(args),
             allow_device_change=args.allow_device_change,
+            force=args.force,
         )
         if len(configs) > 1
         else None
@@ -206,6 +207,7 @@ def _run(args: argparse.Namespace) -> int:
                 init=init,
                 progress=show_progress(args),
                 allow_device_change=args.allow_device_change,
+                force=args.force,
             ).run()
         ]
     summary = {

@@ -221,6 +221,7 @@ def _train(args: argparse.Namespace) -> int:
         args.label_fraction,
         args.paper_cost_share,
         args.layout,
+        force=args.force,
         **changes,
     )
     stages = g.general_stages(

@@ -654,6 +654,7 @@ def train_general(
     label_fraction: float = GENERAL_LABEL_FRACTION,
     paper_cost_share: float = GENERAL_PAPER_COST_SHARE,
     layout: str = GENERAL_LAYOUT,
+    force: bool = False,
     **sim_changes: Any,
 ):
     """Train (or resume) the general policy in ``out_dir``; returns each stage's result.
@@ -667,7 +668,8 @@ def train_general(
     widened first (:func:`~doppler_lab.policies.checkpoint.widen_checkpoint`, saved in
     ``out_dir``). ``timing``, ``layout``: the episode state's timing model and the feature layout
     of a fresh policy (:func:`general_policy_config`). ``paper_cost_share``: see
-    :func:`sample_task`.
+    :func:`sample_task`. ``force``: a stage whose checkpoints cannot be read starts again
+    (:class:`~doppler_lab.train.loop.Trainer`).
     """
     import torch
 
@@ -732,6 +734,7 @@ def train_general(
             progress=progress,
             anchors=anchors,
             semantics=[t.semantics for t in pool],
+            force=force,
         )
         results.append(trainer.run())
         previous = results[-1].checkpoint
