@@ -474,6 +474,7 @@ def save_placement(
 
 PLACEMENT_FIELDS = ("format", "version", "device", "priority", "placer", "meta") + (
     "graph",
+    "graph_digest",
     "num_nodes",
     "num_devices",
 )
@@ -503,6 +504,8 @@ def placement_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> Place
             raise fail(f"node {bad[0]} is on device {device[bad[0]]}, expected 0..{d - 1}")
     if "graph" in doc:
         want_str(doc["graph"], "placement graph", fail)
+    if "graph_digest" in doc:
+        want_str(doc["graph_digest"], "placement graph_digest", fail)
     priority = doc.get("priority")
     if priority is not None:
         priority = want_numbers(priority, "placement priority", fail, length=n)
@@ -517,8 +520,42 @@ def placement_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> Place
         raise fail(str(exc)) from None
 
 
-def load_placement(path: str | Path) -> Placement:
-    return placement_from_dict(_read_json(path, "doppler_lab.placement"), str(path))
+def load_placement(path: str | Path, graph: DataflowGraph | None = None) -> Placement:
+    """The placement in ``path``; with ``graph``, refused unless it was saved for that graph.
+
+    A placement saved with its graph carries ``graph_digest``
+    (:attr:`DataflowGraph.structure_digest`: node names in order, kinds, edges): it must equal
+    ``graph``'s. An older file without one is checked by its ``graph`` name, when it has one.
+
+    Raises:
+        FormatError: a malformed file.
+        PlacementError: made for another graph (one line naming both).
+    """
+    doc = _read_json(path, "doppler_lab.placement")
+    placement = placement_from_dict(doc, str(path))
+    if graph is not None:
+        check_placement_graph(doc, graph, str(path))
+    return placement
+
+
+def check_placement_graph(doc: Mapping[str, Any], graph: DataflowGraph, source: str) -> None:
+    """Raise :class:`PlacementError` unless the placement document ``doc`` was made for
+    ``graph`` (see :func:`load_placement`)."""
+    saved, name = doc.get("graph_digest"), doc.get("graph")
+    label = f"{name!r}" if isinstance(name, str) else "another graph"
+    if isinstance(saved, str):
+        if saved != graph.structure_digest:
+            raise PlacementError(
+                f"placement {source} was made for {label} (digest {saved}), not for "
+                f"{graph.name!r} (digest {graph.structure_digest}): its node names or edges "
+                "differ; place this graph anew"
+            )
+    elif isinstance(name, str) and name != graph.name:
+        raise PlacementError(
+            f"placement {source} was made for graph {name!r}, not {graph.name!r} (an older "
+            "file without graph_digest, checked by name: remove its 'graph' field to use it "
+            "anyway)"
+        )
 
 
 def save_trace(trace: Trace, path: str | Path) -> Path:
