@@ -83,14 +83,16 @@ def _download(
     deadline: float | None = None,
     max_bytes: int = MAX_DOWNLOAD_BYTES,
     into=None,
+    limit_s: float | None = None,
 ) -> bytes:
     """The body of ``url``, at most ``max_bytes`` long, read before the monotonic time
     ``deadline``; written to the binary file ``into`` as it arrives (returns b"" then)."""
     if deadline is None:
-        deadline = time.monotonic() + DOWNLOAD_DEADLINE_S
+        limit_s = DOWNLOAD_DEADLINE_S
+        deadline = time.monotonic() + limit_s
     left = deadline - time.monotonic()
     if left <= 0:
-        raise _too_slow(url)
+        raise _too_slow(url, limit_s)
     chunks: list[bytes] = []
     got = 0
     try:
@@ -104,7 +106,7 @@ def _download(
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise _too_slow(url)
+                    raise _too_slow(url, limit_s)
                 _set_read_timeout(response, min(timeout_s, left))
                 chunk = response.read1(_CHUNK)
                 if not chunk:
@@ -125,7 +127,7 @@ def _download(
                 else:
                     chunks.append(chunk)
         if time.monotonic() > deadline:
-            raise _too_slow(url)
+            raise _too_slow(url, limit_s)
         return b"".join(chunks)
     except WriteError:
         raise
@@ -135,16 +137,18 @@ def _download(
         ) from None
     except (urllib.error.URLError, OSError) as exc:
         if time.monotonic() >= deadline:
-            raise _too_slow(url) from None
+            raise _too_slow(url, limit_s) from None
         reason = getattr(exc, "reason", None) or exc
         raise DataError(
             f"cannot download {url} (offline or unreachable: {reason}); {LOCAL_COPY_HINT}"
         ) from None
 
 
-def _too_slow(url: str) -> DataError:
+def _too_slow(url: str, limit_s: float | None) -> DataError:
+    limit = f" of {limit_s:g} s" if limit_s is not None else ""
     return DataError(
-        f"cannot download {url}: the download ran past its time limit; {LOCAL_COPY_HINT}"
+        f"cannot download {url}: the downloads ran past their time limit{limit} "
+        f"(--time-limit); {LOCAL_COPY_HINT}"
     )
 
 
@@ -225,7 +229,7 @@ def install_paper_graphs(
                         fh.write(_read_local(Path(from_dir), name, max_bytes))
                     else:
                         origin = paper_graph_url(name, base_url)
-                        _download(origin, timeout_s, deadline, max_bytes, into=fh)
+                        _download(origin, timeout_s, deadline, max_bytes, fh, deadline_s)
                     fh.flush()
                     os.fsync(fh.fileno())
             except OSError as exc:
