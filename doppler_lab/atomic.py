@@ -14,7 +14,11 @@ Every writer in the package goes through :func:`atomic_write` (bytes or text) or
   line naming the file and the reason (the command line prints it and exits with code 2).
 
 New files get the usual permissions (``0o666`` less the process umask at import time); a
-replaced file keeps its mode.
+replaced file keeps its mode. ``keep_previous`` keeps the old content under another name
+(training's ``last.prev.pt``). The only files written otherwise are journals that are appended
+to (``metrics.csv``, whose rows after the last checkpoint a resumed run drops and rewrites, and
+the JSON lines of ``python -m doppler_lab.bench.search_probe``) and the download staging folder of
+:mod:`doppler_lab.datasets`, whose checked files are then copied in atomically.
 """
 
 from __future__ import annotations
