@@ -1,7 +1,8 @@
 """Run folders: one writer at a time, and only folders of the same command.
 
 ``train``, ``train-general`` and ``adapt`` write a run folder (``--out DIR``) and resume what
-they find there. :func:`run_folder` guards it for the length of the command:
+they find there. :func:`run_folder` guards it for the length of the command (``demo`` takes
+the lock alone for its report folder):
 
 * **a lock**: ``DIR/.doppler-lab.lock`` holds an exclusive ``flock`` and names its holder
   (``PID host command``). A second command on the same folder while the first runs stops with
@@ -164,10 +165,14 @@ def _check_marker(folder: Path, command: str, force: bool) -> None:
 
 
 @contextlib.contextmanager
-def run_folder(path: str | os.PathLike, command: str, force: bool = False) -> Iterator[Path]:
+def run_folder(
+    path: str | os.PathLike, command: str, force: bool = False, mark: bool = True
+) -> Iterator[Path]:
     """Hold the run folder ``path`` for ``command`` (``"train"``, ``"adapt"``, ...) for the
     block: made if missing, locked against a second writer, checked to be a run of
     ``command`` (or new, or ``force``) and marked as one. See the module docstring.
+    ``mark=False``: the lock alone (report folders such as ``demo``'s, which are rewritten
+    whole each time).
 
     Raises:
         RunFolderError: another process holds the folder, or it is not a run of ``command``.
@@ -183,7 +188,8 @@ def run_folder(path: str | os.PathLike, command: str, force: bool = False) -> It
     lock = _Lock(folder, command)
     lock.acquire()
     try:
-        _check_marker(folder, command, force)
+        if mark:
+            _check_marker(folder, command, force)
         yield folder
     finally:
         lock.release()

@@ -35,8 +35,9 @@ def _one_line(err: str) -> str:
         TRAIN,
         ["adapt", GRAPH, "--episodes", "8"],
         ["train-general", "--tasks", "2", "--imitation-episodes", "0", "--sim-episodes", "0"],
+        ["demo", "--quick"],
     ],
-    ids=["train", "adapt", "train-general"],
+    ids=["train", "adapt", "train-general", "demo"],
 )
 def test_a_second_writer_is_refused_naming_the_holder(tmp_path, capsys, argv):
     out = tmp_path / "run"
