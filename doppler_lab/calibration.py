@@ -249,10 +249,9 @@ class Profile:
         return profile
 
     def save(self, path: str | Path) -> Path:
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(self.to_dict(), indent=1, allow_nan=False))
-        return p
+        from .atomic import atomic_write
+
+        return atomic_write(path, json.dumps(self.to_dict(), indent=1, allow_nan=False))
 
     @classmethod
     def load(cls, path: str | Path) -> Profile:

@@ -3,13 +3,16 @@
 Each subcommand lives in :mod:`doppler_lab.commands` as a module with ``NAME``, ``HELP``,
 ``add_arguments(parser)`` and ``run(args) -> int``; each also gets ``--no-progress`` (progress
 bars and notes go to stderr, off with it or ``--json``). Bad input exits with code 2 and a
-one-line error on stderr.
+one-line error on stderr; so does a file that cannot be written (:mod:`doppler_lab.atomic`).
+A reader that closes the output early (``doppler-lab ... --json | head -c 100``) ends the
+command quietly with exit code 0 (what the shell reports of ``head``'s pipeline anyway).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -17,6 +20,7 @@ from typing import NoReturn
 
 from .errors import DopplerLabError
 from .progress import add_progress_argument
+from .trust import trust_pt2
 from .validate import one_line
 
 # order = order in --help
@@ -75,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
         add_progress_argument(p)
+        p.add_argument(
+            "--trust-pt2",
+            action="store_true",
+            help="load saved programs (.pt2) given as a graph: torch.export.load can run code "
+            "stored in the file, so only for files you trust (like FILE.py:FUNC)",
+        )
         p.set_defaults(_run=mod.run)
     return parser
 
@@ -87,19 +97,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{exc.prog}: error: {one_line(exc, 2000)}", file=sys.stderr)
         return 2
     try:
-        return int(args._run(args) or 0)
+        with trust_pt2(True if args.trust_pt2 else None):
+            code = int(args._run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return code
     except DopplerLabError as exc:
         print(f"doppler-lab {args.command}: error: {one_line(exc, 2000)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return _broken_pipe()
     except FileNotFoundError as exc:
         print(
             f"doppler-lab {args.command}: error: {exc.filename or exc}: no such file",
             file=sys.stderr,
         )
         return 2
+    except OSError as exc:  # a file the command could not read or write
+        where = f"{exc.filename}: " if exc.filename else ""
+        why = exc.strerror or one_line(exc, 2000)
+        print(f"doppler-lab {args.command}: error: {where}{why}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"doppler-lab {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _broken_pipe() -> int:
+    """The reader of stdout went away: point stdout at /dev/null so that the interpreter's
+    final flush does not fail again, and end quietly (exit code 0)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is no real file (a test's capture)
+        pass
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

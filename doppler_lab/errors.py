@@ -65,3 +65,22 @@ class DataError(DopplerLabError, RuntimeError):
 
 class ImportModelError(DopplerLabError, ValueError):
     """A model cannot be imported: names the op and its module path, and what was expected."""
+
+
+class WriteError(DopplerLabError, OSError):
+    """A file could not be written (disk full, read-only, no permission): names the file and why;
+    the file's previous contents, if any, are intact."""
+
+    def __init__(self, message: str, path: str | None = None, errno: int | None = None):
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.errno = errno  # type: ignore[misc]
+        self.filename = path  # type: ignore[misc]
+
+    def __str__(self) -> str:  # OSError's own would show "[Errno N] ..." from the fields above
+        return self.message
+
+
+class RunFolderError(DopplerLabError, RuntimeError):
+    """A run folder is in use by another process, or holds files another command wrote."""

@@ -127,10 +127,9 @@ def render_html(executed_notebook: str | os.PathLike, html_path: str | os.PathLi
     exporter.exclude_input_prompt = True
     exporter.exclude_output_prompt = True
     body, _ = exporter.from_notebook_node(nb)
-    out = Path(html_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(body)
-    return out
+    from .atomic import atomic_write
+
+    return atomic_write(html_path, body)
 
 
 def repo_path(path: str | os.PathLike) -> Path:

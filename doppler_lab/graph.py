@@ -374,6 +374,24 @@ class DataflowGraph:
         return int(self.edge_src.shape[0])
 
     @cached_property
+    def structure_digest(self) -> str:
+        """``sha256:`` and 16 hex digits identifying the graph a placement fits: the node names
+        in order, their kinds and the set of edges. Costs, flops, sizes, specs, the graph's
+        name and meta are left out, so a recalibrated or renamed graph keeps its placements
+        while one with other nodes, another order or other edges does not."""
+        import hashlib
+        import json
+
+        edges = sorted({(int(u), int(v)) for u, v in zip(self.edge_src, self.edge_dst)})
+        doc = {
+            "names": list(self.names),
+            "kinds": [NODE_KINDS[int(k)] for k in self.kinds],
+            "edges": edges,
+        }
+        text = json.dumps(doc, separators=(",", ":"), ensure_ascii=True)
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @cached_property
     def is_input(self) -> np.ndarray:
         """Boolean mask of input nodes."""
         return _readonly(self.kinds == INPUT)

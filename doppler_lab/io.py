@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .atomic import atomic_write
 from .errors import ClusterError, FormatError, GraphError, PlacementError
 from .graph import INPUT, KIND_CODE, NODE_KINDS, DataflowGraph, cost_graph
 from .hardware import Cluster
@@ -88,10 +89,7 @@ def _read_json(path: str | Path, expected: str) -> dict[str, Any]:
 
 
 def _write_json(path: str | Path, doc: Mapping[str, Any]) -> Path:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(doc, indent=1, allow_nan=False))
-    return p
+    return atomic_write(path, json.dumps(doc, indent=1, allow_nan=False))
 
 
 # -- graphs ------------------------------------------------------------------------------------
@@ -272,11 +270,8 @@ def save_graph(graph: DataflowGraph, path: str | Path) -> Path:
 
 
 def _save_graph_with_tensors(graph: DataflowGraph, path: str | Path) -> Path:
-    """The sidecar first, then the JSON, each through a temporary file and a rename: a failure
-    leaves no half-written file behind."""
-    import os
-    import tempfile
-
+    """The sidecar first, then the JSON, each written atomically (:mod:`doppler_lab.atomic`):
+    a failure leaves no half-written file behind."""
     from .stored import sidecar_path
 
     p = Path(path)
@@ -285,15 +280,7 @@ def _save_graph_with_tensors(graph: DataflowGraph, path: str | Path) -> Path:
     doc["meta"]["tensors"] = sidecar.name
     text = json.dumps(doc, indent=1, allow_nan=False)
     graph.tensors.save(sidecar)
-    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, p)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return p
+    return atomic_write(p, text)
 
 
 def _attach_tensors(graph: DataflowGraph, path: Path) -> DataflowGraph:
@@ -487,6 +474,7 @@ def save_placement(
 
 PLACEMENT_FIELDS = ("format", "version", "device", "priority", "placer", "meta") + (
     "graph",
+    "graph_digest",
     "num_nodes",
     "num_devices",
 )
@@ -516,6 +504,8 @@ def placement_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> Place
             raise fail(f"node {bad[0]} is on device {device[bad[0]]}, expected 0..{d - 1}")
     if "graph" in doc:
         want_str(doc["graph"], "placement graph", fail)
+    if "graph_digest" in doc:
+        want_str(doc["graph_digest"], "placement graph_digest", fail)
     priority = doc.get("priority")
     if priority is not None:
         priority = want_numbers(priority, "placement priority", fail, length=n)
@@ -530,8 +520,42 @@ def placement_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> Place
         raise fail(str(exc)) from None
 
 
-def load_placement(path: str | Path) -> Placement:
-    return placement_from_dict(_read_json(path, "doppler_lab.placement"), str(path))
+def load_placement(path: str | Path, graph: DataflowGraph | None = None) -> Placement:
+    """The placement in ``path``; with ``graph``, refused unless it was saved for that graph.
+
+    A placement saved with its graph carries ``graph_digest``
+    (:attr:`DataflowGraph.structure_digest`: node names in order, kinds, edges): it must equal
+    ``graph``'s. An older file without one is checked by its ``graph`` name, when it has one.
+
+    Raises:
+        FormatError: a malformed file.
+        PlacementError: made for another graph (one line naming both).
+    """
+    doc = _read_json(path, "doppler_lab.placement")
+    placement = placement_from_dict(doc, str(path))
+    if graph is not None:
+        check_placement_graph(doc, graph, str(path))
+    return placement
+
+
+def check_placement_graph(doc: Mapping[str, Any], graph: DataflowGraph, source: str) -> None:
+    """Raise :class:`PlacementError` unless the placement document ``doc`` was made for
+    ``graph`` (see :func:`load_placement`)."""
+    saved, name = doc.get("graph_digest"), doc.get("graph")
+    label = f"{name!r}" if isinstance(name, str) else "another graph"
+    if isinstance(saved, str):
+        if saved != graph.structure_digest:
+            raise PlacementError(
+                f"placement {source} was made for {label} (digest {saved}), not for "
+                f"{graph.name!r} (digest {graph.structure_digest}): its node names or edges "
+                "differ; place this graph anew"
+            )
+    elif isinstance(name, str) and name != graph.name:
+        raise PlacementError(
+            f"placement {source} was made for graph {name!r}, not {graph.name!r} (an older "
+            "file without graph_digest, checked by name: remove its 'graph' field to use it "
+            "anyway)"
+        )
 
 
 def save_trace(trace: Trace, path: str | Path) -> Path:

@@ -1,4 +1,5 @@
-"""JSON helpers: plain Python values from numpy-laden structures, and atomic writes."""
+"""JSON helpers: plain Python values from numpy-laden structures, and atomic writes (through
+:mod:`doppler_lab.atomic`)."""
 
 from __future__ import annotations
 
@@ -33,12 +34,9 @@ def to_jsonable(x: Any) -> Any:
 
 def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 1) -> Path:
     """Write ``obj`` as strict JSON, atomically (a reader never sees half a file)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(to_jsonable(obj), indent=indent, allow_nan=False))
-    os.replace(tmp, p)
-    return p
+    from .atomic import atomic_write
+
+    return atomic_write(path, json.dumps(to_jsonable(obj), indent=indent, allow_nan=False))
 
 
 def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:

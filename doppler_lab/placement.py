@@ -111,6 +111,7 @@ class Placement:
         }
         if graph is not None:
             d["graph"] = graph.name
+            d["graph_digest"] = graph.structure_digest
             d["num_nodes"] = graph.num_nodes
         if num_devices is not None:
             d["num_devices"] = num_devices

@@ -353,7 +353,9 @@ def add_back_link(page: Path, href: str) -> Path:
     m = re.search(r"<body[^>]*>", text)
     if m is not None:
         link = _BACK_LINK.format(href=html.escape(href))
-        page.write_text(text[: m.end()] + link + text[m.end() :], encoding="utf-8")
+        from .atomic import atomic_write
+
+        atomic_write(page, text[: m.end()] + link + text[m.end() :])
     return page
 
 

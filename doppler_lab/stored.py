@@ -15,8 +15,6 @@ imports torch only when it reads or writes a file.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -101,17 +99,11 @@ class StoredTensors:
         """Write both mappings to ``path`` atomically (a temporary file, then a rename)."""
         import torch
 
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
-        os.close(fd)
-        try:
-            torch.save({"inputs": self.inputs, "expected": self.expected}, tmp)
-            os.replace(tmp, p)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        return p
+        from .atomic import atomic_writer
+
+        with atomic_writer(path, "wb") as fh:
+            torch.save({"inputs": self.inputs, "expected": self.expected}, fh)
+        return Path(path)
 
     def __getstate__(self) -> dict[str, Any]:
         # a store backed by a file travels as its path: worker processes load it themselves

@@ -21,7 +21,7 @@ from doppler_lab.datasets import (
     PAPER_REPO,
     install_paper_graphs,
 )
-from doppler_lab.errors import DataError
+from doppler_lab.errors import DataError, WriteError
 from doppler_lab.paths import PAPER_GRAPHS_ENV, paper_graphs_dir, user_paper_graphs_dir
 
 
@@ -131,3 +131,99 @@ def test_from_a_folder_missing_a_file_says_which(paper_source, tmp_path):
     with pytest.raises(DataError, match="chain_mm_112nodes.txt does not exist"):
         install_paper_graphs(tmp_path / "graphs", from_dir=partial)
     assert not (tmp_path / "graphs").exists()
+
+
+# -- a hostile server: too big, too slow; bounded in time, 127.0.0.1 only -----------------------
+class _Hostile(http.server.BaseHTTPRequestHandler):
+    """``/big-announced/...``: a Content-Length over the limit; ``/big/...``: no length, bytes
+    until the client stops; ``/trickle/...``: one byte every 0.2 s (for at most 10 s)."""
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        import time
+
+        mode = self.path.strip("/").split("/")[0]
+        self.send_response(200)
+        if mode == "big-announced":
+            self.send_header("Content-Length", str(10**12))
+        elif mode == "trickle":
+            self.send_header("Content-Length", "1000")
+        self.end_headers()
+        try:
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 10:
+                if mode == "trickle":
+                    self.wfile.write(b"1")
+                    self.wfile.flush()
+                    time.sleep(0.2)
+                else:
+                    self.wfile.write(b"1" * 65536)
+        except OSError:  # the client went away
+            pass
+
+
+@pytest.fixture
+def hostile():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=15)
+
+
+@pytest.mark.parametrize("mode", ["big-announced", "big"])
+def test_a_body_over_the_size_limit_is_refused_while_streaming(hostile, tmp_path, mode):
+    import time
+
+    dest = tmp_path / "graphs"
+    t0 = time.monotonic()
+    with pytest.raises(DataError, match="limit of 1000000 bytes") as info:
+        install_paper_graphs(dest, f"{hostile}/{mode}", max_bytes=1_000_000, deadline_s=20)
+    assert time.monotonic() - t0 < 10
+    assert "\n" not in str(info.value)
+    assert not dest.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no staging folder left
+
+
+def test_a_trickling_server_is_cut_off_at_the_overall_time_limit(hostile, tmp_path, capsys):
+    import time
+
+    dest = tmp_path / "graphs"
+    t0 = time.monotonic()
+    rc = main(
+        ["data", "paper-graphs", "--dest", str(dest), "--base-url", f"{hostile}/trickle"]
+        + ["--time-limit", "1.5"]
+    )
+    took = time.monotonic() - t0
+    assert rc == 2
+    assert took < 6, took  # the per-read timeout (30 s) never fires: bytes keep coming
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "time limit of 1.5 s" in err
+    assert not dest.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no staging folder left
+
+
+def test_a_failed_staging_write_is_one_line_and_leaves_nothing(paper_source, tmp_path, monkeypatch):
+    import errno
+
+    import doppler_lab.datasets as ds
+
+    real_open = open
+
+    def full_open(path, mode="r", *a, **k):
+        if "w" in mode and str(path).startswith(str(tmp_path)):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, mode, *a, **k)
+
+    monkeypatch.setattr(ds, "open", full_open, raising=False)
+    with pytest.raises(WriteError) as info:
+        install_paper_graphs(tmp_path / "graphs", from_dir=paper_source)
+    assert "no space left" in str(info.value) and "\n" not in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..atomic import atomic_write
 from ..codeversion import code_version
 from ..jsonutil import read_json, to_jsonable, write_json
 
@@ -117,7 +118,7 @@ def write_report(
         md += [markdown_table(rows, cols), ""]
     if notes:
         md += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
-    (out / f"{name}.md").write_text("\n".join(md))
+    atomic_write(out / f"{name}.md", "\n".join(md))
     return record
 
 

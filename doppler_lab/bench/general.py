@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from ..atomic import atomic_writer
 from ..deps import require
 from ..errors import ConfigError
 from ..graph import DataflowGraph
@@ -1168,7 +1169,8 @@ def run(
     data.mkdir(parents=True, exist_ok=True)
     write_json(data / "budget_curve.json", {"budget": cfg.budget, "curve": res.curve})
     if res.curve:
-        budget_figure(res.curve).write_html(str(data / "budget_curve.html"), include_plotlyjs="cdn")
+        with atomic_writer(data / "budget_curve.html", "w") as fh:
+            budget_figure(res.curve).write_html(fh, include_plotlyjs="cdn")
     write_json(data / "training_curves.json", {"curves": res.curves})
     summary: dict[str, Any] = {
         "checkpoint": cfg.checkpoint,

@@ -25,7 +25,6 @@ copied to ``<runs_dir>/checkpoints/<placer>/<graph>.pt`` where ``bench quality``
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -34,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ..atomic import atomic_copy, atomic_write
 from ..errors import ConfigError
 from ..paths import BENCH_POLICY_RUNS, REPO_ROOT, bench_checkpoints_dir
 from ..policies.speed import episode_times
@@ -318,7 +318,7 @@ def run_case(
         "checkpoint": str(results[-1].checkpoint),
         "code_version": code_version(),
     }
-    result_path.write_text(json.dumps(out, indent=1))
+    atomic_write(result_path, json.dumps(out, indent=1))
     return out
 
 
@@ -597,7 +597,7 @@ def run(
     out_dir = Path(out_dir)
     root = Path(cfg.runs_dir + ("_quick" if quick else ""))
     root.mkdir(parents=True, exist_ok=True)
-    (root / "bench_config.json").write_text(json.dumps(asdict(cfg), indent=1))
+    atomic_write(root / "bench_config.json", json.dumps(asdict(cfg), indent=1))
     t0 = time.perf_counter()
     cases, notes = _cases(cfg)
     paper = [c for c in cases if c.group == "paper"]
@@ -648,7 +648,7 @@ def run(
     else:
         arch, scale = speed_rows(cfg, speed_case)
         speed = {"code_version": code_version(), "arch": arch, "scale": scale}
-        speed_path.write_text(json.dumps(speed, indent=1))
+        atomic_write(speed_path, json.dumps(speed, indent=1))
     quality = quality_tables(cfg, [c for c in cases if c.group == "paper"], results, cfg.methods)
     workloads = quality_tables(
         cfg, [c for c in cases if c.group == "workload"], results, cfg.workload_methods
@@ -733,9 +733,8 @@ def _export_checkpoints(results: list[dict[str, Any]], root: Path) -> None:
         if r["seed"] != 0 or r["method"] not in ("doppler", "placeto", "gdp"):
             continue
         dest = bench_checkpoints_dir(root) / r["method"] / f"{r['graph']}.pt"
-        dest.parent.mkdir(parents=True, exist_ok=True)
         if Path(r["checkpoint"]).exists():
-            shutil.copyfile(r["checkpoint"], dest)
+            atomic_copy(r["checkpoint"], dest)
 
 
 def _summary(quality, ablation, arch, scale) -> dict[str, Any]:

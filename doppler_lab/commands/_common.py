@@ -171,7 +171,7 @@ def resolve_placement(
 
         if not Path(spec).exists():
             raise PlacementError(f"placement file {spec!r} does not exist")
-        return load_placement(spec).validate(graph, d)
+        return load_placement(spec, graph).validate(graph, d)
     try:
         from ..placers import available_placers, place, placer_options
     except ImportError:

@@ -68,6 +68,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out", required=True, metavar="DIR", help="run folder (resumed if it holds a run)"
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write into --out even if it holds files this command did not write there (a run "
+        "of another command, your own files, a run of an older doppler-lab); a run of this "
+        "command in it still resumes",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 
@@ -92,6 +99,13 @@ def adapt_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..runfolder import run_folder
+
+    with run_folder(args.out, NAME, args.force):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from ..io import save_placement
     from ..jsonutil import write_json
     from ..policies.adapt import adapt
@@ -106,7 +120,6 @@ def run(args: argparse.Namespace) -> int:
     ckpt = resolve_checkpoint(args.checkpoint or GENERAL_CHECKPOINT, "doppler")
     policy, _ = load_policy(ckpt, ("dual", "plc-only"), cluster.num_devices)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with torch_threads(1):
         res = adapt(

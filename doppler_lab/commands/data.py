@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ._common import print_json
+from ..datasets import DOWNLOAD_DEADLINE_S, MAX_DOWNLOAD_BYTES
+from ._common import number_arg, print_json
 
 NAME = "data"
 HELP = "install the paper's released graphs (pinned, sha256-checked) or show where data is found"
@@ -43,6 +44,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "https://raw.githubusercontent.com)",
     )
     gp.add_argument("--force", action="store_true", help="fetch again files already installed")
+    gp.add_argument(
+        "--time-limit",
+        type=number_arg(above=0),
+        default=DOWNLOAD_DEADLINE_S,
+        metavar="S",
+        help=f"seconds all downloads together may take (default {DOWNLOAD_DEADLINE_S:g}); files "
+        f"over {MAX_DOWNLOAD_BYTES // 1024 // 1024} MiB are refused",
+    )
     gp.add_argument("--json", action="store_true", help="print JSON")
     wp = sub.add_parser("where", help="the folders searched for paper graphs and checkpoints")
     wp.add_argument("--json", action="store_true", help="print JSON")
@@ -55,7 +64,9 @@ def _paper_graphs(args: argparse.Namespace) -> int:
     from ..paths import PAPER_GRAPHS_ENV, paper_graph_dirs, user_paper_graphs_dir
 
     dest = Path(args.dest) if args.dest else user_paper_graphs_dir()
-    status = install_paper_graphs(dest, args.base_url, args.from_dir, args.force)
+    status = install_paper_graphs(
+        dest, args.base_url, args.from_dir, args.force, deadline_s=args.time_limit
+    )
     searched = any(d.resolve() == dest.resolve() for d in paper_graph_dirs())
     result: dict[str, Any] = {
         "dest": str(dest),

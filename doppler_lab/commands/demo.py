@@ -29,16 +29,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..demo import run_demo
+    from ..runfolder import run_folder
 
     if not args.scale > 0:
         raise ConfigError(f"--scale must be > 0, got {args.scale}")
-    path = run_demo(
-        args.out,
-        scale=args.scale,
-        seed=args.seed,
-        quick=args.quick,
-        paper_graphs=args.paper_graphs,
-        progress=show_progress(args),
-    )
+    with run_folder(args.out, NAME, mark=False):
+        path = run_demo(
+            args.out,
+            scale=args.scale,
+            seed=args.seed,
+            quick=args.quick,
+            paper_graphs=args.paper_graphs,
+            progress=show_progress(args),
+        )
     print(f"wrote {path}")
     return 0

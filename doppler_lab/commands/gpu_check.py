@@ -72,7 +72,9 @@ def run_gpu_tests(test_dir: str, out: Path, timeout_s: float = 240.0) -> dict[st
         rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-4000:]
     except subprocess.TimeoutExpired as exc:
         rc, tail = -1, f"pytest timed out after {timeout_s:g} s\n{(exc.stdout or '')[-2000:]}"
-    (out / "gpu_tests.log").write_text(tail)
+    from ..atomic import atomic_write
+
+    atomic_write(out / "gpu_tests.log", tail)
     result: dict[str, Any] = {"returncode": rc, "seconds": round(time.perf_counter() - t0, 1)}
     if xml.exists():
         suite = ET.parse(xml).getroot()

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, FormatError
+from ..errors import ConfigError, FormatError, WriteError
 from ..progress import show_progress
 from ..validate import parse_json
 from ._common import (
@@ -172,7 +172,15 @@ def run(args: argparse.Namespace) -> int:
         if key in placement.meta:
             result[key] = placement.meta[key]
     if args.out:
-        save_placement(placement, args.out, graph, cluster.num_devices)
+        try:
+            save_placement(placement, args.out, graph, cluster.num_devices)
+        except WriteError as exc:  # the placement is not lost: stdout gets its document
+            print_json(placement.to_dict(graph, cluster.num_devices))
+            raise WriteError(
+                f"{exc}; the placement document was printed to stdout instead",
+                exc.path,
+                exc.errno,
+            ) from None
         result["out"] = str(args.out)
     if args.gantt:
         from ..viz.gantt import gantt

@@ -98,6 +98,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "8-GPU block, 400 + 3600 episodes, seeds 0-2 reach 0.52 / 0.52 / 0.72 of the Critical "
         "Path's makespan without it and 0.52 each with it; 0: off)",
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write into --out even if it holds files this command did not write there (a run "
+        "of another command, your own files, a run of an older doppler-lab); a run of this "
+        "command in it still resumes",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 
@@ -150,6 +157,13 @@ def device_curriculum(args, configs, pcfg, init, num_devices: int) -> int | None
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..runfolder import run_folder
+
+    with run_folder(args.out, NAME, args.force):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from ..train.pipeline import run_pipeline
 
     graphs = [resolve_graph(g) for g in args.graph]
@@ -175,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
             curriculum,
             progress=show_progress(args),
             allow_device_change=args.allow_device_change,
+            force=args.force,
         )
         if len(configs) > 1
         else None
@@ -192,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
                 init=init,
                 progress=show_progress(args),
                 allow_device_change=args.allow_device_change,
+                force=args.force,
             ).run()
         ]
     summary = {
@@ -207,6 +223,7 @@ def run(args: argparse.Namespace) -> int:
             best = ", ".join(f"{g} {c:.6g}" for g, c in s["best_cost"].items())
             print(f"{s['stage']}: {s['episodes']} episodes, best cost seen {best}")
         print(f"checkpoint: {results[-1].checkpoint}")
-        (out / "train_summary.json").parent.mkdir(parents=True, exist_ok=True)
-        (out / "train_summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        from ..atomic import atomic_write
+
+        atomic_write(out / "train_summary.json", json.dumps(summary, indent=1, default=str))
     return 0

@@ -127,6 +127,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         help="only score checkpoints on the validation pool, no training (repeatable)",
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write into --out even if it holds files this command did not write there (a run "
+        "of another command, your own files, a run of an older doppler-lab); a run of this "
+        "command in it still resumes",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 
@@ -179,6 +186,15 @@ def run(args: argparse.Namespace) -> int:
                     f"{sc['tasks']} validation tasks"
                 )
         return 0
+    from ..runfolder import run_folder
+
+    with run_folder(args.out, NAME, args.force):
+        return _train(args)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from ..train import general as g
+
     init = None
     if args.init:
         from ..policies.pretrained import resolve_checkpoint
@@ -205,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
         args.label_fraction,
         args.paper_cost_share,
         args.layout,
+        force=args.force,
         **changes,
     )
     stages = g.general_stages(

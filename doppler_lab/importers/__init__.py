@@ -72,16 +72,19 @@ def from_exported(
     depth: int | None = None,
     merge: bool = True,
     name: str | None = None,
+    trust: bool | None = None,
 ) -> DataflowGraph:
     """Import a ``torch.export.ExportedProgram``, or the path of one saved by
     ``torch.export.save``; its example inputs become the stored inputs and its outputs on them
-    the expected outputs. Options as in :func:`from_module`."""
+    the expected outputs. Options as in :func:`from_module`. A path is loaded only when trusted
+    (``trust``, else ``--trust-pt2`` / ``$DOPPLER_LAB_TRUST_PT2``; see
+    :mod:`doppler_lab.trust`): loading a ``.pt2`` can run code stored in it."""
     from .export import import_exported
 
     if isinstance(ep, str | Path):
         from .export import load_exported
 
-        ep = load_exported(ep)
+        ep = load_exported(ep, trust)
     return import_exported(ep, granularity, depth, merge, name)
 
 

@@ -3,6 +3,7 @@ constants, group ops into nodes, count flops, build the graph with its stored te
 
 from __future__ import annotations
 
+import logging
 import math
 import operator
 import warnings
@@ -102,12 +103,23 @@ def import_module(
     )
 
 
-def load_exported(path: str | Path) -> Any:
-    """An ``ExportedProgram`` saved by ``torch.export.save``."""
+def load_exported(path: str | Path, trust: bool | None = None) -> Any:
+    """An ``ExportedProgram`` saved by ``torch.export.save``; refused unless the file is
+    trusted (``trust``, else :func:`doppler_lab.trust.pt2_trusted`): loading one can run code
+    stored in it."""
+    from ..trust import check_pt2_trusted
+
+    check_pt2_trusted(path, trust)
+    export_log = logging.getLogger("torch.export")
+    was = export_log.disabled
+    export_log.disabled = True  # torch logs a multi-line traceback before raising
     try:
-        return torch.export.load(str(path))
+        with _quiet_torch():
+            return torch.export.load(str(path))
     except Exception as exc:  # noqa: BLE001 - not a zip, another torch's format
         raise ImportModelError(f"{path}: not a saved ExportedProgram: {_first_line(exc)}") from None
+    finally:
+        export_log.disabled = was
 
 
 def import_exported(

@@ -217,6 +217,7 @@ class AdaptResult:
             "format": ADAPTER_FORMAT,
             "bias": self.bias,
             "graph": graph.name,
+            "graph_digest": graph.structure_digest,
             "nodes": int(self.bias.shape[0]),
             "devices": int(cluster.num_devices),
             "checkpoint": str(checkpoint),
@@ -253,6 +254,12 @@ def load_adapter(
         raise ConfigError(
             f"adapter {path}: trained on {doc['graph']!r} ({doc['nodes']} compute nodes), "
             f"expected the graph it is used on, {graph.name!r} ({n})"
+        )
+    saved = doc.get("graph_digest")  # absent in tables saved before it was recorded
+    if saved is not None and saved != graph.structure_digest:
+        raise ConfigError(
+            f"adapter {path}: trained on {doc['graph']!r} (digest {saved}), not on this "
+            f"{graph.name!r} (digest {graph.structure_digest}): its node names or edges differ"
         )
     if num_devices is not None and doc["devices"] != num_devices:
         raise ConfigError(

@@ -15,7 +15,6 @@ and re-initialises their device-sized layers.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -78,15 +77,15 @@ def policy_header(policy: PlacementPolicy) -> dict[str, Any]:
     }
 
 
-def save_atomic(doc: Any, path: str | Path) -> Path:
+def save_atomic(doc: Any, path: str | Path, keep_previous: str | Path | None = None) -> Path:
     """``torch.save`` of ``doc`` to ``path`` through a temporary file beside it (a reader never
-    sees half a file; an interrupted write leaves the old one); the folder is made."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    torch.save(doc, tmp)
-    os.replace(tmp, p)
-    return p
+    sees half a file; an interrupted write leaves the old one); the folder is made.
+    ``keep_previous``: where the old ``path`` goes (:func:`doppler_lab.atomic.atomic_writer`)."""
+    from ..atomic import atomic_writer
+
+    with atomic_writer(path, "wb", keep_previous=keep_previous) as fh:
+        torch.save(doc, fh)
+    return Path(path)
 
 
 def save_checkpoint(
@@ -94,8 +93,10 @@ def save_checkpoint(
     policy: PlacementPolicy,
     meta: dict[str, Any] | None = None,
     train: dict[str, Any] | None = None,
+    keep_previous: str | Path | None = None,
 ) -> Path:
-    """Write ``policy`` (and optional resume state) to ``path`` atomically."""
+    """Write ``policy`` (and optional resume state) to ``path`` atomically (the old file to
+    ``keep_previous`` when given)."""
     doc = {
         "format": CHECKPOINT_FORMAT,
         "version": CHECKPOINT_VERSION,
@@ -105,7 +106,7 @@ def save_checkpoint(
     }
     if train is not None:
         doc["train"] = train
-    return save_atomic(doc, path)
+    return save_atomic(doc, path, keep_previous)
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:

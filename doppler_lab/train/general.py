@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ..atomic import atomic_copy, atomic_write
 from ..deps import require
 from ..errors import ConfigError
 from ..graph import DataflowGraph
@@ -633,7 +633,10 @@ def search_anchors(
             dev = settle_anchor(sim, dev, greedy.device, g.compute_nodes)
         out.append(dev)
     if cache is not None:
-        np.savez(cache, **{f"t{i}": d for i, d in enumerate(out)})
+        from ..atomic import atomic_writer
+
+        with atomic_writer(cache, "wb") as fh:
+            np.savez(fh, **{f"t{i}": d for i, d in enumerate(out)})
     return out
 
 
@@ -653,6 +656,7 @@ def train_general(
     label_fraction: float = GENERAL_LABEL_FRACTION,
     paper_cost_share: float = GENERAL_PAPER_COST_SHARE,
     layout: str = GENERAL_LAYOUT,
+    force: bool = False,
     **sim_changes: Any,
 ):
     """Train (or resume) the general policy in ``out_dir``; returns each stage's result.
@@ -666,7 +670,8 @@ def train_general(
     widened first (:func:`~doppler_lab.policies.checkpoint.widen_checkpoint`, saved in
     ``out_dir``). ``timing``, ``layout``: the episode state's timing model and the feature layout
     of a fresh policy (:func:`general_policy_config`). ``paper_cost_share``: see
-    :func:`sample_task`.
+    :func:`sample_task`. ``force``: a stage whose checkpoints cannot be read starts again
+    (:class:`~doppler_lab.train.loop.Trainer`).
     """
     import torch
 
@@ -689,7 +694,7 @@ def train_general(
     seeds = np.random.SeedSequence([seed, 0xC057]).spawn(len(pool))
     costs = [SimulatorCost(g, c, t.semantics, 0.0, s) for (g, c), t, s in zip(built, pool, seeds)]
     out.mkdir(parents=True, exist_ok=True)
-    (out / "tasks.json").write_text(json.dumps([t.to_dict() for t in pool], indent=1))
+    atomic_write(out / "tasks.json", json.dumps([t.to_dict() for t in pool], indent=1))
     stages = general_stages(
         imitation_episodes,
         sim_episodes,
@@ -731,6 +736,7 @@ def train_general(
             progress=progress,
             anchors=anchors,
             semantics=[t.semantics for t in pool],
+            force=force,
         )
         results.append(trainer.run())
         previous = results[-1].checkpoint
@@ -763,7 +769,7 @@ def ship_general(
     dest = Path(dest)
     target = dest / f"{name}.pt"
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(results[-1].checkpoint, target)
+    atomic_copy(results[-1].checkpoint, target)
     index_path = dest / "index.json"
     index = json.loads(index_path.read_text()) if index_path.exists() else {"checkpoints": {}}
     index.setdefault("checkpoints", {})[name] = {
@@ -775,7 +781,7 @@ def ship_general(
         **record,
         "size_bytes": target.stat().st_size,
     }
-    index_path.write_text(json.dumps(index, indent=1) + "\n")
+    atomic_write(index_path, json.dumps(index, indent=1) + "\n")
     from .shipped import write_readme
 
     write_readme(dest)

@@ -14,10 +14,12 @@ temperature): trained at temperature 1 but sampled hotter, the policy gradient a
 self-imitation pull the policy towards its own flatter samples every update.
 
 A run directory holds ``config.json`` (the frozen configs), ``metrics.csv``,
-``checkpoints/last.pt`` (weights, optimisers, schedules, every RNG state, counters) and, at the
-end, ``policy.pt`` and ``summary.json``. Restarting a run in the same directory resumes from
-the last checkpoint: the metrics rows after it are dropped and recomputed, so an interrupted run
-ends with the same rows and weights as an uninterrupted one.
+``checkpoints/last.pt`` (weights, optimisers, schedules, every RNG state, counters; the one
+before it stays as ``checkpoints/last.prev.pt``) and, at the end, ``policy.pt`` and
+``summary.json``. Restarting a run in the same directory resumes from the last checkpoint (from
+the one before, with a note, when ``last.pt`` cannot be read): the metrics rows after it are
+dropped and recomputed, so an interrupted run ends with the same rows and weights as an
+uninterrupted one.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..atomic import atomic_write
 from ..errors import CheckpointError, ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
@@ -44,7 +47,9 @@ from ..policies.config import PolicyConfig
 from ..policies.context import GraphContext
 from ..policies.rollout import GREEDY, ActionMode, run_episodes
 from ..policies.tensors import as_tensor, flush_denormal
+from ..progress import note
 from ..sim import SEMANTICS, Simulator
+from ..validate import one_line
 from .config import TrainConfig
 from .costs import CostFunction, SimulatorCost, evaluate_costs, make_executor_cost
 from .metrics import MetricsLog
@@ -70,6 +75,10 @@ METRICS: tuple[str, ...] = (
 )
 
 Callback = Callable[["Trainer", dict[str, Any]], None]
+#: the resume checkpoint in ``<run>/checkpoints/`` and the one before it (kept: a corrupt
+#: ``last.pt`` falls back to it)
+LAST_CHECKPOINT = "last.pt"
+PREV_CHECKPOINT = "last.prev.pt"
 
 
 def metric_columns(stage: str) -> list[str]:
@@ -265,6 +274,8 @@ class Trainer:
         semantics: each graph's simulator semantics (default: the stage's ``semantics`` for
             all): the default cost functions judge under it, and a ``task``-timed policy's
             episode state uses its timing model.
+        force: start the stage afresh when neither ``checkpoints/last.pt`` nor
+            ``checkpoints/last.prev.pt`` can be read (instead of failing).
     """
 
     def __init__(
@@ -281,6 +292,7 @@ class Trainer:
         allow_device_change: bool = False,
         anchors: Sequence[np.ndarray | None] | None = None,
         semantics: Sequence[str] | None = None,
+        force: bool = False,
     ):
         if not graphs:
             raise ConfigError("training needs at least one graph")
@@ -305,10 +317,10 @@ class Trainer:
         self.progress = progress
         self.init = str(init) if init is not None else None
         d = cluster.num_devices
-        resume = self.out_dir is not None and (self.out_dir / "checkpoints" / "last.pt").exists()
-        if resume:
-            assert self.out_dir is not None
-            self.policy, doc = load_policy(self.out_dir / "checkpoints" / "last.pt", num_devices=d)
+        found = self._resume_point(d, force) if self.out_dir is not None else None
+        resume = found is not None
+        if found is not None:
+            self.policy, doc = found
             self._resume_doc: dict[str, Any] | None = doc
         else:
             self._resume_doc = None
@@ -388,6 +400,39 @@ class Trainer:
         self.rows: list[dict[str, Any]] = list(self.log.rows) if self.log else []
 
     # -- setup -----------------------------------------------------------------------------
+    def _resume_point(
+        self, num_devices: int, force: bool
+    ) -> tuple[PlacementPolicy, dict[str, Any]] | None:
+        """The policy and checkpoint to resume from: ``last.pt``, else (unreadable) the one
+        before it, ``last.prev.pt``, with a note saying so; None for a fresh run."""
+        assert self.out_dir is not None
+        last, prev = (self.out_dir / "checkpoints" / n for n in (LAST_CHECKPOINT, PREV_CHECKPOINT))
+        bad: list[tuple[Path, str]] = []
+        for path in (last, prev):
+            if not path.exists():
+                continue
+            try:
+                policy, doc = load_policy(path, num_devices=num_devices)
+                if doc.get("train") is None:
+                    raise CheckpointError(f"checkpoint {str(path)!r} has no training state")
+            except CheckpointError as exc:
+                bad.append((path, one_line(exc)))
+                continue
+            if bad:
+                note(f"note: {bad[0][0]} cannot be read ({bad[0][1]}); resuming from {path}")
+            return policy, doc
+        if not bad:
+            return None
+        if force:
+            note(f"note: no checkpoint of {self.out_dir} can be read; starting the stage again")
+            return None
+        why = "; ".join(f"{p.name}: {m}" for p, m in bad)
+        raise CheckpointError(
+            f"run folder {str(self.out_dir)!r} cannot resume: no checkpoint reads ({why}); "
+            "start the run again with --force (force=True), or start from a checkpoint you "
+            "trust with --init FILE"
+        )
+
     def _set_anchors(self, anchors: Sequence[np.ndarray | None]) -> None:
         if len(anchors) != len(self.graphs):
             raise ConfigError(f"{len(anchors)} anchor placements for {len(self.graphs)} graphs")
@@ -435,8 +480,7 @@ class Trainer:
                         f"configuration ({what}); resume it unchanged or use a new --out"
                     )
             return
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.header, indent=1))
+        atomic_write(path, json.dumps(self.header, indent=1))
 
     def _train_state(self) -> dict[str, Any]:
         return {
@@ -478,8 +522,14 @@ class Trainer:
             s.load_state_dict(state["schedulers"][k])
         return int(state["rows"])
 
-    def save(self, path: str | Path, with_train_state: bool = True) -> Path:
-        """Write a checkpoint (with the resume state unless ``with_train_state`` is False)."""
+    def save(
+        self,
+        path: str | Path,
+        with_train_state: bool = True,
+        keep_previous: str | Path | None = None,
+    ) -> Path:
+        """Write a checkpoint (with the resume state unless ``with_train_state`` is False; the
+        old file moves to ``keep_previous`` when given)."""
         meta = {
             "stage": self.config.stage,
             "graphs": self.header["graphs"],
@@ -492,7 +542,11 @@ class Trainer:
             "final": self.rows[-1] if self.rows else {},
         }
         return save_checkpoint(
-            path, self.policy, meta, self._train_state() if with_train_state else None
+            path,
+            self.policy,
+            meta,
+            self._train_state() if with_train_state else None,
+            keep_previous,
         )
 
     # -- the loop --------------------------------------------------------------------------
@@ -730,7 +784,8 @@ class Trainer:
                     (self.update % c.checkpoint_every == 0 and not grads_pending(self.update, c))
                     or self.update == c.updates
                 ):
-                    self.save(self.out_dir / "checkpoints" / "last.pt")
+                    ckpts = self.out_dir / "checkpoints"
+                    self.save(ckpts / LAST_CHECKPOINT, keep_previous=ckpts / PREV_CHECKPOINT)
                 bar.update(k)
                 bar.set_postfix(cost=f"{costs.mean():.4g}", best=f"{self.best[gi]:.4g}")
                 for cb in self.callbacks:
@@ -753,7 +808,7 @@ class Trainer:
         if self.out_dir is not None:
             ckpt = self.save(self.out_dir / "policy.pt", with_train_state=False)
             summary["checkpoint"] = str(ckpt)
-            (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+            atomic_write(self.out_dir / "summary.json", json.dumps(summary, indent=1, default=str))
         return TrainResult(self.policy, self.rows, self.out_dir, ckpt, summary)
 
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..atomic import atomic_writer, write_error
 from ..errors import CheckpointError
 
 
@@ -63,8 +64,7 @@ class MetricsLog:
                     f"was written after {keep_rows}"
                 )
             self.rows = old[:keep_rows]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("w", newline="") as fh:
+        with atomic_writer(self.path, "w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(self.columns)
             for r in self.rows:
@@ -75,8 +75,11 @@ class MetricsLog:
         if bad:
             raise KeyError(f"metric {bad[0]!r} is not a column of {str(self.path)!r}")
         self.rows.append(dict(row))
-        with self.path.open("a", newline="") as fh:
-            csv.writer(fh).writerow([_cell(row.get(c)) for c in self.columns])
+        try:  # appended (a resumed run drops the rows after its checkpoint and rewrites the file)
+            with self.path.open("a", newline="") as fh:
+                csv.writer(fh).writerow([_cell(row.get(c)) for c in self.columns])
+        except OSError as exc:
+            raise write_error(self.path, exc, "cannot append to", "") from None
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:

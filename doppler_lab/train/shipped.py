@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..atomic import atomic_copy, atomic_write
 from ..codeversion import versioned_key
 from ..policies.config import PLACED_NORMS, PolicyConfig
 
@@ -88,8 +88,7 @@ def train_shipped(
     sim = Simulator(graph, cluster, SHIPPED_SEMANTICS)  # type: ignore[arg-type]
     cp = float(np.mean([sim.makespan(place("cp", graph, cluster, seed=s)) for s in range(5)]))
     out = Path(dest) / "doppler" / f"{name}.pt"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(results[-1].checkpoint, out)  # type: ignore[arg-type]
+    atomic_copy(results[-1].checkpoint, out)  # type: ignore[arg-type]
     return {
         "command": f"python -m doppler_lab.train.shipped --name {name} --seed {seed}"
         + (f" --placed-norm {placed_norm}" if placed_norm != DEFAULT_PLACED_NORM else ""),
@@ -211,7 +210,7 @@ def write_readme(dest: str | Path) -> Path:
         ]
     lines.append("")
     path = dest / "README.md"
-    path.write_text("\n".join(lines))
+    atomic_write(path, "\n".join(lines))
     return path
 
 
@@ -234,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.name or SHIPPED_WORKLOADS:
         rec = train_shipped(name, dest, args.work_dir, args.seed, placed_norm=args.placed_norm)
         index["checkpoints"][f"doppler/{name}"] = rec
-        index_path.write_text(json.dumps(index, indent=1))
+        atomic_write(index_path, json.dumps(index, indent=1))
         print(f"doppler/{name}: {rec['final']}", file=sys.stderr)
     write_readme(dest)
     return 0

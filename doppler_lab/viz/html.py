@@ -335,10 +335,9 @@ class HtmlReport:
 
     def write(self, path: str | Path) -> Path:
         """Write the page to ``path`` (parent folders are created); returns the path."""
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(self.to_html(), encoding="utf-8")
-        return p
+        from ..atomic import atomic_write
+
+        return atomic_write(path, self.to_html())
 
 
 def _plain(value: Any) -> Any:

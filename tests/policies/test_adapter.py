@@ -238,3 +238,20 @@ def test_a_table_is_refused_on_another_network_or_device_count(policy, small_gra
     assert other.node_bias is None
     with pytest.raises(ConfigError, match="no such file"):
         load_adapter(tmp_path / "none.pt", policy, small_graph)
+
+
+def test_a_table_is_refused_on_another_graph_of_the_same_name_and_size(
+    policy, small_graph, cluster4, tmp_path
+):
+    import dataclasses
+
+    cfg = AdaptConfig(episodes=30, batch=8, samples=4, partitions=2)
+    out = adapt(policy, small_graph, cluster4, "paper", cfg, seed=1)
+    path = out.save(tmp_path / "a.pt", small_graph, cluster4, "test")
+    names = list(small_graph.names)
+    names[-1] = "elsewhere"
+    twin = dataclasses.replace(small_graph, names=tuple(names))
+    with pytest.raises(ConfigError, match="its node names or edges differ"):
+        load_adapter(path, policy, twin)
+    load_adapter(path, policy, small_graph)
+    policy.set_node_bias(None)

@@ -183,7 +183,9 @@ def _timed_run(trainer: Any, run_dir: Path) -> tuple[Any, float]:
     res = trainer.run()
     wall = json.loads(path.read_text()) if cached else time.perf_counter() - t0
     if not cached:
-        path.write_text(json.dumps(wall))
+        from ...atomic import atomic_write
+
+        atomic_write(path, json.dumps(wall))
     return res, float(wall)
 
 

@@ -1,0 +1,234 @@
+"""Atomic writes (:mod:`doppler_lab.atomic`): a failed write leaves the old file and says, in one
+line, which file and why; links are replaced, never written through; every writer uses it."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from doppler_lab import atomic
+from doppler_lab.atomic import atomic_write, atomic_writer
+from doppler_lab.cli import main
+from doppler_lab.errors import DopplerLabError, WriteError
+from doppler_lab.hardware import make_cluster
+from doppler_lab.io import save_cluster, save_graph, save_placement, save_trace
+from doppler_lab.jsonutil import write_json
+from doppler_lab.placement import Placement
+from doppler_lab.workloads import build_from_spec
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _fail_replace(code: int):
+    def replace(src, dst, *a, **k):
+        raise OSError(code, os.strerror(code), str(dst))
+
+    return replace
+
+
+def _tmp_left(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_write_replaces_and_keeps_no_temporary(tmp_path):
+    p = tmp_path / "sub" / "a.json"
+    atomic_write(p, "one")
+    atomic_write(p, b"two")
+    assert p.read_text() == "two"
+    assert _tmp_left(p.parent) == []
+
+
+def test_new_file_mode_follows_the_umask_and_a_replaced_file_keeps_its_mode(tmp_path):
+    p = tmp_path / "a.txt"
+    atomic_write(p, "x")
+    assert p.stat().st_mode & 0o777 == 0o666 & ~atomic._UMASK
+    p.chmod(0o640)
+    atomic_write(p, "y")
+    assert p.stat().st_mode & 0o777 == 0o640
+
+
+@pytest.mark.parametrize(
+    "code, words",
+    [
+        (errno.ENOSPC, "no space left on device"),
+        (errno.EROFS, "read-only file system"),
+        (errno.EACCES, "permission denied"),
+    ],
+)
+def test_failed_replace_keeps_the_old_file_and_says_why_in_one_line(
+    tmp_path, monkeypatch, code, words
+):
+    p = tmp_path / "out.json"
+    p.write_text("old")
+    monkeypatch.setattr(atomic.os, "replace", _fail_replace(code))
+    with pytest.raises(WriteError) as info:
+        write_json(p, {"new": 1})
+    msg = str(info.value)
+    assert "\n" not in msg and str(p) in msg and words in msg.lower()
+    assert errno.errorcode[code] in msg
+    assert info.value.errno == code and isinstance(info.value, OSError | DopplerLabError)
+    assert p.read_text() == "old"
+    assert _tmp_left(tmp_path) == []
+
+
+def test_failed_write_midway_keeps_the_old_file(tmp_path, monkeypatch):
+    p = tmp_path / "ckpt.bin"
+    p.write_bytes(b"old")
+
+    class Full:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(WriteError, match="no space left"):
+        with atomic_writer(p) as fh:
+            Full(fh).write(b"new")
+    assert p.read_bytes() == b"old"
+    assert _tmp_left(tmp_path) == []
+
+
+def test_read_only_folder_cannot_make_the_temporary(tmp_path, monkeypatch):
+    def mkstemp(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(atomic.tempfile, "mkstemp", mkstemp)
+    with pytest.raises(WriteError, match="read-only file system"):
+        atomic_write(tmp_path / "x.json", "{}")
+
+
+def test_an_error_of_the_caller_leaves_the_old_file(tmp_path):
+    p = tmp_path / "a.txt"
+    p.write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_writer(p, "w") as fh:
+            fh.write("half")
+            raise RuntimeError("boom")
+    assert p.read_text() == "old"
+    assert _tmp_left(tmp_path) == []
+
+
+def test_a_link_is_replaced_never_written_through(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    link = tmp_path / "out.json"
+    link.symlink_to(victim)
+    atomic_write(link, "{}")
+    assert victim.read_text() == "precious"
+    assert not link.is_symlink() and link.read_text() == "{}"
+
+
+def test_a_folder_as_target_is_one_line(tmp_path):
+    with pytest.raises(WriteError, match="it is a folder"):
+        atomic_write(tmp_path, "x")
+
+
+def test_every_file_writer_goes_through_atomic(tmp_path, monkeypatch):
+    """The package's save functions, with a failing rename, all leave the old file."""
+    g = build_from_spec("chainmm")
+    c = make_cluster("p100x4")
+    pl = Placement(np.zeros(g.num_nodes, dtype=np.int64))
+    from doppler_lab.sim import simulate
+
+    trace = simulate(g, c, pl)
+    writers = {
+        "graph.json": lambda p: save_graph(g, p),
+        "cluster.json": lambda p: save_cluster(c, p),
+        "placement.json": lambda p: save_placement(pl, p, g, 4),
+        "trace.json": lambda p: save_trace(trace, p),
+    }
+    for name in writers:
+        (tmp_path / name).write_text("old")
+    monkeypatch.setattr(atomic.os, "replace", _fail_replace(errno.ENOSPC))
+    for name, write in writers.items():
+        with pytest.raises(WriteError, match=name):
+            write(tmp_path / name)
+        assert (tmp_path / name).read_text() == "old"
+
+
+def test_the_checkpoint_writer_is_atomic(tmp_path, monkeypatch):
+    from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
+    from doppler_lab.policies.config import PolicyConfig
+
+    policy = make_policy(PolicyConfig(), 2)
+    p = tmp_path / "last.pt"
+    p.write_bytes(b"old")
+    monkeypatch.setattr(atomic.os, "replace", _fail_replace(errno.EROFS))
+    with pytest.raises(WriteError, match="last.pt: read-only"):
+        save_checkpoint(p, policy)
+    assert p.read_bytes() == b"old"
+
+
+def test_no_writer_bypasses_atomic():
+    """A grep guard: no module writes a file directly (journals that append are listed)."""
+    allowed_appends = {"train/metrics.py", "bench/search_probe.py"}
+    bad = []
+    for path in (REPO / "doppler_lab").rglob("*.py"):
+        rel = path.relative_to(REPO / "doppler_lab").as_posix()
+        if rel == "atomic.py":
+            continue
+        text = path.read_text()
+        for needle in (".write_text(", ".write_bytes(", "shutil.copyfile(", "os.replace("):
+            if needle in text:
+                bad.append(f"{rel}: {needle}")
+        if '.open("a"' in text and rel not in allowed_appends:
+            bad.append(f"{rel}: append")
+    assert bad == []
+
+
+def test_cli_turns_a_failed_write_into_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "chain.json"
+    out.write_text("old")
+    monkeypatch.setattr(atomic.os, "replace", _fail_replace(errno.ENOSPC))
+    assert main(["workloads", "build", "chainmm", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(out) in err and "no space left" in err
+    assert out.read_text() == "old"
+
+
+def test_place_out_failure_keeps_the_placement_on_stdout(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "p.json"
+    monkeypatch.setattr(atomic.os, "replace", _fail_replace(errno.ENOSPC))
+    code = main(["place", "chainmm", "--placer", "round-robin", "--out", str(out), "--no-progress"])
+    assert code == 2
+    cap = capsys.readouterr()
+    assert cap.err.strip().count("\n") == 0 and "printed to stdout" in cap.err
+    doc = json.loads(cap.out.strip().splitlines()[-1])
+    assert doc["format"] == "doppler_lab.placement" and len(doc["device"]) > 0
+    assert not out.exists()
+
+
+def test_broken_pipe_in_a_command_ends_quietly(monkeypatch, capsys):
+    from doppler_lab.commands import workloads
+
+    def run(args):
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    monkeypatch.setattr(workloads, "run", run)
+    assert main(["workloads", "list"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_broken_pipe_of_a_real_reader_ends_quietly():
+    """``doppler-lab workloads list --json | head -c 0``: the reader is gone before the first
+    write; no traceback, exit code 0."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "doppler_lab.cli", "workloads", "list", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=REPO,
+    )
+    proc.stdout.close()  # the reader goes away at once
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
