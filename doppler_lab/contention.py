@@ -18,7 +18,9 @@ both, by a fixed point over its timeline:
 4. copies wait for the host's polls and share the GPU: the links' latency grows with the mean
    number of other busy devices on the host, their bandwidth shrinks with the mean load of the
    busiest GPU;
-5. simulate again with those times; repeat (damped) a few passes.
+5. simulate again with those times; repeat (damped) a few passes;
+6. the result is at least the busiest shared GPU's serial time (:func:`serial_bound`): its
+   kernels (times ``alpha``), launches and copies one after another.
 
 ``kernel`` is an op's device time alone (the calibrated op time less the dispatch gap) and
 ``host`` the host's time per launch (the calibrated dispatch gap) times the op's launches (the
@@ -272,7 +274,48 @@ def contended_makespan(
         for cached in ("mean_compute",):
             cm.__dict__.pop(cached, None)
         trace = Simulator(graph, cluster, "wc", cost_model=cm).run(pl)
-    return float(trace.makespan)
+    return max(
+        float(trace.makespan), serial_bound(graph, cost_model, dev, sharing, kernel, launches)
+    )
+
+
+def serial_bound(
+    graph: DataflowGraph,
+    cost_model: CostModel,
+    dev: np.ndarray,
+    sharing: Sharing,
+    kernel: np.ndarray,
+    launches: np.ndarray,
+) -> float:
+    """The busiest shared GPU's serial time (seconds): the kernels of all its logical devices,
+    each scaled by the share of the GPU it fills (``alpha``), their launches, and every copy into
+    or out of it (one per producer and receiving device, at its link's latency and bandwidth:
+    the round trip of the host's polls that the GPU waits through). 0 without shared GPUs.
+
+    Where kernels fill the GPU (``alpha`` = 1), its logical devices take turns: the fixed point's
+    averaged loads under-count the copies' round trips, which this sum does not."""
+    if not sharing.shared:
+        return 0.0
+    gpu_of = np.asarray(sharing.gpu_of)
+    ops = graph.compute_nodes
+    alpha = np.minimum(1.0, kernel[ops] / sharing.fill_s)
+    per_op = kernel[ops] * alpha + sharing.host_s * launches[ops]
+    busy = np.bincount(gpu_of[dev[ops]], weights=per_op, minlength=int(gpu_of.max()) + 1)
+    unit = graph.time_scale
+    src, dst = graph.edge_src, graph.edge_dst
+    seen: set[tuple[int, int]] = set()
+    for e in np.flatnonzero(~graph.is_input[src] & (dev[src] != dev[dst])):
+        u, b = int(src[e]), int(dev[dst[e]])
+        if (u, b) in seen:
+            continue
+        seen.add((u, b))
+        a = int(dev[u])
+        t = cost_model.transfer_time(int(e), a, b) * unit
+        busy[gpu_of[a]] += t
+        if gpu_of[b] != gpu_of[a]:
+            busy[gpu_of[b]] += t
+    shared = [g for g in np.unique(gpu_of) if (gpu_of == g).sum() > 1]
+    return float(max(busy[shared])) if shared else 0.0
 
 
 __all__ = [
@@ -281,4 +324,5 @@ __all__ = [
     "contended_makespan",
     "contended_times",
     "launches_per_op",
+    "serial_bound",
 ]
