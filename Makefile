@@ -10,6 +10,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	-git config filter.doppler-nbclean.clean "$(abspath $(BIN))/python -m doppler_lab.nbclean"
+	-git config filter.doppler-nbclean.smudge cat
 	touch $(STAMP)
 
 venv: $(STAMP)
