@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import threading
 import time
@@ -148,6 +149,22 @@ def format_seconds(seconds: float) -> str:
         m = s / 60
         return f"{m:.1f} min" if m < 10 else f"{m:.0f} min"
     return f"{s / 3600:.1f} h"
+
+
+def format_time(value: float, in_seconds: bool = True) -> str:
+    """A makespan or duration with its unit, 4 significant figures: ``523.6 us``, ``1.234 ms``,
+    ``2.5 s``; a graph's own cost units (``in_seconds=False``: the paper's cost files) as
+    ``1234 units``."""
+    v = float(value)
+    if not in_seconds:
+        return f"{v:.6g} units"
+    if not math.isfinite(v):
+        return f"{v} s"
+    a = abs(v)
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")):
+        if a >= scale or unit == "ns":
+            return f"{v / scale:.4g} {unit}"
+    return f"{v:.4g} s"  # pragma: no cover
 
 
 def add_progress_argument(parser: argparse.ArgumentParser) -> None:

@@ -162,3 +162,31 @@ def test_scale_within_picks_the_largest_round_scale_that_fits():
 )
 def test_with_scale(spec, scale, expected):
     assert with_scale(spec, scale) == expected
+
+
+def test_format_time_picks_a_unit_per_value():
+    from doppler_lab.progress import format_time
+
+    assert format_time(5.2357e-4) == "523.6 us"
+    assert format_time(0.0012345) == "1.234 ms"
+    assert format_time(2.5) == "2.5 s"
+    assert format_time(3e-9) == "3 ns"
+    assert format_time(1700.12, in_seconds=False) == "1700.12 units"
+
+
+def test_the_exact_placer_line_says_what_its_gap_is_against():
+    from doppler_lab.commands.place import exact_line
+
+    line = exact_line(
+        {
+            "optimal": False,
+            "status": "FEASIBLE",
+            "bound": 1e-4,
+            "gap": 0.2,
+            "schedule_makespan": 1.25e-4,
+        },
+        "wc",
+    )
+    assert "not proven optimal" in line and "delay model" in line
+    assert "schedule 125 us, proven bound 100 us, gap 20.000% between the two" in line
+    assert "the wc simulator's" in line

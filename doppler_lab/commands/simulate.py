@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError
-from ..progress import show_progress
+from ..progress import format_time, show_progress
 from ..sim import Simulator
 from ._common import (
     add_cluster_arguments,
@@ -97,8 +97,11 @@ def run(args: argparse.Namespace) -> int:
             f"{graph.name}: {graph.num_nodes} nodes on {cluster.name} ({cluster.num_devices} devices), "
             f"{semantics} semantics, placement {args.placement}"
         )
-        print(f"  makespan     {trace.makespan:.6g}")
-        print(f"  lower bound  {lb:.6g}  (ratio {result['ratio_to_lower_bound']:.3f})")
+        secs = graph.compute_cost is None  # explicit costs are in the file's own units
+        print(f"  makespan     {format_time(trace.makespan, secs)}")
+        print(
+            f"  lower bound  {format_time(lb, secs)}  (ratio {result['ratio_to_lower_bound']:.3f})"
+        )
         print(f"  transfers    {trace.num_transfers}")
         print(f"  utilisation  {' '.join(f'{u:.0%}' for u in result['utilisation'])}")
         if args.gantt:

@@ -349,8 +349,27 @@ def _panel(
     return _Panel(traces, lanes, span)
 
 
-def _title(trace: Trace) -> str:
-    return f"{trace.graph_name} ({trace.semantics}): makespan {trace.makespan:.6g}"
+def _title(trace: Trace, time_unit: str | None = None) -> str:
+    from ..progress import format_time
+
+    span = format_time(trace.makespan, in_seconds=time_unit == "s")
+    if time_unit not in ("s", None, "cost units"):
+        span = f"{trace.makespan:.6g} {time_unit}"
+    elif time_unit is None:
+        span = f"{trace.makespan:.6g}"
+    return f"{trace.graph_name} ({trace.semantics}): makespan {span}"
+
+
+def resolve_time_unit(
+    trace: Trace, graph: DataflowGraph | None, time_unit: str | None
+) -> str | None:
+    """``"auto"``: seconds for measured traces and graphs costed by the cost model, ``cost
+    units`` for graphs with explicit costs (the paper's files); else ``time_unit`` as given."""
+    if time_unit != "auto":
+        return time_unit
+    if trace.semantics == "measured" or (graph is not None and graph.compute_cost is None):
+        return "s"
+    return "cost units" if graph is not None else None
 
 
 def _axis_title(time_unit: str | None) -> str:
@@ -365,7 +384,7 @@ def gantt(
     highlight_critical: bool = True,
     color_by: ColorBy = "kind",
     max_ops: int = DEFAULT_MAX_OPS,
-    time_unit: str | None = None,
+    time_unit: str | None = "auto",
 ) -> go.Figure:
     """A Gantt chart of one execution.
 
@@ -379,14 +398,16 @@ def gantt(
             node ids; a transfer takes its producer's colour).
         max_ops: most bars per record type; beyond it, back-to-back bars of one lane and colour
             are merged (their hover names the first and last op).
-        time_unit: unit shown on the time axis (``s``, ``paper units``).
+        time_unit: unit shown on the time axis (``s``, ``paper units``); ``"auto"`` (default):
+            :func:`resolve_time_unit`; None: no unit.
 
     Returns:
         A figure with a numeric time axis and one lane per device, then the transfer lanes.
     """
     legend: set[str] = set()
+    time_unit = resolve_time_unit(trace, graph, time_unit)
     panel = _panel(trace, graph, legend, show_transfers, highlight_critical, color_by, max_ops)
-    title = title if title is not None else _title(trace)
+    title = title if title is not None else _title(trace, time_unit)
     return _assemble([panel], None, title, color_by, time_unit, len(legend))
 
 
