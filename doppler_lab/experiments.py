@@ -89,6 +89,7 @@ def run_notebook(
             cwd=str(nb_path.parent),
             progress_bar=progress,
             execution_timeout=timeout_s,
+            kernel_manager_class="doppler_lab.experiments.IpcKernelManager",
         )
     finally:
         if env_before is None:
@@ -97,6 +98,28 @@ def run_notebook(
     if not summary.exists():
         raise ConfigError(f"notebook {nb_path.name} ran but wrote no summary.json into {out}")
     return json.loads(summary.read_text())
+
+
+def _ipc_kernel_manager() -> type:
+    from jupyter_client.manager import KernelManager
+
+    class IpcKernelManager(KernelManager):
+        """A kernel reached over local IPC sockets (files in the runtime folder) rather than
+        TCP ports: nothing listens on the network, and ipykernel does not warn that TCP runs
+        without encryption (once per notebook of a report)."""
+
+        def __init__(self, **kwargs: Any) -> None:
+            kwargs.setdefault("transport", "ipc")
+            super().__init__(**kwargs)
+
+    return IpcKernelManager
+
+
+def __getattr__(name: str) -> Any:
+    # papermill imports the kernel manager by its dotted name; jupyter_client loads lazily
+    if name == "IpcKernelManager":
+        return _ipc_kernel_manager()
+    raise AttributeError(name)
 
 
 def _kernel_name() -> str:

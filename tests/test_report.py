@@ -225,3 +225,11 @@ def test_report_command(notebooks, tmp_path, capsys):
     assert "failed or not run: 00_fails" in capsys.readouterr().err
     assert main([*args, "--only", "zz"]) == 2
     assert "'zz' matches no notebook" in capsys.readouterr().err
+
+
+def test_notebooks_run_their_kernel_over_ipc_not_tcp():
+    """No kernel port on the network, and no 'running over TCP without encryption' warning
+    once per notebook of a report."""
+    from doppler_lab.experiments import IpcKernelManager
+
+    assert IpcKernelManager().transport == "ipc"
