@@ -39,6 +39,13 @@ def test_require_returns_the_module():
     assert deps.available("json")
 
 
+def block(monkeypatch, package: str) -> None:
+    """Make ``package`` and every submodule of it that earlier tests imported unimportable."""
+    for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, package, None)
+
+
 def test_require_names_the_missing_package_in_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "pymetis", None)  # makes `import pymetis` raise
     assert not deps.available("pymetis")
@@ -50,11 +57,10 @@ def test_require_names_the_missing_package_in_one_line(monkeypatch):
         "it is not installed"
     )
     assert "\n" not in msg
-    monkeypatch.setitem(sys.modules, "ortools", None)
+    block(monkeypatch, "ortools")
     with pytest.raises(ConfigError, match=r"needs the package 'ortools' \(pip install ortools\)"):
         deps.require("ortools.sat.python.cp_model", "the 'exact' placer")
-    monkeypatch.setitem(sys.modules, "torch_geometric", None)
-    monkeypatch.setitem(sys.modules, "torch_geometric.data", None)  # imported by earlier tests
+    block(monkeypatch, "torch_geometric")
     with pytest.raises(ConfigError, match=r"pip install torch-geometric"):
         deps.require("torch_geometric.data", "to_pyg")
 

@@ -79,8 +79,8 @@ def _probed_run_case(cfg, case, method, seed, root, kill_marker=None, starts=Non
                 f.write(json.dumps({"seed": seed, "update": self.update}) + "\n")
         return run(self)
 
-    def probed_save(self, path, with_train_state=True):
-        out = save(self, path, with_train_state)
+    def probed_save(self, path, with_train_state=True, **kwargs):
+        out = save(self, path, with_train_state, **kwargs)
         hit = self.config.stage == "sim" and self.update == 2 and with_train_state
         if kill_marker is not None and hit and not os.path.exists(kill_marker):
             Path(kill_marker).touch()
