@@ -28,9 +28,11 @@ import numpy as np
 
 from .errors import ClusterError, GraphError
 from .graph import DataflowGraph
+from .limits import MAX_TIME
 from .rules import transfer_times
 from .validate import (
     Fail,
+    show,
     want_fields,
     want_list,
     want_matrix,
@@ -222,7 +224,8 @@ class Cluster:
     @cached_property
     def inv_bandwidth(self) -> np.ndarray:
         """Seconds per byte per ordered pair (0 on the diagonal)."""
-        inv = 1.0 / self.bandwidth_bytes_per_s
+        with np.errstate(over="ignore", divide="ignore"):
+            inv = 1.0 / self.bandwidth_bytes_per_s
         inv.setflags(write=False)
         return inv
 
@@ -601,7 +604,8 @@ class CostModel:
                 )
             compute = np.broadcast_to(cc.reshape(n, -1), (n, d)).astype(np.float64)
         else:
-            compute = self._modelled_compute(op_scale or {}) / unit
+            with np.errstate(over="ignore"):  # an overflow is named by _check_finite
+                compute = self._modelled_compute(op_scale or {}) / unit
         compute = np.where(graph.is_input[:, None], 0.0, compute)
         from_input = graph.is_input[graph.edge_src]
         if graph.edge_cost is not None:
@@ -612,11 +616,99 @@ class CostModel:
         else:
             self.edge_fixed = np.zeros(graph.num_edges)
             self.edge_bytes = np.where(from_input, 0.0, graph.out_bytes[graph.edge_src])
-            self.latency = cluster.latency_s / unit
-            self.inv_bandwidth = cluster.inv_bandwidth / unit
+            with np.errstate(over="ignore"):
+                self.latency = cluster.latency_s / unit
+                self.inv_bandwidth = cluster.inv_bandwidth / unit
         self.compute = compute
         for a in (self.compute, self.edge_fixed, self.edge_bytes, self.latency, self.inv_bandwidth):
             a.setflags(write=False)
+        self._check_finite()
+
+    def _check_finite(self) -> None:
+        """Every compute and transfer time is finite, and so is their sum (a bound on any
+        makespan at noise 0), in reported units: else an error naming the input that overflows
+        (a node's cost, a device's launch overhead, a link's bandwidth or latency)."""
+        g, c = self.graph, self.cluster
+        comp, d, unit = self.compute, c.num_devices, g.time_scale
+        explicit = g.compute_cost is not None
+        bad = np.argwhere(~np.isfinite(comp))
+        if bad.size:
+            v, j = (int(x) for x in bad[0])
+            if explicit:
+                raise GraphError(f"node {v} ({g.names[v]!r}) cost {show(comp[v, j])} is not finite")
+            raise GraphError(
+                f"node {v} ({g.names[v]!r}) has no finite compute time on device {j} "
+                f"({c.devices[j].name!r}): flops {show(g.flops[v])}, time_scale {show(unit)}"
+            )
+        worst = np.zeros(g.num_edges)
+        if d > 1 and g.num_edges:
+            off = ~np.eye(d, dtype=bool)
+            if not np.isfinite(self.inv_bandwidth[off]).all():
+                i, j = (int(x) for x in np.argwhere(off & ~np.isfinite(self.inv_bandwidth))[0])
+                raise ClusterError(
+                    f"cluster {c.name!r} bandwidth {i}->{j} {show(c.bandwidth_bytes_per_s[i, j])} "
+                    "B/s gives an infinite transfer time"
+                )
+            lat, inv = self.latency[off].max(), self.inv_bandwidth[off].max()
+            with np.errstate(over="ignore", invalid="ignore"):
+                worst = self.edge_fixed + lat + self.edge_bytes * inv
+            if not np.isfinite(worst).all():
+                k = int(np.flatnonzero(~np.isfinite(worst))[0])
+                raise self._overflow("edge", k, lat, inv, "gives an infinite transfer time")
+        per_node = comp.max(axis=1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            node_sum, edge_sum = per_node.sum(), worst.sum()
+            total = (node_sum + edge_sum) * unit
+        if not total <= MAX_TIME:
+            if node_sum >= edge_sum:
+                v = int(per_node.argmax())
+                if not explicit:
+                    j = int(comp[v].argmax())
+                    dev = c.devices[j]
+                    if dev.launch_overhead_s * g.num_nodes / unit >= per_node[v]:
+                        raise ClusterError(
+                            f"cluster {c.name!r} device {j} ({dev.name!r}) launch_overhead_s "
+                            f"{show(dev.launch_overhead_s)} makes the makespan overflow"
+                        )
+                    raise GraphError(
+                        f"node {v} ({g.names[v]!r}) flops {show(g.flops[v])} make the makespan "
+                        "overflow"
+                    )
+                raise GraphError(
+                    f"node {v} ({g.names[v]!r}) cost {show(per_node[v])} makes the makespan "
+                    "overflow"
+                )
+            k = int(worst.argmax())
+            lat, inv = self.latency[~np.eye(d, dtype=bool)].max(), self.inv_bandwidth.max()
+            raise self._overflow("edge", k, lat, inv, "makes the makespan overflow")
+
+    def _overflow(self, _: str, k: int, lat: float, inv: float, what: str) -> Exception:
+        """The error naming what makes edge ``k``'s worst transfer time too large."""
+        g, c = self.graph, self.cluster
+        u, v = int(g.edge_src[k]), int(g.edge_dst[k])
+        parts = {
+            "fixed": float(self.edge_fixed[k]),
+            "latency": float(lat),
+            "bandwidth": float(self.edge_bytes[k] * inv) if self.edge_bytes[k] else 0.0,
+        }
+        cause = max(parts, key=lambda x: parts[x])
+        if cause == "fixed":
+            return GraphError(
+                f"edge {k} ({g.names[u]!r} -> {g.names[v]!r}) cost {show(parts['fixed'])} {what}"
+            )
+        d = c.num_devices
+        off = ~np.eye(d, dtype=bool)
+        if cause == "latency":
+            i, j = (int(x) for x in np.argwhere(off & (self.latency == lat))[0])
+            return ClusterError(
+                f"cluster {c.name!r} latency {i}->{j} {show(c.latency_s[i, j])} s {what}"
+            )
+        i, j = (int(x) for x in np.argwhere(off & (self.inv_bandwidth == inv))[0])
+        return ClusterError(
+            f"cluster {c.name!r} bandwidth {i}->{j} {show(c.bandwidth_bytes_per_s[i, j])} B/s "
+            f"for edge {k} ({g.names[u]!r} -> {g.names[v]!r}, {show(self.edge_bytes[k])} bytes) "
+            f"{what}"
+        )
 
     def _modelled_compute(self, op_scale: Mapping[str, float]) -> np.ndarray:
         g, devs = self.graph, self.cluster.devices

@@ -18,7 +18,7 @@ Readers are strict (the checks of :mod:`doppler_lab.validate`): a field outside 
 missing one, or a value of the wrong type is a :class:`~doppler_lab.errors.FormatError` naming
 the file, the item and what was expected; nothing is coerced. Node ids are integers (not ``1.0``,
 not ``true``); ``flops`` and ``out_bytes`` are required unless the node has a ``spec`` to derive
-them; costs are all-or-none, for edges as for non-input nodes (inputs are never timed, so their
+them or the graph gives explicit costs (then a missing one reads as 0); costs are all-or-none, for edges as for non-input nodes (inputs are never timed, so their
 cost may be left out); JSON must be strict (no ``NaN``/``Infinity``, no key twice in an object).
 """
 
@@ -35,6 +35,7 @@ import numpy as np
 from .errors import ClusterError, FormatError, GraphError, PlacementError
 from .graph import INPUT, KIND_CODE, NODE_KINDS, DataflowGraph, cost_graph
 from .hardware import Cluster
+from .limits import check_limit
 from .ops import OpSpec
 from .placement import Placement
 from .trace import Trace
@@ -182,6 +183,10 @@ def graph_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> DataflowG
     doc = want_fields(doc, "graph document", fail, ("nodes", "edges"), GRAPH_FIELDS)
     nodes = want_list(doc["nodes"], "graph document 'nodes'", fail)
     edges = want_list(doc["edges"], "graph document 'edges'", fail)
+    check_limit(len(nodes), "MAX_NODES", "the number of nodes", fail)
+    check_limit(len(edges), "MAX_EDGES", "the number of edges", fail)
+    # with explicit costs (a node's "cost"), flops and out_bytes may be left out: read as 0
+    explicit = any(isinstance(node, Mapping) and "cost" in node for node in nodes)
     names, kinds, flops, nbytes, specs, costs = [], [], [], [], [], []
     for i, node in enumerate(nodes):
         if not isinstance(node, Mapping) or "name" not in node:
@@ -208,8 +213,10 @@ def graph_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> DataflowG
                 out.append(want_number(node[key], f"{what} {key}", fail))
             elif spec is not None:
                 out.append(derived[key])
+            elif explicit:
+                out.append(0.0)
             else:
-                raise fail(f"{what} lacks the field {key!r} (required without an op spec)")
+                raise fail(f"{what} lacks the field {key!r} (required without an op spec or costs)")
         costs.append(_node_cost(node.get("cost"), what, fail))
     n = len(names)
     src, dst, ecost = [], [], []

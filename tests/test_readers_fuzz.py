@@ -486,7 +486,6 @@ _REMOVE = object()
         ({"nodes__1__cost": None}, r"node 1 \('n1'\) has no cost while other nodes do"),
         ({"nodes__0__cost": -2}, r"node 'n0' has compute_cost -2; expected a finite value >= 0"),
         ({"nodes__0__cost": "1"}, r"node 0 \('n0'\) cost is '1' \(a string\)"),
-        ({"nodes__0__flops": _REMOVE}, r"node 0 \('n0'\) lacks the field 'flops'"),
         ({"nodes__0__name": 5}, r"node 0 name is 5 \(an integer\); expected a string"),
         ({"nodes__0__cots": 5}, r"node 0 \('n0'\) has an unknown field 'cots'"),
         ({"version": True}, r"version true"),

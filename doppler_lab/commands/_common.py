@@ -134,7 +134,9 @@ def resolve_cluster(args: argparse.Namespace, graph: DataflowGraph | None = None
         return make_cluster(args.cluster, devices)
     explicit = graph is not None and graph.compute_cost is not None
     if explicit or devices is not None:
-        return make_cluster("uniform", devices or 4)
+        # per-device costs fix the device count
+        width = graph.compute_cost.shape[1] if explicit and graph.compute_cost.ndim == 2 else 4
+        return make_cluster("uniform", devices or width)
     return make_cluster("p100x4")
 
 
