@@ -51,13 +51,19 @@ _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # -- messages -----------------------------------------------------------------------------------
 def unknown_setting(owner: str, key: str, valid: Iterable[str], noun: str = "setting"):
     """The error for a key that ``owner`` does not have."""
-    names = ", ".join(valid) or "none"
-    return ConfigError(f"{owner} has no {noun} {key!r}; expected one of {names}")
+    names = ", ".join(valid)
+    expected = f"expected one of {names}" if names else f"it takes no {noun}s"
+    return ConfigError(f"{owner} has no {noun} {key!r}; {expected}")
 
 
 def bad_setting(owner: str, key: str, value: Any, expected: str, noun: str = "setting"):
     """The error for a value of the wrong type or out of range."""
-    shown = value if isinstance(value, _Literal) else show(value)
+    if isinstance(value, _Literal):
+        shown = str(value)
+    elif is_int(value) and abs(value) >= 10**16:
+        shown = f"{float(value):.3g}"
+    else:
+        shown = show(value)
     return ConfigError(f"{owner}: {noun} {key}={shown}; expected {expected}")
 
 

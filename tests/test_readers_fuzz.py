@@ -576,7 +576,7 @@ def test_cli_in_a_subprocess_has_no_traceback(tmp_path):
     ("options", "message"),
     [
         (["-o", "samples=true"], "option samples is true (a boolean); expected an integer >= 0"),
-        (["-o", "noise=NaN"], "option noise is 'NaN' (a string); expected a finite number"),
+        (["-o", "noise=NaN"], "placer 'doppler': option noise=NaN; expected a finite number"),
         (["-o", "budget=true"], "option budget is true (a boolean); expected an integer >= 1"),
         (["-o", "bogus=3"], "placer 'doppler' has no option 'bogus'"),
     ],

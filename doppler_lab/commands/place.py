@@ -10,9 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, FormatError
+from ..errors import ConfigError
 from ..progress import show_progress
-from ..validate import parse_json
 from ._common import (
     add_cluster_arguments,
     add_graph_argument,
@@ -79,18 +78,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gantt", metavar="OUT.html", help="write a Gantt chart of the simulated run")
 
 
-def parse_options(pairs: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` strings to a dict (values parsed as JSON when possible)."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"option {pair!r} is not KEY=VALUE")
-        try:  # strict JSON: NaN, Infinity and 1e400 stay strings, which no number option takes
-            out[key.replace("-", "_")] = parse_json(value, f"option {key}")
-        except FormatError:
-            out[key.replace("-", "_")] = value
-    return out
+def parse_options(pairs: list[str], owner: str = "-o") -> dict[str, Any]:
+    """``KEY=VALUE`` strings to a dict (:func:`doppler_lab.settings.parse_items`: numbers,
+    booleans, JSON lists; ``NaN``, ``inf`` and ``1e400`` are errors)."""
+    from ..settings import parse_items
+
+    return parse_items(pairs, owner, "option")
 
 
 def placer_arguments(name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -98,7 +91,7 @@ def placer_arguments(name: str, args: argparse.Namespace) -> dict[str, Any]:
     from ..placers import placer_options
 
     accepted = placer_options(name)
-    opts = parse_options(args.option)
+    opts = parse_options(args.option, f"placer {name!r}")
     for flag, key, value in (
         ("--budget", "budget", args.budget),
         ("--time-limit", "time_limit", args.time_limit),

@@ -101,10 +101,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 
-def _pairs(items: list[str]) -> dict[str, Any]:
-    from .place import parse_options
+def _pairs(items: list[str], owner: str) -> dict[str, Any]:
+    from ..settings import parse_items
 
-    return parse_options(items)
+    return parse_items(items, owner)
 
 
 def stage_configs(args: argparse.Namespace, default_semantics: str) -> list:
@@ -119,7 +119,7 @@ def stage_configs(args: argparse.Namespace, default_semantics: str) -> list:
     for key in ("noise", "episodes", "episodes_per_update", "lr", "seed", "repeats"):
         if getattr(args, key) is not None:
             common[key] = getattr(args, key)
-    common.update(_pairs(args.set))
+    common.update(_pairs(args.set, "train config"))
     prefix = "released-" if args.preset == "released" else ""
     return [preset(prefix + s, **common) for s in stages]
 
@@ -128,7 +128,7 @@ def policy_config(args: argparse.Namespace):
     from ..policies.config import POLICY_PRESETS
 
     base = POLICY_PRESETS["released" if args.preset == "released" else "default"]
-    changes = _pairs(args.policy_set)
+    changes = _pairs(args.policy_set, "policy config")
     if args.policy:
         changes["kind"] = args.policy
     return base.replace(**changes)

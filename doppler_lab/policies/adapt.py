@@ -67,6 +67,7 @@ import torch
 from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
+from ..limits import MAX_BUDGET
 from ..placement import Placement
 from ..placers.clustering import CLUSTER_CAPS, check_cap
 from ..sim import Simulator
@@ -83,6 +84,21 @@ from .search import (
 ADAPTER_FORMAT = "doppler-lab/adapter-1"
 #: the ``format`` field of a run's progress file (``adapt(state=...)``)
 ADAPT_STATE_FORMAT = "doppler-lab/adapt-state-1"
+
+
+#: upper bounds of the adapter's settings: the table's logits and the loss stay finite (a bias
+#: of 1e308 made every softmax NaN)
+ADAPT_MAXIMA: dict[str, float] = {
+    "lr": 1e3,
+    "anchor_bias": 1e3,
+    "imitation": 1e6,
+    "temperature": 1e3,
+    "episodes": MAX_BUDGET,
+    "batch": MAX_BUDGET,
+    "samples": MAX_BUDGET,
+    "partitions": MAX_BUDGET,
+    "settle_steps": MAX_BUDGET,
+}
 
 
 @dataclass(frozen=True)
@@ -157,6 +173,10 @@ class AdaptConfig:
                     if name in ("lr", "temperature")
                     else f"adapt: {name} = {v!r}, expected a number >= 0"
                 )
+        for name, top in ADAPT_MAXIMA.items():
+            v = getattr(self, name)
+            if v > top:
+                raise ConfigError(f"adapt: {name} = {v!r}, expected a number <= {top:g}")
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "cluster_caps": list(self.cluster_caps)}

@@ -6,7 +6,9 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ..errors import ConfigError
+from ..limits import MAX_MP_STEPS, MAX_POLICY_SIZE
 from ..schedule import TIMINGS, Timing, timing_for
+from ..settings import check_dataclass, dataclass_changes
 from .encoder import EDGE_MODES
 from .features import LAYOUTS
 
@@ -70,6 +72,7 @@ class PolicyConfig:
     gdp_segment: int = 8
 
     def __post_init__(self) -> None:
+        check_dataclass(self, "policy config", _RANGES)
         if self.kind not in POLICY_KINDS:
             raise ConfigError(f"policy kind {self.kind!r}; expected one of {POLICY_KINDS}")
         if self.layout not in LAYOUTS:
@@ -94,15 +97,14 @@ class PolicyConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PolicyConfig:
-        known = {f.name for f in fields(cls)}
-        bad = sorted(set(d) - known)
-        if bad:
-            raise ConfigError(f"policy config has unknown field {bad[0]!r}")
+        d = dataclass_changes(cls, d, "policy config")
         # written before the option existed: those policies were trained with the z-score; a
         # stored config without a timing had the old default, est
         return cls(**{"placed_norm": "zscore", "timing": "est", **d})
 
     def replace(self, **changes: Any) -> PolicyConfig:
+        """This config with ``changes``; an unknown key names the valid ones."""
+        changes = dataclass_changes(PolicyConfig, changes, "policy config")
         return PolicyConfig(**{**self.to_dict(), **changes})
 
     def resolved(self, semantics: str | None = None) -> PolicyConfig:
@@ -119,6 +121,25 @@ class PolicyConfig:
             return timing_for(semantics)
         return self.timing  # type: ignore[return-value]
 
+
+#: bounds of the sizes: every int field is >= 1 and at most these
+_RANGES: dict[str, dict[str, float]] = {
+    **{
+        k: {"minimum": 1, "maximum": MAX_POLICY_SIZE}
+        for k in (
+            "hidden",
+            "head_hidden",
+            "num_bases",
+            "edge_hidden",
+            "placeto_hidden",
+            "gdp_hidden",
+            "gdp_heads",
+            "gdp_segment",
+        )
+    },
+    "mp_steps": {"minimum": 1, "maximum": MAX_MP_STEPS},
+    "placeto_steps": {"minimum": 1, "maximum": MAX_MP_STEPS},
+}
 
 POLICY_PRESETS: dict[str, PolicyConfig] = {
     # ours: the timing model of the semantics, the extended device features, a cheap

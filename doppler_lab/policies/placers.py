@@ -33,6 +33,7 @@ import numpy as np
 from ..errors import CheckpointError, ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
+from ..limits import MAX_BUDGET, MAX_NOISE
 from ..placement import Placement
 from ..progress import progress as progress_bar
 from ..runners import torch_threads
@@ -273,10 +274,10 @@ class _LearnedPlacer:
             clustering = self.default_clustering
         clustering = want_bool(clustering, f"{what} clustering", ConfigError)
         if samples is not None:
-            samples = want_int(samples, f"{what} samples", ConfigError, minimum=0)
+            samples = want_int(samples, f"{what} samples", ConfigError, 0, MAX_BUDGET)
         if partitions is None:
             partitions = self.default_partitions
-        partitions = want_int(partitions, f"{what} partitions", ConfigError, minimum=0)
+        partitions = want_int(partitions, f"{what} partitions", ConfigError, 0, MAX_BUDGET)
         if fewer_devices is None:
             fewer_devices = self.default_fewer_devices and adapter is None
         elif fewer_devices is not False and adapter is not None:
@@ -289,8 +290,8 @@ class _LearnedPlacer:
         except ConfigError as e:
             raise ConfigError(f"placer {self.name!r}: option {e}") from None
         if budget is not None:
-            budget = want_int(budget, f"{what} budget", ConfigError, minimum=1)
-        noise = want_number(noise, f"{what} noise", ConfigError, minimum=0)
+            budget = want_int(budget, f"{what} budget", ConfigError, 1, MAX_BUDGET)
+        noise = want_number(noise, f"{what} noise", ConfigError, minimum=0, maximum=MAX_NOISE)
         allow_device_change = want_bool(
             allow_device_change, f"{what} allow_device_change", ConfigError
         )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import ConfigError
+from ..limits import MAX_BUDGET, MAX_NOISE, MAX_REPEATS
+from ..settings import check_dataclass, dataclass_changes
 from ..sim import SEMANTICS
 
 STAGES: tuple[str, ...] = ("imitation", "sim", "real")
@@ -138,6 +140,7 @@ class TrainConfig:
     eval_every: int = 0
 
     def __post_init__(self) -> None:
+        check_dataclass(self, "train config", _RANGES)
         choices = {
             "stage": STAGES,
             "lr_schedule": LR_SCHEDULES,
@@ -233,14 +236,34 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        known = {f.name for f in fields(cls)}
-        bad = sorted(set(d) - known)
-        if bad:
-            raise ConfigError(f"train config has unknown field {bad[0]!r}")
-        return cls(**d)
+        return cls(**dataclass_changes(cls, d, "train config"))
 
     def replace(self, **changes: Any) -> TrainConfig:
-        return TrainConfig(**{**self.to_dict(), **changes})
+        """This config with ``changes``; an unknown key names the valid ones."""
+        return TrainConfig(
+            **{**self.to_dict(), **dataclass_changes(TrainConfig, changes, "train config")}
+        )
+
+
+#: upper bounds of the numeric fields (their lower bounds are checked in ``__post_init__``)
+_RANGES: dict[str, dict[str, float]] = {
+    **{
+        k: {"maximum": MAX_BUDGET}
+        for k in (
+            "episodes",
+            "episodes_per_update",
+            "graphs_per_step",
+            "lr_warmup",
+            "sil_size",
+            "sil_epochs",
+            "checkpoint_every",
+            "eval_every",
+        )
+    },
+    "repeats": {"maximum": MAX_REPEATS},
+    "noise": {"maximum": MAX_NOISE},
+    "seed": {"minimum": 0, "maximum": 2**63 - 1},
+}
 
 
 # the released Stage II/III settings (config_files/run_doppler/rl_*_learning.json)

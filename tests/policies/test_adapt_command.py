@@ -69,7 +69,7 @@ def _cluster():
     "extra, message",
     [
         (["--set", "episodes=5"], "--set episodes: use --episodes instead"),
-        (["--set", "bogus=1"], "--set bogus: not an adapter setting; expected one of batch"),
+        (["--set", "bogus=1"], "adapter config has no setting 'bogus'; expected one of batch"),
         (["--set", "temperature=0"], "temperature = 0, expected a number > 0"),
         (["--checkpoint", "doppler/nope"], "nope"),
     ],
