@@ -28,7 +28,7 @@ import numpy as np
 
 from .errors import ClusterError, GraphError
 from .graph import DataflowGraph
-from .limits import MAX_TIME
+from .limits import MAX_LINKS, MAX_TIME, check_limit
 from .rules import transfer_times
 from .validate import (
     Fail,
@@ -164,6 +164,7 @@ class Cluster:
         d = len(self.devices)
         if d == 0:
             raise ClusterError(f"cluster {self.name!r} has no devices")
+        check_limit(d, "MAX_DEVICES", f"cluster {self.name!r}: the number of devices", ClusterError)
         bw = np.array(self.bandwidth_bytes_per_s, dtype=np.float64)
         lat = np.array(self.latency_s, dtype=np.float64)
         for arr, label in ((bw, "bandwidth_bytes_per_s"), (lat, "latency_s")):
@@ -200,6 +201,11 @@ class Cluster:
                     f"cluster {self.name!r}: routes has shape {routes.shape}, expected ({d}, {d}, 2)"
                 )
             nlinks = int(routes.max()) + 1
+            if nlinks > MAX_LINKS:  # before any array or name sized by it
+                raise ClusterError(
+                    f"cluster {self.name!r}: route id {nlinks - 1} asks for {nlinks} link "
+                    f"resources; the limit is {MAX_LINKS} (doppler_lab.limits.MAX_LINKS)"
+                )
             if len(self.link_names) not in (0, nlinks):
                 raise ClusterError(
                     f"cluster {self.name!r}: {len(self.link_names)} link names for {nlinks} link resources"
@@ -294,6 +300,7 @@ def links_from_dict(d: Mapping[str, Any], what: str, fail: Fail) -> dict[str, An
     ``name`` must be a string."""
     want_str(d["name"], f"{what} name", fail)
     devs = want_list(d["devices"], f"{what} devices", fail)
+    check_limit(len(devs), "MAX_DEVICES", f"{what}: the number of devices", fail)
     try:
         devices = tuple(Device.from_dict(x, f"{what} device {i}") for i, x in enumerate(devs))
     except ClusterError as exc:
@@ -460,6 +467,7 @@ def make_multihost(
             f"a multihost cluster needs >= 1 host and >= 1 device a host, got {hosts} and "
             f"{devices_per_host}"
         )
+    check_limit(hosts * devices_per_host, "MAX_DEVICES", "multihost devices", ClusterError)
     if kind not in DEVICE_KINDS:
         raise ClusterError(f"multihost device kind {kind!r}; expected one of {DEVICE_KINDS}")
     k, d = devices_per_host, hosts * devices_per_host
@@ -556,6 +564,8 @@ def make_cluster(spec: str | Cluster, num_devices: int | None = None) -> Cluster
     ``--cluster`` takes either)."""
     if isinstance(spec, Cluster):
         return spec
+    if num_devices is not None:
+        check_limit(num_devices, "MAX_DEVICES", "the number of devices", ClusterError)
     if spec == "multihost" or spec.startswith("multihost:"):
         c = parse_multihost(spec)
         if num_devices is not None and num_devices != c.num_devices:

@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--episodes",
-        type=int_arg(1),
+        type=int_arg(1, "MAX_BUDGET"),
         default=200,
         metavar="N",
         help="simulator calls in all, the policy's proposals included (default 200)",

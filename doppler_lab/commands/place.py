@@ -42,18 +42,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--noise",
-        type=number_arg(minimum=0),
+        type=number_arg(minimum=0, limit="MAX_NOISE"),
         default=0.0,
         help="lognormal sigma of durations when simulating",
     )
     p.add_argument(
         "--budget",
-        type=int_arg(),
+        type=int_arg(limit="MAX_BUDGET"),
         metavar="N",
         help="simulator calls of search placers and doppler",
     )
     p.add_argument(
-        "--time-limit", type=number_arg(), metavar="S", help="seconds for the exact solver"
+        "--time-limit",
+        type=number_arg(limit="MAX_SECONDS"),
+        metavar="S",
+        help="seconds for the exact solver",
     )
     p.add_argument(
         "--seed", type=int_arg(0), default=0, help="seed of the placer and the simulator noise"

@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_semantics_argument(p)
     p.add_argument(
         "--noise",
-        type=number_arg(minimum=0),
+        type=number_arg(minimum=0, limit="MAX_NOISE"),
         default=0.0,
         help="sigma of lognormal duration noise (default 0)",
     )

@@ -43,11 +43,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_cluster_arguments(p)
     add_semantics_argument(p)
     p.add_argument(
-        "--noise", type=number_arg(minimum=0), help="simulator duration noise sigma (default 0)"
+        "--noise",
+        type=number_arg(minimum=0, limit="MAX_NOISE"),
+        help="simulator duration noise sigma (default 0)",
     )
-    p.add_argument("--episodes", type=int_arg(1), metavar="N", help="episodes per stage")
     p.add_argument(
-        "--episodes-per-update", type=int_arg(1), metavar="K", help="episodes per update"
+        "--episodes", type=int_arg(1, "MAX_BUDGET"), metavar="N", help="episodes per stage"
+    )
+    p.add_argument(
+        "--episodes-per-update",
+        type=int_arg(1, "MAX_BUDGET"),
+        metavar="K",
+        help="episodes per update",
     )
     p.add_argument("--lr", type=number_arg(above=0), help="learning rate (both optimisers)")
     p.add_argument("--seed", type=int_arg(0), help="seed (weights, rollouts, noise); default 0")
@@ -82,7 +89,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="any policy-config field for a fresh start, e.g. --policy-set hidden=128",
     )
-    p.add_argument("--repeats", type=int_arg(1), help="real stage: timed runs per cost evaluation")
+    p.add_argument(
+        "--repeats",
+        type=int_arg(1, "MAX_REPEATS"),
+        help="real stage: timed runs per cost evaluation",
+    )
     p.add_argument(
         "--allow-device-change",
         action="store_true",

@@ -32,6 +32,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..graph import DataflowGraph
+from ..limits import MAX_MODEL_LAYERS, MAX_MODEL_SIZE
 from ..validate import one_line, want_int
 from .models import MLP, CausalLMLogits, ResNet, randomise_batchnorm
 
@@ -193,7 +194,14 @@ def _check_params(name: str, params: dict[str, Any]) -> None:
                 f"{', '.join([*defaults, *IMPORT_OPTIONS])}"
             )
         low = 0 if key in ("seed", "kv_heads") else 1
-        want_int(value, f"model {name!r}: parameter {key}", ConfigError, minimum=low)
+        high = (
+            2**63 - 1
+            if key == "seed"
+            else MAX_MODEL_LAYERS
+            if key in ("layers", "stages", "blocks")
+            else MAX_MODEL_SIZE
+        )
+        want_int(value, f"model {name!r}: parameter {key}", ConfigError, low, high)
 
 
 def _load_function(name: str) -> Callable[..., Any]:
