@@ -641,6 +641,11 @@ class CostModel:
         g, c = self.graph, self.cluster
         comp, d, unit = self.compute, c.num_devices, g.time_scale
         explicit = g.compute_cost is not None
+        if g.num_nodes and not g.compute_nodes.size:
+            raise GraphError(
+                f"graph {g.name!r} has only input nodes ({g.num_nodes}); expected at least one "
+                "op to place and time"
+            )
         bad = np.argwhere(~np.isfinite(comp))
         if bad.size:
             v, j = (int(x) for x in bad[0])

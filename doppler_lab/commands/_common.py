@@ -226,3 +226,8 @@ def source_label(source: str) -> str:
     return (
         str(source).replace("greedy", "greedy rollout", 1).replace("sample", "sampled rollout", 1)
     )
+
+
+def ratio_text(value: float | None) -> str:
+    """A ratio to the lower bound, or ``n/a`` when the bound is 0 (every cost 0)."""
+    return "n/a" if value is None else f"{value:.3f}"

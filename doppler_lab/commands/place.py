@@ -19,6 +19,7 @@ from ._common import (
     int_arg,
     number_arg,
     print_json,
+    ratio_text,
     resolve_cluster,
     resolve_graph,
     resolve_semantics,
@@ -187,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
         f"{args.placer} on {graph.name} ({cluster.name}, {args.semantics}): makespan {trace.makespan:.6g}"
     )
     print(
-        f"  lower bound {lower:.6g} (ratio {result['ratio_to_lower_bound']:.3f}), placer time {runtime:.3g} s"
+        f"  lower bound {lower:.6g} (ratio {ratio_text(result['ratio_to_lower_bound'])}), placer time {runtime:.3g} s"
     )
     if schedule is not None:
         print(f"  own schedule ({schedule.model}): {schedule.makespan:.6g}")

@@ -15,6 +15,7 @@ from ._common import (
     int_arg,
     number_arg,
     print_json,
+    ratio_text,
     resolve_cluster,
     resolve_cost_model,
     resolve_graph,
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
             f"{semantics} semantics, placement {args.placement}"
         )
         print(f"  makespan     {trace.makespan:.6g}")
-        print(f"  lower bound  {lb:.6g}  (ratio {result['ratio_to_lower_bound']:.3f})")
+        print(f"  lower bound  {lb:.6g}  (ratio {ratio_text(result['ratio_to_lower_bound'])})")
         print(f"  transfers    {trace.num_transfers}")
         print(f"  utilisation  {' '.join(f'{u:.0%}' for u in result['utilisation'])}")
         if args.gantt:

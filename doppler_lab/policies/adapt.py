@@ -67,10 +67,11 @@ import torch
 from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
-from ..limits import MAX_BUDGET
+from ..limits import MAX_BUDGET, MAX_DEVICES, MAX_NODES
 from ..placement import Placement
 from ..placers.clustering import CLUSTER_CAPS, check_cap
 from ..sim import Simulator
+from ..validate import type_name, want_int, want_str
 from .checkpoint import save_atomic
 from .search import (
     SearchOutcome,
@@ -268,6 +269,7 @@ def load_adapter(
         raise ConfigError(f"adapter {path}: unreadable ({exc})") from exc
     if not isinstance(doc, dict) or doc.get("format") != ADAPTER_FORMAT:
         raise ConfigError(f"adapter {path}: not an adapter table (format {ADAPTER_FORMAT!r})")
+    _check_adapter(doc, path)
     n = int(graph.compute_nodes.size)
     if doc["graph"] != graph.name or doc["nodes"] != n:
         raise ConfigError(
@@ -288,6 +290,33 @@ def load_adapter(
         )
     policy.set_node_bias(doc["bias"])
     return doc
+
+
+#: fields every adapter file has (``save`` writes more)
+ADAPTER_FIELDS = ("format", "bias", "graph", "nodes", "devices")
+
+
+def _check_adapter(doc: dict[str, Any], path: Path) -> None:
+    """The fields :func:`load_adapter` reads, with their types; the table finite."""
+
+    def fail(msg: str) -> ConfigError:
+        return ConfigError(f"adapter {path}: {msg}")
+
+    for key in ADAPTER_FIELDS:
+        if key not in doc:
+            raise fail(f"lacks the field {key!r}; expected {', '.join(ADAPTER_FIELDS)}")
+    want_str(doc["graph"], "graph", fail)
+    nodes = want_int(doc["nodes"], "nodes", fail, minimum=0, maximum=MAX_NODES)
+    devices = want_int(doc["devices"], "devices", fail, minimum=1, maximum=MAX_DEVICES)
+    bias = doc["bias"]
+    if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
+        raise fail(f"bias is {type_name(bias)}; expected a float tensor")
+    if tuple(bias.shape) != (nodes, devices):
+        raise fail(f"bias has shape {tuple(bias.shape)}; expected ({nodes}, {devices})")
+    if not bool(torch.isfinite(bias).all()):
+        raise fail("bias holds non-finite values (nan or inf); expected finite ones")
+    if doc.get("policy") is not None:
+        want_str(doc["policy"], "policy", fail)
 
 
 def _reanchor(bias: torch.Tensor, old: np.ndarray, new: np.ndarray) -> None:
