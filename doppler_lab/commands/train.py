@@ -161,6 +161,15 @@ def device_curriculum(args, configs, pcfg, init, num_devices: int) -> int | None
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..runners import torch_threads
+
+    # one intra-op thread whatever the process had: the tensors are small (one thread is the
+    # fastest), and two runs of one command agree to the bit (sums in one order)
+    with torch_threads(1):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from ..train.pipeline import run_pipeline
 
     graphs = [resolve_graph(g) for g in args.graph]
