@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ClusterError, GraphError
+from .errors import ClusterError, ConfigError, GraphError
 from .graph import DataflowGraph
 from .limits import MAX_LINKS, MAX_TIME, check_limit
 from .rules import transfer_times
@@ -521,22 +521,25 @@ def make_multihost(
 def parse_multihost(spec: str) -> Cluster:
     """``multihost[:hosts=H,devices=K,kind=cpu|gpu,intra_gbps=X,inter_gbps=Y,inter_latency_us=Z]``
     (bandwidths in GB/s) -> :func:`make_multihost`."""
+    from .settings import check_setting, parse_item
+
     _, _, rest = spec.partition(":")
-    known = {"hosts", "devices", "kind", "intra_gbps", "inter_gbps", "inter_latency_us"}
+    kinds = {"hosts": "int", "devices": "int", "kind": "str"}
+    kinds |= {k: "float" for k in ("intra_gbps", "inter_gbps", "inter_latency_us")}
+    owner = f"cluster {spec!r}"
     kw: dict[str, Any] = {}
     for item in filter(None, rest.split(",")):
-        key, eq, value = item.partition("=")
-        if not eq or key not in known:
+        key = item.partition("=")[0].strip()
+        if key not in kinds or "=" not in item:
             raise ClusterError(
-                f"cluster {spec!r}: bad parameter {item!r}; expected key=value with key in "
-                f"{sorted(known)}"
+                f"{owner}: bad parameter {item!r}; expected key=value with key in {sorted(kinds)}"
             )
         try:
-            kw[key] = (
-                value if key == "kind" else (int if key in ("hosts", "devices") else float)(value)
-            )
-        except ValueError:
-            raise ClusterError(f"cluster {spec!r}: {key}={value!r} is not a number") from None
+            key, value = parse_item(item, owner, "parameter")
+            bounds = {"minimum": 1} if kinds[key] == "int" else {"above": 0}
+            kw[key] = check_setting(value, kinds[key], owner, key, "parameter", **bounds)
+        except ConfigError as exc:
+            raise ClusterError(str(exc)) from None
     args: dict[str, Any] = {"kind": kw.get("kind", "cpu")}
     if "intra_gbps" in kw:
         args["intra_bytes_per_s"] = kw["intra_gbps"] * GB
