@@ -160,6 +160,16 @@ def test_noise_is_bounded_and_noisy_overflow_is_an_error(capsys):
         sim.makespans(placements, seed=0)
 
 
+def test_ratio_that_overflows_is_an_error_not_null(tmp_path, capsys):
+    doc = {"format": "doppler_lab.graph", "version": 1, "name": "tiny"}
+    doc["nodes"] = [{"name": "a", "cost": 5e-324}, {"name": "b", "cost": 5e-324}]
+    doc["edges"] = [[0, 1, 1e10]]
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(doc))
+    err = one_error_line(capsys, ["simulate", str(path), "--devices", "2", "--json"])
+    assert "over the lower bound 9.88131e-324 overflows" in err
+
+
 def test_results_are_finite_on_the_cost_only_graph():
     sim = Simulator(graph_from_dict(TEXTBOOK), make_cluster("uniform", 3), "paper")
     trace = sim.run(round_robin(sim.graph, 3))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, PlacementError
+from ..errors import ConfigError, PlacementError, SimulationError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, make_cluster
 from ..jsonutil import to_jsonable
@@ -231,3 +232,21 @@ def source_label(source: str) -> str:
 def ratio_text(value: float | None) -> str:
     """A ratio to the lower bound, or ``n/a`` when the bound is 0 (every cost 0)."""
     return "n/a" if value is None else f"{value:.3f}"
+
+
+def ratio_to_lower_bound(makespan: float, lower: float) -> float | None:
+    """``makespan / lower`` (None when the bound is 0: every cost 0).
+
+    Raises:
+        SimulationError: the ratio overflows (a bound near 0 beside large transfer times).
+    """
+    if not lower > 0:
+        return None
+    with np.errstate(over="ignore"):
+        ratio = float(np.float64(makespan) / np.float64(lower))
+    if not math.isfinite(ratio):
+        raise SimulationError(
+            f"the makespan {makespan:.6g} over the lower bound {lower:.6g} overflows; expected "
+            "compute costs that are not all near 0"
+        )
+    return ratio

@@ -20,6 +20,7 @@ from ._common import (
     number_arg,
     print_json,
     ratio_text,
+    ratio_to_lower_bound,
     resolve_cluster,
     resolve_graph,
     resolve_semantics,
@@ -155,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         "placement": placement.device.tolist(),
         "makespan": trace.makespan,
         "lower_bound": lower,
-        "ratio_to_lower_bound": trace.makespan / lower if lower > 0 else None,
+        "ratio_to_lower_bound": ratio_to_lower_bound(trace.makespan, lower),
         "runtime_s": runtime,
         "sim_calls": placement.meta.get("sim_calls", 0),
     }

@@ -16,6 +16,7 @@ from ._common import (
     number_arg,
     print_json,
     ratio_text,
+    ratio_to_lower_bound,
     resolve_cluster,
     resolve_cost_model,
     resolve_graph,
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         "num_devices": cluster.num_devices,
         "makespan": trace.makespan,
         "lower_bound": lb,
-        "ratio_to_lower_bound": trace.makespan / lb if lb > 0 else None,
+        "ratio_to_lower_bound": ratio_to_lower_bound(trace.makespan, lb),
         "num_transfers": trace.num_transfers,
         "utilisation": trace.utilisation().round(4).tolist(),
     }
