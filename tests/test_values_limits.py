@@ -373,6 +373,8 @@ def test_overflowing_values_are_one_line(capsys, argv, message):
             ["execute", "chainmm:scale=0.01", "--cluster", "cpu", "--repeats", "1e6"],
             "--repeats must be <= 100000",
         ),
+        (["simulate", "random_dag:num_nodes=1e8"], "num_nodes is 100000000; the limit is 2000000"),
+        (["simulate", "chainmm:scale=0.01", "--seed", "1e30"], "--seed must fit in 64 bits"),
     ],
 )
 def test_size_limits_on_the_command_line(capsys, argv, message):

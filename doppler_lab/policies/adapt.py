@@ -234,6 +234,12 @@ class AdaptResult:
     def save(self, path: str | Path, graph: DataflowGraph, cluster: Cluster, checkpoint: Any):
         """Write the table with what it belongs to (:func:`load_adapter` reads it back)."""
         path = Path(path)
+        if not bool(torch.isfinite(self.bias).all()):
+            raise ConfigError(
+                f"adapter {path}: the trained table holds non-finite values; expected smaller "
+                f"settings (lr {self.config.lr:g}, anchor_bias {self.config.anchor_bias:g}); "
+                "nothing was written"
+            )
         doc = {
             "format": ADAPTER_FORMAT,
             "bias": self.bias,
