@@ -169,9 +169,9 @@ def check_setting(
     rng = " and ".join(
         x
         for x in (
-            None if above is None else f"> {show(above)}",
-            None if minimum is None else f">= {show(minimum)}",
-            None if maximum is None else f"<= {show(maximum)}",
+            None if above is None else f"> {_num(above)}",
+            None if minimum is None else f">= {_num(minimum)}",
+            None if maximum is None else f"<= {_num(maximum)}",
         )
         if x
     )
@@ -201,6 +201,13 @@ def check_setting(
     ):
         raise bad_setting(owner, key, value, expected, noun)
     return v
+
+
+def _num(x: float) -> str:
+    """A bound in a message: ``1000`` for ``1e3``, ``0.5``, ``1e+09``."""
+    if isinstance(x, float) and x.is_integer() and abs(x) < 1e6:
+        return str(int(x))
+    return f"{x:g}" if isinstance(x, float) else str(x)
 
 
 def _as_float(value: Any) -> float:

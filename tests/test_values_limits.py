@@ -258,7 +258,7 @@ def test_adapter_files_only_format_or_non_finite_are_refused(tmp_path):
         (["train", "--set", "lr"], "train config: 'lr' is not of the form key=value"),
         (
             ["adapt", "--set", "anchor_bias=1e308"],
-            "adapt: anchor_bias = 1e+308, expected a number <= 1000",
+            "adapter config: setting anchor_bias=1e+308; expected a finite number >= 0 and <= 1000",
         ),
         (["adapt", "--set", "lr=inf"], "adapter config: setting lr=inf; expected a finite number"),
         (

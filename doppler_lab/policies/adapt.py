@@ -70,8 +70,9 @@ from ..hardware import Cluster
 from ..limits import MAX_BUDGET, MAX_DEVICES, MAX_NODES
 from ..placement import Placement
 from ..placers.clustering import CLUSTER_CAPS, check_cap
+from ..settings import check_setting
 from ..sim import Simulator
-from ..validate import type_name, want_int, want_str
+from ..validate import show, type_name, want_int, want_str
 from .checkpoint import save_atomic
 from .search import (
     SearchOutcome,
@@ -145,39 +146,32 @@ class AdaptConfig:
     settle_steps: int = 100
 
     def __post_init__(self) -> None:
-        for name in ("episodes", "batch"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ConfigError(f"adapt: {name} = {v!r}, expected an integer >= 1")
-        for name in ("samples", "partitions", "settle_steps"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise ConfigError(f"adapt: {name} = {v!r}, expected an integer >= 0")
+        owner = "adapter config"
+        for name, kind, bounds in (
+            ("episodes", "int", {"minimum": 1}),
+            ("batch", "int", {"minimum": 1}),
+            ("samples", "int", {"minimum": 0}),
+            ("partitions", "int", {"minimum": 0}),
+            ("settle_steps", "int", {"minimum": 0}),
+            ("clustering", "bool", {}),
+            ("reanchor", "bool", {}),
+            ("lr", "float", {"above": 0}),
+            ("anchor_bias", "float", {"minimum": 0}),
+            ("imitation", "float", {"minimum": 0}),
+            ("temperature", "float", {"above": 0}),
+        ):
+            top = ADAPT_MAXIMA.get(name)
+            value = check_setting(getattr(self, name), kind, owner, name, maximum=top, **bounds)
+            object.__setattr__(self, name, value)
         check_fewer_devices(self.fewer_devices)
         if isinstance(self.cluster_caps, str) or not hasattr(self.cluster_caps, "__iter__"):
             raise ConfigError(
-                f"adapt: cluster_caps = {self.cluster_caps!r}, expected a list of positive "
-                "numbers (shares of a device's part of the work)"
+                f"{owner}: setting cluster_caps={show(self.cluster_caps)}; expected a list of "
+                "positive numbers (shares of a device's part of the work)"
             )
         object.__setattr__(self, "cluster_caps", tuple(self.cluster_caps))
         for cap in self.cluster_caps:
             check_cap(cap, "adapt: cluster_caps")
-        if not isinstance(self.clustering, bool):
-            raise ConfigError(f"adapt: clustering = {self.clustering!r}, expected true or false")
-        for name in ("lr", "anchor_bias", "imitation", "temperature"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-                raise ConfigError(f"adapt: {name} = {v!r}, expected a finite number")
-            if v < 0 or (name in ("lr", "temperature") and v == 0):
-                raise ConfigError(
-                    f"adapt: {name} = {v!r}, expected a number > 0"
-                    if name in ("lr", "temperature")
-                    else f"adapt: {name} = {v!r}, expected a number >= 0"
-                )
-        for name, top in ADAPT_MAXIMA.items():
-            v = getattr(self, name)
-            if v > top:
-                raise ConfigError(f"adapt: {name} = {v!r}, expected a number <= {top:g}")
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "cluster_caps": list(self.cluster_caps)}
