@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import ConfigError
 from ..limits import MAX_MP_STEPS, MAX_POLICY_SIZE
 from ..schedule import TIMINGS, Timing, timing_for
-from ..settings import check_dataclass, dataclass_changes
+from ..settings import bad_setting, check_dataclass, dataclass_changes
 from .encoder import EDGE_MODES
 from .features import LAYOUTS
 
@@ -73,20 +73,17 @@ class PolicyConfig:
 
     def __post_init__(self) -> None:
         check_dataclass(self, "policy config", _RANGES)
-        if self.kind not in POLICY_KINDS:
-            raise ConfigError(f"policy kind {self.kind!r}; expected one of {POLICY_KINDS}")
-        if self.layout not in LAYOUTS:
-            raise ConfigError(f"feature layout {self.layout!r}; expected one of {sorted(LAYOUTS)}")
-        if self.timing not in TIMING_CHOICES:
-            raise ConfigError(f"timing {self.timing!r}; expected one of {TIMING_CHOICES}")
-        if self.edge_mode not in EDGE_MODES:
-            raise ConfigError(f"edge_mode {self.edge_mode!r}; expected one of {EDGE_MODES}")
-        if self.placed_norm not in PLACED_NORMS:
-            raise ConfigError(f"placed_norm {self.placed_norm!r}; expected one of {PLACED_NORMS}")
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.type == "int" and (not isinstance(v, int) or v < 1):
-                raise ConfigError(f"policy config {f.name} = {v!r}, expected an integer >= 1")
+        for name, allowed in (
+            ("kind", POLICY_KINDS),
+            ("layout", tuple(sorted(LAYOUTS))),
+            ("timing", TIMING_CHOICES),
+            ("edge_mode", EDGE_MODES),
+            ("placed_norm", PLACED_NORMS),
+        ):
+            if getattr(self, name) not in allowed:
+                raise bad_setting(
+                    "policy config", name, getattr(self, name), f"one of {', '.join(allowed)}"
+                )
         if self.gdp_hidden % self.gdp_heads:
             raise ConfigError(
                 f"gdp_hidden {self.gdp_hidden} must be a multiple of gdp_heads {self.gdp_heads}"

@@ -147,7 +147,9 @@ def test_checkpoint_without_placed_norm_reads_as_the_zscore_it_was_trained_with(
     back, _ = load_policy(tmp_path / "old.pt", ["dual"], 4)
     assert back.config.placed_norm == "zscore" and back.plc.placed_norm == "zscore"
     assert PolicyConfig().placed_norm == "smooth"
-    with pytest.raises(ConfigError, match="placed_norm 'std'"):
+    with pytest.raises(
+        ConfigError, match="setting placed_norm='std'; expected one of smooth, zscore"
+    ):
         PolicyConfig(placed_norm="std")
 
 
