@@ -364,7 +364,7 @@ def test_overflowing_values_are_one_line(capsys, argv, message):
             ["simulate", "chainmm:scale=0.01", "--cluster", "multihost:hosts=100000,devices=8"],
             "multihost devices is 800000; the limit is 1024",
         ),
-        (["simulate", "mlp:layers=1e8"], "parameter layers is 100000000; expected an integer >= 1"),
+        (["simulate", "mlp:layers=1e8"], "parameter layers=100000000; expected an integer >= 1"),
         (
             ["execute", "chainmm:scale=0.01", "--cluster", "cpu", "--warmup", "1e30"],
             "--warmup must be <= 100000 (doppler_lab.limits.MAX_REPEATS)",
