@@ -227,3 +227,30 @@ def test_checkpoint_documents_load_finite_or_one_line(
         one_line(exc)
         return
     assert all(bool(torch.isfinite(p).all()) for p in policy.parameters())
+
+
+# -- the command line: one line and exit 2, or finite numbers ----------------------------------
+@FEW
+@given(
+    key=st.sampled_from(["scale", "n", "blocks", "matrices", "dtype", "zzz"]),
+    text=VALUE_TEXT.filter(lambda t: "," not in t and ":" not in t),
+    noise=st.sampled_from(["0", "0.5", "10", "11", "nan", "1e308", "-1", "5e-324"]),
+)
+def test_cli_simulate_values(capsys, key, text, noise):
+    import json
+
+    from doppler_lab.cli import main
+
+    spec = f"chainmm:matrices=3,{key}={text}" if key != "matrices" else f"chainmm:{key}={text}"
+    try:
+        rc = main(["simulate", spec, "--noise", noise, "--seed", "1", "--json"])
+    except SystemExit as exc:  # argparse's own exit (never expected: errors are returned)
+        raise AssertionError(f"exit {exc.code}") from None
+    out, err = capsys.readouterr()
+    if rc == 0:
+        doc = json.loads(out)
+        for k in ("makespan", "lower_bound", "ratio_to_lower_bound"):
+            assert doc[k] is None or math.isfinite(doc[k]), (k, doc[k])
+        assert doc["makespan"] is not None
+    else:
+        assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
