@@ -28,7 +28,7 @@ from doppler_lab.sim import Simulator
 from doppler_lab.train.config import TrainConfig, preset
 from doppler_lab.workloads import build
 
-_EXAMPLES = int(os.environ.get("DOPPLER_FUZZ_EXAMPLES", "60"))
+_EXAMPLES = int(os.environ.get("DOPPLER_FUZZ_EXAMPLES", "100"))
 FUZZ = settings(
     max_examples=_EXAMPLES,
     deadline=None,
