@@ -537,3 +537,13 @@ def test_train_is_bit_identical_whatever_the_thread_count(tmp_path, textbook, ca
 def test_errors_are_doppler_lab_errors():
     for exc in (ConfigError, GraphError, ClusterError, SimulationError, CheckpointError):
         assert issubclass(exc, DopplerLabError)
+
+
+def test_docstring_examples():
+    import doctest
+
+    import doppler_lab.limits
+    import doppler_lab.settings
+
+    for mod in (doppler_lab.limits, doppler_lab.settings):
+        assert doctest.testmod(mod).failed == 0
