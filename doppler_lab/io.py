@@ -374,6 +374,7 @@ def read_paper_graph(path: str | Path, name: str | None = None) -> DataflowGraph
             sp,
         )
     total = _uint(lines[0].strip(), sp, 1, "line 1 should be the total node count")
+    check_limit(total, "MAX_NODES", "the node count", lambda msg: FormatError(msg, sp, 1))
     inputs = _ints(lines[1], sp, 2, "input ids")
     src = _ints(lines[2], sp, 3, "edge sources")
     dst = _ints(lines[3], sp, 4, "edge destinations")

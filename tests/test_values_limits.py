@@ -547,3 +547,12 @@ def test_docstring_examples():
 
     for mod in (doppler_lab.limits, doppler_lab.settings):
         assert doctest.testmod(mod).failed == 0
+
+
+def test_paper_text_node_count_is_limited(tmp_path):
+    from doppler_lab.io import read_paper_graph
+
+    path = tmp_path / "p.txt"
+    path.write_text("10000000000\n0\n1\n2\n1,1\n")
+    with pytest.raises(FormatError, match=r"line 1: the node count is 10000000000; the limit"):
+        read_paper_graph(path)
