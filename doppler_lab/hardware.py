@@ -657,6 +657,7 @@ class CostModel:
             raise GraphError(
                 f"node {v} ({g.names[v]!r}) has no finite compute time on device {j} "
                 f"({c.devices[j].name!r}): flops {show(g.flops[v])}, time_scale {show(unit)}"
+                f"{self._scale_note(v)}"
             )
         worst = np.zeros(g.num_edges)
         if d > 1 and g.num_edges:
@@ -689,8 +690,8 @@ class CostModel:
                             f"{show(dev.launch_overhead_s)} makes the makespan overflow"
                         )
                     raise GraphError(
-                        f"node {v} ({g.names[v]!r}) flops {show(g.flops[v])} make the makespan "
-                        "overflow"
+                        f"node {v} ({g.names[v]!r}) flops {show(g.flops[v])}"
+                        f"{self._scale_note(v)} make the makespan overflow"
                     )
                 raise GraphError(
                     f"node {v} ({g.names[v]!r}) cost {show(per_node[v])} makes the makespan "
@@ -699,6 +700,13 @@ class CostModel:
             k = int(worst.argmax())
             lat, inv = self.latency[~np.eye(d, dtype=bool)].max(), self.inv_bandwidth.max()
             raise self._overflow("edge", k, lat, inv, "makes the makespan overflow")
+
+    def _scale_note(self, v: int) -> str:
+        """``" (calibrated op_scale X)"`` when node ``v``'s roofline time is scaled."""
+        scale = getattr(self, "_op_scale", None)
+        if scale is None or scale[v] == 1.0:
+            return ""
+        return f" (calibrated op_scale {show(scale[v])})"
 
     def _overflow(self, _: str, k: int, lat: float, inv: float, what: str) -> Exception:
         """The error naming what makes edge ``k``'s worst transfer time too large."""
@@ -743,6 +751,7 @@ class CostModel:
             for v, s in enumerate(g.specs):
                 if s is not None:
                     scale[v] = op_scale.get(f"{s.kind}:{s.op}", op_scale.get(s.kind, 1.0))
+        self._op_scale = scale  # named by _check_finite when it overflows
         out = np.empty((n, len(devs)))
         kinds, of_node = np.unique(np.array(dtypes, dtype=str), return_inverse=True)
         for j, dev in enumerate(devs):

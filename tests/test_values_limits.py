@@ -556,3 +556,11 @@ def test_paper_text_node_count_is_limited(tmp_path):
     path.write_text("10000000000\n0\n1\n2\n1,1\n")
     with pytest.raises(FormatError, match=r"line 1: the node count is 10000000000; the limit"):
         read_paper_graph(path)
+
+
+def test_calibrated_op_scale_that_overflows_is_named():
+    from doppler_lab.workloads import build
+
+    g = build("chainmm", scale=0.01)
+    with pytest.raises(GraphError, match=r"calibrated op_scale 1e\+308\) make the makespan"):
+        CostModel(g, make_cluster("p100x4"), {"einsum": 1e308})
