@@ -564,3 +564,23 @@ def test_calibrated_op_scale_that_overflows_is_named():
     g = build("chainmm", scale=0.01)
     with pytest.raises(GraphError, match=r"calibrated op_scale 1e\+308\) make the makespan"):
         CostModel(g, make_cluster("p100x4"), {"einsum": 1e308})
+
+
+def test_adapter_table_that_is_not_finite_is_never_written(tmp_path):
+    from doppler_lab.policies.adapt import AdaptConfig, AdaptResult
+
+    graph = graph_from_dict(TEXTBOOK)
+    res = AdaptResult(
+        bias=torch.full((4, 3), float("nan")),
+        best=round_robin(graph, 3),
+        best_cost=1.0,
+        start_cost=1.0,
+        calls=1,
+        rows=[],
+        config=AdaptConfig(),
+    )
+    with pytest.raises(ConfigError, match="non-finite values; expected other settings"):
+        res.save(tmp_path / "adapter.pt", graph, make_cluster("uniform", 3), "ck")
+    assert not (tmp_path / "adapter.pt").exists()
+    with pytest.raises(ConfigError, match="temperature=1e-300; expected a finite number >= 0.001"):
+        AdaptConfig(temperature=1e-300)

@@ -123,7 +123,8 @@ class AdaptConfig:
             the ``doppler`` placer: ``True`` for the first half of the devices and the first 2,
             a list of device counts, or ``False``
             (:func:`~doppler_lab.policies.search.fewer_device_counts`).
-        temperature: PLC's sampling temperature during the updates (SEL samples at 1).
+        temperature: PLC's sampling temperature during the updates (SEL samples at 1); at least
+            0.001 (the logits divided by less overflow).
         reanchor: when a sampled placement beats the incumbent, swap each moved node's table
             entries of its old and new device, so the table's preference follows the new
             incumbent with the confidence it had learned.
@@ -158,7 +159,7 @@ class AdaptConfig:
             ("lr", "float", {"above": 0}),
             ("anchor_bias", "float", {"minimum": 0}),
             ("imitation", "float", {"minimum": 0}),
-            ("temperature", "float", {"above": 0}),
+            ("temperature", "float", {"minimum": 1e-3}),  # logits / 1e-300 overflow
         ):
             top = ADAPT_MAXIMA.get(name)
             value = check_setting(getattr(self, name), kind, owner, name, maximum=top, **bounds)
@@ -230,8 +231,9 @@ class AdaptResult:
         path = Path(path)
         if not bool(torch.isfinite(self.bias).all()):
             raise ConfigError(
-                f"adapter {path}: the trained table holds non-finite values; expected smaller "
-                f"settings (lr {self.config.lr:g}, anchor_bias {self.config.anchor_bias:g}); "
+                f"adapter {path}: the trained table holds non-finite values; expected other "
+                f"settings (lr {self.config.lr:g}, anchor_bias {self.config.anchor_bias:g}, "
+                f"imitation {self.config.imitation:g}, temperature {self.config.temperature:g}); "
                 "nothing was written"
             )
         doc = {

@@ -72,7 +72,7 @@ def _cluster():
         (["--set", "bogus=1"], "adapter config has no setting 'bogus'; expected one of batch"),
         (
             ["--set", "temperature=0"],
-            "adapter config: setting temperature=0; expected a finite number > 0",
+            "adapter config: setting temperature=0; expected a finite number >= 0.001",
         ),
         (["--checkpoint", "doppler/nope"], "nope"),
     ],
