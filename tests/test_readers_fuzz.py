@@ -575,9 +575,9 @@ def test_cli_in_a_subprocess_has_no_traceback(tmp_path):
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (["-o", "samples=true"], "option samples is true (a boolean); expected an integer >= 0"),
+        (["-o", "samples=true"], "placer 'doppler': option samples=true; expected an integer"),
         (["-o", "noise=NaN"], "placer 'doppler': option noise=NaN; expected a finite number"),
-        (["-o", "budget=true"], "option budget is true (a boolean); expected an integer >= 1"),
+        (["-o", "budget=true"], "placer 'doppler': option budget=true; expected an integer"),
         (["-o", "bogus=3"], "placer 'doppler' has no option 'bogus'"),
     ],
 )

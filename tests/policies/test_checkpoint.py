@@ -211,5 +211,5 @@ def test_sample_temperature_from_the_checkpoint_or_the_placer(tmp_path, small_gr
         load_policy(tmp_path / "bad.pt")
     with pytest.raises(CheckpointError, match="sample temperature for"):
         set_sample_temperature(plain, float("nan"))
-    with pytest.raises(ConfigError, match="option temperature is 0; expected"):
+    with pytest.raises(ConfigError, match="option temperature=0; expected a finite number > 0"):
         place("doppler", small_graph, cluster4, checkpoint=str(plain), temperature=0)
