@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import ConfigError, PlacementError
+from ..errors import PlacementError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, CostModel
 from ..limits import MAX_BUDGET, MAX_SECONDS
@@ -200,8 +200,8 @@ def _float(value: object) -> float:
 
 def check_choice(placer: str, option: str, value: str, choices: Sequence[str]) -> None:
     if value not in choices:
-        raise ConfigError(
-            f"placer {placer!r}: {option} = {value!r}, expected one of {tuple(choices)}"
+        raise bad_setting(
+            f"placer {placer!r}", option, value, f"one of {', '.join(choices)}", "option"
         )
 
 
