@@ -25,6 +25,7 @@ from numba import njit
 
 from .deps import require
 from .errors import GraphError
+from .limits import LIMITS, MAX_EDGES, MAX_NODES
 from .ops import OpSpec, broadcast_shape
 from .validate import show
 
@@ -716,6 +717,12 @@ class GraphBuilder:
         if name in self._index:
             raise GraphError(f"graph {self.name!r}: node name {name!r} is used twice")
         v = len(self._names)
+        if v >= MAX_NODES or len(self._src) + len(inputs) > MAX_EDGES:
+            limit = "MAX_NODES" if v >= MAX_NODES else "MAX_EDGES"
+            raise GraphError(
+                f"graph {self.name!r} grows past {LIMITS[limit]} "
+                f"{'nodes' if v >= MAX_NODES else 'edges'} (doppler_lab.limits.{limit})"
+            )
         for u in inputs:
             if not 0 <= u < v:
                 raise GraphError(
@@ -743,6 +750,10 @@ class GraphBuilder:
         n = len(self._names)
         if not (0 <= src < n and 0 <= dst < n):
             raise GraphError(f"edge {src} -> {dst}: expected node ids in 0..{n - 1}")
+        if len(self._src) >= MAX_EDGES:
+            raise GraphError(
+                f"graph {self.name!r} grows past {MAX_EDGES} edges (doppler_lab.limits.MAX_EDGES)"
+            )
         self._src.append(int(src))
         self._dst.append(int(dst))
         self._edge_costs.append(None if cost is None else float(cost))

@@ -26,11 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ClusterError, GraphError
+from .errors import ClusterError, ConfigError, GraphError
 from .graph import DataflowGraph
+from .limits import MAX_LINKS, MAX_TIME, check_limit
 from .rules import transfer_times
 from .validate import (
     Fail,
+    show,
     want_fields,
     want_list,
     want_matrix,
@@ -162,6 +164,7 @@ class Cluster:
         d = len(self.devices)
         if d == 0:
             raise ClusterError(f"cluster {self.name!r} has no devices")
+        check_limit(d, "MAX_DEVICES", f"cluster {self.name!r}: the number of devices", ClusterError)
         bw = np.array(self.bandwidth_bytes_per_s, dtype=np.float64)
         lat = np.array(self.latency_s, dtype=np.float64)
         for arr, label in ((bw, "bandwidth_bytes_per_s"), (lat, "latency_s")):
@@ -198,6 +201,11 @@ class Cluster:
                     f"cluster {self.name!r}: routes has shape {routes.shape}, expected ({d}, {d}, 2)"
                 )
             nlinks = int(routes.max()) + 1
+            if nlinks > MAX_LINKS:  # before any array or name sized by it
+                raise ClusterError(
+                    f"cluster {self.name!r}: route id {nlinks - 1} asks for {nlinks} link "
+                    f"resources; the limit is {MAX_LINKS} (doppler_lab.limits.MAX_LINKS)"
+                )
             if len(self.link_names) not in (0, nlinks):
                 raise ClusterError(
                     f"cluster {self.name!r}: {len(self.link_names)} link names for {nlinks} link resources"
@@ -222,7 +230,8 @@ class Cluster:
     @cached_property
     def inv_bandwidth(self) -> np.ndarray:
         """Seconds per byte per ordered pair (0 on the diagonal)."""
-        inv = 1.0 / self.bandwidth_bytes_per_s
+        with np.errstate(over="ignore", divide="ignore"):
+            inv = 1.0 / self.bandwidth_bytes_per_s
         inv.setflags(write=False)
         return inv
 
@@ -291,6 +300,7 @@ def links_from_dict(d: Mapping[str, Any], what: str, fail: Fail) -> dict[str, An
     ``name`` must be a string."""
     want_str(d["name"], f"{what} name", fail)
     devs = want_list(d["devices"], f"{what} devices", fail)
+    check_limit(len(devs), "MAX_DEVICES", f"{what}: the number of devices", fail)
     try:
         devices = tuple(Device.from_dict(x, f"{what} device {i}") for i, x in enumerate(devs))
     except ClusterError as exc:
@@ -460,6 +470,7 @@ def make_multihost(
             f"a multihost cluster needs >= 1 host and >= 1 device a host, got {hosts} and "
             f"{devices_per_host}"
         )
+    check_limit(hosts * devices_per_host, "MAX_DEVICES", "multihost devices", ClusterError)
     if kind not in DEVICE_KINDS:
         raise ClusterError(f"multihost device kind {kind!r}; expected one of {DEVICE_KINDS}")
     k, d = devices_per_host, hosts * devices_per_host
@@ -515,22 +526,25 @@ def make_multihost(
 def parse_multihost(spec: str) -> Cluster:
     """``multihost[:hosts=H,devices=K,kind=cpu|gpu,intra_gbps=X,inter_gbps=Y,inter_latency_us=Z]``
     (bandwidths in GB/s) -> :func:`make_multihost`."""
+    from .settings import check_setting, parse_item
+
     _, _, rest = spec.partition(":")
-    known = {"hosts", "devices", "kind", "intra_gbps", "inter_gbps", "inter_latency_us"}
+    kinds = {"hosts": "int", "devices": "int", "kind": "str"}
+    kinds |= {k: "float" for k in ("intra_gbps", "inter_gbps", "inter_latency_us")}
+    owner = f"cluster {spec!r}"
     kw: dict[str, Any] = {}
     for item in filter(None, rest.split(",")):
-        key, eq, value = item.partition("=")
-        if not eq or key not in known:
+        key = item.partition("=")[0].strip()
+        if key not in kinds or "=" not in item:
             raise ClusterError(
-                f"cluster {spec!r}: bad parameter {item!r}; expected key=value with key in "
-                f"{sorted(known)}"
+                f"{owner}: bad parameter {item!r}; expected key=value with key in {sorted(kinds)}"
             )
         try:
-            kw[key] = (
-                value if key == "kind" else (int if key in ("hosts", "devices") else float)(value)
-            )
-        except ValueError:
-            raise ClusterError(f"cluster {spec!r}: {key}={value!r} is not a number") from None
+            key, value = parse_item(item, owner, "parameter")
+            bounds = {"minimum": 1} if kinds[key] == "int" else {"above": 0}
+            kw[key] = check_setting(value, kinds[key], owner, key, "parameter", **bounds)
+        except ConfigError as exc:
+            raise ClusterError(str(exc)) from None
     args: dict[str, Any] = {"kind": kw.get("kind", "cpu")}
     if "intra_gbps" in kw:
         args["intra_bytes_per_s"] = kw["intra_gbps"] * GB
@@ -558,6 +572,8 @@ def make_cluster(spec: str | Cluster, num_devices: int | None = None) -> Cluster
     ``--cluster`` takes either)."""
     if isinstance(spec, Cluster):
         return spec
+    if num_devices is not None:
+        check_limit(num_devices, "MAX_DEVICES", "the number of devices", ClusterError)
     if spec == "multihost" or spec.startswith("multihost:"):
         c = parse_multihost(spec)
         if num_devices is not None and num_devices != c.num_devices:
@@ -606,7 +622,8 @@ class CostModel:
                 )
             compute = np.broadcast_to(cc.reshape(n, -1), (n, d)).astype(np.float64)
         else:
-            compute = self._modelled_compute(op_scale or {}) / unit
+            with np.errstate(over="ignore"):  # an overflow is named by _check_finite
+                compute = self._modelled_compute(op_scale or {}) / unit
         compute = np.where(graph.is_input[:, None], 0.0, compute)
         from_input = graph.is_input[graph.edge_src]
         if graph.edge_cost is not None:
@@ -617,11 +634,112 @@ class CostModel:
         else:
             self.edge_fixed = np.zeros(graph.num_edges)
             self.edge_bytes = np.where(from_input, 0.0, graph.out_bytes[graph.edge_src])
-            self.latency = cluster.latency_s / unit
-            self.inv_bandwidth = cluster.inv_bandwidth / unit
+            with np.errstate(over="ignore"):
+                self.latency = cluster.latency_s / unit
+                self.inv_bandwidth = cluster.inv_bandwidth / unit
         self.compute = compute
         for a in (self.compute, self.edge_fixed, self.edge_bytes, self.latency, self.inv_bandwidth):
             a.setflags(write=False)
+        self._check_finite()
+
+    def _check_finite(self) -> None:
+        """Every compute and transfer time is finite, and so is their sum (a bound on any
+        makespan at noise 0), in reported units: else an error naming the input that overflows
+        (a node's cost, a device's launch overhead, a link's bandwidth or latency)."""
+        g, c = self.graph, self.cluster
+        comp, d, unit = self.compute, c.num_devices, g.time_scale
+        explicit = g.compute_cost is not None
+        if g.num_nodes and not g.compute_nodes.size:
+            raise GraphError(
+                f"graph {g.name!r} has only input nodes ({g.num_nodes}); expected at least one "
+                "op to place and time"
+            )
+        bad = np.argwhere(~np.isfinite(comp))
+        if bad.size:
+            v, j = (int(x) for x in bad[0])
+            if explicit:
+                raise GraphError(f"node {v} ({g.names[v]!r}) cost {show(comp[v, j])} is not finite")
+            raise GraphError(
+                f"node {v} ({g.names[v]!r}) has no finite compute time on device {j} "
+                f"({c.devices[j].name!r}): flops {show(g.flops[v])}, time_scale {show(unit)}"
+                f"{self._scale_note(v)}"
+            )
+        worst = np.zeros(g.num_edges)
+        if d > 1 and g.num_edges:
+            off = ~np.eye(d, dtype=bool)
+            if not np.isfinite(self.inv_bandwidth[off]).all():
+                i, j = (int(x) for x in np.argwhere(off & ~np.isfinite(self.inv_bandwidth))[0])
+                raise ClusterError(
+                    f"cluster {c.name!r} bandwidth {i}->{j} {show(c.bandwidth_bytes_per_s[i, j])} "
+                    "B/s gives an infinite transfer time"
+                )
+            lat, inv = self.latency[off].max(), self.inv_bandwidth[off].max()
+            with np.errstate(over="ignore", invalid="ignore"):
+                worst = self.edge_fixed + lat + self.edge_bytes * inv
+            if not np.isfinite(worst).all():
+                k = int(np.flatnonzero(~np.isfinite(worst))[0])
+                raise self._overflow("edge", k, lat, inv, "gives an infinite transfer time")
+        per_node = comp.max(axis=1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            node_sum, edge_sum = per_node.sum(), worst.sum()
+            total = (node_sum + edge_sum) * unit
+        if not total <= MAX_TIME:
+            if node_sum >= edge_sum:
+                v = int(per_node.argmax())
+                if not explicit:
+                    j = int(comp[v].argmax())
+                    dev = c.devices[j]
+                    if dev.launch_overhead_s * g.num_nodes / unit >= per_node[v]:
+                        raise ClusterError(
+                            f"cluster {c.name!r} device {j} ({dev.name!r}) launch_overhead_s "
+                            f"{show(dev.launch_overhead_s)} makes the makespan overflow"
+                        )
+                    raise GraphError(
+                        f"node {v} ({g.names[v]!r}) flops {show(g.flops[v])}"
+                        f"{self._scale_note(v)} make the makespan overflow"
+                    )
+                raise GraphError(
+                    f"node {v} ({g.names[v]!r}) cost {show(per_node[v])} makes the makespan "
+                    "overflow"
+                )
+            k = int(worst.argmax())
+            lat, inv = self.latency[~np.eye(d, dtype=bool)].max(), self.inv_bandwidth.max()
+            raise self._overflow("edge", k, lat, inv, "makes the makespan overflow")
+
+    def _scale_note(self, v: int) -> str:
+        """``" (calibrated op_scale X)"`` when node ``v``'s roofline time is scaled."""
+        scale = getattr(self, "_op_scale", None)
+        if scale is None or scale[v] == 1.0:
+            return ""
+        return f" (calibrated op_scale {show(scale[v])})"
+
+    def _overflow(self, _: str, k: int, lat: float, inv: float, what: str) -> Exception:
+        """The error naming what makes edge ``k``'s worst transfer time too large."""
+        g, c = self.graph, self.cluster
+        u, v = int(g.edge_src[k]), int(g.edge_dst[k])
+        parts = {
+            "fixed": float(self.edge_fixed[k]),
+            "latency": float(lat),
+            "bandwidth": float(self.edge_bytes[k] * inv) if self.edge_bytes[k] else 0.0,
+        }
+        cause = max(parts, key=lambda x: parts[x])
+        if cause == "fixed":
+            return GraphError(
+                f"edge {k} ({g.names[u]!r} -> {g.names[v]!r}) cost {show(parts['fixed'])} {what}"
+            )
+        d = c.num_devices
+        off = ~np.eye(d, dtype=bool)
+        if cause == "latency":
+            i, j = (int(x) for x in np.argwhere(off & (self.latency == lat))[0])
+            return ClusterError(
+                f"cluster {c.name!r} latency {i}->{j} {show(c.latency_s[i, j])} s {what}"
+            )
+        i, j = (int(x) for x in np.argwhere(off & (self.inv_bandwidth == inv))[0])
+        return ClusterError(
+            f"cluster {c.name!r} bandwidth {i}->{j} {show(c.bandwidth_bytes_per_s[i, j])} B/s "
+            f"for edge {k} ({g.names[u]!r} -> {g.names[v]!r}, {show(self.edge_bytes[k])} bytes) "
+            f"{what}"
+        )
 
     def _modelled_compute(self, op_scale: Mapping[str, float]) -> np.ndarray:
         g, devs = self.graph, self.cluster.devices
@@ -638,6 +756,7 @@ class CostModel:
             for v, s in enumerate(g.specs):
                 if s is not None:
                     scale[v] = op_scale.get(f"{s.kind}:{s.op}", op_scale.get(s.kind, 1.0))
+        self._op_scale = scale  # named by _check_finite when it overflows
         out = np.empty((n, len(devs)))
         kinds, of_node = np.unique(np.array(dtypes, dtype=str), return_inverse=True)
         for j, dev in enumerate(devs):

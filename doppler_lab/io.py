@@ -18,7 +18,7 @@ Readers are strict (the checks of :mod:`doppler_lab.validate`): a field outside 
 missing one, or a value of the wrong type is a :class:`~doppler_lab.errors.FormatError` naming
 the file, the item and what was expected; nothing is coerced. Node ids are integers (not ``1.0``,
 not ``true``); ``flops`` and ``out_bytes`` are required unless the node has a ``spec`` to derive
-them; costs are all-or-none, for edges as for non-input nodes (inputs are never timed, so their
+them or the graph gives explicit costs (then a missing one reads as 0); costs are all-or-none, for edges as for non-input nodes (inputs are never timed, so their
 cost may be left out); JSON must be strict (no ``NaN``/``Infinity``, no key twice in an object).
 """
 
@@ -36,6 +36,7 @@ from .atomic import atomic_write
 from .errors import ClusterError, FormatError, GraphError, PlacementError
 from .graph import INPUT, KIND_CODE, NODE_KINDS, DataflowGraph, cost_graph
 from .hardware import Cluster
+from .limits import check_limit
 from .ops import OpSpec
 from .placement import Placement
 from .trace import Trace
@@ -180,6 +181,10 @@ def graph_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> DataflowG
     doc = want_fields(doc, "graph document", fail, ("nodes", "edges"), GRAPH_FIELDS)
     nodes = want_list(doc["nodes"], "graph document 'nodes'", fail)
     edges = want_list(doc["edges"], "graph document 'edges'", fail)
+    check_limit(len(nodes), "MAX_NODES", "the number of nodes", fail)
+    check_limit(len(edges), "MAX_EDGES", "the number of edges", fail)
+    # with explicit costs (a node's "cost"), flops and out_bytes may be left out: read as 0
+    explicit = any(isinstance(node, Mapping) and "cost" in node for node in nodes)
     names, kinds, flops, nbytes, specs, costs = [], [], [], [], [], []
     for i, node in enumerate(nodes):
         if not isinstance(node, Mapping) or "name" not in node:
@@ -206,8 +211,10 @@ def graph_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> DataflowG
                 out.append(want_number(node[key], f"{what} {key}", fail))
             elif spec is not None:
                 out.append(derived[key])
+            elif explicit:
+                out.append(0.0)
             else:
-                raise fail(f"{what} lacks the field {key!r} (required without an op spec)")
+                raise fail(f"{what} lacks the field {key!r} (required without an op spec or costs)")
         costs.append(_node_cost(node.get("cost"), what, fail))
     n = len(names)
     src, dst, ecost = [], [], []
@@ -354,6 +361,7 @@ def read_paper_graph(path: str | Path, name: str | None = None) -> DataflowGraph
             sp,
         )
     total = _uint(lines[0].strip(), sp, 1, "line 1 should be the total node count")
+    check_limit(total, "MAX_NODES", "the node count", lambda msg: FormatError(msg, sp, 1))
     inputs = _ints(lines[1], sp, 2, "input ids")
     src = _ints(lines[2], sp, 3, "edge sources")
     dst = _ints(lines[3], sp, 4, "edge destinations")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -11,10 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, PlacementError
+from ..errors import ConfigError, PlacementError, SimulationError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, make_cluster
 from ..jsonutil import to_jsonable
+from ..limits import LIMITS
 from ..placement import Placement, random_placement, round_robin, single_device
 from ..sim import SEMANTICS
 from ..validate import parse_int_text, parse_number_text, show
@@ -22,10 +24,22 @@ from ..validate import parse_int_text, parse_number_text, show
 PLACEMENT_KEYWORDS = ("round-robin", "single", "random")
 
 
-def int_arg(minimum: int | None = None) -> Callable[[str], int]:
+def _over(value: float, limit: str | None) -> str | None:
+    """The message part for ``value`` over the named limit (or over 64 bits), else None."""
+    if limit is not None and value > LIMITS[limit]:
+        bound = LIMITS[limit]
+        shown = f"{bound:g}" if isinstance(bound, float) else str(bound)
+        return f"must be <= {shown} (doppler_lab.limits.{limit})"
+    if abs(value) >= 2**63:
+        return "must fit in 64 bits"
+    return None
+
+
+def int_arg(minimum: int | None = None, limit: str | None = None) -> Callable[[str], int]:
     """An argparse ``type=``: an integer written in ASCII digits (``1e3`` too), at least
-    ``minimum``; never ``2.0``, ``1_0``, ``true`` or ``nan``. Its message reads after the
-    option's name: ``--devices must be >= 1, got '0'``."""
+    ``minimum`` and at most the limit named ``limit`` (:mod:`doppler_lab.limits`; always within
+    64 bits); never ``2.0``, ``1_0``, ``true`` or ``nan``. Its message reads after the option's
+    name: ``--devices must be >= 1, got '0'``."""
 
     def integer(text: str) -> int:
         value = parse_int_text(text)
@@ -33,14 +47,19 @@ def int_arg(minimum: int | None = None) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}")
         if minimum is not None and value < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text!r}")
+        over = _over(value, limit)
+        if over:
+            raise argparse.ArgumentTypeError(f"{over}, got {text!r}")
         return value
 
     return integer
 
 
-def number_arg(minimum: float | None = None, above: float | None = None) -> Callable[[str], float]:
+def number_arg(
+    minimum: float | None = None, above: float | None = None, limit: str | None = None
+) -> Callable[[str], float]:
     """An argparse ``type=``: a finite number (never ``nan``, ``inf``, ``1_0``), at least
-    ``minimum`` and greater than ``above`` when given."""
+    ``minimum``, greater than ``above`` and at most the limit named ``limit`` when given."""
 
     def number(text: str) -> float:
         value = parse_number_text(text)
@@ -50,6 +69,8 @@ def number_arg(minimum: float | None = None, above: float | None = None) -> Call
             raise argparse.ArgumentTypeError(f"must be >= {show(minimum)}, got {text!r}")
         if above is not None and value <= above:
             raise argparse.ArgumentTypeError(f"must be > {show(above)}, got {text!r}")
+        if limit is not None and value > LIMITS[limit]:
+            raise argparse.ArgumentTypeError(f"{_over(value, limit)}, got {text!r}")
         return value
 
     return number
@@ -72,7 +93,10 @@ def add_cluster_arguments(p: argparse.ArgumentParser, default_help: str = "") ->
         "devices for graphs with explicit costs (paper graphs), p100x4 otherwise" + default_help,
     )
     p.add_argument(
-        "--devices", type=int_arg(1), metavar="N", help="number of devices (cpu/uniform clusters)"
+        "--devices",
+        type=int_arg(1, "MAX_DEVICES"),
+        metavar="N",
+        help="number of devices (cpu/uniform clusters)",
     )
 
 
@@ -134,7 +158,9 @@ def resolve_cluster(args: argparse.Namespace, graph: DataflowGraph | None = None
         return make_cluster(args.cluster, devices)
     explicit = graph is not None and graph.compute_cost is not None
     if explicit or devices is not None:
-        return make_cluster("uniform", devices or 4)
+        # per-device costs fix the device count
+        width = graph.compute_cost.shape[1] if explicit and graph.compute_cost.ndim == 2 else 4
+        return make_cluster("uniform", devices or width)
     return make_cluster("p100x4")
 
 
@@ -201,3 +227,26 @@ def source_label(source: str) -> str:
     return (
         str(source).replace("greedy", "greedy rollout", 1).replace("sample", "sampled rollout", 1)
     )
+
+
+def ratio_text(value: float | None) -> str:
+    """A ratio to the lower bound, or ``n/a`` when the bound is 0 (every cost 0)."""
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def ratio_to_lower_bound(makespan: float, lower: float) -> float | None:
+    """``makespan / lower`` (None when the bound is 0: every cost 0).
+
+    Raises:
+        SimulationError: the ratio overflows (a bound near 0 beside large transfer times).
+    """
+    if not lower > 0:
+        return None
+    with np.errstate(over="ignore"):
+        ratio = float(np.float64(makespan) / np.float64(lower))
+    if not math.isfinite(ratio):
+        raise SimulationError(
+            f"the makespan {makespan:.6g} over the lower bound {lower:.6g} overflows; expected "
+            "compute costs that are not all near 0"
+        )
+    return ratio

@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--episodes",
-        type=int_arg(1),
+        type=int_arg(1, "MAX_BUDGET"),
         default=200,
         metavar="N",
         help="simulator calls in all, the policy's proposals included (default 200)",
@@ -80,21 +80,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def adapt_config(args: argparse.Namespace):
     """The :class:`~doppler_lab.policies.adapt.AdaptConfig` of the command line."""
-    from dataclasses import fields
-
     from ..policies.adapt import AdaptConfig
-    from .place import parse_options
+    from ..settings import dataclass_changes, parse_items
 
-    changes = parse_options(args.set)
-    known = [f.name for f in fields(AdaptConfig)]
+    changes = parse_items(args.set, "adapter config")
     for k in changes:
         if k in OWN_FIELDS:
             raise ConfigError(f"--set {k}: use --{k.replace('_', '-')} instead")
-        if k not in known:
-            raise ConfigError(
-                f"--set {k}: not an adapter setting; expected one of "
-                f"{', '.join(x for x in known if x not in OWN_FIELDS)}"
-            )
+    dataclass_changes(AdaptConfig, changes, "adapter config", exclude=OWN_FIELDS)
     return AdaptConfig(**{**changes, "episodes": args.episodes})
 
 

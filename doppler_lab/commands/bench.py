@@ -128,9 +128,9 @@ def run(args: argparse.Namespace) -> int:
         k: v for k in GENERAL_OPTIONS if (v := getattr(args, k)) is not None and v is not False
     }
     if "finetune_set" in given:
-        from .place import parse_options
+        from ..settings import parse_items
 
-        given["finetune_set"] = parse_options(given["finetune_set"])
+        given["finetune_set"] = parse_items(given["finetune_set"], "train config")
     foreign = [k for k in given if k not in accepted] if args.name != "general" else []
     if foreign:
         flag = "--" + foreign[0].replace("_", "-")

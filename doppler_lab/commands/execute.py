@@ -41,7 +41,7 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--devices",
-        type=int_arg(1),
+        type=int_arg(1, "MAX_DEVICES"),
         metavar="N",
         help="number of devices (default: 2-4 CPU workers, or all GPUs)",
     )
@@ -59,13 +59,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_placement_argument(p)
     p.add_argument(
         "--repeats",
-        type=int_arg(1),
+        type=int_arg(1, "MAX_REPEATS"),
         default=3,
         metavar="N",
         help="timed runs; the makespan is their median (default 3)",
     )
     p.add_argument(
-        "--warmup", type=int_arg(0), default=1, metavar="N", help="untimed runs first (default 1)"
+        "--warmup",
+        type=int_arg(0, "MAX_REPEATS"),
+        default=1,
+        metavar="N",
+        help="untimed runs first (default 1)",
     )
     p.add_argument(
         "--dispatch",
@@ -78,7 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--timeout",
-        type=number_arg(above=0),
+        type=number_arg(above=0, limit="MAX_SECONDS"),
         default=120.0,
         metavar="S",
         help="a run that takes longer fails (default 120)",

@@ -10,9 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, FormatError, WriteError
+from ..errors import ConfigError, WriteError
 from ..progress import format_time, show_progress
-from ..validate import parse_json
 from ._common import (
     add_cluster_arguments,
     add_graph_argument,
@@ -20,6 +19,8 @@ from ._common import (
     int_arg,
     number_arg,
     print_json,
+    ratio_text,
+    ratio_to_lower_bound,
     resolve_cluster,
     resolve_graph,
     resolve_semantics,
@@ -62,18 +63,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--noise",
-        type=number_arg(minimum=0),
+        type=number_arg(minimum=0, limit="MAX_NOISE"),
         default=0.0,
         help="lognormal sigma of durations when simulating",
     )
     p.add_argument(
         "--budget",
-        type=int_arg(),
+        type=int_arg(limit="MAX_BUDGET"),
         metavar="N",
         help="simulator calls of search placers and doppler",
     )
     p.add_argument(
-        "--time-limit", type=number_arg(), metavar="S", help="seconds for the exact solver"
+        "--time-limit",
+        type=number_arg(limit="MAX_SECONDS"),
+        metavar="S",
+        help="seconds for the exact solver",
     )
     p.add_argument(
         "--seed", type=int_arg(0), default=0, help="seed of the placer and the simulator noise"
@@ -98,18 +102,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gantt", metavar="OUT.html", help="write a Gantt chart of the simulated run")
 
 
-def parse_options(pairs: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` strings to a dict (values parsed as JSON when possible)."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"option {pair!r} is not KEY=VALUE")
-        try:  # strict JSON: NaN, Infinity and 1e400 stay strings, which no number option takes
-            out[key.replace("-", "_")] = parse_json(value, f"option {key}")
-        except FormatError:
-            out[key.replace("-", "_")] = value
-    return out
+def parse_options(pairs: list[str], owner: str = "-o") -> dict[str, Any]:
+    """``KEY=VALUE`` strings to a dict (:func:`doppler_lab.settings.parse_items`: numbers,
+    booleans, JSON lists; ``NaN``, ``inf`` and ``1e400`` are errors)."""
+    from ..settings import parse_items
+
+    return parse_items(pairs, owner, "option")
 
 
 def placer_arguments(name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -117,7 +115,7 @@ def placer_arguments(name: str, args: argparse.Namespace) -> dict[str, Any]:
     from ..placers import placer_options
 
     accepted = placer_options(name)
-    opts = parse_options(args.option)
+    opts = parse_options(args.option, f"placer {name!r}")
     for flag, key, value in (
         ("--budget", "budget", args.budget),
         ("--time-limit", "time_limit", args.time_limit),
@@ -177,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         "placement": placement.device.tolist(),
         "makespan": trace.makespan,
         "lower_bound": lower,
-        "ratio_to_lower_bound": trace.makespan / lower if lower > 0 else None,
+        "ratio_to_lower_bound": ratio_to_lower_bound(trace.makespan, lower),
         "runtime_s": runtime,
         "sim_calls": placement.meta.get("sim_calls", 0),
     }
@@ -223,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         f"{args.placer} on {graph.name} ({cluster.name}, {args.semantics}): makespan {t(trace.makespan)}"
     )
     print(
-        f"  lower bound {t(lower)} (ratio {result['ratio_to_lower_bound']:.3f}), placer time {runtime:.3g} s"
+        f"  lower bound {t(lower)} (ratio {ratio_text(result['ratio_to_lower_bound'])}), placer time {runtime:.3g} s"
     )
     if schedule is not None:
         print(f"  own schedule ({schedule.model}): {t(schedule.makespan)}")

@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--timeout",
-        type=int_arg(1),
+        type=int_arg(1, "MAX_SECONDS"),
         default=3600,
         metavar="S",
         help="limit per cell (default 3600 s)",

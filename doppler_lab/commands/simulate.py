@@ -15,6 +15,8 @@ from ._common import (
     int_arg,
     number_arg,
     print_json,
+    ratio_text,
+    ratio_to_lower_bound,
     resolve_cluster,
     resolve_cost_model,
     resolve_graph,
@@ -33,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_semantics_argument(p)
     p.add_argument(
         "--noise",
-        type=number_arg(minimum=0),
+        type=number_arg(minimum=0, limit="MAX_NOISE"),
         default=0.0,
         help="sigma of lognormal duration noise (default 0)",
     )
@@ -76,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         "num_devices": cluster.num_devices,
         "makespan": trace.makespan,
         "lower_bound": lb,
-        "ratio_to_lower_bound": trace.makespan / lb if lb > 0 else None,
+        "ratio_to_lower_bound": ratio_to_lower_bound(trace.makespan, lb),
         "num_transfers": trace.num_transfers,
         "utilisation": trace.utilisation().round(4).tolist(),
     }
@@ -100,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         secs = graph.compute_cost is None  # explicit costs are in the file's own units
         print(f"  makespan     {format_time(trace.makespan, secs)}")
         print(
-            f"  lower bound  {format_time(lb, secs)}  (ratio {result['ratio_to_lower_bound']:.3f})"
+            f"  lower bound  {format_time(lb, secs)}  (ratio {ratio_text(result['ratio_to_lower_bound'])})"
         )
         print(f"  transfers    {trace.num_transfers}")
         print(f"  utilisation  {' '.join(f'{u:.0%}' for u in result['utilisation'])}")

@@ -43,11 +43,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_cluster_arguments(p)
     add_semantics_argument(p)
     p.add_argument(
-        "--noise", type=number_arg(minimum=0), help="simulator duration noise sigma (default 0)"
+        "--noise",
+        type=number_arg(minimum=0, limit="MAX_NOISE"),
+        help="simulator duration noise sigma (default 0)",
     )
-    p.add_argument("--episodes", type=int_arg(1), metavar="N", help="episodes per stage")
     p.add_argument(
-        "--episodes-per-update", type=int_arg(1), metavar="K", help="episodes per update"
+        "--episodes", type=int_arg(1, "MAX_BUDGET"), metavar="N", help="episodes per stage"
+    )
+    p.add_argument(
+        "--episodes-per-update",
+        type=int_arg(1, "MAX_BUDGET"),
+        metavar="K",
+        help="episodes per update",
     )
     p.add_argument("--lr", type=number_arg(above=0), help="learning rate (both optimisers)")
     p.add_argument("--seed", type=int_arg(0), help="seed (weights, rollouts, noise); default 0")
@@ -82,7 +89,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="any policy-config field for a fresh start, e.g. --policy-set hidden=128",
     )
-    p.add_argument("--repeats", type=int_arg(1), help="real stage: timed runs per cost evaluation")
+    p.add_argument(
+        "--repeats",
+        type=int_arg(1, "MAX_REPEATS"),
+        help="real stage: timed runs per cost evaluation",
+    )
     p.add_argument(
         "--allow-device-change",
         action="store_true",
@@ -108,10 +119,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 
-def _pairs(items: list[str]) -> dict[str, Any]:
-    from .place import parse_options
+def _pairs(items: list[str], owner: str) -> dict[str, Any]:
+    from ..settings import parse_items
 
-    return parse_options(items)
+    return parse_items(items, owner)
 
 
 def stage_configs(args: argparse.Namespace, default_semantics: str) -> list:
@@ -126,7 +137,7 @@ def stage_configs(args: argparse.Namespace, default_semantics: str) -> list:
     for key in ("noise", "episodes", "episodes_per_update", "lr", "seed", "repeats"):
         if getattr(args, key) is not None:
             common[key] = getattr(args, key)
-    common.update(_pairs(args.set))
+    common.update(_pairs(args.set, "train config"))
     prefix = "released-" if args.preset == "released" else ""
     return [preset(prefix + s, **common) for s in stages]
 
@@ -135,7 +146,7 @@ def policy_config(args: argparse.Namespace):
     from ..policies.config import POLICY_PRESETS
 
     base = POLICY_PRESETS["released" if args.preset == "released" else "default"]
-    changes = _pairs(args.policy_set)
+    changes = _pairs(args.policy_set, "policy config")
     if args.policy:
         changes["kind"] = args.policy
     return base.replace(**changes)
@@ -158,8 +169,11 @@ def device_curriculum(args, configs, pcfg, init, num_devices: int) -> int | None
 
 def run(args: argparse.Namespace) -> int:
     from ..runfolder import run_folder
+    from ..runners import torch_threads
 
-    with run_folder(args.out, NAME, args.force):
+    # one intra-op thread whatever the process had: the tensors are small (one thread is the
+    # fastest), and two runs of one command agree to the bit (sums in one order)
+    with run_folder(args.out, NAME, args.force), torch_threads(1):
         return _run(args)
 
 

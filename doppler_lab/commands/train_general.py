@@ -40,7 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         ("--sim-episodes", 0, g.GENERAL_SIM_EPISODES, "Stage II episodes (0: none)"),
     )
     for flag, least, default, text in counts:
-        p.add_argument(flag, type=int_arg(least), default=default, metavar="N", help=text)
+        p.add_argument(
+            flag, type=int_arg(least, "MAX_BUDGET"), default=default, metavar="N", help=text
+        )
     p.add_argument(
         "--anchor-source",
         choices=g.ANCHOR_SOURCES,
@@ -68,7 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=number_arg(above=0), help="Stage II learning rate")
     p.add_argument(
         "--graphs-per-step",
-        type=int_arg(1),
+        type=int_arg(1, "MAX_BUDGET"),
         metavar="G",
         help="Stage II: average G tasks' gradients into one optimiser step",
     )

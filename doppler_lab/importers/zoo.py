@@ -33,7 +33,9 @@ from torch import nn
 from ..deps import require
 from ..errors import ConfigError
 from ..graph import DataflowGraph
-from ..validate import one_line, want_int
+from ..limits import MAX_MODEL_LAYERS, MAX_MODEL_SIZE
+from ..settings import check_setting, unknown_setting
+from ..validate import one_line
 from .models import MLP, CausalLMLogits, ResNet, randomise_batchnorm
 
 __all__ = [
@@ -171,18 +173,19 @@ def split_spec(spec: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
     Raises:
         ConfigError: a malformed spec or a parameter given twice.
     """
-    from ..workloads import parse_spec
+    from ..settings import parse_spec
 
+    owner = f"model spec {spec.strip()!r}"
     m = _FILE_SPEC.match(spec.strip())
     p = _PROGRAM_SPEC.match(spec.strip())
     if m:
         name = f"{m['file']}:{m['func']}"
-        _, params = parse_spec(f"file:{m['params'] or ''}")
+        _, params = parse_spec(f"file:{m['params'] or ''}", owner)
     elif p:
         name = p["file"]
-        _, params = parse_spec(f"file:{p['params'] or ''}")
+        _, params = parse_spec(f"file:{p['params'] or ''}", owner)
     else:
-        name, params = parse_spec(spec)
+        name, params = parse_spec(spec, owner)
     options = {k: params.pop(k) for k in IMPORT_OPTIONS if k in params}
     return name, params, options
 
@@ -191,12 +194,16 @@ def _check_params(name: str, params: dict[str, Any]) -> None:
     defaults = inspect.signature(MODELS[name]).parameters
     for key, value in params.items():
         if key not in defaults:
-            raise ConfigError(
-                f"model {name!r} has no parameter {key!r}; expected one of "
-                f"{', '.join([*defaults, *IMPORT_OPTIONS])}"
-            )
+            raise unknown_setting(f"model {name!r}", key, [*defaults, *IMPORT_OPTIONS], "parameter")
         low = 0 if key in ("seed", "kv_heads") else 1
-        want_int(value, f"model {name!r}: parameter {key}", ConfigError, minimum=low)
+        high = (
+            2**63 - 1
+            if key == "seed"
+            else MAX_MODEL_LAYERS
+            if key in ("layers", "stages", "blocks")
+            else MAX_MODEL_SIZE
+        )
+        check_setting(value, "int", f"model {name!r}", key, "parameter", minimum=low, maximum=high)
 
 
 def _load_function(name: str) -> Callable[..., Any]:

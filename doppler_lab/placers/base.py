@@ -13,17 +13,21 @@ Units: a :class:`Schedule` is in reported time (the graph's raw cost units times
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import ConfigError, PlacementError
+from ..errors import PlacementError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, CostModel
+from ..limits import MAX_BUDGET, MAX_SECONDS
 from ..placement import Placement
 from ..schedule import ListScheduleState, Timing
+from ..settings import bad_setting
+from ..validate import is_number
 
 
 @runtime_checkable
@@ -163,25 +167,41 @@ def list_schedule(
 
 # -- option checks -------------------------------------------------------------------------
 def check_positive(
-    placer: str, option: str, value: float | None, integer: bool = False, optional: bool = True
+    placer: str,
+    option: str,
+    value: float | None,
+    integer: bool = False,
+    optional: bool = True,
+    maximum: float | None = None,
 ) -> None:
     """Raise :class:`ConfigError` unless ``value`` is a positive (integer) number, or None when
-    ``optional``."""
+    ``optional``, at most ``maximum`` (default: :data:`~doppler_lab.limits.MAX_SECONDS` for a
+    time option, :data:`~doppler_lab.limits.MAX_BUDGET` for the others)."""
     if value is None and optional:
         return
-    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
-    ok = ok and bool(np.isfinite(value)) and value > 0
+    if maximum is None:
+        maximum = MAX_SECONDS if "time" in option else MAX_BUDGET
+    kind = "a positive integer" if integer else "a positive number"
+    ok = is_number(value) and math.isfinite(_float(value)) and value > 0
     if integer:
-        ok = ok and float(value) == int(value)
+        ok = ok and float(value).is_integer()
     if not ok:
-        kind = "a positive integer" if integer else "a positive number"
-        raise ConfigError(f"placer {placer!r}: {option} = {value!r}, expected {kind}")
+        raise bad_setting(f"placer {placer!r}", option, value, kind, "option")
+    if value > maximum:
+        raise bad_setting(f"placer {placer!r}", option, value, f"{kind} <= {maximum:g}", "option")
+
+
+def _float(value: object) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except OverflowError:
+        return math.inf
 
 
 def check_choice(placer: str, option: str, value: str, choices: Sequence[str]) -> None:
     if value not in choices:
-        raise ConfigError(
-            f"placer {placer!r}: {option} = {value!r}, expected one of {tuple(choices)}"
+        raise bad_setting(
+            f"placer {placer!r}", option, value, f"one of {', '.join(choices)}", "option"
         )
 
 

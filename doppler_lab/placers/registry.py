@@ -28,10 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, PlacementError
+from ..errors import PlacementError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
 from ..placement import Placement
+from ..settings import unknown_setting
 from .base import Placer, make_rng
 
 ENTRY_POINT_GROUP = "doppler_lab.placers"
@@ -269,8 +270,7 @@ def get_placer(name: str, **options: Any) -> Placer:
         known = placer_options(name)
         bad = [k for k in options if k not in known]
         if bad:
-            accepted = ", ".join(known) if known else "none"
-            raise ConfigError(f"placer {name!r} has no option {bad[0]!r}; its options: {accepted}")
+            raise unknown_setting(f"placer {name!r}", bad[0], known, "option")
     return factory(**options)
 
 

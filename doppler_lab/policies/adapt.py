@@ -67,9 +67,12 @@ import torch
 from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
+from ..limits import MAX_BUDGET, MAX_DEVICES, MAX_NODES
 from ..placement import Placement
 from ..placers.clustering import CLUSTER_CAPS, check_cap
+from ..settings import check_setting
 from ..sim import Simulator
+from ..validate import show, type_name, want_int, want_str
 from .checkpoint import save_atomic
 from .search import (
     SearchOutcome,
@@ -83,6 +86,21 @@ from .search import (
 ADAPTER_FORMAT = "doppler-lab/adapter-1"
 #: the ``format`` field of a run's progress file (``adapt(state=...)``)
 ADAPT_STATE_FORMAT = "doppler-lab/adapt-state-1"
+
+
+#: upper bounds of the adapter's settings: the table's logits and the loss stay finite (a bias
+#: of 1e308 made every softmax NaN)
+ADAPT_MAXIMA: dict[str, float] = {
+    "lr": 1e3,
+    "anchor_bias": 1e3,
+    "imitation": 1e6,
+    "temperature": 1e3,
+    "episodes": MAX_BUDGET,
+    "batch": MAX_BUDGET,
+    "samples": MAX_BUDGET,
+    "partitions": MAX_BUDGET,
+    "settle_steps": MAX_BUDGET,
+}
 
 
 @dataclass(frozen=True)
@@ -105,7 +123,8 @@ class AdaptConfig:
             the ``doppler`` placer: ``True`` for the first half of the devices and the first 2,
             a list of device counts, or ``False``
             (:func:`~doppler_lab.policies.search.fewer_device_counts`).
-        temperature: PLC's sampling temperature during the updates (SEL samples at 1).
+        temperature: PLC's sampling temperature during the updates (SEL samples at 1); at least
+            0.001 (the logits divided by less overflow).
         reanchor: when a sampled placement beats the incumbent, swap each moved node's table
             entries of its old and new device, so the table's preference follows the new
             incumbent with the confidence it had learned.
@@ -128,35 +147,32 @@ class AdaptConfig:
     settle_steps: int = 100
 
     def __post_init__(self) -> None:
-        for name in ("episodes", "batch"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ConfigError(f"adapt: {name} = {v!r}, expected an integer >= 1")
-        for name in ("samples", "partitions", "settle_steps"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise ConfigError(f"adapt: {name} = {v!r}, expected an integer >= 0")
+        owner = "adapter config"
+        for name, kind, bounds in (
+            ("episodes", "int", {"minimum": 1}),
+            ("batch", "int", {"minimum": 1}),
+            ("samples", "int", {"minimum": 0}),
+            ("partitions", "int", {"minimum": 0}),
+            ("settle_steps", "int", {"minimum": 0}),
+            ("clustering", "bool", {}),
+            ("reanchor", "bool", {}),
+            ("lr", "float", {"above": 0}),
+            ("anchor_bias", "float", {"minimum": 0}),
+            ("imitation", "float", {"minimum": 0}),
+            ("temperature", "float", {"minimum": 1e-3}),  # logits / 1e-300 overflow
+        ):
+            top = ADAPT_MAXIMA.get(name)
+            value = check_setting(getattr(self, name), kind, owner, name, maximum=top, **bounds)
+            object.__setattr__(self, name, value)
         check_fewer_devices(self.fewer_devices)
         if isinstance(self.cluster_caps, str) or not hasattr(self.cluster_caps, "__iter__"):
             raise ConfigError(
-                f"adapt: cluster_caps = {self.cluster_caps!r}, expected a list of positive "
-                "numbers (shares of a device's part of the work)"
+                f"{owner}: setting cluster_caps={show(self.cluster_caps)}; expected a list of "
+                "positive numbers (shares of a device's part of the work)"
             )
         object.__setattr__(self, "cluster_caps", tuple(self.cluster_caps))
         for cap in self.cluster_caps:
             check_cap(cap, "adapt: cluster_caps")
-        if not isinstance(self.clustering, bool):
-            raise ConfigError(f"adapt: clustering = {self.clustering!r}, expected true or false")
-        for name in ("lr", "anchor_bias", "imitation", "temperature"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-                raise ConfigError(f"adapt: {name} = {v!r}, expected a finite number")
-            if v < 0 or (name in ("lr", "temperature") and v == 0):
-                raise ConfigError(
-                    f"adapt: {name} = {v!r}, expected a number > 0"
-                    if name in ("lr", "temperature")
-                    else f"adapt: {name} = {v!r}, expected a number >= 0"
-                )
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "cluster_caps": list(self.cluster_caps)}
@@ -213,6 +229,13 @@ class AdaptResult:
     def save(self, path: str | Path, graph: DataflowGraph, cluster: Cluster, checkpoint: Any):
         """Write the table with what it belongs to (:func:`load_adapter` reads it back)."""
         path = Path(path)
+        if not bool(torch.isfinite(self.bias).all()):
+            raise ConfigError(
+                f"adapter {path}: the trained table holds non-finite values; expected other "
+                f"settings (lr {self.config.lr:g}, anchor_bias {self.config.anchor_bias:g}, "
+                f"imitation {self.config.imitation:g}, temperature {self.config.temperature:g}); "
+                "nothing was written"
+            )
         doc = {
             "format": ADAPTER_FORMAT,
             "bias": self.bias,
@@ -249,6 +272,7 @@ def load_adapter(
         raise ConfigError(f"adapter {path}: unreadable ({exc})") from exc
     if not isinstance(doc, dict) or doc.get("format") != ADAPTER_FORMAT:
         raise ConfigError(f"adapter {path}: not an adapter table (format {ADAPTER_FORMAT!r})")
+    _check_adapter(doc, path)
     n = int(graph.compute_nodes.size)
     if doc["graph"] != graph.name or doc["nodes"] != n:
         raise ConfigError(
@@ -275,6 +299,33 @@ def load_adapter(
         )
     policy.set_node_bias(doc["bias"])
     return doc
+
+
+#: fields every adapter file has (``save`` writes more)
+ADAPTER_FIELDS = ("format", "bias", "graph", "nodes", "devices")
+
+
+def _check_adapter(doc: dict[str, Any], path: Path) -> None:
+    """The fields :func:`load_adapter` reads, with their types; the table finite."""
+
+    def fail(msg: str) -> ConfigError:
+        return ConfigError(f"adapter {path}: {msg}")
+
+    for key in ADAPTER_FIELDS:
+        if key not in doc:
+            raise fail(f"lacks the field {key!r}; expected {', '.join(ADAPTER_FIELDS)}")
+    want_str(doc["graph"], "graph", fail)
+    nodes = want_int(doc["nodes"], "nodes", fail, minimum=0, maximum=MAX_NODES)
+    devices = want_int(doc["devices"], "devices", fail, minimum=1, maximum=MAX_DEVICES)
+    bias = doc["bias"]
+    if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
+        raise fail(f"bias is {type_name(bias)}; expected a float tensor")
+    if tuple(bias.shape) != (nodes, devices):
+        raise fail(f"bias has shape {tuple(bias.shape)}; expected ({nodes}, {devices})")
+    if not bool(torch.isfinite(bias).all()):
+        raise fail("bias holds non-finite values (nan or inf); expected finite ones")
+    if doc.get("policy") is not None:
+        want_str(doc["policy"], "policy", fail)
 
 
 def _reanchor(bias: torch.Tensor, old: np.ndarray, new: np.ndarray) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ..errors import CheckpointError, ConfigError
+from ..limits import MAX_DEVICES
 from ..validate import (
     is_int,
     one_line,
@@ -142,7 +143,7 @@ def _check_types(path: str, doc: dict[str, Any]) -> None:
     head = want_fields(doc["policy"], "'policy'", fail, POLICY_HEADER_FIELDS)
     want_str(head["kind"], "policy kind", fail)
     want_object(head["layout"], "policy layout", fail)
-    want_int(head["num_devices"], "policy num_devices", fail, minimum=1)
+    want_int(head["num_devices"], "policy num_devices", fail, 1, MAX_DEVICES)
     config = want_object(head["config"], "policy config", fail)
     defaults = {f.name: f.default for f in fields(PolicyConfig)}
     for key, value in config.items():
@@ -161,6 +162,11 @@ def _check_types(path: str, doc: dict[str, Any]) -> None:
         if not isinstance(key, str) or not isinstance(value, torch.Tensor):
             raise fail(
                 f"state_dict entry {show(key)} is {type_name(value)}; expected a tensor by name"
+            )
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise fail(
+                f"state_dict entry {key!r} holds non-finite weights (nan or inf); expected "
+                "finite ones (a run whose training diverged)"
             )
     want_object(doc["meta"], "'meta'", fail)
     if doc.get("train") is not None:

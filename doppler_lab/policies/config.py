@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import ConfigError
+from ..limits import MAX_MP_STEPS, MAX_POLICY_SIZE
 from ..schedule import TIMINGS, Timing, timing_for
+from ..settings import bad_setting, check_dataclass, dataclass_changes
 from .encoder import EDGE_MODES
 from .features import LAYOUTS
 
@@ -70,20 +72,18 @@ class PolicyConfig:
     gdp_segment: int = 8
 
     def __post_init__(self) -> None:
-        if self.kind not in POLICY_KINDS:
-            raise ConfigError(f"policy kind {self.kind!r}; expected one of {POLICY_KINDS}")
-        if self.layout not in LAYOUTS:
-            raise ConfigError(f"feature layout {self.layout!r}; expected one of {sorted(LAYOUTS)}")
-        if self.timing not in TIMING_CHOICES:
-            raise ConfigError(f"timing {self.timing!r}; expected one of {TIMING_CHOICES}")
-        if self.edge_mode not in EDGE_MODES:
-            raise ConfigError(f"edge_mode {self.edge_mode!r}; expected one of {EDGE_MODES}")
-        if self.placed_norm not in PLACED_NORMS:
-            raise ConfigError(f"placed_norm {self.placed_norm!r}; expected one of {PLACED_NORMS}")
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.type == "int" and (not isinstance(v, int) or v < 1):
-                raise ConfigError(f"policy config {f.name} = {v!r}, expected an integer >= 1")
+        check_dataclass(self, "policy config", _RANGES)
+        for name, allowed in (
+            ("kind", POLICY_KINDS),
+            ("layout", tuple(sorted(LAYOUTS))),
+            ("timing", TIMING_CHOICES),
+            ("edge_mode", EDGE_MODES),
+            ("placed_norm", PLACED_NORMS),
+        ):
+            if getattr(self, name) not in allowed:
+                raise bad_setting(
+                    "policy config", name, getattr(self, name), f"one of {', '.join(allowed)}"
+                )
         if self.gdp_hidden % self.gdp_heads:
             raise ConfigError(
                 f"gdp_hidden {self.gdp_hidden} must be a multiple of gdp_heads {self.gdp_heads}"
@@ -94,15 +94,14 @@ class PolicyConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PolicyConfig:
-        known = {f.name for f in fields(cls)}
-        bad = sorted(set(d) - known)
-        if bad:
-            raise ConfigError(f"policy config has unknown field {bad[0]!r}")
+        d = dataclass_changes(cls, d, "policy config")
         # written before the option existed: those policies were trained with the z-score; a
         # stored config without a timing had the old default, est
         return cls(**{"placed_norm": "zscore", "timing": "est", **d})
 
     def replace(self, **changes: Any) -> PolicyConfig:
+        """This config with ``changes``; an unknown key names the valid ones."""
+        changes = dataclass_changes(PolicyConfig, changes, "policy config")
         return PolicyConfig(**{**self.to_dict(), **changes})
 
     def resolved(self, semantics: str | None = None) -> PolicyConfig:
@@ -119,6 +118,25 @@ class PolicyConfig:
             return timing_for(semantics)
         return self.timing  # type: ignore[return-value]
 
+
+#: bounds of the sizes: every int field is >= 1 and at most these
+_RANGES: dict[str, dict[str, float]] = {
+    **{
+        k: {"minimum": 1, "maximum": MAX_POLICY_SIZE}
+        for k in (
+            "hidden",
+            "head_hidden",
+            "num_bases",
+            "edge_hidden",
+            "placeto_hidden",
+            "gdp_hidden",
+            "gdp_heads",
+            "gdp_segment",
+        )
+    },
+    "mp_steps": {"minimum": 1, "maximum": MAX_MP_STEPS},
+    "placeto_steps": {"minimum": 1, "maximum": MAX_MP_STEPS},
+}
 
 POLICY_PRESETS: dict[str, PolicyConfig] = {
     # ours: the timing model of the semantics, the extended device features, a cheap

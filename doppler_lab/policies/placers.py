@@ -33,11 +33,12 @@ import numpy as np
 from ..errors import CheckpointError, ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster
+from ..limits import MAX_BUDGET, MAX_NOISE
 from ..placement import Placement
 from ..progress import progress as progress_bar
 from ..runners import torch_threads
+from ..settings import check_setting
 from ..sim import SEMANTICS, Simulator
-from ..validate import want_bool, want_int, want_number
 from .adapt import adapt_search
 from .base import PlacementPolicy
 from .checkpoint import load_policy
@@ -266,17 +267,22 @@ class _LearnedPlacer:
         temperature: float | None = None,
     ):
         what = f"placer {self.name!r}: option"
+        owner = f"placer {self.name!r}"
+
+        def opt(value: Any, kind: str, key: str, **bounds: Any) -> Any:
+            return check_setting(value, kind, owner, key, "option", **bounds)
+
         if temperature is not None:
-            temperature = want_number(temperature, f"{what} temperature", ConfigError, above=0)
-        cluster_moves = want_bool(cluster_moves, f"{what} cluster_moves", ConfigError)
+            temperature = opt(temperature, "float", "temperature", above=0)
+        cluster_moves = opt(cluster_moves, "bool", "cluster_moves")
         if clustering is None:
             clustering = self.default_clustering
-        clustering = want_bool(clustering, f"{what} clustering", ConfigError)
+        clustering = opt(clustering, "bool", "clustering")
         if samples is not None:
-            samples = want_int(samples, f"{what} samples", ConfigError, minimum=0)
+            samples = opt(samples, "int", "samples", minimum=0, maximum=MAX_BUDGET)
         if partitions is None:
             partitions = self.default_partitions
-        partitions = want_int(partitions, f"{what} partitions", ConfigError, minimum=0)
+        partitions = opt(partitions, "int", "partitions", minimum=0, maximum=MAX_BUDGET)
         if fewer_devices is None:
             fewer_devices = self.default_fewer_devices and adapter is None
         elif fewer_devices is not False and adapter is not None:
@@ -289,12 +295,10 @@ class _LearnedPlacer:
         except ConfigError as e:
             raise ConfigError(f"placer {self.name!r}: option {e}") from None
         if budget is not None:
-            budget = want_int(budget, f"{what} budget", ConfigError, minimum=1)
-        noise = want_number(noise, f"{what} noise", ConfigError, minimum=0)
-        allow_device_change = want_bool(
-            allow_device_change, f"{what} allow_device_change", ConfigError
-        )
-        progress = want_bool(progress, f"{what} progress", ConfigError)
+            budget = opt(budget, "int", "budget", minimum=1, maximum=MAX_BUDGET)
+        noise = opt(noise, "float", "noise", minimum=0, maximum=MAX_NOISE)
+        allow_device_change = opt(allow_device_change, "bool", "allow_device_change")
+        progress = opt(progress, "bool", "progress")
         if semantics not in SEMANTICS:
             raise ConfigError(
                 f"placer {self.name!r}: semantics {semantics!r}, expected one of {SEMANTICS}"

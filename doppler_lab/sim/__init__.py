@@ -21,6 +21,7 @@ factor drawn from an explicit generator; sigma = 0 is deterministic.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import Literal
@@ -31,6 +32,7 @@ import numpy as np
 from ..errors import PlacementError, SimulationError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, CostModel, make_cluster
+from ..limits import MAX_NOISE
 from ..placement import Placement
 from ..trace import Trace, kind_names
 from . import _kernels as K
@@ -88,8 +90,11 @@ class Simulator:
     ):
         if semantics not in SEMANTICS:
             raise SimulationError(f"unknown semantics {semantics!r}; expected one of {SEMANTICS}")
-        if not (np.isfinite(noise) and noise >= 0):
-            raise SimulationError(f"noise sigma {noise!r} must be finite and >= 0")
+        if not (np.isfinite(noise) and 0 <= noise <= MAX_NOISE):
+            raise SimulationError(
+                f"noise sigma {noise!r} must be finite, >= 0 and <= {MAX_NOISE:g} "
+                "(doppler_lab.limits.MAX_NOISE)"
+            )
         self.graph = graph
         self.cluster = make_cluster(cluster) if isinstance(cluster, str) else cluster
         self.semantics = semantics
@@ -252,7 +257,9 @@ class Simulator:
         opts = self._options(self._rng(seed, rng), None, priority)
         out = K.new_buffers(g.num_nodes, g.num_edges)
         out.tr_link.fill(-1)
-        _, ntr = self._kernel(*self._records, dev, opts, tuple(out))
+        m, ntr = self._kernel(*self._records, dev, opts, tuple(out))
+        if not math.isfinite(m * g.time_scale):
+            self._check_result(np.array([m * g.time_scale]))
         scale = g.time_scale
         slots = out.tr_slot[:ntr]
         src = self._graph_arrays.slot_src[slots]
@@ -299,7 +306,10 @@ class Simulator:
         _, dev, priority = self._prepare(placement, dispatch)
         opts = self._options(self._rng(seed, rng), None, priority)
         m, _ = self._kernel(*self._records, dev, opts, self._scratch)
-        return m * self.graph.time_scale
+        m = m * self.graph.time_scale
+        if not math.isfinite(m):  # a float test: this path runs in tight search loops
+            self._check_result(np.array([m]))
+        return m
 
     def kernel_call(self, placement: Placement | np.ndarray | Sequence[int]) -> Callable[[], float]:
         """For benchmarks: a function that runs the compiled kernel alone on this placement's
@@ -353,7 +363,17 @@ class Simulator:
             out = _keep_torch_threads(lambda: K.wc_batch(ga, ca, devs, opts))
         else:
             out = K.bsp_batch(ga, ca, devs, opts)
-        return out * self.graph.time_scale
+        return self._check_result(out * self.graph.time_scale)
+
+    def _check_result(self, makespans: np.ndarray) -> np.ndarray:
+        """``makespans`` if all are finite (the cost model bounds them at noise 0; a large
+        noise draw can still overflow), else a :class:`SimulationError` naming the noise."""
+        if not np.isfinite(makespans).all():
+            raise SimulationError(
+                f"graph {self.graph.name!r} on cluster {self.cluster.name!r}: a makespan "
+                f"overflows with noise sigma {self.noise:g}; expected a smaller --noise"
+            )
+        return makespans
 
     def lower_bound(self) -> float:
         """The makespan lower bound (reported units)."""

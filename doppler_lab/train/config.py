@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import ConfigError
+from ..limits import MAX_BUDGET, MAX_NOISE, MAX_REPEATS
+from ..settings import bad_setting, check_dataclass, dataclass_changes
 from ..sim import SEMANTICS
 
 STAGES: tuple[str, ...] = ("imitation", "sim", "real")
@@ -138,6 +140,7 @@ class TrainConfig:
     eval_every: int = 0
 
     def __post_init__(self) -> None:
+        check_dataclass(self, "train config", _RANGES)
         choices = {
             "stage": STAGES,
             "lr_schedule": LR_SCHEDULES,
@@ -149,63 +152,9 @@ class TrainConfig:
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
-                raise ConfigError(
-                    f"train config {name} = {getattr(self, name)!r}, expected one of {allowed}"
+                raise bad_setting(
+                    "train config", name, getattr(self, name), f"one of {', '.join(allowed)}"
                 )
-        for name in (
-            "episodes",
-            "episodes_per_update",
-            "graphs_per_step",
-            "repeats",
-            "checkpoint_every",
-            "sil_size",
-            "sil_epochs",
-        ):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ConfigError(f"train config {name} = {v!r}, expected an integer >= 1")
-        for name in ("tempered_loss", "step_baseline", "anchor"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(
-                    f"train config {name} = {getattr(self, name)!r}, expected true or false"
-                )
-        for name in ("eval_every", "lr_warmup"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise ConfigError(f"train config {name} = {v!r}, expected an integer >= 0")
-        for name in ("epsilon_start", "epsilon_end", "teacher_start", "teacher_end", "lr_final"):
-            v = getattr(self, name)
-            if not 0.0 <= v <= 1.0:
-                raise ConfigError(f"train config {name} = {v!r}, expected a value in [0, 1]")
-        for name in ("baseline_decay", "gamma", "elite_quantile"):
-            v = getattr(self, name)
-            if not 0.0 < v <= 1.0:
-                raise ConfigError(f"train config {name} = {v!r}, expected a value in (0, 1]")
-        for name in ("lr", "lr_sel"):
-            v = getattr(self, name)
-            if v is not None and not v > 0:
-                raise ConfigError(f"train config {name} = {v!r}, expected > 0")
-        for name in (
-            "entropy_coef",
-            "imitation_coef",
-            "pg_coef",
-            "grad_clip",
-            "noise",
-            "sil_coef",
-            "sel_temperature",
-            "plc_temperature",
-        ):
-            v = getattr(self, name)
-            if not v >= 0:
-                raise ConfigError(f"train config {name} = {v!r}, expected >= 0")
-        if self.plc_temperature_end is not None and not self.plc_temperature_end >= 0:
-            raise ConfigError(
-                f"train config plc_temperature_end = {self.plc_temperature_end!r}, expected >= 0"
-            )
-        if not 0.0 < self.label_fraction <= 1.0:
-            raise ConfigError(
-                f"train config label_fraction = {self.label_fraction!r}, expected 0 < x <= 1"
-            )
         if self.anchor and self.graphs_per_step > 1:
             raise ConfigError(
                 f"train config: anchor mode steps the optimiser within an update; expected "
@@ -233,14 +182,55 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        known = {f.name for f in fields(cls)}
-        bad = sorted(set(d) - known)
-        if bad:
-            raise ConfigError(f"train config has unknown field {bad[0]!r}")
-        return cls(**d)
+        return cls(**dataclass_changes(cls, d, "train config"))
 
     def replace(self, **changes: Any) -> TrainConfig:
-        return TrainConfig(**{**self.to_dict(), **changes})
+        """This config with ``changes``; an unknown key names the valid ones."""
+        return TrainConfig(
+            **{**self.to_dict(), **dataclass_changes(TrainConfig, changes, "train config")}
+        )
+
+
+#: bounds of the numeric fields (their types are the annotations')
+_RANGES: dict[str, dict[str, float]] = {
+    **{
+        k: {"minimum": 1, "maximum": MAX_BUDGET}
+        for k in (
+            "episodes",
+            "episodes_per_update",
+            "graphs_per_step",
+            "sil_size",
+            "sil_epochs",
+            "checkpoint_every",
+        )
+    },
+    **{k: {"minimum": 0, "maximum": MAX_BUDGET} for k in ("lr_warmup", "eval_every")},
+    **{
+        k: {"minimum": 0, "maximum": 1}
+        for k in ("epsilon_start", "epsilon_end", "teacher_start", "teacher_end", "lr_final")
+    },
+    **{
+        k: {"above": 0, "maximum": 1}
+        for k in ("baseline_decay", "gamma", "elite_quantile", "label_fraction")
+    },
+    **{k: {"above": 0} for k in ("lr", "lr_sel")},
+    **{
+        k: {"minimum": 0}
+        for k in (
+            "entropy_coef",
+            "imitation_coef",
+            "pg_coef",
+            "grad_clip",
+            "sil_coef",
+            "sel_temperature",
+            "plc_temperature",
+            "plc_temperature_end",
+        )
+    },
+    "repeats": {"minimum": 1, "maximum": MAX_REPEATS},
+    "noise": {"minimum": 0, "maximum": MAX_NOISE},
+    "seed": {"minimum": 0, "maximum": 2**63 - 1},
+}
 
 
 # the released Stage II/III settings (config_files/run_doppler/rl_*_learning.json)

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -669,6 +669,24 @@ class Trainer:
                 self.schedulers[name].step()
         return norms
 
+    def _weights_finite(self) -> bool:
+        return all(bool(torch.isfinite(p).all()) for p in self.policy.parameters())
+
+    def _diverged(self, update: int, what: str) -> NoReturn:
+        """Stop the run: nothing more is saved (the last checkpoint, from a finite policy,
+        stays as it was). Names the update and the settings that scale the step."""
+        c = self.config
+        named = [f"lr={c.lr:g}"] + [
+            f"{k}={getattr(c, k):g}"
+            for k in ("lr_sel", "pg_coef", "imitation_coef", "entropy_coef", "sil_coef")
+            if getattr(c, k) is not None and getattr(c, k) > 1e3
+        ]
+        raise ConfigError(
+            f"training diverged at update {update + 1} of stage {c.stage!r}: {what} (with "
+            f"{', '.join(named)}); expected smaller settings; nothing was saved after the last "
+            "checkpoint"
+        )
+
     def greedy_cost(self, graph_index: int = 0) -> float:
         """Cost of the current policy's greedy rollout on graph ``graph_index``."""
         ctx = self.contexts[graph_index]
@@ -740,12 +758,16 @@ class Trainer:
                 loss, stats = self._terms_and_backward(
                     gi, enc, episodes, adv, anchor is not None, temps
                 )
+                if not math.isfinite(loss):
+                    self._diverged(u, f"the loss is {loss}")
                 if c.anchor:
                     self._anchor_update(gi, costs, episodes)
                 norms: dict[str, float] = {}
                 if (u + 1) % c.graphs_per_step == 0 or u + 1 == c.updates:
                     self._average_grads(u % c.graphs_per_step + 1)
                     norms = self._step()
+                    if not self._weights_finite():
+                        self._diverged(u, "the policy's weights are no longer finite")
                 if anchor is not None:
                     self._refit_anchor(gi, episodes, temps)
                 self.best[gi] = min(self.best[gi], float(costs.min()))

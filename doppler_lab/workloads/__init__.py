@@ -16,15 +16,15 @@ Example:
 from __future__ import annotations
 
 import inspect
-import math
-import re
 from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
 
 from ..errors import ConfigError
 from ..graph import DataflowGraph
-from ..validate import is_int, is_number, parse_int_text, parse_number_text, show
+from ..limits import MAX_DIM
+from ..settings import check_setting, parse_item, unknown_setting
+from ..settings import parse_spec as _parse_spec
 from .chainmm import chainmm
 from .ffnn import ffnn
 from .llama import llama_block, llama_layer
@@ -45,8 +45,6 @@ WORKLOADS: MappingProxyType[str, Callable[..., DataflowGraph]] = MappingProxyTyp
     }
 )
 
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
 
 def _generator(name: str) -> Callable[..., DataflowGraph]:
     try:
@@ -63,27 +61,24 @@ def _defaults(name: str) -> dict[str, Any]:
 
 
 def _coerce(workload: str, key: str, value: Any, default: Any) -> Any:
-    """``value`` checked against the type of the parameter's default."""
+    """``value`` checked against the type of the parameter's default
+    (:func:`doppler_lab.settings.check_setting`)."""
+    owner = f"workload {workload!r}"
     if isinstance(default, bool):
-        ok, expected = isinstance(value, bool), "true or false"
+        kind = "bool"
     elif isinstance(default, int):
-        ok, expected = is_int(value), "an integer"  # never 8.0 or true: "1e3" parses as 1000
-        if key == "seed":  # numpy takes no negative seed
-            ok, expected = ok and value >= 0, "an integer >= 0"
+        kind = "int"  # never 8.0 or true: "1e3" parses as 1000
     elif isinstance(default, float):
         if isinstance(value, str) and key == "scale":  # a named scale ("tiny"): checked there
             return value
-        ok, expected = is_number(value) and math.isfinite(value), "a finite number"
-        value = float(value) if ok else value
+        kind = "float"
     elif isinstance(default, str):
-        ok, expected = isinstance(value, str), "a string"
+        kind = "str"
     else:
-        ok, expected = True, ""
-    if not ok:
-        raise ConfigError(
-            f"workload {workload!r}: parameter {key}={show(value)}; expected {expected}"
-        )
-    return value
+        return value
+    lo = 0 if key == "seed" else None  # numpy takes no negative seed
+    hi = MAX_DIM if kind == "int" else None
+    return check_setting(value, kind, owner, key, "parameter", minimum=lo, maximum=hi)
 
 
 def build(name: str, **params: Any) -> DataflowGraph:
@@ -95,54 +90,21 @@ def build(name: str, **params: Any) -> DataflowGraph:
     defaults = _defaults(name)
     for key in params:
         if key not in defaults:
-            raise ConfigError(
-                f"workload {name!r} has no parameter {key!r}; expected one of {', '.join(defaults)}"
-            )
+            raise unknown_setting(f"workload {name!r}", key, defaults, "parameter")
     checked = {k: _coerce(name, k, v, defaults[k]) for k, v in params.items()}
     return WORKLOADS[name](**checked)
 
 
-def _parse_value(text: str) -> Any:
-    """``8`` / ``1e3`` -> int, ``1e-5`` / ``0.5`` / ``1/256`` -> float, ``true``/``false`` ->
-    bool, anything else (``nan``, ``1_000``, ``٣``) -> the string itself, which a numeric
-    parameter then rejects."""
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    whole = parse_int_text(text)
-    if whole is not None:
-        return whole
-    number = parse_number_text(text)
-    if number is not None:
-        return number
-    num, slash, den = text.partition("/")
-    if slash:
-        a, b = parse_number_text(num), parse_number_text(den)
-        if a is not None and b and math.isfinite(a / b):
-            return a / b
-    return text
-
-
 def parse_param(item: str, context: str = "") -> tuple[str, Any]:
     """``"heads=8"`` -> ``("heads", 8)``; values parsed as ints, floats (``1/256`` too),
-    ``true``/``false`` or strings."""
-    key, eq, value = item.partition("=")
-    key = key.strip()
-    if not eq or not _NAME_RE.match(key) or not value.strip():
-        raise ConfigError(f"{context}{item!r} is not of the form key=value")
-    return key, _parse_value(value.strip())
+    ``true``/``false`` or strings (:func:`doppler_lab.settings.parse_item`)."""
+    return parse_item(item, context.rstrip(": ") or "workload spec", "parameter")
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
-    """``"llama_block:heads=8,seq=512"`` -> ``("llama_block", {"heads": 8, "seq": 512})``."""
-    name, _, rest = spec.strip().partition(":")
-    params: dict[str, Any] = {}
-    for item in filter(None, (s.strip() for s in rest.split(","))):
-        key, value = parse_param(item, f"workload spec {spec!r}: ")
-        if key in params:
-            raise ConfigError(f"workload spec {spec!r}: parameter {key!r} is given twice")
-        params[key] = value
-    return name.strip(), params
+    """``"llama_block:heads=8,seq=512"`` -> ``("llama_block", {"heads": 8, "seq": 512})``
+    (:func:`doppler_lab.settings.parse_spec`)."""
+    return _parse_spec(spec, f"workload spec {spec.strip()!r}", "parameter")
 
 
 def build_from_spec(spec: str) -> DataflowGraph:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConfigError
-from ..validate import is_int, is_number, show
+from ..limits import MAX_DIM
+from ..settings import check_setting
+from ..validate import show
 
 FLOAT_DTYPES: tuple[str, ...] = ("float32", "float64", "bfloat16", "float16")
 #: named values of the ``scale`` parameter: ``tiny`` leaves a few elements per block
@@ -15,22 +16,15 @@ NAMED_SCALES: tuple[str, ...] = ("tiny",)
 
 
 def check_int(generator: str, name: str, value: Any, minimum: int = 1) -> int:
-    """``value`` as an int >= ``minimum``, else a ConfigError naming the parameter."""
-    if not is_int(value) or value < minimum:
-        raise ConfigError(
-            f"{generator}: parameter {name}={show(value)}; expected an integer >= {minimum}"
-        )
-    return int(value)
+    """``value`` as an int in ``[minimum, MAX_DIM]``, else a ConfigError naming the parameter."""
+    owner = f"workload {generator!r}"
+    return check_setting(value, "int", owner, name, "parameter", minimum=minimum, maximum=MAX_DIM)
 
 
 def check_float(generator: str, name: str, value: Any, positive: bool = True) -> float:
     """``value`` as a finite float (> 0 when ``positive``), else a ConfigError."""
-    ok = is_number(value) and math.isfinite(value)
-    if not ok or (positive and value <= 0):
-        raise ConfigError(
-            f"{generator}: parameter {name}={show(value)}; expected a finite number{' > 0' if positive else ''}"
-        )
-    return float(value)
+    owner = f"workload {generator!r}"
+    return check_setting(value, "float", owner, name, "parameter", above=0 if positive else None)
 
 
 def check_scale(generator: str, scale: Any, tiny: float) -> float:
@@ -72,4 +66,10 @@ def scaled_dim(
     """``value * scale`` rounded, never below ``blocks`` (so a scaled graph keeps its shape);
     ``value`` itself must hold ``blocks`` blocks (parameter ``blocks_name``)."""
     check_blocks(generator, blocks_name, blocks, dim_name, value)
-    return max(blocks, round(value * scale))
+    size = value * scale
+    if not size <= MAX_DIM:
+        raise ConfigError(
+            f"workload {generator!r}: {dim_name} {value} at scale {show(scale)} is {size:.3g} "
+            f"elements; the limit is {MAX_DIM} (doppler_lab.limits.MAX_DIM)"
+        )
+    return max(blocks, round(size))

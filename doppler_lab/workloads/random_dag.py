@@ -6,6 +6,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..graph import DataflowGraph, cost_graph
+from ..limits import check_limit
 
 
 def random_dag(
@@ -40,6 +41,10 @@ def random_dag(
             raise ConfigError(f"random_dag: {name}={value!r}, expected an integer >= {lo}")
     if not (np.isfinite(comm_ratio) and comm_ratio >= 0):
         raise ConfigError(f"random_dag: comm_ratio={comm_ratio!r}, expected a finite value >= 0")
+    check_limit(num_nodes, "MAX_NODES", "random_dag: num_nodes", ConfigError)
+    check_limit(
+        num_nodes * max_in_degree, "MAX_EDGES", "random_dag: num_nodes * max_in_degree", ConfigError
+    )
     rng = np.random.default_rng(seed)
     n = int(num_nodes)
     layer = np.arange(n) // width

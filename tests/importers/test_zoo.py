@@ -90,7 +90,8 @@ def test_user_file_function(tmp_path):
     [
         ("nope", "unknown workload 'nope'"),
         ("mlp:width=3", "model 'mlp' has no parameter 'width'"),
-        ("mlp:layers=0", r"parameter layers is 0; expected an integer >= 1"),
+        ("mlp:layers=0", r"model 'mlp': parameter layers=0; expected an integer >= 1"),
+        ("mlp:layers=1e8", r"parameter layers=100000000; expected an integer >= 1 and <= 1024"),
         ("mlp:layers=1.5", "expected an integer"),
         ("hf-llama:hidden=60,heads=8", "heads=8 does not divide hidden=60"),
         ("hf-llama:heads=4,kv_heads=3", "kv_heads=3 does not divide heads=4"),
@@ -122,7 +123,7 @@ def test_bad_user_functions(tmp_path):
 def test_cli_bad_model_spec_exits_2_with_one_line(capsys):
     assert main(["import", "mlp:layers=0"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "parameter layers is 0" in err
+    assert err.count("\n") == 0 and "parameter layers=0" in err
 
 
 def test_workloads_list_shows_the_zoo(capsys):

@@ -69,8 +69,11 @@ def _cluster():
     "extra, message",
     [
         (["--set", "episodes=5"], "--set episodes: use --episodes instead"),
-        (["--set", "bogus=1"], "--set bogus: not an adapter setting; expected one of batch"),
-        (["--set", "temperature=0"], "temperature = 0, expected a number > 0"),
+        (["--set", "bogus=1"], "adapter config has no setting 'bogus'; expected one of batch"),
+        (
+            ["--set", "temperature=0"],
+            "adapter config: setting temperature=0; expected a finite number >= 0.001",
+        ),
         (["--checkpoint", "doppler/nope"], "nope"),
     ],
 )

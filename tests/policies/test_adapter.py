@@ -137,14 +137,20 @@ def test_adapt_spends_the_budget_and_keeps_the_best(policy, small_graph, cluster
 @pytest.mark.parametrize(
     "field, value, match",
     [
-        ("episodes", 0, "episodes = 0, expected an integer >= 1"),
-        ("batch", 1.5, "batch = 1.5, expected an integer >= 1"),
-        ("samples", -1, "samples = -1, expected an integer >= 0"),
-        ("lr", 0.0, "lr = 0.0, expected a number > 0"),
-        ("anchor_bias", -1.0, "anchor_bias = -1.0, expected a number >= 0"),
-        ("temperature", float("nan"), "temperature = nan, expected a finite number"),
+        ("episodes", 0, "setting episodes=0; expected an integer >= 1"),
+        ("batch", 1.5, "setting batch=1.5; expected an integer"),
+        ("samples", -1, "setting samples=-1; expected an integer >= 0"),
+        ("lr", 0.0, r"setting lr=0.0; expected a finite number > 0"),
+        ("anchor_bias", -1.0, "setting anchor_bias=-1.0; expected a finite number >= 0"),
+        (
+            "anchor_bias",
+            1e308,
+            r"setting anchor_bias=1e\+308; expected a finite number >= 0 and <= 1000",
+        ),
+        ("temperature", float("nan"), "setting temperature=nan; expected a finite number"),
+        ("reanchor", 1, "setting reanchor=1; expected true or false"),
         ("fewer_devices", "half", "fewer_devices = 'half': expected true"),
-        ("cluster_caps", 0.5, "cluster_caps = 0.5, expected a list of positive numbers"),
+        ("cluster_caps", 0.5, "cluster_caps=0.5; expected a list of positive numbers"),
         ("cluster_caps", [0.5, 0], "cluster_caps: cap = 0, expected a positive number"),
     ],
 )
