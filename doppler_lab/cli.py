@@ -6,12 +6,17 @@ bars and notes go to stderr, off with it or ``--json``). Bad input exits with co
 one-line error on stderr; so does a file that cannot be written (:mod:`doppler_lab.atomic`).
 A reader that closes the output early (``doppler-lab ... --json | head -c 100``) ends the
 command quietly with exit code 0 (what the shell reports of ``head``'s pipeline anyway).
+
+The front door is light: ``doppler-lab --help`` and ``--version`` fill in no subcommand's
+arguments, and a command line fills in only its own subcommand's, so neither loads torch (only
+the commands and graphs that need it do: learned placers, training, models given as graphs).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import os
 import re
 import sys
@@ -68,15 +73,58 @@ class _Parser(argparse.ArgumentParser):
         raise _BadArguments(self.prog, f"{message} (see {self.prog} --help)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def version_line() -> str:
+    """``doppler-lab --version``: the package version and the code version, one line."""
+    try:
+        package = importlib.metadata.version("doppler_lab")
+    except importlib.metadata.PackageNotFoundError:  # a source tree on PYTHONPATH
+        from . import __version__ as package
+    from .codeversion import code_version
+
+    return f"doppler-lab {package} (code {code_version()})"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: computed only when asked (the code version reads the sources)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> NoReturn:
+        print(version_line())
+        parser.exit()
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named on a command line: its first word that is no option (the
+    top-level options take no values), or ``None`` before one."""
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``doppler-lab`` parser: every subcommand with its arguments, or, given ``command``,
+    the arguments of that subcommand only (the others are listed by name and summary; their
+    ``add_arguments`` may import torch)."""
     parser = _Parser(
         prog="doppler-lab",
         description="DOPPLER workbench: dataflow graphs, simulators, placers, learned policies.",
+    )
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="print the package version and the code version (a digest of the sources) and exit",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for mod in _load_commands():
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
+        if command is not None and mod.NAME != command:
+            continue
         mod.add_arguments(p)
         add_progress_argument(p)
         p.add_argument(
@@ -90,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command_of(argv) or "")
     try:
         args = parser.parse_args(argv)
     except _BadArguments as exc:

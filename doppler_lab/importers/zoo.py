@@ -25,18 +25,24 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from ..deps import require
 from ..errors import ConfigError
-from ..graph import DataflowGraph
 from ..limits import MAX_MODEL_LAYERS, MAX_MODEL_SIZE
 from ..settings import check_setting, unknown_setting
 from ..validate import one_line
-from .models import MLP, CausalLMLogits, ResNet, randomise_batchnorm
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from torch import nn
+
+    from ..graph import DataflowGraph
+
+    ModelAndArgs = tuple[nn.Module, tuple[Any, ...]]
+
+# torch (and .models, which subclasses torch.nn.Module) is imported by the functions that build
+# a model: listing the zoo (describe_models, `doppler-lab workloads list`) does not load it
 
 __all__ = [
     "IMPORT_OPTIONS",
@@ -47,8 +53,6 @@ __all__ = [
     "make_model",
     "split_spec",
 ]
-
-ModelAndArgs = tuple[nn.Module, tuple[Any, ...]]
 
 #: spec parameters that go to the importer, not to the model
 IMPORT_OPTIONS: tuple[str, ...] = ("granularity", "depth", "merge")
@@ -69,6 +73,8 @@ def _check_heads(model: str, hidden: int, heads: int, kv_heads: int = 0) -> None
 
 
 def _token_ids(batch: int, seq: int, vocab: int) -> tuple[torch.Tensor]:
+    import torch
+
     return (torch.randint(0, vocab, (batch, seq)),)
 
 
@@ -88,6 +94,8 @@ def hf_llama(
     """
     require("transformers", "the model zoo's 'hf-llama'")
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    from .models import CausalLMLogits
 
     _check_heads("hf-llama", hidden, heads, kv_heads)
     config = LlamaConfig(
@@ -118,6 +126,8 @@ def hf_gpt2(
     require("transformers", "the model zoo's 'hf-gpt2'")
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    from .models import CausalLMLogits
+
     _check_heads("hf-gpt2", hidden, heads)
     config = GPT2Config(
         vocab_size=vocab,
@@ -136,6 +146,10 @@ def mlp(
     layers: int = 3, hidden: int = 64, classes: int = 10, batch: int = 8, seed: int = 0
 ) -> ModelAndArgs:
     """An MLP written in the repo: ``layers`` Linear + GELU blocks and a Linear head."""
+    import torch
+
+    from .models import MLP
+
     return MLP(layers, hidden, classes).eval(), (torch.randn(batch, hidden),)
 
 
@@ -149,6 +163,10 @@ def resnet(
     seed: int = 0,
 ) -> ModelAndArgs:
     """A small ResNet written in the repo (BatchNorm in eval mode, random running statistics)."""
+    import torch
+
+    from .models import ResNet, randomise_batchnorm
+
     model = ResNet(stages, blocks, channels, classes)
     randomise_batchnorm(model, torch.Generator().manual_seed(seed))
     return model.eval(), (torch.randn(batch, 3, image, image),)
@@ -234,6 +252,8 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _call_user_function(name: str, params: dict[str, Any]) -> ModelAndArgs:
+    from torch import nn
+
     fn = _load_function(name)
     try:
         out = fn(**params)
@@ -264,6 +284,8 @@ def _unknown(name: str) -> ConfigError:
 
 
 def _make(name: str, params: dict[str, Any]) -> ModelAndArgs:
+    import torch
+
     if _FILE_SPEC.match(name):
         seed = params.get("seed", 0)
         with torch.random.fork_rng(devices=[]):
