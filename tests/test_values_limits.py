@@ -373,7 +373,7 @@ def test_overflowing_values_are_one_line(capsys, argv, message):
             ["execute", "chainmm:scale=0.01", "--cluster", "cpu", "--repeats", "1e6"],
             "--repeats must be <= 100000",
         ),
-        (["simulate", "random_dag:num_nodes=1e8"], "num_nodes is 100000000; the limit is 2000000"),
+        (["simulate", "random_dag:num_nodes=1e8"], "num_nodes=100000000 gives about 1e+08 nodes; the limit is 2000000"),
         (["simulate", "chainmm:scale=0.01", "--seed", "1e30"], "--seed must fit in 64 bits"),
     ],
 )
@@ -584,3 +584,16 @@ def test_adapter_table_that_is_not_finite_is_never_written(tmp_path):
     assert not (tmp_path / "adapter.pt").exists()
     with pytest.raises(ConfigError, match="temperature=1e-300; expected a finite number >= 0.001"):
         AdaptConfig(temperature=1e-300)
+
+
+@pytest.mark.parametrize(
+    "spec", ["ffnn:layers=100000000", "llama_block:layers=1000000", "chainmm:matrices=100000000"]
+)
+def test_a_workload_too_large_is_refused_before_it_is_built(spec):
+    """The node count is extrapolated from two small builds, so the refusal is immediate (it
+    used to come after the generator had grown 2 million nodes, about 35 s)."""
+    from doppler_lab.errors import ConfigError
+    from doppler_lab.workloads import build_from_spec
+
+    with pytest.raises(ConfigError, match=r"gives about .* nodes; the limit is 2000000"):
+        build_from_spec(spec)

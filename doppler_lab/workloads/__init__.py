@@ -16,11 +16,12 @@ Example:
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DopplerLabError
 from ..graph import DataflowGraph
 from ..limits import MAX_DIM
 from ..settings import check_setting, parse_item, unknown_setting
@@ -92,7 +93,45 @@ def build(name: str, **params: Any) -> DataflowGraph:
         if key not in defaults:
             raise unknown_setting(f"workload {name!r}", key, defaults, "parameter")
     checked = {k: _coerce(name, k, v, defaults[k]) for k, v in params.items()}
+    _check_size(name, checked)
     return WORKLOADS[name](**checked)
+
+
+#: an integer parameter above this is checked up front: the graph's size is extrapolated from
+#: two small builds (a count like ``layers`` or ``blocks`` grows the graph polynomially)
+_SIZE_CHECK_ABOVE = 64
+
+
+def _check_size(name: str, params: dict[str, Any]) -> None:
+    """Refuse, before building, a graph that would pass :data:`~doppler_lab.limits.MAX_NODES`.
+
+    The large integer parameters (above :data:`_SIZE_CHECK_ABOVE`) are set to 16 for one build;
+    each one is then halved to 8 for another, giving its exponent ``k`` (nodes ~ value**k); the
+    estimate is the first build's node count times each ``(value / 16) ** k``."""
+    from ..limits import MAX_NODES
+
+    big = {
+        k: v
+        for k, v in params.items()
+        if isinstance(v, int) and not isinstance(v, bool) and v > _SIZE_CHECK_ABOVE
+    }
+    if not big:
+        return
+    base = {**params, **{k: 16 for k in big}}
+    try:
+        n16 = WORKLOADS[name](**base).num_nodes
+        estimate = float(n16)
+        for key, value in big.items():
+            n8 = WORKLOADS[name](**{**base, key: 8}).num_nodes
+            estimate *= (value / 16) ** max(math.log2(max(n16, 1) / max(n8, 1)), 0.0)
+    except DopplerLabError:  # the small sizes do not fit the other parameters: no estimate
+        return
+    if estimate > MAX_NODES:
+        what = ", ".join(f"{k}={v}" for k, v in big.items())
+        raise ConfigError(
+            f"workload {name!r}: {what} gives about {estimate:.3g} nodes; the limit is "
+            f"{MAX_NODES} (doppler_lab.limits.MAX_NODES)"
+        )
 
 
 def parse_param(item: str, context: str = "") -> tuple[str, Any]:
