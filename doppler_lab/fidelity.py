@@ -160,3 +160,17 @@ def measure_placements(
                     per[i].append(trace.makespan)
                 bar.update()
     return np.array(per, dtype=np.float64), counts
+
+
+def workload_row(
+    name: str, spec: str, graph: DataflowGraph, placements: int, measured: np.ndarray
+) -> dict[str, Any]:
+    """The first columns of a fidelity table's row for one workload."""
+    return {
+        "workload": name,
+        "spec": spec,
+        "ops": int(graph.compute_nodes.size),
+        "placements": int(placements),
+        "measured_min_ms": float(measured.min() * 1e3),
+        "measured_max_ms": float(measured.max() * 1e3),
+    }

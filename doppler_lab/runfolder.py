@@ -20,6 +20,7 @@ the lock alone for its report folder):
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import errno
 import json
@@ -196,3 +197,14 @@ def run_folder(
 
 
 __all__ = ["LOCK_NAME", "MARKER_NAME", "run_folder"]
+
+
+def add_force_argument(parser: argparse.ArgumentParser) -> None:
+    """``--force`` of the commands that write a run folder (:func:`run_folder`)."""
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="write into --out even if it holds files this command did not write there (a run "
+        "of another command, your own files, a run of an older doppler-lab); a run of this "
+        "command in it still resumes",
+    )

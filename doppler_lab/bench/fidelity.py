@@ -27,6 +27,7 @@ from ..fidelity import (
     measure_placements,
     median_rel_error,
     spearman,
+    workload_row,
 )
 from ..hardware import CostModel
 from ._report import write_report
@@ -109,12 +110,7 @@ def run(
                 "preset": CostModel(g, be.cluster),
             }
             row: dict[str, Any] = {
-                "workload": name,
-                "spec": specs[name],
-                "ops": int(g.compute_nodes.size),
-                "placements": len(pls),
-                "measured_min_ms": float(measured.min() * 1e3),
-                "measured_max_ms": float(measured.max() * 1e3),
+                **workload_row(name, specs[name], g, len(pls), measured),
                 "coverage": profile.coverage(g),
                 "runs": counts["runs"],
                 "discarded_runs": counts["discarded"],

@@ -133,7 +133,7 @@ def fidelity_section(
     """Calibrate ``backend``, then predict and measure placements of each workload."""
     from ..contention import contended_makespan
     from ..executor.profiling import calibrate, fit_fill_s, interference_probe
-    from ..fidelity import measure_placements, median_rel_error, spearman
+    from ..fidelity import measure_placements, median_rel_error, spearman, workload_row
     from ..hardware import CostModel
     from ..sim import Simulator
 
@@ -176,12 +176,7 @@ def fidelity_section(
             ),
         }
         row: dict[str, Any] = {
-            "workload": name,
-            "spec": specs[name],
-            "ops": int(g.compute_nodes.size),
-            "placements": len(pls),
-            "measured_min_ms": float(measured.min() * 1e3),
-            "measured_max_ms": float(measured.max() * 1e3),
+            **workload_row(name, specs[name], g, len(pls), measured),
             "coverage": round(profile.coverage(g), 3),
         }
         for label, p in pred.items():

@@ -68,13 +68,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out", required=True, metavar="DIR", help="run folder (resumed if it holds a run)"
     )
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="write into --out even if it holds files this command did not write there (a run "
-        "of another command, your own files, a run of an older doppler-lab); a run of this "
-        "command in it still resumes",
-    )
+    from ..runfolder import add_force_argument
+
+    add_force_argument(p)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 

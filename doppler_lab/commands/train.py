@@ -109,13 +109,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "8-GPU block, 400 + 3600 episodes, seeds 0-2 reach 0.52 / 0.52 / 0.72 of the Critical "
         "Path's makespan without it and 0.52 each with it; 0: off)",
     )
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="write into --out even if it holds files this command did not write there (a run "
-        "of another command, your own files, a run of an older doppler-lab); a run of this "
-        "command in it still resumes",
-    )
+    from ..runfolder import add_force_argument
+
+    add_force_argument(p)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 

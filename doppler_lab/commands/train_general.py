@@ -129,13 +129,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         help="only score checkpoints on the validation pool, no training (repeatable)",
     )
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="write into --out even if it holds files this command did not write there (a run "
-        "of another command, your own files, a run of an older doppler-lab); a run of this "
-        "command in it still resumes",
-    )
+    from ..runfolder import add_force_argument
+
+    add_force_argument(p)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 
