@@ -175,7 +175,7 @@ def test_finetune_settings_merge_and_bad_ones_are_named(capsys):
         bench.make_config(finetune_set={"samples": 3})
     with pytest.raises(ConfigError, match="finetune_adapter field 'episodes_per_update'"):
         bench.make_config(finetune_set={"episodes_per_update": 4})
-    with pytest.raises(ConfigError, match="adapt: lr = -1.0"):
+    with pytest.raises(ConfigError, match=r"adapter config: setting lr=-1.0; expected a finite"):
         bench.make_config(finetune_set={"lr": -1.0})
     with pytest.raises(ConfigError, match="finetune_episodes = 10 do not cover"):
         bench.GeneralBenchConfig(finetune_episodes=10)
