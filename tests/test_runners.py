@@ -66,6 +66,16 @@ def local_values(tmp_path_factory):
     return LocalRunner().run(_sweep(root, range(2)), progress=False).values
 
 
+def _first_to_create(path: str) -> bool:
+    """Whether this process created ``path`` (atomically: of two workers reaching the same
+    update at the same moment, only one is killed; a check-then-touch let both die)."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
 def _probed_run_case(cfg, case, method, seed, root, kill_marker=None, starts=None):
     """:func:`run_case` recording the update each training session starts from (``starts``)
     and killing its own process after Stage II's second checkpoint (once, ``kill_marker``)."""
@@ -82,8 +92,7 @@ def _probed_run_case(cfg, case, method, seed, root, kill_marker=None, starts=Non
     def probed_save(self, path, with_train_state=True, **kwargs):
         out = save(self, path, with_train_state, **kwargs)
         hit = self.config.stage == "sim" and self.update == 2 and with_train_state
-        if kill_marker is not None and hit and not os.path.exists(kill_marker):
-            Path(kill_marker).touch()
+        if kill_marker is not None and hit and _first_to_create(kill_marker):
             os.kill(os.getpid(), signal.SIGKILL)  # the worker dies, as with its machine
         return out
 
