@@ -37,6 +37,7 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
         metavar="cpu|dist|cuda|FILE",
         help="cpu (worker threads, default), dist (a process per device; under torchrun, the "
         "job's ranks on every host), cuda (GPUs), cuda-shared (several devices per GPU), "
+        "inline-strict (CPU stand-ins that check device residency as CUDA would), "
         "multihost:hosts=H,devices=K,..., or a cluster / calibration profile JSON",
     )
     p.add_argument(
