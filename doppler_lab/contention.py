@@ -97,14 +97,11 @@ def _busy_within(trace_start: np.ndarray, trace_end: np.ndarray) -> Any:
     cum = np.concatenate(([0.0], np.cumsum(e - s)))
 
     def upto(t: np.ndarray) -> np.ndarray:
-        # busy time in [-inf, t]: whole ops ending before t, plus the part of the one running
-        k = np.searchsorted(s, t, side="right")  # ops started by t
-        full = cum[np.maximum(k - 1, 0)] * (k > 0)
-        last = np.where(k > 0, np.clip(t - s[np.maximum(k - 1, 0)], 0.0, None), 0.0)
-        last = np.minimum(
-            last, np.where(k > 0, e[np.maximum(k - 1, 0)] - s[np.maximum(k - 1, 0)], 0.0)
-        )
-        return full + last
+        # busy time before t: the ops before the last one started by t, and its part before t
+        k = np.searchsorted(s, t, side="right")
+        i = np.maximum(k - 1, 0)
+        running = np.clip(t - s[i], 0.0, e[i] - s[i])
+        return np.where(k > 0, cum[i] + running, 0.0)
 
     return lambda a, b: upto(b) - upto(a)
 
@@ -169,16 +166,14 @@ def contended_times(
     kernel: np.ndarray,
     host: float,
     dev: np.ndarray,
-    start: np.ndarray,
-    end: np.ndarray,
+    trace: Any,
     ops: np.ndarray,
     sharing: Sharing,
-    trace: Any = None,
     launches: np.ndarray | None = None,
 ) -> np.ndarray:
     """Each op's time under contention (seconds), from a timeline (see the module notes)."""
     d = len(sharing.gpu_of)
-    share = _overlaps(start, end, dev, ops, d)
+    share = _overlaps(trace.start, trace.end, dev, ops, d)
     gpu_of = np.asarray(sharing.gpu_of)
     mine = dev[ops]
     same_gpu = gpu_of[None, :] == gpu_of[mine][:, None]
@@ -186,7 +181,7 @@ def contended_times(
     other[np.arange(ops.size), mine] = False
     m_gpu = (share * (same_gpu & other)).sum(axis=1)
     m_host = (share * other).sum(axis=1)
-    if trace is not None and sharing.shared:
+    if sharing.shared:
         copy_gpu, copy_host = _copy_load(trace, ops, gpu_of, dev)
         m_gpu = m_gpu + copy_gpu
         m_host = m_host + copy_host
@@ -258,9 +253,7 @@ def contended_makespan(
     trace = sim.run(pl)
     times = alone.copy()
     for _ in range(sharing.passes):
-        new = contended_times(
-            kernel, sharing.host_s, dev, trace.start, trace.end, ops, sharing, trace, launches
-        )
+        new = contended_times(kernel, sharing.host_s, dev, trace, ops, sharing, launches)
         times[ops] = 0.5 * (times[ops] + new)  # damped: the first pass overshoots
         cm = copy.copy(cost_model)
         comp = np.array(base, dtype=np.float64)
