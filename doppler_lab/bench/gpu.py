@@ -81,13 +81,13 @@ def dispatch_section(backends: Sequence[Any], num_ops: int = 500) -> dict[str, A
 
 
 def sharing_of(backend: Any, host_s: float, fill_s: float) -> Any:
-    """The :class:`~doppler_lab.contention.Sharing` of a backend's devices."""
+    """The :class:`~doppler_lab.contention.Sharing` of a backend's devices (the stream
+    backends' own; CPU workers: separate cores behind one host)."""
     from ..contention import Sharing
 
-    gpus = getattr(getattr(backend, "api", None), "gpus", None)
-    if gpus is None:  # CPU workers: separate cores, one host
-        gpus = list(range(backend.num_devices))
-    return Sharing(tuple(gpus), host_s=host_s, fill_s=fill_s)
+    if hasattr(backend, "sharing"):
+        return backend.sharing(host_s, fill_s)
+    return Sharing(tuple(range(backend.num_devices)), host_s=host_s, fill_s=fill_s)
 
 
 def gpu_placements(graph: Any, cluster: Any, rng: np.random.Generator) -> list[Any]:
@@ -147,8 +147,7 @@ def fidelity_section(
     probe = interference_probe(
         backend, (64, 256, 1024, 2048, 4096) if cuda else (16, 64), length=40 if cuda else 8
     )
-    sharing0 = sharing_of(backend, host_s, 1.0)
-    gpus = len(set(sharing0.gpu_of))
+    gpus = len(set(sharing_of(backend, host_s, 1.0).gpu_of))
     fill_s = fit_fill_s(probe, host_s, gpus)
     sharing = sharing_of(backend, host_s, fill_s)
     nominal = backend.cluster  # the uncalibrated description (nominal GPU rates)
