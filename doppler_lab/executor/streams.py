@@ -82,6 +82,10 @@ class StreamApi(abc.ABC):
         tensors on device ``d``: an op without operands (a constant) runs inside it."""
         return contextlib.nullcontext()
 
+    def place(self, x: torch.Tensor, d: int) -> torch.Tensor:
+        """``x`` (a host tensor, an input) materialised on device ``d``."""
+        return x.to(self.device(d), copy=True)
+
     def check_operands(self, d: int, args: list[Any], names: tuple[int, ...]) -> None:  # noqa: B027
         """(strict) Raise unless every operand lives on device ``d``."""
 
@@ -401,10 +405,7 @@ class StreamSession(BackendSession):
         self.events = _EventPool(backend.api)
 
     def place_input(self, tensor: torch.Tensor, device: int, first: bool) -> torch.Tensor:
-        api = self.backend.api
-        if isinstance(api, InlineApi):
-            return api.place(tensor, device)
-        return tensor.to(api.device(device), copy=True)
+        return self.backend.api.place(tensor, device)
 
     def run(self, plan: ExecutionPlan, timeout_s: float, keep_outputs: bool = False) -> RawRun:
         api = self.backend.api
