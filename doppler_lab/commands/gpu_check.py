@@ -13,6 +13,7 @@ calibration profile and the raw fidelity measurements (``fidelity_raw.json``).
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..progress import show_progress, timer
+from ._common import int_arg
 
 NAME = "gpu-check"
 HELP = "run the GPU tests and the executor benchmark on CUDA (a few minutes); write a report"
@@ -40,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-paper-size", action="store_true", help="skip the 10k-node Llama graphs")
     p.add_argument(
         "--episodes",
-        type=int,
+        type=int_arg(1, "MAX_BUDGET"),
         default=16,
         help="Stage III episodes on the GPU (default: 16)",
     )
@@ -121,8 +123,6 @@ def run(args: argparse.Namespace) -> int:
         )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    import shutil
-
     shutil.rmtree(out / "stage3", ignore_errors=True)  # a fresh Stage III run each time
     t0 = time.perf_counter()
     summary: dict[str, Any] = {
