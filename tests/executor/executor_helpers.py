@@ -15,6 +15,21 @@ ZOO_SPECS: tuple[str, ...] = (
     "mlp",
     "resnet",
 )
+#: a ``FILE.py:FUNC`` model whose forward makes constants (``torch.arange``, ``torch.ones``)
+USER_MODEL_SOURCE = (
+    "import torch\n"
+    "class M(torch.nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.a = torch.nn.Linear(8, 8)\n"
+    "        self.b = torch.nn.Linear(8, 8)\n"
+    "    def forward(self, x):\n"
+    "        pos = torch.arange(x.shape[0], dtype=torch.float32)[:, None]\n"
+    "        return self.b(torch.relu(self.a(x) + pos)) + torch.ones(8)\n"
+    "def build():\n"
+    "    torch.manual_seed(0)\n"
+    "    return M().eval(), (torch.randn(4, 8),)\n"
+)
 #: placements every graph runs under in the device tiers (the placers on the backend's cluster)
 PLACEMENTS: tuple[str, ...] = ("single", "round-robin", "random", "cp", "heft", "doppler")
 

@@ -19,7 +19,14 @@ from doppler_lab.executor import Executor, make_backend
 from doppler_lab.executor.streams import InlineApi
 from doppler_lab.placement import round_robin
 
-from executor_helpers import TINY_SCALE, TINY_WORKLOADS, ZOO_SPECS, check_all, toy_graph
+from executor_helpers import (
+    TINY_SCALE,
+    TINY_WORKLOADS,
+    USER_MODEL_SOURCE,
+    ZOO_SPECS,
+    check_all,
+    toy_graph,
+)
 
 
 @pytest.fixture(scope="module")
@@ -47,20 +54,7 @@ def test_a_user_file_model_under_every_placement(strict3, tmp_path):
     from doppler_lab.importers.zoo import import_model
 
     src = tmp_path / "user_model.py"
-    src.write_text(
-        "import torch\n"
-        "class M(torch.nn.Module):\n"
-        "    def __init__(self):\n"
-        "        super().__init__()\n"
-        "        self.a = torch.nn.Linear(8, 8)\n"
-        "        self.b = torch.nn.Linear(8, 8)\n"
-        "    def forward(self, x):\n"
-        "        pos = torch.arange(x.shape[0], dtype=torch.float32)[:, None]\n"
-        "        return self.b(torch.relu(self.a(x) + pos)) + torch.ones(8)\n"
-        "def build():\n"
-        "    torch.manual_seed(0)\n"
-        "    return M().eval(), (torch.randn(4, 8),)\n"
-    )
+    src.write_text(USER_MODEL_SOURCE)
     check_all(import_model(f"{src}:build"), strict3)
 
 

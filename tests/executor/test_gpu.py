@@ -22,6 +22,7 @@ from doppler_lab.placement import Placement, random_placement, round_robin, sing
 from executor_helpers import (
     TINY_SCALE,
     TINY_WORKLOADS,
+    USER_MODEL_SOURCE,
     ZOO_SPECS,
     check_all,
     fan_graph,
@@ -99,6 +100,14 @@ def test_every_zoo_model_under_every_placement_on_cuda(shared3, spec):
     from doppler_lab.importers.zoo import import_model
 
     check_all(import_model(spec), shared3)
+
+
+def test_a_user_file_model_under_every_placement_on_cuda(shared3, tmp_path):
+    from doppler_lab.importers.zoo import import_model
+
+    src = tmp_path / "user_model.py"
+    src.write_text(USER_MODEL_SOURCE)
+    check_all(import_model(f"{src}:build"), shared3)
 
 
 def test_one_gpu_cluster_is_valid():
