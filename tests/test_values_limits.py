@@ -373,7 +373,10 @@ def test_overflowing_values_are_one_line(capsys, argv, message):
             ["execute", "chainmm:scale=0.01", "--cluster", "cpu", "--repeats", "1e6"],
             "--repeats must be <= 100000",
         ),
-        (["simulate", "random_dag:num_nodes=1e8"], "num_nodes=100000000 gives about 1e+08 nodes; the limit is 2000000"),
+        (
+            ["simulate", "random_dag:num_nodes=1e8"],
+            "num_nodes=100000000 gives about 1e+08 nodes; the limit is 2000000",
+        ),
         (["simulate", "chainmm:scale=0.01", "--seed", "1e30"], "--seed must fit in 64 bits"),
     ],
 )

@@ -56,11 +56,11 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
-from ..errors import ConfigError
 from ..graph import DataflowGraph
 from ..hardware import Cluster, CostModel
 from ..placement import Placement
 from ..rules import transfer_time
+from ..settings import bad_setting
 from .base import ties
 
 #: most passes of whole-cluster moves after the mapping (each a k x D sweep; the paper's graphs
@@ -78,15 +78,24 @@ MOVE_GAIN = 1e-9
 CLUSTER_CAPS = (0.75, 0.5, 0.4, 1 / 3, 0.3, 0.25, 0.2, 0.15)
 
 
-def check_cap(cap: object, name: str = "clustering") -> None:
-    """Raise :class:`ConfigError` unless ``cap`` is a positive finite number (a share of a
-    device's part of the work)."""
+#: what a clustering bound is, in its messages
+CAP_EXPECTED = (
+    "a finite number > 0 (the most work of one cluster, as a share of a device's part of the "
+    "work: 0.25 of the mean per device)"
+)
+
+
+def cap_ok(cap: object) -> bool:
+    """Whether ``cap`` is a clustering bound: a positive finite number."""
     ok = isinstance(cap, int | float | np.integer | np.floating) and not isinstance(cap, bool)
-    if not (ok and math.isfinite(float(cap)) and float(cap) > 0):  # type: ignore[arg-type]
-        raise ConfigError(
-            f"{name}: cap = {cap!r}, expected a positive number (the most work of one cluster, "
-            "as a share of a device's part of the work: 0.25 of the mean per device)"
-        )
+    return bool(ok and math.isfinite(float(cap)) and float(cap) > 0)  # type: ignore[arg-type]
+
+
+def check_cap(cap: object, owner: str = "placer 'clustering'", noun: str = "option") -> None:
+    """Raise :class:`ConfigError` unless ``cap`` is a clustering bound (the settings parser's
+    message form, :func:`doppler_lab.settings.bad_setting`)."""
+    if not cap_ok(cap):
+        raise bad_setting(owner, "cap", cap, CAP_EXPECTED, noun)
 
 
 @njit(cache=True)

@@ -69,10 +69,10 @@ from ..graph import DataflowGraph
 from ..hardware import Cluster
 from ..limits import MAX_BUDGET, MAX_DEVICES, MAX_NODES
 from ..placement import Placement
-from ..placers.clustering import CLUSTER_CAPS, check_cap
-from ..settings import check_setting
+from ..placers.clustering import CLUSTER_CAPS, cap_ok
+from ..settings import bad_setting, check_setting
 from ..sim import Simulator
-from ..validate import show, type_name, want_int, want_str
+from ..validate import type_name, want_int, want_str
 from .checkpoint import save_atomic
 from .search import (
     SearchOutcome,
@@ -164,15 +164,20 @@ class AdaptConfig:
             top = ADAPT_MAXIMA.get(name)
             value = check_setting(getattr(self, name), kind, owner, name, maximum=top, **bounds)
             object.__setattr__(self, name, value)
-        check_fewer_devices(self.fewer_devices)
-        if isinstance(self.cluster_caps, str) or not hasattr(self.cluster_caps, "__iter__"):
-            raise ConfigError(
-                f"{owner}: setting cluster_caps={show(self.cluster_caps)}; expected a list of "
-                "positive numbers (shares of a device's part of the work)"
+        check_fewer_devices(self.fewer_devices, owner, "setting")
+        caps = self.cluster_caps
+        if (
+            isinstance(caps, str)
+            or not hasattr(caps, "__iter__")
+            or not all(cap_ok(c) for c in caps)
+        ):
+            raise bad_setting(
+                owner,
+                "cluster_caps",
+                caps,
+                "a list of finite numbers > 0 (shares of a device's part of the work)",
             )
-        object.__setattr__(self, "cluster_caps", tuple(self.cluster_caps))
-        for cap in self.cluster_caps:
-            check_cap(cap, "adapt: cluster_caps")
+        object.__setattr__(self, "cluster_caps", tuple(caps))
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "cluster_caps": list(self.cluster_caps)}

@@ -290,10 +290,7 @@ class _LearnedPlacer:
                 f"{what} fewer_devices = {fewer_devices!r} with an adapter: its table is for "
                 "every device of the cluster (expected fewer_devices false or no adapter)"
             )
-        try:
-            check_fewer_devices(fewer_devices)
-        except ConfigError as e:
-            raise ConfigError(f"placer {self.name!r}: option {e}") from None
+        check_fewer_devices(fewer_devices, f"placer {self.name!r}")
         if budget is not None:
             budget = opt(budget, "int", "budget", minimum=1, maximum=MAX_BUDGET)
         noise = opt(noise, "float", "noise", minimum=0, maximum=MAX_NOISE)

@@ -65,6 +65,7 @@ from ..hardware import Cluster, CostModel
 from ..placement import Placement
 from ..placers.clustering import CLUSTER_CAPS
 from ..placers.local_search import MoveScan, iterated_search, neighbours, search_devices
+from ..settings import bad_setting
 from ..sim import Simulator
 from .base import PlacementPolicy
 from .context import GraphContext
@@ -83,18 +84,23 @@ UNIFORM_MIX = 0.5
 RESTARTS = 4
 
 
-def check_fewer_devices(spec: object) -> None:
+def check_fewer_devices(
+    spec: object, owner: str = "placer 'doppler'", noun: str = "option"
+) -> None:
     """Raise :class:`ConfigError` unless ``spec`` is a ``fewer_devices`` value: ``True``,
-    ``False``, ``None`` or a list of device counts >= 1."""
+    ``False``, ``None`` or a list of device counts >= 1 (the settings parser's message form)."""
     if spec is None or isinstance(spec, bool):
         return
     if isinstance(spec, (list, tuple)) and all(
         isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k >= 1 for k in spec
     ):
         return
-    raise ConfigError(
-        f"fewer_devices = {spec!r}: expected true (half the devices and 2), false, or a list "
-        "of device counts >= 1"
+    raise bad_setting(
+        owner,
+        "fewer_devices",
+        spec,
+        "true (half the devices and 2), false, or a list of device counts >= 1",
+        noun,
     )
 
 
