@@ -185,10 +185,27 @@ def contended_times(
         copy_gpu, copy_host = _copy_load(trace, ops, gpu_of, dev)
         m_gpu = m_gpu + copy_gpu
         m_host = m_host + copy_host
-    k = kernel[ops]
-    alpha = np.minimum(1.0, k / sharing.fill_s)
     h = host * (launches[ops] if launches is not None else 1.0)
-    return np.maximum(k * (1.0 + alpha * m_gpu) + h, h * (1.0 + m_host))
+    return op_time(kernel[ops], sharing.fill_s, m_gpu, h, m_host)
+
+
+def op_time(
+    kernel: np.ndarray | float,
+    fill_s: float,
+    m_gpu: np.ndarray | float,
+    host: np.ndarray | float,
+    m_host: np.ndarray | float,
+) -> np.ndarray:
+    """The rule of the module notes, step 3: an op's time with ``m_gpu`` other devices busy on
+    its GPU and ``m_host`` on its host (the probe's fit, :func:`~doppler_lab.executor.profiling.
+    fit_fill_s`, predicts with it too)."""
+    k = np.asarray(kernel, dtype=np.float64)
+    return np.maximum(k * (1.0 + fill_share(k, fill_s) * m_gpu) + host, host * (1.0 + m_host))
+
+
+def fill_share(kernel: np.ndarray | float, fill_s: float) -> np.ndarray:
+    """``alpha``: the share of its GPU a kernel of this length fills (1 from ``fill_s`` on)."""
+    return np.minimum(1.0, np.asarray(kernel, dtype=np.float64) / fill_s)
 
 
 def launches_per_op(graph: DataflowGraph) -> np.ndarray:
@@ -291,8 +308,7 @@ def serial_bound(
         return 0.0
     gpu_of = np.asarray(sharing.gpu_of)
     ops = graph.compute_nodes
-    alpha = np.minimum(1.0, kernel[ops] / sharing.fill_s)
-    per_op = kernel[ops] * alpha + sharing.host_s * launches[ops]
+    per_op = kernel[ops] * fill_share(kernel[ops], sharing.fill_s) + sharing.host_s * launches[ops]
     busy = np.bincount(gpu_of[dev[ops]], weights=per_op, minlength=int(gpu_of.max()) + 1)
     unit = graph.time_scale
     src, dst = graph.edge_src, graph.edge_dst
@@ -316,6 +332,8 @@ __all__ = [
     "Sharing",
     "contended_makespan",
     "contended_times",
+    "fill_share",
     "launches_per_op",
+    "op_time",
     "serial_bound",
 ]

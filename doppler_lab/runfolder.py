@@ -196,9 +196,6 @@ def run_folder(
         lock.release()
 
 
-__all__ = ["LOCK_NAME", "MARKER_NAME", "run_folder"]
-
-
 def add_force_argument(parser: argparse.ArgumentParser) -> None:
     """``--force`` of the commands that write a run folder (:func:`run_folder`)."""
     parser.add_argument(
@@ -208,3 +205,6 @@ def add_force_argument(parser: argparse.ArgumentParser) -> None:
         "of another command, your own files, a run of an older doppler-lab); a run of this "
         "command in it still resumes",
     )
+
+
+__all__ = ["LOCK_NAME", "MARKER_NAME", "add_force_argument", "run_folder"]

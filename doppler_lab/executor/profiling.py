@@ -334,20 +334,17 @@ def interference_probe(
 def fit_fill_s(rows: Sequence[dict[str, float]], host_s: float, gpus: int = 1) -> float:
     """The ``fill_s`` of :class:`~doppler_lab.contention.Sharing` that best predicts the probe's
     periods with every device busy (least squares on log periods over a grid)."""
-    from ..contention import DEFAULT_FILL_S
+    from ..contention import DEFAULT_FILL_S, op_time
 
     if not rows:
         return DEFAULT_FILL_S
+    kernel = np.array([r["kernel_s"] for r in rows])
+    devices = np.array([r["devices"] for r in rows], dtype=np.float64)
+    measured = np.maximum([r["period_all_s"] for r in rows], 1e-12)
+    m_gpu = np.maximum(devices / max(gpus, 1) - 1, 0)  # other devices on this GPU, all busy
     grid = np.geomspace(1e-6, 1e-1, 161)
-    errs = []
-    for fill in grid:
-        err = 0.0
-        for r in rows:
-            k = r["kernel_s"]
-            d = r["devices"]
-            m_gpu = max(d / max(gpus, 1) - 1, 0)  # other devices on this GPU, all busy
-            alpha = min(1.0, k / fill)
-            pred = max(k * (1 + alpha * m_gpu) + host_s, host_s * d)
-            err += float(np.log(pred / max(r["period_all_s"], 1e-12)) ** 2)
-        errs.append(err)
+    errs = [
+        float((np.log(op_time(kernel, fill, m_gpu, host_s, devices - 1) / measured) ** 2).sum())
+        for fill in grid
+    ]
     return float(grid[int(np.argmin(errs))])
