@@ -4,22 +4,23 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all lint format reports reports-quick bench gpu-check clean
+.PHONY: venv demo test test-all lint format reports reports-quick bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	-git config filter.doppler-nbclean.clean "$(abspath $(BIN))/python -m doppler_lab.nbclean"
-	-git config filter.doppler-nbclean.smudge cat
 	touch $(STAMP)
 
+# the notebook filter is set on every run: a checkout made before it moved keeps working
 venv: $(STAMP)
+	-@git config filter.doppler-nbclean.clean "$(abspath $(BIN))/python -m doppler_lab.house.nbclean"
+	-@git config filter.doppler-nbclean.smudge cat
 
-demo: $(STAMP)
+demo: venv
 	$(BIN)/doppler-lab demo --out reports/demo
 
-test: $(STAMP)
+test: venv
 	$(BIN)/python -m pytest -q
 
 test-all: $(STAMP)

@@ -3,7 +3,7 @@
 Each subcommand lives in :mod:`doppler_lab.commands` as a module with ``NAME``, ``HELP``,
 ``add_arguments(parser)`` and ``run(args) -> int``; each also gets ``--no-progress`` (progress
 bars and notes go to stderr, off with it or ``--json``). Bad input exits with code 2 and a
-one-line error on stderr; so does a file that cannot be written (:mod:`doppler_lab.atomic`).
+one-line error on stderr; so does a file that cannot be written (:mod:`doppler_lab.house.atomic`).
 A reader that closes the output early (``doppler-lab ... --json | head -c 100``) ends the
 command quietly with exit code 0 (what the shell reports of ``head``'s pipeline anyway).
 
@@ -23,10 +23,10 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from .errors import DopplerLabError
-from .progress import add_progress_argument
-from .trust import trust_pt2
-from .validate import one_line
+from .house.errors import DopplerLabError
+from .house.progress import add_progress_argument
+from .house.trust import trust_pt2
+from .house.validate import one_line
 
 # order = order in --help
 COMMAND_MODULES: tuple[str, ...] = (
@@ -79,7 +79,7 @@ def version_line() -> str:
         package = importlib.metadata.version("doppler_lab")
     except importlib.metadata.PackageNotFoundError:  # a source tree on PYTHONPATH
         from . import __version__ as package
-    from .codeversion import code_version
+    from .house.codeversion import code_version
 
     return f"doppler-lab {package} (code {code_version()})"
 

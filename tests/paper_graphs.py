@@ -1,5 +1,5 @@
 """Where the tests find the paper's released graphs (never copied into the repository): the
-package's own search (:func:`doppler_lab.paths.paper_graphs_dir`), so tests look where every
+package's own search (:func:`doppler_lab.house.paths.paper_graphs_dir`), so tests look where every
 command and notebook looks."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from doppler_lab.paths import PAPER_GRAPHS_HINT, paper_graphs_dir
+from doppler_lab.house.paths import PAPER_GRAPHS_HINT, paper_graphs_dir
 
 PAPER_GRAPHS_4GPU = (
     "chain_mm_112nodes",

@@ -1,4 +1,4 @@
-"""Atomic writes (:mod:`doppler_lab.atomic`): a failed write leaves the old file and says, in one
+"""Atomic writes (:mod:`doppler_lab.house.atomic`): a failed write leaves the old file and says, in one
 line, which file and why; links are replaced, never written through; every writer uses it."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from doppler_lab import atomic
-from doppler_lab.atomic import atomic_write, atomic_writer
 from doppler_lab.cli import main
-from doppler_lab.errors import DopplerLabError, WriteError
-from doppler_lab.hardware import make_cluster
-from doppler_lab.io import save_cluster, save_graph, save_placement, save_trace
-from doppler_lab.jsonutil import write_json
-from doppler_lab.placement import Placement
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house import atomic
+from doppler_lab.house.atomic import atomic_write, atomic_writer
+from doppler_lab.house.errors import DopplerLabError, WriteError
+from doppler_lab.house.jsonutil import write_json
+from doppler_lab.io.documents import save_cluster, save_graph, save_placement, save_trace
+from doppler_lab.ir.placement import Placement
 from doppler_lab.workloads import build_from_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,7 +136,7 @@ def test_every_file_writer_goes_through_atomic(tmp_path, monkeypatch):
     g = build_from_spec("chainmm")
     c = make_cluster("p100x4")
     pl = Placement(np.zeros(g.num_nodes, dtype=np.int64))
-    from doppler_lab.sim import simulate
+    from doppler_lab.timing.sim import simulate
 
     trace = simulate(g, c, pl)
     writers = {
@@ -156,7 +156,7 @@ def test_every_file_writer_goes_through_atomic(tmp_path, monkeypatch):
 
 def test_the_checkpoint_writer_is_atomic(tmp_path, monkeypatch):
     from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
-    from doppler_lab.policies.config import PolicyConfig
+    from doppler_lab.policies.policy_config import PolicyConfig
 
     policy = make_policy(PolicyConfig(), 2)
     p = tmp_path / "last.pt"

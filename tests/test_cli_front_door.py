@@ -16,7 +16,7 @@ import pytest
 
 import doppler_lab
 from doppler_lab.cli import main
-from doppler_lab.codeversion import code_version
+from doppler_lab.house.codeversion import code_version
 from doppler_lab.placers import BUILTIN_PLACERS, LEARNED_PLACERS
 
 from paper_graphs import paper_graph_path

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
+from doppler_lab.bench.yardstick import lower_bound
 from doppler_lab.cli import main
-from doppler_lab.io import save_placement
-from doppler_lab.placement import Placement
-from doppler_lab.yardstick import lower_bound
+from doppler_lab.io.documents import save_placement
+from doppler_lab.ir.placement import Placement
 
 from paper_graphs import paper_graph_path
 
@@ -76,8 +76,8 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, message):
 
 def test_calibration_profile_as_cluster(capsys, tmp_path):
     """--cluster PROFILE.json simulates with the profile's measured op times."""
-    from doppler_lab.calibration import Profile, op_signature
-    from doppler_lab.hardware import make_cpu
+    from doppler_lab.hardware.cluster import make_cpu
+    from doppler_lab.timing.calibration import Profile, op_signature
     from doppler_lab.workloads import build_from_spec
 
     graph = build_from_spec("chainmm:scale=0.05")

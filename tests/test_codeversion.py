@@ -7,16 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from doppler_lab import codeversion
 from doppler_lab.bench._report import read_report, write_report
-from doppler_lab.codeversion import (
-    code_version,
-    strip_comments_and_docstrings,
-    versioned_key,
-)
-from doppler_lab.errors import ConfigError
-from doppler_lab.jsonutil import config_key
-from doppler_lab.paths import REPO_ROOT
+from doppler_lab.house import codeversion
+from doppler_lab.house.codeversion import code_version, strip_comments_and_docstrings, versioned_key
+from doppler_lab.house.errors import ConfigError
+from doppler_lab.house.jsonutil import config_key
+from doppler_lab.house.paths import REPO_ROOT
 
 SOURCE = '''"""Module docstring."""
 

@@ -1,18 +1,18 @@
-"""Shared GPUs and one host dispatcher in the simulator (``doppler_lab.contention``)."""
+"""Shared GPUs and one host dispatcher in the simulator (``doppler_lab.timing.contention``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from doppler_lab.contention import Sharing, contended_makespan, launches_per_op
-from doppler_lab.errors import ConfigError
 from doppler_lab.executor.profiling import fit_fill_s
 from doppler_lab.executor.streams import describe_gpus
-from doppler_lab.graph import GraphBuilder
-from doppler_lab.hardware import CostModel
-from doppler_lab.placement import Placement
-from doppler_lab.sim import Simulator
+from doppler_lab.house.errors import ConfigError
+from doppler_lab.ir.graph import GraphBuilder
+from doppler_lab.ir.placement import Placement
+from doppler_lab.timing.contention import Sharing, contended_makespan, launches_per_op
+from doppler_lab.timing.cost_model import CostModel
+from doppler_lab.timing.sim import Simulator
 
 
 def two_chains(length: int = 6, size: int = 1024):

@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 
 from doppler_lab.cli import main
-from doppler_lab.datasets import (
+from doppler_lab.house.errors import DataError, WriteError
+from doppler_lab.house.paths import PAPER_GRAPHS_ENV, paper_graphs_dir, user_paper_graphs_dir
+from doppler_lab.io.datasets import (
     PAPER_COMMIT,
     PAPER_FOLDER,
     PAPER_GRAPH_SHA256,
     PAPER_REPO,
     install_paper_graphs,
 )
-from doppler_lab.errors import DataError, WriteError
-from doppler_lab.paths import PAPER_GRAPHS_ENV, paper_graphs_dir, user_paper_graphs_dir
 
 
 @pytest.fixture
@@ -213,7 +213,7 @@ def test_a_trickling_server_is_cut_off_at_the_overall_time_limit(hostile, tmp_pa
 def test_a_failed_staging_write_is_one_line_and_leaves_nothing(paper_source, tmp_path, monkeypatch):
     import errno
 
-    import doppler_lab.datasets as ds
+    import doppler_lab.io.datasets as ds
 
     real_open = open
 

@@ -1,4 +1,4 @@
-"""Optional dependencies (doppler_lab.deps): a missing package gives one line naming it and what
+"""Optional dependencies (doppler_lab.house.deps): a missing package gives one line naming it and what
 needs it, and the core (simulator, placers, executor, calibration) needs none of the notebook,
 plot or solver packages (issue 34: the GPU image has no plotly, papermill, ortools, pymetis, ray,
 and ``--placement doppler`` ended in ``ModuleNotFoundError: No module named 'pymetis'``)."""
@@ -12,8 +12,8 @@ import textwrap
 
 import pytest
 
-from doppler_lab import deps
-from doppler_lab.errors import ConfigError
+from doppler_lab.house import deps
+from doppler_lab.house.errors import ConfigError
 
 #: what the GPU image lacks, and the rest of the notebook / plot / solver stack
 BLOCKED = (
@@ -74,7 +74,7 @@ def test_warn_once_prints_one_line_once(capsys):
 
 
 def test_partition_placer_without_pymetis_says_so_in_one_line(monkeypatch):
-    from doppler_lab.hardware import make_cluster
+    from doppler_lab.hardware.cluster import make_cluster
     from doppler_lab.placers import place
     from doppler_lab.workloads import build
 
@@ -87,7 +87,7 @@ def test_partition_placer_without_pymetis_says_so_in_one_line(monkeypatch):
 
 
 def test_other_optional_packages_say_what_needs_them(monkeypatch):
-    from doppler_lab.runners import RayRunner
+    from doppler_lab.house.runners import RayRunner
     from doppler_lab.workloads import build
 
     for name in ("ray", "networkx"):
@@ -105,10 +105,10 @@ _SCRIPT = textwrap.dedent(
     BLOCKED = {blocked!r}
     for name in BLOCKED:
         sys.modules[name] = None
-    import doppler_lab.calibration, doppler_lab.executor, doppler_lab.placers, doppler_lab.sim
+    import doppler_lab.timing.calibration, doppler_lab.executor, doppler_lab.placers, doppler_lab.timing.sim
     from doppler_lab.hardware import make_cluster
     from doppler_lab.placers import place
-    from doppler_lab.sim import simulate
+    from doppler_lab.timing.sim import simulate
     from doppler_lab.workloads import build
 
     out = {{}}

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from doppler_lab.env import PlacementEnv
-from doppler_lab.errors import ConfigError, PlacementError
-from doppler_lab.hardware import make_cluster
-from doppler_lab.io import read_paper_graph
-from doppler_lab.sim import Simulator
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house.errors import ConfigError, PlacementError
+from doppler_lab.io.documents import read_paper_graph
+from doppler_lab.policies.env import PlacementEnv
+from doppler_lab.timing.sim import Simulator
 from doppler_lab.workloads import build_from_spec
 
 from paper_graphs import paper_graph_path

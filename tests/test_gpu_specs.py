@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from doppler_lab.gpu_specs import (
+from doppler_lab.hardware.gpu_specs import (
     ACHIEVABLE_BANDWIDTH,
     ACHIEVABLE_FLOPS,
     DEFAULT_FP32_FLOPS,
@@ -154,7 +154,7 @@ def test_gpu_device_from_name_and_properties(args):
 
 
 def test_module_does_not_import_torch():
-    code = "import sys, doppler_lab.gpu_specs as g; g.nominal_gpu('NVIDIA H200'); print('torch' in sys.modules)"
+    code = "import sys, doppler_lab.hardware.gpu_specs as g; g.nominal_gpu('NVIDIA H200'); print('torch' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from doppler_lab.errors import GraphError
-from doppler_lab.graph import KIND_CODE, DataflowGraph, GraphBuilder
-from doppler_lab.ops import OpSpec
+from doppler_lab.house.errors import GraphError
+from doppler_lab.ir.graph import KIND_CODE, DataflowGraph, GraphBuilder
+from doppler_lab.ir.ops import OpSpec
 
 
 def diamond(costs=(2.0, 3.0, 4.0, 1.0), comm=(1.0, 1.0, 1.0, 0.0)) -> DataflowGraph:

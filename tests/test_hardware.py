@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from doppler_lab.errors import ClusterError, GraphError
-from doppler_lab.graph import GraphBuilder
-from doppler_lab.hardware import PRESETS, Cluster, CostModel, Device, lower_bound, make_cluster
-from doppler_lab.io import load_cluster, save_cluster
+from doppler_lab.hardware.cluster import PRESETS, Cluster, Device, make_cluster
+from doppler_lab.house.errors import ClusterError, GraphError
+from doppler_lab.io.documents import load_cluster, save_cluster
+from doppler_lab.ir.graph import GraphBuilder
+from doppler_lab.timing.cost_model import CostModel, lower_bound
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

@@ -8,10 +8,9 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from doppler_lab.errors import FormatError
-from doppler_lab.graph import GraphBuilder
-from doppler_lab.hardware import make_cluster
-from doppler_lab.io import (
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house.errors import FormatError
+from doppler_lab.io.documents import (
     PAPER_TIME_SCALE,
     graph_from_dict,
     graph_to_dict,
@@ -23,8 +22,9 @@ from doppler_lab.io import (
     save_placement,
     save_trace,
 )
-from doppler_lab.placement import Placement
-from doppler_lab.sim import simulate
+from doppler_lab.ir.graph import GraphBuilder
+from doppler_lab.ir.placement import Placement
+from doppler_lab.timing.sim import simulate
 
 from paper_graphs import paper_graph_path
 

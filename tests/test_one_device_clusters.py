@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from doppler_lab.gpu_specs import gpu_device
-from doppler_lab.hardware import (
+from doppler_lab.hardware.cluster import (
     Cluster,
     make_cluster,
     make_cpu,
@@ -16,9 +15,10 @@ from doppler_lab.hardware import (
     parse_multihost,
     switch_routes,
 )
-from doppler_lab.io import load_cluster, save_cluster
+from doppler_lab.hardware.gpu_specs import gpu_device
+from doppler_lab.io.documents import load_cluster, save_cluster
 from doppler_lab.placers import place
-from doppler_lab.sim import simulate
+from doppler_lab.timing.sim import simulate
 from doppler_lab.workloads import build
 
 ONE_DEVICE = {

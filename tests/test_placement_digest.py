@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from doppler_lab.cli import main
-from doppler_lab.errors import PlacementError
-from doppler_lab.io import load_placement, save_graph, save_placement
-from doppler_lab.placement import round_robin
+from doppler_lab.house.errors import PlacementError
+from doppler_lab.io.documents import load_placement, save_graph, save_placement
+from doppler_lab.ir.placement import round_robin
 from doppler_lab.workloads import build_from_spec
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from doppler_lab.placement import Placement
+from doppler_lab.ir.placement import Placement
 from doppler_lab.workloads import build_from_spec
 
 

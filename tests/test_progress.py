@@ -11,10 +11,10 @@ import pytest
 
 from doppler_lab.cli import COMMAND_MODULES, main
 from doppler_lab.executor.cost import predict_execution
-from doppler_lab.hardware import make_cpu
-from doppler_lab.placement import round_robin, single_device
-from doppler_lab.progress import format_seconds, note, progress, timer
-from doppler_lab.sim import Simulator
+from doppler_lab.hardware.cluster import make_cpu
+from doppler_lab.house.progress import format_seconds, note, progress, timer
+from doppler_lab.ir.placement import round_robin, single_device
+from doppler_lab.timing.sim import Simulator
 from doppler_lab.workloads import build, build_from_spec
 from doppler_lab.workloads.sizing import scale_within, with_scale
 
@@ -165,7 +165,7 @@ def test_with_scale(spec, scale, expected):
 
 
 def test_format_time_picks_a_unit_per_value():
-    from doppler_lab.progress import format_time
+    from doppler_lab.house.progress import format_time
 
     assert format_time(5.2357e-4) == "523.6 us"
     assert format_time(0.0012345) == "1.234 ms"

@@ -23,14 +23,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import doppler_lab.validate
-from doppler_lab.calibration import Profile
+import doppler_lab.house.validate
 from doppler_lab.cli import main
 from doppler_lab.commands._common import int_arg, number_arg
-from doppler_lab.errors import DopplerLabError, FormatError
-from doppler_lab.graph import GraphBuilder, cost_graph
-from doppler_lab.hardware import Cluster, make_cluster, make_cpu
-from doppler_lab.io import (
+from doppler_lab.hardware.cluster import Cluster, make_cluster, make_cpu
+from doppler_lab.house.errors import DopplerLabError, FormatError
+from doppler_lab.house.validate import parse_int_text, parse_number_text, show
+from doppler_lab.io.documents import (
     graph_from_dict,
     graph_to_dict,
     load_cluster,
@@ -41,11 +40,12 @@ from doppler_lab.io import (
     read_paper_graph,
     trace_from_dict,
 )
-from doppler_lab.placement import Placement
+from doppler_lab.ir.graph import GraphBuilder, cost_graph
+from doppler_lab.ir.placement import Placement
 from doppler_lab.policies.checkpoint import load_policy, make_policy, save_checkpoint
-from doppler_lab.policies.config import PolicyConfig
-from doppler_lab.sim import simulate
-from doppler_lab.validate import parse_int_text, parse_number_text, show
+from doppler_lab.policies.policy_config import PolicyConfig
+from doppler_lab.timing.calibration import Profile
+from doppler_lab.timing.sim import simulate
 from doppler_lab.workloads import build_from_spec, parse_spec
 
 # DOPPLER_FUZZ_EXAMPLES=2000 fuzzes deeper (a few minutes); the default keeps this file fast
@@ -526,7 +526,7 @@ def test_placements_and_clusters_are_not_coerced():
 def test_shown_values():
     assert show(np.float64(-2.0)) == "-2" and show(-2.5) == "-2.5" and show(2.0) == "2.0"
     assert show(True) == "true" and show(None) == "null" and show("x") == "'x'"
-    assert doctest.testmod(doppler_lab.validate).failed == 0
+    assert doctest.testmod(doppler_lab.house.validate).failed == 0
 
 
 # -- the command line --------------------------------------------------------------------------

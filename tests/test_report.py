@@ -10,9 +10,9 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from doppler_lab.cli import main
-from doppler_lab.errors import ConfigError
-from doppler_lab.experiments import NOTEBOOKS_DIR
-from doppler_lab.report import (
+from doppler_lab.house.errors import ConfigError
+from doppler_lab.reporting.notebook_runs import NOTEBOOKS_DIR
+from doppler_lab.reporting.site import (
     build_site,
     find_notebooks,
     key_numbers,
@@ -28,7 +28,7 @@ def _notebook(folder: Path, stem: str, body: str, quick: dict | None = None) -> 
     nb = new_notebook(
         cells=[
             new_markdown_cell(f"# Title of {stem}\n\n**Question.** Does {stem}\nwork?\n\nMore."),
-            new_code_cell("from doppler_lab.experiments import write_summary"),
+            new_code_cell("from doppler_lab.reporting.notebook_runs import write_summary"),
             new_code_cell(
                 'value = 1.5  # a number\nseed = 0  # seed\ninteractive = True  # widgets\nout_dir = "."  # output',
                 metadata={"tags": ["parameters"]},
@@ -230,6 +230,6 @@ def test_report_command(notebooks, tmp_path, capsys):
 def test_notebooks_run_their_kernel_over_ipc_not_tcp():
     """No kernel port on the network, and no 'running over TCP without encryption' warning
     once per notebook of a report."""
-    from doppler_lab.experiments import IpcKernelManager
+    from doppler_lab.reporting.notebook_runs import IpcKernelManager
 
     assert IpcKernelManager().transport == "ipc"

@@ -1,4 +1,4 @@
-"""Run folders (:mod:`doppler_lab.runfolder`): one writer at a time (a lock naming its holder,
+"""Run folders (:mod:`doppler_lab.house.runfolder`): one writer at a time (a lock naming its holder,
 stale locks taken over), and only folders of the same command unless ``--force``."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from doppler_lab.cli import main
-from doppler_lab.errors import RunFolderError
-from doppler_lab.runfolder import LOCK_NAME, MARKER_NAME, run_folder
+from doppler_lab.house.errors import RunFolderError
+from doppler_lab.house.runfolder import LOCK_NAME, MARKER_NAME, run_folder
 
 REPO = Path(__file__).resolve().parents[1]
 GRAPH = "chainmm:matrices=3,scale=0.001"
@@ -56,7 +56,7 @@ def test_the_lock_of_a_live_process_refuses_and_of_a_dead_one_is_taken_over(tmp_
             sys.executable,
             "-c",
             "import sys, time\n"
-            "from doppler_lab.runfolder import run_folder\n"
+            "from doppler_lab.house.runfolder import run_folder\n"
             "with run_folder(sys.argv[1], 'train'):\n"
             "    print('locked', flush=True)\n"
             "    time.sleep(60)\n",

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from doppler_lab.bench.policy import PolicyBenchConfig, run_case, training_runs
-from doppler_lab.errors import ConfigError, RunError
-from doppler_lab.runners import LocalRunner, RayRunner, Run, make_runner
+from doppler_lab.house.errors import ConfigError, RunError
+from doppler_lab.house.runners import LocalRunner, RayRunner, Run, make_runner
 
 ray = pytest.importorskip("ray")
 

@@ -9,15 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from doppler_lab.env import PlacementEnv
-from doppler_lab.errors import PlacementError
-from doppler_lab.graph import GraphBuilder
-from doppler_lab.hardware import CostModel, make_cluster
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house.errors import PlacementError
+from doppler_lab.ir.graph import GraphBuilder
 from doppler_lab.placers import place
 from doppler_lab.policies.checkpoint import load_policy, make_policy
-from doppler_lab.policies.config import PolicyConfig
-from doppler_lab.schedule import ListScheduleState, _wc_ready, timing_for
-from doppler_lab.sim import simulate
+from doppler_lab.policies.env import PlacementEnv
+from doppler_lab.policies.policy_config import PolicyConfig
+from doppler_lab.timing.cost_model import CostModel
+from doppler_lab.timing.schedule import ListScheduleState, _wc_ready, timing_for
+from doppler_lab.timing.sim import simulate
 from doppler_lab.workloads import build_from_spec
 from doppler_lab.workloads.random_dag import random_dag
 

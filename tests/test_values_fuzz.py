@@ -15,17 +15,17 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from doppler_lab.errors import DopplerLabError
-from doppler_lab.graph import cost_graph
-from doppler_lab.hardware import Cluster, make_cluster
-from doppler_lab.placement import round_robin
+from doppler_lab.hardware.cluster import Cluster, make_cluster
+from doppler_lab.house.errors import DopplerLabError
+from doppler_lab.house.settings import parse_items
+from doppler_lab.ir.graph import cost_graph
+from doppler_lab.ir.placement import round_robin
 from doppler_lab.placers import get_placer
-from doppler_lab.policies.adapt import AdaptConfig
 from doppler_lab.policies.checkpoint import load_policy, make_policy, save_checkpoint
-from doppler_lab.policies.config import PolicyConfig
-from doppler_lab.settings import parse_items
-from doppler_lab.sim import Simulator
-from doppler_lab.train.config import TrainConfig, preset
+from doppler_lab.policies.policy_config import PolicyConfig
+from doppler_lab.search.adapter import AdaptConfig
+from doppler_lab.timing.sim import Simulator
+from doppler_lab.train.train_config import TrainConfig, preset
 from doppler_lab.workloads import build
 
 _EXAMPLES = int(os.environ.get("DOPPLER_FUZZ_EXAMPLES", "100"))

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from doppler_lab.cli import main
-from doppler_lab.errors import (
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house.errors import (
     CheckpointError,
     ClusterError,
     ConfigError,
@@ -22,17 +23,17 @@ from doppler_lab.errors import (
     GraphError,
     SimulationError,
 )
-from doppler_lab.hardware import CostModel, make_cluster
-from doppler_lab.io import graph_from_dict, load_cluster, load_graph
-from doppler_lab.limits import LIMITS
-from doppler_lab.placement import round_robin
-from doppler_lab.policies.adapt import ADAPTER_FORMAT, load_adapter
+from doppler_lab.house.limits import LIMITS
+from doppler_lab.io.documents import graph_from_dict, load_cluster, load_graph
+from doppler_lab.io.stored import StoredTensors
+from doppler_lab.ir.placement import round_robin
 from doppler_lab.policies.checkpoint import load_policy, make_policy, save_checkpoint
-from doppler_lab.policies.config import PolicyConfig
-from doppler_lab.sim import Simulator
-from doppler_lab.stored import StoredTensors
-from doppler_lab.train.config import TrainConfig, preset
+from doppler_lab.policies.policy_config import PolicyConfig
+from doppler_lab.search.adapter import ADAPTER_FORMAT, load_adapter
+from doppler_lab.timing.cost_model import CostModel
+from doppler_lab.timing.sim import Simulator
 from doppler_lab.train.loop import Trainer
+from doppler_lab.train.train_config import TrainConfig, preset
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -146,7 +147,7 @@ def test_time_scale_that_overflows_is_named():
 
 def test_noise_is_bounded_and_noisy_overflow_is_an_error(capsys):
     err = one_error_line(capsys, ["simulate", "chainmm:scale=0.01", "--noise", "1e308"])
-    assert "--noise must be <= 10 (doppler_lab.limits.MAX_NOISE)" in err
+    assert "--noise must be <= 10 (doppler_lab.house.limits.MAX_NOISE)" in err
     g = graph_from_dict(TEXTBOOK)
     with pytest.raises(SimulationError, match="MAX_NOISE"):
         Simulator(g, make_cluster("uniform", 3), noise=11.0)
@@ -292,7 +293,7 @@ def test_settings_errors_are_one_line_with_one_form(tmp_path, capsys, argv, mess
 
 
 def test_settings_module_reads_values_as_place_did():
-    from doppler_lab.settings import parse_items
+    from doppler_lab.house.settings import parse_items
 
     got = parse_items(
         ["a=1", "b=1e3", "c=0.5", "d=1/4", "e=true", "f=null", "g=[0.5,0.25]", "h=paper"], "x"
@@ -332,7 +333,7 @@ def test_configs_check_types_when_built_from_python():
         (["simulate", "llama_block:seq=1e30"], "parameter seq=1e+30; expected an integer <="),
         (
             ["place", "chainmm:scale=0.01", "--placer", "local-search", "--budget", "1e30"],
-            "--budget must be <= 1000000000 (doppler_lab.limits.MAX_BUDGET)",
+            "--budget must be <= 1000000000 (doppler_lab.house.limits.MAX_BUDGET)",
         ),
         (
             ["place", "chainmm:scale=0.01", "--placer", "local-search", "-o", "budget=1e30"],
@@ -340,11 +341,11 @@ def test_configs_check_types_when_built_from_python():
         ),
         (
             ["place", "chainmm:scale=0.01", "--placer", "exact", "--time-limit", "1e30"],
-            "--time-limit must be <= 604800 (doppler_lab.limits.MAX_SECONDS)",
+            "--time-limit must be <= 604800 (doppler_lab.house.limits.MAX_SECONDS)",
         ),
         (
             ["execute", "chainmm:scale=0.01", "--cluster", "cpu", "--timeout", "1e10"],
-            "--timeout must be <= 604800 (doppler_lab.limits.MAX_SECONDS)",
+            "--timeout must be <= 604800 (doppler_lab.house.limits.MAX_SECONDS)",
         ),
     ],
 )
@@ -358,7 +359,7 @@ def test_overflowing_values_are_one_line(capsys, argv, message):
     [
         (
             ["simulate", "chainmm:scale=0.01", "--cluster", "cpu", "--devices", "1e30"],
-            "--devices must be <= 1024 (doppler_lab.limits.MAX_DEVICES)",
+            "--devices must be <= 1024 (doppler_lab.house.limits.MAX_DEVICES)",
         ),
         (
             ["simulate", "chainmm:scale=0.01", "--cluster", "multihost:hosts=100000,devices=8"],
@@ -367,7 +368,7 @@ def test_overflowing_values_are_one_line(capsys, argv, message):
         (["simulate", "mlp:layers=1e8"], "parameter layers=100000000; expected an integer >= 1"),
         (
             ["execute", "chainmm:scale=0.01", "--cluster", "cpu", "--warmup", "1e30"],
-            "--warmup must be <= 100000 (doppler_lab.limits.MAX_REPEATS)",
+            "--warmup must be <= 100000 (doppler_lab.house.limits.MAX_REPEATS)",
         ),
         (
             ["execute", "chainmm:scale=0.01", "--cluster", "cpu", "--repeats", "1e6"],
@@ -407,14 +408,14 @@ def test_cluster_device_count_is_limited(tmp_path):
 
 
 def test_graph_size_is_limited(monkeypatch):
-    import doppler_lab.graph
-    import doppler_lab.limits
+    import doppler_lab.house.limits
+    import doppler_lab.ir.graph
     from doppler_lab.workloads import build
 
-    monkeypatch.setattr(doppler_lab.graph, "MAX_NODES", 50)
+    monkeypatch.setattr(doppler_lab.ir.graph, "MAX_NODES", 50)
     with pytest.raises(GraphError, match="grows past .* nodes"):
         build("chainmm", scale=0.01)
-    monkeypatch.setitem(doppler_lab.limits.LIMITS, "MAX_NODES", 3)
+    monkeypatch.setitem(doppler_lab.house.limits.LIMITS, "MAX_NODES", 3)
     with pytest.raises(FormatError, match="the number of nodes is 4; the limit is 3"):
         graph_from_dict(TEXTBOOK)
 
@@ -545,15 +546,15 @@ def test_errors_are_doppler_lab_errors():
 def test_docstring_examples():
     import doctest
 
-    import doppler_lab.limits
-    import doppler_lab.settings
+    import doppler_lab.house.limits
+    import doppler_lab.house.settings
 
-    for mod in (doppler_lab.limits, doppler_lab.settings):
+    for mod in (doppler_lab.house.limits, doppler_lab.house.settings):
         assert doctest.testmod(mod).failed == 0
 
 
 def test_paper_text_node_count_is_limited(tmp_path):
-    from doppler_lab.io import read_paper_graph
+    from doppler_lab.io.documents import read_paper_graph
 
     path = tmp_path / "p.txt"
     path.write_text("10000000000\n0\n1\n2\n1,1\n")
@@ -570,7 +571,7 @@ def test_calibrated_op_scale_that_overflows_is_named():
 
 
 def test_adapter_table_that_is_not_finite_is_never_written(tmp_path):
-    from doppler_lab.policies.adapt import AdaptConfig, AdaptResult
+    from doppler_lab.search.adapter import AdaptConfig, AdaptResult
 
     graph = graph_from_dict(TEXTBOOK)
     res = AdaptResult(
@@ -595,7 +596,7 @@ def test_adapter_table_that_is_not_finite_is_never_written(tmp_path):
 def test_a_workload_too_large_is_refused_before_it_is_built(spec):
     """The node count is extrapolated from two small builds, so the refusal is immediate (it
     used to come after the generator had grown 2 million nodes, about 35 s)."""
-    from doppler_lab.errors import ConfigError
+    from doppler_lab.house.errors import ConfigError
     from doppler_lab.workloads import build_from_spec
 
     with pytest.raises(ConfigError, match=r"gives about .* nodes; the limit is 2000000"):

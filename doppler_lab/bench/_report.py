@@ -1,7 +1,7 @@
 """Writing benchmark results: one JSON record and one Markdown page per benchmark.
 
 Every record carries the code version it was measured with (``code_version``, see
-:mod:`doppler_lab.codeversion`), shown in the page's header; :func:`read_report` reads records
+:mod:`doppler_lab.house.codeversion`), shown in the page's header; :func:`read_report` reads records
 written before versions were recorded too (their ``code_version`` is ``None``).
 """
 
@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from ..atomic import atomic_write
-from ..codeversion import code_version
-from ..jsonutil import read_json, to_jsonable, write_json
+from ..house.atomic import atomic_write
+from ..house.codeversion import code_version
+from ..house.jsonutil import read_json, to_jsonable, write_json
 
 CODE_VERSION_NOTE = (
-    "digest of the package sources that can change a number (doppler_lab.codeversion)"
+    "digest of the package sources that can change a number (doppler_lab.house.codeversion)"
 )
 
 
@@ -125,7 +125,7 @@ def write_report(
 def read_report(path: str | Path) -> dict[str, Any]:
     """A benchmark record written by :func:`write_report`; one written before code versions
     were recorded reads with ``code_version`` ``None``."""
-    from ..errors import ConfigError
+    from ..house.errors import ConfigError
 
     record = read_json(path, "benchmark record")
     if not isinstance(record, dict) or "benchmark" not in record:

@@ -127,7 +127,7 @@ def workload_rows(
     from ..executor import Executor
     from ..executor.runner import compare_outputs
     from ..executor.torch_ops import evaluate
-    from ..placement import round_robin, single_device
+    from ..ir.placement import round_robin, single_device
     from ..workloads import build_from_spec
 
     rows = []

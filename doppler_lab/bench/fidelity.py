@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..fidelity import (
+from ..executor.fidelity_runs import (
     DISTURBED_SLOWDOWN,
     MAX_RETRIES,
     fidelity_placements,
@@ -29,7 +29,7 @@ from ..fidelity import (
     spearman,
     workload_row,
 )
-from ..hardware import CostModel
+from ..timing.cost_model import CostModel
 from ._report import write_report
 
 #: workload -> build spec, sized for CPU worker devices (ms-scale ops on one core)
@@ -74,7 +74,7 @@ def run(
     """
     from ..executor import make_backend
     from ..executor.profiling import calibrate, parallel_capacity
-    from ..sim import Simulator
+    from ..timing.sim import Simulator
     from ..workloads import build_from_spec
 
     t_start = time.perf_counter()

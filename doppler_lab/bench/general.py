@@ -1,5 +1,5 @@
 """``doppler-lab bench general``: the general policy ``doppler/general`` on graphs and clusters
-it never saw in training (:func:`doppler_lab.train.general.held_out_tasks`).
+it never saw in training (:func:`doppler_lab.train.general_policy.held_out_tasks`).
 
 Three parts, written into ``reports/bench/general.{json,md}``:
 
@@ -15,7 +15,7 @@ Three parts, written into ``reports/bench/general.{json,md}``:
   to CP), also written to ``general/budget_curve.json`` and ``general/budget_curve.html``;
 - **fine-tuning**: on the paper graphs (4 and 8 devices) the general policy fine-tuned for
   ``finetune_episodes`` simulator calls (by default the per-instance adapter,
-  :mod:`doppler_lab.policies.adapt`: a node x device bias on PLC's logits trained with the network
+  :mod:`doppler_lab.search.adapter`: a node x device bias on PLC's logits trained with the network
   frozen; ``finetune_method="network"``: Stage II of the network's weights) against per-graph
   training from fresh weights (Stage I + II, ``scratch_episodes`` in all): the protocol's final
   makespans, the distance to best known, the training seconds, and the training curves
@@ -43,20 +43,20 @@ from typing import Any
 
 import numpy as np
 
-from ..atomic import atomic_writer
-from ..deps import require
-from ..errors import ConfigError
-from ..graph import DataflowGraph
-from ..hardware import Cluster
-from ..jsonutil import write_json
-from ..runners import Run, Runner, make_runner, torch_threads
-from ..train.general import GENERAL_CHECKPOINT, Task, held_out_tasks
-from ..yardstick import best_known
+from ..hardware.cluster import Cluster
+from ..house.atomic import atomic_writer
+from ..house.deps import require
+from ..house.errors import ConfigError
+from ..house.jsonutil import write_json
+from ..house.runners import Run, Runner, make_runner, torch_threads
+from ..ir.graph import DataflowGraph
+from ..train.general_policy import GENERAL_CHECKPOINT, Task, held_out_tasks
 from ._report import write_report
+from .yardstick import best_known
 
 #: the run cache (relative to the working folder; ``_quick`` appended for ``--quick``)
 BENCH_GENERAL_RUNS = "runs/bench_general"
-#: groups of the held-out set (see :func:`~doppler_lab.train.general.held_out_tasks`)
+#: groups of the held-out set (see :func:`~doppler_lab.train.general_policy.held_out_tasks`)
 GROUPS: tuple[str, ...] = ("generator", "cluster", "paper", "model")
 #: the issue's targets
 TARGET_VS_CP = 0.15  # zero-shot geometric mean at least this far below CP
@@ -105,10 +105,10 @@ class GeneralBenchConfig:
         finetune_eval_every: updates between greedy evaluations when fine-tuning (curves).
         scratch_eval_every: updates between greedy evaluations from scratch (curves).
         finetune_method: ``adapter`` (default): a per-instance bias table on PLC's logits
-            trained with the network frozen (:func:`doppler_lab.policies.adapt.adapt`; its
+            trained with the network frozen (:func:`doppler_lab.search.adapter.adapt`; its
             proposals are the ``doppler`` placer's, ``samples`` and ``partitions``, within the
             episodes); ``network``: Stage II of the network's weights (``finetune_train``).
-        finetune_adapter: :class:`~doppler_lab.policies.adapt.AdaptConfig` changes (not
+        finetune_adapter: :class:`~doppler_lab.search.adapter.AdaptConfig` changes (not
             ``episodes``, ``samples``, ``partitions``: the bench's own).
         finetune_train: Stage II changes for fine-tuning (learning rate, warm-up, ...).
         finetune_long: also fine-tune the general policy's weights for as many episodes as
@@ -208,7 +208,7 @@ class GeneralBenchConfig:
 
     def adapt_config(self) -> Any:
         """The adapter's settings of a fine-tuning run."""
-        from ..policies.adapt import AdaptConfig
+        from ..search.adapter import AdaptConfig
 
         fixed = {"episodes", "samples", "partitions", "clustering"}
         bad = sorted(fixed & set(self.finetune_adapter))
@@ -292,9 +292,9 @@ FINETUNE_FIXED: tuple[str, ...] = ("stage", "episodes", "semantics", "seed", "ev
 
 
 def _check_finetune_train(changes: Mapping[str, Any]) -> None:
-    """Fine-tuning's Stage II changes name :class:`~doppler_lab.train.config.TrainConfig`
+    """Fine-tuning's Stage II changes name :class:`~doppler_lab.train.train_config.TrainConfig`
     fields the bench leaves to the user, with values that field takes."""
-    from ..train.config import TrainConfig, preset
+    from ..train.train_config import TrainConfig, preset
 
     if not isinstance(changes, Mapping):
         raise ConfigError(
@@ -358,7 +358,7 @@ def bench_tasks(cfg: GeneralBenchConfig) -> list[Task]:
         if not tasks:
             raise ConfigError(
                 f"bench general: no task matches {list(cfg.task_filter)}; expected part of a "
-                "held-out task's name (doppler_lab.train.general.held_out_tasks)"
+                "held-out task's name (doppler_lab.train.general_policy.held_out_tasks)"
             )
     return tasks
 
@@ -396,7 +396,7 @@ def _cached(path: Path, compute) -> dict[str, Any]:
 
 def doppler_takes_budget() -> bool:
     """Whether the ``doppler`` placer takes a ``budget`` of simulator calls."""
-    from ..policies.placers import DopplerPlacer
+    from ..search.learned import DopplerPlacer
 
     return "budget" in inspect.signature(DopplerPlacer).parameters
 
@@ -404,7 +404,7 @@ def doppler_takes_budget() -> bool:
 # -- the cases (module-level: runners pickle them) -----------------------------------------
 def zero_shot_case(cfg: GeneralBenchConfig, task: Task, root: str) -> dict[str, Any]:
     """CP, HEFT and the general policy (greedy, and greedy + samples, timed) on one task."""
-    from ..codeversion import versioned_key
+    from ..house.codeversion import versioned_key
 
     digest = checkpoint_digest(cfg.checkpoint)
     seeds = list(cfg.seed_range)
@@ -418,8 +418,8 @@ def zero_shot_case(cfg: GeneralBenchConfig, task: Task, root: str) -> dict[str, 
 
 def _zero_shot(cfg: GeneralBenchConfig, task: Task) -> dict[str, Any]:
     from ..placers import get_placer, place
-    from ..placers.base import make_rng
-    from ..sim import Simulator
+    from ..placers.placer_base import make_rng
+    from ..timing.sim import Simulator
 
     graph, cluster = _built(task)
     sem = task.semantics
@@ -487,7 +487,7 @@ def _zero_shot(cfg: GeneralBenchConfig, task: Task) -> dict[str, Any]:
 def budget_case(cfg: GeneralBenchConfig, task: Task, method: str, root: str) -> dict[str, Any]:
     """``method`` (one of :data:`BUDGET_METHODS`) with each budget of ``cfg.budgets`` over the
     seeds; ``{"makespans": {budget: [per seed]}}`` (None for doppler without a budget option)."""
-    from ..codeversion import versioned_key
+    from ..house.codeversion import versioned_key
 
     if method == "doppler" and not doppler_takes_budget():
         return {"task": task.name, "method": method, "makespans": None}
@@ -510,7 +510,7 @@ ILS_CLUSTERING_OPTIONS: dict[str, str] = {"method": "ils", "start": "clustering"
 
 def _budget(cfg: GeneralBenchConfig, task: Task, method: str) -> dict[str, Any]:
     from ..placers import place
-    from ..sim import Simulator
+    from ..timing.sim import Simulator
 
     graph, cluster = _built(task)
     sim = Simulator(graph, cluster, task.semantics)  # type: ignore[arg-type]
@@ -540,7 +540,7 @@ def training_case(
     """Fine-tune the general policy (``mode="finetune"``) or train from fresh weights
     (``"scratch"``) on one task; the protocol's final makespan, the training seconds and the
     curve rows. Resumes in its run folder."""
-    from ..codeversion import versioned_key
+    from ..house.codeversion import versioned_key
 
     stages, policy = _training_setup(cfg, task, mode, seed)
     parts: list[Any] = [mode, task.to_dict(), [s.to_dict() for s in stages], cfg.samples]
@@ -559,8 +559,8 @@ def training_case(
 
 
 def _training_setup(cfg: GeneralBenchConfig, task: Task, mode: str, seed: int):
-    from ..train.config import preset
-    from ..train.general import general_policy_config
+    from ..train.general_policy import general_policy_config
+    from ..train.train_config import preset
 
     common = {"semantics": task.semantics, "seed": seed}
     if mode == "finetune":
@@ -596,7 +596,7 @@ def _curriculum(mode: str, cluster: Cluster) -> int | None:
 
 
 def _train(cfg, task, mode, seed, stages, policy, run_dir: Path) -> dict[str, Any]:
-    from ..policies.placers import best_of_rollouts
+    from ..search.learned import best_of_rollouts
     from ..train.experiments.common import greedy_makespan, stage_curve, start_point
     from ..train.pipeline import curriculum_plan, run_pipeline
 
@@ -673,14 +673,14 @@ def best_found(
 
 
 def _adapt(cfg, task: Task, seed: int, run_dir: Path, labels: dict[str, Any]) -> dict[str, Any]:
-    """Fine-tuning by the per-instance adapter (:func:`doppler_lab.policies.adapt.adapt`): the
+    """Fine-tuning by the per-instance adapter (:func:`doppler_lab.search.adapter.adapt`): the
     table is saved in ``run_dir`` (``adapter.pt``); the protocol judges the adapted policy."""
     pd = require("pandas", "the adapter's table")
 
-    from ..policies.adapt import adapt
     from ..policies.checkpoint import load_policy
-    from ..policies.placers import best_of_rollouts
     from ..policies.pretrained import resolve_checkpoint
+    from ..search.adapter import adapt
+    from ..search.learned import best_of_rollouts
     from ..train.experiments.common import greedy_makespan, start_point
 
     graph, cluster = _built(task)
@@ -1218,7 +1218,7 @@ def run(
         notes=res.notes
         + [
             f"Checkpoint: {cfg.checkpoint} ({checkpoint_digest(cfg.checkpoint)}).",
-            f"Tasks: the held-out set of doppler_lab.train.general (groups {', '.join(cfg.groups)})"
+            f"Tasks: the held-out set of doppler_lab.train.general_policy (groups {', '.join(cfg.groups)})"
             if not cfg.tasks
             else "Tasks: the quick set (tiny generated graphs).",
             f"cp: mean over {cfg.cp_seeds} tie seeds; general: the doppler placer, best of the "
@@ -1290,7 +1290,7 @@ def _finetune_note(cfg: GeneralBenchConfig) -> str:
         )
     a = cfg.adapt_config()
     return (
-        f"Fine-tuning: the per-instance adapter (doppler_lab.policies.adapt, {a.episodes} "
+        f"Fine-tuning: the per-instance adapter (doppler_lab.search.adapter, {a.episodes} "
         f"simulator calls: the placer's proposals, greedy + {a.samples} samples"
         + (" + the clustering" if a.clustering else "")
         + f" + up to {a.partitions} partitions, then updates of {a.batch} episodes of a node x device "

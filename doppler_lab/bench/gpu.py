@@ -6,9 +6,9 @@ Sections (each imports only torch, numba and the package; no plot or notebook st
 - :func:`dispatch_section`: executor overhead per op on ``cuda`` and ``cuda-shared``;
 - :func:`fidelity_section`: the simulator against measured makespans of >= 12 placements of
   generated and imported workloads on ``cuda-shared``, under three cost models: the
-  uncalibrated nominal GPU (:mod:`doppler_lab.gpu_specs`) with sharing, the calibrated profile
+  uncalibrated nominal GPU (:mod:`doppler_lab.hardware.gpu_specs`) with sharing, the calibrated profile
   alone (devices independent), and the calibrated profile with sharing
-  (:mod:`doppler_lab.contention`); the raw measurements are kept for replay;
+  (:mod:`doppler_lab.timing.contention`); the raw measurements are kept for replay;
 - :func:`stage3_section`: Stage III (RL on the real system) from the shipped general policy;
 - :func:`paper_size_section`: 10k-node Llama graphs under cp and doppler placements.
 
@@ -81,9 +81,9 @@ def dispatch_section(backends: Sequence[Any], num_ops: int = 500) -> dict[str, A
 
 
 def sharing_of(backend: Any, host_s: float, fill_s: float) -> Any:
-    """The :class:`~doppler_lab.contention.Sharing` of a backend's devices (the stream
+    """The :class:`~doppler_lab.timing.contention.Sharing` of a backend's devices (the stream
     backends' own; CPU workers: separate cores behind one host)."""
-    from ..contention import Sharing
+    from ..timing.contention import Sharing
 
     if hasattr(backend, "sharing"):
         return backend.sharing(host_s, fill_s)
@@ -93,7 +93,7 @@ def sharing_of(backend: Any, host_s: float, fill_s: float) -> Any:
 def gpu_placements(graph: Any, cluster: Any, rng: np.random.Generator) -> list[Any]:
     """At least 12 placements of varied quality: single, round-robin, cp, heft, doppler
     (greedy rollout), uniform and skewed random, contiguous blocks, perturbed cp."""
-    from ..placement import Placement, random_placement, round_robin, single_device
+    from ..ir.placement import Placement, random_placement, round_robin, single_device
     from ..placers import place
 
     d, n = cluster.num_devices, graph.num_nodes
@@ -131,11 +131,16 @@ def fidelity_section(
     rounds: int = 2,
 ) -> dict[str, Any]:
     """Calibrate ``backend``, then predict and measure placements of each workload."""
-    from ..contention import contended_makespan
+    from ..executor.fidelity_runs import (
+        measure_placements,
+        median_rel_error,
+        spearman,
+        workload_row,
+    )
     from ..executor.profiling import calibrate, fit_fill_s, interference_probe
-    from ..fidelity import measure_placements, median_rel_error, spearman, workload_row
-    from ..hardware import CostModel
-    from ..sim import Simulator
+    from ..timing.contention import contended_makespan
+    from ..timing.cost_model import CostModel
+    from ..timing.sim import Simulator
 
     t0 = time.perf_counter()
     graphs = {k: build_graph(s) for k, s in specs.items()}
@@ -235,8 +240,8 @@ def stage3_section(
     from ..executor import Executor, ExecutorCost
     from ..placers import place
     from ..policies.pretrained import GENERAL_CHECKPOINT, resolve_checkpoint
-    from ..train.config import preset
     from ..train.loop import Trainer
+    from ..train.train_config import preset
 
     t0 = time.perf_counter()
     g = build_graph(spec)

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from ..graph import DataflowGraph
-from ..hardware import Cluster, make_cluster
+from ..hardware.cluster import Cluster, make_cluster
 from ..importers.options import GRANULARITIES
-from ..placement import Placement
-from ..trace import Trace
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
+from ..ir.trace import Trace
 from ._report import write_report
 from .quality import Case, evaluate_placer
 
@@ -163,7 +163,7 @@ def simulated_traces(
     semantics: str = "wc",
 ) -> dict[str, Trace]:
     """The simulated trace (no noise) of each placement, by name (for Gantt charts)."""
-    from ..sim import Simulator
+    from ..timing.sim import Simulator
 
     sim = Simulator(
         graph, make_cluster(cluster) if isinstance(cluster, str) else cluster, semantics

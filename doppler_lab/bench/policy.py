@@ -15,7 +15,7 @@ Three parts, each written into ``reports/bench/policy.{json,md}``:
 
 Every (graph, method, seed) trains in its own resumable run directory under ``runs_dir``
 (default ``runs/bench_policy``, beside the reports, never committed), named by the
-configuration and the code version (:func:`doppler_lab.codeversion.versioned_key`), and writes
+configuration and the code version (:func:`doppler_lab.house.codeversion.versioned_key`), and writes
 ``result.json`` when evaluated; a rerun of the same code skips finished cases and resumes
 unfinished ones, so the full benchmark can be stopped and restarted, while changed code trains
 anew (notebook 07 reuses these runs when its code version matches). Trained policies are also
@@ -33,14 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from ..atomic import atomic_copy, atomic_write
-from ..errors import ConfigError
-from ..paths import BENCH_POLICY_RUNS, REPO_ROOT, bench_checkpoints_dir
+from ..house.atomic import atomic_copy, atomic_write
+from ..house.errors import ConfigError
+from ..house.paths import BENCH_POLICY_RUNS, REPO_ROOT, bench_checkpoints_dir
+from ..house.runners import Run, Runner, make_runner
 from ..policies.speed import episode_times
-from ..runners import Run, Runner, make_runner
-from ..yardstick import best_known
 from ._report import write_report
 from .quality import PAPER_GRAPHS, WORKLOADS
+from .yardstick import best_known
 
 SPEED_GRAPH = "full_transformer_layer_261nodes"
 
@@ -103,7 +103,7 @@ class PolicyBenchConfig:
     Attributes:
         paper_graphs: paper graph names (4 devices, paper semantics).
         paper_dir: their folder (default: the search of
-            :func:`doppler_lab.paths.paper_graphs_dir`).
+            :func:`doppler_lab.house.paths.paper_graphs_dir`).
         workloads: generated workloads (p100x4, ``workload_semantics``).
         workload_semantics: simulator semantics of the workloads.
         workload_methods: methods of the workloads table (``doppler`` and its timing ablation).
@@ -219,7 +219,7 @@ class _Case:
 
 
 def _cases(cfg: PolicyBenchConfig) -> tuple[list[_Case], list[str]]:
-    from ..paths import PAPER_GRAPHS_HINT, paper_graphs_dir
+    from ..house.paths import PAPER_GRAPHS_HINT, paper_graphs_dir
     from ..workloads import build_from_spec
 
     folder = paper_graphs_dir(cfg.paper_dir)
@@ -237,8 +237,8 @@ def _cases(cfg: PolicyBenchConfig) -> tuple[list[_Case], list[str]]:
 
 
 def _load(case: _Case):
-    from ..hardware import make_cluster
-    from ..io import read_paper_graph
+    from ..hardware.cluster import make_cluster
+    from ..io.documents import read_paper_graph
     from ..workloads import build_from_spec
 
     if case.spec.startswith("paper:"):
@@ -250,7 +250,7 @@ def _load(case: _Case):
 
 # -- one (graph, method, seed) --------------------------------------------------------------
 def _stages(cfg: PolicyBenchConfig, method: str, semantics: str, seed: int) -> list:
-    from ..train.config import preset
+    from ..train.train_config import preset
 
     spec = METHODS[method]
     common = {"semantics": semantics, "seed": seed}
@@ -271,9 +271,9 @@ def run_case(
     """Train (or resume) and evaluate one (graph, method, seed); cached in ``result.json``."""
     import torch
 
-    from ..codeversion import code_version, versioned_key
-    from ..policies.config import POLICY_PRESETS
-    from ..policies.placers import best_of_rollouts
+    from ..house.codeversion import code_version, versioned_key
+    from ..policies.policy_config import POLICY_PRESETS
+    from ..search.learned import best_of_rollouts
     from ..train.pipeline import run_pipeline
 
     spec = METHODS[method]
@@ -325,7 +325,7 @@ def run_case(
 def case_runs(
     cfg: PolicyBenchConfig, tasks: Sequence[tuple[_Case, str, int]], root: Path
 ) -> list[Run]:
-    """One :class:`~doppler_lab.runners.Run` of :func:`run_case` per (case, method, seed)."""
+    """One :class:`~doppler_lab.house.runners.Run` of :func:`run_case` per (case, method, seed)."""
     return [
         Run(run_case, (cfg, case, m, s, root), label=f"{case.name}/{m}/seed{s}")
         for case, m, s in tasks
@@ -343,7 +343,7 @@ def training_runs(
 def _reference_rows(cfg: PolicyBenchConfig, case: _Case, budget: int) -> list[dict[str, Any]]:
     """CP over the seeds and the search placers with ``budget`` simulator calls."""
     from ..placers import place
-    from ..sim import Simulator
+    from ..timing.sim import Simulator
 
     graph, cluster = _load(case)
     sim = Simulator(graph, cluster, case.semantics)  # type: ignore[arg-type]
@@ -388,7 +388,7 @@ def _row(
 
 
 def _lower_bound(case: _Case) -> float:
-    from ..sim import Simulator
+    from ..timing.sim import Simulator
 
     g, cl = _load(case)
     return Simulator(g, cl, case.semantics).lower_bound()  # type: ignore[arg-type]
@@ -448,9 +448,9 @@ def speed_rows(cfg: PolicyBenchConfig, paper_case: _Case | None) -> tuple[list, 
     """The architecture table (229-node graph) and the per-node scaling table."""
     import torch
 
-    from ..hardware import make_cluster
+    from ..hardware.cluster import make_cluster
     from ..policies.checkpoint import make_policy
-    from ..policies.config import POLICY_PRESETS
+    from ..policies.policy_config import POLICY_PRESETS
     from ..workloads import build_from_spec
 
     threads = torch.get_num_threads()
@@ -535,9 +535,9 @@ def ablation_rows(
     """Train and evaluate ``methods`` (keys of :data:`METHODS`) on ``graphs`` (paper names or
     workload specs) over ``seeds``; cached per (graph, method, seed) under ``out_dir``.
 
-    ``runner`` (``local``, ``ray`` or a :class:`~doppler_lab.runners.Runner`) runs the
+    ``runner`` (``local``, ``ray`` or a :class:`~doppler_lab.house.runners.Runner`) runs the
     (graph, method, seed) trainings; with ``keep_going`` a failed one is left out (the others'
-    rows remain), without it the first failure raises :class:`~doppler_lab.errors.RunError`.
+    rows remain), without it the first failure raises :class:`~doppler_lab.house.errors.RunError`.
 
     Returns:
         The table rows (mean over seeds, with CP and ``search_placers`` at the same simulator
@@ -590,7 +590,7 @@ def run(
     """Run (or resume) the benchmark and write ``policy.json`` / ``policy.md``.
 
     The training runs go to ``runner``: ``local`` (``cfg.jobs`` processes), ``ray`` (one Ray
-    task each) or a :class:`~doppler_lab.runners.Runner`; with ``keep_going`` a failed run is
+    task each) or a :class:`~doppler_lab.house.runners.Runner`; with ``keep_going`` a failed run is
     named in the report's notes and the tables are made of the others.
     """
     cfg = config or (quick_config() if quick else PolicyBenchConfig())
@@ -639,7 +639,7 @@ def run(
     _export_checkpoints(results, root)
     # speed last, after the training processes are gone; cached for this code version (delete
     # speed.json to remeasure; a file from other code, or from before versions, is remeasured)
-    from ..codeversion import code_version
+    from ..house.codeversion import code_version
 
     speed_path = root / "speed.json"
     cached = json.loads(speed_path.read_text()) if speed_path.exists() else None

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from ..paths import REPO_ROOT
-from ..runners import Runner
+from ..house.paths import REPO_ROOT
+from ..house.runners import Runner
 from ._report import write_report
 
 #: seeds, episodes and workloads of the full run
@@ -37,9 +37,9 @@ IMITATION_EPISODES = 400
 def _general_rows(
     rows: list[dict[str, Any]], graphs: tuple[str, ...], seeds: int, checkpoint: str
 ) -> list[dict[str, Any]]:
-    from ..hardware import make_cluster
+    from ..hardware.cluster import make_cluster
     from ..placers import place
-    from ..sim import Simulator
+    from ..timing.sim import Simulator
     from ..workloads import build_from_spec
 
     out = []

@@ -13,7 +13,7 @@ registered and a checkpoint exists for the graph: ``<folder>/<placer>/<graph>.pt
 directory ``<folder>/<placer>/<graph>/`` (see :func:`find_checkpoint`), the first of the
 ``checkpoints`` folders that has one: by default what ``bench policy`` trained
 (``runs/bench_policy/checkpoints``), then the shipped ones (``data/checkpoints``, see
-:func:`doppler_lab.paths.checkpoint_dirs`). Their
+:func:`doppler_lab.house.paths.checkpoint_dirs`). Their
 rollouts are judged by the case's simulator semantics.
 """
 
@@ -27,16 +27,16 @@ from typing import Any
 
 import numpy as np
 
-from ..deps import require
-from ..errors import ConfigError
-from ..graph import DataflowGraph
-from ..hardware import Cluster, make_cluster
-from ..paths import bench_checkpoints_dir
-from ..placement import Placement
-from ..runners import Run, Runner, make_runner
-from ..sim import Simulator
-from ..yardstick import YARDSTICK
+from ..hardware.cluster import Cluster, make_cluster
+from ..house.deps import require
+from ..house.errors import ConfigError
+from ..house.paths import bench_checkpoints_dir
+from ..house.runners import Run, Runner, make_runner
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
+from ..timing.sim import Simulator
 from ._report import write_report
+from .yardstick import YARDSTICK
 
 PAPER_GRAPHS: tuple[str, ...] = (
     "chain_mm_112nodes",
@@ -59,7 +59,7 @@ class QualityConfig:
     Attributes:
         paper_graphs: paper graph names (files ``<paper_dir>/<name>.txt``), 4 devices.
         paper_dir: folder of the paper's graphs (default: the search of
-            :func:`doppler_lab.paths.paper_graphs_dir`).
+            :func:`doppler_lab.house.paths.paper_graphs_dir`).
         workloads: generated workloads (``doppler_lab.workloads.build`` names or specs).
         workload_cluster: cluster preset of the workloads.
         workload_semantics: simulator semantics of the workloads.
@@ -114,9 +114,9 @@ class Case:
 
 def load_cases(config: QualityConfig) -> tuple[list[Case], list[str]]:
     """The table's graphs and notes about any that are missing."""
-    from ..analysis import load_paper_graphs
-    from ..paths import PAPER_GRAPHS_HINT, paper_graph_dirs, paper_graphs_dir
+    from ..house.paths import PAPER_GRAPHS_HINT, paper_graph_dirs, paper_graphs_dir
     from ..workloads import build_from_spec
+    from ..workloads.catalog import load_paper_graphs
 
     folder = paper_graphs_dir(config.paper_dir)
     paper = load_paper_graphs(folder, config.paper_graphs)
@@ -160,7 +160,7 @@ def _checkpoint_folders(folders: str | Sequence[str]) -> list[Path]:
     out: list[Path] = []
     for f in (folders,) if isinstance(folders, str) else folders:
         if f == "shipped":
-            from ..paths import checkpoint_dirs
+            from ..house.paths import checkpoint_dirs
 
             out += checkpoint_dirs()
         else:
@@ -270,7 +270,7 @@ def quality_rows(
     """Every (graph, placer) row, the placements by (graph, placer), the cases and notes.
 
     Each (graph, placer) is one run of ``runner`` (``local``, ``ray`` or a
-    :class:`~doppler_lab.runners.Runner`); with ``keep_going`` a failed one is named in the
+    :class:`~doppler_lab.house.runners.Runner`); with ``keep_going`` a failed one is named in the
     notes and left out of the rows.
     """
     cases, notes = load_cases(config)

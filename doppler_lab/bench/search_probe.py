@@ -37,7 +37,7 @@ def probe(
     groups: list[str],
 ) -> list[dict]:
     """Measure every missing run into ``out`` (JSON lines) and return all runs."""
-    from ..train.general import held_out_tasks
+    from ..train.general_policy import held_out_tasks
 
     done = {(r["task"], r["seed"], r["budget"], r["method"]) for r in _runs(out)}
     with out.open("a") as f:

@@ -24,9 +24,10 @@ import numba
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..hardware import CostModel, make_cluster
-from ..sim import Simulator
-from ..sim.reference import simulate_paper_simpy
+from ..hardware.cluster import make_cluster
+from ..timing.cost_model import CostModel
+from ..timing.sim import Simulator
+from ..timing.sim.reference import simulate_paper_simpy
 from ..workloads.random_dag import random_dag
 from ._report import write_report
 
@@ -114,8 +115,8 @@ def _load_average() -> str:
 
 
 def _layer_graph():
-    from ..io import read_paper_graph
-    from ..paths import paper_graphs_dir
+    from ..house.paths import paper_graphs_dir
+    from ..io.documents import read_paper_graph
 
     folder = paper_graphs_dir()
     if folder is not None and (folder / "full_transformer_layer_261nodes.txt").exists():
@@ -151,7 +152,7 @@ def _throughput_row(label: str, g, cluster, dev: np.ndarray, simpy_max: int) -> 
 
 
 def run(out_dir: Path, quick: bool = False, progress: bool = True) -> dict[str, Any]:
-    from ..placement import round_robin
+    from ..ir.placement import round_robin
     from ..workloads import build
 
     load_before = _load_average()
@@ -248,7 +249,7 @@ def run(out_dir: Path, quick: bool = False, progress: bool = True) -> dict[str, 
             "the structure of real workloads.",
             "Mev/s = simulated nodes per microsecond through Simulator.makespan (what training and search "
             "call); run() Mev/s also builds the full Trace. Best of repeats after warm-up, numba on one thread.",
-            "SimPy: doppler_lab.sim.reference, the released simulator's process structure; it gives the same makespan.",
+            "SimPy: doppler_lab.timing.sim.reference, the released simulator's process structure; it gives the same makespan.",
             "Single calls: one random placement through Simulator.makespan, makespans([p]) and run(), and "
             "the compiled kernel alone on prepared arrays (Simulator.kernel_call); median over many calls "
             "after warm-up. busy = a second process spinning a Python loop while we measure.",

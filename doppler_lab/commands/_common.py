@@ -12,14 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, PlacementError, SimulationError
-from ..graph import DataflowGraph
-from ..hardware import Cluster, make_cluster
-from ..jsonutil import to_jsonable
-from ..limits import LIMITS
-from ..placement import Placement, random_placement, round_robin, single_device
-from ..sim import SEMANTICS
-from ..validate import parse_int_text, parse_number_text, show
+from ..hardware.cluster import Cluster, make_cluster
+from ..house.errors import ConfigError, PlacementError, SimulationError
+from ..house.jsonutil import to_jsonable
+from ..house.limits import LIMITS
+from ..house.validate import parse_int_text, parse_number_text, show
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement, random_placement, round_robin, single_device
+from ..timing.sim import SEMANTICS
 
 PLACEMENT_KEYWORDS = ("round-robin", "single", "random")
 
@@ -29,7 +29,7 @@ def _over(value: float, limit: str | None) -> str | None:
     if limit is not None and value > LIMITS[limit]:
         bound = LIMITS[limit]
         shown = f"{bound:g}" if isinstance(bound, float) else str(bound)
-        return f"must be <= {shown} (doppler_lab.limits.{limit})"
+        return f"must be <= {shown} (doppler_lab.house.limits.{limit})"
     if abs(value) >= 2**63:
         return "must fit in 64 bits"
     return None
@@ -37,7 +37,7 @@ def _over(value: float, limit: str | None) -> str | None:
 
 def int_arg(minimum: int | None = None, limit: str | None = None) -> Callable[[str], int]:
     """An argparse ``type=``: an integer written in ASCII digits (``1e3`` too), at least
-    ``minimum`` and at most the limit named ``limit`` (:mod:`doppler_lab.limits`; always within
+    ``minimum`` and at most the limit named ``limit`` (:mod:`doppler_lab.house.limits`; always within
     64 bits); never ``2.0``, ``1_0``, ``true`` or ``nan``. Its message reads after the option's
     name: ``--devices must be >= 1, got '0'``."""
 
@@ -130,7 +130,7 @@ def resolve_graph(spec: str) -> DataflowGraph:
     """A graph from a workload name (``chainmm`` or ``chainmm:blocks=4,matrices=8``), a file,
     or an imported model (a zoo spec such as ``hf-llama:layers=2``, ``FILE.py:FUNC``, or a saved
     ``ExportedProgram`` ``.pt2``; see :mod:`doppler_lab.importers.zoo`)."""
-    from ..io import load_graph
+    from ..io.documents import load_graph
 
     path = Path(spec)
     if path.suffix in (".json", ".txt"):
@@ -152,7 +152,7 @@ def resolve_cluster(args: argparse.Namespace, graph: DataflowGraph | None = None
         raise ConfigError(f"--devices must be >= 1, got {devices}")
     if getattr(args, "cluster", None):
         if str(args.cluster).endswith(".json"):
-            from ..io import load_cluster  # a cluster JSON or a calibration profile
+            from ..io.documents import load_cluster  # a cluster JSON or a calibration profile
 
             return load_cluster(args.cluster)
         return make_cluster(args.cluster, devices)
@@ -170,7 +170,7 @@ def resolve_cost_model(args: argparse.Namespace, graph: DataflowGraph, cluster: 
     spec = getattr(args, "cluster", None)
     if not spec or not str(spec).endswith(".json"):
         return None
-    from ..io import load_profile
+    from ..io.documents import load_profile
 
     profile = load_profile(spec)
     return profile.cost_model(graph) if profile is not None else None
@@ -193,7 +193,7 @@ def resolve_placement(
     if spec == "random":
         return random_placement(graph, d, np.random.default_rng(seed))
     if spec.endswith(".json"):
-        from ..io import load_placement
+        from ..io.documents import load_placement
 
         if not Path(spec).exists():
             raise PlacementError(f"placement file {spec!r} does not exist")

@@ -1,5 +1,5 @@
 """``doppler-lab adapt GRAPH``: fine-tune a DOPPLER policy (default ``doppler/general``) to one
-graph and cluster with a per-instance bias table (:mod:`doppler_lab.policies.adapt`);
+graph and cluster with a per-instance bias table (:mod:`doppler_lab.search.adapter`);
 resumable in --out.
 
 The run folder gets ``adapter.pt`` (the table; ``place --placer doppler -o adapter=FILE`` uses
@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..deps import require
-from ..errors import ConfigError
-from ..progress import show_progress
+from ..house.deps import require
+from ..house.errors import ConfigError
+from ..house.progress import show_progress
 from ._common import (
     add_cluster_arguments,
     add_graph_argument,
@@ -36,7 +36,7 @@ HELP = (
     "its placement logits, resumable in --out"
 )
 
-#: fields of :class:`~doppler_lab.policies.adapt.AdaptConfig` the command sets from its own flags
+#: fields of :class:`~doppler_lab.search.adapter.AdaptConfig` the command sets from its own flags
 OWN_FIELDS = ("episodes",)
 
 
@@ -62,22 +62,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="an adapter setting (doppler_lab.policies.adapt.AdaptConfig), e.g. --set "
+        help="an adapter setting (doppler_lab.search.adapter.AdaptConfig), e.g. --set "
         "temperature=3 --set batch=8",
     )
     p.add_argument(
         "--out", required=True, metavar="DIR", help="run folder (resumed if it holds a run)"
     )
-    from ..runfolder import add_force_argument
+    from ..house.runfolder import add_force_argument
 
     add_force_argument(p)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 
 def adapt_config(args: argparse.Namespace):
-    """The :class:`~doppler_lab.policies.adapt.AdaptConfig` of the command line."""
-    from ..policies.adapt import AdaptConfig
-    from ..settings import dataclass_changes, parse_items
+    """The :class:`~doppler_lab.search.adapter.AdaptConfig` of the command line."""
+    from ..house.settings import dataclass_changes, parse_items
+    from ..search.adapter import AdaptConfig
 
     changes = parse_items(args.set, "adapter config")
     for k in changes:
@@ -88,19 +88,19 @@ def adapt_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..runfolder import run_folder
+    from ..house.runfolder import run_folder
 
     with run_folder(args.out, NAME, args.force):
         return _run(args)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..io import save_placement
-    from ..jsonutil import write_json
-    from ..policies.adapt import adapt
+    from ..house.jsonutil import write_json
+    from ..house.runners import torch_threads
+    from ..io.documents import save_placement
     from ..policies.checkpoint import load_policy
     from ..policies.pretrained import GENERAL_CHECKPOINT, resolve_checkpoint
-    from ..runners import torch_threads
+    from ..search.adapter import adapt
 
     cfg = adapt_config(args)
     graph = resolve_graph(args.graph)

@@ -8,9 +8,9 @@ import inspect
 from pathlib import Path
 
 from ..bench import BENCHMARKS
-from ..errors import ConfigError
-from ..progress import show_progress
-from ..runners import add_runner_arguments, runner_from_args
+from ..house.errors import ConfigError
+from ..house.progress import show_progress
+from ..house.runners import add_runner_arguments, runner_from_args
 
 NAME = "bench"
 HELP = "run a benchmark (sim, quality, policy, policy-wc, executor, fidelity, import, general) and write reports/bench/NAME.{json,md}"
@@ -81,7 +81,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         metavar="KEY=VALUE",
         help="a setting of the fine-tuning method on top of the bench's: an adapter field "
-        "(doppler_lab.policies.adapt.AdaptConfig, e.g. lr=0.5 or temperature=3) or, with "
+        "(doppler_lab.search.adapter.AdaptConfig, e.g. lr=0.5 or temperature=3) or, with "
         "--finetune-method network, a Stage II field (e.g. lr=0.03) (repeatable)",
     )
     g.add_argument("--skip-training", action="store_true", help="leave out fine-tuning vs scratch")
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         k: v for k in GENERAL_OPTIONS if (v := getattr(args, k)) is not None and v is not False
     }
     if "finetune_set" in given:
-        from ..settings import parse_items
+        from ..house.settings import parse_items
 
         given["finetune_set"] = parse_items(given["finetune_set"], "train config")
     foreign = [k for k in given if k not in accepted] if args.name != "general" else []

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..progress import show_progress
+from ..house.errors import ConfigError
+from ..house.progress import show_progress
 from ._common import int_arg, print_json, resolve_graph
 from .execute import add_device_arguments
 
@@ -44,10 +44,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..bench.fidelity import CPU_WORKLOADS
-    from ..calibration import Profile
     from ..executor import make_backend
     from ..executor.profiling import calibrate
     from ..executor.torchrun import TorchrunBackend, coordinate_or_serve
+    from ..timing.calibration import Profile
 
     out = Path(args.out)
     if out.suffix != ".json":

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..datasets import DOWNLOAD_DEADLINE_S, MAX_DOWNLOAD_BYTES
+from ..io.datasets import DOWNLOAD_DEADLINE_S, MAX_DOWNLOAD_BYTES
 from ._common import number_arg, print_json
 
 NAME = "data"
@@ -60,8 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _paper_graphs(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..datasets import PAPER_COMMIT, PAPER_REPO, install_paper_graphs
-    from ..paths import PAPER_GRAPHS_ENV, paper_graph_dirs, user_paper_graphs_dir
+    from ..house.paths import PAPER_GRAPHS_ENV, paper_graph_dirs, user_paper_graphs_dir
+    from ..io.datasets import PAPER_COMMIT, PAPER_REPO, install_paper_graphs
 
     dest = Path(args.dest) if args.dest else user_paper_graphs_dir()
     status = install_paper_graphs(
@@ -89,7 +89,7 @@ def _paper_graphs(args: argparse.Namespace) -> int:
 
 
 def _where(args: argparse.Namespace) -> int:
-    from ..paths import checkpoint_dirs, paper_graph_dirs, paper_graphs_dir
+    from ..house.paths import checkpoint_dirs, paper_graph_dirs, paper_graphs_dir
 
     found = paper_graphs_dir()
     result = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import ConfigError
-from ..progress import show_progress
+from ..house.errors import ConfigError
+from ..house.progress import show_progress
 from ._common import int_arg, number_arg
 
 NAME = "demo"
@@ -28,8 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..demo import run_demo
-    from ..runfolder import run_folder
+    from ..house.runfolder import run_folder
+    from ..reporting.demo_job import run_demo
 
     if not args.scale > 0:
         raise ConfigError(f"--scale must be > 0, got {args.scale}")

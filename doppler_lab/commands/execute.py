@@ -6,11 +6,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
-from ..graph import DataflowGraph
-from ..hardware import Cluster
-from ..placement import Placement
-from ..progress import format_seconds, note, show_progress, timer
+from ..hardware.cluster import Cluster
+from ..house.errors import ConfigError
+from ..house.progress import format_seconds, note, show_progress, timer
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
 from ._common import (
     add_graph_argument,
     add_placement_argument,
@@ -199,7 +199,7 @@ def _execute(args: argparse.Namespace, devices: Any) -> int:
         out["max_abs_error"] = match.max_abs_error
         out["worst_output"] = match.worst
     if args.trace:
-        from ..io import save_trace
+        from ..io.documents import save_trace
 
         save_trace(trace, args.trace)
     if args.gantt:

@@ -21,8 +21,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
-from ..progress import show_progress, timer
+from ..house.errors import ConfigError
+from ..house.progress import show_progress, timer
 from ._common import int_arg
 
 NAME = "gpu-check"
@@ -74,7 +74,7 @@ def run_gpu_tests(test_dir: str, out: Path, timeout_s: float = 240.0) -> dict[st
         rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-4000:]
     except subprocess.TimeoutExpired as exc:
         rc, tail = -1, f"pytest timed out after {timeout_s:g} s\n{(exc.stdout or '')[-2000:]}"
-    from ..atomic import atomic_write
+    from ..house.atomic import atomic_write
 
     atomic_write(out / "gpu_tests.log", tail)
     result: dict[str, Any] = {"returncode": rc, "seconds": round(time.perf_counter() - t0, 1)}
@@ -112,9 +112,9 @@ def run(args: argparse.Namespace) -> int:
 
     from ..bench import gpu as sections
     from ..bench import write_report
-    from ..codeversion import code_version
     from ..executor import make_backend
-    from ..jsonutil import write_json
+    from ..house.codeversion import code_version
+    from ..house.jsonutil import write_json
 
     cuda = torch.cuda.is_available()
     if not cuda and not args.allow_cpu:
@@ -246,10 +246,10 @@ def run(args: argparse.Namespace) -> int:
         tables,
         summary=summary,
         notes=[
-            "fidelity: nominal = the uncalibrated GPU (published rates, doppler_lab.gpu_specs) "
+            "fidelity: nominal = the uncalibrated GPU (published rates, doppler_lab.hardware.gpu_specs) "
             "with sharing; calibrated = the calibrated profile, devices independent; shared = "
             "the calibrated profile with shared GPUs and one host dispatcher "
-            "(doppler_lab.contention). Spearman per workload (mean) and pooled.",
+            "(doppler_lab.timing.contention). Spearman per workload (mean) and pooled.",
             f"Raw measurements for replay: {out / 'fidelity_raw.json'}; profile: "
             f"{out / 'profile.json'}; tests: {out / 'gpu_tests.log'}.",
         ],

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..graph import NODE_KINDS, DataflowGraph
-from ..progress import show_progress, timer
+from ..house.errors import ConfigError
+from ..house.progress import show_progress, timer
+from ..ir.graph import NODE_KINDS, DataflowGraph
 from ._common import int_arg, print_json
 
 NAME = "import"
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         )
     report = graph_report(graph)
     if args.out is not None:
-        from ..io import save_graph
+        from ..io.documents import save_graph
 
         report["path"] = str(save_graph(graph, Path(args.out)))
     if args.json:

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, WriteError
-from ..progress import format_time, show_progress
+from ..house.errors import ConfigError, WriteError
+from ..house.progress import format_time, show_progress
 from ._common import (
     add_cluster_arguments,
     add_graph_argument,
@@ -103,9 +103,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def parse_options(pairs: list[str], owner: str = "-o") -> dict[str, Any]:
-    """``KEY=VALUE`` strings to a dict (:func:`doppler_lab.settings.parse_items`: numbers,
+    """``KEY=VALUE`` strings to a dict (:func:`doppler_lab.house.settings.parse_items`: numbers,
     booleans, JSON lists; ``NaN``, ``inf`` and ``1e400`` are errors)."""
-    from ..settings import parse_items
+    from ..house.settings import parse_items
 
     return parse_items(pairs, owner, "option")
 
@@ -141,9 +141,9 @@ def placer_arguments(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..io import save_placement
+    from ..io.documents import save_placement
     from ..placers import get_placer, placer_spec
-    from ..sim import Simulator
+    from ..timing.sim import Simulator
 
     placer_spec(args.placer)  # unknown names fail before the graph is built
     graph = resolve_graph(args.graph)

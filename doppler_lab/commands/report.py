@@ -6,7 +6,7 @@ import argparse
 import shlex
 import sys
 
-from ..progress import show_progress
+from ..house.progress import show_progress
 from ._common import int_arg
 
 NAME = "report"
@@ -50,8 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import ConfigError
-    from ..report import (
+    from ..house.errors import ConfigError
+    from ..reporting.site import (
         build_site,
         find_notebooks,
         notebook_info,

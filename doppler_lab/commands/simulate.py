@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import ConfigError
-from ..progress import format_time, show_progress
-from ..sim import Simulator
+from ..house.errors import ConfigError
+from ..house.progress import format_time, show_progress
+from ..timing.sim import Simulator
 from ._common import (
     add_cluster_arguments,
     add_graph_argument,
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         "utilisation": trace.utilisation().round(4).tolist(),
     }
     if args.trace:
-        from ..io import save_trace
+        from ..io.documents import save_trace
 
         save_trace(trace, args.trace)
     if args.gantt:

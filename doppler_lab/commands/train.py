@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
-from ..progress import show_progress
+from ..house.errors import ConfigError
+from ..house.progress import show_progress
 from ._common import (
     add_cluster_arguments,
     add_semantics_argument,
@@ -109,21 +109,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "8-GPU block, 400 + 3600 episodes, seeds 0-2 reach 0.52 / 0.52 / 0.72 of the Critical "
         "Path's makespan without it and 0.52 each with it; 0: off)",
     )
-    from ..runfolder import add_force_argument
+    from ..house.runfolder import add_force_argument
 
     add_force_argument(p)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 
 def _pairs(items: list[str], owner: str) -> dict[str, Any]:
-    from ..settings import parse_items
+    from ..house.settings import parse_items
 
     return parse_items(items, owner)
 
 
 def stage_configs(args: argparse.Namespace, default_semantics: str) -> list:
     """The training configurations of ``--stage`` with the command-line overrides."""
-    from ..train.config import STAGES, preset
+    from ..train.train_config import STAGES, preset
 
     stages = [s.strip() for s in args.stage.split(",") if s.strip()]
     bad = [s for s in stages if s not in STAGES]
@@ -139,7 +139,7 @@ def stage_configs(args: argparse.Namespace, default_semantics: str) -> list:
 
 
 def policy_config(args: argparse.Namespace):
-    from ..policies.config import POLICY_PRESETS
+    from ..policies.policy_config import POLICY_PRESETS
 
     base = POLICY_PRESETS["released" if args.preset == "released" else "default"]
     changes = _pairs(args.policy_set, "policy config")
@@ -164,8 +164,8 @@ def device_curriculum(args, configs, pcfg, init, num_devices: int) -> int | None
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..runfolder import run_folder
-    from ..runners import torch_threads
+    from ..house.runfolder import run_folder
+    from ..house.runners import torch_threads
 
     # one intra-op thread whatever the process had: the tensors are small (one thread is the
     # fastest), and two runs of one command agree to the bit (sums in one order)
@@ -233,7 +233,7 @@ def _run(args: argparse.Namespace) -> int:
             best = ", ".join(f"{g} {c:.6g}" for g, c in s["best_cost"].items())
             print(f"{s['stage']}: {s['episodes']} episodes, best cost seen {best}")
         print(f"checkpoint: {results[-1].checkpoint}")
-        from ..atomic import atomic_write
+        from ..house.atomic import atomic_write
 
         atomic_write(out / "train_summary.json", json.dumps(summary, indent=1, default=str))
     return 0

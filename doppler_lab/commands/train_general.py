@@ -1,12 +1,12 @@
 """``doppler-lab train-general``: train the general DOPPLER policy (``doppler/general``) on a
-distribution of graphs and clusters (:mod:`doppler_lab.train.general`); resumable in --out."""
+distribution of graphs and clusters (:mod:`doppler_lab.train.general_policy`); resumable in --out."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from ..progress import show_progress
+from ..house.progress import show_progress
 from ._common import int_arg, number_arg, print_json
 
 NAME = "train-general"
@@ -14,7 +14,7 @@ HELP = "train one DOPPLER policy on many graphs and clusters (doppler/general); 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..train import general as g
+    from ..train import general_policy as g
 
     p.add_argument(
         "--out",
@@ -129,7 +129,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         help="only score checkpoints on the validation pool, no training (repeatable)",
     )
-    from ..runfolder import add_force_argument
+    from ..house.runfolder import add_force_argument
 
     add_force_argument(p)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -137,7 +137,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def command_line(args: argparse.Namespace) -> str:
     """The command that trains this run again (recorded with the shipped checkpoint)."""
-    from ..train import general as g
+    from ..train import general_policy as g
 
     parts = ["doppler-lab train-general"]
     for flag, key, default in (
@@ -166,7 +166,7 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..train import general as g
+    from ..train import general_policy as g
 
     if args.score:
         from ..policies.pretrained import resolve_checkpoint
@@ -184,14 +184,14 @@ def run(args: argparse.Namespace) -> int:
                     f"{sc['tasks']} validation tasks"
                 )
         return 0
-    from ..runfolder import run_folder
+    from ..house.runfolder import run_folder
 
     with run_folder(args.out, NAME, args.force):
         return _train(args)
 
 
 def _train(args: argparse.Namespace) -> int:
-    from ..train import general as g
+    from ..train import general_policy as g
 
     init = None
     if args.init:

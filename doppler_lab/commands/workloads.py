@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..house.errors import ConfigError
 from ._common import print_json
 
 NAME = "workloads"
@@ -78,7 +78,7 @@ def _list(as_json: bool) -> int:
 
 
 def _build(name: str, items: list[str], out: str) -> int:
-    from ..io import save_graph
+    from ..io.documents import save_graph
     from ..workloads import build, parse_param, parse_spec
 
     if not out.endswith(".json"):

@@ -1,7 +1,7 @@
 """The real work-conserving executor.
 
 Runs a placed executable graph on real devices and returns the measured
-:class:`~doppler_lab.trace.Trace` (``semantics="measured"``, seconds), the type the simulator
+:class:`~doppler_lab.ir.trace.Trace` (``semantics="measured"``, seconds), the type the simulator
 returns. Backends (:func:`make_backend`):
 
 - ``cpu`` (default): a worker thread per device, a thread per copy lane
@@ -20,8 +20,8 @@ placement's priority. See :mod:`~doppler_lab.executor.torch_ops` for what each o
 and :mod:`~doppler_lab.executor.profiling` for calibration.
 
 Example:
-    >>> from doppler_lab.graph import GraphBuilder
-    >>> from doppler_lab.placement import round_robin
+    >>> from doppler_lab.ir.graph import GraphBuilder
+    >>> from doppler_lab.ir.placement import round_robin
     >>> b = GraphBuilder("tiny")
     >>> x = b.add_input("x", (8, 8))
     >>> w = b.add_input("w", (8, 8))

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ExecutorError
-from ..graph import DataflowGraph
-from ..hardware import Cluster, make_cpu
+from ..hardware.cluster import Cluster, make_cpu
+from ..house.errors import ExecutorError
+from ..ir.graph import DataflowGraph
 from .plan import ExecutionPlan
 
 DEFAULT_TIMEOUT_S = 120.0

@@ -8,11 +8,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..graph import DataflowGraph
-from ..hardware import Cluster, CostModel, make_cpu
-from ..placement import Placement, single_device
-from ..trace import Trace
+from ..hardware.cluster import Cluster, make_cpu
+from ..house.errors import ConfigError
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement, single_device
+from ..ir.trace import Trace
+from ..timing.cost_model import CostModel
 from .backend import DEFAULT_TIMEOUT_S, Backend
 from .runner import Executor
 
@@ -161,23 +162,23 @@ def predict_execution(
         dispatch: ``fifo`` or ``priority``.
         cost_model: measured op times (a profile's :meth:`cost_model`); default: the roofline.
         sharing: which devices share a GPU and the host's time per launch
-            (:class:`~doppler_lab.contention.Sharing`; the stream backends' ``sharing``): the
+            (:class:`~doppler_lab.timing.contention.Sharing`; the stream backends' ``sharing``): the
             run is then predicted with contention (FIFO dispatch).
 
     Example:
         >>> from doppler_lab.workloads import build
         >>> from doppler_lab.hardware import make_cpu
-        >>> from doppler_lab.placement import round_robin
+        >>> from doppler_lab.ir.placement import round_robin
         >>> g = build("chainmm", scale=0.01)
         >>> p = predict_execution(g, make_cpu(2), round_robin(g, 2), runs=4, reference=True)
         >>> p.total_s > 4 * p.run_s > 0
         True
     """
-    from ..sim import Simulator
+    from ..timing.sim import Simulator
 
     pl = placement if isinstance(placement, Placement) else Placement(np.asarray(placement))
     if sharing is not None and dispatch == "fifo":
-        from ..contention import contended_makespan
+        from ..timing.contention import contended_makespan
 
         model = cost_model if cost_model is not None else CostModel(graph, cluster)
         run_s = contended_makespan(graph, cluster, model, pl, sharing) / graph.time_scale

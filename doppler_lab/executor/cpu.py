@@ -40,9 +40,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import ConfigError, ExecutorError
-from ..graph import DataflowGraph
-from ..hardware import Cluster
+from ..hardware.cluster import Cluster
+from ..house.errors import ConfigError, ExecutorError
+from ..ir.graph import DataflowGraph
 from .backend import (
     Backend,
     BackendSession,

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, ExecutorError
-from ..graph import DataflowGraph
-from ..hardware import Cluster
-from ..placement import Placement
+from ..hardware.cluster import Cluster
+from ..house.errors import ConfigError, ExecutorError
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
 from .backend import Backend, BackendSession, RawRun, executor_error, make_cpu_cluster, op_label
 from .plan import ExecutionPlan
 

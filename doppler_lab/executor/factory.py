@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import ClusterError, ConfigError
-from ..hardware import Cluster
+from ..hardware.cluster import Cluster
+from ..house.errors import ClusterError, ConfigError
 from .backend import Backend, default_cpu_devices, make_cpu_cluster
 
 BACKENDS: tuple[str, ...] = ("cpu", "dist", "cuda", "cuda-shared", "inline", "inline-strict")
@@ -21,7 +21,7 @@ def cluster_from_file(path: str | Path) -> Cluster:
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"cluster file {str(path)!r} does not exist")
-    from ..io import load_cluster
+    from ..io.documents import load_cluster
 
     return load_cluster(p)  # cluster JSON or calibration profile
 
@@ -73,7 +73,7 @@ def make_backend(
     if isinstance(spec, str) and spec.endswith(".json"):
         spec = cluster_from_file(spec)
     if isinstance(spec, str) and (spec == "multihost" or spec.startswith("multihost:")):
-        from ..hardware import make_cluster
+        from ..hardware.cluster import make_cluster
 
         spec = make_cluster(spec)
     from .torchrun import under_torchrun

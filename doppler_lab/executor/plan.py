@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, GraphError, PlacementError
-from ..graph import DataflowGraph
-from ..placement import Placement
+from ..house.errors import ConfigError, GraphError, PlacementError
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
 from .torch_ops import compile_op, output_nodes
 
 DISPATCH_RULES: tuple[str, ...] = ("fifo", "priority")

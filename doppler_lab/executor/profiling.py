@@ -8,7 +8,7 @@ dispatch path, the copy lanes, the wake-ups, the other devices running at the sa
   each crossing gives the copy's duration and the delay a consumer saw.
 - :func:`op_samples`: graphs (a synthetic sweep of op kinds and shapes, plus any workloads) run
   under random placements; every op's measured duration.
-- :func:`calibrate`: all three, fitted into a :class:`~doppler_lab.calibration.Profile`.
+- :func:`calibrate`: all three, fitted into a :class:`~doppler_lab.timing.calibration.Profile`.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..calibration import LinkSample, OpSample, Profile, fit_profile
-from ..graph import DataflowGraph, GraphBuilder
-from ..placement import Placement, random_placement
-from ..trace import Trace
+from ..ir.graph import DataflowGraph, GraphBuilder
+from ..ir.placement import Placement, random_placement
+from ..ir.trace import Trace
+from ..timing.calibration import LinkSample, OpSample, Profile, fit_profile
 from .backend import Backend
 from .runner import Executor
 
@@ -194,7 +194,7 @@ def op_samples(
     The first ``D`` placements are round-robin shifted by one device each, so every op runs on
     every device at least once; the others are random. Where devices share a GPU
     (``cuda-shared``), every placement puts the whole graph on one device (each in turn): an
-    op's time alone, which :mod:`doppler_lab.contention` then stretches by what runs beside it
+    op's time alone, which :mod:`doppler_lab.timing.contention` then stretches by what runs beside it
     (measured under round-robin, the times would already hold the contention of that one
     placement)."""
     rng = np.random.default_rng(seed)
@@ -332,9 +332,9 @@ def interference_probe(
 
 
 def fit_fill_s(rows: Sequence[dict[str, float]], host_s: float, gpus: int = 1) -> float:
-    """The ``fill_s`` of :class:`~doppler_lab.contention.Sharing` that best predicts the probe's
+    """The ``fill_s`` of :class:`~doppler_lab.timing.contention.Sharing` that best predicts the probe's
     periods with every device busy (least squares on log periods over a grid)."""
-    from ..contention import DEFAULT_FILL_S, op_time
+    from ..timing.contention import DEFAULT_FILL_S, op_time
 
     if not rows:
         return DEFAULT_FILL_S

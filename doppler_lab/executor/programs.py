@@ -1,4 +1,4 @@
-"""Torch semantics of a ``program`` op spec (:mod:`doppler_lab.program`): its steps become one
+"""Torch semantics of a ``program`` op spec (:mod:`doppler_lab.ir.program`): its steps become one
 callable over the node's operands, calling each aten op in order on real tensors."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from ..errors import GraphError
-from ..ops import OpSpec
-from ..program import Tagged
+from ..house.errors import GraphError
+from ..ir.ops import OpSpec
+from ..ir.program import Tagged
 
 #: an argument resolver: (operands, step values, device) -> value
 Resolver = Callable[[tuple[Any, ...], list[Any], torch.device], Any]

@@ -15,13 +15,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..graph import DataflowGraph
-from ..hardware import Cluster
-from ..placement import Placement
-from ..progress import live
-from ..progress import progress as show
-from ..trace import Trace, kind_names
+from ..hardware.cluster import Cluster
+from ..house.errors import ConfigError
+from ..house.progress import live
+from ..house.progress import progress as show
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
+from ..ir.trace import Trace, kind_names
 from .backend import DEFAULT_TIMEOUT_S, Backend, BackendSession, RawRun
 from .factory import make_backend
 from .plan import ExecutionPlan, check_executable, compile_ops, make_plan
@@ -103,7 +103,7 @@ class Executor:
 
     Example:
         >>> from doppler_lab.workloads import build
-        >>> from doppler_lab.placement import round_robin
+        >>> from doppler_lab.ir.placement import round_robin
         >>> g = build("chainmm", scale=0.01)
         >>> with Executor(g, "cpu", num_devices=2) as ex:
         ...     result = ex.run(round_robin(g, 2), repeats=3, warmup=1)

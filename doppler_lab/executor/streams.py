@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import ConfigError, ExecutorError
-from ..graph import DataflowGraph
-from ..hardware import GB, Cluster
+from ..hardware.cluster import GB, Cluster
+from ..house.errors import ConfigError, ExecutorError
+from ..ir.graph import DataflowGraph
 from .backend import Backend, BackendSession, RawRun, executor_error, failure_verb, op_label
 from .plan import ExecutionPlan, ReadyQueues
 
@@ -360,10 +360,10 @@ class StreamBackend(Backend):
         return StreamSession(self, graph, seed)
 
     def sharing(self, host_s: float | None = None, fill_s: float | None = None) -> Any:
-        """The :class:`~doppler_lab.contention.Sharing` of these devices: which GPU each one is
+        """The :class:`~doppler_lab.timing.contention.Sharing` of these devices: which GPU each one is
         on (``inline``: one stand-in "GPU" each), one host dispatcher whose time per launch is
         ``host_s`` (default: the devices' launch overhead)."""
-        from ..contention import DEFAULT_FILL_S, Sharing
+        from ..timing.contention import DEFAULT_FILL_S, Sharing
 
         gpus = getattr(self.api, "gpus", range(self.num_devices))
         host = self.cluster.devices[0].launch_overhead_s if host_s is None else host_s
@@ -629,7 +629,7 @@ class _StreamRun:
 
 def gpu_cluster(gpus: list[int]) -> Cluster:
     """A description of the GPUs ``gpus`` (logical device ``d`` on GPU ``gpus[d]``): each
-    device's nominal rates from its name (:func:`~doppler_lab.gpu_specs.gpu_device`, published
+    device's nominal rates from its name (:func:`~doppler_lab.hardware.gpu_specs.gpu_device`, published
     peaks times achievable shares); ``doppler-lab calibrate`` measures them instead.
 
     Links follow the copy streams: a transfer occupies the sender's out-port and the receiver's
@@ -642,8 +642,8 @@ def gpu_cluster(gpus: list[int]) -> Cluster:
 
 def describe_gpus(gpus: list[int], names: list[str], memory_bytes: list[float]) -> Cluster:
     """:func:`gpu_cluster` from the GPUs' names and memory (no CUDA needed: tests use it)."""
-    from ..gpu_specs import HOST_LAUNCH_S, gpu_device
-    from ..hardware import switch_routes
+    from ..hardware.cluster import switch_routes
+    from ..hardware.gpu_specs import HOST_LAUNCH_S, gpu_device
 
     n = len(gpus)
     shared = n != len(set(gpus))

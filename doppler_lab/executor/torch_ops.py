@@ -1,4 +1,4 @@
-"""Torch semantics of :class:`~doppler_lab.ops.OpSpec`: how each node is computed for real.
+"""Torch semantics of :class:`~doppler_lab.ir.ops.OpSpec`: how each node is computed for real.
 
 Used by the executor (one op at a time on its device) and by :func:`evaluate`, the sequential
 single-device reference run every placement's outputs are compared against.
@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import GraphError
-from ..graph import DataflowGraph
-from ..ops import OpSpec
+from ..house.errors import GraphError
+from ..ir.graph import DataflowGraph
+from ..ir.ops import OpSpec
 
 DTYPES: dict[str, torch.dtype] = {
     "float64": torch.float64,

@@ -7,11 +7,11 @@ gloo group for control messages. Rank ``r`` is device ``r`` of the cluster (torc
 ranks host by host, as :func:`doppler_lab.hardware.make_multihost` numbers devices).
 
 Rank 0 is the coordinator and device 0: the command goes on there (placement, runs, the
-gathered :class:`~doppler_lab.trace.Trace`, printing). Every other rank calls
+gathered :class:`~doppler_lab.ir.trace.Trace`, printing). Every other rank calls
 :meth:`TorchrunBackend.serve`, which executes its ops when rank 0 says so and prints nothing on
 stdout. Each request is a broadcast from rank 0 and a gather of the replies. A run that fails, a
 rank that dies or a collective that times out ends the job: every surviving rank raises one
-:class:`~doppler_lab.errors.ExecutorError` line (the CLI prints it and exits 2).
+:class:`~doppler_lab.house.errors.ExecutorError` line (the CLI prints it and exits 2).
 
 A run's own ``timeout_s`` is not enforced here: a rank that hangs holds the others until the
 collective timeout (``collective_timeout_s``, default 600 s or ``$DOPPLER_LAB_TORCHRUN_TIMEOUT_S``, also how long the ranks wait while
@@ -34,10 +34,10 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from ..errors import ConfigError, DopplerLabError, ExecutorError
-from ..graph import DataflowGraph
-from ..hardware import Cluster, make_multihost
-from ..validate import one_line
+from ..hardware.cluster import Cluster, make_multihost
+from ..house.errors import ConfigError, DopplerLabError, ExecutorError
+from ..house.validate import one_line
+from ..ir.graph import DataflowGraph
 from .backend import Backend, BackendSession, RawRun
 from .dist import DistSession, WorkerSession
 from .plan import ExecutionPlan

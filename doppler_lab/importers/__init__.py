@@ -6,9 +6,9 @@ decompose to aten ops (keeping ``linear``, ``scaled_dot_product_attention`` and 
 whole), drop ``_assert*`` nodes, fold everything that does not depend on a user input into
 stored inputs (weights, buffers, rotary tables, masks), group the remaining ops into nodes
 (``granularity``), and count each node's flops under fake tensors. Every node is an executable
-``program`` op (:mod:`doppler_lab.program`) with one output tensor; parameters, buffers, folded
+``program`` op (:mod:`doppler_lab.ir.program`) with one output tensor; parameters, buffers, folded
 constants and the example inputs are ``input`` nodes whose values travel with the graph
-(:class:`doppler_lab.stored.StoredTensors`), together with the eager model's outputs, the
+(:class:`doppler_lab.io.stored.StoredTensors`), together with the eager model's outputs, the
 reference of ``doppler-lab execute --check``.
 
 Granularity:
@@ -22,7 +22,7 @@ Granularity:
   into it. ``merge`` is ignored with ``op``.
 
 Bad input (dynamic shapes, training mode, random ops, in-place ops that survive, outputs that
-are not computed tensors) raises :class:`~doppler_lab.errors.ImportModelError`, one line naming
+are not computed tensors) raises :class:`~doppler_lab.house.errors.ImportModelError`, one line naming
 the op and its module path. This package imports torch only when a function is called.
 """
 
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..graph import DataflowGraph
+    from ..ir.graph import DataflowGraph
 
 from .options import GRANULARITIES
 
@@ -78,7 +78,7 @@ def from_exported(
     ``torch.export.save``; its example inputs become the stored inputs and its outputs on them
     the expected outputs. Options as in :func:`from_module`. A path is loaded only when trusted
     (``trust``, else ``--trust-pt2`` / ``$DOPPLER_LAB_TRUST_PT2``; see
-    :mod:`doppler_lab.trust`): loading a ``.pt2`` can run code stored in it."""
+    :mod:`doppler_lab.house.trust`): loading a ``.pt2`` can run code stored in it."""
     from .export import import_exported
 
     if isinstance(ep, str | Path):

@@ -18,12 +18,12 @@ import torch.fx as fx
 from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils._pytree import tree_leaves
 
-from ..errors import ConfigError, ImportModelError
-from ..graph import DataflowGraph, GraphBuilder
-from ..ops import DTYPE_BYTES, OpSpec
-from ..program import TORCH_DTYPE_NAMES, Program
-from ..stored import StoredTensors
-from .costs import op_flops
+from ..house.errors import ConfigError, ImportModelError
+from ..io.stored import StoredTensors
+from ..ir.graph import DataflowGraph, GraphBuilder
+from ..ir.ops import DTYPE_BYTES, OpSpec
+from ..ir.program import TORCH_DTYPE_NAMES, Program
+from .flop_counts import op_flops
 from .options import GRANULARITIES
 
 #: ops kept whole by the decompositions (a full decomposition of SDPA fails on GPT-2)
@@ -105,9 +105,9 @@ def import_module(
 
 def load_exported(path: str | Path, trust: bool | None = None) -> Any:
     """An ``ExportedProgram`` saved by ``torch.export.save``; refused unless the file is
-    trusted (``trust``, else :func:`doppler_lab.trust.pt2_trusted`): loading one can run code
+    trusted (``trust``, else :func:`doppler_lab.house.trust.pt2_trusted`): loading one can run code
     stored in it."""
-    from ..trust import check_pt2_trusted
+    from ..house.trust import check_pt2_trusted
 
     check_pt2_trusted(path, trust)
     export_log = logging.getLogger("torch.export")

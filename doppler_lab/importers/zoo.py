@@ -27,17 +27,17 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from ..deps import require
-from ..errors import ConfigError
-from ..limits import MAX_MODEL_LAYERS, MAX_MODEL_SIZE
-from ..settings import check_setting, unknown_setting
-from ..validate import one_line
+from ..house.deps import require
+from ..house.errors import ConfigError
+from ..house.limits import MAX_MODEL_LAYERS, MAX_MODEL_SIZE
+from ..house.settings import check_setting, unknown_setting
+from ..house.validate import one_line
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
     from torch import nn
 
-    from ..graph import DataflowGraph
+    from ..ir.graph import DataflowGraph
 
     ModelAndArgs = tuple[nn.Module, tuple[Any, ...]]
 
@@ -191,7 +191,7 @@ def split_spec(spec: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
     Raises:
         ConfigError: a malformed spec or a parameter given twice.
     """
-    from ..settings import parse_spec
+    from ..house.settings import parse_spec
 
     owner = f"model spec {spec.strip()!r}"
     m = _FILE_SPEC.match(spec.strip())

@@ -10,14 +10,13 @@ rng)``). List schedulers (``cp``, ``cp-released``, ``heft``, ``cpop``, ``etf``, 
 ``exact`` also have ``schedule(graph, cluster, rng) -> Schedule`` (their own start and finish
 per node); :class:`CriticalPathPlacer` has ``run`` for the decision trace, and
 :class:`CriticalPathTeacher` applies the CP rules to any
-:class:`~doppler_lab.schedule.ListScheduleState` (imitation labels). This package never imports
+:class:`~doppler_lab.timing.schedule.ListScheduleState` (imitation labels). This package never imports
 torch: learned placers (``doppler``, ``placeto``, ``gdp``) are resolved lazily (see
 :mod:`doppler_lab.placers.registry`).
 """
 
 from __future__ import annotations
 
-from .base import Placer, Schedule, SchedulingPlacer, list_schedule
 from .critical_path import (
     CPDecision,
     CPRun,
@@ -25,6 +24,7 @@ from .critical_path import (
     CriticalPathTeacher,
     ReleasedCriticalPathPlacer,
 )
+from .placer_base import Placer, Schedule, SchedulingPlacer, list_schedule
 from .registry import (
     BUILTIN_PLACERS,
     LEARNED_PLACERS,

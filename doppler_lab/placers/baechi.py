@@ -7,7 +7,7 @@ device, or ``"device"`` for each device's ``memory_bytes``) must hold on every d
 
 - ``etf`` (m-ETF): at every step, the (ready node, device) pair with the earliest start time
   among devices with room for the node; ties go to the larger b-level, then the lower ids. Times
-  follow the shared earliest-start model (:class:`~doppler_lab.schedule.ListScheduleState`).
+  follow the shared earliest-start model (:class:`~doppler_lab.timing.schedule.ListScheduleState`).
 - ``m-topo``: nodes in topological order fill device 0 up to its share of the graph's memory
   (total / D, at most the cap), then device 1, and so on. Its schedule is the earliest-start
   list schedule of that placement in topological order.
@@ -25,11 +25,12 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..errors import ConfigError, PlacementError
-from ..graph import DataflowGraph
-from ..hardware import Cluster, CostModel
-from ..schedule import ListScheduleState
-from .base import Schedule, ScheduleToPlacement, list_schedule, make_schedule
+from ..hardware.cluster import Cluster
+from ..house.errors import ConfigError, PlacementError
+from ..ir.graph import DataflowGraph
+from ..timing.cost_model import CostModel
+from ..timing.schedule import ListScheduleState
+from .placer_base import Schedule, ScheduleToPlacement, list_schedule, make_schedule
 
 MemoryCap = float | Sequence[float] | str | None
 

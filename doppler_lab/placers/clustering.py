@@ -56,12 +56,13 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
-from ..graph import DataflowGraph
-from ..hardware import Cluster, CostModel
-from ..placement import Placement
-from ..rules import transfer_time
-from ..settings import bad_setting
-from .base import ties
+from ..hardware.cluster import Cluster
+from ..hardware.rules import transfer_time
+from ..house.settings import bad_setting
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
+from ..timing.cost_model import CostModel
+from .placer_base import ties
 
 #: most passes of whole-cluster moves after the mapping (each a k x D sweep; the paper's graphs
 #: need 1-3)
@@ -93,7 +94,7 @@ def cap_ok(cap: object) -> bool:
 
 def check_cap(cap: object, owner: str = "placer 'clustering'", noun: str = "option") -> None:
     """Raise :class:`ConfigError` unless ``cap`` is a clustering bound (the settings parser's
-    message form, :func:`doppler_lab.settings.bad_setting`)."""
+    message form, :func:`doppler_lab.house.settings.bad_setting`)."""
     if not cap_ok(cap):
         raise bad_setting(owner, "cap", cap, CAP_EXPECTED, noun)
 

@@ -8,7 +8,7 @@ device among equal ones). It is *fortified*: the best completion seen so far is 
 returned when the final placement is not better, so the result is never worse than
 deterministic CP (the first step's completion on CP's own device is deterministic CP).
 
-Cost: N * D completions (compiled, as :class:`~doppler_lab.schedule.ScheduleBatch` rows) and
+Cost: N * D completions (compiled, as :class:`~doppler_lab.timing.schedule.ScheduleBatch` rows) and
 N * D simulator calls for N compute nodes and D devices: 0.005-1.3 s per graph of 15-367 nodes on
 2-8 devices on one core (``doppler-lab bench general``'s held-out set, where it is 0.859 of CP's
 makespan in geometric mean against 0.863 for the best of 17 rollouts of
@@ -28,12 +28,13 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
-from ..errors import ConfigError
-from ..graph import DataflowGraph
-from ..hardware import Cluster, CostModel
-from ..placement import Placement
-from ..progress import progress
-from ..schedule import (
+from ..hardware.cluster import Cluster
+from ..house.errors import ConfigError
+from ..house.progress import progress
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
+from ..timing.cost_model import CostModel
+from ..timing.schedule import (
     TIMING_CODES,
     ListScheduleState,
     Timing,
@@ -41,9 +42,9 @@ from ..schedule import (
     batch_est,
     timing_for,
 )
-from ..sim import Simulator
-from .base import ties
+from ..timing.sim import Simulator
 from .critical_path import CriticalPathTeacher, check_cp_options
+from .placer_base import ties
 
 
 @njit(cache=True)
@@ -78,7 +79,7 @@ def _complete_rows(record, arrays, timing, b_level, tie_rtol, est):  # pragma: n
 
 def _stack(state: ListScheduleState, rows: int) -> tuple:
     """``rows`` copies of ``state`` as the stacked arrays of a
-    :class:`~doppler_lab.schedule.ScheduleBatch` (for the compiled steps)."""
+    :class:`~doppler_lab.timing.schedule.ScheduleBatch` (for the compiled steps)."""
     names = ("device", "start", "finish", "comp_on", "load", "dev_free", "link_free")
     names += ("arrival", "_waiting", "_frontier")
     stacked = [np.repeat(getattr(state, a)[None], rows, axis=0) for a in names]
@@ -159,7 +160,7 @@ class CPRolloutPlacer:
 
     def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
         del rng  # deterministic
-        from ..episode import Episode
+        from ..timing.episode import Episode
 
         timing = self.timing if self.timing is not None else timing_for(self.semantics)
         cost = CostModel(graph, cluster)

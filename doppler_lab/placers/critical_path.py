@@ -1,6 +1,6 @@
 """The Critical Path teacher (DOPPLER.md; Kwok and Ahmad 1999 style list scheduling).
 
-Each step of an :class:`~doppler_lab.episode.Episode`:
+Each step of an :class:`~doppler_lab.timing.episode.Episode`:
 
 - SEL: among the candidates (unassigned nodes whose predecessors are all assigned) pick one with
   the largest b-level, ties at random. B-levels come from the cost model: mean compute plus mean
@@ -25,14 +25,15 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from ..episode import Episode
-from ..errors import ConfigError
-from ..graph import DataflowGraph
-from ..hardware import Cluster, CostModel
-from ..placement import Placement
-from ..schedule import TIMINGS, ListScheduleState, Timing, timing_for
-from ..sim import SEMANTICS
-from .base import Schedule, ScheduleToPlacement, check_choice, make_schedule, ties
+from ..hardware.cluster import Cluster
+from ..house.errors import ConfigError
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
+from ..timing.cost_model import CostModel
+from ..timing.episode import Episode
+from ..timing.schedule import TIMINGS, ListScheduleState, Timing, timing_for
+from ..timing.sim import SEMANTICS
+from .placer_base import Schedule, ScheduleToPlacement, check_choice, make_schedule, ties
 
 
 class CPDecision(NamedTuple):
@@ -186,7 +187,7 @@ class CriticalPathPlacer(ScheduleToPlacement):
         timing: ``est`` (earliest-start timing), ``paper`` (the released additive model: a node
             starts when the compute already on its device is done) or ``wc`` (``est`` with link
             contention and one transfer per tensor and device); None (default): the model of
-            ``semantics`` (:func:`~doppler_lab.schedule.timing_for`; ``est`` without one).
+            ``semantics`` (:func:`~doppler_lab.timing.schedule.timing_for`; ``est`` without one).
         tie_rtol: relative tolerance for ties.
         semantics: the simulator semantics the placement is for (picks the default timing).
     """

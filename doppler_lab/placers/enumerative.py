@@ -19,12 +19,13 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..graph import DataflowGraph
-from ..hardware import Cluster, CostModel
-from ..placement import Placement
-from ..progress import progress
-from ..sim import SEMANTICS, Simulator
-from .base import check_choice, check_positive
+from ..hardware.cluster import Cluster
+from ..house.progress import progress
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
+from ..timing.cost_model import CostModel
+from ..timing.sim import SEMANTICS, Simulator
+from .placer_base import check_choice, check_positive
 
 
 def node_groups(graph: DataflowGraph, group: str) -> list[np.ndarray]:

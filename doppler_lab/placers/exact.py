@@ -29,13 +29,14 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..deps import require
-from ..errors import ConfigError
-from ..graph import DataflowGraph
-from ..hardware import Cluster, CostModel
-from ..progress import timer
-from ..rules import transfer_times
-from .base import Schedule, ScheduleToPlacement, check_positive, list_schedule
+from ..hardware.cluster import Cluster
+from ..hardware.rules import transfer_times
+from ..house.deps import require
+from ..house.errors import ConfigError
+from ..house.progress import timer
+from ..ir.graph import DataflowGraph
+from ..timing.cost_model import CostModel
+from .placer_base import Schedule, ScheduleToPlacement, check_positive, list_schedule
 
 MAX_NODES_WITHOUT_TIME_LIMIT = 30
 

@@ -2,7 +2,7 @@
 scheduling for heterogeneous computing", IEEE TPDS 2002).
 
 Both work on heterogeneous machines: compute cost per (node, device) and transfer time per
-(edge, device pair) come from the :class:`~doppler_lab.hardware.CostModel` (explicit per-device
+(edge, device pair) come from the :class:`~doppler_lab.timing.cost_model.CostModel` (explicit per-device
 costs and explicit edge costs included). Ranks use mean costs: the upward rank is the cost
 model's b-level (mean compute + mean transfer to a sink), the downward rank its t-level.
 
@@ -25,9 +25,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..graph import DataflowGraph
-from ..hardware import Cluster, CostModel
-from .base import Schedule, ScheduleToPlacement, make_schedule
+from ..hardware.cluster import Cluster
+from ..ir.graph import DataflowGraph
+from ..timing.cost_model import CostModel
+from .placer_base import Schedule, ScheduleToPlacement, make_schedule
 
 _RANK_DECIMALS = 9  # ranks equal to 9 significant digits tie (float sums of equal paths differ)
 

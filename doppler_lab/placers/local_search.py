@@ -10,7 +10,7 @@ never worse than the start. Simulation is deterministic (noise 0) under ``semant
 
 ``method="ils"`` runs :func:`iterated_search` instead: the iterated local search that the
 ``doppler`` placer's budget search runs from the policy's proposals
-(:mod:`doppler_lab.policies.search`), with its moves of several ops at once
+(:mod:`doppler_lab.search.budget`), with its moves of several ops at once
 (:class:`ClusterMoves`), here from the ``start`` placer's placement and without any policy.
 """
 
@@ -23,14 +23,14 @@ from typing import ClassVar, NamedTuple, TypeVar
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..errors import ConfigError
-from ..graph import DataflowGraph
-from ..hardware import Cluster
-from ..placement import Placement
-from ..progress import progress
-from ..sim import SEMANTICS, Simulator
-from ..trace_path import critical_path
-from .base import check_choice, check_positive
+from ..hardware.cluster import Cluster
+from ..house.errors import ConfigError
+from ..house.progress import progress
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
+from ..ir.trace_path import critical_path
+from ..timing.sim import SEMANTICS, Simulator
+from .placer_base import check_choice, check_positive
 
 #: ``propose(device, count, rng) -> (count, N)``: candidate placements around ``device``
 Proposal = Callable[[np.ndarray, int, np.random.Generator], np.ndarray]
@@ -421,7 +421,7 @@ def iterated_search(
 ) -> SearchResult:
     """Iterated local search over device vectors from ``start`` until ``budget`` calls have been
     counted (``calls_used`` included): the ``ils`` strategy of
-    :mod:`doppler_lab.policies.search` (its docstring says why) and ``method="ils"`` here.
+    :mod:`doppler_lab.search.budget` (its docstring says why) and ``method="ils"`` here.
 
     Rounds of three phases: (1) descent by the moves of the critical path's ops
     (:func:`critical_ops`, one call; first the path's :class:`ClusterMoves` in a random order,

@@ -33,13 +33,14 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..deps import require
-from ..errors import ConfigError, PlacementError
-from ..graph import DataflowGraph
-from ..hardware import Cluster, CostModel
-from ..placement import Placement
-from ..sim import SEMANTICS, Simulator
-from ..validate import want_int
+from ..hardware.cluster import Cluster
+from ..house.deps import require
+from ..house.errors import ConfigError, PlacementError
+from ..house.validate import want_int
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
+from ..timing.cost_model import CostModel
+from ..timing.sim import SEMANTICS, Simulator
 
 #: (METIS seed, ufactor) of proposal i (cycled, the seed advancing): the load imbalance METIS
 #: may allow is ufactor / 1000 (3% and 10%); both were best on the held-out set of
@@ -49,7 +50,7 @@ VARIANTS = ((0, 30), (1, 100), (2, 30), (3, 100))
 #: the integer weights METIS sees: largest edge and vertex weight, and a cap on their totals
 #: (METIS sums them in 32-bit integers)
 EDGE_SCALE, VERTEX_SCALE, TOTAL_CAP = 10**6, 10**4, 10**8
-#: what needs ``pymetis``, in the one-line error of :func:`doppler_lab.deps.require`
+#: what needs ``pymetis``, in the one-line error of :func:`doppler_lab.house.deps.require`
 METIS_WHAT = "the 'partition' placer (METIS min-cut partitions)"
 
 

@@ -1,14 +1,14 @@
 """The placer registry: names mapped to ``"module:attr"`` targets, imported only when used.
 
 Built-in placers live in this package. The learned policies (``doppler``, ``placeto``, ``gdp``)
-are reserved names whose targets live in :mod:`doppler_lab.policies.placers` (torch); they are
+are reserved names whose targets live in :mod:`doppler_lab.search.learned` (torch); they are
 listed by :func:`available_placers` once that module exists, found without importing it, so
 ``doppler_lab.placers`` never imports torch. Other packages can add placers through the entry
 point group ``doppler_lab.placers`` (``name = "package.module:PlacerClass"``).
 
 A target is a class (or factory) called with the placer's options as keyword arguments; the
 object it returns has a ``name`` and a ``place(graph, cluster, rng)`` method (see
-:class:`~doppler_lab.placers.base.Placer`).
+:class:`~doppler_lab.placers.placer_base.Placer`).
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import PlacementError
-from ..graph import DataflowGraph
-from ..hardware import Cluster
-from ..placement import Placement
-from ..settings import unknown_setting
-from .base import Placer, make_rng
+from ..hardware.cluster import Cluster
+from ..house.errors import PlacementError
+from ..house.settings import unknown_setting
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
+from .placer_base import Placer, make_rng
 
 ENTRY_POINT_GROUP = "doppler_lab.placers"
-LEARNED_MODULE = "doppler_lab.policies.placers"
+LEARNED_MODULE = "doppler_lab.search.learned"
 
 
 @dataclass(frozen=True)
@@ -284,7 +284,7 @@ def place(
     """Place ``graph`` on ``cluster`` with placer ``name``; the result is validated.
 
     Example:
-        >>> from doppler_lab.graph import GraphBuilder
+        >>> from doppler_lab.ir.graph import GraphBuilder
         >>> from doppler_lab.hardware import make_cluster
         >>> b = GraphBuilder("g")
         >>> a = b.add_node("a", cost=2.0)

@@ -7,10 +7,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..graph import DataflowGraph
-from ..hardware import Cluster
-from ..placement import Placement, random_placement, round_robin, single_device
+from ..hardware.cluster import Cluster
+from ..house.errors import ConfigError
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement, random_placement, round_robin, single_device
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 policy and its ablations, Placeto and GDP.
 
 Importing this package is cheap (no torch): the names below load their module on first use.
-``features`` is numpy-only and used by :mod:`doppler_lab.env`.
+``features`` is numpy-only and used by :mod:`doppler_lab.policies.env`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "PolicyConfig": "config",
-    "POLICY_KINDS": "config",
-    "POLICY_PRESETS": "config",
+    "PolicyConfig": "policy_config",
+    "POLICY_KINDS": "policy_config",
+    "POLICY_PRESETS": "policy_config",
     "GraphContext": "context",
     "MPNNEncoder": "encoder",
     "EdgeConditionedConv": "encoder",
@@ -22,12 +22,11 @@ _EXPORTS = {
     "PlcPolicy": "doppler",
     "Placeto": "placeto",
     "GDP": "gdp",
-    "PlacementPolicy": "base",
-    "Episodes": "base",
+    "PlacementPolicy": "policy_base",
+    "Episodes": "policy_base",
     "make_policy": "checkpoint",
     "load_policy": "checkpoint",
     "save_checkpoint": "checkpoint",
-    "best_of_rollouts": "placers",
     "list_checkpoints": "pretrained",
     "resolve_checkpoint": "pretrained",
     "run_episodes": "rollout",

@@ -2,7 +2,7 @@
 
 When no decision can come from the Critical Path teacher, an anchor or a uniform draw (greedy
 or sampled SEL and PLC at any temperature: inference, and Stage II training), a rollout keeps
-its K episodes in one :class:`~doppler_lab.schedule.ScheduleBatch` and each step is two
+its K episodes in one :class:`~doppler_lab.timing.schedule.ScheduleBatch` and each step is two
 compiled calls around the policy's one batched PLC call: :func:`select_step` (each episode's
 SEL choice, the selected node's earliest starts and raw device features) and
 :func:`place_step` (each episode's PLC choice and the assignment).
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, objmode
 
-from ..schedule import batch_assign, batch_device_features, batch_est
+from ..timing.schedule import batch_assign, batch_device_features, batch_est
 from .doppler import add_placed, head_logits
 from .features import extend_device_features, scale_device_features
 
@@ -70,7 +70,7 @@ def sel_logits(scores, local, cand, ncand, temperature, out, ptr, table):  # pra
         scores: ``(n,)`` static SEL score per local node.
         local: ``(N,)`` local id per global node.
         cand, ncand: each episode's candidates and their number (of the batch's
-            :attr:`~doppler_lab.schedule.ScheduleBatch.arrays`).
+            :attr:`~doppler_lab.timing.schedule.ScheduleBatch.arrays`).
         temperature: the sampling temperature, of the scores' dtype.
         out: written: episode k's values at ``out[ptr[k]:ptr[k] + ncand[k]]``.
         ptr: ``(K,)`` written: where each episode's values start.
@@ -164,7 +164,7 @@ def select_step(
         t: the step.
         kind: :data:`GREEDY`, :data:`SAMPLE` or :data:`TOPO`.
         lead: the first ``lead`` episodes choose by :data:`GREEDY` (unless ``kind`` is TOPO).
-        record, arrays, timing: the :class:`~doppler_lab.schedule.ScheduleBatch`.
+        record, arrays, timing: the :class:`~doppler_lab.timing.schedule.ScheduleBatch`.
         extra: the graph's :func:`~doppler_lab.policies.features.feature_args` (``doppler9``
             and ``doppler10`` features).
         sel: ``(scores, local, topo)``: static SEL score per local node, local id per global
@@ -216,7 +216,7 @@ def place_step(
         kind: :data:`GREEDY` (the argmax of ``logits``) or :data:`SAMPLE` (a draw from the
             softmax ``weights`` with ``u``, a uniform each, float64).
         lead: the first ``lead`` episodes choose by :data:`GREEDY`.
-        record, arrays, timing: the :class:`~doppler_lab.schedule.ScheduleBatch`.
+        record, arrays, timing: the :class:`~doppler_lab.timing.schedule.ScheduleBatch`.
         selected, est: each episode's selected node and its earliest starts.
         out: ``(devices, partial, span)``: written: the device ``devices[:, t]``, the schedule's
             makespan before the step ``partial[:, t]`` (times ``scale``) and after it ``span``.
@@ -263,7 +263,7 @@ def run_plain(
         kinds: ``(sel kind, plc kind)``: SEL :data:`GREEDY`, :data:`SAMPLE` or :data:`TOPO`;
             PLC :data:`GREEDY` or :data:`SAMPLE`.
         lead: the first ``lead`` episodes choose by :data:`GREEDY`.
-        record, arrays, timing: the :class:`~doppler_lab.schedule.ScheduleBatch` (fresh).
+        record, arrays, timing: the :class:`~doppler_lab.timing.schedule.ScheduleBatch` (fresh).
         extra: as :func:`select_step` takes it.
         sel: ``(scores, local, topo)`` as :func:`select_step` takes it.
         temperatures: ``(SEL's, PLC's)`` sampling temperatures, float32.

@@ -7,7 +7,7 @@ A checkpoint is a ``torch.save`` dict (loaded with ``weights_only=True``)::
      "state_dict": ..., "meta": {how it was trained}, "train": {optional resume state}}
 
 Loading checks the policy kind, the feature layout (names of every feature) and the device
-count, and raises :class:`~doppler_lab.errors.CheckpointError` naming what differs. The DOPPLER
+count, and raises :class:`~doppler_lab.house.errors.CheckpointError` naming what differs. The DOPPLER
 networks score each device with shared weights, so a DOPPLER checkpoint runs on any device count
 unchanged; for Placeto and GDP another device count is explicit (``allow_device_change=True``)
 and re-initialises their device-sized layers.
@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
-from ..errors import CheckpointError, ConfigError
-from ..limits import MAX_DEVICES
-from ..validate import (
+from ..house.errors import CheckpointError, ConfigError
+from ..house.limits import MAX_DEVICES
+from ..house.validate import (
     is_int,
     one_line,
     show,
@@ -36,9 +36,9 @@ from ..validate import (
     want_object,
     want_str,
 )
-from .base import PlacementPolicy
-from .config import PolicyConfig
 from .features import LAYOUTS
+from .policy_base import PlacementPolicy
+from .policy_config import PolicyConfig
 
 CHECKPOINT_FORMAT = "doppler_lab.policy"
 CHECKPOINT_VERSION = 1
@@ -81,8 +81,8 @@ def policy_header(policy: PlacementPolicy) -> dict[str, Any]:
 def save_atomic(doc: Any, path: str | Path, keep_previous: str | Path | None = None) -> Path:
     """``torch.save`` of ``doc`` to ``path`` through a temporary file beside it (a reader never
     sees half a file; an interrupted write leaves the old one); the folder is made.
-    ``keep_previous``: where the old ``path`` goes (:func:`doppler_lab.atomic.atomic_writer`)."""
-    from ..atomic import atomic_writer
+    ``keep_previous``: where the old ``path`` goes (:func:`doppler_lab.house.atomic.atomic_writer`)."""
+    from ..house.atomic import atomic_writer
 
     with atomic_writer(path, "wb", keep_previous=keep_previous) as fh:
         torch.save(doc, fh)
@@ -261,7 +261,7 @@ def checked_sample_temperature(value: Any, what: str) -> float:
 
 def set_sample_temperature(path: str | Path, temperature: float | None) -> Path:
     """Record in the checkpoint at ``path`` the PLC temperature its sampled rollouts use
-    (:attr:`~doppler_lab.policies.base.PlacementPolicy.sample_temperature`; None: remove it,
+    (:attr:`~doppler_lab.policies.policy_base.PlacementPolicy.sample_temperature`; None: remove it,
     so they sample at 1). The weights are left as they are."""
     doc = read_checkpoint(path)
     meta = dict(doc["meta"])

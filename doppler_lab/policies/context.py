@@ -6,11 +6,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..episode import Episode
-from ..graph import DataflowGraph
-from ..hardware import Cluster, CostModel, make_cluster
+from ..hardware.cluster import Cluster, make_cluster
+from ..ir.graph import DataflowGraph
 from ..placers.critical_path import CriticalPathTeacher
-from ..schedule import Timing
+from ..timing.cost_model import CostModel
+from ..timing.episode import Episode
+from ..timing.schedule import Timing
 from .features import (
     FeatureLayout,
     device_features,
@@ -21,7 +22,7 @@ from .features import (
 from .tensors import as_tensor
 
 if TYPE_CHECKING:
-    from .config import PolicyConfig
+    from .policy_config import PolicyConfig
 
 
 class GraphContext:
@@ -74,7 +75,7 @@ class GraphContext:
     ) -> GraphContext:
         """The context a policy of ``config`` reads on a task judged under ``semantics``: its
         layout, and its timing model for that semantics
-        (:meth:`~doppler_lab.policies.config.PolicyConfig.context_timing`)."""
+        (:meth:`~doppler_lab.policies.policy_config.PolicyConfig.context_timing`)."""
         return cls(graph, cluster, config.layout, config.context_timing(semantics))
 
     @property
@@ -87,7 +88,7 @@ class GraphContext:
         return self.cluster.num_devices
 
     def new_episode(self) -> Episode:
-        """A fresh :class:`~doppler_lab.episode.Episode` of the graph (the policy's timing)."""
+        """A fresh :class:`~doppler_lab.timing.episode.Episode` of the graph (the policy's timing)."""
         return Episode(self.graph, self.cost, self.timing)
 
     def raw_device_features(self, episode: Episode, v: int, est: np.ndarray) -> np.ndarray:

@@ -18,9 +18,13 @@ from numba import njit
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ..errors import ConfigError
+from ..house.errors import ConfigError
 from . import numpy_blas
-from .base import (
+from .context import GraphContext
+from .encoder import MPNNEncoder
+from .features import get_layout
+from .numpy_blas import stack_matmul, stack_matvec
+from .policy_base import (
     Episodes,
     PlacementPolicy,
     StepTerms,
@@ -30,11 +34,7 @@ from .base import (
     segment_log_softmax,
     tempered,
 )
-from .config import PolicyConfig
-from .context import GraphContext
-from .encoder import MPNNEncoder
-from .features import get_layout
-from .numpy_blas import stack_matmul, stack_matvec
+from .policy_config import PolicyConfig
 from .tensors import as_tensor
 
 
@@ -365,7 +365,7 @@ class DualPolicy(PlacementPolicy):
 
     def set_node_bias(self, bias: Tensor | None) -> None:
         """Add ``bias[v]`` ``(n, D)`` to PLC's logits of local node ``v`` on its graph: the
-        per-instance adapter of :func:`doppler_lab.policies.adapt.adapt` (None removes it).
+        per-instance adapter of :func:`doppler_lab.search.adapter.adapt` (None removes it).
 
         The bias is not a parameter of the network (its state dict is unchanged); the rollouts
         read it through a numpy view, so in-place optimiser steps on it show at once.

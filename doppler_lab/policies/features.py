@@ -8,7 +8,7 @@ Feature layouts (recorded in every checkpoint, checked on load):
 - ``doppler5`` (the released code): node features compute cost, b-level, t-level (including the
   node's own cost), total incoming communication, total outgoing communication, each z-scored
   over the graph; one edge feature (the communication cost of the edge, z-scored), messages in
-  both directions; the five device features of :mod:`doppler_lab.schedule`, z-scored over the
+  both directions; the five device features of :mod:`doppler_lab.timing.schedule`, z-scored over the
   devices at each step.
 - ``doppler9`` (ours): the same node and edge features plus an edge direction flag; the five
   device features in units of the graph's lower bound (start/finish times relative to the
@@ -37,12 +37,12 @@ from functools import cached_property
 import numpy as np
 from numba import njit
 
-from ..errors import ConfigError
-from ..graph import DataflowGraph
-from ..hardware import CostModel
+from ..hardware.rules import transfer_time
+from ..house.errors import ConfigError
+from ..ir.graph import DataflowGraph
 from ..placers.clustering import cluster_arrays
-from ..rules import transfer_time
-from ..schedule import ListScheduleState
+from ..timing.cost_model import CostModel
+from ..timing.schedule import ListScheduleState
 
 NODE_FEATURES: tuple[str, ...] = ("compute", "b_level", "t_level", "in_comm", "out_comm")
 
@@ -408,7 +408,7 @@ def extend_device_features(record, extra, v, device, out):  # pragma: no cover -
     and column 9 (``doppler10``: the cluster share) when ``out`` has it.
 
     Args:
-        record: the graph and cost arrays (:attr:`~doppler_lab.schedule.ListScheduleState.record`;
+        record: the graph and cost arrays (:attr:`~doppler_lab.timing.schedule.ListScheduleState.record`;
             its first ten are read).
         extra: :func:`feature_args` (:attr:`GraphFeatures.extra`).
         v: the node being placed.
@@ -468,7 +468,7 @@ def extended_device_features(
     graph: DataflowGraph, cost: CostModel, device: np.ndarray, v: int, base: np.ndarray
 ) -> np.ndarray:
     """The ``doppler9`` device features of node ``v``: ``base`` (the five of
-    :meth:`~doppler_lab.schedule.ListScheduleState.device_features`, ``(D, 5)``) and four more.
+    :meth:`~doppler_lab.timing.schedule.ListScheduleState.device_features`, ``(D, 5)``) and four more.
 
     Args:
         graph: the graph.

@@ -16,10 +16,10 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from torch_geometric.nn import SAGEConv
 
-from .base import Episodes, PlacementPolicy, StepTerms, Temperature, device_terms
-from .config import PolicyConfig
 from .context import GraphContext
 from .features import get_layout
+from .policy_base import Episodes, PlacementPolicy, StepTerms, Temperature, device_terms
+from .policy_config import PolicyConfig
 from .tensors import as_tensor
 
 

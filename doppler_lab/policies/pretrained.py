@@ -1,6 +1,6 @@
 """Shipped pretrained checkpoints (``data/checkpoints/`` of the repository).
 
-:func:`doppler_lab.paths.checkpoint_dirs` finds them whether the package is installed editable
+:func:`doppler_lab.house.paths.checkpoint_dirs` finds them whether the package is installed editable
 (the repository's ``data/checkpoints``) or not (a copy under the package's ``data/checkpoints``,
 under ``<prefix>/share/doppler_lab/checkpoints``, the per-user data folder, or a folder named by
 ``DOPPLER_LAB_CHECKPOINTS``).
@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import CheckpointError
-from ..paths import checkpoint_dirs
+from ..house.errors import CheckpointError
+from ..house.paths import checkpoint_dirs
 
 #: the shipped general DOPPLER policy (any graph, any device count): ``doppler``'s default
 GENERAL_CHECKPOINT = "doppler/general"

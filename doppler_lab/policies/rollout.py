@@ -1,6 +1,6 @@
 """Rollouts: K episodes of a policy on one graph, stepped together, without autograd.
 
-A :class:`Rollout` steps K :class:`~doppler_lab.episode.Episode` objects in lockstep (the
+A :class:`Rollout` steps K :class:`~doppler_lab.timing.episode.Episode` objects in lockstep (the
 explorer steps one greedy episode the same way, one decision at a time). At step t every episode
 selects a node (learned static SEL scores over its candidates, the Critical Path rule, or the
 t-th node of a topological order) and then the policy scores the D devices of all K selected
@@ -10,7 +10,7 @@ Critical Path choice, else with probability ``epsilon`` a uniform one, else the 
 
 In the plain modes (no teacher, no uniform draws, no teacher records, no anchor; a learned PLC
 with learned or topological SEL) the K episodes live in one
-:class:`~doppler_lab.schedule.ScheduleBatch` and a step runs compiled
+:class:`~doppler_lab.timing.schedule.ScheduleBatch` and a step runs compiled
 (:mod:`doppler_lab.policies.batched`): the same decisions, records and random draws as the
 per-episode loop, which stays for the other modes.
 """
@@ -25,17 +25,17 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from ..episode import Episode
-from ..errors import ConfigError, PlacementError
-from ..placement import Placement
-from ..schedule import ScheduleBatch
-from .base import Episodes, PlacementPolicy
+from ..house.errors import ConfigError, PlacementError
+from ..ir.placement import Placement
+from ..timing.episode import Episode
+from ..timing.schedule import ScheduleBatch
 from .batched import GREEDY as KIND_GREEDY
 from .batched import SAMPLE as KIND_SAMPLE
 from .batched import TOPO as KIND_TOPO
 from .batched import place_step, run_plain, sel_logits, select_step, softmax_exponents
 from .context import GraphContext
 from .doppler import PlacedSums
+from .policy_base import Episodes, PlacementPolicy
 
 
 @dataclass(frozen=True)
@@ -535,12 +535,12 @@ def greedy_and_samples(
 ) -> list[Placement]:
     """The placements of the greedy rollout (:data:`GREEDY`), then of ``samples`` sampled ones
     (SEL at temperature 1, PLC at the policy's
-    :attr:`~doppler_lab.policies.base.PlacementPolicy.sample_temperature`).
+    :attr:`~doppler_lab.policies.policy_base.PlacementPolicy.sample_temperature`).
 
     They come from one rollout of ``1 + samples`` episodes whose first is greedy when that is
     the two rollouts to the bit: the greedy episode draws no random number (learned or
     topological SEL, learned PLC) and the policy is
-    :attr:`~doppler_lab.policies.base.PlacementPolicy.batch_invariant`; else from two.
+    :attr:`~doppler_lab.policies.policy_base.PlacementPolicy.batch_invariant`; else from two.
     """
     t = float(getattr(policy, "sample_temperature", 1.0))
     plc = SAMPLE if t == 1.0 else ActionMode(temperature=t)

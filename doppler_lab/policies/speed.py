@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..graph import DataflowGraph
-from ..hardware import Cluster
+from ..hardware.cluster import Cluster
+from ..ir.graph import DataflowGraph
 
 if TYPE_CHECKING:
-    from .base import PlacementPolicy
+    from .policy_base import PlacementPolicy
 
 
 def median_ms(fn: Callable[[], object], repeats: int, warmup: bool = True) -> float:

@@ -6,10 +6,10 @@ Example:
     >>> result = train(preset("imitation", episodes=64), [graph], cluster, out_dir="runs/i")  # doctest: +SKIP
 """
 
-from .config import STAGES, TRAIN_PRESETS, TrainConfig, preset
-from .costs import CostFunction, SimulatorCost, evaluate_costs
+from .cost_functions import CostFunction, SimulatorCost, evaluate_costs
 from .loop import Trainer, TrainResult, is_finished, metric_columns, train
 from .metrics import read_rows
+from .train_config import STAGES, TRAIN_PRESETS, TrainConfig, preset
 
 __all__ = [
     "STAGES",

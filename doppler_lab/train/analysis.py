@@ -9,13 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..graph import DataflowGraph
-from ..hardware import Cluster, make_cluster
-from ..placement import Placement
-from ..policies.base import PlacementPolicy
-from ..sim import Simulator
-from ..trace import Trace
+from ..hardware.cluster import Cluster, make_cluster
+from ..house.errors import ConfigError
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
+from ..ir.trace import Trace
+from ..policies.policy_base import PlacementPolicy
+from ..timing.sim import Simulator
 
 
 def graph_case(
@@ -24,9 +24,9 @@ def graph_case(
     """A graph and how it is evaluated: a paper graph name gives ``(graph, uniform devices,
     "paper")`` (4 devices, 8 for the ``8gpu_*`` graphs); anything else is a workload spec
     (``llama_block``, ``chainmm:scale=0.01``) giving ``(graph, p100x4, "wc")``."""
-    from ..io import read_paper_graph
-    from ..paths import PAPER_GRAPHS_HINT
-    from ..paths import paper_graphs_dir as find_dir
+    from ..house.paths import PAPER_GRAPHS_HINT
+    from ..house.paths import paper_graphs_dir as find_dir
+    from ..io.documents import read_paper_graph
     from ..workloads import WORKLOADS, build_from_spec
 
     if name.split(":")[0] in WORKLOADS:
@@ -59,7 +59,7 @@ def compare_placements(
         entry's placement, by label.
     """
     from ..placers import place
-    from ..policies.placers import best_of_rollouts
+    from ..search.learned import best_of_rollouts
 
     sim = Simulator(graph, cluster, semantics)  # type: ignore[arg-type]
     lb = sim.lower_bound()
@@ -113,8 +113,8 @@ def starting_policy(
     """
     from ..policies.checkpoint import load_policy
     from ..policies.pretrained import list_checkpoints, resolve_checkpoint
-    from .config import preset
     from .loop import train
+    from .train_config import preset
 
     d = cluster.num_devices
     if init == "auto":

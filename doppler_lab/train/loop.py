@@ -36,23 +36,23 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..atomic import atomic_write
-from ..errors import CheckpointError, ConfigError
-from ..graph import DataflowGraph
-from ..hardware import Cluster
-from ..placement import Placement
-from ..policies.base import Episodes, PlacementPolicy, StepTerms, Temperature
+from ..hardware.cluster import Cluster
+from ..house.atomic import atomic_write
+from ..house.errors import CheckpointError, ConfigError
+from ..house.progress import note
+from ..house.validate import one_line
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
 from ..policies.checkpoint import load_policy, make_policy, read_checkpoint, save_checkpoint
-from ..policies.config import PolicyConfig
 from ..policies.context import GraphContext
+from ..policies.policy_base import Episodes, PlacementPolicy, StepTerms, Temperature
+from ..policies.policy_config import PolicyConfig
 from ..policies.rollout import GREEDY, ActionMode, run_episodes
 from ..policies.tensors import as_tensor, flush_denormal
-from ..progress import note
-from ..sim import SEMANTICS, Simulator
-from ..validate import one_line
-from .config import TrainConfig
-from .costs import CostFunction, SimulatorCost, evaluate_costs, make_executor_cost
+from ..timing.sim import SEMANTICS, Simulator
+from .cost_functions import CostFunction, SimulatorCost, evaluate_costs, make_executor_cost
 from .metrics import MetricsLog
+from .train_config import TrainConfig
 
 METRICS: tuple[str, ...] = (
     "cost_mean",

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..atomic import atomic_writer, write_error
-from ..errors import CheckpointError
+from ..house.atomic import atomic_writer, write_error
+from ..house.errors import CheckpointError
 
 
 def _cell(v: Any) -> str:

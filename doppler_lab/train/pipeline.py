@@ -19,13 +19,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
-from ..graph import DataflowGraph
-from ..hardware import Cluster
+from ..hardware.cluster import Cluster
+from ..house.errors import ConfigError
+from ..ir.graph import DataflowGraph
 from ..policies.checkpoint import DEVICE_FREE_KINDS
-from ..policies.config import PolicyConfig
-from .config import TrainConfig
+from ..policies.policy_config import PolicyConfig
 from .loop import Trainer, TrainResult
+from .train_config import TrainConfig
 
 #: the device count of the default curriculum (``doppler-lab train --device-curriculum``)
 DEFAULT_CURRICULUM_DEVICES = 4

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from ..atomic import atomic_copy, atomic_write
-from ..codeversion import versioned_key
-from ..policies.config import PLACED_NORMS, PolicyConfig
+from ..house.atomic import atomic_copy, atomic_write
+from ..house.codeversion import versioned_key
+from ..policies.policy_config import PLACED_NORMS, PolicyConfig
 
 SHIPPED_WORKLOADS: tuple[str, ...] = ("chainmm", "ffnn", "llama_block", "llama_layer", "moe_layer")
 SHIPPED_CLUSTER = "p100x4"
@@ -47,14 +47,14 @@ def train_shipped(
     """Train the shipped checkpoint of workload ``name``; returns its index record."""
     import torch
 
-    from ..hardware import make_cluster
+    from ..hardware.cluster import make_cluster
     from ..placers import place
-    from ..policies.config import POLICY_PRESETS
-    from ..policies.placers import best_of_rollouts
-    from ..sim import Simulator
+    from ..policies.policy_config import POLICY_PRESETS
+    from ..search.learned import best_of_rollouts
+    from ..timing.sim import Simulator
     from ..workloads import build_from_spec
-    from .config import preset
     from .pipeline import run_pipeline
+    from .train_config import preset
 
     torch.set_num_threads(1)
     graph = build_from_spec(name)
@@ -177,7 +177,7 @@ def write_readme(dest: str | Path) -> Path:
             "",
             f"Trained on {r['tasks']} tasks (graphs with randomised generator parameters and "
             "scales, random DAGs; 2-8 devices on p100x4, v100x8, cpu and uniform clusters; paper "
-            f"and wc semantics{pool}: `doppler_lab.train.general`), feature layout {layout}"
+            f"and wc semantics{pool}: `doppler_lab.train.general_policy`), feature layout {layout}"
             f"{start}, Stage I "
             f"{e.get('imitation', 0)}{labels} + imitation of searched placements "
             f"{e.get('anchor', 0)} + Stage II {e.get('sim', 0)} episodes, seed {r['seed']}, "

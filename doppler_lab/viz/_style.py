@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from types import MappingProxyType
 
-from ..errors import ConfigError
+from ..house.errors import ConfigError
 
-# one colour per node kind (doppler_lab.graph.NODE_KINDS) and for transfers; read-only
+# one colour per node kind (doppler_lab.ir.graph.NODE_KINDS) and for transfers; read-only
 KIND_COLORS = MappingProxyType(
     {
         "input": "#9AA5B1",

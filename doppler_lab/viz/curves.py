@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..errors import ConfigError, FormatError
+from ..house.errors import ConfigError, FormatError
 from ._style import check_choice, check_columns, series_color, with_alpha
 
 MetricsSource = pd.DataFrame | str | Path

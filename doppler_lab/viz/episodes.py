@@ -3,7 +3,7 @@
 An *episode stepper* (:class:`EpisodeStepper`) replays the SEL/PLC decisions of one episode:
 ``reset()``, then ``step() -> StepInfo`` until ``done``. Steppers are views, not episodes of
 their own: :class:`CriticalPathStepper` takes each decision with
-:meth:`doppler_lab.placers.CriticalPathTeacher.decide` on a :class:`~doppler_lab.episode.Episode`
+:meth:`doppler_lab.placers.CriticalPathTeacher.decide` on a :class:`~doppler_lab.timing.episode.Episode`
 (the decisions of ``place("cp", ...)``), and :class:`PolicyStepper` steps a one-episode greedy
 :class:`~doppler_lab.policies.rollout.Rollout` (the decisions of the policy's greedy rollout)
 and reads its scores. :func:`make_stepper` picks one for a placer name; :func:`step_figure`
@@ -38,11 +38,12 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..episode import Episode
-from ..errors import ConfigError, PlacementError
-from ..graph import DataflowGraph
-from ..hardware import Cluster, CostModel
-from ..placement import Placement
+from ..hardware.cluster import Cluster
+from ..house.errors import ConfigError, PlacementError
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
+from ..timing.cost_model import CostModel
+from ..timing.episode import Episode
 from ._style import CRITICAL_COLOR, series_color
 from .explorer import PlacerChoice
 
@@ -239,7 +240,7 @@ class PolicyStepper:
     placer's placement is the best of this greedy episode and K sampled ones, so it can differ.
 
     Args:
-        policy: a :class:`~doppler_lab.policies.base.PlacementPolicy`.
+        policy: a :class:`~doppler_lab.policies.policy_base.PlacementPolicy`.
         graph: the graph.
         cluster: the cluster (its device count must be the policy's).
         seed: seeds the Critical Path rule's ties (ablations).

@@ -24,11 +24,11 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..errors import ConfigError
-from ..graph import DataflowGraph
-from ..hardware import Cluster, make_cluster
-from ..placement import Placement
-from ..trace import Trace
+from ..hardware.cluster import Cluster, make_cluster
+from ..house.errors import ConfigError
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
+from ..ir.trace import Trace
 
 PAPER_PREFIX = "paper:"
 SCALE_CHOICES: tuple[float | str, ...] = ("tiny", 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -49,7 +49,7 @@ class Scenario:
         noise_seeds: noise draws per placement for the mean makespan (same seeds for both).
         seed: seeds the placers' ties and the first noise draw.
         paper_graphs: folder of the paper's graphs (default: see
-            :func:`~doppler_lab.paths.paper_graphs_dir`).
+            :func:`~doppler_lab.house.paths.paper_graphs_dir`).
     """
 
     workload: str = "llama_block"
@@ -62,7 +62,7 @@ class Scenario:
     paper_graphs: str | None = None
 
     def __post_init__(self) -> None:
-        from ..sim import SEMANTICS
+        from ..timing.sim import SEMANTICS
 
         if self.semantics not in SEMANTICS:
             raise ConfigError(f"scenario semantics {self.semantics!r}; expected one of {SEMANTICS}")
@@ -82,8 +82,8 @@ def build_graph(
 ) -> DataflowGraph:
     """A generated workload (spec plus ``scale``) or a paper graph (``paper:<name>``)."""
     if workload.startswith(PAPER_PREFIX):
-        from ..io import read_paper_graph
-        from ..paths import paper_graph_path
+        from ..house.paths import paper_graph_path
+        from ..io.documents import read_paper_graph
 
         return read_paper_graph(paper_graph_path(workload[len(PAPER_PREFIX) :], paper_graphs))
     from ..workloads import build, parse_spec
@@ -96,8 +96,8 @@ def build_graph(
 
 def workload_choices(paper_graphs: str | None = None) -> list[str]:
     """Generated workloads, then the paper's graphs found on disk (as ``paper:<name>``)."""
-    from ..analysis import GENERATED_WORKLOADS, PAPER_GRAPH_NAMES
-    from ..paths import paper_graphs_dir
+    from ..house.paths import paper_graphs_dir
+    from ..workloads.catalog import GENERATED_WORKLOADS, PAPER_GRAPH_NAMES
 
     out = list(GENERATED_WORKLOADS)
     folder = paper_graphs_dir(paper_graphs)
@@ -271,7 +271,7 @@ def compare(
     Returns:
         The :class:`Comparison`; ``figure`` holds the two Gantt charts.
     """
-    from ..sim import Simulator
+    from ..timing.sim import Simulator
     from .gantt import compare_gantt
 
     choices = [c if isinstance(c, PlacerChoice) else PlacerChoice(c) for c in (first, second)]

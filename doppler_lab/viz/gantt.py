@@ -16,10 +16,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..errors import ConfigError
-from ..graph import DataflowGraph
-from ..trace import Trace
-from ..trace_path import (
+from ..house.errors import ConfigError
+from ..ir.graph import DataflowGraph
+from ..ir.trace import Trace
+from ..ir.trace_path import (
     PathStep,
     check_trace_graph,
     critical_path,
@@ -350,7 +350,7 @@ def _panel(
 
 
 def _title(trace: Trace, time_unit: str | None = None) -> str:
-    from ..progress import format_time
+    from ..house.progress import format_time
 
     span = format_time(trace.makespan, in_seconds=time_unit == "s")
     if time_unit not in ("s", None, "cost units"):

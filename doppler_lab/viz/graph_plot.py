@@ -8,9 +8,9 @@ from typing import Literal
 import numpy as np
 import plotly.graph_objects as go
 
-from ..errors import PlacementError
-from ..graph import DataflowGraph
-from ..placement import Placement
+from ..house.errors import PlacementError
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
 from ._style import check_choice, kind_color, series_color
 
 GraphColorBy = Literal["kind", "device"]

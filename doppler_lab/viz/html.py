@@ -23,8 +23,8 @@ from typing import Any
 
 import pandas as pd
 
-from ..deps import require
-from ..errors import ConfigError
+from ..house.deps import require
+from ..house.errors import ConfigError
 
 _CSS = """
 :root { --fg:#1f2328; --muted:#6a737d; --line:#d8dee4; --stripe:#f6f8fa; --accent:#3b75af; }
@@ -335,7 +335,7 @@ class HtmlReport:
 
     def write(self, path: str | Path) -> Path:
         """Write the page to ``path`` (parent folders are created); returns the path."""
-        from ..atomic import atomic_write
+        from ..house.atomic import atomic_write
 
         return atomic_write(path, self.to_html())
 

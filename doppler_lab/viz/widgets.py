@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..deps import require
-from ..hardware import PRESETS
+from ..hardware.cluster import PRESETS
+from ..house.deps import require
 from ._style import CRITICAL_COLOR
 from .episodes import (
     PLC_VIEWS,
@@ -206,7 +206,7 @@ class ExplorerWidget:
         w = require("ipywidgets", "the interactive widgets")
 
         from ..placers import available_placers
-        from ..sim import SEMANTICS
+        from ..timing.sim import SEMANTICS
 
         sc = scenario or Scenario()
         self.checkpoints_dir = checkpoints_dir
@@ -343,7 +343,7 @@ class ExplorerWidget:
     def update(self) -> Comparison | None:
         """Recompute the comparison and the episode from the controls; errors go to the status
         line (and leave the previous charts)."""
-        from ..errors import DopplerLabError
+        from ..house.errors import DopplerLabError
 
         if self._updating:
             return self.comparison
@@ -365,7 +365,7 @@ class ExplorerWidget:
         return cmp
 
     def _update_episode(self, cmp: Comparison) -> None:
-        from ..errors import DopplerLabError
+        from ..house.errors import DopplerLabError
 
         choices = [self.choice(0), self.choice(1)]
         names = steppable_placers()

@@ -21,11 +21,11 @@ from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
 
-from ..errors import ConfigError, DopplerLabError
-from ..graph import DataflowGraph
-from ..limits import MAX_DIM
-from ..settings import check_setting, parse_item, unknown_setting
-from ..settings import parse_spec as _parse_spec
+from ..house.errors import ConfigError, DopplerLabError
+from ..house.limits import MAX_DIM
+from ..house.settings import check_setting, parse_item, unknown_setting
+from ..house.settings import parse_spec as _parse_spec
+from ..ir.graph import DataflowGraph
 from .chainmm import chainmm
 from .ffnn import ffnn
 from .llama import llama_block, llama_layer
@@ -63,7 +63,7 @@ def _defaults(name: str) -> dict[str, Any]:
 
 def _coerce(workload: str, key: str, value: Any, default: Any) -> Any:
     """``value`` checked against the type of the parameter's default
-    (:func:`doppler_lab.settings.check_setting`)."""
+    (:func:`doppler_lab.house.settings.check_setting`)."""
     owner = f"workload {workload!r}"
     if isinstance(default, bool):
         kind = "bool"
@@ -103,12 +103,12 @@ _SIZE_CHECK_ABOVE = 64
 
 
 def _check_size(name: str, params: dict[str, Any]) -> None:
-    """Refuse, before building, a graph that would pass :data:`~doppler_lab.limits.MAX_NODES`.
+    """Refuse, before building, a graph that would pass :data:`~doppler_lab.house.limits.MAX_NODES`.
 
     The large integer parameters (above :data:`_SIZE_CHECK_ABOVE`) are set to 16 for one build;
     each one is then halved to 8 for another, giving its exponent ``k`` (nodes ~ value**k); the
     estimate is the first build's node count times each ``(value / 16) ** k``."""
-    from ..limits import MAX_NODES
+    from ..house.limits import MAX_NODES
 
     big = {
         k: v
@@ -130,19 +130,19 @@ def _check_size(name: str, params: dict[str, Any]) -> None:
         what = ", ".join(f"{k}={v}" for k, v in big.items())
         raise ConfigError(
             f"workload {name!r}: {what} gives about {estimate:.3g} nodes; the limit is "
-            f"{MAX_NODES} (doppler_lab.limits.MAX_NODES)"
+            f"{MAX_NODES} (doppler_lab.house.limits.MAX_NODES)"
         )
 
 
 def parse_param(item: str, context: str = "") -> tuple[str, Any]:
     """``"heads=8"`` -> ``("heads", 8)``; values parsed as ints, floats (``1/256`` too),
-    ``true``/``false`` or strings (:func:`doppler_lab.settings.parse_item`)."""
+    ``true``/``false`` or strings (:func:`doppler_lab.house.settings.parse_item`)."""
     return parse_item(item, context.rstrip(": ") or "workload spec", "parameter")
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     """``"llama_block:heads=8,seq=512"`` -> ``("llama_block", {"heads": 8, "seq": 512})``
-    (:func:`doppler_lab.settings.parse_spec`)."""
+    (:func:`doppler_lab.house.settings.parse_spec`)."""
     return _parse_spec(spec, f"workload spec {spec.strip()!r}", "parameter")
 
 

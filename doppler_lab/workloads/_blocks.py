@@ -3,7 +3,7 @@
 A :class:`BlockTensor` is a logical (dense) tensor cut into a grid of blocks; each block is one
 node of the graph. ``parts[d]`` lists the block sizes along dimension ``d`` and ``ids`` holds the
 node id of every block (shape = the grid). :class:`BlockBuilder` wraps a
-:class:`~doppler_lab.graph.GraphBuilder` and turns whole-tensor operations into per-block nodes:
+:class:`~doppler_lab.ir.graph.GraphBuilder` and turns whole-tensor operations into per-block nodes:
 
 - :meth:`BlockBuilder.einsum`: one einsum node per (output block, contracted block) pair, plus a
   tree of ``add`` nodes per output block when a contracted index is split;
@@ -13,7 +13,7 @@ node id of every block (shape = the grid). :class:`BlockBuilder` wraps a
   of the reduced dimension when it is split;
 - :meth:`BlockBuilder.take` / :func:`concat`: re-partitioning at block granularity (no nodes).
 
-Every node carries an executable :class:`~doppler_lab.ops.OpSpec`, so flops and bytes follow
+Every node carries an executable :class:`~doppler_lab.ir.ops.OpSpec`, so flops and bytes follow
 from the block shapes. Aggregation is a balanced tree of binary ops (the op set has no n-ary sum).
 """
 
@@ -28,9 +28,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..errors import ConfigError, GraphError
-from ..graph import DataflowGraph, GraphBuilder
-from ..ops import OpSpec, broadcast_shape, parse_einsum
+from ..house.errors import ConfigError, GraphError
+from ..ir.graph import DataflowGraph, GraphBuilder
+from ..ir.ops import OpSpec, broadcast_shape, parse_einsum
 
 Partition = tuple[int, ...]
 T = TypeVar("T")
@@ -96,7 +96,7 @@ class BlockTensor:
     Attributes:
         ids: node id of each block, an int64 array whose shape is the grid.
         parts: block sizes along each dimension.
-        dtype: element type (a key of :data:`doppler_lab.ops.DTYPE_BYTES`).
+        dtype: element type (a key of :data:`doppler_lab.ir.ops.DTYPE_BYTES`).
     """
 
     ids: np.ndarray
@@ -358,7 +358,7 @@ class BlockBuilder:
         operands: Sequence[BlockTensor],
         params: Mapping[str, Any] | None = None,
     ) -> BlockTensor:
-        """An elementwise op (a key of :data:`doppler_lab.ops.ELEMENTWISE_OPS`) with numpy
+        """An elementwise op (a key of :data:`doppler_lab.ir.ops.ELEMENTWISE_OPS`) with numpy
         broadcasting; a broadcast dimension must be a single block of size 1."""
         out_parts = _broadcast_parts(name, operands)
         dtype = _common_dtype(name, operands)

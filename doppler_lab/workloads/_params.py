@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import ConfigError
-from ..limits import MAX_DIM
-from ..settings import check_setting
-from ..validate import show
+from ..house.errors import ConfigError
+from ..house.limits import MAX_DIM
+from ..house.settings import check_setting
+from ..house.validate import show
 
 FLOAT_DTYPES: tuple[str, ...] = ("float32", "float64", "bfloat16", "float16")
 #: named values of the ``scale`` parameter: ``tiny`` leaves a few elements per block
@@ -70,6 +70,6 @@ def scaled_dim(
     if not size <= MAX_DIM:
         raise ConfigError(
             f"workload {generator!r}: {dim_name} {value} at scale {show(scale)} is {size:.3g} "
-            f"elements; the limit is {MAX_DIM} (doppler_lab.limits.MAX_DIM)"
+            f"elements; the limit is {MAX_DIM} (doppler_lab.house.limits.MAX_DIM)"
         )
     return max(blocks, round(size))

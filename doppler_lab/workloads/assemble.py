@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import GraphError
 from ..executor.torch_ops import input_seed, make_input
-from ..graph import DataflowGraph
+from ..house.errors import GraphError
+from ..ir.graph import DataflowGraph
 
 
 def assemble(entry: Mapping[str, Any], values: Mapping[int, torch.Tensor]) -> torch.Tensor:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..graph import DataflowGraph
+from ..ir.graph import DataflowGraph
 from ._blocks import BlockBuilder, BlockTensor
 from ._params import check_choice, check_dtype, check_int, check_scale, scaled_dim
 

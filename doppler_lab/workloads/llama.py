@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..graph import DataflowGraph
+from ..house.errors import ConfigError
+from ..ir.graph import DataflowGraph
 from ._blocks import BlockBuilder, BlockTensor, split_sizes
 from ._params import check_blocks, check_dtype, check_float, check_int, check_scale, scaled_dim
 

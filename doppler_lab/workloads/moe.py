@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..graph import DataflowGraph
+from ..house.errors import ConfigError
+from ..ir.graph import DataflowGraph
 from ._blocks import BlockBuilder, BlockTensor, concat
 from ._params import check_int
 from .llama import LlamaStack, mlp_weights, resolve_dims, swiglu

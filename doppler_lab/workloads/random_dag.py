@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..graph import DataflowGraph, cost_graph
-from ..limits import check_limit
+from ..house.errors import ConfigError
+from ..house.limits import check_limit
+from ..ir.graph import DataflowGraph, cost_graph
 
 
 def random_dag(

@@ -10,8 +10,8 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
-from ..errors import DopplerLabError
-from ..graph import DataflowGraph
+from ..house.errors import DopplerLabError
+from ..ir.graph import DataflowGraph
 from . import WORKLOADS, build, parse_spec
 
 __all__ = ["scale_within", "with_scale"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from doppler_lab.executor import make_backend
-from doppler_lab.graph import DataflowGraph, GraphBuilder
+from doppler_lab.ir.graph import DataflowGraph, GraphBuilder
 
 #: zoo models at sizes whose ops take microseconds
 ZOO_SPECS: tuple[str, ...] = (
@@ -88,7 +88,7 @@ def placements_of(graph, backend) -> dict:
     """Each of :data:`PLACEMENTS` of ``graph`` on ``backend``'s devices."""
     import numpy as np
 
-    from doppler_lab.placement import random_placement, round_robin, single_device
+    from doppler_lab.ir.placement import random_placement, round_robin, single_device
     from doppler_lab.placers import place
 
     d = backend.num_devices

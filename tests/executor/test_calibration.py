@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from doppler_lab.bench.fidelity import fidelity_placements, median_rel_error, spearman
-from doppler_lab.calibration import (
+from doppler_lab.executor.backend import make_cpu_cluster
+from doppler_lab.executor.profiling import calibrate
+from doppler_lab.house.errors import FormatError
+from doppler_lab.ir.graph import GraphBuilder
+from doppler_lab.ir.ops import OpSpec
+from doppler_lab.ir.placement import round_robin
+from doppler_lab.timing.calibration import (
     LinkSample,
     OpSample,
     Profile,
@@ -17,13 +23,7 @@ from doppler_lab.calibration import (
     fit_profile,
     op_signature,
 )
-from doppler_lab.errors import FormatError
-from doppler_lab.executor.backend import make_cpu_cluster
-from doppler_lab.executor.profiling import calibrate
-from doppler_lab.graph import GraphBuilder
-from doppler_lab.ops import OpSpec
-from doppler_lab.placement import round_robin
-from doppler_lab.sim import Simulator
+from doppler_lab.timing.sim import Simulator
 
 from executor_helpers import cpu2, toy_graph  # noqa: F401
 

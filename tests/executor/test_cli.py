@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from doppler_lab.calibration import Profile
 from doppler_lab.cli import main
-from doppler_lab.io import load_trace, save_graph, save_placement
-from doppler_lab.placement import round_robin
+from doppler_lab.io.documents import load_trace, save_graph, save_placement
+from doppler_lab.ir.placement import round_robin
+from doppler_lab.timing.calibration import Profile
 
 from executor_helpers import toy_graph
 

@@ -14,10 +14,10 @@ import contextlib
 
 import pytest
 
-from doppler_lab.errors import ExecutorError
 from doppler_lab.executor import Executor, make_backend
 from doppler_lab.executor.streams import InlineApi
-from doppler_lab.placement import round_robin
+from doppler_lab.house.errors import ExecutorError
+from doppler_lab.ir.placement import round_robin
 
 from executor_helpers import (
     TINY_SCALE,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from doppler_lab.errors import ExecutorError
 from doppler_lab.executor import Executor, make_backend
 from doppler_lab.executor.runner import compare_outputs
 from doppler_lab.executor.torch_ops import evaluate
-from doppler_lab.graph import GraphBuilder
-from doppler_lab.placement import Placement, random_placement, round_robin
+from doppler_lab.house.errors import ExecutorError
+from doppler_lab.ir.graph import GraphBuilder
+from doppler_lab.ir.placement import Placement, random_placement, round_robin
 
 from executor_helpers import toy_graph
 

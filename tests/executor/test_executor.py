@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from doppler_lab.errors import ConfigError, GraphError, PlacementError
 from doppler_lab.executor import Executor, ExecutorCost, execute, make_backend, make_plan
 from doppler_lab.executor.runner import compare_outputs
 from doppler_lab.executor.torch_ops import evaluate
-from doppler_lab.graph import GraphBuilder
-from doppler_lab.placement import Placement, random_placement, round_robin, single_device
-from doppler_lab.trace import Trace
+from doppler_lab.house.errors import ConfigError, GraphError, PlacementError
+from doppler_lab.ir.graph import GraphBuilder
+from doppler_lab.ir.placement import Placement, random_placement, round_robin, single_device
+from doppler_lab.ir.trace import Trace
 
 from executor_helpers import TINY_SCALE, TINY_WORKLOADS, cpu2, fan_graph, inline3, toy, toy_graph  # noqa: F401
 
@@ -216,8 +216,8 @@ def test_executor_cost(toy, cpu2):  # noqa: F811
 
 
 def test_make_backend_specs(tmp_path):
-    from doppler_lab.hardware import make_cpu
-    from doppler_lab.io import save_cluster
+    from doppler_lab.hardware.cluster import make_cpu
+    from doppler_lab.io.documents import save_cluster
 
     assert make_backend("cpu", 3).num_devices == 3
     assert make_backend(make_cpu(2)).name == "cpu"

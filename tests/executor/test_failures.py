@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 import doppler_lab.executor.plan as plan_module
-from doppler_lab.errors import ExecutorError
 from doppler_lab.executor import Executor, make_backend
 from doppler_lab.executor.runner import compare_outputs
 from doppler_lab.executor.streams import make_inline_backend
 from doppler_lab.executor.torch_ops import evaluate
-from doppler_lab.placement import Placement, round_robin
+from doppler_lab.house.errors import ExecutorError
+from doppler_lab.ir.placement import Placement, round_robin
 
 from executor_helpers import toy_graph
 

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 import doppler_lab.executor.plan as plan_module
-from doppler_lab.errors import ExecutorError
 from doppler_lab.executor import Executor, ExecutorCost, make_backend
 from doppler_lab.executor.runner import compare_outputs
 from doppler_lab.executor.torch_ops import evaluate
-from doppler_lab.placement import Placement, random_placement, round_robin, single_device
+from doppler_lab.house.errors import ExecutorError
+from doppler_lab.ir.placement import Placement, random_placement, round_robin, single_device
 
 from executor_helpers import (
     TINY_SCALE,
@@ -133,7 +133,7 @@ def test_fifo_and_priority_dispatch_on_streams(shared3):
 
 def test_timings_are_device_times(shared3):
     """Ops are timed with device events: one device's ops never overlap and fill the run."""
-    from doppler_lab.graph import GraphBuilder
+    from doppler_lab.ir.graph import GraphBuilder
 
     b = GraphBuilder("mm")
     x = b.add_input("x", (2048, 2048))
@@ -211,9 +211,9 @@ def test_executor_cost_on_gpu(shared3):
 
 
 def test_calibration_on_gpu(shared3, tmp_path):
-    from doppler_lab.calibration import Profile
     from doppler_lab.executor.profiling import calibrate
-    from doppler_lab.sim import Simulator
+    from doppler_lab.timing.calibration import Profile
+    from doppler_lab.timing.sim import Simulator
 
     g = toy_graph(layers=3, size=128)
     prof = calibrate(shared3, [g], quick=True)

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from doppler_lab.errors import ClusterError, ConfigError
-from doppler_lab.hardware import make_cluster, make_multihost
+from doppler_lab.hardware.cluster import make_cluster, make_multihost
+from doppler_lab.house.errors import ClusterError, ConfigError
 
 JOB = Path(__file__).with_name("torchrun_job.py")
 #: a torchrun job of 4 ranks that has not ended after this long hangs
@@ -115,7 +115,7 @@ def test_execute_command_checks_outputs_under_torchrun():
 
 @pytest.mark.slow
 def test_calibrate_under_torchrun_measures_the_links_between_hosts(tmp_path):
-    from doppler_lab.io import load_cluster
+    from doppler_lab.io.documents import load_cluster
 
     out = tmp_path / "two-hosts.json"
     argv = [str(Path(sys.executable).with_name("doppler-lab")), "calibrate", "--cluster", "dist"]
@@ -190,9 +190,9 @@ def test_multihost_cluster_routes_cross_host_transfers_through_the_nics():
 
 
 def test_simulator_and_placers_use_the_multihost_cluster():
-    from doppler_lab.placement import Placement
+    from doppler_lab.ir.placement import Placement
     from doppler_lab.placers import place
-    from doppler_lab.sim import simulate
+    from doppler_lab.timing.sim import simulate
     from doppler_lab.workloads import build_from_spec
 
     g = build_from_spec(GRAPH)

@@ -20,7 +20,7 @@ def main(spec: str, placements: list[str]) -> int:
     from doppler_lab.executor.runner import compare_outputs
     from doppler_lab.executor.torch_ops import reference_outputs
     from doppler_lab.executor.torchrun import join_torchrun
-    from doppler_lab.sim import simulate
+    from doppler_lab.timing.sim import simulate
     from doppler_lab.workloads import build_from_spec
 
     backend = join_torchrun()

@@ -12,13 +12,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from doppler_lab.errors import ConfigError, ImportModelError
 from doppler_lab.executor import Executor, make_backend
 from doppler_lab.executor.torch_ops import evaluate, reference_outputs
-from doppler_lab.graph import DataflowGraph
+from doppler_lab.house.errors import ConfigError, ImportModelError
 from doppler_lab.importers import from_exported, from_module
-from doppler_lab.importers.costs import model_flops
-from doppler_lab.io import load_graph, save_graph
+from doppler_lab.importers.flop_counts import model_flops
+from doppler_lab.io.documents import load_graph, save_graph
+from doppler_lab.ir.graph import DataflowGraph
 from doppler_lab.placers.registry import get_placer
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -12,15 +12,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from doppler_lab.errors import FormatError, GraphError
 from doppler_lab.executor import Executor
 from doppler_lab.executor.torch_ops import evaluate, reference_outputs
-from doppler_lab.graph import DataflowGraph, GraphBuilder
-from doppler_lab.io import graph_from_dict, graph_to_dict, load_graph, save_graph
-from doppler_lab.ops import OpSpec
-from doppler_lab.placement import round_robin
-from doppler_lab.program import Program
-from doppler_lab.stored import StoredTensors
+from doppler_lab.house.errors import FormatError, GraphError
+from doppler_lab.io.documents import graph_from_dict, graph_to_dict, load_graph, save_graph
+from doppler_lab.io.stored import StoredTensors
+from doppler_lab.ir.graph import DataflowGraph, GraphBuilder
+from doppler_lab.ir.ops import OpSpec
+from doppler_lab.ir.placement import round_robin
+from doppler_lab.ir.program import Program
 
 
 def program_graph() -> tuple[DataflowGraph, dict[str, torch.Tensor]]:

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from doppler_lab.cli import main
-from doppler_lab.errors import ImportModelError
+from doppler_lab.house.errors import ImportModelError
+from doppler_lab.house.trust import TRUST_PT2_ENV, trust_pt2
 from doppler_lab.importers import from_exported
-from doppler_lab.trust import TRUST_PT2_ENV, trust_pt2
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from doppler_lab.cli import main
-from doppler_lab.errors import ConfigError
+from doppler_lab.house.errors import ConfigError
 from doppler_lab.importers.zoo import (
     IMPORT_OPTIONS,
     MODELS,

@@ -18,7 +18,7 @@ from doppler_lab.executor.backend import make_cpu_cluster
 from doppler_lab.executor.torch_ops import output_nodes
 from doppler_lab.importers import from_module
 from doppler_lab.importers.zoo import import_model, make_model
-from doppler_lab.placement import round_robin
+from doppler_lab.ir.placement import round_robin
 from doppler_lab.placers import place
 
 #: the models of the checks, small enough for the default tier
@@ -184,7 +184,7 @@ def test_import_command_writes_the_graph_and_reads_a_saved_program(graphs, tmp_p
     import json
 
     from doppler_lab.cli import main
-    from doppler_lab.io import load_graph
+    from doppler_lab.io.documents import load_graph
 
     out = tmp_path / "mlp.json"
     assert main(["import", "mlp", "--out", str(out)]) == 0

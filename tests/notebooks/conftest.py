@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from doppler_lab.experiments import NOTEBOOKS_DIR
-from doppler_lab.experiments import run_notebook as _run
+from doppler_lab.reporting.notebook_runs import NOTEBOOKS_DIR
+from doppler_lab.reporting.notebook_runs import run_notebook as _run
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import nbformat
 from papermill.translators import PythonTranslator
 
-from doppler_lab.experiments import NOTEBOOKS_DIR, notebook_parameters
+from doppler_lab.reporting.notebook_runs import NOTEBOOKS_DIR, notebook_parameters
 
 
 def test_placement_explorer_defaults_step_the_learned_policy(run_notebook):

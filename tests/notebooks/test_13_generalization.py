@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from doppler_lab.bench.general import BUDGET_METHODS, doppler_takes_budget
 from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
-from doppler_lab.train.general import general_policy_config
+from doppler_lab.train.general_policy import general_policy_config
 
 
 def test_generalization(run_notebook, tmp_path):

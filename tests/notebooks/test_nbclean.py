@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from doppler_lab.experiments import NOTEBOOKS_DIR
-from doppler_lab.nbclean import clean_text
+from doppler_lab.reporting.notebook_runs import NOTEBOOKS_DIR
+from doppler_lab.house.nbclean import clean_text
 
 REPO = NOTEBOOKS_DIR.parent
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
@@ -59,7 +59,7 @@ def test_the_filter_strips_outputs_on_commit(tmp_path):
     _git("init", "-q", cwd=tmp_path)
     _git("config", "user.email", "t@example.invalid", cwd=tmp_path)
     _git("config", "user.name", "t", cwd=tmp_path)
-    clean = f"{sys.executable} -m doppler_lab.nbclean"
+    clean = f"{sys.executable} -m doppler_lab.house.nbclean"
     _git("config", "filter.doppler-nbclean.clean", clean, cwd=tmp_path)
     _git("config", "filter.doppler-nbclean.smudge", "cat", cwd=tmp_path)
     shutil.copy(REPO / ".gitattributes", tmp_path / ".gitattributes")

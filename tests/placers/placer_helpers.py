@@ -7,8 +7,8 @@ import itertools
 
 import numpy as np
 
-from doppler_lab.graph import DataflowGraph, GraphBuilder
-from doppler_lab.hardware import CostModel
+from doppler_lab.ir.graph import DataflowGraph, GraphBuilder
+from doppler_lab.timing.cost_model import CostModel
 
 # Topcuoglu, Hariri and Wu (IEEE TPDS 2002), Fig. 2 / Table 1: compute cost per task on P1..P3
 TOPCUOGLU_W = [

@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from doppler_lab.errors import ConfigError, PlacementError
-from doppler_lab.graph import GraphBuilder
-from doppler_lab.hardware import CostModel, make_cluster
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house.errors import ConfigError, PlacementError
+from doppler_lab.ir.graph import GraphBuilder
 from doppler_lab.placers import get_placer, place
 from doppler_lab.placers.baechi import device_memory
-from doppler_lab.schedule import ListScheduleState
+from doppler_lab.timing.cost_model import CostModel
+from doppler_lab.timing.schedule import ListScheduleState
 
 from placer_helpers import assert_valid_schedule, small_dag
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from doppler_lab.errors import ConfigError
-from doppler_lab.graph import cost_graph
-from doppler_lab.hardware import CostModel, make_cluster
-from doppler_lab.io import read_paper_graph
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house.errors import ConfigError
+from doppler_lab.io.documents import read_paper_graph
+from doppler_lab.ir.graph import cost_graph
 from doppler_lab.placers import available_placers, get_placer, place
 from doppler_lab.placers.clustering import (
     ClusteringModel,
@@ -16,7 +16,8 @@ from doppler_lab.placers.clustering import (
     clustering_variants,
     schedule_length,
 )
-from doppler_lab.sim import Simulator
+from doppler_lab.timing.cost_model import CostModel
+from doppler_lab.timing.sim import Simulator
 from doppler_lab.workloads import build_from_spec
 
 from paper_graphs import PAPER_GRAPHS_4GPU, PAPER_GRAPHS_8GPU, paper_graph_path
@@ -129,9 +130,9 @@ def test_paper_graphs_beat_heft(name):
 def test_cluster_labels_follow_the_placed_mates_else_cp():
     """Stage I's ``cluster`` labels: CP's devices (smallest earliest start) until a clustering
     mate of the op is placed, then the device with the largest share of their compute."""
-    from doppler_lab.episode import Episode
     from doppler_lab.placers.clustering import ClusterLabeller, cluster_arrays
     from doppler_lab.placers.critical_path import CriticalPathTeacher
+    from doppler_lab.timing.episode import Episode
 
     g = read_paper_graph(paper_graph_path("chain_mm_112nodes"))
     cost = CostModel(g, make_cluster("uniform", 4))

@@ -5,14 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from doppler_lab.episode import Episode
-from doppler_lab.errors import ConfigError
-from doppler_lab.hardware import CostModel, make_cluster
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house.errors import ConfigError
 from doppler_lab.placers import place
 from doppler_lab.placers.cp_rollout import cp_complete
 from doppler_lab.placers.critical_path import CriticalPathTeacher
-from doppler_lab.schedule import timing_for
-from doppler_lab.sim import Simulator
+from doppler_lab.timing.cost_model import CostModel
+from doppler_lab.timing.episode import Episode
+from doppler_lab.timing.schedule import timing_for
+from doppler_lab.timing.sim import Simulator
 
 from placer_helpers import small_dag
 

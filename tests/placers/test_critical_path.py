@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from doppler_lab.graph import GraphBuilder
-from doppler_lab.hardware import CostModel, make_cluster
-from doppler_lab.io import read_paper_graph
+from doppler_lab.bench.yardstick import YARDSTICK
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.io.documents import read_paper_graph
+from doppler_lab.ir.graph import GraphBuilder
 from doppler_lab.placers import CriticalPathPlacer, CriticalPathTeacher, get_placer, place
-from doppler_lab.schedule import ListScheduleState
-from doppler_lab.sim import Simulator
-from doppler_lab.yardstick import YARDSTICK
+from doppler_lab.timing.cost_model import CostModel
+from doppler_lab.timing.schedule import ListScheduleState
+from doppler_lab.timing.sim import Simulator
 
 from paper_graphs import paper_graph_path
 from placer_helpers import assert_valid_schedule, small_dag

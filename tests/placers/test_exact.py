@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from doppler_lab.errors import ConfigError
-from doppler_lab.graph import GraphBuilder
-from doppler_lab.hardware import Cluster, CostModel, Device, make_cluster
+from doppler_lab.hardware.cluster import Cluster, Device, make_cluster
+from doppler_lab.house.errors import ConfigError
+from doppler_lab.ir.graph import GraphBuilder
 from doppler_lab.placers import get_placer, place
 from doppler_lab.placers.exact import MAX_NODES_WITHOUT_TIME_LIMIT, delay_model
+from doppler_lab.timing.cost_model import CostModel
 
 from placer_helpers import assert_valid_schedule, brute_force_delay_model, small_dag
 

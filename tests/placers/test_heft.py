@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from doppler_lab.hardware import CostModel, make_cluster
+from doppler_lab.hardware.cluster import make_cluster
 from doppler_lab.placers import get_placer
 from doppler_lab.placers.heft import cpop_critical_path, heft_order
+from doppler_lab.timing.cost_model import CostModel
 
 from placer_helpers import assert_valid_schedule, small_dag, topcuoglu_graph
 
@@ -55,7 +56,7 @@ def test_cpop_reproduces_published_schedule_length(example):
 
 def test_heft_uses_insertion_into_idle_gaps():
     # a -> c (long transfer) and independent b: on 1 device, b fills the gap before c
-    from doppler_lab.graph import GraphBuilder
+    from doppler_lab.ir.graph import GraphBuilder
 
     bld = GraphBuilder("gap")
     a = bld.add_node("a", cost=[2.0, 100.0])

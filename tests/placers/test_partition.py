@@ -7,13 +7,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from doppler_lab.errors import ConfigError
-from doppler_lab.graph import cost_graph
-from doppler_lab.hardware import CostModel, make_cluster
-from doppler_lab.io import read_paper_graph
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house.errors import ConfigError
+from doppler_lab.io.documents import read_paper_graph
+from doppler_lab.ir.graph import cost_graph
 from doppler_lab.placers import get_placer, place
 from doppler_lab.placers.partition import VARIANTS, PartitionProblem, map_parts, partition_proposals
-from doppler_lab.sim import Simulator
+from doppler_lab.timing.cost_model import CostModel
+from doppler_lab.timing.sim import Simulator
 
 from paper_graphs import paper_graph_path
 from placer_helpers import small_dag

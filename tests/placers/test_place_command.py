@@ -7,7 +7,7 @@ import json
 import pytest
 
 from doppler_lab.cli import main
-from doppler_lab.io import load_placement, save_graph
+from doppler_lab.io.documents import load_placement, save_graph
 
 from placer_helpers import small_dag
 

@@ -14,8 +14,8 @@ from doppler_lab.bench.quality import (
     quality_rows,
     run,
 )
-from doppler_lab.errors import ConfigError
-from doppler_lab.yardstick import YARDSTICK
+from doppler_lab.bench.yardstick import YARDSTICK
+from doppler_lab.house.errors import ConfigError
 
 TINY = QualityConfig(
     paper_graphs=("chain_mm_112nodes",),

@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from doppler_lab.errors import ConfigError, PlacementError
-from doppler_lab.hardware import make_cluster
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house.errors import ConfigError, PlacementError
 from doppler_lab.placers import (
     BUILTIN_PLACERS,
     LEARNED_PLACERS,
@@ -73,7 +73,7 @@ def test_learned_placers_are_reserved_and_lazy():
     assert all(s.needs_checkpoint for s in LEARNED_PLACERS.values())
     assert not set(LEARNED_PLACERS) & set(BUILTIN_PLACERS)
     listed = set(LEARNED_PLACERS) <= set(available_placers())
-    assert listed == _module_exists("doppler_lab.policies.placers")
+    assert listed == _module_exists("doppler_lab.search.learned")
     if not listed:
         with pytest.raises(PlacementError, match="needs the learned policies"):
             get_placer("doppler", checkpoint="x.pt")
@@ -87,7 +87,7 @@ def test_placers_never_import_torch():
         "import sys, numpy as np\n"
         "from doppler_lab.placers import available_placers, place\n"
         "from doppler_lab.hardware import make_cluster\n"
-        "from doppler_lab.graph import GraphBuilder\n"
+        "from doppler_lab.ir.graph import GraphBuilder\n"
         "b = GraphBuilder('g'); a = b.add_node('a', cost=1.0); b.add_node('b', cost=1.0, inputs=[a])\n"
         "g = b.build(); c = make_cluster('uniform', 2)\n"
         "for n in ['random','round-robin','single','cp','cp-released','heft','cpop','etf','m-topo','enumerative','exact']:\n"

@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from doppler_lab.errors import ConfigError
-from doppler_lab.graph import GraphBuilder
-from doppler_lab.hardware import CostModel, make_cluster
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house.errors import ConfigError
+from doppler_lab.ir.graph import GraphBuilder
 from doppler_lab.placers import get_placer, place
 from doppler_lab.placers.enumerative import group_choices, load_cost, node_groups
 from doppler_lab.placers.local_search import iterated_search, neighbours, search_devices
-from doppler_lab.sim import Simulator
+from doppler_lab.timing.cost_model import CostModel
+from doppler_lab.timing.sim import Simulator
 
 from placer_helpers import small_dag
 

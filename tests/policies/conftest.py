@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from policies.torch_threads import one_thread
 
-from doppler_lab.hardware import make_cluster
-from doppler_lab.io import read_paper_graph
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.io.documents import read_paper_graph
 from doppler_lab.workloads import build_from_spec
 
 from paper_graphs import paper_graph_path

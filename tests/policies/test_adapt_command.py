@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from doppler_lab.cli import main
-from doppler_lab.errors import ConfigError
-from doppler_lab.hardware import CostModel
-from doppler_lab.io import load_placement
+from doppler_lab.house.errors import ConfigError
+from doppler_lab.io.documents import load_placement
 from doppler_lab.placers import get_placer
 from doppler_lab.placers.clustering import CLUSTER_CAPS
-from doppler_lab.policies.search import heuristic_candidates
-from doppler_lab.sim import Simulator
+from doppler_lab.search.budget import heuristic_candidates
+from doppler_lab.timing.cost_model import CostModel
+from doppler_lab.timing.sim import Simulator
 from doppler_lab.workloads import build_from_spec
 
 GRAPH = "chainmm:matrices=3,scale=0.001"
@@ -60,7 +60,7 @@ def test_adapt_writes_a_table_the_placer_uses(tmp_path, capsys):
 
 
 def _cluster():
-    from doppler_lab.hardware import make_cluster
+    from doppler_lab.hardware.cluster import make_cluster
 
     return make_cluster("p100x4")
 

@@ -1,5 +1,5 @@
 """The per-instance adapter: a node x device bias on PLC's logits (DualPolicy.set_node_bias) and
-its training (doppler_lab.policies.adapt): rollouts and log-probabilities read the bias, the budget
+its training (doppler_lab.search.adapter): rollouts and log-probabilities read the bias, the budget
 is spent exactly, the best placement is never worse than the proposals and the settled greedy
 rollout reproduces it; saving, loading and the errors."""
 
@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from doppler_lab.errors import ConfigError
-from doppler_lab.policies.adapt import AdaptConfig, adapt, adapt_search, load_adapter
+from doppler_lab.house.errors import ConfigError
 from doppler_lab.policies.checkpoint import make_policy
-from doppler_lab.policies.config import PolicyConfig
 from doppler_lab.policies.context import GraphContext
-from doppler_lab.policies.placers import best_of_rollouts
+from doppler_lab.policies.policy_config import PolicyConfig
 from doppler_lab.policies.rollout import GREEDY, SAMPLE, Rollout, run_episodes
-from doppler_lab.sim import Simulator
+from doppler_lab.search.adapter import AdaptConfig, adapt, adapt_search, load_adapter
+from doppler_lab.search.learned import best_of_rollouts
+from doppler_lab.timing.sim import Simulator
 from doppler_lab.workloads import build_from_spec
 
 SMALL = dict(hidden=16, head_hidden=16, mp_steps=2, num_bases=4)
@@ -190,7 +190,7 @@ class _Interrupt(Exception):
 
 def test_an_interrupted_run_resumes_to_the_same_result(policy, small_graph, cluster4, tmp_path,
                                                        monkeypatch):  # fmt: skip
-    import doppler_lab.policies.adapt as mod
+    import doppler_lab.search.adapter as mod
 
     cfg = AdaptConfig(episodes=70, batch=8, samples=4, partitions=2, cluster_caps=())
     whole = adapt(policy, small_graph, cluster4, "paper", cfg, seed=7)

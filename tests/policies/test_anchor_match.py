@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from doppler_lab.hardware import make_cluster
+from doppler_lab.hardware.cluster import make_cluster
 from doppler_lab.policies.checkpoint import make_policy
-from doppler_lab.policies.config import PolicyConfig
 from doppler_lab.policies.context import GraphContext
+from doppler_lab.policies.policy_config import PolicyConfig
 from doppler_lab.policies.rollout import SAMPLE, ActionMode, AnchorMatch, run_episodes
 from doppler_lab.workloads import random_dag
 

@@ -6,21 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from doppler_lab.errors import CheckpointError, ConfigError
-from doppler_lab.graph import GraphBuilder, cost_graph
-from doppler_lab.hardware import CostModel, make_cluster
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house.errors import CheckpointError, ConfigError
+from doppler_lab.ir.graph import GraphBuilder, cost_graph
 from doppler_lab.placers import get_placer, place
 from doppler_lab.placers.local_search import ClusterMoves, MoveScan, critical_ops, iterated_search
 from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
-from doppler_lab.policies.config import PolicyConfig
-from doppler_lab.policies.placers import (
-    PARTITION_PROPOSALS,
-    PLACER_SEARCHES,
-    DopplerPlacer,
-    best_of_rollouts,
-)
+from doppler_lab.policies.policy_config import PolicyConfig
 from doppler_lab.policies.pretrained import GENERAL_CHECKPOINT
-from doppler_lab.policies.search import (
+from doppler_lab.search.budget import (
     CP_ROLLOUT_SHARE,
     cp_rollout_calls,
     default_samples,
@@ -30,7 +24,14 @@ from doppler_lab.policies.search import (
     policy_search,
     proposal_order,
 )
-from doppler_lab.sim import Simulator
+from doppler_lab.search.learned import (
+    PARTITION_PROPOSALS,
+    PLACER_SEARCHES,
+    DopplerPlacer,
+    best_of_rollouts,
+)
+from doppler_lab.timing.cost_model import CostModel
+from doppler_lab.timing.sim import Simulator
 
 SMALL = dict(hidden=16, head_hidden=16, mp_steps=2, num_bases=4)
 
@@ -452,7 +453,7 @@ def test_equal_makespans_go_to_the_proposal_that_cuts_less():
 def test_the_clustering_proposal_is_left_out_of_big_graphs(
     small_graph, cluster4, ckpt, counted, monkeypatch
 ):
-    import doppler_lab.policies.search as search
+    import doppler_lab.search.budget as search
 
     monkeypatch.setattr(search, "CLUSTERING_MAX_OPS", small_graph.compute_nodes.size - 1)
     kw = dict(seed=0, checkpoint=ckpt, partitions=1)

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from doppler_lab.errors import CheckpointError, ConfigError
-from doppler_lab.hardware import make_cluster
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house.errors import CheckpointError, ConfigError
 from doppler_lab.placers import available_placers, place
 from doppler_lab.policies.checkpoint import load_policy, make_policy, save_checkpoint
-from doppler_lab.policies.config import PolicyConfig
+from doppler_lab.policies.policy_config import PolicyConfig
 from doppler_lab.policies.pretrained import list_checkpoints, resolve_checkpoint
 
 SMALL = dict(hidden=16, head_hidden=16, mp_steps=2, num_bases=4)
@@ -177,7 +177,7 @@ def test_sample_temperature_from_the_checkpoint_or_the_placer(tmp_path, small_gr
     1 (or none) is the plain softmax to the bit; the placer option overrides the checkpoint's;
     the greedy rollout is the same at any temperature; bad values are refused by name."""
     from doppler_lab.policies.checkpoint import set_sample_temperature
-    from doppler_lab.policies.search import policy_candidates
+    from doppler_lab.search.budget import policy_candidates
 
     _, plain = _save(tmp_path)
     assert load_policy(plain)[0].sample_temperature == 1.0

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from doppler_lab.hardware import make_cluster
+from doppler_lab.hardware.cluster import make_cluster
 from doppler_lab.policies.checkpoint import make_policy
-from doppler_lab.policies.config import PolicyConfig
 from doppler_lab.policies.context import GraphContext
+from doppler_lab.policies.policy_config import PolicyConfig
 from doppler_lab.policies.rollout import ActionMode, Rollout
-from doppler_lab.train.config import preset
 from doppler_lab.train.loop import Trainer
+from doppler_lab.train.train_config import preset
 
 SMALL = PolicyConfig(hidden=16, head_hidden=16, mp_steps=2)
 

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from doppler_lab.errors import ConfigError, PlacementError
-from doppler_lab.hardware import make_cluster
-from doppler_lab.io import read_paper_graph
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house.errors import ConfigError, PlacementError
+from doppler_lab.io.documents import read_paper_graph
 from doppler_lab.policies.checkpoint import make_policy
-from doppler_lab.policies.config import PolicyConfig
 from doppler_lab.policies.context import GraphContext
 from doppler_lab.policies.features import extend_device_features
+from doppler_lab.policies.policy_config import PolicyConfig
 from doppler_lab.policies.rollout import (
     GREEDY,
     SAMPLE,
@@ -23,7 +23,7 @@ from doppler_lab.policies.rollout import (
     greedy_and_samples,
     run_episodes,
 )
-from doppler_lab.schedule import (
+from doppler_lab.timing.schedule import (
     ListScheduleState,
     ScheduleBatch,
     batch_assign,

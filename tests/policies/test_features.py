@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from doppler_lab.errors import ConfigError
-from doppler_lab.hardware import CostModel, make_cluster
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house.errors import ConfigError
 from doppler_lab.placers.clustering import ClusteringModel
 from doppler_lab.policies.features import (
     LAYOUTS,
@@ -17,7 +17,8 @@ from doppler_lab.policies.features import (
     normalize_device_features,
     pointer_doubling,
 )
-from doppler_lab.schedule import ListScheduleState
+from doppler_lab.timing.cost_model import CostModel
+from doppler_lab.timing.schedule import ListScheduleState
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))

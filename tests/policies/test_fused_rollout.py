@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from doppler_lab.hardware import make_cluster
+from doppler_lab.hardware.cluster import make_cluster
 from doppler_lab.policies import numpy_blas
 from doppler_lab.policies.batched import sel_logits
 from doppler_lab.policies.checkpoint import make_policy
-from doppler_lab.policies.config import PolicyConfig
 from doppler_lab.policies.context import GraphContext
 from doppler_lab.policies.doppler import PlcHeadNumpy, head_logits
+from doppler_lab.policies.policy_config import PolicyConfig
 from doppler_lab.policies.rollout import GREEDY, SAMPLE, ActionMode, Rollout
 from doppler_lab.workloads import random_dag
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from doppler_lab.hardware import make_cluster
+from doppler_lab.hardware.cluster import make_cluster
 from doppler_lab.placers import get_placer
-from doppler_lab.placers.base import make_rng
-from doppler_lab.policies.placers import DopplerPlacer
+from doppler_lab.placers.placer_base import make_rng
+from doppler_lab.search.learned import DopplerPlacer
 from doppler_lab.workloads import random_dag
 
 

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from doppler_lab.placement import Placement
-from doppler_lab.policies.base import Episodes, segment_log_softmax
+from doppler_lab.ir.placement import Placement
 from doppler_lab.policies.checkpoint import make_policy
-from doppler_lab.policies.config import POLICY_KINDS, PolicyConfig
 from doppler_lab.policies.context import GraphContext
 from doppler_lab.policies.doppler import PlcHeadNumpy, path_sum, smooth_centre, zscore_t
 from doppler_lab.policies.encoder import EdgeConditionedConv, MPNNEncoder
+from doppler_lab.policies.policy_base import Episodes, segment_log_softmax
+from doppler_lab.policies.policy_config import POLICY_KINDS, PolicyConfig
 from doppler_lab.policies.rollout import GREEDY, SAMPLE, ActionMode, run_episodes
 
 
@@ -227,7 +227,7 @@ def test_rollouts_are_deterministic_by_seed(ctx):
 
 
 def test_dual_policy_runs_on_any_device_count(small_graph):
-    from doppler_lab.hardware import make_cluster
+    from doppler_lab.hardware.cluster import make_cluster
 
     pol = make_policy(PolicyConfig(hidden=16, head_hidden=16, mp_steps=2), 4)
     ctx8 = GraphContext(small_graph, make_cluster("uniform", 8), "doppler9")

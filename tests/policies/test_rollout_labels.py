@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from doppler_lab.errors import ConfigError
+from doppler_lab.house.errors import ConfigError
 from doppler_lab.placers.cp_rollout import RolloutLabeller, rollout_device_choices
 from doppler_lab.policies.checkpoint import make_policy
-from doppler_lab.policies.config import PolicyConfig
 from doppler_lab.policies.context import GraphContext
+from doppler_lab.policies.policy_config import PolicyConfig
 from doppler_lab.policies.rollout import SAMPLE, ActionMode, run_episodes
-from doppler_lab.sim import Simulator
+from doppler_lab.timing.sim import Simulator
 from doppler_lab.train import Trainer, preset
 
 

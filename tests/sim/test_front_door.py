@@ -8,11 +8,12 @@ import sys
 import numpy as np
 import pytest
 
-from doppler_lab.errors import PlacementError
-from doppler_lab.hardware import CostModel, make_cluster
-from doppler_lab.placement import Placement
-from doppler_lab.rules import transfer_time, transfer_times
-from doppler_lab.sim import Simulator
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.hardware.rules import transfer_time, transfer_times
+from doppler_lab.house.errors import PlacementError
+from doppler_lab.ir.placement import Placement
+from doppler_lab.timing.cost_model import CostModel
+from doppler_lab.timing.sim import Simulator
 from doppler_lab.workloads import build
 from doppler_lab.workloads.random_dag import random_dag
 
@@ -100,7 +101,7 @@ def test_one_placement_never_starts_the_thread_pool():
     """numba's threading layer stays uninitialised until a batch of several placements runs."""
     code = (
         "import numba, numpy as np\n"
-        "from doppler_lab.sim import Simulator\n"
+        "from doppler_lab.timing.sim import Simulator\n"
         "from doppler_lab.workloads.random_dag import random_dag\n"
         "g = random_dag(50, seed=0)\n"
         "for sem in ('paper', 'wc'):\n"

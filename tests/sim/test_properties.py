@@ -6,10 +6,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from doppler_lab.graph import KIND_CODE, DataflowGraph
-from doppler_lab.hardware import CostModel, make_cluster
-from doppler_lab.sim import Simulator
-from doppler_lab.sim.reference import simulate_paper_simpy
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.ir.graph import KIND_CODE, DataflowGraph
+from doppler_lab.timing.cost_model import CostModel
+from doppler_lab.timing.sim import Simulator
+from doppler_lab.timing.sim.reference import simulate_paper_simpy
 
 
 @st.composite

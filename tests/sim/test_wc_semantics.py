@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from doppler_lab.errors import PlacementError, SimulationError
-from doppler_lab.graph import GraphBuilder
-from doppler_lab.hardware import Cluster, Device, make_cluster
-from doppler_lab.placement import Placement
-from doppler_lab.sim import Simulator, simulate, simulate_batch
+from doppler_lab.hardware.cluster import Cluster, Device, make_cluster
+from doppler_lab.house.errors import PlacementError, SimulationError
+from doppler_lab.ir.graph import GraphBuilder
+from doppler_lab.ir.placement import Placement
+from doppler_lab.timing.sim import Simulator, simulate, simulate_batch
 from doppler_lab.workloads.random_dag import random_dag
 
 
@@ -159,7 +159,7 @@ def test_parallel_batch_keeps_torch_threads(semantics):
         "import torch, numpy as np\n"
         "torch.set_num_threads(1)\n"
         "torch.nn.GRUCell(64, 64)(torch.randn(300, 64))  # torch's OpenMP runtime started\n"
-        "from doppler_lab.sim import Simulator\n"
+        "from doppler_lab.timing.sim import Simulator\n"
         "from doppler_lab.hardware import make_cluster\n"
         "from doppler_lab.workloads.random_dag import random_dag\n"
         "g = random_dag(50, seed=0)\n"

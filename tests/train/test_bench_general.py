@@ -11,9 +11,9 @@ import pytest
 
 from doppler_lab.bench import general as bench
 from doppler_lab.cli import main
-from doppler_lab.errors import ConfigError
+from doppler_lab.house.errors import ConfigError
 from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
-from doppler_lab.train.general import Task, general_policy_config
+from doppler_lab.train.general_policy import Task, general_policy_config
 
 #: the doppler placer's budget option came with the general policy (absent: an empty column)
 METHODS = (
@@ -224,7 +224,7 @@ def test_cli_runs_bench_general_with_its_options(tmp_path, monkeypatch, tiny_che
 
 def test_found_leaves_out_the_curriculum_stages_on_fewer_devices():
     # a device curriculum's first stages ran on 4 of the 6 devices: another machine
-    from doppler_lab.hardware import make_cluster
+    from doppler_lab.hardware.cluster import make_cluster
 
     six = make_cluster("uniform", 6)
     plan = [("imitation", six.first(4)), ("sim", six.first(4)), ("sim", six)]

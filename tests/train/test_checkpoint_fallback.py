@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from doppler_lab.cli import main
-from doppler_lab.errors import CheckpointError
-from doppler_lab.hardware import make_cluster
-from doppler_lab.policies.config import PolicyConfig
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house.errors import CheckpointError
+from doppler_lab.policies.policy_config import PolicyConfig
 from doppler_lab.train import Trainer, preset, read_rows, train
 from doppler_lab.workloads import build_from_spec
 

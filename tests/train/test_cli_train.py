@@ -8,10 +8,10 @@ import sys
 import pytest
 
 from doppler_lab.cli import main
-from doppler_lab.errors import ConfigError
-from doppler_lab.hardware import make_cluster
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house.errors import ConfigError
 from doppler_lab.train import preset, read_rows
-from doppler_lab.train.costs import make_executor_cost
+from doppler_lab.train.cost_functions import make_executor_cost
 from doppler_lab.workloads import build_from_spec
 
 GRAPH = "chainmm:matrices=3,scale=0.001"
@@ -52,7 +52,7 @@ def test_stage_real_without_executor(monkeypatch):
 
 
 def test_stage_real_on_cpu_devices(tmp_path):
-    from doppler_lab.policies.config import PolicyConfig
+    from doppler_lab.policies.policy_config import PolicyConfig
     from doppler_lab.train import train
 
     cfg = preset("real", episodes=4, episodes_per_update=2, repeats=1)
@@ -83,7 +83,7 @@ def test_starting_policy_prefers_the_shipped_checkpoint(tmp_path):
 
 def test_shipped_readme_names_each_checkpoints_placed_norm(tmp_path):
     from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
-    from doppler_lab.policies.config import PolicyConfig
+    from doppler_lab.policies.policy_config import PolicyConfig
     from doppler_lab.train.shipped import write_readme
 
     final = {

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from doppler_lab.cli import main
-from doppler_lab.errors import ClusterError, ConfigError
-from doppler_lab.hardware import make_cluster
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house.errors import ClusterError, ConfigError
 from doppler_lab.policies.checkpoint import read_checkpoint
-from doppler_lab.policies.config import PolicyConfig
-from doppler_lab.sim import Simulator
+from doppler_lab.policies.policy_config import PolicyConfig
+from doppler_lab.timing.sim import Simulator
 from doppler_lab.train import preset
 from doppler_lab.train.pipeline import curriculum_plan, run_pipeline
 from doppler_lab.workloads import build_from_spec
@@ -120,9 +120,9 @@ def test_scratch_on_8_devices_leaves_the_critical_path_level(paper_dir):
       0.82 / 1.01 / 0.97;
     - the presets (tempered losses, warm-ups) with the curriculum, as ``train`` runs them:
       0.52 / 0.52 / 0.52; without the curriculum 0.52 / 0.52 / 0.72."""
-    from doppler_lab.io import read_paper_graph
+    from doppler_lab.io.documents import read_paper_graph
     from doppler_lab.placers import place
-    from doppler_lab.policies.placers import best_of_rollouts
+    from doppler_lab.search.learned import best_of_rollouts
 
     g = read_paper_graph(paper_dir / "8gpu_transformer_block.txt")
     c = make_cluster("uniform", 8)

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from doppler_lab.errors import ConfigError
-from doppler_lab.placement import round_robin, single_device
+from doppler_lab.house.errors import ConfigError
+from doppler_lab.ir.placement import round_robin, single_device
 from doppler_lab.train.experiments import (
     STAGE_VARIANTS,
     VARIANT_RUNS,
@@ -358,7 +358,7 @@ def test_scaling_rows_small_sizes_and_caps():
 
 # -- demo -----------------------------------------------------------------------------------
 def test_short_finetune_from_stage_one(tmp_path, tiny_graph):
-    from doppler_lab.hardware import make_cluster
+    from doppler_lab.hardware.cluster import make_cluster
 
     res = short_finetune(
         tiny_graph,

@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from doppler_lab.cli import main
-from doppler_lab.errors import ConfigError, PlacementError
-from doppler_lab.hardware import make_cluster
-from doppler_lab.placement import Placement
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house.errors import ConfigError, PlacementError
+from doppler_lab.ir.placement import Placement
 from doppler_lab.policies.checkpoint import load_policy
-from doppler_lab.policies.config import PolicyConfig
+from doppler_lab.policies.policy_config import PolicyConfig
 from doppler_lab.train import Trainer, preset, read_rows, train
-from doppler_lab.train.general import (
+from doppler_lab.train.general_policy import (
     Task,
     build_cluster,
     held_out_tasks,
@@ -172,7 +172,7 @@ def test_anchor_stage_starts_from_the_given_placements():
 
 
 def test_general_stages_leave_out_empty_ones():
-    from doppler_lab.train.general import general_stages
+    from doppler_lab.train.general_policy import general_stages
 
     only_sim = general_stages(imitation_episodes=0, sim_episodes=32, anchor_episodes=0)
     assert [(s.stage, s.episodes, s.anchor) for s in only_sim] == [("sim", 32, False)]
@@ -247,7 +247,7 @@ def test_graphs_per_step_averages_updates_into_one_step_and_resumes_exactly(tmp_
 
 
 def test_validation_pool_is_fixed_and_disjoint_from_the_held_out_set():
-    from doppler_lab.train.general import validation_score, validation_tasks
+    from doppler_lab.train.general_policy import validation_score, validation_tasks
 
     tasks = validation_tasks()
     assert tasks == validation_tasks() and len(tasks) == 32
@@ -262,7 +262,7 @@ def test_validation_pool_is_fixed_and_disjoint_from_the_held_out_set():
 
 
 def _settle_case():
-    from doppler_lab.sim import Simulator
+    from doppler_lab.timing.sim import Simulator
     from doppler_lab.workloads import random_dag
 
     g = random_dag(num_nodes=40, width=6, seed=3)
@@ -304,7 +304,7 @@ def test_settle_anchor_returns_the_reference_when_the_search_found_nothing_more(
 
 def test_cp_rollout_anchors_are_the_placers_and_cached(tmp_path):
     from doppler_lab.placers import place
-    from doppler_lab.train.general import general_stages, search_anchors
+    from doppler_lab.train.general_policy import general_stages, search_anchors
 
     pool = [
         Task("chainmm:matrices=3,scale=0.001", "uniform:3", "paper"),
@@ -326,10 +326,10 @@ def test_cp_rollout_anchors_are_the_placers_and_cached(tmp_path):
 
 
 def test_proposal_anchors_are_the_doppler_placers_zero_shot_pick(tmp_path):
-    from doppler_lab.errors import ConfigError
+    from doppler_lab.house.errors import ConfigError
     from doppler_lab.placers import place
     from doppler_lab.policies.pretrained import resolve_checkpoint
-    from doppler_lab.train.general import search_anchors
+    from doppler_lab.train.general_policy import search_anchors
 
     pool = [
         Task("chainmm:matrices=3,scale=0.001", "uniform:3", "paper"),
@@ -359,7 +359,7 @@ def test_the_recorded_commands_train_the_shipped_general_policies_again():
 
     from doppler_lab.cli import build_parser
     from doppler_lab.policies.pretrained import list_checkpoints, resolve_checkpoint
-    from doppler_lab.train.general import (
+    from doppler_lab.train.general_policy import (
         GENERAL_IMITATION_EPISODES,
         GENERAL_LABEL_FRACTION,
         GENERAL_TEACHER,
@@ -421,7 +421,7 @@ def test_paper_cost_tasks_have_the_papers_cost_convention():
     """``--paper-cost-share``: generator draws become ``paper_costs:`` tasks on uniform devices
     under paper semantics, with transfers four times the producer's compute; a share of 0 draws
     nothing more (the pools of before)."""
-    from doppler_lab.train.general import PAPER_COST_CLUSTERS, build_graph
+    from doppler_lab.train.general_policy import PAPER_COST_CLUSTERS, build_graph
 
     plain = sample_tasks(40, seed=5)
     assert not [t for t in plain if t.graph.startswith("paper_costs")]

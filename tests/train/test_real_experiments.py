@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from doppler_lab.errors import ConfigError
-from doppler_lab.placement import Placement, round_robin, single_device
+from doppler_lab.house.errors import ConfigError
+from doppler_lab.ir.placement import Placement, round_robin, single_device
 from doppler_lab.placers import place
 from doppler_lab.train.experiments import (
     STAGE_LABELS,

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from doppler_lab.errors import CheckpointError, ConfigError
-from doppler_lab.hardware import make_cluster
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house.errors import CheckpointError, ConfigError
 from doppler_lab.policies.checkpoint import make_policy
-from doppler_lab.policies.config import PolicyConfig
-from doppler_lab.policies.placers import best_of_rollouts
+from doppler_lab.policies.policy_config import PolicyConfig
+from doppler_lab.search.learned import best_of_rollouts
 from doppler_lab.train import TrainConfig, Trainer, preset, read_rows, train
 from doppler_lab.train.loop import _Baseline, advantages, lr_factor
 from doppler_lab.train.metrics import MetricsLog
@@ -186,7 +186,7 @@ def test_elite_advantages_reward_only_the_best_quantile():
 
 @pytest.fixture(scope="module")
 def paper_chain():
-    from doppler_lab.io import read_paper_graph
+    from doppler_lab.io.documents import read_paper_graph
 
     from paper_graphs import paper_graph_path
 
@@ -194,7 +194,7 @@ def paper_chain():
 
 
 def _greedy_makespan(policy, g, cl) -> float:
-    from doppler_lab.sim import Simulator
+    from doppler_lab.timing.sim import Simulator
 
     return Simulator(g, cl).makespan(best_of_rollouts(policy, g, cl, 0).placement)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from doppler_lab.errors import ConfigError, FormatError
+from doppler_lab.house.errors import ConfigError, FormatError
 from doppler_lab.viz import bar_compare, learning_curves, read_metrics, smooth
 
 

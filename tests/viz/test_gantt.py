@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from doppler_lab.errors import ConfigError, GraphError
-from doppler_lab.graph import DataflowGraph
-from doppler_lab.io import read_paper_graph
-from doppler_lab.sim import simulate
-from doppler_lab.trace import Trace
+from doppler_lab.house.errors import ConfigError, GraphError
+from doppler_lab.io.documents import read_paper_graph
+from doppler_lab.ir.graph import DataflowGraph
+from doppler_lab.ir.trace import Trace
+from doppler_lab.timing.sim import simulate
 from doppler_lab.viz import compare_gantt, critical_path, gantt, transfer_lanes
 
 from viz_helpers import blocked_mlp, random_dag, round_robin_wc
@@ -244,7 +244,7 @@ def _trace(names, device, start, end, transfers=()) -> Trace:
 
 
 def _chain_graph() -> DataflowGraph:
-    from doppler_lab.graph import GraphBuilder
+    from doppler_lab.ir.graph import GraphBuilder
 
     b = GraphBuilder("hand")
     a = b.add_node("a", cost=1.0)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from doppler_lab.errors import PlacementError
-from doppler_lab.graph import DataflowGraph
+from doppler_lab.house.errors import PlacementError
+from doppler_lab.ir.graph import DataflowGraph
 from doppler_lab.viz import layered_layout, plot_graph
 
 from viz_helpers import blocked_mlp, random_dag

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 from plotly.offline import get_plotlyjs
 
-from doppler_lab.errors import ConfigError
-from doppler_lab.graph import DataflowGraph
-from doppler_lab.trace import Trace
+from doppler_lab.house.errors import ConfigError
+from doppler_lab.ir.graph import DataflowGraph
+from doppler_lab.ir.trace import Trace
 from doppler_lab.viz import HtmlReport, bar_compare, gantt, markdown_to_html, plot_graph
 
 from viz_helpers import blocked_mlp, round_robin_wc

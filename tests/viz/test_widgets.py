@@ -9,8 +9,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from doppler_lab.errors import ConfigError, PlacementError
-from doppler_lab.hardware import make_cluster
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house.errors import ConfigError, PlacementError
 from doppler_lab.placers import available_placers, place, placer_specs
 from doppler_lab.viz.widgets import (
     CriticalPathStepper,
@@ -208,8 +208,8 @@ def test_policy_stepper_replays_the_greedy_rollout(small, cluster, kind, one_tor
     graph = small
     torch = pytest.importorskip("torch")
     policies = pytest.importorskip("doppler_lab.policies.checkpoint")
-    from doppler_lab.policies.config import PolicyConfig
     from doppler_lab.policies.context import GraphContext
+    from doppler_lab.policies.policy_config import PolicyConfig
     from doppler_lab.policies.rollout import GREEDY, run_episodes
     from doppler_lab.viz.widgets import PolicyStepper
 
@@ -235,7 +235,7 @@ def test_learned_placer_steps_from_its_checkpoint(small, cluster, tmp_path, one_
     if "doppler" not in available_placers():
         pytest.skip("learned placers not installed")
     from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
-    from doppler_lab.policies.config import PolicyConfig
+    from doppler_lab.policies.policy_config import PolicyConfig
 
     policy = make_policy(PolicyConfig(hidden=8, head_hidden=8, mp_steps=1), 4, seed=2)
     ckpt = str(save_checkpoint(tmp_path / "tiny.pt", policy))

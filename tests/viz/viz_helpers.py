@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from doppler_lab.graph import DataflowGraph, GraphBuilder
-from doppler_lab.sim import simulate
-from doppler_lab.trace import Trace
+from doppler_lab.ir.graph import DataflowGraph, GraphBuilder
+from doppler_lab.ir.trace import Trace
+from doppler_lab.timing.sim import simulate
 
 
 def blocked_mlp(blocks: int = 4, layers: int = 3, n: int = 128) -> DataflowGraph:

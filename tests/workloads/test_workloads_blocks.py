@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from doppler_lab.errors import ConfigError, GraphError
 from doppler_lab.executor.torch_ops import evaluate
+from doppler_lab.house.errors import ConfigError, GraphError
 from doppler_lab.workloads._blocks import BlockBuilder, BlockTensor, concat, split_sizes, tree
 from doppler_lab.workloads.assemble import dense_inputs, dense_outputs
 

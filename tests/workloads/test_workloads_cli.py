@@ -7,7 +7,7 @@ import json
 import pytest
 
 from doppler_lab.cli import main
-from doppler_lab.io import load_graph
+from doppler_lab.io.documents import load_graph
 
 
 def test_list_table(capsys):

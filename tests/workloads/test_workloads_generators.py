@@ -11,9 +11,9 @@ from _workloads_dense import llama_block as dense_llama_block
 from _workloads_dense import llama_layer as dense_llama_layer
 from _workloads_dense import moe_layer as dense_moe_layer
 
-from doppler_lab.errors import ConfigError
 from doppler_lab.executor.torch_ops import evaluate, output_nodes
-from doppler_lab.io import load_graph, save_graph
+from doppler_lab.house.errors import ConfigError
+from doppler_lab.io.documents import load_graph, save_graph
 from doppler_lab.workloads import WORKLOADS, build
 from doppler_lab.workloads.assemble import dense_inputs, dense_outputs
 

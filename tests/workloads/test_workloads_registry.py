@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from doppler_lab.errors import ConfigError
+from doppler_lab.house.errors import ConfigError
 from doppler_lab.workloads import (
     WORKLOADS,
     build,

@@ -32,7 +32,7 @@ from .common import (
     start_point,
     torch_threads,
 )
-from .demo import ExecutorComparison, ShortFinetune, executor_comparison, short_finetune
+from .demo_stages import ExecutorComparison, ShortFinetune, executor_comparison, short_finetune
 from .real import (
     FIDELITY_MODELS,
     STAGE_LABELS,

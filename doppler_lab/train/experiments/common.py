@@ -11,12 +11,12 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ...errors import ConfigError
-from ...graph import DataflowGraph
-from ...hardware import Cluster
-from ...placement import Placement
-from ...runners import torch_threads as torch_threads  # its home; experiments import it here
-from ...trace import Trace
+from ...hardware.cluster import Cluster
+from ...house.errors import ConfigError
+from ...house.runners import torch_threads as torch_threads  # its home; experiments import it here
+from ...ir.graph import DataflowGraph
+from ...ir.placement import Placement
+from ...ir.trace import Trace
 
 #: metrics copied from a stage's rows into a learning-curve frame
 CURVE_METRICS: tuple[str, ...] = ("cost_mean", "cost_min", "greedy_cost")
@@ -63,8 +63,8 @@ def start_point(cost: float, stage: str, **labels: Any) -> pd.DataFrame:
 
 def greedy_makespan(policy: Any, graph: DataflowGraph, cluster: Cluster, semantics: str) -> float:
     """Simulated makespan of ``policy``'s greedy rollout (no sampling, no search)."""
-    from ...policies.placers import best_of_rollouts
-    from ...sim import Simulator
+    from ...search.learned import best_of_rollouts
+    from ...timing.sim import Simulator
 
     placement = best_of_rollouts(policy, graph, cluster, 0, 0, semantics).placement
     return float(Simulator(graph, cluster, semantics).makespan(placement))  # type: ignore[arg-type]

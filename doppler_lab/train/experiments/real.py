@@ -9,7 +9,7 @@ simulator); check how well the simulator predicts measured makespans over many p
 (:func:`run_stage3`); measure the Stage II and the Stage III policy side by side in one run
 (:func:`side_by_side`); collect the key numbers (:func:`real_key_numbers`).
 
-Fidelity uses the benchmark's own pieces (:mod:`doppler_lab.fidelity`): its placements,
+Fidelity uses the benchmark's own pieces (:mod:`doppler_lab.executor.fidelity_runs`): its placements,
 its measuring loop (shuffled rounds, disturbed runs retried) and its statistics.
 """
 
@@ -25,13 +25,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...calibration import Profile
-from ...deps import require
-from ...errors import ConfigError
-from ...graph import DataflowGraph
-from ...hardware import Cluster
-from ...placement import Placement
-from ...trace import Trace
+from ...hardware.cluster import Cluster
+from ...house.deps import require
+from ...house.errors import ConfigError
+from ...ir.graph import DataflowGraph
+from ...ir.placement import Placement
+from ...ir.trace import Trace
+from ...timing.calibration import Profile
 from .common import measure_placements, stage_curve, start_point, torch_threads
 
 #: labels of the two policies measured side by side
@@ -129,7 +129,7 @@ def profile_numbers(profile: Profile) -> dict[str, Any]:
 
 def calibrated_simulator(graph: DataflowGraph, profile: Profile) -> Any:
     """The ``wc`` simulator of ``graph`` on the calibrated devices with measured op times."""
-    from ...sim import Simulator
+    from ...timing.sim import Simulator
 
     return Simulator(graph, profile.cluster, "wc", cost_model=profile.cost_model(graph))
 
@@ -199,12 +199,12 @@ def stage2_policy(
         progress: show progress bars.
     """
     from ...policies.checkpoint import load_policy
-    from ...policies.config import POLICY_PRESETS
+    from ...policies.policy_config import POLICY_PRESETS
     from ...policies.pretrained import resolve_checkpoint
     from ..analysis import starting_policy
-    from ..config import preset
-    from ..costs import SimulatorCost
+    from ..cost_functions import SimulatorCost
     from ..loop import Trainer
+    from ..train_config import preset
 
     d = profile.num_devices
     if init == "auto":
@@ -280,10 +280,10 @@ def fidelity_set(
     seed: int = 0,
 ) -> list[Placement]:
     """Placements of varied quality for the fidelity check: the benchmark's set
-    (:func:`doppler_lab.fidelity.fidelity_placements`: placers, single, round-robin,
+    (:func:`doppler_lab.executor.fidelity_runs.fidelity_placements`: placers, single, round-robin,
     random, skewed, contiguous blocks, perturbed placer outputs; 35 on 2+ devices) and, with a
     ``policy``, its greedy rollout and ``rollouts`` sampled ones."""
-    from ...fidelity import fidelity_placements
+    from ...executor.fidelity_runs import fidelity_placements
 
     rng = np.random.default_rng(seed)
     out = fidelity_placements(graph, cluster, rng)
@@ -316,7 +316,7 @@ def measure_fidelity(
     """Measure every placement on the calibrated CPU workers and simulate it with the calibrated
     model and with the uncalibrated ``cpu`` preset.
 
-    Measuring: the benchmark's loop (:func:`doppler_lab.fidelity.measure_placements`):
+    Measuring: the benchmark's loop (:func:`doppler_lab.executor.fidelity_runs.measure_placements`):
     ``rounds`` passes in shuffled order, one warm-up and ``repeats`` timed runs per placement and
     pass; a run whose ops took far longer than calibrated is taken again.
 
@@ -327,8 +327,8 @@ def measure_fidelity(
     """
     from ...executor import make_backend
     from ...executor.backend import make_cpu_cluster
-    from ...fidelity import measure_placements as measure_all
-    from ...sim import Simulator
+    from ...executor.fidelity_runs import measure_placements as measure_all
+    from ...timing.sim import Simulator
 
     if not placements:
         raise ConfigError("measure_fidelity needs at least one placement; got none")
@@ -375,7 +375,7 @@ def fidelity_stats(frame: pd.DataFrame) -> dict[str, float]:
     """Spearman rank correlation and median relative error of each simulator's makespans
     against the measured ones (the benchmark's statistics): ``spearman_<model>`` and
     ``median_rel_err_<model>`` for ``calibrated`` and ``preset``, and ``placements``."""
-    from ...fidelity import median_rel_error, spearman
+    from ...executor.fidelity_runs import median_rel_error, spearman
 
     need = ["measured_s", *(f"simulated_{m}_s" for m in FIDELITY_MODELS)]
     missing = [c for c in need if c not in frame.columns]
@@ -457,7 +457,7 @@ def run_stage3(
     progress: bool = False,
 ) -> Stage3Run:
     """Stage III: REINFORCE from the Stage II policy with the measured makespan as the cost
-    (:func:`doppler_lab.train.costs.make_executor_cost`, median of ``repeats`` timed runs after
+    (:func:`doppler_lab.train.cost_functions.make_executor_cost`, median of ``repeats`` timed runs after
     a warm-up). ``out_dir`` is started afresh.
 
     Args:
@@ -472,9 +472,9 @@ def run_stage3(
         real_train: training-config overrides of the ``real`` preset (``lr``, ...).
         progress: show a progress bar.
     """
-    from ..config import preset
-    from ..costs import make_executor_cost
+    from ..cost_functions import make_executor_cost
     from ..loop import Trainer
+    from ..train_config import preset
 
     cfg = preset(
         "real",

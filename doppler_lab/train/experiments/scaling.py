@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ...errors import ConfigError
-from ...graph import DataflowGraph
-from ...hardware import Cluster, make_cluster
+from ...hardware.cluster import Cluster, make_cluster
+from ...house.errors import ConfigError
+from ...ir.graph import DataflowGraph
 from .common import finite_or_none, spec_with, torch_threads
 
 #: method -> policy kind
@@ -24,8 +24,8 @@ SCALING_METHODS: dict[str, str] = {"doppler": "dual", "placeto": "placeto", "gdp
 def _simulate_ms(graph: DataflowGraph, cluster: Cluster, repeats: int, batch: int) -> float:
     """Milliseconds of simulated makespan per episode, ``batch`` placements per call (as in
     a training update)."""
-    from ...placement import round_robin
-    from ...sim import Simulator
+    from ...ir.placement import round_robin
+    from ...timing.sim import Simulator
 
     sim = Simulator(graph, cluster, "wc")
     pls = [round_robin(graph, cluster.num_devices)] * batch
@@ -75,7 +75,7 @@ def scaling_rows(
         makespan of an episode, batched as in a Stage II update), and the per-node microseconds.
     """
     from ...policies.checkpoint import make_policy
-    from ...policies.config import POLICY_PRESETS
+    from ...policies.policy_config import POLICY_PRESETS
     from ...policies.speed import episode_times
     from ...workloads import build_from_spec
 

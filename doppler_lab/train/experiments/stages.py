@@ -13,13 +13,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...codeversion import versioned_key
-from ...errors import ConfigError
-from ...graph import DataflowGraph
-from ...hardware import Cluster
-from ...placement import Placement
-from ...runners import Run, Runner, make_runner
-from ...trace import Trace
+from ...hardware.cluster import Cluster
+from ...house.codeversion import versioned_key
+from ...house.errors import ConfigError
+from ...house.runners import Run, Runner, make_runner
+from ...ir.graph import DataflowGraph
+from ...ir.placement import Placement
+from ...ir.trace import Trace
 from .common import (
     convergence_stats,
     cpu_cluster,
@@ -124,7 +124,7 @@ class StageAblationConfig:
     def stage_configs(self, seed: int) -> dict[str, Any]:
         """The training configuration of each run of one seed: ``I``, ``II`` (after I),
         ``III`` (after II), ``II alone`` and ``III alone``."""
-        from ..config import preset
+        from ..train_config import preset
 
         common = {"semantics": "wc", "seed": seed}
         sim = {**common, "eval_every": self.eval_every, **self.sim_train}
@@ -183,7 +183,7 @@ def _timed_run(trainer: Any, run_dir: Path) -> tuple[Any, float]:
     res = trainer.run()
     wall = json.loads(path.read_text()) if cached else time.perf_counter() - t0
     if not cached:
-        from ...atomic import atomic_write
+        from ...house.atomic import atomic_write
 
         atomic_write(path, json.dumps(wall))
     return res, float(wall)
@@ -199,7 +199,7 @@ def _train_stage(
     progress: bool = False,
 ) -> tuple[Any, float]:
     """One resumable stage run; Stage III measures on the real devices (executor closed after)."""
-    from ..costs import make_executor_cost
+    from ..cost_functions import make_executor_cost
     from ..loop import Trainer
 
     cost = make_executor_cost(graph, cluster, config.repeats) if config.stage == "real" else None
@@ -288,7 +288,7 @@ def run_stage_ablation(
     placement on the real devices (runs cached per seed under ``out_dir``).
 
     Each seed's trainings are one run of ``runner`` (``local``: one after the other here;
-    ``ray``: one Ray task each, see :mod:`doppler_lab.runners`). Stage III measures on the CPU
+    ``ray``: one Ray task each, see :mod:`doppler_lab.house.runners`). Stage III measures on the CPU
     workers of the machine it runs on: runs side by side on one machine disturb each other's
     measurements, so ``ray`` suits a cluster of several machines or variants without III.
 
@@ -296,11 +296,11 @@ def run_stage_ablation(
     ``I+II`` the first two of ``I+II+III``. CP (one run per seed as its tie seed) and the
     single-device placement are simulated and measured too, for reference.
     """
-    from ...placement import single_device
+    from ...ir.placement import single_device
     from ...placers import place
-    from ...policies.config import POLICY_PRESETS
-    from ...policies.placers import best_of_rollouts
-    from ...sim import Simulator
+    from ...policies.policy_config import POLICY_PRESETS
+    from ...search.learned import best_of_rollouts
+    from ...timing.sim import Simulator
     from ...workloads import build_from_spec
 
     graph = build_from_spec(config.workload)

@@ -12,11 +12,11 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ...codeversion import versioned_key
-from ...errors import ConfigError
-from ...graph import DataflowGraph
-from ...hardware import Cluster, make_cluster
-from ...runners import Run, Runner, make_runner
+from ...hardware.cluster import Cluster, make_cluster
+from ...house.codeversion import versioned_key
+from ...house.errors import ConfigError
+from ...house.runners import Run, Runner, make_runner
+from ...ir.graph import DataflowGraph
 from .common import (
     episodes_to_reach,
     finite_or_none,
@@ -117,8 +117,8 @@ def source_policy(
     """
     from ...policies.pretrained import list_checkpoints
     from ..analysis import starting_policy
-    from ..config import preset
     from ..pipeline import run_pipeline
+    from ..train_config import preset
 
     shipped = list_checkpoints().get(f"doppler/{graph.name}", {})
     same = shipped.get("cluster") == cluster.name and shipped.get("graph_nodes") == graph.num_nodes
@@ -181,9 +181,9 @@ def _transfer_seed(
     whole budget; scratch spends ``imitation_episodes`` of it in Stage I first."""
     from ...policies.checkpoint import load_policy, make_policy
     from ..analysis import compare_placements
-    from ..config import preset
     from ..loop import Trainer
     from ..pipeline import run_pipeline
+    from ..train_config import preset
 
     sem, seed, d = config.semantics, config.seed, cluster.num_devices
     zero = load_policy(checkpoint, num_devices=d, allow_device_change=True)[0]
@@ -271,10 +271,10 @@ def run_transfers(
         paper_graphs_dir: folder of the paper's graphs, for cases that name them.
         progress: progress bars.
         runner: where the (case, seed) runs on the targets go: ``local`` (one after the other
-            here), ``ray`` or a :class:`~doppler_lab.runners.Runner`; sources train here first.
+            here), ``ray`` or a :class:`~doppler_lab.house.runners.Runner`; sources train here first.
     """
-    from ...policies.config import POLICY_PRESETS
-    from ..config import preset
+    from ...policies.policy_config import POLICY_PRESETS
+    from ..train_config import preset
 
     if not 0 <= imitation_episodes < episodes:
         raise ConfigError(

@@ -1,0 +1,176 @@
+"""Simulator fidelity, the pieces shared by ``doppler-lab bench fidelity`` and the Stage III
+experiments (:mod:`doppler_lab.train.experiments.real`): placements of varied quality, measuring
+them on real devices (shuffled rounds, disturbed runs taken again), and the agreement of
+simulated and measured makespans (Spearman rank correlation, median relative error).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..hardware.cluster import Cluster
+from ..house.deps import require
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement, random_placement, round_robin, single_device
+
+#: placers used when :mod:`doppler_lab.placers` is available (name -> seeds)
+PLACERS: dict[str, tuple[int, ...]] = {
+    "cp": (0, 1, 2),
+    "cp-released": (0,),
+    "heft": (0,),
+    "cpop": (0,),
+    "etf": (0,),
+    "m-topo": (0,),
+    "enumerative": (0,),
+    "local-search": (0,),
+}
+
+
+def _with_devices(graph: DataflowGraph, dev: np.ndarray, label: str) -> Placement:
+    return Placement(dev, placer=label).with_inputs_filled(graph)
+
+
+def fidelity_placements(
+    graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator, quick: bool = False
+) -> list[Placement]:
+    """Placements of varied quality (>= 30 for 2+ devices; fewer when ``quick``)."""
+    d = cluster.num_devices
+    n = graph.num_nodes
+    out: list[Placement] = [single_device(graph, d), round_robin(graph, d)]
+    base: list[Placement] = []
+    try:
+        from ..placers import available_placers, place
+
+        names = [
+            k for k in PLACERS if k in available_placers() and not (quick and k == "local-search")
+        ]
+        for name in names:
+            for seed in PLACERS[name][: 1 if quick else None]:
+                p = place(name, graph, cluster, seed=seed)
+                base.append(Placement(p.device, placer=f"{name}#{seed}"))
+    except ImportError:  # pragma: no cover - placers not installed
+        pass
+    out += base
+    for _ in range(3 if quick else 8):
+        out.append(random_placement(graph, d, rng))
+    for p0 in (0.6, 0.75, 0.9) if quick else (0.6, 0.7, 0.8, 0.9):
+        for _ in range(1 if quick else 2):
+            dev = np.where(rng.random(n) < p0, 0, rng.integers(1, max(d, 2), n) % d)
+            out.append(_with_devices(graph, dev, f"skewed{p0}"))
+    order = graph.topo_order[~graph.is_input[graph.topo_order]]
+    for chunks in (2, 4, 8):
+        dev = np.zeros(n, dtype=np.int64)
+        for i, part in enumerate(np.array_split(order, chunks)):
+            dev[part] = i % d
+        out.append(_with_devices(graph, dev, f"blocks{chunks}"))
+    seeds = base or [round_robin(graph, d)]
+    for k, frac in enumerate((0.1, 0.3) if quick else (0.05, 0.1, 0.2, 0.3)):
+        src = seeds[k % len(seeds)]
+        dev = src.device.copy()
+        flip = rng.random(n) < frac
+        dev[flip] = rng.integers(0, d, int(flip.sum()))
+        out.append(_with_devices(graph, dev, f"{src.placer}~{frac}"))
+    return out
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman rank correlation (average ranks for ties)."""
+    require("scipy.stats", "the Spearman rank correlation")
+    from scipy.stats import spearmanr
+
+    if len(x) < 3:
+        return float("nan")
+    return float(spearmanr(x, y).statistic)
+
+
+def median_rel_error(predicted: Sequence[float], measured: Sequence[float]) -> float:
+    p, m = np.asarray(predicted, dtype=np.float64), np.asarray(measured, dtype=np.float64)
+    return float(np.median(np.abs(p - m) / m))
+
+
+#: a run whose ops took this much longer (median) than calibrated was disturbed by other work
+DISTURBED_SLOWDOWN = 1.3
+#: how often a disturbed run is repeated before it is kept anyway
+MAX_RETRIES = 4
+
+
+def op_slowdown(trace: Any, graph: DataflowGraph, expected: np.ndarray) -> float:
+    """Median over ops of measured duration / expected duration on its device."""
+    comp = graph.compute_nodes
+    exp = expected[comp, trace.device[comp]]
+    dur = (trace.end - trace.start)[comp]
+    ok = exp > 0
+    return float(np.median(dur[ok] / exp[ok])) if ok.any() else 1.0
+
+
+def measure_placements(
+    graph: DataflowGraph,
+    backend: Any,
+    placements: Sequence[Placement],
+    repeats: int,
+    warmup: int,
+    rounds: int,
+    rng: np.random.Generator,
+    progress: bool = False,
+    expected: np.ndarray | None = None,
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Every measured makespan of each placement, ``(placements, rounds x repeats)``, over
+    ``rounds`` passes in shuffled order.
+
+    With ``expected`` (``(N, D)`` op times, e.g. a calibrated cost model's), a run whose ops
+    took :data:`DISTURBED_SLOWDOWN` times longer than expected (median) is taken again, up to
+    :data:`MAX_RETRIES` times (then kept). Returns the samples and the counts of runs
+    ``discarded`` and ``kept_disturbed``.
+    """
+    from . import Executor
+
+    per: list[list[float]] = [[] for _ in placements]
+    counts = {"runs": 0, "discarded": 0, "kept_disturbed": 0}
+    with (
+        Executor(graph, backend) as ex,
+        tqdm(
+            total=rounds * len(placements),
+            desc=f"measure {graph.name}",
+            disable=not progress,
+            leave=False,
+        ) as bar,
+    ):
+        for _ in range(rounds):
+            for i in rng.permutation(len(placements)):
+                pl = placements[i]
+                for _ in range(warmup):
+                    ex.run(pl)
+                for _ in range(repeats):
+                    for attempt in range(MAX_RETRIES + 1):
+                        trace = ex.run(pl).trace
+                        counts["runs"] += 1
+                        if (
+                            expected is None
+                            or op_slowdown(trace, graph, expected) <= DISTURBED_SLOWDOWN
+                        ):
+                            break
+                        if attempt == MAX_RETRIES:
+                            counts["kept_disturbed"] += 1
+                        else:
+                            counts["discarded"] += 1
+                    per[i].append(trace.makespan)
+                bar.update()
+    return np.array(per, dtype=np.float64), counts
+
+
+def workload_row(
+    name: str, spec: str, graph: DataflowGraph, placements: int, measured: np.ndarray
+) -> dict[str, Any]:
+    """The first columns of a fidelity table's row for one workload."""
+    return {
+        "workload": name,
+        "spec": spec,
+        "ops": int(graph.compute_nodes.size),
+        "placements": int(placements),
+        "measured_min_ms": float(measured.min() * 1e3),
+        "measured_max_ms": float(measured.max() * 1e3),
+    }

@@ -1,0 +1,70 @@
+"""Size and value limits on input, in one place (README "Limits" lists them).
+
+Readers and parsers check these before they allocate anything sized by the input, and say which
+limit a value passed in one line (a :class:`~doppler_lab.house.errors.DopplerLabError`). They are far
+above anything the workbench runs (the largest shipped graphs have about 20,000 nodes on 8
+devices) and far below what would exhaust memory or overflow a float.
+
+Example:
+    >>> from doppler_lab.house.errors import ConfigError
+    >>> check_limit(5, "MAX_DEVICES", "--devices", ConfigError)
+    5
+    >>> check_limit(10**30, "MAX_DEVICES", "--devices", ConfigError)
+    Traceback (most recent call last):
+    ...
+    doppler_lab.house.errors.ConfigError: --devices is 1e+30; the limit is 1024 (doppler_lab.house.limits.MAX_DEVICES)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: devices of a cluster (presets sized by ``--devices``, cluster files, profiles, checkpoints)
+MAX_DEVICES = 1024
+#: nodes of a graph (graph files, workload generators, imported models)
+MAX_NODES = 2_000_000
+#: edges of a graph
+MAX_EDGES = 20_000_000
+#: link resources of a cluster (one more than the largest route id)
+MAX_LINKS = 65_536
+#: elements along one dimension of a workload tensor (after ``scale``)
+MAX_DIM = 2**31 - 1
+#: layers / blocks / stages of a zoo model (``mlp:layers=...``)
+MAX_MODEL_LAYERS = 1024
+#: any other size parameter of a zoo model (hidden, seq, vocab, batch, ...)
+MAX_MODEL_SIZE = 1_000_000
+#: message-passing steps of a policy (``mp_steps``, ``placeto_steps``)
+MAX_MP_STEPS = 64
+#: widths of a policy's layers (``hidden``, ``head_hidden``, ...) and its other sizes
+MAX_POLICY_SIZE = 16_384
+#: timed runs and warm-up runs of ``execute`` / ``calibrate`` / Stage III
+MAX_REPEATS = 100_000
+#: seconds of any timeout or time limit (one week)
+MAX_SECONDS = 7 * 24 * 3600.0
+#: simulator calls, episodes, or other counts of a search or training budget
+MAX_BUDGET = 10**9
+#: sigma of the simulator's lognormal duration noise
+MAX_NOISE = 10.0
+#: a finite float that leaves room for sums of times (makespans, totals) to stay finite
+MAX_TIME = 1e300
+
+LIMITS: dict[str, Any] = {
+    name: value for name, value in dict(globals()).items() if name.startswith("MAX_")
+}
+
+
+def check_limit(value: Any, limit: str, what: str, fail: Any) -> Any:
+    """``value`` if it is at most the limit named ``limit`` (``"MAX_DEVICES"``), else ``fail``
+    (an error type or a function from a message to an error) naming ``what`` and the limit."""
+    bound = LIMITS[limit]
+    if value > bound:
+        shown = f"{bound:g}" if isinstance(bound, float) else str(bound)
+        raise fail(
+            f"{what} is {_show(value)}; the limit is {shown} (doppler_lab.house.limits.{limit})"
+        )
+    return value
+
+
+def _show(value: Any) -> str:
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    return text if len(text) <= 20 else f"{float(value):.3g}"

@@ -1,0 +1,248 @@
+"""``KEY=VALUE`` settings: one parser and one set of messages for ``train --set`` /
+``--policy-set``, ``adapt --set``, ``place -o`` and the parameters of workload and model specs
+(``chainmm:scale=0.1``).
+
+A value is read as ``true``/``false`` (a boolean), ``null`` (None), an integer (``8``, ``1e3``),
+a finite number (``0.5``, ``1e-5``, ``1/256``), a JSON list, object or quoted string
+(``[0.5,0.25]``, ``"x"``), or else the text itself (``paper``). A number that is not finite
+(``nan``, ``inf``, ``1e400``) is an error, never a string.
+
+Every message has one of two forms (``OWNER`` is ``train config``, ``placer 'heft'``,
+``workload 'chainmm'``, ...; ``NOUN`` is ``setting``, ``option`` or ``parameter``)::
+
+    OWNER has no NOUN 'zzz'; expected one of a, b, c
+    OWNER: NOUN lr='x'; expected a finite number > 0
+
+Example:
+    >>> parse_items(["lr=3e-4", "explore=perturb", "episodes=1e3"], "train config")
+    {'lr': 0.0003, 'explore': 'perturb', 'episodes': 1000}
+    >>> parse_items(["lr=NaN"], "train config")
+    Traceback (most recent call last):
+    ...
+    doppler_lab.house.errors.ConfigError: train config: setting lr=NaN; expected a finite number
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .errors import ConfigError, FormatError
+from .validate import is_int, is_number, parse_int_text, parse_json, parse_number_text, show
+
+__all__ = [
+    "bad_setting",
+    "check_dataclass",
+    "check_setting",
+    "dataclass_changes",
+    "parse_item",
+    "parse_items",
+    "parse_spec",
+    "parse_value",
+    "unknown_setting",
+]
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+# -- messages -----------------------------------------------------------------------------------
+def unknown_setting(owner: str, key: str, valid: Iterable[str], noun: str = "setting"):
+    """The error for a key that ``owner`` does not have."""
+    names = ", ".join(valid)
+    expected = f"expected one of {names}" if names else f"it takes no {noun}s"
+    return ConfigError(f"{owner} has no {noun} {key!r}; {expected}")
+
+
+def bad_setting(owner: str, key: str, value: Any, expected: str, noun: str = "setting"):
+    """The error for a value of the wrong type or out of range."""
+    if isinstance(value, _Literal):
+        shown = str(value)
+    elif is_int(value) and abs(value) >= 10**16:
+        shown = f"{float(value):.3g}"
+    else:
+        shown = show(value)
+    return ConfigError(f"{owner}: {noun} {key}={shown}; expected {expected}")
+
+
+class _Literal(str):
+    """A value shown as written (``NaN``, not ``'NaN'``)."""
+
+
+# -- parsing ------------------------------------------------------------------------------------
+def _not_finite(text: str) -> bool:
+    try:
+        return not math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
+def parse_value(text: str, owner: str = "", key: str = "", noun: str = "setting") -> Any:
+    """The value written in ``text`` (see the module's docstring).
+
+    Raises:
+        ConfigError: a number that is not finite (``nan``, ``inf``, ``1e400``, ``1/0``).
+    """
+    t = text.strip()
+    low = t.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low == "null":
+        return None
+    whole = parse_int_text(t)
+    if whole is not None:
+        return whole
+    number = parse_number_text(t)
+    if number is not None:
+        return number
+    if _not_finite(t):
+        raise bad_setting(owner or "value", key or "?", _Literal(t), "a finite number", noun)
+    num, slash, den = t.partition("/")
+    if slash:
+        a, b = parse_number_text(num), parse_number_text(den)
+        if a is not None and b is not None:
+            q = a / b if b else math.inf
+            if not math.isfinite(q):
+                raise bad_setting(
+                    owner or "value", key or "?", _Literal(t), "a finite number", noun
+                )
+            return q
+    if t[:1] in '[{"':
+        try:
+            return parse_json(t, f"{noun} {key}")
+        except FormatError:
+            pass  # the text as it is: whoever takes it says what it expected
+    return t
+
+
+def parse_item(item: str, owner: str, noun: str = "setting") -> tuple[str, Any]:
+    """``"heads=8"`` -> ``("heads", 8)``; ``-`` in a key reads as ``_``."""
+    key, eq, value = item.partition("=")
+    key = key.strip().replace("-", "_")
+    if not eq or not _NAME_RE.match(key) or not value.strip():
+        raise ConfigError(f"{owner}: {item!r} is not of the form key=value")
+    return key, parse_value(value, owner, key, noun)
+
+
+def parse_items(items: Iterable[str], owner: str, noun: str = "setting") -> dict[str, Any]:
+    """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}``; a key given twice is an error."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, value = parse_item(item, owner, noun)
+        if key in out:
+            raise ConfigError(f"{owner}: {noun} {key!r} is given twice")
+        out[key] = value
+    return out
+
+
+def parse_spec(spec: str, owner: str = "", noun: str = "parameter") -> tuple[str, dict[str, Any]]:
+    """``"llama_block:heads=8,seq=512"`` -> ``("llama_block", {"heads": 8, "seq": 512})``."""
+    name, _, rest = spec.strip().partition(":")
+    items = [s.strip() for s in rest.split(",") if s.strip()]
+    return name.strip(), parse_items(items, owner or f"spec {spec.strip()!r}", noun)
+
+
+# -- checking -----------------------------------------------------------------------------------
+def check_setting(
+    value: Any,
+    kind: str,
+    owner: str,
+    key: str,
+    noun: str = "setting",
+    minimum: float | None = None,
+    maximum: float | None = None,
+    above: float | None = None,
+) -> Any:
+    """``value`` checked against ``kind`` (``int``, ``float``, ``bool``, ``str``, each optionally
+    ``| None``) and the range; an ``int`` for a ``float`` becomes a float. Other kinds pass.
+
+    Raises:
+        ConfigError: (:func:`bad_setting`) naming the key and the expected type or range.
+    """
+    base, _, rest = kind.partition("|")
+    base = base.strip()
+    nullable = rest.strip() == "None"
+    if value is None and nullable:
+        return None
+    rng = " and ".join(
+        x
+        for x in (
+            None if above is None else f"> {_num(above)}",
+            None if minimum is None else f">= {_num(minimum)}",
+            None if maximum is None else f"<= {_num(maximum)}",
+        )
+        if x
+    )
+    if base == "bool":
+        if not isinstance(value, bool):
+            raise bad_setting(owner, key, value, "true or false", noun)
+        return value
+    if base == "str":
+        if not isinstance(value, str):
+            raise bad_setting(owner, key, value, "a string", noun)
+        return value
+    if base not in ("int", "float"):
+        return value
+    what = "an integer" if base == "int" else "a finite number"
+    expected = what + (f" {rng}" if rng else "")
+    if base == "int":
+        ok = is_int(value)
+    else:
+        ok = is_number(value) and math.isfinite(_as_float(value))
+    if not ok:
+        raise bad_setting(owner, key, value, what, noun)
+    v = int(value) if base == "int" else float(value)
+    if (
+        (minimum is not None and v < minimum)
+        or (maximum is not None and v > maximum)
+        or (above is not None and v <= above)
+    ):
+        raise bad_setting(owner, key, value, expected, noun)
+    return v
+
+
+def _num(x: float) -> str:
+    """A bound in a message: ``1000`` for ``1e3``, ``0.5``, ``1e+09``."""
+    if isinstance(x, float) and x.is_integer() and abs(x) < 1e6:
+        return str(int(x))
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def _as_float(value: Any) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def _kind(field: dataclasses.Field) -> str:
+    t = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", "")
+    return t.replace("Optional[", "").strip()
+
+
+def check_dataclass(obj: Any, owner: str, ranges: Mapping[str, Mapping[str, float]] = {}) -> None:
+    """Check every field of the (frozen) dataclass ``obj`` against its annotation (``int``,
+    ``float``, ``bool``, ``str``, ``X | None``) and ``ranges[name]`` (keywords of
+    :func:`check_setting`); ints in float fields become floats. For ``__post_init__``."""
+    for f in dataclasses.fields(obj):
+        if not f.init:
+            continue
+        v = getattr(obj, f.name)
+        checked = check_setting(v, _kind(f), owner, f.name, **ranges.get(f.name, {}))
+        if checked is not v and type(checked) is not type(v):
+            object.__setattr__(obj, f.name, checked)
+
+
+def dataclass_changes(
+    cls: Any, changes: Mapping[str, Any], owner: str, exclude: Iterable[str] = ()
+) -> dict[str, Any]:
+    """``changes`` if every key is a field of dataclass ``cls`` (and not in ``exclude``), else
+    :func:`unknown_setting` listing the valid keys."""
+    skip = set(exclude)
+    valid = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in skip]
+    for key in changes:
+        if key not in valid:
+            raise unknown_setting(owner, key, valid)
+    return dict(changes)

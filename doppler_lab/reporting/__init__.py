@@ -1,0 +1,1 @@
+"""What people read: the notebook runs (papermill), the report site and the demo job."""

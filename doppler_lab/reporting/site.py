@@ -1,0 +1,644 @@
+"""The report site: every notebook executed, rendered to HTML with live charts, and an index.
+
+``doppler-lab report`` (``make reports``) runs each notebook of ``notebooks/`` headlessly with
+its own defaults (a notebook's ``parameters`` cell holds its report-sized settings), or with its
+``quick`` profile (``--quick``: small settings stored in the notebook's metadata under
+``doppler_lab.quick``, see :func:`quick_parameters`), or with overrides from a JSON file, and
+writes::
+
+    reports/index.html             title, question, key numbers, run time and status per notebook
+    reports/site.json              the same, machine-readable (kept across --only runs)
+    reports/<notebook>/<notebook>.ipynb   the executed copy
+    reports/<notebook>/<notebook>.html    rendered, plotly charts live and offline
+    reports/<notebook>/summary.json       what the notebook recorded
+
+Key numbers on the index come from ``summary.json``: its ``key_numbers`` mapping when the
+notebook writes one, else a short selection of its flat fields (numbers and short strings, and
+small mappings of them flattened as ``makespans.cp``).
+
+Example:
+    >>> key_numbers({"lower_bound": 2.5, "makespans": {"cp": 3.0}, "rows": [1, 2]})
+    {'lower_bound': 2.5, 'makespans.cp': 3.0}
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..house.deps import require
+from ..house.errors import ConfigError
+from .notebook_runs import NOTEBOOKS_DIR, REPO_ROOT, notebook_parameters, render_html, run_notebook
+
+SITE_FORMAT = "doppler_lab.report_site"
+SITE_VERSION = 1
+#: a notebook holds its quick profile in its metadata: ``{"doppler_lab": {"quick": {...}}}``
+METADATA_KEY = "doppler_lab"
+QUICK_KEY = "quick"
+
+STATUSES: tuple[str, ...] = ("ok", "failed", "not run")
+MAX_KEY_NUMBERS = 10
+MAX_STRING = 60
+
+
+# -- notebooks -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NotebookInfo:
+    """What the index says about a notebook before running it.
+
+    Attributes:
+        path: the notebook file.
+        title: its first markdown heading.
+        question: the first paragraph after that heading (markdown).
+    """
+
+    path: Path
+    title: str
+    question: str
+
+    @property
+    def stem(self) -> str:
+        return self.path.stem
+
+
+def notebook_info(path: str | os.PathLike) -> NotebookInfo:
+    """The title (first markdown heading) and question (first paragraph) of a notebook."""
+    nbformat = require("nbformat", "reading a notebook")
+    nb = nbformat.read(str(path), as_version=4)
+    title, question = "", ""
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        paragraphs = re.split(r"\n\s*\n", cell.source.strip())
+        for para in paragraphs:
+            text = para.strip()
+            if not title and (m := re.match(r"#{1,6}\s+(.*)", text)):
+                title = m.group(1).strip()
+                rest = text[m.end() :].strip()
+                if rest and not question:
+                    question = rest
+            elif title and not question and text and not text.startswith("#"):
+                question = text
+            if title and question:
+                return NotebookInfo(Path(path), title, " ".join(question.split()))
+    return NotebookInfo(Path(path), title or Path(path).stem, " ".join(question.split()))
+
+
+def find_notebooks(
+    only: Sequence[str] | None = None, notebooks_dir: str | os.PathLike | None = None
+) -> list[Path]:
+    """The notebooks to run, in order: all of ``notebooks_dir`` or those named in ``only``.
+
+    A name matches a notebook by its stem (``00_quickstart``), file name, number (``00``) or
+    the rest of its stem (``quickstart``).
+
+    Raises:
+        ConfigError: a name matches no notebook, or several.
+    """
+    folder = Path(notebooks_dir) if notebooks_dir is not None else NOTEBOOKS_DIR
+    every = sorted(folder.glob("*.ipynb"))
+    if not every:
+        raise ConfigError(f"no notebooks in {folder}")
+    if not only:
+        return every
+    picked: list[Path] = []
+    for name in only:
+        hits = [p for p in every if _matches(p.stem, name)]
+        if len(hits) != 1:
+            why = "matches no notebook" if not hits else f"is ambiguous ({[p.stem for p in hits]})"
+            raise ConfigError(
+                f"notebook {name!r} {why}; expected one of: {', '.join(p.stem for p in every)}"
+            )
+        if hits[0] not in picked:
+            picked.append(hits[0])
+    return sorted(picked)
+
+
+def _matches(stem: str, name: str) -> bool:
+    name = name.removesuffix(".ipynb")
+    number, _, rest = stem.partition("_")
+    return name in (stem, number, rest)
+
+
+def quick_parameters(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The ``quick`` profile of a notebook: the ``doppler_lab.quick`` mapping of its metadata
+    (small values of some of its parameters, for ``doppler-lab report --quick``); None when it
+    has none.
+
+    Raises:
+        ConfigError: the profile is not a mapping, or names a parameter the notebook's
+            ``parameters`` cell does not declare.
+    """
+    nbformat = require("nbformat", "reading a notebook")
+    nb = nbformat.read(str(path), as_version=4)
+    meta = nb.metadata.get(METADATA_KEY, {})
+    profile = meta.get(QUICK_KEY) if isinstance(meta, Mapping) else None
+    if profile is None:
+        return None
+    where = f"notebook {Path(path).name}: metadata {METADATA_KEY}.{QUICK_KEY}"
+    if not isinstance(profile, Mapping):
+        raise ConfigError(f"{where} is {profile!r}; expected an object of parameter -> value")
+    declared = notebook_parameters(path)
+    unknown = sorted(set(profile) - set(declared))
+    if unknown:
+        raise ConfigError(
+            f"{where} names {unknown}, not in its parameters cell; expected some of "
+            f"{sorted(declared)}"
+        )
+    return dict(profile)
+
+
+def read_params_file(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
+    """Per-notebook parameter overrides from JSON: ``{"00_quickstart": {"scale": 0.1}, ...}``
+    (a key may be any name :func:`find_notebooks` accepts)."""
+    from ..house.jsonutil import read_json
+
+    p = Path(path)
+    doc = read_json(p, "parameters file")
+    if not isinstance(doc, dict) or not all(isinstance(v, dict) for v in doc.values()):
+        raise ConfigError(
+            f"parameters file {str(p)!r}: expected an object of notebook name -> "
+            '{"parameter": value}'
+        )
+    return doc
+
+
+def _overrides_for(stem: str, overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, params in overrides.items():
+        if _matches(stem, name):
+            out.update(params)
+    return out
+
+
+def _check_override_names(
+    notebooks: Sequence[Path], overrides: Mapping[str, Mapping[str, Any]]
+) -> None:
+    stems = [p.stem for p in notebooks]
+    for name in overrides:
+        if not any(_matches(s, name) for s in stems):
+            raise ConfigError(
+                f"parameters given for notebook {name!r}, which is not being run "
+                f"(running: {', '.join(stems)})"
+            )
+
+
+# -- key numbers -----------------------------------------------------------------------------------
+def _scalar(value: Any) -> bool:
+    if isinstance(value, bool) or value is None:
+        return isinstance(value, bool)
+    if isinstance(value, int | float):
+        return True
+    return isinstance(value, str) and 0 < len(value) <= MAX_STRING
+
+
+def key_numbers(summary: Mapping[str, Any], limit: int = MAX_KEY_NUMBERS) -> dict[str, Any]:
+    """A readable selection of a notebook's ``summary.json`` for the index page.
+
+    The summary's own ``key_numbers`` mapping when it has one; else its top-level numbers, booleans
+    and short strings, and its small mappings of those (at most ``limit`` entries, flattened as
+    ``name.key``); lists and deeper structures are left out.
+    """
+    own = summary.get("key_numbers")
+    source = own if isinstance(own, Mapping) else summary
+    out: dict[str, Any] = {}
+    for key, value in source.items():
+        if len(out) >= limit:
+            break
+        if _scalar(value):
+            out[str(key)] = value
+        elif isinstance(value, Mapping) and 0 < len(value) <= limit:
+            if all(_scalar(v) for v in value.values()):
+                for k, v in value.items():
+                    if len(out) >= limit:
+                        break
+                    out[f"{key}.{k}"] = v
+    return out
+
+
+# -- results ---------------------------------------------------------------------------------------
+@dataclass
+class NotebookResult:
+    """One notebook's line on the index.
+
+    Attributes:
+        stem: the notebook's name without ``.ipynb``.
+        title, question: from :func:`notebook_info`.
+        status: ``ok``, ``failed`` or ``not run``.
+        seconds: wall time of execution and rendering.
+        profile: ``defaults``, ``quick`` or ``custom`` (overrides given).
+        parameters: the parameters passed besides the defaults (``out_dir`` excluded).
+        key_numbers: from :func:`key_numbers`.
+        error: the failure, one line (``ExceptionName: message``).
+        page: the rendered page, relative to the site folder (None when none was written).
+        finished: ISO time stamp of the run.
+    """
+
+    stem: str
+    title: str
+    question: str
+    status: str = "not run"
+    seconds: float | None = None
+    profile: str = "defaults"
+    parameters: dict[str, Any] = field(default_factory=dict)
+    key_numbers: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    page: str | None = None
+    finished: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ConfigError(f"notebook {self.stem}: status {self.status!r}; expected {STATUSES}")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> NotebookResult:
+        names = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass(frozen=True)
+class Site:
+    """A built site.
+
+    Attributes:
+        out_dir: its folder.
+        index: the index page.
+        results: one per notebook shown (those run now and those kept from earlier runs).
+        ran: stems of the notebooks run by this build.
+    """
+
+    out_dir: Path
+    index: Path
+    results: list[NotebookResult]
+    ran: list[str]
+
+    @property
+    def failed(self) -> list[str]:
+        """Notebooks of this build that failed or did not run."""
+        by_stem = {r.stem: r for r in self.results}
+        return [s for s in self.ran if by_stem[s].status != "ok"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def _error_line(exc: BaseException) -> str:
+    ename, evalue = getattr(exc, "ename", None), getattr(exc, "evalue", None)
+    if ename:  # papermill's PapermillExecutionError: the notebook's own exception
+        cell = getattr(exc, "exec_count", None)
+        where = f" (cell [{cell}])" if cell is not None else ""
+        return f"{ename}: {evalue}{where}"
+    return f"{type(exc).__name__}: {exc}".strip()
+
+
+def run_one(
+    info: NotebookInfo,
+    out_dir: Path,
+    parameters: Mapping[str, Any],
+    profile: str,
+    timeout_s: int,
+    progress: bool = False,
+) -> NotebookResult:
+    """Execute and render one notebook into ``out_dir/<stem>/``; failures are recorded, not
+    raised (the executed copy is rendered anyway, so its page shows the traceback)."""
+    folder = out_dir / info.stem
+    executed = folder / info.path.name
+    page = folder / f"{info.stem}.html"
+    result = NotebookResult(
+        info.stem, info.title, info.question, profile=profile, parameters=dict(parameters)
+    )
+    for stale in (executed, page, folder / "summary.json"):
+        stale.unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    try:
+        summary = run_notebook(
+            info.path, folder, parameters, timeout_s=timeout_s, progress=progress
+        )
+        result.status = "ok"
+        result.key_numbers = key_numbers(summary)
+    except Exception as exc:  # a failing notebook is reported on the index, not fatal
+        result.status = "failed"
+        result.error = _error_line(exc)
+    if executed.exists():
+        try:
+            add_back_link(render_html(executed, page), "../index.html")
+            result.page = page.relative_to(out_dir).as_posix()
+        except Exception as exc:  # e.g. a corrupt partial notebook
+            result.status = "failed"
+            result.error = (result.error + "; " if result.error else "") + _error_line(exc)
+    result.seconds = round(time.perf_counter() - t0, 2)
+    result.finished = dt.datetime.now().isoformat(timespec="seconds")
+    return result
+
+
+_BACK_LINK = (
+    '<nav style="font:14px/1.4 sans-serif;padding:8px 20px;border-bottom:1px solid #d8dee4">'
+    '<a href="{href}" style="color:#3b75af">&larr; all reports</a></nav>'
+)
+
+
+def add_back_link(page: Path, href: str) -> Path:
+    """Put a link to the index (``href``) at the top of a rendered page."""
+    text = page.read_text(encoding="utf-8")
+    m = re.search(r"<body[^>]*>", text)
+    if m is not None:
+        link = _BACK_LINK.format(href=html.escape(href))
+        from ..house.atomic import atomic_write
+
+        atomic_write(page, text[: m.end()] + link + text[m.end() :])
+    return page
+
+
+def build_site(
+    out_dir: str | os.PathLike = "reports",
+    only: Sequence[str] | None = None,
+    parameters: Mapping[str, Mapping[str, Any]] | None = None,
+    quick: bool = False,
+    keep_going: bool = False,
+    progress: bool = True,
+    timeout_s: int = 3600,
+    notebooks_dir: str | os.PathLike | None = None,
+    command: str | None = None,
+) -> Site:
+    """Execute the notebooks, render each to HTML, and write ``index.html`` and ``site.json``.
+
+    Args:
+        out_dir: the site folder.
+        only: names of the notebooks to run (see :func:`find_notebooks`); default all. The
+            index keeps the other notebooks' earlier results found in ``site.json``.
+        parameters: per-notebook overrides, applied over the quick profile.
+        quick: use each notebook's quick profile (see :func:`quick_parameters`).
+        keep_going: after a failure, run the remaining notebooks (else they are "not run").
+        progress: tqdm bars (notebooks, and cells of the running notebook).
+        timeout_s: limit per notebook cell.
+        notebooks_dir: where the notebooks are (default ``notebooks/``).
+        command: the command line shown on the index page.
+
+    Returns:
+        The :class:`Site`; ``site.ok`` is False when a notebook failed.
+    """
+    from tqdm.auto import tqdm
+
+    out = Path(out_dir).resolve()
+    notebooks = find_notebooks(only, notebooks_dir)
+    overrides = dict(parameters or {})
+    _check_override_names(notebooks, overrides)
+    infos = [notebook_info(p) for p in notebooks]
+    plans = []
+    for info in infos:
+        params = quick_parameters(info.path) if quick else {}
+        if params is None and progress:
+            tqdm.write(f"note: {info.stem} has no quick profile; it runs with its defaults")
+        profile = "quick" if quick and params is not None else "defaults"
+        extra = _overrides_for(info.stem, overrides)
+        if extra:
+            profile = "custom"
+        plans.append((info, {**(params or {}), **extra}, profile))
+    out.mkdir(parents=True, exist_ok=True)
+    fresh: dict[str, NotebookResult] = {}
+    failed = False
+    bar = tqdm(plans, desc="notebooks", unit="nb", disable=not progress)
+    for info, params, profile in bar:
+        if failed and not keep_going:
+            fresh[info.stem] = NotebookResult(info.stem, info.title, info.question, profile=profile)
+            continue
+        bar.set_postfix_str(info.stem)
+        res = run_one(info, out, params, profile, timeout_s, progress=progress)
+        fresh[info.stem] = res
+        failed = failed or res.status != "ok"
+        if progress:
+            bar.write(f"{res.status:>6}  {info.stem}  {res.seconds:.1f} s" + _tail(res.error))
+    bar.close()
+    results = _merge(out, fresh, notebooks_dir)
+    index = write_index(out, results, command=command)
+    return Site(out, index, results, list(fresh))
+
+
+def _tail(error: str | None) -> str:
+    return f"  {error}" if error else ""
+
+
+def _merge(
+    out: Path, fresh: Mapping[str, NotebookResult], notebooks_dir: str | os.PathLike | None
+) -> list[NotebookResult]:
+    """This build's results, plus earlier ones (from ``site.json``) of the other notebooks that
+    still exist, plus "not run" lines for notebooks never run; in notebook order."""
+    earlier = {r.stem: r for r in read_site(out)}
+    results = []
+    for path in find_notebooks(None, notebooks_dir):
+        stem = path.stem
+        if stem in fresh:
+            results.append(fresh[stem])
+        elif (
+            stem in earlier
+            and earlier[stem].status != "not run"
+            and (earlier[stem].page is None or (out / earlier[stem].page).exists())
+        ):
+            results.append(earlier[stem])
+        else:
+            info = notebook_info(path)
+            results.append(
+                recovered_result(out, info) or NotebookResult(stem, info.title, info.question)
+            )
+    return results
+
+
+#: what :func:`run_notebook` passes every notebook besides ``out_dir`` (not an override)
+_HEADLESS = (("interactive", False),)
+
+
+def recovered_result(out_dir: str | os.PathLike, info: NotebookInfo) -> NotebookResult | None:
+    """A notebook's line rebuilt from what an earlier build left on disk (its executed copy,
+    ``summary.json`` and page) when ``site.json`` does not list it, e.g. after that build was
+    interrupted before writing the index; None when any of the three is missing."""
+    folder = Path(out_dir) / info.stem
+    executed, page, summary = (
+        folder / info.path.name,
+        folder / f"{info.stem}.html",
+        folder / "summary.json",
+    )
+    if not (executed.exists() and page.exists() and summary.exists()):
+        return None
+    meta = json.loads(executed.read_text(encoding="utf-8")).get("metadata", {}).get("papermill", {})
+    given = meta.get("parameters") or {}
+    params = {k: v for k, v in given.items() if (k, v) not in _HEADLESS and k != "out_dir"}
+    failed = bool(meta.get("exception"))
+    return NotebookResult(
+        info.stem,
+        info.title,
+        info.question,
+        status="failed" if failed else "ok",
+        seconds=meta.get("duration"),
+        profile="custom" if params else "defaults",
+        parameters=params,
+        key_numbers={} if failed else key_numbers(json.loads(summary.read_text())),
+        error="failed in an earlier build (see its page)" if failed else None,
+        page=page.relative_to(Path(out_dir)).as_posix(),
+        finished=(meta.get("end_time") or "")[:19] or None,
+    )
+
+
+def read_site(out_dir: str | os.PathLike) -> list[NotebookResult]:
+    """The results recorded in ``out_dir/site.json`` (empty when there is none)."""
+    path = Path(out_dir) / "site.json"
+    if not path.exists():
+        return []
+    doc = json.loads(path.read_text())
+    if doc.get("format") != SITE_FORMAT:
+        raise ConfigError(f"{path} is not a report site index (format {doc.get('format')!r})")
+    return [NotebookResult.from_dict(r) for r in doc.get("notebooks", [])]
+
+
+# -- index page ------------------------------------------------------------------------------------
+_INDEX_CSS = """
+<style>
+.status { display:inline-block; padding:1px 9px; border-radius:10px; font-size:.85em; font-weight:600; }
+.status.ok { background:#dafbe1; color:#116329; }
+.status.failed { background:#ffebe9; color:#a40e26; }
+.status.not-run { background:#eaeef2; color:#57606a; }
+section.nb { border:1px solid var(--line); border-radius:8px; padding:4px 20px 12px; margin:18px 0; }
+section.nb h2 { border:none; margin-top:.6em; }
+section.nb .meta { color:var(--muted); font-size:.9em; }
+section.nb pre.error { background:#fff5f5; color:#a40e26; white-space:pre-wrap; }
+.keys { display:flex; flex-wrap:wrap; gap:8px; margin:.6em 0 .8em; }
+.keys div { border:1px solid var(--line); border-radius:6px; padding:4px 10px; min-width:90px; }
+.keys span { display:block; color:var(--muted); font-size:.78em; }
+.keys b { font-weight:600; font-variant-numeric:tabular-nums; }
+</style>
+"""
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return html.escape(str(value))
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:.4g}"
+
+
+def _status_badge(status: str) -> str:
+    return f'<span class="status {status.replace(" ", "-")}">{html.escape(status)}</span>'
+
+
+def _link(r: NotebookResult, text: str) -> str:
+    if r.page is None:
+        return html.escape(text)
+    return f'<a href="{html.escape(r.page)}">{html.escape(text)}</a>'
+
+
+def _seconds(s: float | None) -> str:
+    if s is None:
+        return "–"
+    return f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min"
+
+
+def _overview(results: Sequence[NotebookResult]) -> str:
+    rows = "".join(
+        "<tr>"
+        f"<td>{_link(r, r.stem)}</td><td>{html.escape(r.title)}</td>"
+        f"<td>{_status_badge(r.status)}</td><td class='num'>{_seconds(r.seconds)}</td>"
+        f"<td>{html.escape(r.profile)}</td></tr>"
+        for r in results
+    )
+    head = "<tr><th>notebook</th><th>title</th><th>status</th><th class='num'>run time</th><th>parameters</th></tr>"
+    return (
+        f'<div class="table-wrap"><table><thead>{head}</thead><tbody>{rows}</tbody></table></div>'
+    )
+
+
+def _section(r: NotebookResult) -> str:
+    from ..viz.html import markdown_to_html
+
+    parts = [f'<section class="nb" id="{html.escape(r.stem)}">']
+    parts.append(f"<h2>{_link(r, r.title)}</h2>")
+    meta = [_status_badge(r.status), f"<code>{html.escape(r.stem)}</code>"]
+    if r.seconds is not None:
+        meta.append(f"ran in {_seconds(r.seconds)}")
+    if r.finished:
+        meta.append(f"on {html.escape(r.finished.replace('T', ' '))}")
+    meta.append(f"parameters: {html.escape(r.profile)}")
+    parts.append(f'<p class="meta">{" · ".join(meta)}</p>')
+    if r.question:
+        parts.append(markdown_to_html(r.question))
+    if r.parameters:
+        shown = ", ".join(f"{k}={v!r}" for k, v in r.parameters.items())
+        parts.append(f'<p class="meta">with {html.escape(shown)}</p>')
+    if r.error:
+        parts.append(f'<pre class="error">{html.escape(r.error)}</pre>')
+    if r.key_numbers:
+        boxes = "".join(
+            f"<div><span>{html.escape(k)}</span><b>{_format_value(v)}</b></div>"
+            for k, v in r.key_numbers.items()
+        )
+        parts.append(f'<div class="keys">{boxes}</div>')
+    if r.page:
+        parts.append(f"<p>{_link(r, 'open the notebook report →')}</p>")
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def write_index(
+    out_dir: str | os.PathLike, results: Sequence[NotebookResult], command: str | None = None
+) -> Path:
+    """Write ``index.html`` and ``site.json`` for ``results``; returns the index path."""
+    from ..viz.html import HtmlReport
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ok = sum(r.status == "ok" for r in results)
+    bad = sum(r.status == "failed" for r in results)
+    stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    commit = _commit()
+    sub = [f"built {stamp}" + (f" at commit `{commit}`" if commit else "")]
+    sub.append(
+        f"{len(results)} notebooks: {ok} ok, {bad} failed, {len(results) - ok - bad} not run"
+    )
+    if command:
+        sub.append(f"`{command}`")
+    report = HtmlReport("doppler_lab: experiment reports", subtitle=" · ".join(sub), toc=False)
+    report.html(_INDEX_CSS)
+    report.text(
+        "Each notebook asks one question about learned device placement (DOPPLER) and answers it "
+        "with the package; it was executed headlessly and rendered with its charts live. "
+        "Regenerate with `make reports` (report-sized defaults) or `doppler-lab report --quick`."
+    )
+    report.html(_overview(results))
+    for r in results:
+        report.html(_section(r))
+    index = report.write(out / "index.html")
+    doc = {
+        "format": SITE_FORMAT,
+        "version": SITE_VERSION,
+        "built": dt.datetime.now().isoformat(timespec="seconds"),
+        "commit": commit,
+        "command": command,
+        "notebooks": [asdict(r) for r in results],
+    }
+    from ..house.jsonutil import write_json
+
+    write_json(out / "site.json", doc)
+    return index

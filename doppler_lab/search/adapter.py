@@ -1,0 +1,648 @@
+"""Per-instance fine-tuning of a DOPPLER policy: a node-by-device bias table on PLC's logits,
+trained by policy gradient with the network frozen (efficient active search, Hottung et al.,
+ICLR 2022, "EAS-tab").
+
+Fine-tuning the network itself on one graph for a few hundred episodes barely moves it, and
+the rates that make it memorise a good placement unsettle everything else it knows (measured:
+``bench general``'s notes). The table is the opposite trade: ``n x D`` numbers that only this
+graph reads, so a high learning rate is safe and the network's judgement of every state is kept.
+
+:func:`adapt` spends ``episodes`` simulator calls:
+
+1. the proposals of the ``doppler`` placer (greedy + ``samples`` sampled rollouts + the
+   ``clustering`` placement and its bounded variants of ``cluster_caps`` + up to ``partitions``
+   METIS partitions); the best is the incumbent, and the table starts at ``anchor_bias`` on
+   each node's incumbent device (0: at zero);
+2. updates of ``batch`` sampled episodes each: the policy gradient of the episodes' costs
+   (advantage = the batch mean minus the cost, scaled by the batch's standard deviation) plus
+   ``imitation`` times the log-likelihood of the incumbent's own episode (EAS's imitation term:
+   the table learns to reproduce the best placement found so far);
+3. whatever the budget leaves when a batch would overrun it goes to a last, smaller batch;
+4. settling: imitation steps on the best placement, without simulator calls, until the greedy
+   rollout reproduces it (at most ``settle_steps``).
+
+The adapted policy is judged as any policy: its greedy rollout and sampled rollouts.
+``adapt(state=FILE)`` keeps the run's progress in ``FILE`` after the proposals and after every
+update (table, optimiser, incumbent, random state), and a run started again with the same file
+resumes exactly where it stopped; ``doppler-lab adapt GRAPH --out DIR`` runs it from the command
+line, and the ``doppler`` placer's ``adapter`` option places with a saved table
+(:func:`load_adapter`, which refuses a table of another graph, device count or network).
+
+Why these defaults (paper graphs, 200 episodes, ``doppler/general-v1``, the shipped default
+then, mean over seeds 0-3 of the protocol's makespan after adapting; a ``/tmp`` sweep,
+2026-12-02; with today's ``doppler/general``, 8 seeds: ``doppler-lab bench general``):
+
+- The general policy's PLC logits are sharp: between its two best devices the median gap is 13
+  and the 90th percentile 19 (paper ffnn, greedy rollout). A table at 2-5 with rate 0.1 never
+  outvoted the network (its greedy rollout stayed the zero-shot one); ``anchor_bias`` 10 and
+  rate 1 reproduce the incumbent and still let the samples leave it.
+- Sampling PLC at temperature 1 rarely leaves the incumbent (full transformer layer, start
+  196.7: 183-197 with tables at 20-30, one seed). Four seeds, rate 1: 168.6-172.5 at
+  temperature 2 (``anchor_bias`` 15), 145.2 at 2.5 and 154.2 at 3 (``anchor_bias`` 10).
+- ``anchor_bias`` 10 against 15: chain_mm 1250 vs 1200 (half the seeds reach the optimum
+  1200.07 with either), block 207.9 vs 212.7, full layer 145.2 vs 163.4, 8-GPU full 246.7 vs
+  252.5. 5 and 7 came out like 10 (150-153 on the full layer).
+- Batches of 16 beat 8 and 32 on most graphs.
+- The bounded clusterings (``cluster_caps``, 2026-12-03): on the paper's full layer the
+  adapter stayed at the unbounded clustering's 129.5 at every seed (200, 400 or 1000 episodes,
+  temperatures 2.5-5, anchors 0-10); the best known 122.1 moves whole chains (52 ops) at once.
+  With the bounds judged among the proposals it starts at 122.64 (``cap`` 0.25), and the 8-GPU
+  block at 166.87 instead of 173.7.
+- Settling needs an optimiser of its own: with the policy gradient's Adam state it did not
+  reproduce the full layer's best placement in 100 steps; fresh, in 5-15.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..hardware.cluster import Cluster
+from ..house.errors import ConfigError
+from ..house.limits import MAX_BUDGET, MAX_DEVICES, MAX_NODES
+from ..house.settings import bad_setting, check_setting
+from ..house.validate import type_name, want_int, want_str
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
+from ..placers.clustering import CLUSTER_CAPS, cap_ok
+from ..policies.checkpoint import save_atomic
+from ..timing.sim import Simulator
+from .budget import (
+    SearchOutcome,
+    candidate_source,
+    check_fewer_devices,
+    clustering_fits,
+    fewer_device_counts,
+)
+
+#: the ``format`` field of a saved table
+ADAPTER_FORMAT = "doppler-lab/adapter-1"
+#: the ``format`` field of a run's progress file (``adapt(state=...)``)
+ADAPT_STATE_FORMAT = "doppler-lab/adapt-state-1"
+
+
+#: upper bounds of the adapter's settings: the table's logits and the loss stay finite (a bias
+#: of 1e308 made every softmax NaN)
+ADAPT_MAXIMA: dict[str, float] = {
+    "lr": 1e3,
+    "anchor_bias": 1e3,
+    "imitation": 1e6,
+    "temperature": 1e3,
+    "episodes": MAX_BUDGET,
+    "batch": MAX_BUDGET,
+    "samples": MAX_BUDGET,
+    "partitions": MAX_BUDGET,
+    "settle_steps": MAX_BUDGET,
+}
+
+
+@dataclass(frozen=True)
+class AdaptConfig:
+    """Settings of :func:`adapt`.
+
+    Attributes:
+        episodes: simulator calls in all (the proposals' included).
+        batch: sampled episodes per update.
+        lr: Adam learning rate of the table.
+        anchor_bias: the table's start on each node's incumbent device (0: zeros).
+        imitation: weight of the incumbent's log-likelihood in the loss.
+        samples: sampled rollouts of the proposals (besides the greedy one).
+        partitions: METIS partition proposals.
+        clustering: the ``clustering`` placer's placement as a proposal, as in the ``doppler``
+            placer (:func:`~doppler_lab.search.budget.heuristic_candidates`).
+        cluster_caps: the work bounds of the bounded clusterings judged beside it (each
+            distinct placement once; :func:`~doppler_lab.placers.clustering.clustering_variants`).
+        fewer_devices: greedy rollouts on fewer devices replace as many of the samples, as in
+            the ``doppler`` placer: ``True`` for the first half of the devices and the first 2,
+            a list of device counts, or ``False``
+            (:func:`~doppler_lab.search.budget.fewer_device_counts`).
+        temperature: PLC's sampling temperature during the updates (SEL samples at 1); at least
+            0.001 (the logits divided by less overflow).
+        reanchor: when a sampled placement beats the incumbent, swap each moved node's table
+            entries of its old and new device, so the table's preference follows the new
+            incumbent with the confidence it had learned.
+        settle_steps: at most this many imitation steps on the best placement after the
+            budget (no simulator calls), until the greedy rollout reproduces it.
+    """
+
+    episodes: int = 200
+    batch: int = 16
+    lr: float = 1.0
+    anchor_bias: float = 10.0
+    imitation: float = 4.0
+    samples: int = 16
+    partitions: int = 4
+    clustering: bool = True
+    cluster_caps: tuple[float, ...] = CLUSTER_CAPS
+    fewer_devices: bool | list[int] = True
+    temperature: float = 2.5
+    reanchor: bool = True
+    settle_steps: int = 100
+
+    def __post_init__(self) -> None:
+        owner = "adapter config"
+        for name, kind, bounds in (
+            ("episodes", "int", {"minimum": 1}),
+            ("batch", "int", {"minimum": 1}),
+            ("samples", "int", {"minimum": 0}),
+            ("partitions", "int", {"minimum": 0}),
+            ("settle_steps", "int", {"minimum": 0}),
+            ("clustering", "bool", {}),
+            ("reanchor", "bool", {}),
+            ("lr", "float", {"above": 0}),
+            ("anchor_bias", "float", {"minimum": 0}),
+            ("imitation", "float", {"minimum": 0}),
+            ("temperature", "float", {"minimum": 1e-3}),  # logits / 1e-300 overflow
+        ):
+            top = ADAPT_MAXIMA.get(name)
+            value = check_setting(getattr(self, name), kind, owner, name, maximum=top, **bounds)
+            object.__setattr__(self, name, value)
+        check_fewer_devices(self.fewer_devices, owner, "setting")
+        caps = self.cluster_caps
+        if (
+            isinstance(caps, str)
+            or not hasattr(caps, "__iter__")
+            or not all(cap_ok(c) for c in caps)
+        ):
+            raise bad_setting(
+                owner,
+                "cluster_caps",
+                caps,
+                "a list of finite numbers > 0 (shares of a device's part of the work)",
+            )
+        object.__setattr__(self, "cluster_caps", tuple(caps))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "cluster_caps": list(self.cluster_caps)}
+
+    def proposals(self, graph: DataflowGraph) -> int:
+        """The most simulator calls the proposals take on ``graph`` (equal clusterings are
+        judged once, so they may take fewer)."""
+        clusterings = (
+            1 + len(self.cluster_caps) if self.clustering and clustering_fits(graph) else 0
+        )
+        return 1 + self.samples + self.partitions + clusterings
+
+
+@dataclass
+class AdaptResult:
+    """What :func:`adapt` found.
+
+    Attributes:
+        bias: ``(n, D)`` the trained table (local node ids; set it with
+            :meth:`~doppler_lab.policies.doppler.DualPolicy.set_node_bias`).
+        best: the best placement simulated on the way.
+        best_cost: its makespan.
+        start_cost: the best proposal's makespan.
+        calls: simulator calls spent.
+        rows: one dict per update (calls so far, batch mean / min, incumbent).
+        config: the settings.
+        greedy_cost: the greedy rollout's makespan (before the table).
+        rollout_cost: the best proposal rollout's makespan.
+        rollouts: the proposal rollouts judged (the greedy one included).
+        partition_cost: the best heuristic proposal's makespan (clustering or partitions; nan
+            without any).
+        source: where the best placement came from (``greedy``, ``sample``, ``clustering``,
+            ``partition`` or ``adapter``).
+        settle_steps: imitation steps after the budget until the greedy rollout reproduced
+            the best placement (-1: it did not within ``settle_steps``).
+        policy: :func:`policy_digest` of the network the table was trained on.
+    """
+
+    bias: torch.Tensor
+    best: Placement
+    best_cost: float
+    start_cost: float
+    calls: int
+    rows: list[dict[str, float]]
+    config: AdaptConfig
+    greedy_cost: float = math.nan
+    rollout_cost: float = math.nan
+    rollouts: int = 0
+    partition_cost: float = math.nan
+    source: str = ""
+    settle_steps: int = 0
+    policy: str = ""
+
+    def save(self, path: str | Path, graph: DataflowGraph, cluster: Cluster, checkpoint: Any):
+        """Write the table with what it belongs to (:func:`load_adapter` reads it back)."""
+        path = Path(path)
+        if not bool(torch.isfinite(self.bias).all()):
+            raise ConfigError(
+                f"adapter {path}: the trained table holds non-finite values; expected other "
+                f"settings (lr {self.config.lr:g}, anchor_bias {self.config.anchor_bias:g}, "
+                f"imitation {self.config.imitation:g}, temperature {self.config.temperature:g}); "
+                "nothing was written"
+            )
+        doc = {
+            "format": ADAPTER_FORMAT,
+            "bias": self.bias,
+            "graph": graph.name,
+            "graph_digest": graph.structure_digest,
+            "nodes": int(self.bias.shape[0]),
+            "devices": int(cluster.num_devices),
+            "checkpoint": str(checkpoint),
+            "policy": self.policy,
+            "best_device": self.best.device.tolist(),
+            "best_cost": self.best_cost,
+            "start_cost": self.start_cost,
+            "calls": self.calls,
+            "config": self.config.to_dict(),
+        }
+        return save_atomic(doc, path)
+
+
+def load_adapter(
+    path: str | Path, policy: Any, graph: DataflowGraph, num_devices: int | None = None
+) -> dict[str, Any]:
+    """Set the table saved at ``path`` on ``policy`` for ``graph``; returns the saved record.
+
+    Raises:
+        ConfigError: no such file, not an adapter file, or saved for another graph, device
+            count (``num_devices``, when given) or network (the saved :func:`policy_digest`).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"adapter {path}: no such file (doppler-lab adapt --out DIR writes one)")
+    try:
+        doc = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - a foreign file, named in the message
+        raise ConfigError(f"adapter {path}: unreadable ({exc})") from exc
+    if not isinstance(doc, dict) or doc.get("format") != ADAPTER_FORMAT:
+        raise ConfigError(f"adapter {path}: not an adapter table (format {ADAPTER_FORMAT!r})")
+    _check_adapter(doc, path)
+    n = int(graph.compute_nodes.size)
+    if doc["graph"] != graph.name or doc["nodes"] != n:
+        raise ConfigError(
+            f"adapter {path}: trained on {doc['graph']!r} ({doc['nodes']} compute nodes), "
+            f"expected the graph it is used on, {graph.name!r} ({n})"
+        )
+    saved = doc.get("graph_digest")  # absent in tables saved before it was recorded
+    if saved is not None and saved != graph.structure_digest:
+        raise ConfigError(
+            f"adapter {path}: trained on {doc['graph']!r} (digest {saved}), not on this "
+            f"{graph.name!r} (digest {graph.structure_digest}): its node names or edges differ"
+        )
+    if num_devices is not None and doc["devices"] != num_devices:
+        raise ConfigError(
+            f"adapter {path}: trained for {doc['devices']} devices, expected the cluster's "
+            f"{num_devices}"
+        )
+    digest = policy_digest(policy)
+    if doc.get("policy") and doc["policy"] != digest:
+        raise ConfigError(
+            f"adapter {path}: trained on top of another network (weights {doc['policy']}, "
+            f"from {doc.get('checkpoint')!r}); this policy's are {digest}: expected the "
+            "checkpoint it was trained with"
+        )
+    policy.set_node_bias(doc["bias"])
+    return doc
+
+
+#: fields every adapter file has (``save`` writes more)
+ADAPTER_FIELDS = ("format", "bias", "graph", "nodes", "devices")
+
+
+def _check_adapter(doc: dict[str, Any], path: Path) -> None:
+    """The fields :func:`load_adapter` reads, with their types; the table finite."""
+
+    def fail(msg: str) -> ConfigError:
+        return ConfigError(f"adapter {path}: {msg}")
+
+    for key in ADAPTER_FIELDS:
+        if key not in doc:
+            raise fail(f"lacks the field {key!r}; expected {', '.join(ADAPTER_FIELDS)}")
+    want_str(doc["graph"], "graph", fail)
+    nodes = want_int(doc["nodes"], "nodes", fail, minimum=0, maximum=MAX_NODES)
+    devices = want_int(doc["devices"], "devices", fail, minimum=1, maximum=MAX_DEVICES)
+    bias = doc["bias"]
+    if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
+        raise fail(f"bias is {type_name(bias)}; expected a float tensor")
+    if tuple(bias.shape) != (nodes, devices):
+        raise fail(f"bias has shape {tuple(bias.shape)}; expected ({nodes}, {devices})")
+    if not bool(torch.isfinite(bias).all()):
+        raise fail("bias holds non-finite values (nan or inf); expected finite ones")
+    if doc.get("policy") is not None:
+        want_str(doc["policy"], "policy", fail)
+
+
+def _reanchor(bias: torch.Tensor, old: np.ndarray, new: np.ndarray) -> None:
+    """Swap ``bias[v, old[v]]`` and ``bias[v, new[v]]`` where they differ (in place)."""
+    moved = np.nonzero(old != new)[0]
+    if moved.size:
+        rows = torch.as_tensor(moved)
+        a, b = torch.as_tensor(old[moved]), torch.as_tensor(new[moved])
+        with torch.no_grad():
+            va, vb = bias[rows, a].clone(), bias[rows, b].clone()
+            bias[rows, a], bias[rows, b] = vb, va
+
+
+def adapt(
+    policy: Any,
+    graph: DataflowGraph,
+    cluster: Cluster,
+    semantics: str = "paper",
+    config: AdaptConfig | None = None,
+    seed: int | np.random.Generator = 0,
+    progress: bool = False,
+    pbar: Any = None,
+    track_greedy: bool = False,
+    state: str | Path | None = None,
+) -> AdaptResult:
+    """Train a per-instance bias table for ``policy`` on ``graph`` (module docstring). The
+    policy's network is left as it was, and so is its bias (the result holds the table).
+
+    Args:
+        policy: a DOPPLER policy (learned PLC).
+        graph: the graph.
+        cluster: the cluster.
+        semantics: simulator semantics of the objective.
+        config: the settings (default :class:`AdaptConfig`).
+        seed: seed (or generator) of every draw.
+        progress: show a bar over the simulator calls.
+        pbar: a bar to advance instead (a search's own).
+        track_greedy: record the greedy rollout's makespan after each update (``greedy_cost``;
+            evaluation calls, not counted in the budget, as training's greedy evaluations).
+        state: a file that keeps the run's progress (written after the proposals and after
+            every update, atomically). When it exists the run resumes from it, with the same
+            draws an uninterrupted run makes, so the result is the same; a finished run only
+            settles again.
+
+    Raises:
+        ConfigError: the policy has no learned PLC (only DOPPLER's dual and PLC-only do), the
+            budget does not cover the proposals, or ``state`` belongs to another run (another
+            graph, cluster, semantics, settings, seed or network).
+    """
+    from ..house.progress import progress as bar
+    from ..policies.context import GraphContext
+    from ..policies.policy_base import Episodes
+    from ..policies.rollout import GREEDY, SAMPLE, ActionMode, Rollout, run_episodes
+    from .budget import heuristic_candidates, policy_candidates, proposal_order
+
+    cfg = config or AdaptConfig()
+    if getattr(policy, "plc", None) is None or not hasattr(policy, "set_node_bias"):
+        raise ConfigError(
+            f"adapt: a {getattr(policy, 'kind', type(policy).__name__)} policy has no learned "
+            "PLC to bias; expected a DOPPLER dual or plc-only policy"
+        )
+    clustering = cfg.clustering and clustering_fits(graph)
+    proposals = cfg.proposals(graph)
+    if cfg.episodes < proposals:
+        raise ConfigError(
+            f"adapt: episodes = {cfg.episodes} do not cover the proposals (1 greedy + "
+            f"{cfg.samples} samples + {cfg.partitions} partitions"
+            f"{f' + {1 + len(cfg.cluster_caps)} clusterings' if clustering else ''}); expected "
+            f"at least {proposals}"
+        )
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    ctx = GraphContext.for_policy(graph, cluster, policy.config, semantics)
+    sim = Simulator(graph, ctx.cluster, semantics, 0.0, ctx.cost)  # type: ignore[arg-type]
+    n, d = ctx.num_nodes, ctx.num_devices
+    nodes = ctx.features.nodes  # local -> global
+    key = {
+        "graph": graph.name,
+        "nodes": int(n),
+        "devices": int(d),
+        "semantics": semantics,
+        "config": cfg.to_dict(),
+        "policy": policy_digest(policy),
+        "seed": None if isinstance(seed, np.random.Generator) else int(seed),
+    }
+    old = policy.node_bias
+    policy.set_node_bias(None)
+    with torch.no_grad():
+        enc = policy.encode(ctx)
+    plc = ActionMode(True, 0.0, 0.0, cfg.temperature)
+    temps = (1.0, cfg.temperature)
+    follow = ActionMode(False, 0.0, 1.0, 1.0)  # PLC takes the anchor's devices
+    saved = _read_state(state, key) if state is not None else None
+    bias = torch.zeros((n, d), dtype=torch.float32)
+    if saved is None:
+        fewer = fewer_device_counts(d, cfg.fewer_devices)
+        cands = policy_candidates(
+            policy, graph, cluster, cfg.samples, rng, ctx, semantics, fewer_devices=fewer
+        )
+        rollouts = len(cands)
+        cands += heuristic_candidates(
+            graph, ctx.cost, d, cfg.partitions, cfg.clustering, cfg.cluster_caps
+        )
+        costs = np.asarray(sim.makespans(cands), dtype=np.float64)
+        calls = len(cands)
+        i = int(proposal_order(costs, np.stack([p.device for p in cands]), graph, ctx.cost)[0])
+        best, best_cost, start_cost = cands[i], float(costs[i]), float(costs[i])
+        source = candidate_source(i, rollouts, best)
+        part_cost = float(costs[rollouts:].min()) if calls > rollouts else math.nan
+        greedy_cost, rollout_cost = float(costs[0]), float(costs[:rollouts].min())
+        if cfg.anchor_bias:
+            bias[torch.arange(n), torch.as_tensor(best.device[nodes])] = float(cfg.anchor_bias)
+        # the incumbent as an episode of the policy (SEL greedy, PLC on its devices): what the
+        # imitation term makes likelier
+        with torch.no_grad():
+            incumbent: Episodes = run_episodes(
+                policy, ctx, enc, 1, rng, GREEDY, follow, anchor=best.device
+            )
+        rows: list[dict[str, float]] = []
+    else:
+        bias.copy_(saved["bias"])
+        best = Placement(
+            saved["best_device"].numpy(),
+            None if saved["best_priority"] is None else saved["best_priority"].numpy(),
+            saved["best_placer"],
+        )
+        best_cost, start_cost, calls = saved["best_cost"], saved["start_cost"], saved["calls"]
+        source, part_cost = saved["source"], saved["partition_cost"]
+        greedy_cost, rollout_cost, rollouts = (
+            saved["greedy_cost"], saved["rollout_cost"], saved["rollouts"]
+        )  # fmt: skip
+        incumbent = Episodes.from_state(saved["incumbent"])
+        rows = list(saved["rows"])
+        rng.bit_generator.state = json.loads(saved["rng"])
+    bias.requires_grad_(True)
+    opt = torch.optim.Adam([bias], lr=cfg.lr)
+    if saved is not None and saved["opt"] is not None:
+        opt.load_state_dict(saved["opt"])
+
+    def keep() -> None:
+        if state is None:
+            return
+        _write_state(state, {
+            "format": ADAPT_STATE_FORMAT, "key": key, "bias": bias.detach().clone(),
+            "opt": opt.state_dict() if opt.state else None,
+            "best_device": torch.from_numpy(np.array(best.device, dtype=np.int64)),
+            "best_priority": None if best.priority is None else torch.from_numpy(
+                np.array(best.priority, dtype=np.float64)),  # a copy: placements are read-only
+            "best_placer": best.placer, "best_cost": best_cost, "start_cost": start_cost,
+            "calls": calls, "source": source, "partition_cost": part_cost,
+            "greedy_cost": greedy_cost, "rollout_cost": rollout_cost, "rollouts": rollouts,
+            "incumbent": incumbent.to_state(), "rows": rows,
+            "rng": json.dumps(rng.bit_generator.state),
+        })  # fmt: skip
+
+    if saved is None:
+        keep()
+    own = pbar is None
+    if own:
+        pbar = bar(total=cfg.episodes, desc="adapt", enabled=progress, unit="ep")
+    pbar.update(calls)
+    try:
+        policy.set_node_bias(bias)
+        while calls < cfg.episodes:
+            k = min(cfg.batch, cfg.episodes - calls)
+            with torch.no_grad():
+                eps = run_episodes(policy, ctx, enc, k, rng, SAMPLE, plc)
+            c = np.asarray(sim.makespans(eps.placements), dtype=np.float64)
+            calls += k
+            j = int(np.argmin(c))
+            if c[j] < best_cost:
+                if cfg.reanchor:
+                    _reanchor(bias, best.device[nodes], eps.placements[j].device[nodes])
+                best, best_cost, incumbent = eps.placements[j], float(c[j]), eps.select([j])
+                source = "adapter"
+            opt.zero_grad()
+            loss = torch.zeros(())
+            if k > 1 and float(c.std()) > 0:
+                adv = torch.as_tensor((c.mean() - c) / c.std(), dtype=torch.float32)
+                terms = policy.log_probs(ctx, enc, eps, temps)
+                loss = loss - (adv * terms.plc_logp.sum(1)).mean()
+            if cfg.imitation:
+                terms = policy.log_probs(ctx, enc, incumbent, temps)
+                loss = loss - cfg.imitation * terms.plc_logp.sum() / n
+            if loss.requires_grad:
+                loss.backward()
+                opt.step()
+            row = {"calls": calls, "cost_mean": float(c.mean()), "cost_min": float(c[j]),
+                   "cost_best": best_cost}  # fmt: skip
+            if track_greedy:
+                with torch.no_grad():
+                    g = Rollout(policy, ctx, enc, 1, rng, GREEDY, GREEDY).run_placements()[0]
+                row["greedy_cost"] = float(sim.makespan(g))
+            rows.append(row)
+            keep()
+            pbar.update(k)
+        settled = _settle(policy, ctx, enc, bias, best.device, nodes, cfg, rng, temps)
+    finally:
+        if own:
+            pbar.close()
+        policy.set_node_bias(old)
+    return AdaptResult(
+        bias.detach().clone(), best, best_cost, start_cost, calls, rows, cfg,
+        greedy_cost, rollout_cost, rollouts, part_cost, source, settled, key["policy"],
+    )  # fmt: skip
+
+
+def policy_digest(policy: Any) -> str:
+    """A digest of the network's weights (16 hex digits): what a table was trained on top of."""
+    h = hashlib.sha256()
+    for name, t in sorted(policy.state_dict().items()):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(t.detach().cpu().numpy()).tobytes())
+    return h.hexdigest()[:16]
+
+
+def _write_state(path: str | Path, doc: dict[str, Any]) -> None:
+    save_atomic(doc, path)
+
+
+def _read_state(path: str | Path, key: dict[str, Any]) -> dict[str, Any] | None:
+    """The saved progress of the run ``key`` at ``path`` (None when there is none yet)."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        doc = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - a torn or foreign file, named in the message
+        raise ConfigError(
+            f"adapt state {path}: unreadable ({exc}); delete it to start over"
+        ) from exc
+    if not isinstance(doc, dict) or doc.get("format") != ADAPT_STATE_FORMAT:
+        raise ConfigError(
+            f"adapt state {path}: not an adapter run's state (format {ADAPT_STATE_FORMAT!r})"
+        )
+    for field, want in key.items():
+        have = doc["key"].get(field)
+        if have != want:
+            raise ConfigError(
+                f"adapt state {path}: written by another run ({field} {have!r}, this run "
+                f"{want!r}); use another file, or delete it to start over"
+            )
+    return doc
+
+
+def _settle(policy, ctx, enc, bias, target, nodes, cfg: AdaptConfig, rng, temps) -> int:
+    """Imitation steps (no simulator call) until the greedy rollout places every node where
+    ``target`` does: the episode that follows ``target``'s devices along greedy SEL is the one
+    the greedy rollout takes once every PLC choice agrees. Returns the steps taken (-1: still
+    not reproduced after ``cfg.settle_steps``). A fresh optimiser: the policy gradient's
+    moment estimates point elsewhere (with them, 100 steps did not settle the paper's full
+    transformer layer; fresh, 11 did)."""
+    from ..policies.rollout import GREEDY, ActionMode, Rollout, run_episodes
+
+    opt = torch.optim.Adam([bias], lr=cfg.lr)
+    follow = ActionMode(False, 0.0, 1.0, 1.0)
+    want = target[nodes]
+    for step in range(cfg.settle_steps + 1):
+        with torch.no_grad():
+            got = Rollout(policy, ctx, enc, 1, rng, GREEDY, GREEDY).run_placements()[0]
+        if np.array_equal(got.device[nodes], want):
+            return step
+        if step == cfg.settle_steps:
+            break
+        with torch.no_grad():
+            path = run_episodes(policy, ctx, enc, 1, rng, GREEDY, follow, anchor=target)
+        opt.zero_grad()
+        loss = -policy.log_probs(ctx, enc, path, temps).plc_logp.sum() / len(nodes)
+        loss.backward()
+        opt.step()
+    return -1
+
+
+def adapt_search(
+    policy: Any,
+    graph: DataflowGraph,
+    cluster: Cluster,
+    budget: int,
+    rng: np.random.Generator,
+    semantics: str,
+    samples: int | None,
+    partitions: int,
+    bar: Any = None,
+    fewer_devices: bool | list[int] = True,
+    clustering: bool = False,
+) -> Any:
+    """The ``doppler`` placer's ``search="adapt"``: the budget spent training a per-instance
+    table on PLC's logits (:func:`adapt`, its proposals first: ``samples``, default
+    :class:`AdaptConfig`'s, with ``fewer_devices``, then the ``clustering`` placement, its
+    bounded variants and ``partitions`` as the budget leaves room); the best placement it
+    simulated."""
+    samples = min(AdaptConfig.samples if samples is None else samples, budget - 1)
+    left = budget - 1 - samples
+    clustering = clustering and clustering_fits(graph) and left >= 1
+    # the clusterings as far as the budget leaves room, then the partitions
+    caps = CLUSTER_CAPS[: max(0, left - 1)] if clustering else ()
+    room = max(0, min(partitions, left - (1 + len(caps) if clustering else 0)))
+    # no settling: a search returns the best placement simulated, not the policy
+    cfg = AdaptConfig(
+        episodes=budget,
+        samples=samples,
+        partitions=room,
+        clustering=clustering,
+        cluster_caps=caps,
+        settle_steps=0,
+        fewer_devices=fewer_devices,
+    )
+    out = adapt(policy, graph, cluster, semantics, cfg, seed=rng, pbar=bar)
+    best = out.best
+    placement = Placement(
+        best.device, best.priority, best.placer, {**best.meta, "source": out.source}
+    )
+    return SearchOutcome(
+        placement, out.best_cost, out.calls, out.greedy_cost, out.rollout_cost, out.rollouts,
+        out.partition_cost,
+    )  # fmt: skip

@@ -1,0 +1,494 @@
+"""Learned policies as placers (``doppler``, ``placeto``, ``gdp`` in the placer registry).
+
+The experiment protocol (ARCHITECTURE.md): a learned method's placement is the best of its
+greedy rollout and ``samples`` sampled rollouts from the final policy, judged by the simulator
+(the same semantics and noise as the table it goes into). ``doppler`` also judges heuristic
+proposals with them by default: the ``clustering`` placer's placement (:data:`CLUSTERING_PROPOSAL`;
+:mod:`doppler_lab.placers.clustering`) and ``partitions`` METIS min-cut partitions
+(:data:`PARTITION_PROPOSALS`; :mod:`doppler_lab.placers.partition`), which win where transfers
+dominate; ``clustering=false, partitions=0`` is the policy alone. ``samples=0, partitions=0,
+clustering=false`` gives the greedy rollout alone, without any simulator call.
+
+With a ``budget`` (simulator calls) the placer searches instead: the policy's rollouts, then an
+iterated local search from the best of them with the rest of the calls
+(:mod:`doppler_lab.search.budget`), the budget protocol of the search placers
+(``local-search``). ``doppler`` without a checkpoint runs the shipped general policy (:data:`~doppler_lab.policies.pretrained.GENERAL_CHECKPOINT`).
+A budget search (and the adapter) also judges the clustering's bounded variants
+(:data:`~doppler_lab.placers.clustering.CLUSTER_CAPS`, a call each); the zero-shot protocol
+judges the unbounded clustering alone: the variants' mappings take 5-55 ms more on graphs of
+150-370 ops, which its 100 ms target has no room for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..hardware.cluster import Cluster
+from ..house.errors import CheckpointError, ConfigError
+from ..house.limits import MAX_BUDGET, MAX_NOISE
+from ..house.progress import progress as progress_bar
+from ..house.runners import torch_threads
+from ..house.settings import check_setting
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
+from ..policies.checkpoint import load_policy
+from ..policies.context import GraphContext
+from ..policies.policy_base import PlacementPolicy
+from ..policies.pretrained import GENERAL_CHECKPOINT, list_checkpoints, resolve_checkpoint
+from ..timing.sim import SEMANTICS, Simulator
+from .adapter import adapt_search
+from .budget import (
+    SEARCH_STRATEGIES,
+    SearchOutcome,
+    candidate_source,
+    check_fewer_devices,
+    clustering_count,
+    fewer_device_counts,
+    heuristic_candidates,
+    policy_candidates,
+    policy_search,
+    proposal_order,
+)
+
+#: ``doppler``'s partition proposals by default: four METIS partitions (two seeds each of 3% and
+#: 10% imbalance) next to the greedy rollout and 16 samples, 21 simulator calls in all (22 with
+#: the clustering; ``doppler-lab bench general`` before the clustering: 0.816 of CP's makespan
+#: in geometric mean over the held-out set, against 0.838 for the policy's rollouts alone; the
+#: partitions won on the paper graphs and communication-heavy ones, the policy where work must
+#: spread step by step)
+PARTITION_PROPOSALS = 4
+#: ``doppler``'s rollouts on fewer devices by default (``True``: greedy rollouts on the first
+#: half of the devices and on 2 replace as many of the 16 samples, so the calls stay 17). The
+#: general policy's best of 17 on the validation pool (32 tasks of its training distribution,
+#: seeds 0-1): 0.9287 of CP on all devices, 0.9269 with them (one task of 32 worse, by 0.3%);
+#: on the held-out set 0.861 -> 0.837, a communication-heavy random DAG going from 0.93 to 0.47
+FEWER_DEVICES = True
+
+#: ``doppler`` judges the ``clustering`` placer's placement with its rollouts by default (one
+#: simulator call; :mod:`doppler_lab.placers.clustering`): Sarkar's edge-zeroing clustering,
+#: the classic heuristic where transfers cost as much as compute or more. On the paper's
+#: transformer graphs it is 0.1-6% from YARDSTICK's best known where the policy's rollouts are
+#: 28-67% away (the block: 166.9 against 212.7), and it wins some communication-heavy ``wc``
+#: tasks; with it the held-out set's geometric mean goes from 0.816 to 0.749 of CP
+#: (``doppler-lab bench general``, columns ``clustering`` and ``from_clustering``)
+CLUSTERING_PROPOSAL = True
+
+#: ``search`` values of the learned placers with a budget
+PLACER_SEARCHES: tuple[str, ...] = (*SEARCH_STRATEGIES, "adapt")
+
+
+@dataclass(frozen=True)
+class RolloutResult:
+    """The protocol's candidates and the winner.
+
+    Attributes:
+        placement: the best placement (on ties, the one that cuts the least transfer time,
+            then the first: :func:`~doppler_lab.search.budget.proposal_order`).
+        costs: ``(1 + samples + proposals,)`` simulated cost of the greedy rollout, of each
+            sample, then of each heuristic proposal (the clusterings, the partitions).
+        best_index: index of the winner in ``costs`` (0: the greedy rollout).
+        rollouts: how many of ``costs`` are the policy's rollouts (the rest: heuristic
+            proposals).
+        clustering: how many of the heuristic proposals are clustering placements (they come
+            first: the clustering and its bounded variants; the rest are partitions).
+    """
+
+    placement: Placement
+    costs: np.ndarray
+    best_index: int
+    rollouts: int = -1
+    clustering: int = 0
+
+    def __post_init__(self) -> None:
+        if self.rollouts < 0:
+            object.__setattr__(self, "rollouts", int(len(self.costs)))
+
+    @property
+    def greedy_cost(self) -> float:
+        return float(self.costs[0])
+
+    @property
+    def best_cost(self) -> float:
+        return float(self.costs[self.best_index])
+
+    @property
+    def rollout_cost(self) -> float:
+        """The best of the policy's own rollouts."""
+        return float(np.min(self.costs[: self.rollouts]))
+
+    @property
+    def partition_cost(self) -> float:
+        """The best partition proposal (nan without any)."""
+        rest = self.costs[self.rollouts + int(self.clustering) :]
+        return float(np.min(rest)) if rest.size else float("nan")
+
+    @property
+    def clustering_cost(self) -> float:
+        """The best clustering proposal's cost (nan without one)."""
+        k = int(self.clustering)
+        return float(np.min(self.costs[self.rollouts : self.rollouts + k])) if k else math.nan
+
+    @property
+    def source(self) -> str:
+        """What the winner is: ``greedy``, ``sample``, ``greedy on K devices`` (a rollout on
+        fewer devices), ``clustering`` or ``partition``."""
+        return candidate_source(self.best_index, self.rollouts, self.placement)
+
+
+def best_of_rollouts(
+    policy: PlacementPolicy,
+    graph: DataflowGraph,
+    cluster: Cluster,
+    samples: int = 16,
+    seed: int | np.random.Generator | None = 0,
+    semantics: str = "paper",
+    noise: float = 0.0,
+    noise_seeds: int = 1,
+    ctx: GraphContext | None = None,
+    partitions: int = 0,
+    fewer_devices: Sequence[int] = (),
+    clustering: bool = False,
+) -> RolloutResult:
+    """The greedy rollout and ``samples`` sampled rollouts of ``policy`` (and ``partitions``
+    min-cut partition proposals); the best by simulated cost (mean over ``noise_seeds`` noise
+    draws when ``noise > 0``).
+
+    Args:
+        policy: the policy.
+        graph: the graph.
+        cluster: the cluster.
+        samples: sampled rollouts besides the greedy one (K of the protocol).
+        seed: seed (or generator) of the sampled rollouts and the noise.
+        semantics: simulator semantics that judges the candidates.
+        noise: duration noise sigma of the judge.
+        noise_seeds: noise draws per candidate.
+        ctx: a prepared :class:`GraphContext` (built if None).
+        partitions: METIS partitions judged with the rollouts
+            (:func:`~doppler_lab.placers.partition.partition_proposals`; equal ones once).
+        fewer_devices: device counts below the cluster's whose greedy rollouts (on the first
+            k devices) replace the last samples, so the calls stay ``1 + samples``
+            (:func:`~doppler_lab.search.budget.policy_candidates`).
+        clustering: judge the ``clustering`` placer's placement and its bounded variants with
+            them, before the partitions
+            (:func:`~doppler_lab.search.budget.heuristic_candidates`).
+    """
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    ctx = ctx or GraphContext.for_policy(graph, cluster, policy.config, semantics)
+    cands = policy_candidates(
+        policy, graph, cluster, samples, rng, ctx, semantics, fewer_devices=fewer_devices
+    )
+    rollouts = len(cands)
+    cands += heuristic_candidates(graph, ctx.cost, ctx.num_devices, partitions, clustering)
+    if len(cands) == 1:
+        return RolloutResult(cands[0], np.array([np.nan]), 0)
+    with_clustering = clustering_count(cands[rollouts:])
+    # the context's cost model is the simulator's (both CostModel(graph, cluster))
+    sim = Simulator(graph, ctx.cluster, semantics, noise, ctx.cost)  # type: ignore[arg-type]
+    reps = noise_seeds if noise > 0 else 1
+    # (the simulator restores torch's thread count after its parallel kernels itself)
+    costs = np.mean(
+        [sim.makespans(cands, rng=rng if noise > 0 else None) for _ in range(reps)], axis=0
+    )
+    best = int(proposal_order(costs, np.stack([p.device for p in cands]), graph, ctx.cost)[0])
+    return RolloutResult(cands[best], costs, best, rollouts, with_clustering)
+
+
+class _LearnedPlacer:
+    """A checkpoint as a placer (see the module docstring).
+
+    Attributes:
+        checkpoint: the policy checkpoint (a path, or a shipped checkpoint's name; ``doppler``
+            defaults to the general policy).
+        samples: sampled rollouts besides the greedy one (default: 16; with a budget, the
+            search's own share of it).
+        semantics: simulator semantics that judges the rollouts.
+        noise: duration noise sigma of the judge (0 with a budget: the search is deterministic).
+        allow_device_change: run a Placeto / GDP checkpoint trained on another device count.
+        budget: simulator calls of a search with the policy as the proposal (None: the
+            protocol's best of the greedy rollout and ``samples`` samples).
+        search: the budget search's strategy, one of
+            :data:`PLACER_SEARCHES` (the search's strategies, and ``adapt``: the per-instance
+            adapter, :func:`~doppler_lab.search.adapter.adapt_search`).
+        progress: show a bar over the budget's simulator calls on stderr.
+        partitions: METIS min-cut partitions judged with the rollouts, with or without a budget
+            (:mod:`doppler_lab.placers.partition`; default :attr:`default_partitions`; 0: the
+            policy's rollouts alone).
+        fewer_devices: also place greedily on fewer devices, in place of as many samples:
+            ``True`` for the first half of the devices and the first 2, a list of device
+            counts, or ``False`` (default :attr:`default_fewer_devices`; off with an adapter,
+            whose table is for the whole cluster).
+        adapter: a per-instance table trained for this graph on this checkpoint
+            (``adapter.pt`` of ``doppler-lab adapt``; :func:`~doppler_lab.search.adapter.adapt`):
+            the rollouts run with it on PLC's logits. Refused for another graph, device count
+            or network, and with ``search="adapt"`` (which trains a table of its own).
+        cluster_moves: the budget search's descent (``ils``, ``ils-cp``) also tries moves of
+            several ops at once (:class:`~doppler_lab.placers.local_search.ClusterMoves`; default
+            true; false: single-node moves alone).
+        clustering: judge the ``clustering`` placer's placement
+            (:mod:`doppler_lab.placers.clustering`) with the rollouts, with or without a budget
+            (default :attr:`default_clustering`; one simulator call).
+        temperature: PLC's temperature in the sampled rollouts (default: the checkpoint's
+            ``sample_temperature``, else 1; see
+            :attr:`~doppler_lab.policies.policy_base.PlacementPolicy.sample_temperature`).
+    """
+
+    name: ClassVar[str] = ""
+    kinds: ClassVar[tuple[str, ...]] = ()
+    default_checkpoint: ClassVar[str | None] = None
+    #: partition proposals judged with the rollouts unless ``partitions`` says otherwise
+    default_partitions: ClassVar[int] = 0
+    #: rollouts on fewer devices unless ``fewer_devices`` says otherwise
+    default_fewer_devices: ClassVar[bool] = False
+    #: the clustering proposal judged with the rollouts unless ``clustering`` says otherwise
+    default_clustering: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        checkpoint: str | Path | None = None,
+        samples: int | None = None,
+        semantics: str = "paper",
+        noise: float = 0.0,
+        allow_device_change: bool = False,
+        budget: int | None = None,
+        search: str = SEARCH_STRATEGIES[0],
+        progress: bool = False,
+        partitions: int | None = None,
+        adapter: str | Path | None = None,
+        fewer_devices: bool | list[int] | None = None,
+        cluster_moves: bool = True,
+        clustering: bool | None = None,
+        temperature: float | None = None,
+    ):
+        what = f"placer {self.name!r}: option"
+        owner = f"placer {self.name!r}"
+
+        def opt(value: Any, kind: str, key: str, **bounds: Any) -> Any:
+            return check_setting(value, kind, owner, key, "option", **bounds)
+
+        if temperature is not None:
+            temperature = opt(temperature, "float", "temperature", above=0)
+        cluster_moves = opt(cluster_moves, "bool", "cluster_moves")
+        if clustering is None:
+            clustering = self.default_clustering
+        clustering = opt(clustering, "bool", "clustering")
+        if samples is not None:
+            samples = opt(samples, "int", "samples", minimum=0, maximum=MAX_BUDGET)
+        if partitions is None:
+            partitions = self.default_partitions
+        partitions = opt(partitions, "int", "partitions", minimum=0, maximum=MAX_BUDGET)
+        if fewer_devices is None:
+            fewer_devices = self.default_fewer_devices and adapter is None
+        elif fewer_devices is not False and adapter is not None:
+            raise ConfigError(
+                f"{what} fewer_devices = {fewer_devices!r} with an adapter: its table is for "
+                "every device of the cluster (expected fewer_devices false or no adapter)"
+            )
+        check_fewer_devices(fewer_devices, f"placer {self.name!r}")
+        if budget is not None:
+            budget = opt(budget, "int", "budget", minimum=1, maximum=MAX_BUDGET)
+        noise = opt(noise, "float", "noise", minimum=0, maximum=MAX_NOISE)
+        allow_device_change = opt(allow_device_change, "bool", "allow_device_change")
+        progress = opt(progress, "bool", "progress")
+        if semantics not in SEMANTICS:
+            raise ConfigError(
+                f"placer {self.name!r}: semantics {semantics!r}, expected one of {SEMANTICS}"
+            )
+        if search not in PLACER_SEARCHES:
+            raise ConfigError(f"{what} search = {search!r}, expected one of {PLACER_SEARCHES}")
+        if budget is not None and noise > 0:
+            raise ConfigError(
+                f"{what} noise = {noise!r} with a budget; the budget search judges placements "
+                "without noise (expected noise 0)"
+            )
+        if adapter is not None:
+            if not isinstance(adapter, (str, Path)) or not str(adapter):
+                raise ConfigError(f"{what} adapter = {adapter!r}, expected a file path")
+            if search == "adapt" and budget is not None:
+                raise ConfigError(
+                    f"{what} adapter with search='adapt': that search trains a table of its own; "
+                    f"expected another search ({', '.join(SEARCH_STRATEGIES)}) or no adapter"
+                )
+        self.adapter = None if adapter is None else Path(adapter)
+        self.checkpoint = self._checkpoint(checkpoint)
+        self.samples = samples
+        self.semantics = semantics
+        self.noise = float(noise)
+        self.allow_device_change = allow_device_change
+        self.budget = budget
+        self.search = search
+        self.progress = progress
+        self.partitions = partitions
+        self.fewer_devices = fewer_devices
+        self.cluster_moves = cluster_moves
+        self.clustering = clustering
+        self.temperature = temperature
+        self._cache: dict[int, PlacementPolicy] = {}
+
+    def _checkpoint(self, checkpoint: str | Path | None) -> Path:
+        if checkpoint is not None:
+            return resolve_checkpoint(checkpoint, self.name)
+        if self.default_checkpoint is None:
+            raise ConfigError(
+                f"placer {self.name!r} needs a checkpoint (--checkpoint CKPT, or a shipped name: "
+                "see doppler_lab.policies.pretrained.list_checkpoints())"
+            )
+        shipped = list_checkpoints()
+        if self.default_checkpoint not in shipped:
+            raise CheckpointError(
+                f"placer {self.name!r} without a checkpoint runs the general policy "
+                f"{self.default_checkpoint!r}, which is not shipped in this install; pass "
+                f"--checkpoint CKPT (a file or a shipped name: {', '.join(sorted(shipped))})"
+            )
+        return resolve_checkpoint(self.default_checkpoint, self.name)
+
+    def policy(self, num_devices: int) -> PlacementPolicy:
+        if num_devices not in self._cache:
+            pol, _ = load_policy(self.checkpoint, self.kinds, num_devices, self.allow_device_change)
+            if self.temperature is not None:
+                pol.sample_temperature = self.temperature
+            self._cache[num_devices] = pol
+        return self._cache[num_devices]
+
+    @contextlib.contextmanager
+    def _adapted(self, graph: DataflowGraph, cluster: Cluster) -> Iterator[PlacementPolicy]:
+        """The policy for ``cluster``, with the ``adapter`` table set while in use."""
+        policy = self.policy(cluster.num_devices)
+        if self.adapter is None:
+            yield policy
+            return
+        from .adapter import load_adapter
+
+        if not hasattr(policy, "set_node_bias"):
+            raise ConfigError(
+                f"placer {self.name!r}: option adapter needs a DOPPLER policy with a learned PLC"
+            )
+        load_adapter(self.adapter, policy, graph, cluster.num_devices)
+        try:
+            yield policy
+        finally:
+            policy.set_node_bias(None)
+
+    def run(
+        self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator
+    ) -> RolloutResult:
+        """The protocol's greedy rollout and ``samples`` samples (without a budget)."""
+        with self._adapted(graph, cluster) as policy:
+            return best_of_rollouts(
+                policy,
+                graph,
+                cluster,
+                16 if self.samples is None else self.samples,
+                rng,
+                self.semantics,
+                self.noise,
+                partitions=self.partitions,
+                fewer_devices=fewer_device_counts(cluster.num_devices, self.fewer_devices),
+                clustering=self.clustering,
+            )
+
+    def run_search(
+        self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator
+    ) -> SearchOutcome:
+        """The budget search (requires ``budget``)."""
+        if self.budget is None:
+            raise ConfigError(f"placer {self.name!r}: run_search needs the option budget")
+        bar = progress_bar(
+            total=self.budget, desc=f"{self.name} {graph.name}", enabled=self.progress, unit="call"
+        )
+        try:
+            with self._adapted(graph, cluster) as policy:
+                task = (policy, graph, cluster, self.budget, rng, self.semantics)
+                if self.search == "adapt":
+                    return adapt_search(
+                        *task, self.samples, self.partitions, bar, self.fewer_devices,
+                        self.clustering,
+                    )  # fmt: skip
+                return policy_search(
+                    *task,
+                    self.search,
+                    self.samples,
+                    bar=bar,
+                    partitions=self.partitions,
+                    fewer_devices=fewer_device_counts(cluster.num_devices, self.fewer_devices),
+                    cluster_moves=self.cluster_moves,
+                    clustering=self.clustering,
+                )
+        finally:
+            bar.close()
+
+    def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
+        """The placement (on one torch thread: an episode's tensors are tiny, and a second
+        thread made a zero-shot placement ten times slower on a busy two-core machine; the
+        placements are the same)."""
+        with torch_threads(1):
+            return self._place(graph, cluster, rng)
+
+    def _place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
+        meta: dict[str, Any] = {"checkpoint": str(self.checkpoint)}
+        if self.adapter is not None:
+            meta["adapter"] = str(self.adapter)
+        if self.budget is not None:
+            out = self.run_search(graph, cluster, rng)
+            p = out.placement
+            meta.update(
+                greedy_cost=out.greedy_cost,
+                rollout_cost=out.rollout_cost,
+                best_cost=out.cost,
+                partition_cost=out.partition_cost,
+                clustering_cost=out.clustering_cost,
+                samples=out.rollouts - 1,
+                budget=self.budget,
+                search=self.search,
+                sim_calls=out.calls,
+            )
+        else:
+            samples = 16 if self.samples is None else self.samples
+            res = self.run(graph, cluster, rng)
+            p = res.placement
+            meta.update(
+                greedy_cost=res.greedy_cost,
+                rollout_cost=res.rollout_cost,
+                partition_cost=res.partition_cost,
+                clustering_cost=res.clustering_cost,
+                best_cost=res.best_cost,
+                source=res.source,
+                samples=samples,
+                partitions=len(res.costs) - res.rollouts - int(res.clustering),
+                clusterings=int(res.clustering),
+                # each candidate judged once; the greedy rollout alone is not judged
+                sim_calls=len(res.costs) if len(res.costs) > 1 else 0,
+            )
+        return Placement(p.device, p.priority, self.name, {**p.meta, **meta})
+
+
+class DopplerPlacer(_LearnedPlacer):
+    """The DOPPLER dual policy (or its SEL-only / PLC-only ablation) from a checkpoint (default:
+    the shipped general policy)."""
+
+    name = "doppler"
+    kinds = ("dual", "sel-only", "plc-only")
+    default_checkpoint = GENERAL_CHECKPOINT
+    default_partitions = PARTITION_PROPOSALS
+    default_fewer_devices = FEWER_DEVICES
+    default_clustering = CLUSTERING_PROPOSAL
+
+
+class PlacetoPlacer(_LearnedPlacer):
+    """Our Placeto from a checkpoint."""
+
+    name = "placeto"
+    kinds = ("placeto",)
+
+
+class GdpPlacer(_LearnedPlacer):
+    """Our GDP from a checkpoint."""
+
+    name = "gdp"
+    kinds = ("gdp",)

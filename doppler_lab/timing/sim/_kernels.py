@@ -1,0 +1,620 @@
+"""Compiled simulator cores (numba). Arrays in, arrays out; no Python objects.
+
+Kernels take a device array and four records, each passed as a plain tuple in the field order of
+its named tuple below and named again on entry (numba types a plain tuple of arrays in C; a named
+tuple goes through Python's ``typeof`` on every call, a few microseconds). The graph and cost
+records are built once per :class:`~doppler_lab.timing.sim.Simulator`:
+
+- :class:`GraphArrays`: nodes 0..n-1; ``is_input`` nodes are skipped (resident everywhere at time
+  0); ``indeg`` counts only non-input predecessors; out-edges of a node are the CSR slots
+  ``succ_ptr[u]..succ_ptr[u+1]`` in edge-id order;
+- :class:`CostArrays`: compute time of v on d is ``comp[v, d] * comp_noise[v]`` (``comp`` may
+  have one column when every device is the same: then column 0 serves all; the device count
+  comes from ``lat``); per-slot arrays (``slot_fixed``, ``slot_bytes``, ``slot_noise``) are
+  indexed by slot, and the time of slot k from device a to b != a is
+  :func:`doppler_lab.hardware.rules.transfer_time` of ``(slot_fixed[k], lat[a, b], slot_bytes[k],
+  inv_bw[a, b])`` times ``slot_noise[k]``;
+- :class:`RunOptions`: noise factors and dispatch switches of one run (the batch forms take one
+  row of noise and priorities per placement, or one row for all);
+- :class:`TraceBuffers`: what a run records; the paper kernel records nothing when they are empty.
+Each kernel fills ``start``/``end`` and transfer records and returns (makespan, n_transfers).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit, prange
+
+from ...hardware.rules import reserve_route, transfer_time
+
+
+class GraphArrays(NamedTuple):
+    """The graph as the kernels read it."""
+
+    succ_ptr: np.ndarray  # (N + 1,) CSR offsets of each node's out-edge slots
+    succ_idx: np.ndarray  # (E,) consumer of each slot
+    slot_src: np.ndarray  # (E,) producer of each slot
+    indeg: np.ndarray  # (N,) compute (non-input) predecessors of each node
+    is_input: np.ndarray  # (N,) resident inputs: never timed
+    level_order: np.ndarray  # compute nodes by (depth, id), for bsp
+    level_ptr: np.ndarray  # (L + 1,) offsets of each level in level_order, for bsp
+
+
+class CostArrays(NamedTuple):
+    """Compute and transfer costs of the graph on the cluster (raw units), and its links."""
+
+    comp: np.ndarray  # (N, D) or (N, 1) compute time
+    slot_fixed: np.ndarray  # (E,) explicit transfer cost per slot
+    slot_bytes: np.ndarray  # (E,) bytes per slot
+    lat: np.ndarray  # (D, D) latency
+    inv_bw: np.ndarray  # (D, D) time per byte
+    routes: np.ndarray  # (D, D, 2) link resources of each ordered pair (-1: none)
+    n_links: int  # number of link resources
+
+
+class RunOptions(NamedTuple):
+    """Noise and dispatch of one run (batch forms: one row per placement, or one for all)."""
+
+    comp_noise: np.ndarray  # (N,) duration factor per node
+    slot_noise: np.ndarray  # (E,) duration factor per slot
+    has_noise: bool  # False: the factors are all 1 and are not read
+    priority: np.ndarray  # (N,) dispatch priority (wc with use_priority)
+    use_priority: bool  # wc: (priority, id) instead of (ready time, id)
+    dedupe: bool  # wc: a tensor is sent once per consuming device
+
+
+class TraceBuffers(NamedTuple):
+    """Per-node times and per-transfer records a run fills (``E`` rows for transfers)."""
+
+    start: np.ndarray  # (N,)
+    end: np.ndarray  # (N,)
+    tr_slot: np.ndarray  # (E,) int64
+    tr_start: np.ndarray  # (E,)
+    tr_end: np.ndarray  # (E,)
+    tr_link: np.ndarray  # (E,) int64 first link resource (-1: none)
+
+
+def new_buffers(n: int, e: int) -> TraceBuffers:
+    """Buffers for a run of ``n`` nodes and ``e`` edges (0 and 0: a paper run records nothing)."""
+    f, i = np.empty(n), np.empty(e, np.int64)
+    return TraceBuffers(f, np.empty(n), i, np.empty(e), np.empty(e), np.empty(e, np.int64))
+
+
+@njit(inline="always")
+def _named(graph, costs, opts, out):  # pragma: no cover - compiled
+    """The kernels' arguments (plain tuples) as their named records."""
+    return GraphArrays(*graph), CostArrays(*costs), RunOptions(*opts), TraceBuffers(*out)
+
+
+@njit(inline="always")
+def _compute_time(costs, v, d):  # pragma: no cover - compiled
+    """Compute time of node v on device d, before noise."""
+    comp = costs.comp
+    return comp[v, d if comp.shape[1] > 1 else 0]
+
+
+@njit(inline="always")
+def _slot_time(costs, k, a, b):  # pragma: no cover - compiled
+    """Time of slot k from device a to device b != a, before noise."""
+    return transfer_time(
+        costs.slot_fixed[k], costs.lat[a, b], costs.slot_bytes[k], costs.inv_bw[a, b]
+    )
+
+
+@njit(cache=True)
+def check_devices(device, is_input, num_devices, out):  # pragma: no cover - compiled
+    """Copy ``device`` into ``out`` with input nodes on device 0 (never read by the kernels; keeps
+    indexing in range); return the first compute node whose device is outside
+    ``0..num_devices-1``, or -1."""
+    for v in range(device.shape[0]):
+        if is_input[v]:
+            out[v] = 0
+        else:
+            d = device[v]
+            if d < 0 or d >= num_devices:
+                return v
+            out[v] = d
+    return -1
+
+
+# --------------------------------------------------------------------------------------------
+# binary heaps over parallel arrays, ordered by (key1, key2); ``base`` offsets a segment
+# --------------------------------------------------------------------------------------------
+
+
+@njit(inline="always")
+def _less(a1, a2, b1, b2):
+    return a1 < b1 or (a1 == b1 and a2 < b2)
+
+
+@njit(inline="always")
+def _hpush(k1, k2, pay, base, size, x1, x2, p):
+    i = size
+    while i > 0:
+        par = (i - 1) >> 1
+        if _less(x1, x2, k1[base + par], k2[base + par]):
+            k1[base + i] = k1[base + par]
+            k2[base + i] = k2[base + par]
+            pay[base + i] = pay[base + par]
+            i = par
+        else:
+            break
+    k1[base + i] = x1
+    k2[base + i] = x2
+    pay[base + i] = p
+    return size + 1
+
+
+@njit(inline="always")
+def _hpop(k1, k2, pay, base, size):
+    """Remove the minimum (read it at ``base`` before calling); returns the new size."""
+    size -= 1
+    x1 = k1[base + size]
+    x2 = k2[base + size]
+    p = pay[base + size]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            break
+        r = c + 1
+        if r < size and _less(k1[base + r], k2[base + r], k1[base + c], k2[base + c]):
+            c = r
+        if _less(k1[base + c], k2[base + c], x1, x2):
+            k1[base + i] = k1[base + c]
+            k2[base + i] = k2[base + c]
+            pay[base + i] = pay[base + c]
+            i = c
+        else:
+            break
+    if size > 0:
+        k1[base + i] = x1
+        k2[base + i] = x2
+        pay[base + i] = p
+    return size
+
+
+# --------------------------------------------------------------------------------------------
+# paper semantics: an exact emulation of the released SimPy simulator's event order
+# --------------------------------------------------------------------------------------------
+# SimPy processes events by (time, priority, eid). Zero-delay events scheduled while processing
+# instant t come after every event already due at t (larger eids) and among themselves in
+# creation order, so they live in a FIFO; delayed events live in a heap keyed (time, eid).
+# Event chain of the released code per edge u->v: finish[u] -> timeout(comm or 0) -> comm
+# process end -> AllOf(v) check -> (last input) AllOf succeeds -> request(dev) -> granted ->
+# timeout(comp) -> release(dev) + finish[v]; a release grants the next queued request (FIFO).
+
+_FINISH = 0
+_TIMEOUT = 1
+_PEND = 2
+_COND = 3
+_REQ = 4
+_RELEASE = 5
+_COMPT = 6
+
+
+@njit(cache=True)
+def paper_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
+    graph, costs, opts, out = _named(graph, costs, opts, out)
+    succ_ptr, succ_idx, indeg, is_input = (
+        graph.succ_ptr,
+        graph.succ_idx,
+        graph.indeg,
+        graph.is_input,
+    )
+    comp_noise, slot_noise, has_noise = opts.comp_noise, opts.slot_noise, opts.has_noise
+    start, end, tr_slot, tr_start, tr_end = (
+        out.start,
+        out.end,
+        out.tr_slot,
+        out.tr_start,
+        out.tr_end,
+    )
+    record = start.shape[0] > 0
+    n = indeg.shape[0]
+    ndev = costs.lat.shape[0]
+    e = succ_idx.shape[0]
+    # same-instant events: a ring buffer large enough for every event that can be pending at
+    # once (one per node, slot and device)
+    cap = 16
+    while cap < n + e + ndev + 8:
+        cap *= 2
+    mask = cap - 1
+    fifo = np.empty(cap, np.int64)
+    hcap = n + e + 1
+    ht = np.empty(hcap)
+    hs = np.empty(hcap, np.int64)
+    hc = np.empty(hcap, np.int64)
+    ni = np.empty((n + 1, 4), np.int32)
+    dur = np.empty(n)
+    fh = 0
+    ft = 0
+    hn = 0
+    # per-node state packed in one row (device, inputs still pending, next in the device queue,
+    # first out-slot): one cache line per node instead of one per array
+    for v in range(n):
+        ni[v, 0] = dev[v]
+        ni[v, 1] = indeg[v]
+        ni[v, 2] = -1
+        ni[v, 3] = succ_ptr[v]
+        c = _compute_time(costs, v, dev[v])
+        dur[v] = c * comp_noise[v] if has_noise else c
+    ni[n, 3] = succ_ptr[n]
+    busy = np.zeros(ndev, np.bool_)
+    qhead = np.full(ndev, -1, np.int32)
+    qtail = np.full(ndev, -1, np.int32)
+    ntr = 0
+    eid = 0
+    now = 0.0
+    makespan = 0.0
+    if record:
+        for v in range(n):
+            start[v] = np.nan
+            end[v] = np.nan
+    for v in range(n):
+        if not is_input[v] and indeg[v] == 0:
+            fifo[ft & mask] = v * 8 + _COND
+            ft += 1
+            eid += 1
+    while True:
+        if hn > 0 and ht[0] == now:
+            code = hc[0]
+            hn = _hpop(ht, hs, hc, 0, hn)
+        elif fh < ft:
+            code = fifo[fh & mask]
+            fh += 1
+            if fh == ft:  # empty: restart at the front, which stays in cache
+                fh = 0
+                ft = 0
+        elif hn > 0:
+            now = ht[0]
+            continue
+        else:
+            break
+        kind = code & 7
+        x = code >> 3
+        if kind == _FINISH:
+            a = ni[x, 0]
+            for k in range(ni[x, 3], ni[x + 1, 3]):
+                b = ni[succ_idx[k], 0]
+                c = 0.0
+                if a != b:
+                    c = _slot_time(costs, k, a, b)
+                    if has_noise:
+                        c *= slot_noise[k]
+                    if record:
+                        tr_slot[ntr] = k
+                        tr_start[ntr] = now
+                        tr_end[ntr] = now + c
+                    ntr += 1
+                eid += 1
+                t = now + c
+                if t == now:
+                    fifo[ft & mask] = k * 8 + _TIMEOUT
+                    ft += 1
+                else:
+                    hn = _hpush(ht, hs, hc, 0, hn, t, eid, k * 8 + _TIMEOUT)
+        elif kind == _TIMEOUT:
+            eid += 1
+            fifo[ft & mask] = x * 8 + _PEND
+            ft += 1
+        elif kind == _PEND:
+            v = succ_idx[x]
+            ni[v, 1] -= 1
+            if ni[v, 1] == 0:
+                eid += 1
+                fifo[ft & mask] = v * 8 + _COND
+                ft += 1
+        elif kind == _COND or kind == _RELEASE:
+            if kind == _COND:
+                d = ni[x, 0]
+                if qtail[d] < 0:
+                    qhead[d] = x
+                else:
+                    ni[qtail[d], 2] = x
+                qtail[d] = x
+            else:
+                d = x
+            if not busy[d] and qhead[d] >= 0:  # the resource grants the head of its queue
+                w = qhead[d]
+                qhead[d] = ni[w, 2]
+                if qhead[d] < 0:
+                    qtail[d] = -1
+                busy[d] = True
+                eid += 1
+                fifo[ft & mask] = w * 8 + _REQ
+                ft += 1
+        elif kind == _REQ:
+            if record:
+                start[x] = now
+            eid += 1
+            t = now + dur[x]
+            if t == now:
+                fifo[ft & mask] = x * 8 + _COMPT
+                ft += 1
+            else:
+                hn = _hpush(ht, hs, hc, 0, hn, t, eid, x * 8 + _COMPT)
+        else:  # _COMPT
+            if record:
+                end[x] = now
+            if now > makespan:
+                makespan = now
+            d = ni[x, 0]
+            busy[d] = False
+            eid += 2
+            fifo[ft & mask] = d * 8 + _RELEASE
+            fifo[(ft + 1) & mask] = x * 8 + _FINISH
+            ft += 2
+    return makespan, ntr
+
+
+# --------------------------------------------------------------------------------------------
+# wc semantics: work-conserving with link contention, latency, noise, FIFO or priority dispatch
+# --------------------------------------------------------------------------------------------
+# At each instant all completions and arrivals are applied first, then every idle device starts
+# its best ready op: the smallest (ready time, node id) (FIFO) or (priority, node id). A finished
+# tensor is sent once to each other device that consumes it; a transfer occupies every link
+# resource on its route for its whole duration, and transfers sharing a resource run one after
+# another in the order they were issued (FIFO serialisation).
+
+
+@njit(cache=True)
+def wc_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
+    graph, costs, opts, out = _named(graph, costs, opts, out)
+    succ_ptr, succ_idx, slot_src = graph.succ_ptr, graph.succ_idx, graph.slot_src
+    indeg, is_input = graph.indeg, graph.is_input
+    routes = costs.routes
+    comp_noise, slot_noise, has_noise = opts.comp_noise, opts.slot_noise, opts.has_noise
+    priority, use_priority, dedupe = opts.priority, opts.use_priority, opts.dedupe
+    start, end, tr_slot, tr_start, tr_end, tr_link = out
+    n = indeg.shape[0]
+    ndev = costs.lat.shape[0]
+    e = succ_idx.shape[0]
+    # event heap: (time, seq) -> code (node*2 for finish, transfer*2+1 for arrival)
+    hcap = n + e + 1
+    ht = np.empty(hcap)
+    hs = np.empty(hcap, np.int64)
+    hc = np.empty(hcap, np.int64)
+    hn = 0
+    seq = 0
+    # ready heaps per device, segments sized by the number of nodes placed there
+    count = np.zeros(ndev + 1, np.int64)
+    for v in range(n):
+        if not is_input[v]:
+            count[dev[v] + 1] += 1
+    base = np.cumsum(count)
+    rk1 = np.empty(n + 1)
+    rk2 = np.empty(n + 1, np.int64)
+    rp = np.empty(n + 1, np.int64)
+    rn = np.zeros(ndev, np.int64)
+    busy = np.zeros(ndev, np.bool_)
+    arrived = np.zeros(n, np.int64)
+    link_free = np.zeros(max(costs.n_links, 1))
+    sent_stamp = np.full(ndev, -1, np.int64)
+    ntr = 0
+    for v in range(n):
+        start[v] = np.nan
+        end[v] = np.nan
+    for v in range(n):
+        if not is_input[v] and indeg[v] == 0:
+            d = dev[v]
+            key = priority[v] if use_priority else 0.0
+            rn[d] = _hpush(rk1, rk2, rp, base[d], rn[d], key, v, v)
+    now = 0.0
+    while True:
+        # dispatch idle devices
+        for d in range(ndev):
+            if not busy[d] and rn[d] > 0:
+                v = rp[base[d]]
+                rn[d] = _hpop(rk1, rk2, rp, base[d], rn[d])
+                busy[d] = True
+                start[v] = now
+                seq += 1
+                dur = _compute_time(costs, v, d)
+                if has_noise:
+                    dur *= comp_noise[v]
+                hn = _hpush(ht, hs, hc, 0, hn, now + dur, seq, v * 2)
+        if hn == 0:
+            break
+        now = ht[0]
+        while hn > 0 and ht[0] == now:
+            code = hc[0]
+            hn = _hpop(ht, hs, hc, 0, hn)
+            x = code >> 1
+            if code & 1 == 0:  # op x finished
+                a = dev[x]
+                end[x] = now
+                busy[a] = False
+                for k in range(succ_ptr[x], succ_ptr[x + 1]):
+                    w = succ_idx[k]
+                    b = dev[w]
+                    if b == a:
+                        arrived[w] += 1
+                        if arrived[w] == indeg[w]:
+                            key = priority[w] if use_priority else now
+                            rn[b] = _hpush(rk1, rk2, rp, base[b], rn[b], key, w, w)
+                        continue
+                    if dedupe:
+                        if sent_stamp[b] == x:
+                            continue  # this copy is already on its way; its arrival serves w
+                        sent_stamp[b] = x
+                    dur = _slot_time(costs, k, a, b)
+                    if has_noise:
+                        dur *= slot_noise[k]
+                    r1 = routes[a, b, 0]
+                    s, f = reserve_route(link_free, r1, routes[a, b, 1], now, dur)
+                    tr_slot[ntr] = k
+                    tr_start[ntr] = s
+                    tr_end[ntr] = f
+                    tr_link[ntr] = r1
+                    seq += 1
+                    hn = _hpush(ht, hs, hc, 0, hn, f, seq, ntr * 2 + 1)
+                    ntr += 1
+            else:  # transfer x arrived
+                k = tr_slot[x]
+                b = dev[succ_idx[k]]
+                u = slot_src[k]
+                if dedupe:
+                    for j in range(succ_ptr[u], succ_ptr[u + 1]):
+                        w = succ_idx[j]
+                        if dev[w] == b:
+                            arrived[w] += 1
+                            if arrived[w] == indeg[w]:
+                                key = priority[w] if use_priority else now
+                                rn[b] = _hpush(rk1, rk2, rp, base[b], rn[b], key, w, w)
+                else:
+                    w = succ_idx[k]
+                    arrived[w] += 1
+                    if arrived[w] == indeg[w]:
+                        key = priority[w] if use_priority else now
+                        rn[b] = _hpush(rk1, rk2, rp, base[b], rn[b], key, w, w)
+    makespan = 0.0
+    for v in range(n):
+        if not is_input[v] and end[v] > makespan:
+            makespan = end[v]
+    return makespan, ntr
+
+
+# --------------------------------------------------------------------------------------------
+# bsp semantics: level-synchronous with barriers
+# --------------------------------------------------------------------------------------------
+# Level l = longest chain of compute nodes ending at v. Each level: every device runs its ops of
+# the level back to back (node-id order); barrier; the level's outputs are sent (once per
+# consumer device, FIFO on link resources); barrier; next level.
+
+
+@njit(cache=True)
+def bsp_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
+    graph, costs, opts, out = _named(graph, costs, opts, out)
+    succ_ptr, succ_idx = graph.succ_ptr, graph.succ_idx
+    level_order, level_ptr = graph.level_order, graph.level_ptr
+    routes = costs.routes
+    comp_noise, slot_noise = opts.comp_noise, opts.slot_noise
+    start, end, tr_slot, tr_start, tr_end, tr_link = out
+    n = dev.shape[0]
+    ndev = costs.lat.shape[0]
+    for v in range(n):
+        start[v] = np.nan
+        end[v] = np.nan
+    dev_time = np.zeros(ndev)
+    link_free = np.zeros(max(costs.n_links, 1))
+    sent_stamp = np.full(ndev, -1, np.int64)
+    ntr = 0
+    level_start = 0.0
+    for lvl in range(level_ptr.shape[0] - 1):
+        for d in range(ndev):
+            dev_time[d] = level_start
+        for i in range(level_ptr[lvl], level_ptr[lvl + 1]):
+            v = level_order[i]
+            d = dev[v]
+            start[v] = dev_time[d]
+            dev_time[d] += _compute_time(costs, v, d) * comp_noise[v]
+            end[v] = dev_time[d]
+        barrier = level_start
+        for d in range(ndev):
+            if dev_time[d] > barrier:
+                barrier = dev_time[d]
+        for r in range(link_free.shape[0]):
+            link_free[r] = barrier
+        comm_end = barrier
+        for i in range(level_ptr[lvl], level_ptr[lvl + 1]):
+            u = level_order[i]
+            a = dev[u]
+            for k in range(succ_ptr[u], succ_ptr[u + 1]):
+                b = dev[succ_idx[k]]
+                if b == a or sent_stamp[b] == u:
+                    continue
+                sent_stamp[b] = u
+                dur = _slot_time(costs, k, a, b)
+                dur *= slot_noise[k]
+                r1 = routes[a, b, 0]
+                s, f = reserve_route(link_free, r1, routes[a, b, 1], barrier, dur)
+                tr_slot[ntr] = k
+                tr_start[ntr] = s
+                tr_end[ntr] = f
+                tr_link[ntr] = r1
+                ntr += 1
+                if f > comm_end:
+                    comm_end = f
+        level_start = comm_end
+    makespan = 0.0
+    for v in range(n):
+        if end[v] == end[v] and end[v] > makespan:
+            makespan = end[v]
+    return makespan, ntr
+
+
+# --------------------------------------------------------------------------------------------
+# batch forms: many placements of one graph, makespans only, in parallel
+# --------------------------------------------------------------------------------------------
+
+
+@njit(inline="always")
+def _new_buffers(n, e):  # pragma: no cover - compiled
+    """:func:`new_buffers` in compiled code, as a plain tuple."""
+    return (
+        np.empty(n),
+        np.empty(n),
+        np.empty(e, np.int64),
+        np.empty(e),
+        np.empty(e),
+        np.empty(e, np.int64),
+    )
+
+
+@njit(inline="always")
+def _batch_row(opts, i):  # pragma: no cover - compiled
+    """The options of run ``i`` of a batch (rows repeat when there are fewer), as a plain tuple."""
+    cn, sn, pr = opts.comp_noise, opts.slot_noise, opts.priority
+    return (
+        cn[i % cn.shape[0]],
+        sn[i % sn.shape[0]],
+        opts.has_noise,
+        pr[i % pr.shape[0]],
+        opts.use_priority,
+        opts.dedupe,
+    )
+
+
+@njit(cache=True, parallel=True)
+def paper_batch(graph, costs, devs, opts, nchunks):  # pragma: no cover - compiled
+    opts = RunOptions(*opts)
+    k = devs.shape[0]
+    result = np.empty(k)
+    size = (k + nchunks - 1) // nchunks
+    for c in prange(nchunks):
+        none_f = np.empty(0)
+        none_i = np.empty(0, np.int64)
+        out = (none_f, none_f, none_i, none_f, none_f, none_i)
+        for i in range(c * size, min(k, (c + 1) * size)):
+            m, _ = paper_kernel(graph, costs, devs[i], _batch_row(opts, i), out)
+            result[i] = m
+    return result
+
+
+@njit(cache=True, parallel=True)
+def wc_batch(graph, costs, devs, opts):  # pragma: no cover - compiled
+    opts = RunOptions(*opts)
+    k = devs.shape[0]
+    n = devs.shape[1]
+    e = GraphArrays(*graph).succ_idx.shape[0]
+    result = np.empty(k)
+    for i in prange(k):
+        out = _new_buffers(n, e)
+        m, _ = wc_kernel(graph, costs, devs[i], _batch_row(opts, i), out)
+        result[i] = m
+    return result
+
+
+@njit(cache=True)
+def bsp_batch(graph, costs, devs, opts):  # pragma: no cover - compiled
+    opts = RunOptions(*opts)
+    k = devs.shape[0]
+    result = np.empty(k)
+    out = _new_buffers(devs.shape[1], GraphArrays(*graph).succ_idx.shape[0])
+    for i in range(k):
+        m, _ = bsp_kernel(graph, costs, devs[i], _batch_row(opts, i), out)
+        result[i] = m
+    return result

@@ -1,0 +1,101 @@
+"""Cost functions for training: any callable ``placement -> float`` (lower is better).
+
+:class:`SimulatorCost` (Stages I and II) also evaluates many placements in one batched call;
+Stage III uses :class:`doppler_lab.executor.ExecutorCost`. The REINFORCE loop only needs the
+callable; ``batch`` and ``get_state``/``set_state`` (exact resume with noise) are optional.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..hardware.cluster import Cluster
+from ..house.errors import ConfigError
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
+from ..timing.cost_model import CostModel
+from ..timing.sim import Simulator
+
+
+class CostFunction(Protocol):
+    """``cost(placement) -> float``, e.g. a makespan."""
+
+    def __call__(self, placement: Placement) -> float: ...
+
+
+class SimulatorCost:
+    """Simulated makespan (reported units) of a placement.
+
+    Args:
+        graph: the graph.
+        cluster: the cluster.
+        semantics: ``paper``, ``wc`` or ``bsp``.
+        noise: lognormal duration noise sigma (0: deterministic).
+        seed: seed of the noise stream.
+        cost_model: a prepared cost model (e.g. a calibrated one; default: built from the
+            cluster).
+
+    Attributes:
+        calls: placements evaluated so far.
+    """
+
+    def __init__(
+        self,
+        graph: DataflowGraph,
+        cluster: Cluster | str,
+        semantics: str = "paper",
+        noise: float = 0.0,
+        seed: int | np.random.SeedSequence = 0,
+        cost_model: CostModel | None = None,
+    ):
+        self.sim = Simulator(graph, cluster, semantics, noise, cost_model)  # type: ignore[arg-type]
+        self.rng = np.random.default_rng(seed)
+        self.calls = 0
+
+    def __call__(self, placement: Placement) -> float:
+        return float(self.batch([placement])[0])
+
+    def batch(self, placements: Sequence[Placement]) -> np.ndarray:
+        """Makespans of many placements, simulated in parallel."""
+        self.calls += len(placements)
+        return self.sim.makespans(list(placements), rng=self.rng if self.sim.noise else None)
+
+    def lower_bound(self) -> float:
+        return self.sim.lower_bound()
+
+    def get_state(self) -> dict[str, Any]:
+        return {"rng": self.rng.bit_generator.state, "calls": self.calls}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.calls = int(state["calls"])
+
+
+def evaluate_costs(cost: CostFunction, placements: Sequence[Placement]) -> np.ndarray:
+    """Costs of ``placements`` (batched when the cost function can).
+
+    Torch's thread count is restored afterwards: a user's cost function (the executor's CPU
+    workers, a foreign simulator with OpenMP) may change it, and results of reductions depend on it.
+    """
+    from ..policies.tensors import keep_torch_threads
+
+    batch = getattr(cost, "batch", None)
+    with keep_torch_threads():
+        if batch is not None:
+            return np.asarray(batch(placements), dtype=np.float64)
+        return np.array([float(cost(p)) for p in placements])
+
+
+def make_executor_cost(graph: DataflowGraph, cluster: Cluster, repeats: int) -> CostFunction:
+    """The measured makespan on the real executor (Stage III), imported lazily."""
+    try:
+        from ..executor import ExecutorCost
+    except ImportError as exc:
+        raise ConfigError(
+            "--stage real needs doppler_lab.executor.ExecutorCost, which cannot be imported "
+            f"here ({exc}); train with --stage sim, or install the executor"
+        ) from None
+    return ExecutorCost(graph, cluster, repeats=repeats)
