@@ -30,7 +30,7 @@ from typing import Any
 from .jsonutil import config_key, write_json
 from .paths import user_cache_dir
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # doppler_lab/, above house/
 # relative POSIX paths (a trailing "/" is a folder) that cannot change a computed number
 EXCLUDED: tuple[str, ...] = (
     "commands/",

@@ -24,7 +24,7 @@ import os
 import sys
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # doppler_lab/, above house/
 REPO_ROOT = PACKAGE_DIR.parent  # the checkout, for a source or editable install
 PAPER_GRAPHS_ENV = "DOPPLER_PAPER_GRAPHS"
 CHECKPOINTS_ENV = "DOPPLER_LAB_CHECKPOINTS"
