@@ -28,28 +28,7 @@ resumes exactly where it stopped; ``doppler-lab adapt GRAPH --out DIR`` runs it 
 line, and the ``doppler`` placer's ``adapter`` option places with a saved table
 (:func:`load_adapter`, which refuses a table of another graph, device count or network).
 
-Why these defaults (paper graphs, 200 episodes, ``doppler/general-v1``, the shipped default
-then, mean over seeds 0-3 of the protocol's makespan after adapting; a ``/tmp`` sweep,
-2026-12-02; with today's ``doppler/general``, 8 seeds: ``doppler-lab bench general``):
-
-- The general policy's PLC logits are sharp: between its two best devices the median gap is 13
-  and the 90th percentile 19 (paper ffnn, greedy rollout). A table at 2-5 with rate 0.1 never
-  outvoted the network (its greedy rollout stayed the zero-shot one); ``anchor_bias`` 10 and
-  rate 1 reproduce the incumbent and still let the samples leave it.
-- Sampling PLC at temperature 1 rarely leaves the incumbent (full transformer layer, start
-  196.7: 183-197 with tables at 20-30, one seed). Four seeds, rate 1: 168.6-172.5 at
-  temperature 2 (``anchor_bias`` 15), 145.2 at 2.5 and 154.2 at 3 (``anchor_bias`` 10).
-- ``anchor_bias`` 10 against 15: chain_mm 1250 vs 1200 (half the seeds reach the optimum
-  1200.07 with either), block 207.9 vs 212.7, full layer 145.2 vs 163.4, 8-GPU full 246.7 vs
-  252.5. 5 and 7 came out like 10 (150-153 on the full layer).
-- Batches of 16 beat 8 and 32 on most graphs.
-- The bounded clusterings (``cluster_caps``, 2026-12-03): on the paper's full layer the
-  adapter stayed at the unbounded clustering's 129.5 at every seed (200, 400 or 1000 episodes,
-  temperatures 2.5-5, anchors 0-10); the best known 122.1 moves whole chains (52 ops) at once.
-  With the bounds judged among the proposals it starts at 122.64 (``cap`` 0.25), and the 8-GPU
-  block at 166.87 instead of 173.7.
-- Settling needs an optimiser of its own: with the policy gradient's Adam state it did not
-  reproduce the full layer's best placement in 100 steps; fresh, in 5-15.
+Why these defaults (a sweep of 2026-12-02/03): reports/notes/search_tuning.md.
 """
 
 from __future__ import annotations

@@ -33,17 +33,7 @@ The ``doppler`` placer also takes ``search="adapt"``: no local moves, the calls 
 per-instance table on PLC's logits with the network frozen, from the best proposal
 (:func:`doppler_lab.search.adapter.adapt_search`; DOPPLER policies only, a learned PLC).
 
-Why ``ils`` (reports/bench/doppler_search_probe.md): the policy's best rollout sits in a deep
-optimum for single-node moves. Under ``paper`` semantics a quarter or more of its N(D-1) moves
-leave the makespan unchanged (off the critical path) and only a few improve it, sometimes one
-alone by much (paper full_transformer_layer: 205.5 to 150.1 by one move). ``anneal`` can miss
-such a move for the whole budget; ``scan`` tries each within N(D-1) calls, but it takes the
-first no-worse move of a batch, drifts over the plateau and may pass the big one by; the
-descent tries the few moves that can shorten the path first (a few dozen ops, not N) and takes
-the best of each batch, and the kicks leave an optimum that the scan cannot improve. The moves
-of several ops at once came after that probe (its ``ils`` rows are single-node moves alone,
-``cluster_moves=False`` here); :class:`~doppler_lab.placers.local_search.ClusterMoves` says why
-and what they changed.
+Why ``ils`` is the default (the probe's measurements): reports/notes/search_tuning.md.
 
 The simulator is deterministic (noise 0) under ``semantics``; the result is never worse than the
 best rollout, and ``calls <= budget`` always.
