@@ -90,13 +90,13 @@ class AdaptConfig:
         samples: sampled rollouts of the proposals (besides the greedy one).
         partitions: METIS partition proposals.
         clustering: the ``clustering`` placer's placement as a proposal, as in the ``doppler``
-            placer (:func:`~doppler_lab.search.budget.heuristic_candidates`).
+            placer (:func:`~doppler_lab.search.proposals.heuristic_candidates`).
         cluster_caps: the work bounds of the bounded clusterings judged beside it (each
             distinct placement once; :func:`~doppler_lab.placers.clustering.clustering_variants`).
         fewer_devices: greedy rollouts on fewer devices replace as many of the samples, as in
             the ``doppler`` placer: ``True`` for the first half of the devices and the first 2,
             a list of device counts, or ``False``
-            (:func:`~doppler_lab.search.budget.fewer_device_counts`).
+            (:func:`~doppler_lab.search.proposals.fewer_device_counts`).
         temperature: PLC's sampling temperature during the updates (SEL samples at 1); at least
             0.001 (the logits divided by less overflow).
         reanchor: when a sampled placement beats the incumbent, swap each moved node's table

@@ -15,8 +15,8 @@ iterated local search from the best of them with the rest of the calls
 (``local-search``). ``doppler`` without a checkpoint runs the shipped general policy (:data:`~doppler_lab.policies.pretrained.GENERAL_CHECKPOINT`).
 A budget search (and the adapter) also judges the clustering's bounded variants
 (:data:`~doppler_lab.placers.clustering.CLUSTER_CAPS`, a call each); the zero-shot protocol
-judges the unbounded clustering alone: the variants' mappings take 5-55 ms more on graphs of
-150-370 ops, which its 100 ms target has no room for.
+judges the unbounded clustering alone (:mod:`doppler_lab.search.proposals` says why, and
+builds, counts and judges every one of these proposal sets).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class RolloutResult:
 
     Attributes:
         placement: the best placement (on ties, the one that cuts the least transfer time,
-            then the first: :func:`~doppler_lab.search.budget.proposal_order`).
+            then the first: :func:`~doppler_lab.search.proposals.proposal_order`).
         costs: ``(1 + samples + proposals,)`` simulated cost of the greedy rollout, of each
             sample, then of each heuristic proposal (the clusterings, the partitions).
         best_index: index of the winner in ``costs`` (0: the greedy rollout).
