@@ -28,28 +28,7 @@ resumes exactly where it stopped; ``doppler-lab adapt GRAPH --out DIR`` runs it 
 line, and the ``doppler`` placer's ``adapter`` option places with a saved table
 (:func:`load_adapter`, which refuses a table of another graph, device count or network).
 
-Why these defaults (paper graphs, 200 episodes, ``doppler/general-v1``, the shipped default
-then, mean over seeds 0-3 of the protocol's makespan after adapting; a ``/tmp`` sweep,
-2026-12-02; with today's ``doppler/general``, 8 seeds: ``doppler-lab bench general``):
-
-- The general policy's PLC logits are sharp: between its two best devices the median gap is 13
-  and the 90th percentile 19 (paper ffnn, greedy rollout). A table at 2-5 with rate 0.1 never
-  outvoted the network (its greedy rollout stayed the zero-shot one); ``anchor_bias`` 10 and
-  rate 1 reproduce the incumbent and still let the samples leave it.
-- Sampling PLC at temperature 1 rarely leaves the incumbent (full transformer layer, start
-  196.7: 183-197 with tables at 20-30, one seed). Four seeds, rate 1: 168.6-172.5 at
-  temperature 2 (``anchor_bias`` 15), 145.2 at 2.5 and 154.2 at 3 (``anchor_bias`` 10).
-- ``anchor_bias`` 10 against 15: chain_mm 1250 vs 1200 (half the seeds reach the optimum
-  1200.07 with either), block 207.9 vs 212.7, full layer 145.2 vs 163.4, 8-GPU full 246.7 vs
-  252.5. 5 and 7 came out like 10 (150-153 on the full layer).
-- Batches of 16 beat 8 and 32 on most graphs.
-- The bounded clusterings (``cluster_caps``, 2026-12-03): on the paper's full layer the
-  adapter stayed at the unbounded clustering's 129.5 at every seed (200, 400 or 1000 episodes,
-  temperatures 2.5-5, anchors 0-10); the best known 122.1 moves whole chains (52 ops) at once.
-  With the bounds judged among the proposals it starts at 122.64 (``cap`` 0.25), and the 8-GPU
-  block at 166.87 instead of 173.7.
-- Settling needs an optimiser of its own: with the policy gradient's Adam state it did not
-  reproduce the full layer's best placement in 100 steps; fresh, in 5-15.
+Why these defaults (a sweep of 2026-12-02/03): reports/notes/search_tuning.md.
 """
 
 from __future__ import annotations
@@ -74,13 +53,8 @@ from ..ir.placement import Placement
 from ..placers.clustering import CLUSTER_CAPS, cap_ok
 from ..policies.checkpoint import save_atomic
 from ..timing.sim import Simulator
-from .budget import (
-    SearchOutcome,
-    candidate_source,
-    check_fewer_devices,
-    clustering_fits,
-    fewer_device_counts,
-)
+from .budget import SearchConfig, SearchOutcome
+from .proposals import ProposalSet, check_fewer_devices, judge
 
 #: the ``format`` field of a saved table
 ADAPTER_FORMAT = "doppler-lab/adapter-1"
@@ -116,13 +90,13 @@ class AdaptConfig:
         samples: sampled rollouts of the proposals (besides the greedy one).
         partitions: METIS partition proposals.
         clustering: the ``clustering`` placer's placement as a proposal, as in the ``doppler``
-            placer (:func:`~doppler_lab.search.budget.heuristic_candidates`).
+            placer (:func:`~doppler_lab.search.proposals.heuristic_candidates`).
         cluster_caps: the work bounds of the bounded clusterings judged beside it (each
             distinct placement once; :func:`~doppler_lab.placers.clustering.clustering_variants`).
         fewer_devices: greedy rollouts on fewer devices replace as many of the samples, as in
             the ``doppler`` placer: ``True`` for the first half of the devices and the first 2,
             a list of device counts, or ``False``
-            (:func:`~doppler_lab.search.budget.fewer_device_counts`).
+            (:func:`~doppler_lab.search.proposals.fewer_device_counts`).
         temperature: PLC's sampling temperature during the updates (SEL samples at 1); at least
             0.001 (the logits divided by less overflow).
         reanchor: when a sampled placement beats the incumbent, swap each moved node's table
@@ -182,13 +156,17 @@ class AdaptConfig:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "cluster_caps": list(self.cluster_caps)}
 
-    def proposals(self, graph: DataflowGraph) -> int:
-        """The most simulator calls the proposals take on ``graph`` (equal clusterings are
-        judged once, so they may take fewer)."""
-        clusterings = (
-            1 + len(self.cluster_caps) if self.clustering and clustering_fits(graph) else 0
+    def proposal_set(self) -> ProposalSet:
+        """The proposals judged first (the ``doppler`` placer's, with the clustering ladder of
+        ``cluster_caps``)."""
+        return ProposalSet(
+            self.samples, self.fewer_devices, self.clustering, self.cluster_caps, self.partitions
         )
-        return 1 + self.samples + self.partitions + clusterings
+
+    def proposals(self, graph: DataflowGraph | None = None) -> int:
+        """The most simulator calls the proposals take on ``graph`` (equal clusterings are
+        judged once, so they may take fewer; None: a graph the clustering fits)."""
+        return self.proposal_set().most_calls(graph)
 
 
 @dataclass
@@ -384,7 +362,6 @@ def adapt(
     from ..policies.context import GraphContext
     from ..policies.policy_base import Episodes
     from ..policies.rollout import GREEDY, SAMPLE, ActionMode, Rollout, run_episodes
-    from .budget import heuristic_candidates, policy_candidates, proposal_order
 
     cfg = config or AdaptConfig()
     if getattr(policy, "plc", None) is None or not hasattr(policy, "set_node_bias"):
@@ -392,14 +369,12 @@ def adapt(
             f"adapt: a {getattr(policy, 'kind', type(policy).__name__)} policy has no learned "
             "PLC to bias; expected a DOPPLER dual or plc-only policy"
         )
-    clustering = cfg.clustering and clustering_fits(graph)
-    proposals = cfg.proposals(graph)
+    wanted = cfg.proposal_set()
+    proposals = wanted.most_calls(graph)
     if cfg.episodes < proposals:
         raise ConfigError(
-            f"adapt: episodes = {cfg.episodes} do not cover the proposals (1 greedy + "
-            f"{cfg.samples} samples + {cfg.partitions} partitions"
-            f"{f' + {1 + len(cfg.cluster_caps)} clusterings' if clustering else ''}); expected "
-            f"at least {proposals}"
+            f"adapt: episodes = {cfg.episodes} do not cover the proposals "
+            f"({wanted.describe(graph)}); expected at least {proposals}"
         )
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     ctx = GraphContext.for_policy(graph, cluster, policy.config, semantics)
@@ -425,21 +400,13 @@ def adapt(
     saved = _read_state(state, key) if state is not None else None
     bias = torch.zeros((n, d), dtype=torch.float32)
     if saved is None:
-        fewer = fewer_device_counts(d, cfg.fewer_devices)
-        cands = policy_candidates(
-            policy, graph, cluster, cfg.samples, rng, ctx, semantics, fewer_devices=fewer
-        )
-        rollouts = len(cands)
-        cands += heuristic_candidates(
-            graph, ctx.cost, d, cfg.partitions, cfg.clustering, cfg.cluster_caps
-        )
-        costs = np.asarray(sim.makespans(cands), dtype=np.float64)
-        calls = len(cands)
-        i = int(proposal_order(costs, np.stack([p.device for p in cands]), graph, ctx.cost)[0])
-        best, best_cost, start_cost = cands[i], float(costs[i]), float(costs[i])
-        source = candidate_source(i, rollouts, best)
-        part_cost = float(costs[rollouts:].min()) if calls > rollouts else math.nan
-        greedy_cost, rollout_cost = float(costs[0]), float(costs[:rollouts].min())
+        props = wanted.build(policy, graph, cluster, rng, ctx.cost, ctx, semantics)
+        verdict = judge(sim, props)
+        costs, calls, rollouts, i = verdict.costs, len(props), props.rollouts, verdict.best
+        best, best_cost, start_cost = props.placements[i], float(costs[i]), float(costs[i])
+        source = props.source(i)
+        part_cost = verdict.heuristic_cost
+        greedy_cost, rollout_cost = float(costs[0]), verdict.rollout_cost
         if cfg.anchor_bias:
             bias[torch.arange(n), torch.as_tensor(best.device[nodes])] = float(cfg.anchor_bias)
         # the incumbent as an episode of the policy (SEL greedy, PLC on its devices): what the
@@ -526,7 +493,7 @@ def adapt(
             rows.append(row)
             keep()
             pbar.update(k)
-        settled = _settle(policy, ctx, enc, bias, best.device, nodes, cfg, rng, temps)
+        settled = _settle(policy, ctx, enc, bias, best.device, cfg, rng)
     finally:
         if own:
             pbar.close()
@@ -575,7 +542,7 @@ def _read_state(path: str | Path, key: dict[str, Any]) -> dict[str, Any] | None:
     return doc
 
 
-def _settle(policy, ctx, enc, bias, target, nodes, cfg: AdaptConfig, rng, temps) -> int:
+def _settle(policy, ctx, enc, bias, target, cfg: AdaptConfig, rng) -> int:
     """Imitation steps (no simulator call) until the greedy rollout places every node where
     ``target`` does: the episode that follows ``target``'s devices along greedy SEL is the one
     the greedy rollout takes once every PLC choice agrees. Returns the steps taken (-1: still
@@ -586,6 +553,7 @@ def _settle(policy, ctx, enc, bias, target, nodes, cfg: AdaptConfig, rng, temps)
 
     opt = torch.optim.Adam([bias], lr=cfg.lr)
     follow = ActionMode(False, 0.0, 1.0, 1.0)
+    nodes, temps = ctx.features.nodes, (1.0, cfg.temperature)  # as :func:`adapt` has them
     want = target[nodes]
     for step in range(cfg.settle_steps + 1):
         with torch.no_grad():
@@ -610,32 +578,30 @@ def adapt_search(
     budget: int,
     rng: np.random.Generator,
     semantics: str,
-    samples: int | None,
-    partitions: int,
+    config: SearchConfig | None = None,
     bar: Any = None,
-    fewer_devices: bool | list[int] = True,
-    clustering: bool = False,
 ) -> Any:
     """The ``doppler`` placer's ``search="adapt"``: the budget spent training a per-instance
-    table on PLC's logits (:func:`adapt`, its proposals first: ``samples``, default
-    :class:`AdaptConfig`'s, with ``fewer_devices``, then the ``clustering`` placement, its
-    bounded variants and ``partitions`` as the budget leaves room); the best placement it
+    table on PLC's logits (:func:`adapt`, its proposals first, from ``config``'s proposal
+    fields: ``samples``, default :class:`AdaptConfig`'s, with ``fewer_devices``, then the
+    ``clustering`` placement, its bounded variants and ``partitions`` as the budget leaves room:
+    :meth:`~doppler_lab.search.proposals.ProposalSet.for_adapter`); the best placement it
     simulated."""
-    samples = min(AdaptConfig.samples if samples is None else samples, budget - 1)
-    left = budget - 1 - samples
-    clustering = clustering and clustering_fits(graph) and left >= 1
-    # the clusterings as far as the budget leaves room, then the partitions
-    caps = CLUSTER_CAPS[: max(0, left - 1)] if clustering else ()
-    room = max(0, min(partitions, left - (1 + len(caps) if clustering else 0)))
+    scfg = config or SearchConfig()
+    samples = AdaptConfig.samples if scfg.samples is None else scfg.samples
+    whole = ProposalSet(
+        samples, scfg.fewer_devices, scfg.clustering, scfg.cluster_caps, scfg.partitions
+    )
+    fit = whole.for_adapter(budget, graph)
     # no settling: a search returns the best placement simulated, not the policy
     cfg = AdaptConfig(
         episodes=budget,
-        samples=samples,
-        partitions=room,
-        clustering=clustering,
-        cluster_caps=caps,
+        samples=fit.samples,
+        partitions=fit.partitions,
+        clustering=fit.clustering,
+        cluster_caps=fit.cluster_caps,
         settle_steps=0,
-        fewer_devices=fewer_devices,
+        fewer_devices=scfg.fewer_devices,
     )
     out = adapt(policy, graph, cluster, semantics, cfg, seed=rng, pbar=bar)
     best = out.best

@@ -15,15 +15,15 @@ iterated local search from the best of them with the rest of the calls
 (``local-search``). ``doppler`` without a checkpoint runs the shipped general policy (:data:`~doppler_lab.policies.pretrained.GENERAL_CHECKPOINT`).
 A budget search (and the adapter) also judges the clustering's bounded variants
 (:data:`~doppler_lab.placers.clustering.CLUSTER_CAPS`, a call each); the zero-shot protocol
-judges the unbounded clustering alone: the variants' mappings take 5-55 ms more on graphs of
-150-370 ops, which its 100 ms target has no room for.
+judges the unbounded clustering alone (:mod:`doppler_lab.search.proposals` says why, and
+builds, counts and judges every one of these proposal sets).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -44,41 +44,15 @@ from ..policies.policy_base import PlacementPolicy
 from ..policies.pretrained import GENERAL_CHECKPOINT, list_checkpoints, resolve_checkpoint
 from ..timing.sim import SEMANTICS, Simulator
 from .adapter import adapt_search
-from .budget import (
-    SEARCH_STRATEGIES,
-    SearchOutcome,
-    candidate_source,
+from .budget import SEARCH_STRATEGIES, SearchConfig, SearchOutcome, candidate_source, policy_search
+from .proposals import (
+    CLUSTERING_PROPOSAL,
+    FEWER_DEVICES,
+    PARTITION_PROPOSALS,
+    ProposalSet,
     check_fewer_devices,
-    clustering_count,
-    fewer_device_counts,
-    heuristic_candidates,
-    policy_candidates,
-    policy_search,
-    proposal_order,
+    judge,
 )
-
-#: ``doppler``'s partition proposals by default: four METIS partitions (two seeds each of 3% and
-#: 10% imbalance) next to the greedy rollout and 16 samples, 21 simulator calls in all (22 with
-#: the clustering; ``doppler-lab bench general`` before the clustering: 0.816 of CP's makespan
-#: in geometric mean over the held-out set, against 0.838 for the policy's rollouts alone; the
-#: partitions won on the paper graphs and communication-heavy ones, the policy where work must
-#: spread step by step)
-PARTITION_PROPOSALS = 4
-#: ``doppler``'s rollouts on fewer devices by default (``True``: greedy rollouts on the first
-#: half of the devices and on 2 replace as many of the 16 samples, so the calls stay 17). The
-#: general policy's best of 17 on the validation pool (32 tasks of its training distribution,
-#: seeds 0-1): 0.9287 of CP on all devices, 0.9269 with them (one task of 32 worse, by 0.3%);
-#: on the held-out set 0.861 -> 0.837, a communication-heavy random DAG going from 0.93 to 0.47
-FEWER_DEVICES = True
-
-#: ``doppler`` judges the ``clustering`` placer's placement with its rollouts by default (one
-#: simulator call; :mod:`doppler_lab.placers.clustering`): Sarkar's edge-zeroing clustering,
-#: the classic heuristic where transfers cost as much as compute or more. On the paper's
-#: transformer graphs it is 0.1-6% from YARDSTICK's best known where the policy's rollouts are
-#: 28-67% away (the block: 166.9 against 212.7), and it wins some communication-heavy ``wc``
-#: tasks; with it the held-out set's geometric mean goes from 0.816 to 0.749 of CP
-#: (``doppler-lab bench general``, columns ``clustering`` and ``from_clustering``)
-CLUSTERING_PROPOSAL = True
 
 #: ``search`` values of the learned placers with a budget
 PLACER_SEARCHES: tuple[str, ...] = (*SEARCH_STRATEGIES, "adapt")
@@ -90,7 +64,7 @@ class RolloutResult:
 
     Attributes:
         placement: the best placement (on ties, the one that cuts the least transfer time,
-            then the first: :func:`~doppler_lab.search.budget.proposal_order`).
+            then the first: :func:`~doppler_lab.search.proposals.proposal_order`).
         costs: ``(1 + samples + proposals,)`` simulated cost of the greedy rollout, of each
             sample, then of each heuristic proposal (the clusterings, the partitions).
         best_index: index of the winner in ``costs`` (0: the greedy rollout).
@@ -146,58 +120,53 @@ def best_of_rollouts(
     policy: PlacementPolicy,
     graph: DataflowGraph,
     cluster: Cluster,
-    samples: int = 16,
+    samples: int | None = None,
     seed: int | np.random.Generator | None = 0,
     semantics: str = "paper",
     noise: float = 0.0,
     noise_seeds: int = 1,
     ctx: GraphContext | None = None,
-    partitions: int = 0,
-    fewer_devices: Sequence[int] = (),
-    clustering: bool = False,
+    proposals: ProposalSet | None = None,
 ) -> RolloutResult:
-    """The greedy rollout and ``samples`` sampled rollouts of ``policy`` (and ``partitions``
-    min-cut partition proposals); the best by simulated cost (mean over ``noise_seeds`` noise
-    draws when ``noise > 0``).
+    """The greedy rollout and ``samples`` sampled rollouts of ``policy`` (or the proposals of
+    ``proposals``); the best by simulated cost (mean over ``noise_seeds`` noise draws when
+    ``noise > 0``; :func:`~doppler_lab.search.proposals.judge`).
 
     Args:
         policy: the policy.
         graph: the graph.
         cluster: the cluster.
-        samples: sampled rollouts besides the greedy one (K of the protocol).
+        samples: sampled rollouts besides the greedy one (K of the protocol; default 16).
         seed: seed (or generator) of the sampled rollouts and the noise.
         semantics: simulator semantics that judges the candidates.
         noise: duration noise sigma of the judge.
         noise_seeds: noise draws per candidate.
         ctx: a prepared :class:`GraphContext` (built if None).
-        partitions: METIS partitions judged with the rollouts
-            (:func:`~doppler_lab.placers.partition.partition_proposals`; equal ones once).
-        fewer_devices: device counts below the cluster's whose greedy rollouts (on the first
-            k devices) replace the last samples, so the calls stay ``1 + samples``
-            (:func:`~doppler_lab.search.budget.policy_candidates`).
-        clustering: judge the ``clustering`` placer's placement and its bounded variants with
-            them, before the partitions
-            (:func:`~doppler_lab.search.budget.heuristic_candidates`).
+        proposals: the proposals instead of ``samples``: rollouts on fewer devices, the
+            clustering, METIS partitions (:class:`~doppler_lab.search.proposals.ProposalSet`,
+            e.g. :data:`~doppler_lab.search.proposals.DOPPLER_PROPOSALS`).
     """
+    if proposals is None:
+        proposals = ProposalSet(16 if samples is None else samples)
+    elif samples is not None:
+        raise ConfigError(
+            f"best_of_rollouts: samples = {samples!r} and a proposal set; expected the samples "
+            "in the proposal set"
+        )
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     ctx = ctx or GraphContext.for_policy(graph, cluster, policy.config, semantics)
-    cands = policy_candidates(
-        policy, graph, cluster, samples, rng, ctx, semantics, fewer_devices=fewer_devices
-    )
-    rollouts = len(cands)
-    cands += heuristic_candidates(graph, ctx.cost, ctx.num_devices, partitions, clustering)
-    if len(cands) == 1:
-        return RolloutResult(cands[0], np.array([np.nan]), 0)
-    with_clustering = clustering_count(cands[rollouts:])
+    props = proposals.build(policy, graph, cluster, rng, ctx.cost, ctx, semantics)
+    if len(props) == 1:
+        return RolloutResult(props.placements[0], np.array([np.nan]), 0)
     # the context's cost model is the simulator's (both CostModel(graph, cluster))
     sim = Simulator(graph, ctx.cluster, semantics, noise, ctx.cost)  # type: ignore[arg-type]
-    reps = noise_seeds if noise > 0 else 1
     # (the simulator restores torch's thread count after its parallel kernels itself)
-    costs = np.mean(
-        [sim.makespans(cands, rng=rng if noise > 0 else None) for _ in range(reps)], axis=0
+    verdict = judge(
+        sim, props, rng=rng if noise > 0 else None, reps=noise_seeds if noise > 0 else 1
     )
-    best = int(proposal_order(costs, np.stack([p.device for p in cands]), graph, ctx.cost)[0])
-    return RolloutResult(cands[best], costs, best, rollouts, with_clustering)
+    best = verdict.best
+    return RolloutResult(props.placements[best], verdict.costs, best, props.rollouts,
+                         props.clusterings)  # fmt: skip
 
 
 class _LearnedPlacer:
@@ -375,6 +344,27 @@ class _LearnedPlacer:
         finally:
             policy.set_node_bias(None)
 
+    def proposal_set(self) -> ProposalSet:
+        """The proposals judged without a budget (the unbounded clustering alone)."""
+        return ProposalSet(
+            16 if self.samples is None else self.samples,
+            self.fewer_devices,
+            self.clustering,
+            (),
+            self.partitions,
+        )
+
+    def search_config(self) -> SearchConfig:
+        """The budget search's settings (the proposals' with the clustering ladder)."""
+        return SearchConfig(
+            strategy=self.search,
+            samples=self.samples,
+            partitions=self.partitions,
+            clustering=self.clustering,
+            fewer_devices=self.fewer_devices,
+            cluster_moves=self.cluster_moves,
+        )
+
     def run(
         self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator
     ) -> RolloutResult:
@@ -384,13 +374,10 @@ class _LearnedPlacer:
                 policy,
                 graph,
                 cluster,
-                16 if self.samples is None else self.samples,
-                rng,
-                self.semantics,
-                self.noise,
-                partitions=self.partitions,
-                fewer_devices=fewer_device_counts(cluster.num_devices, self.fewer_devices),
-                clustering=self.clustering,
+                seed=rng,
+                semantics=self.semantics,
+                noise=self.noise,
+                proposals=self.proposal_set(),
             )
 
     def run_search(
@@ -406,20 +393,8 @@ class _LearnedPlacer:
             with self._adapted(graph, cluster) as policy:
                 task = (policy, graph, cluster, self.budget, rng, self.semantics)
                 if self.search == "adapt":
-                    return adapt_search(
-                        *task, self.samples, self.partitions, bar, self.fewer_devices,
-                        self.clustering,
-                    )  # fmt: skip
-                return policy_search(
-                    *task,
-                    self.search,
-                    self.samples,
-                    bar=bar,
-                    partitions=self.partitions,
-                    fewer_devices=fewer_device_counts(cluster.num_devices, self.fewer_devices),
-                    cluster_moves=self.cluster_moves,
-                    clustering=self.clustering,
-                )
+                    return adapt_search(*task, self.search_config(), bar)
+                return policy_search(*task, self.search_config(), bar=bar)
         finally:
             bar.close()
 

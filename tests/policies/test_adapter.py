@@ -15,6 +15,7 @@ from doppler_lab.policies.context import GraphContext
 from doppler_lab.policies.policy_config import PolicyConfig
 from doppler_lab.policies.rollout import GREEDY, SAMPLE, Rollout, run_episodes
 from doppler_lab.search.adapter import AdaptConfig, adapt, adapt_search, load_adapter
+from doppler_lab.search.budget import SearchConfig
 from doppler_lab.search.learned import best_of_rollouts
 from doppler_lab.timing.sim import Simulator
 from doppler_lab.workloads import build_from_spec
@@ -173,14 +174,15 @@ def test_adapt_errors(policy, small_graph, cluster4):
 
 def test_the_adapt_search_strategy(policy, small_graph, cluster4):
     rng = np.random.default_rng(0)
-    out = adapt_search(policy, small_graph, cluster4, 30, rng, "paper", None, 2)
+    cfg = SearchConfig(partitions=2, fewer_devices=True)
+    out = adapt_search(policy, small_graph, cluster4, 30, rng, "paper", cfg)
     assert out.calls == 30 and out.rollouts == 17
     assert out.cost <= min(out.rollout_cost, out.partition_cost)
     sim = Simulator(small_graph, cluster4, "paper")
     assert sim.makespan(out.placement) == pytest.approx(out.cost)
     assert out.placement.meta["source"] in ("greedy", "sample", "partition", "adapter")
     # a budget smaller than the default proposals: fewer samples, no partitions
-    small = adapt_search(policy, small_graph, cluster4, 5, rng, "paper", None, 2)
+    small = adapt_search(policy, small_graph, cluster4, 5, rng, "paper", cfg)
     assert small.calls == 5 and small.rollouts == 5
 
 

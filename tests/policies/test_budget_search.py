@@ -16,6 +16,7 @@ from doppler_lab.policies.policy_config import PolicyConfig
 from doppler_lab.policies.pretrained import GENERAL_CHECKPOINT
 from doppler_lab.search.budget import (
     CP_ROLLOUT_SHARE,
+    SearchConfig,
     cp_rollout_calls,
     default_samples,
     device_preferences,
@@ -30,6 +31,7 @@ from doppler_lab.search.learned import (
     DopplerPlacer,
     best_of_rollouts,
 )
+from doppler_lab.search.proposals import ProposalSet
 from doppler_lab.timing.cost_model import CostModel
 from doppler_lab.timing.sim import Simulator
 
@@ -312,7 +314,8 @@ def test_rollouts_on_fewer_devices_replace_the_last_samples(small_graph, cluster
     # as many as there are samples; the greedy rollout stays
     one = policy_candidates(pol, small_graph, cluster4, 1, rng, fewer_devices=(2, 1))
     assert [c.meta.get("devices_used") for c in one] == [None, 2]
-    alone = best_of_rollouts(pol, small_graph, cluster4, 0, 0, fewer_devices=(2,))
+    fewer = ProposalSet(samples=0, fewer_devices=(2,))
+    alone = best_of_rollouts(pol, small_graph, cluster4, seed=0, proposals=fewer)
     assert alone.costs.size == 1 and alone.source == "greedy"
 
 
@@ -416,9 +419,9 @@ def test_doppler_cluster_moves_option(small_graph, cluster4, ckpt):
     kw = dict(seed=2, checkpoint=ckpt, budget=60, semantics="wc")
     off = place("doppler", small_graph, cluster4, cluster_moves=False, **kw)
     pol = DopplerPlacer(ckpt).policy(4)
-    out = policy_search(pol, small_graph, cluster4, 60, np.random.default_rng(2), "wc",
-                        partitions=PARTITION_PROPOSALS, fewer_devices=(2,),
-                        cluster_moves=False, clustering=True)  # fmt: skip
+    cfg = SearchConfig(partitions=PARTITION_PROPOSALS, fewer_devices=(2,), cluster_moves=False,
+                       clustering=True)  # fmt: skip
+    out = policy_search(pol, small_graph, cluster4, 60, np.random.default_rng(2), "wc", cfg)
     np.testing.assert_array_equal(off.device, out.placement.device)
     on = place("doppler", small_graph, cluster4, **kw)
     assert on.meta["sim_calls"] == off.meta["sim_calls"] == 60
@@ -453,7 +456,7 @@ def test_equal_makespans_go_to_the_proposal_that_cuts_less():
 def test_the_clustering_proposal_is_left_out_of_big_graphs(
     small_graph, cluster4, ckpt, counted, monkeypatch
 ):
-    import doppler_lab.search.budget as search
+    import doppler_lab.search.proposals as search
 
     monkeypatch.setattr(search, "CLUSTERING_MAX_OPS", small_graph.compute_nodes.size - 1)
     kw = dict(seed=0, checkpoint=ckpt, partitions=1)
