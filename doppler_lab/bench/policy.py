@@ -33,8 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from ..house.atomic import atomic_copy, atomic_write
+from ..house.atomic import atomic_copy
 from ..house.errors import ConfigError
+from ..house.jsonutil import write_json
 from ..house.paths import BENCH_POLICY_RUNS, REPO_ROOT, bench_checkpoints_dir
 from ..house.runners import Run, Runner, make_runner
 from ..policies.speed import episode_times
@@ -318,7 +319,7 @@ def run_case(
         "checkpoint": str(results[-1].checkpoint),
         "code_version": code_version(),
     }
-    atomic_write(result_path, json.dumps(out, indent=1))
+    write_json(result_path, out)
     return out
 
 
@@ -597,7 +598,7 @@ def run(
     out_dir = Path(out_dir)
     root = Path(cfg.runs_dir + ("_quick" if quick else ""))
     root.mkdir(parents=True, exist_ok=True)
-    atomic_write(root / "bench_config.json", json.dumps(asdict(cfg), indent=1))
+    write_json(root / "bench_config.json", asdict(cfg))
     t0 = time.perf_counter()
     cases, notes = _cases(cfg)
     paper = [c for c in cases if c.group == "paper"]
@@ -648,7 +649,7 @@ def run(
     else:
         arch, scale = speed_rows(cfg, speed_case)
         speed = {"code_version": code_version(), "arch": arch, "scale": scale}
-        atomic_write(speed_path, json.dumps(speed, indent=1))
+        write_json(speed_path, speed)
     quality = quality_tables(cfg, [c for c in cases if c.group == "paper"], results, cfg.methods)
     workloads = quality_tables(
         cfg, [c for c in cases if c.group == "workload"], results, cfg.workload_methods

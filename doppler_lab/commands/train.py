@@ -4,7 +4,6 @@ Stage III real-system RL), resumable in its run directory."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -233,7 +232,7 @@ def _run(args: argparse.Namespace) -> int:
             best = ", ".join(f"{g} {c:.6g}" for g, c in s["best_cost"].items())
             print(f"{s['stage']}: {s['episodes']} episodes, best cost seen {best}")
         print(f"checkpoint: {results[-1].checkpoint}")
-        from ..house.atomic import atomic_write
+        from ..house.jsonutil import write_json
 
-        atomic_write(out / "train_summary.json", json.dumps(summary, indent=1, default=str))
+        write_json(out / "train_summary.json", summary, default=str)
     return 0

@@ -15,10 +15,15 @@ Every writer in the package goes through :func:`atomic_write` (bytes or text) or
 
 New files get the usual permissions (``0o666`` less the process umask at import time); a
 replaced file keeps its mode. ``keep_previous`` keeps the old content under another name
-(training's ``last.prev.pt``). The only files written otherwise are journals that are appended
-to (``metrics.csv``, whose rows after the last checkpoint a resumed run drops and rewrites, and
-the JSON lines of ``python -m doppler_lab.bench.search_probe``) and the download staging folder of
-:mod:`doppler_lab.io.datasets`, whose checked files are then copied in atomically.
+(training's ``last.prev.pt``). The only files written otherwise (``tests/test_atomic.py`` lists
+them, with their reasons, and fails on any other write) are journals that are appended to
+(``metrics.csv``, whose rows after the last checkpoint a resumed run drops and rewrites, and the
+JSON lines of ``python -m doppler_lab.bench.search_probe``); the download staging folder of
+:mod:`doppler_lab.io.datasets`, whose checked files are then copied in atomically; a run
+folder's lock file (:mod:`doppler_lab.house.runfolder`), written in place under its lock; the
+executed copy of a notebook, which papermill rewrites after every cell
+(:mod:`doppler_lab.reporting.notebook_runs`); and the rendezvous folder of the ``dist``
+executor's worker processes.
 """
 
 from __future__ import annotations

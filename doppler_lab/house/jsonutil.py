@@ -7,7 +7,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +32,19 @@ def to_jsonable(x: Any) -> Any:
     return x
 
 
-def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 1) -> Path:
-    """Write ``obj`` as strict JSON, atomically (a reader never sees half a file)."""
+def write_json(
+    path: str | os.PathLike,
+    obj: Any,
+    indent: int | None = 1,
+    default: Callable[[Any], Any] | None = None,
+) -> Path:
+    """Write ``obj`` as strict JSON, atomically (a reader never sees half a file); ``default``
+    turns what JSON has no form for into something it has (``str``: any object as its text), as
+    for :func:`json.dumps`."""
     from .atomic import atomic_write
 
-    return atomic_write(path, json.dumps(to_jsonable(obj), indent=indent, allow_nan=False))
+    text = json.dumps(to_jsonable(obj), indent=indent, allow_nan=False, default=default)
+    return atomic_write(path, text)
 
 
 def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:

@@ -37,8 +37,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ..hardware.cluster import Cluster
-from ..house.atomic import atomic_write
 from ..house.errors import CheckpointError, ConfigError
+from ..house.jsonutil import write_json
 from ..house.progress import note
 from ..house.validate import one_line
 from ..ir.graph import DataflowGraph
@@ -480,7 +480,7 @@ class Trainer:
                         f"configuration ({what}); resume it unchanged or use a new --out"
                     )
             return
-        atomic_write(path, json.dumps(self.header, indent=1))
+        write_json(path, self.header)
 
     def _train_state(self) -> dict[str, Any]:
         return {
@@ -830,7 +830,7 @@ class Trainer:
         if self.out_dir is not None:
             ckpt = self.save(self.out_dir / "policy.pt", with_train_state=False)
             summary["checkpoint"] = str(ckpt)
-            atomic_write(self.out_dir / "summary.json", json.dumps(summary, indent=1, default=str))
+            write_json(self.out_dir / "summary.json", summary, default=str)
         return TrainResult(self.policy, self.rows, self.out_dir, ckpt, summary)
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..house.atomic import atomic_copy, atomic_write
 from ..house.codeversion import versioned_key
+from ..house.jsonutil import write_json
 from ..policies.policy_config import PLACED_NORMS, PolicyConfig
 
 SHIPPED_WORKLOADS: tuple[str, ...] = ("chainmm", "ffnn", "llama_block", "llama_layer", "moe_layer")
@@ -233,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.name or SHIPPED_WORKLOADS:
         rec = train_shipped(name, dest, args.work_dir, args.seed, placed_norm=args.placed_norm)
         index["checkpoints"][f"doppler/{name}"] = rec
-        atomic_write(index_path, json.dumps(index, indent=1))
+        write_json(index_path, index)
         print(f"doppler/{name}: {rec['final']}", file=sys.stderr)
     write_readme(dest)
     return 0

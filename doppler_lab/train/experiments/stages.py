@@ -183,9 +183,9 @@ def _timed_run(trainer: Any, run_dir: Path) -> tuple[Any, float]:
     res = trainer.run()
     wall = json.loads(path.read_text()) if cached else time.perf_counter() - t0
     if not cached:
-        from ...house.atomic import atomic_write
+        from ...house.jsonutil import write_json
 
-        atomic_write(path, json.dumps(wall))
+        write_json(path, wall, indent=None)
     return res, float(wall)
 
 
