@@ -34,17 +34,12 @@ sharing of one tensor's transfer between consumers on a device. Virtual devices 
 devices' mean speed and move tensors in the mean transfer time; mapped clusters see their
 device's compute time and the real link between two devices. The placer never calls the
 simulator: it runs its model once per edge between ops, then ``k x D`` times for ``k`` clusters
-per mapping pass (meta ``model_runs``: 150-1300 runs, 1-11 ms on one core for the held-out
-graphs of ``bench general``, 15-370 ops).
+per mapping pass (meta ``model_runs``).
 
-On the paper's graphs (``paper`` semantics, makespans / 1e10; HEFT's after the slash,
-YARDSTICK's best known in brackets): chain_mm 1300.1 / 1300.1 (1200.1), ffnn 56.70 / 84.18
-(56.70), transformer block 166.87 / 240.2 (166.74), full layer 129.52 / 211.8 (122.11), 8-GPU
-block 173.74 / 328.3 (166.80), 8-GPU full transformer 173.86 / 265.7 (166.85). Under ``wc``
-it ranges from 0.68 of CP's makespan (an MoE layer on ``p100x4``) to 1.01 (a Llama layer on
-``v100x8``, where the work must spread op by op). The ``doppler`` placer judges its placement
-next to the policy's rollouts and the METIS partitions (its ``clustering`` option) and takes
-it where it wins.
+The ``doppler`` placer judges its placement next to the policy's rollouts and the METIS
+partitions (its ``clustering`` option) and takes it where it wins.
+
+Measured makespans and tuning figures: ``reports/notes/clustering_tuning.md``.
 """
 
 from __future__ import annotations
@@ -71,11 +66,8 @@ MAX_PASSES = 8
 MOVE_GAIN = 1e-9
 #: the bounds on a cluster's work (shares of a device's part) of the bounded clusterings that
 #: the ``doppler`` placer's budget search and the adapter judge beside the unbounded one
-#: (:func:`clustering_variants`). Which bound wins varies from graph to graph, and erratically
-#: with the bound (the paper's 8-GPU block: 166.88 at 0.33, 192.0 at 1/3), so a ladder of
-#: them; on 80 sampled training tasks the best of the unbounded clustering and these eight is
-#: 0.957 of the unbounded one's makespan in geometric mean, better on 50 (three bounds, 0.5, 1/3
-#: and 0.25: 0.965, 36; six: 0.961, 45), for 31 ms more of mapping per graph on average
+#: (:func:`clustering_variants`); which bound wins varies from graph to graph, and erratically
+#: with the bound, so a ladder of them (figures: ``reports/notes/clustering_tuning.md``)
 CLUSTER_CAPS = (0.75, 0.5, 0.4, 1 / 3, 0.3, 0.25, 0.2, 0.15)
 
 
@@ -369,10 +361,9 @@ def clustering_variants(
 
     Sarkar's step 1 takes every merge that does not lengthen the schedule on unboundedly many
     virtual devices, so on a few devices it can leave clusters of nearly a device's work each
-    (the paper's full transformer layer: 13 clusters, two of 78.8 units in a layer of 389 on 4
-    devices, mapped to 129.52). Bounding a cluster's work leaves the mapping smaller pieces to
-    balance (a quarter of a device's part: 26 clusters, 122.64; YARDSTICK's best known 122.11).
-    Which bound wins depends on the graph (:data:`CLUSTER_CAPS`)."""
+    (the paper's full transformer layer: ``reports/notes/clustering_tuning.md``). Bounding a
+    cluster's work leaves the mapping smaller pieces to balance. Which bound wins depends on the
+    graph (:data:`CLUSTER_CAPS`)."""
     model = ClusteringModel(graph, cost)
     out: list[tuple[np.ndarray, dict]] = []
     seen: set[bytes] = set()
@@ -410,9 +401,8 @@ class ClusteringPlacer:
 
 
 #: graphs with more ops get singleton clusters in :func:`cluster_arrays` (the ``doppler10``
-#: feature layout) (the clustering's step 1 runs
-#: its timing model once per edge: 0.13 s for 1000 ops on one core, 0.66 s for 2000, 2.3 s for
-#: 4000)
+#: feature layout): the clustering's step 1 runs its timing model once per edge (its cost:
+#: ``reports/notes/clustering_tuning.md``)
 CLUSTER_MAX_OPS = 2000
 
 
@@ -445,12 +435,8 @@ class ClusterLabeller:
     """PLC labels of the cluster rule at the states a policy visits (Stage I with
     ``plc_labels="cluster"``): the device holding the largest share of the placed compute of the
     op's clustering mates (step 1 of this module; ties: every such device), or the Critical
-    Path rule's devices (the smallest earliest start) while none of them is placed.
-
-    With CP's b-level order and the ``wc`` episode timing, on 4 uniform devices under ``paper``
-    semantics, this rule places the paper's chain_mm at 1500.1 where CP's rule gives 1800.07, and
-    its transformer block at 173.7 against 240.2 (ratio to CP on generated ``wc`` tasks:
-    0.76-1.16).
+    Path rule's devices (the smallest earliest start) while none of them is placed. How it
+    places: ``reports/notes/clustering_tuning.md``.
 
     Args:
         graph: the graph.
