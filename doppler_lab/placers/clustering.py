@@ -34,7 +34,9 @@ sharing of one tensor's transfer between consumers on a device. Virtual devices 
 devices' mean speed and move tensors in the mean transfer time; mapped clusters see their
 device's compute time and the real link between two devices. The placer never calls the
 simulator: it runs its model once per edge between ops, then ``k x D`` times for ``k`` clusters
-per mapping pass (meta ``model_runs``).
+per mapping pass (meta ``model_runs``). The model is a clock of its own on the timing wing's
+heap (:mod:`doppler_lab.timing.heaps`): the simulator kernels have no virtual devices at the
+devices' mean speed, and the schedule state runs ops in assignment order, not ready order.
 
 The ``doppler`` placer judges its placement next to the policy's rollouts and the METIS
 partitions (its ``clustering`` option) and takes it where it wins.
@@ -57,6 +59,7 @@ from ..house.settings import bad_setting
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
+from ..timing.heaps import heap_pop, heap_push
 from .placer_base import ties
 
 #: most passes of whole-cluster moves after the mapping (each a k x D sweep; the paper's graphs
@@ -104,36 +107,17 @@ def _length(graph, costs, proc, nproc):  # pragma: no cover - compiled
     indeg = indeg0.copy()
     rdy = np.zeros(n)
     free = np.zeros(nproc)
-    hk = np.empty(n)
+    hk = np.empty(n)  # the ready ops by (ready time, id)
     hv = np.empty(n, np.int64)
+    hp = np.empty(n, np.int64)
     hn = 0
-    for v in roots:  # ascending ids, all ready at 0: already a heap
-        hk[hn] = 0.0
-        hv[hn] = v
-        hn += 1
+    for v in roots:  # ascending ids, all ready at 0
+        hn = heap_push(hk, hv, hp, 0, hn, 0.0, v, v)
     length = 0.0
     while hn > 0:
         r = hk[0]
-        v = hv[0]
-        hn -= 1
-        lk = hk[hn]
-        lv = hv[hn]
-        i = 0
-        while True:  # sift the last entry down from the root
-            c = 2 * i + 1
-            if c >= hn:
-                break
-            if c + 1 < hn and (hk[c + 1] < hk[c] or (hk[c + 1] == hk[c] and hv[c + 1] < hv[c])):
-                c += 1
-            if hk[c] < lk or (hk[c] == lk and hv[c] < lv):
-                hk[i] = hk[c]
-                hv[i] = hv[c]
-                i = c
-            else:
-                break
-        if hn > 0:
-            hk[i] = lk
-            hv[i] = lv
+        v = hp[0]
+        hn = heap_pop(hk, hv, hp, 0, hn)
         p = proc[v]
         start = r if r > free[p] else free[p]
         f = start + (comp[v, p] if p < ndev else mean_comp[v])
@@ -153,19 +137,8 @@ def _length(graph, costs, proc, nproc):  # pragma: no cover - compiled
             if t > rdy[x]:
                 rdy[x] = t
             indeg[x] -= 1
-            if indeg[x] == 0:  # sift up
-                t = rdy[x]
-                i = hn
-                hn += 1
-                while i > 0:
-                    par = (i - 1) // 2
-                    if hk[par] < t or (hk[par] == t and hv[par] < x):
-                        break
-                    hk[i] = hk[par]
-                    hv[i] = hv[par]
-                    i = par
-                hk[i] = t
-                hv[i] = x
+            if indeg[x] == 0:
+                hn = heap_push(hk, hv, hp, 0, hn, rdy[x], x, x)
     return length
 
 

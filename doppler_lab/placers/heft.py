@@ -14,6 +14,12 @@ model's b-level (mean compute + mean transfer to a sink), the downward rank its 
 
 Ties (equal ranks, equal finish times) go to the earlier node in topological order and the
 lower device id.
+
+When a node's inputs are ready on each device comes from the timing wing
+(:class:`~doppler_lab.timing.schedule.InputReady`); the busy intervals are this module's own
+(the schedule state appends to a device's timeline, HEFT inserts into its gaps), and CPOP's
+ready list is a Python ``heapq`` (the timing wing's heap, :mod:`doppler_lab.timing.heaps`, serves
+compiled loops).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import numpy as np
 from ..hardware.cluster import Cluster
 from ..ir.graph import DataflowGraph
 from ..timing.cost_model import CostModel
+from ..timing.schedule import InputReady
 from .placer_base import Schedule, ScheduleToPlacement, make_schedule
 
 _RANK_DECIMALS = 9  # ranks equal to 9 significant digits tie (float sums of equal paths differ)
@@ -51,25 +58,18 @@ class InsertionTimeline:
         self.start = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
         self.order: list[int] = []
+        self._ready = InputReady(graph, cost)
 
-    def ready_time(self, v: int, d: int) -> float:
-        """When all inputs of ``v`` can be on device ``d`` (predecessors must be placed)."""
-        g = self.graph
-        t = 0.0
-        for k in range(g.pred_ptr[v], g.pred_ptr[v + 1]):
-            u = int(g.pred_idx[k])
-            if g.is_input[u]:
-                continue
-            t = max(
-                t,
-                self.finish[u]
-                + self.cost.transfer_time(int(g.pred_eid[k]), int(self.device[u]), d),
-            )
-        return t
+    def ready_times(self, v: int) -> np.ndarray:
+        """When all inputs of ``v`` can be on each device, ``(D,)`` (predecessors must be
+        placed)."""
+        return self._ready(v, self.device, self.finish)
 
-    def earliest_start(self, v: int, d: int) -> float:
-        """The earliest start of ``v`` on ``d``: the first gap after its ready time that fits."""
-        ready = self.ready_time(v, d)
+    def earliest_start(self, v: int, d: int, ready: float | None = None) -> float:
+        """The earliest start of ``v`` on ``d``: the first gap after its ready time there
+        (``ready``; default: :meth:`ready_times`) that fits."""
+        if ready is None:
+            ready = float(self.ready_times(v)[d])
         dur = float(self.cost.compute[v, d])
         t = ready
         for s, f in self.busy[d]:
@@ -92,8 +92,9 @@ class InsertionTimeline:
     def best_device(self, v: int, devices: range | list[int]) -> tuple[int, float]:
         """The device of earliest finish (ties: lowest id) and the start there."""
         best: tuple[float, int, float] | None = None
+        ready = self.ready_times(v)
         for d in devices:
-            s = self.earliest_start(v, d)
+            s = self.earliest_start(v, d, float(ready[d]))
             f = s + float(self.cost.compute[v, d])
             if best is None or f < best[0]:
                 best = (f, d, s)

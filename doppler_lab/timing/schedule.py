@@ -334,6 +334,38 @@ def batch_assign(record, arrays, timing, k, v, d, est):  # pragma: no cover - co
     ncand[k] = m
 
 
+class InputReady:
+    """When all inputs of a node can be on each device: the ``est`` model's earliest start with
+    every device free (``max over preds u of finish(u) + transfer(u -> d)``, 0 without
+    predecessors), the clock that HEFT's insertion timeline searches its gaps from
+    (:mod:`doppler_lab.placers.heft`).
+
+    Args:
+        graph: the graph.
+        cost_model: its costs on a cluster (raw units).
+    """
+
+    def __init__(self, graph: DataflowGraph, cost_model: CostModel):
+        self._preds = (graph.pred_ptr, graph.pred_idx, graph.pred_eid, graph.is_input)
+        self._free = np.zeros(cost_model.cluster.num_devices)
+        self._edge_costs = tuple(
+            np.ascontiguousarray(a)
+            for a in (
+                cost_model.edge_fixed,
+                cost_model.edge_bytes,
+                cost_model.latency,
+                cost_model.inv_bandwidth,
+            )
+        )
+
+    def __call__(self, v: int, device: np.ndarray, finish: np.ndarray) -> np.ndarray:
+        """``(D,)`` for node ``v`` whose compute predecessors are placed (``device``, ``finish``:
+        ``(N,)`` int64 and float64)."""
+        out = np.empty(self._free.shape[0])
+        _est(v, *self._preds, device, finish, self._free, *self._edge_costs, out)
+        return out
+
+
 class ListScheduleState:
     """Assign compute nodes one by one; track start/finish estimates and the frontier.
 

@@ -28,6 +28,7 @@ import numpy as np
 from numba import njit, prange
 
 from ...hardware.rules import reserve_route, transfer_time
+from ..heaps import heap_pop, heap_push
 
 
 class GraphArrays(NamedTuple):
@@ -120,63 +121,6 @@ def check_devices(device, is_input, num_devices, out):  # pragma: no cover - com
 
 
 # --------------------------------------------------------------------------------------------
-# binary heaps over parallel arrays, ordered by (key1, key2); ``base`` offsets a segment
-# --------------------------------------------------------------------------------------------
-
-
-@njit(inline="always")
-def _less(a1, a2, b1, b2):
-    return a1 < b1 or (a1 == b1 and a2 < b2)
-
-
-@njit(inline="always")
-def _hpush(k1, k2, pay, base, size, x1, x2, p):
-    i = size
-    while i > 0:
-        par = (i - 1) >> 1
-        if _less(x1, x2, k1[base + par], k2[base + par]):
-            k1[base + i] = k1[base + par]
-            k2[base + i] = k2[base + par]
-            pay[base + i] = pay[base + par]
-            i = par
-        else:
-            break
-    k1[base + i] = x1
-    k2[base + i] = x2
-    pay[base + i] = p
-    return size + 1
-
-
-@njit(inline="always")
-def _hpop(k1, k2, pay, base, size):
-    """Remove the minimum (read it at ``base`` before calling); returns the new size."""
-    size -= 1
-    x1 = k1[base + size]
-    x2 = k2[base + size]
-    p = pay[base + size]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= size:
-            break
-        r = c + 1
-        if r < size and _less(k1[base + r], k2[base + r], k1[base + c], k2[base + c]):
-            c = r
-        if _less(k1[base + c], k2[base + c], x1, x2):
-            k1[base + i] = k1[base + c]
-            k2[base + i] = k2[base + c]
-            pay[base + i] = pay[base + c]
-            i = c
-        else:
-            break
-    if size > 0:
-        k1[base + i] = x1
-        k2[base + i] = x2
-        pay[base + i] = p
-    return size
-
-
-# --------------------------------------------------------------------------------------------
 # paper semantics: an exact emulation of the released SimPy simulator's event order
 # --------------------------------------------------------------------------------------------
 # SimPy processes events by (time, priority, eid). Zero-delay events scheduled while processing
@@ -261,7 +205,7 @@ def paper_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
     while True:
         if hn > 0 and ht[0] == now:
             code = hc[0]
-            hn = _hpop(ht, hs, hc, 0, hn)
+            hn = heap_pop(ht, hs, hc, 0, hn)
         elif fh < ft:
             code = fifo[fh & mask]
             fh += 1
@@ -295,7 +239,7 @@ def paper_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
                     fifo[ft & mask] = k * 8 + _TIMEOUT
                     ft += 1
                 else:
-                    hn = _hpush(ht, hs, hc, 0, hn, t, eid, k * 8 + _TIMEOUT)
+                    hn = heap_push(ht, hs, hc, 0, hn, t, eid, k * 8 + _TIMEOUT)
         elif kind == _TIMEOUT:
             eid += 1
             fifo[ft & mask] = x * 8 + _PEND
@@ -335,7 +279,7 @@ def paper_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
                 fifo[ft & mask] = x * 8 + _COMPT
                 ft += 1
             else:
-                hn = _hpush(ht, hs, hc, 0, hn, t, eid, x * 8 + _COMPT)
+                hn = heap_push(ht, hs, hc, 0, hn, t, eid, x * 8 + _COMPT)
         else:  # _COMPT
             if record:
                 end[x] = now
@@ -401,27 +345,27 @@ def wc_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
         if not is_input[v] and indeg[v] == 0:
             d = dev[v]
             key = priority[v] if use_priority else 0.0
-            rn[d] = _hpush(rk1, rk2, rp, base[d], rn[d], key, v, v)
+            rn[d] = heap_push(rk1, rk2, rp, base[d], rn[d], key, v, v)
     now = 0.0
     while True:
         # dispatch idle devices
         for d in range(ndev):
             if not busy[d] and rn[d] > 0:
                 v = rp[base[d]]
-                rn[d] = _hpop(rk1, rk2, rp, base[d], rn[d])
+                rn[d] = heap_pop(rk1, rk2, rp, base[d], rn[d])
                 busy[d] = True
                 start[v] = now
                 seq += 1
                 dur = _compute_time(costs, v, d)
                 if has_noise:
                     dur *= comp_noise[v]
-                hn = _hpush(ht, hs, hc, 0, hn, now + dur, seq, v * 2)
+                hn = heap_push(ht, hs, hc, 0, hn, now + dur, seq, v * 2)
         if hn == 0:
             break
         now = ht[0]
         while hn > 0 and ht[0] == now:
             code = hc[0]
-            hn = _hpop(ht, hs, hc, 0, hn)
+            hn = heap_pop(ht, hs, hc, 0, hn)
             x = code >> 1
             if code & 1 == 0:  # op x finished
                 a = dev[x]
@@ -434,7 +378,7 @@ def wc_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
                         arrived[w] += 1
                         if arrived[w] == indeg[w]:
                             key = priority[w] if use_priority else now
-                            rn[b] = _hpush(rk1, rk2, rp, base[b], rn[b], key, w, w)
+                            rn[b] = heap_push(rk1, rk2, rp, base[b], rn[b], key, w, w)
                         continue
                     if dedupe:
                         if sent_stamp[b] == x:
@@ -450,7 +394,7 @@ def wc_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
                     tr_end[ntr] = f
                     tr_link[ntr] = r1
                     seq += 1
-                    hn = _hpush(ht, hs, hc, 0, hn, f, seq, ntr * 2 + 1)
+                    hn = heap_push(ht, hs, hc, 0, hn, f, seq, ntr * 2 + 1)
                     ntr += 1
             else:  # transfer x arrived
                 k = tr_slot[x]
@@ -463,13 +407,13 @@ def wc_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
                             arrived[w] += 1
                             if arrived[w] == indeg[w]:
                                 key = priority[w] if use_priority else now
-                                rn[b] = _hpush(rk1, rk2, rp, base[b], rn[b], key, w, w)
+                                rn[b] = heap_push(rk1, rk2, rp, base[b], rn[b], key, w, w)
                 else:
                     w = succ_idx[k]
                     arrived[w] += 1
                     if arrived[w] == indeg[w]:
                         key = priority[w] if use_priority else now
-                        rn[b] = _hpush(rk1, rk2, rp, base[b], rn[b], key, w, w)
+                        rn[b] = heap_push(rk1, rk2, rp, base[b], rn[b], key, w, w)
     makespan = 0.0
     for v in range(n):
         if not is_input[v] and end[v] > makespan:
