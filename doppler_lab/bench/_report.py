@@ -1,4 +1,5 @@
-"""Writing benchmark results: one JSON record and one Markdown page per benchmark.
+"""Writing benchmark results: one JSON record and one Markdown page per benchmark (its tables:
+:func:`doppler_lab.viz.html.markdown_table`, shared with the other report writers).
 
 Every record carries the code version it was measured with (``code_version``, see
 :mod:`doppler_lab.house.codeversion`), shown in the page's header; :func:`read_report` reads records
@@ -44,33 +45,6 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
-def _fmt(x: Any) -> str:
-    if isinstance(x, float | np.floating):
-        if not np.isfinite(x):
-            return "-"
-        a = abs(float(x))
-        if a == 0:
-            return "0"
-        if a >= 1e5 or a < 1e-3:
-            return f"{x:.3g}"
-        if a >= 100:
-            return f"{x:,.1f}"
-        return f"{x:.4g}"
-    if x is None:
-        return "-"
-    return str(x)
-
-
-def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
-    if not rows:
-        return "(no rows)\n"
-    cols = list(columns or rows[0].keys())
-    out = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for r in rows:
-        out.append("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
-    return "\n".join(out) + "\n"
-
-
 _plain = to_jsonable  # kept for callers that import it from here
 
 
@@ -85,8 +59,11 @@ def write_report(
 ) -> dict[str, Any]:
     """Write ``<out_dir>/<name>.json`` and ``<name>.md``; returns the JSON record.
 
-    ``tables`` maps a section title to (rows, columns).
+    ``tables`` maps a section title to (rows, columns) (:func:`doppler_lab.viz.html.markdown_table`).
     """
+    # imported here: the plotting package loads only when a report is written
+    from ..viz.html import markdown_table
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     record = {

@@ -139,8 +139,13 @@ def write_summary(out_dir: str | os.PathLike, summary: Mapping[str, Any]) -> Pat
     return write_json(Path(out_dir) / "summary.json", dict(summary))
 
 
-def render_html(executed_notebook: str | os.PathLike, html_path: str | os.PathLike) -> Path:
-    """Render an executed notebook to HTML with its plotly charts live (no input prompts)."""
+def render_html(
+    executed_notebook: str | os.PathLike,
+    html_path: str | os.PathLike,
+    back_link: str | None = None,
+) -> Path:
+    """Render an executed notebook to HTML with its plotly charts live (no input prompts);
+    ``back_link``: the index's address, linked at the top of the page."""
     nbformat = require("nbformat", "rendering a notebook to HTML")
     require("nbconvert", "rendering a notebook to HTML")
     from nbconvert import HTMLExporter
@@ -150,6 +155,10 @@ def render_html(executed_notebook: str | os.PathLike, html_path: str | os.PathLi
     exporter.exclude_input_prompt = True
     exporter.exclude_output_prompt = True
     body, _ = exporter.from_notebook_node(nb)
+    if back_link is not None:
+        from ..viz.html import with_back_link
+
+        body = with_back_link(body, back_link)
     from ..house.atomic import atomic_write
 
     return atomic_write(html_path, body)

@@ -331,7 +331,7 @@ def run_one(
         result.error = _error_line(exc)
     if executed.exists():
         try:
-            add_back_link(render_html(executed, page), "../index.html")
+            render_html(executed, page, back_link="../index.html")
             result.page = page.relative_to(out_dir).as_posix()
         except Exception as exc:  # e.g. a corrupt partial notebook
             result.status = "failed"
@@ -339,24 +339,6 @@ def run_one(
     result.seconds = round(time.perf_counter() - t0, 2)
     result.finished = dt.datetime.now().isoformat(timespec="seconds")
     return result
-
-
-_BACK_LINK = (
-    '<nav style="font:14px/1.4 sans-serif;padding:8px 20px;border-bottom:1px solid #d8dee4">'
-    '<a href="{href}" style="color:#3b75af">&larr; all reports</a></nav>'
-)
-
-
-def add_back_link(page: Path, href: str) -> Path:
-    """Put a link to the index (``href``) at the top of a rendered page."""
-    text = page.read_text(encoding="utf-8")
-    m = re.search(r"<body[^>]*>", text)
-    if m is not None:
-        link = _BACK_LINK.format(href=html.escape(href))
-        from ..house.atomic import atomic_write
-
-        atomic_write(page, text[: m.end()] + link + text[m.end() :])
-    return page
 
 
 def build_site(
@@ -543,17 +525,16 @@ def _seconds(s: float | None) -> str:
 
 
 def _overview(results: Sequence[NotebookResult]) -> str:
-    rows = "".join(
-        "<tr>"
+    from ..viz.html import html_table
+
+    rows = (
         f"<td>{_link(r, r.stem)}</td><td>{html.escape(r.title)}</td>"
         f"<td>{_status_badge(r.status)}</td><td class='num'>{_seconds(r.seconds)}</td>"
-        f"<td>{html.escape(r.profile)}</td></tr>"
+        f"<td>{html.escape(r.profile)}</td>"
         for r in results
     )
-    head = "<tr><th>notebook</th><th>title</th><th>status</th><th class='num'>run time</th><th>parameters</th></tr>"
-    return (
-        f'<div class="table-wrap"><table><thead>{head}</thead><tbody>{rows}</tbody></table></div>'
-    )
+    head = "<th>notebook</th><th>title</th><th>status</th><th class='num'>run time</th><th>parameters</th>"
+    return html_table(head, rows)
 
 
 def _section(r: NotebookResult) -> str:

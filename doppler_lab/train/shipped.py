@@ -116,6 +116,7 @@ def train_shipped(
 def write_readme(dest: str | Path) -> Path:
     """Render ``<dest>/index.json`` as ``<dest>/README.md``."""
     from ..policies.checkpoint import read_checkpoint
+    from ..viz.html import markdown_table
 
     dest = Path(dest)
     index = json.loads((dest / "index.json").read_text())["checkpoints"]
@@ -135,22 +136,30 @@ def write_readme(dest: str | Path) -> Path:
         "and 16 sampled rollouts; `cp` = the Critical Path teacher, mean over 5 tie seeds. "
         "`index.json` has the full record (training config, command, seed).",
         "",
-        "| checkpoint | graph nodes | episodes (I + II) | seed | protocol | greedy | cp | vs cp "
-        "| lower bound | train s | size | placed norm |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     per_graph = {name: r for name, r in index.items() if "final" in r}
     general = {name: r for name, r in index.items() if "final" not in r}
+    rows = []
     for name, r in sorted(per_graph.items()):
         f, e = r["final"], r["episodes"]
         cfg = read_checkpoint(dest / f"{name}.pt")["policy"]["config"]
-        norm = PolicyConfig.from_dict(dict(cfg)).placed_norm
-        lines.append(
-            f"| {name} | {r['graph_nodes']} | {e['imitation']} + {e['sim']} | {r['seed']} "
-            f"| {f['protocol_makespan_s']:.4g} | {f['greedy_makespan_s']:.4g} "
-            f"| {f['cp_mean_makespan_s']:.4g} | {f['vs_cp']:+.1%} | {f['lower_bound_s']:.4g} "
-            f"| {r['train_s']:.0f} | {r['size_bytes'] / 1e6:.2f} MB | {norm} |"
+        rows.append(
+            {
+                "checkpoint": name,
+                "graph nodes": r["graph_nodes"],
+                "episodes (I + II)": f"{e['imitation']} + {e['sim']}",
+                "seed": r["seed"],
+                "protocol": f"{f['protocol_makespan_s']:.4g}",
+                "greedy": f"{f['greedy_makespan_s']:.4g}",
+                "cp": f"{f['cp_mean_makespan_s']:.4g}",
+                "vs cp": f"{f['vs_cp']:+.1%}",
+                "lower bound": f"{f['lower_bound_s']:.4g}",
+                "train s": f"{r['train_s']:.0f}",
+                "size": f"{r['size_bytes'] / 1e6:.2f} MB",
+                "placed norm": PolicyConfig.from_dict(dict(cfg)).placed_norm,
+            }
         )
+    lines += markdown_table(rows).splitlines()
     lines += ["", "Reproduce (one command per checkpoint, as recorded in `index.json`):", ""]
     lines += [f"- `{r['command']} --dest {dest}`" for _, r in sorted(per_graph.items())]
     for name, r in sorted(general.items()):

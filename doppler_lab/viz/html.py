@@ -1,4 +1,8 @@
-"""A small builder of self-contained HTML reports: headings, text, tables and plotly figures.
+"""A small builder of self-contained HTML reports: headings, text, tables and plotly figures;
+and the pieces every report writer shares (the report site's index and notebook pages, the
+demo, the bench tables, the shipped checkpoints' README): the table skeleton
+(:func:`html_table`), Markdown tables with their cell format (:func:`markdown_table`,
+:func:`format_cell`) and the link back to an index (:func:`with_back_link`).
 
 The page embeds plotly.js once, in its head (only when it has figures), so it opens offline
 and each figure adds only its own data.
@@ -16,11 +20,12 @@ from __future__ import annotations
 import html
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ..house.deps import require
@@ -137,10 +142,64 @@ def _pipe_table(block: list[str]) -> str:
     if not rows:
         return ""
     head = "".join(f"<th>{_inline(c)}</th>" for c in rows[0])
-    body = "".join(
-        "<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in rows[1:]
+    return html_table(head, ("".join(f"<td>{_inline(c)}</td>" for c in r) for r in rows[1:]))
+
+
+def html_table(header: str, rows: Iterable[str], caption: str = "") -> str:
+    """The reports' table around ready cells: ``header`` the ``<th>`` cells, each of ``rows``
+    one row's ``<td>`` cells, ``caption`` a ``<caption>`` element (or nothing); wide tables
+    scroll in their ``table-wrap``."""
+    body = "".join(f"<tr>{r}</tr>" for r in rows)
+    return (
+        f'<div class="table-wrap"><table>{caption}<thead><tr>{header}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
     )
-    return f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def format_cell(x: Any) -> str:
+    """A Markdown table cell: floats by size (``1.235``, ``1,234.5``, ``1.23e+05``), ``-`` for
+    None and non-finite floats, anything else as its text."""
+    if isinstance(x, float | np.floating):
+        if not np.isfinite(x):
+            return "-"
+        a = abs(float(x))
+        if a == 0:
+            return "0"
+        if a >= 1e5 or a < 1e-3:
+            return f"{x:.3g}"
+        if a >= 100:
+            return f"{x:,.1f}"
+        return f"{x:.4g}"
+    if x is None:
+        return "-"
+    return str(x)
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """A Markdown pipe table of ``rows`` (dicts; ``columns``: which, in order; default: the
+    first row's keys), cells by :func:`format_cell`, ending in a newline; ``(no rows)`` when
+    there are none."""
+    if not rows:
+        return "(no rows)\n"
+    cols = list(columns or rows[0].keys())
+    out = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for r in rows:
+        out.append("| " + " | ".join(format_cell(r.get(c)) for c in cols) + " |")
+    return "\n".join(out) + "\n"
+
+
+_BACK_LINK = (
+    '<nav style="font:14px/1.4 sans-serif;padding:8px 20px;border-bottom:1px solid #d8dee4">'
+    '<a href="{href}" style="color:#3b75af">&larr; all reports</a></nav>'
+)
+
+
+def with_back_link(page: str, href: str) -> str:
+    """``page`` (a whole HTML page) with a link to the index ``href`` at the top of its body."""
+    m = re.search(r"<body[^>]*>", page)
+    if m is None:
+        return page
+    return page[: m.end()] + _BACK_LINK.format(href=html.escape(href)) + page[m.end() :]
 
 
 def _is_number(x: Any) -> bool:
@@ -278,14 +337,12 @@ class HtmlReport:
         head = "".join(
             f"<th{num if f else ''}>{html.escape(c, quote=False)}</th>" for c, f in zip(cols, fmts)
         )
-        body = "".join(
-            "<tr>" + "".join(_cell(values[j][i], fmts[j]) for j in range(len(cols))) + "</tr>"
+        body = (
+            "".join(_cell(values[j][i], fmts[j]) for j in range(len(cols)))
             for i in range(len(frame))
         )
         cap = f"<caption>{_inline(caption)}</caption>" if caption else ""
-        self._blocks.append(
-            f'<div class="table-wrap"><table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
-        )
+        self._blocks.append(html_table(head, body, cap))
         return self
 
     def figure(self, fig: Any, caption: str | None = None) -> HtmlReport:
