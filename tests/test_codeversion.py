@@ -113,3 +113,11 @@ def test_bench_policy_runs_are_reused_only_by_the_same_code(tmp_path, monkeypatc
     monkeypatch.setattr(codeversion, "code_version", lambda: "changedcode0")
     bench.run_case(cfg, case, "doppler", 0, tmp_path)
     assert len(list(tmp_path.rglob("result.json"))) == 2  # trained anew beside the old run
+
+
+def test_every_excluded_path_exists() -> None:
+    """A moved module must move in EXCLUDED too, or it would silently start to count."""
+    from doppler_lab.house.codeversion import EXCLUDED, PACKAGE_DIR
+
+    missing = [e for e in EXCLUDED if not (PACKAGE_DIR / e.rstrip("/")).exists()]
+    assert missing == []
