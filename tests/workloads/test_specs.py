@@ -4,9 +4,12 @@ the bad item and what was expected."""
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import pytest
 
+from doppler_lab.cli import main
 from doppler_lab.house.errors import ClusterError, ConfigError, ImportModelError
 from doppler_lab.house.trust import TRUST_PT2_ENV
 from doppler_lab.io.documents import read_paper_graph, save_cluster, save_graph
@@ -211,6 +214,21 @@ def test_cluster_files_and_bad_cluster_specs(tmp_path):
         cluster_from_spec("uniform:4", 2)
     with pytest.raises(ClusterError, match="preset 'p100x4' has 4 devices, not 2"):
         cluster_from_spec("p100x4", 2)
+
+
+def test_every_command_takes_the_new_spellings(capsys):
+    import json
+
+    from doppler_lab.commands._common import resolve_cluster
+
+    assert resolve_cluster(argparse.Namespace(cluster="uniform:3", devices=None)).num_devices == 3
+    assert main(["simulate", "chainmm:scale=0.1", "--cluster", "cpu:3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_devices"] == 3
+    assert main(["simulate", "paper_costs:chainmm:matrices=3,scale=0.1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["semantics"] == "paper" and out["num_devices"] == 4
+    assert main(["import", "chainmm"]) == 2
+    assert "graph spec 'chainmm' is a workload; expected a zoo model" in capsys.readouterr().err
 
 
 def test_docstring_examples():
