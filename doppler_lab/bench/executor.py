@@ -128,11 +128,11 @@ def workload_rows(
     from ..executor.runner import compare_outputs
     from ..executor.torch_ops import evaluate
     from ..ir.placement import round_robin, single_device
-    from ..workloads import build_from_spec
+    from ..workloads.specs import graph_from_spec
 
     rows = []
     for spec in tqdm(specs, desc=f"workloads ({backend.name})", disable=not progress, leave=False):
-        g = build_from_spec(spec)
+        g = graph_from_spec(spec)
         ref = evaluate(g)
         pls = {
             "single": single_device(g, backend.num_devices),

@@ -75,13 +75,13 @@ def run(
     from ..executor import make_backend
     from ..executor.profiling import calibrate, parallel_capacity
     from ..timing.sim import Simulator
-    from ..workloads import build_from_spec
+    from ..workloads.specs import graph_from_spec
 
     t_start = time.perf_counter()
     be = make_backend(backend, num_devices or 2)
     capacity = [parallel_capacity(be.num_devices)] if be.name in ("cpu", "dist") else []
     specs = QUICK_WORKLOADS if quick else CPU_WORKLOADS
-    graphs = {k: build_from_spec(s) for k, s in specs.items()}
+    graphs = {k: graph_from_spec(s) for k, s in specs.items()}
     repeats, warmup = (2, 1) if quick else (3, 1)
     rounds = rounds or (1 if quick else 4)
     try:

@@ -342,7 +342,10 @@ def slug(text: str) -> str:
 
 def yardstick_name(task: Task) -> str:
     """The YARDSTICK name of a paper task (``paper:NAME``), else the spec."""
-    return task.graph.partition(":")[2] if task.graph.startswith("paper:") else task.graph
+    from ..workloads.specs import parse_graph_spec
+
+    spec = parse_graph_spec(task.graph)
+    return spec.target if spec.kind == "paper" else task.graph
 
 
 def cached_case(path: Path, compute) -> dict[str, Any]:

@@ -55,14 +55,6 @@ SPEARMAN_TARGET = 0.8
 UNCALIBRATED_WITHIN = 3.0
 
 
-def build_graph(spec: str) -> Any:
-    """A workload or zoo model from its spec."""
-    from ..importers.zoo import import_model, is_model_spec
-    from ..workloads import build_from_spec
-
-    return import_model(spec) if is_model_spec(spec) else build_from_spec(spec)
-
-
 def dispatch_section(backends: Sequence[Any], num_ops: int = 500) -> dict[str, Any]:
     """Executor overhead per op on each backend (:func:`~doppler_lab.bench.executor.dispatch_overhead`)."""
     from .executor import dispatch_overhead
@@ -143,7 +135,9 @@ def fidelity_section(
     from ..timing.sim import Simulator
 
     t0 = time.perf_counter()
-    graphs = {k: build_graph(s) for k, s in specs.items()}
+    from ..workloads.specs import graph_from_spec
+
+    graphs = {k: graph_from_spec(s) for k, s in specs.items()}
     profile = calibrate(
         backend, list(graphs.values()), name=f"{backend.cluster.name}-gpu-check", quick=quick
     )
@@ -244,7 +238,9 @@ def stage3_section(
     from ..train.train_config import preset
 
     t0 = time.perf_counter()
-    g = build_graph(spec)
+    from ..workloads.specs import graph_from_spec
+
+    g = graph_from_spec(spec)
     cluster = backend.cluster
     greedy = {"samples": 0, "partitions": 0, "clustering": False}
     init = resolve_checkpoint(GENERAL_CHECKPOINT)
@@ -306,11 +302,11 @@ def paper_size_section(backend: Any, specs: dict[str, str], check: bool = True) 
     from ..executor import Executor
     from ..executor.torch_ops import evaluate
     from ..placers import place
-    from ..workloads import build_from_spec
+    from ..workloads.specs import graph_from_spec
 
     rows = []
     for name, spec in specs.items():
-        g = build_from_spec(spec)
+        g = graph_from_spec(spec)
         ops = int(g.compute_nodes.size)
         pls = {}
         for placer in ("cp", "doppler"):

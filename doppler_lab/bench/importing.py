@@ -21,11 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from ..hardware.cluster import Cluster, make_cluster
+from ..hardware.cluster import Cluster
 from ..importers.options import GRANULARITIES
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..ir.trace import Trace
+from ..workloads.specs import cluster_from_spec, graph_from_spec
 from ._report import write_report
 from .quality import Case, evaluate_placer
 
@@ -134,7 +135,7 @@ def placer_comparison(
     """
     from ..placers import placer_options, placer_spec
 
-    cl = make_cluster(cluster) if isinstance(cluster, str) else cluster
+    cl = cluster_from_spec(cluster)
     case = Case(graph.name, "model", graph, cl, semantics, noise)
     rows, placements = [], {}
     for name in placers:
@@ -165,16 +166,12 @@ def simulated_traces(
     """The simulated trace (no noise) of each placement, by name (for Gantt charts)."""
     from ..timing.sim import Simulator
 
-    sim = Simulator(
-        graph, make_cluster(cluster) if isinstance(cluster, str) else cluster, semantics
-    )
+    sim = Simulator(graph, cluster_from_spec(cluster), semantics)
     return {name: sim.run(p) for name, p in placements.items()}
 
 
 def run(out_dir: Path, quick: bool = False) -> dict[str, Any]:
     """Run the benchmark and write ``import.{json,md}`` into ``out_dir``."""
-    from ..importers.zoo import import_model
-
     t_start = time.perf_counter()
     layers = QUICK_LAYERS if quick else LAYERS
     scaling = import_scaling_rows(layers)
@@ -189,7 +186,7 @@ def run(out_dir: Path, quick: bool = False) -> dict[str, Any]:
     placer_tables: dict[str, tuple[list[dict[str, Any]], list[str]]] = {}
     placer_summary: dict[str, Any] = {}
     for label, spec in placed.items():
-        graph = import_model(spec)
+        graph = graph_from_spec(spec)
         rows, _ = placer_comparison(graph, seeds=seeds, search_budget=budget)
         placer_tables[f"Placers on {spec} (p100x4, wc; {graph.compute_nodes.size} ops)"] = (
             rows,

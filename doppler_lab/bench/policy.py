@@ -213,7 +213,7 @@ def quick_config() -> PolicyBenchConfig:
 class _Case:
     name: str
     group: str
-    spec: str  # how a worker rebuilds the graph: "paper:<path>" or a workload spec
+    spec: str  # how a worker rebuilds the graph: a graph spec (a paper .txt file, a workload)
     cluster: str
     devices: int
     semantics: str
@@ -221,7 +221,7 @@ class _Case:
 
 def _cases(cfg: PolicyBenchConfig) -> tuple[list[_Case], list[str]]:
     from ..house.paths import PAPER_GRAPHS_HINT, paper_graphs_dir
-    from ..workloads import build_from_spec
+    from ..workloads.specs import graph_from_spec
 
     folder = paper_graphs_dir(cfg.paper_dir)
     cases, notes = [], []
@@ -230,23 +230,18 @@ def _cases(cfg: PolicyBenchConfig) -> tuple[list[_Case], list[str]]:
         if path is None or not path.exists():
             notes.append(f"paper graph {name} not found: {PAPER_GRAPHS_HINT}")
             continue
-        cases.append(_Case(name, "paper", f"paper:{path}", "uniform", 4, "paper"))
+        cases.append(_Case(name, "paper", str(path), "uniform", 4, "paper"))
     for spec in cfg.workloads:
-        g = build_from_spec(spec)
+        g = graph_from_spec(spec)
         cases.append(_Case(g.name, "workload", spec, "p100x4", 4, cfg.workload_semantics))
     return cases, notes
 
 
 def _load(case: _Case):
-    from ..hardware.cluster import make_cluster
-    from ..io.documents import read_paper_graph
-    from ..workloads import build_from_spec
+    from ..workloads.specs import cluster_from_spec, graph_from_spec
 
-    if case.spec.startswith("paper:"):
-        g = read_paper_graph(case.spec[len("paper:") :])
-    else:
-        g = build_from_spec(case.spec)
-    return g, make_cluster(case.cluster, case.devices if case.cluster == "uniform" else None)
+    devices = case.devices if case.cluster == "uniform" else None
+    return graph_from_spec(case.spec), cluster_from_spec(case.cluster, devices)
 
 
 # -- one (graph, method, seed) --------------------------------------------------------------
@@ -452,7 +447,7 @@ def speed_rows(cfg: PolicyBenchConfig, paper_case: _Case | None) -> tuple[list, 
     from ..hardware.cluster import make_cluster
     from ..policies.checkpoint import make_policy
     from ..policies.policy_config import POLICY_PRESETS
-    from ..workloads import build_from_spec
+    from ..workloads.specs import graph_from_spec
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -495,7 +490,7 @@ def speed_rows(cfg: PolicyBenchConfig, paper_case: _Case | None) -> tuple[list, 
         scale = []
         pol = make_policy(POLICY_PRESETS["default"], 4)
         for n in cfg.speed_sizes:
-            g = build_from_spec(f"random_dag:num_nodes={n},width=16")
+            g = graph_from_spec(f"random_dag:num_nodes={n},width=16")
             t = episode_times(
                 pol,
                 g,
@@ -533,8 +528,9 @@ def ablation_rows(
     keep_going: bool = False,
     progress: bool = False,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Train and evaluate ``methods`` (keys of :data:`METHODS`) on ``graphs`` (paper names or
-    workload specs) over ``seeds``; cached per (graph, method, seed) under ``out_dir``.
+    """Train and evaluate ``methods`` (keys of :data:`METHODS`) on ``graphs`` (graph specs,
+    :mod:`doppler_lab.workloads.specs`: paper graph names, ``paper:NAME``, workload specs) over
+    ``seeds``; cached per (graph, method, seed) under ``out_dir``.
 
     ``runner`` (``local``, ``ray`` or a :class:`~doppler_lab.house.runners.Runner`) runs the
     (graph, method, seed) trainings; with ``keep_going`` a failed one is left out (the others'
@@ -544,8 +540,11 @@ def ablation_rows(
         The table rows (mean over seeds, with CP and ``search_placers`` at the same simulator
         calls) and the per-seed results.
     """
-    paper = tuple(g for g in graphs if ":" not in g and g not in WORKLOADS)
-    work = tuple(g for g in graphs if g not in paper)
+    from ..workloads.specs import parse_graph_spec
+
+    specs = [parse_graph_spec(g) for g in graphs]
+    paper = tuple(s.target for s in specs if s.kind == "paper")
+    work = tuple(s.text for s in specs if s.kind != "paper")
     cfg = PolicyBenchConfig(
         paper_graphs=paper,
         paper_dir=paper_dir,

@@ -40,11 +40,11 @@ def _general_rows(
     from ..hardware.cluster import make_cluster
     from ..placers import place
     from ..timing.sim import Simulator
-    from ..workloads import build_from_spec
+    from ..workloads.specs import graph_from_spec
 
     out = []
     for spec in graphs:
-        g = build_from_spec(spec)
+        g = graph_from_spec(spec)
         mine = [r for r in rows if r["graph"] == g.name]
         if not mine:
             continue

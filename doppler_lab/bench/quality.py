@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..hardware.cluster import Cluster, make_cluster
+from ..hardware.cluster import Cluster
 from ..house.deps import require
 from ..house.errors import ConfigError
 from ..house.paths import bench_checkpoints_dir
@@ -115,8 +115,8 @@ class Case:
 def load_cases(config: QualityConfig) -> tuple[list[Case], list[str]]:
     """The table's graphs and notes about any that are missing."""
     from ..house.paths import PAPER_GRAPHS_HINT, paper_graph_dirs, paper_graphs_dir
-    from ..workloads import build_from_spec
     from ..workloads.catalog import load_paper_graphs
+    from ..workloads.specs import cluster_from_spec, graph_from_spec
 
     folder = paper_graphs_dir(config.paper_dir)
     paper = load_paper_graphs(folder, config.paper_graphs)
@@ -131,16 +131,16 @@ def load_cases(config: QualityConfig) -> tuple[list[Case], list[str]]:
             name,
             "paper",
             g,
-            make_cluster("uniform", 8 if name.startswith("8gpu") else 4),
+            cluster_from_spec("uniform", 8 if name.startswith("8gpu") else 4),
             "paper",
             0.0,
         )
         for name, g in paper.items()
     ]
     for spec in config.workloads:
-        g = build_from_spec(spec)
+        g = graph_from_spec(spec)
         name = g.name if all(c.name != g.name for c in cases) else spec
-        cluster = make_cluster(config.workload_cluster)
+        cluster = cluster_from_spec(config.workload_cluster)
         cases.append(Case(name, "workload", g, cluster, config.workload_semantics, config.noise))
     return cases, notes
 

@@ -116,15 +116,13 @@ def _load_average() -> str:
 
 def _layer_graph():
     from ..house.paths import paper_graphs_dir
-    from ..io.documents import read_paper_graph
+    from ..workloads.specs import graph_from_spec
 
     folder = paper_graphs_dir()
     if folder is not None and (folder / "full_transformer_layer_261nodes.txt").exists():
-        layer = read_paper_graph(folder / "full_transformer_layer_261nodes.txt")
+        layer = graph_from_spec("paper:full_transformer_layer_261nodes", paper_dir=folder)
         return layer, make_cluster("uniform", 4), "paper"
-    from ..workloads import build
-
-    return build("llama_layer"), make_cluster("p100x4"), "wc"
+    return graph_from_spec("llama_layer"), make_cluster("p100x4"), "wc"
 
 
 def _throughput_row(label: str, g, cluster, dev: np.ndarray, simpy_max: int) -> dict[str, Any]:

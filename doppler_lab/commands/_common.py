@@ -1,4 +1,7 @@
-"""Argument helpers shared by the subcommands: graphs, clusters, placements, JSON output."""
+"""Argument helpers shared by the subcommands: graphs, clusters, placements, JSON output.
+
+Graph and cluster specs are read by :mod:`doppler_lab.workloads.specs` (one grammar for every
+command)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..hardware.cluster import Cluster, make_cluster
+from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError, PlacementError, SimulationError
 from ..house.jsonutil import to_jsonable
 from ..house.limits import LIMITS
@@ -80,17 +83,20 @@ def add_graph_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "graph",
         metavar="GRAPH",
-        help="a workload name, a model (hf-llama, hf-gpt2, mlp, resnet, FILE.py:FUNC, a saved "
-        "ExportedProgram .pt2), a JSON graph, or a paper .txt graph",
+        help="a graph spec: a workload (chainmm:scale=0.1), a model (hf-llama:layers=2, "
+        "FILE.py:FUNC, FILE.pt2), a JSON graph, a paper .txt graph or paper:NAME (README, "
+        "'Graph and cluster specs')",
     )
 
 
 def add_cluster_arguments(p: argparse.ArgumentParser, default_help: str = "") -> None:
     p.add_argument(
         "--cluster",
-        metavar="NAME|FILE",
-        help="preset (p100x4, v100x8, h100x8, cpu, uniform) or cluster JSON; default: uniform "
-        "devices for graphs with explicit costs (paper graphs), p100x4 otherwise" + default_help,
+        metavar="SPEC",
+        help="a cluster spec: preset (p100x4, v100x8, h100x8, cpu, uniform), cpu:N, uniform:N, "
+        "multihost:..., or a cluster/profile JSON (README, 'Graph and cluster specs'); default: "
+        "uniform devices for graphs with explicit costs (paper graphs), p100x4 otherwise"
+        + default_help,
     )
     p.add_argument(
         "--devices",
@@ -126,42 +132,23 @@ def add_placement_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
-def resolve_graph(spec: str) -> DataflowGraph:
-    """A graph from a workload name (``chainmm`` or ``chainmm:blocks=4,matrices=8``), a file,
-    or an imported model (a zoo spec such as ``hf-llama:layers=2``, ``FILE.py:FUNC``, or a saved
-    ``ExportedProgram`` ``.pt2``; see :mod:`doppler_lab.importers.zoo`)."""
-    from ..io.documents import load_graph
-
-    path = Path(spec)
-    if path.suffix in (".json", ".txt"):
-        if not path.exists():
-            raise ConfigError(f"graph file {spec!r} does not exist")
-        return load_graph(path)
-    from ..workloads import WORKLOADS, build_from_spec
-
-    if spec.partition(":")[0].strip() not in WORKLOADS:
-        from ..importers.zoo import import_model  # a model: hf-llama, FILE.py:FUNC, a .pt2
-
-        return import_model(spec)
-    return build_from_spec(spec)
-
-
 def resolve_cluster(args: argparse.Namespace, graph: DataflowGraph | None = None) -> Cluster:
+    """``--cluster`` (a cluster spec, :func:`doppler_lab.workloads.specs.cluster_from_spec`,
+    sized by ``--devices``), else uniform devices for a graph with explicit costs (as many as
+    its per-device costs, else 4 or ``--devices``), else ``p100x4``."""
+    from ..workloads.specs import cluster_from_spec
+
     devices = getattr(args, "devices", None)
     if devices is not None and devices < 1:
         raise ConfigError(f"--devices must be >= 1, got {devices}")
     if getattr(args, "cluster", None):
-        if str(args.cluster).endswith(".json"):
-            from ..io.documents import load_cluster  # a cluster JSON or a calibration profile
-
-            return load_cluster(args.cluster)
-        return make_cluster(args.cluster, devices)
+        return cluster_from_spec(args.cluster, devices)
     explicit = graph is not None and graph.compute_cost is not None
     if explicit or devices is not None:
         # per-device costs fix the device count
         width = graph.compute_cost.shape[1] if explicit and graph.compute_cost.ndim == 2 else 4
-        return make_cluster("uniform", devices or width)
-    return make_cluster("p100x4")
+        return cluster_from_spec("uniform", devices or width)
+    return cluster_from_spec("p100x4")
 
 
 def resolve_cost_model(args: argparse.Namespace, graph: DataflowGraph, cluster: Cluster):

@@ -25,7 +25,6 @@ from ._common import (
     int_arg,
     print_json,
     resolve_cluster,
-    resolve_graph,
     resolve_semantics,
     source_label,
 )
@@ -103,7 +102,9 @@ def _run(args: argparse.Namespace) -> int:
     from ..search.adapter import adapt
 
     cfg = adapt_config(args)
-    graph = resolve_graph(args.graph)
+    from ..workloads.specs import graph_from_spec
+
+    graph = graph_from_spec(args.graph)
     cluster = resolve_cluster(args, graph)
     semantics = resolve_semantics(args, graph)
     ckpt = resolve_checkpoint(args.checkpoint or GENERAL_CHECKPOINT, "doppler")

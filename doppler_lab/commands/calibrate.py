@@ -9,7 +9,7 @@ import numpy as np
 
 from ..house.errors import ConfigError
 from ..house.progress import show_progress
-from ._common import int_arg, print_json, resolve_graph
+from ._common import int_arg, print_json
 from .execute import add_device_arguments
 
 NAME = "calibrate"
@@ -54,11 +54,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--out {args.out!r}: expected a .json file name")
     if args.devices is not None and args.devices < 1:
         raise ConfigError(f"--devices must be >= 1, got {args.devices}")
-    graphs = [resolve_graph(s) for s in args.graph]
-    if args.bench_workloads:
-        from ..workloads import build_from_spec
+    from ..workloads.specs import graph_from_spec
 
-        graphs += [build_from_spec(s) for s in CPU_WORKLOADS.values()]
+    graphs = [graph_from_spec(s) for s in args.graph]
+    if args.bench_workloads:
+        graphs += [graph_from_spec(s) for s in CPU_WORKLOADS.values()]
     backend = make_backend(args.cluster, args.devices, args.threads)
 
     def measure() -> Profile:

@@ -18,7 +18,6 @@ from ._common import (
     number_arg,
     print_json,
     resolve_cost_model,
-    resolve_graph,
     resolve_placement,
 )
 
@@ -135,7 +134,9 @@ def _execute(args: argparse.Namespace, devices: Any) -> int:
         )
     if args.devices is not None and args.devices < 1:
         raise ConfigError(f"--devices must be >= 1, got {args.devices}")
-    graph = resolve_graph(args.graph)
+    from ..workloads.specs import graph_from_spec
+
+    graph = graph_from_spec(args.graph)
     with Executor(
         graph,
         devices,

@@ -22,9 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "spec",
         metavar="SPEC",
-        help="hf-llama, hf-gpt2, mlp or resnet (NAME:key=value,... as for workloads), "
+        help="a model spec: hf-llama, hf-gpt2, mlp or resnet (NAME:key=value,...), "
         "FILE.py:FUNC[:key=value,...] (FUNC returns (model, example_args)), or a saved "
-        "ExportedProgram FILE.pt2",
+        "ExportedProgram FILE.pt2 (README, 'Graph and cluster specs')",
     )
     p.add_argument(
         "--out", metavar="FILE.json", help="where to write the graph (its stored inputs go beside)"
@@ -71,14 +71,17 @@ def graph_report(graph: DataflowGraph) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..importers.zoo import import_model
+    from ..workloads.specs import MODEL_KINDS, graph_from_spec, parse_graph_spec
 
     if args.out is not None and not args.out.endswith(".json"):
         raise ConfigError(f"--out {args.out!r} must name a .json file")
     # torch.export and its decompositions take seconds a layer: a line counts them
     with timer(f"import {args.spec}", enabled=show_progress(args)):
-        graph = import_model(
-            args.spec, granularity=args.granularity, depth=args.depth, merge=args.merge
+        graph = graph_from_spec(
+            parse_graph_spec(args.spec, MODEL_KINDS),
+            granularity=args.granularity,
+            depth=args.depth,
+            merge=args.merge,
         )
     report = graph_report(graph)
     if args.out is not None:

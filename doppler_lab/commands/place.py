@@ -22,7 +22,6 @@ from ._common import (
     ratio_text,
     ratio_to_lower_bound,
     resolve_cluster,
-    resolve_graph,
     resolve_semantics,
     source_label,
 )
@@ -146,7 +145,9 @@ def run(args: argparse.Namespace) -> int:
     from ..timing.sim import Simulator
 
     placer_spec(args.placer)  # unknown names fail before the graph is built
-    graph = resolve_graph(args.graph)
+    from ..workloads.specs import graph_from_spec
+
+    graph = graph_from_spec(args.graph)
     cluster = resolve_cluster(args, graph)
     args.semantics = resolve_semantics(args, graph)
     opts = placer_arguments(args.placer, args)

@@ -19,7 +19,6 @@ from ._common import (
     ratio_to_lower_bound,
     resolve_cluster,
     resolve_cost_model,
-    resolve_graph,
     resolve_placement,
     resolve_semantics,
 )
@@ -56,7 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.noise < 0:
         raise ConfigError(f"--noise must be >= 0, got {args.noise}")
-    graph = resolve_graph(args.graph)
+    from ..workloads.specs import graph_from_spec
+
+    graph = graph_from_spec(args.graph)
     cluster = resolve_cluster(args, graph)
     semantics = resolve_semantics(args, graph)
     placement = resolve_placement(

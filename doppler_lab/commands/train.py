@@ -16,7 +16,6 @@ from ._common import (
     number_arg,
     print_json,
     resolve_cluster,
-    resolve_graph,
 )
 
 NAME = "train"
@@ -174,8 +173,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from ..train.pipeline import run_pipeline
+    from ..workloads.specs import graph_from_spec
 
-    graphs = [resolve_graph(g) for g in args.graph]
+    graphs = [graph_from_spec(g) for g in args.graph]
     cluster = resolve_cluster(args, graphs[0])
     explicit = all(g.compute_cost is not None for g in graphs)
     configs = stage_configs(args, "paper" if explicit else "wc")

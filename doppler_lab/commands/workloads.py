@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     bp.add_argument(
         "name",
         metavar="NAME",
-        help="a workload name, optionally with parameters: NAME:key=value,...",
+        help="a workload spec: NAME or NAME:key=value,... (README, 'Graph and cluster specs')",
     )
     bp.add_argument(
         "--param",
@@ -41,9 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _sizes(spec: str) -> dict[str, Any]:
-    from ..workloads import build_from_spec
+    from ..workloads.specs import graph_from_spec
 
-    s = build_from_spec(spec).summary()
+    s = graph_from_spec(spec).summary()
     return {k: s[k] for k in ("nodes", "compute_nodes", "inputs", "edges", "depth")}
 
 
@@ -79,11 +79,13 @@ def _list(as_json: bool) -> int:
 
 def _build(name: str, items: list[str], out: str) -> int:
     from ..io.documents import save_graph
-    from ..workloads import build, parse_param, parse_spec
+    from ..workloads import build, parse_param
+    from ..workloads.specs import parse_graph_spec
 
     if not out.endswith(".json"):
         raise ConfigError(f"--out {out!r} must name a .json file")
-    workload, params = parse_spec(name)
+    spec = parse_graph_spec(name, ("workload",))
+    workload, params = spec.target, dict(spec.params)
     for item in items:
         key, value = parse_param(item, "--param ")
         if key in params:

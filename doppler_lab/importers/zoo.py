@@ -1,7 +1,7 @@
 """The model zoo: small seeded PyTorch models to import, by name, wherever a workload is accepted.
 
-A model spec is ``NAME`` or ``NAME:key=value,...`` (the workloads' syntax, parsed by
-:func:`doppler_lab.workloads.parse_spec`) with ``NAME`` one of :data:`MODELS`, or
+A model spec is ``NAME`` or ``NAME:key=value,...`` (the workloads' syntax; the grammar of every
+graph spec is :mod:`doppler_lab.workloads.specs`) with ``NAME`` one of :data:`MODELS`, or
 ``FILE.py:FUNC`` / ``FILE.py:FUNC:key=value,...`` for a function in a user's file that returns
 ``(model, example_args)`` (its keyword arguments come from the parameters). The import options
 :data:`IMPORT_OPTIONS` (``granularity``, ``depth``, ``merge``) may be given in any spec; they go
@@ -275,11 +275,9 @@ def _call_user_function(name: str, params: dict[str, Any]) -> ModelAndArgs:
 
 
 def _unknown(name: str) -> ConfigError:
-    from ..workloads import WORKLOADS
-
     return ConfigError(
-        f"unknown workload {name!r}; expected a workload ({', '.join(WORKLOADS)}), a model "
-        f"({', '.join(MODELS)}), FILE.py:FUNC or a saved program FILE.pt2"
+        f"unknown model {name!r}; expected a zoo model ({', '.join(MODELS)}), FILE.py:FUNC or a "
+        "saved program FILE.pt2 (graph specs of every kind: doppler_lab.workloads.specs)"
     )
 
 

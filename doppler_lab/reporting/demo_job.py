@@ -244,9 +244,9 @@ def step_executor(ctx: DemoContext) -> None:
     """A real run on 2 CPU worker devices under two placements: outputs checked against the
     single-device reference, measured against simulated makespans, measured timelines."""
     from ..train.experiments import executor_comparison
-    from ..workloads import build_from_spec
+    from ..workloads.specs import graph_from_spec
 
-    graph = build_from_spec(EXECUTOR_WORKLOAD[ctx.quick])
+    graph = graph_from_spec(EXECUTOR_WORKLOAD[ctx.quick])
     res = executor_comparison(
         graph, 2, ("round-robin", "cp"), repeats=2 if ctx.quick else 5, seed=ctx.seed
     )
@@ -287,10 +287,10 @@ def step_imported_model(ctx: DemoContext) -> None:
     """A Hugging Face Llama imported through torch.export, placed by the Critical Path teacher
     and the shipped DOPPLER policy, simulated with wc semantics on 4 x P100."""
     from ..bench.importing import IMPORTED_POLICY, placer_comparison, simulated_traces
-    from ..importers.zoo import import_model
+    from ..workloads.specs import graph_from_spec
 
     spec = IMPORTED_MODEL[ctx.quick]
-    graph = import_model(spec)
+    graph = graph_from_spec(spec)
     rows, placements = placer_comparison(graph, "p100x4", ("cp", "doppler"), noise=0.0, seeds=[0])
     traces = simulated_traces(graph, "p100x4", placements)
     keys = ("placer", "makespan", "lower_bound", "ratio_lb", "vs_cp")

@@ -9,8 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..hardware.cluster import Cluster, make_cluster
-from ..house.errors import ConfigError
+from ..hardware.cluster import Cluster
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..ir.trace import Trace
@@ -21,25 +20,19 @@ from ..timing.sim import Simulator
 def graph_case(
     name: str, paper_graphs_dir: str | None = None
 ) -> tuple[DataflowGraph, Cluster, str]:
-    """A graph and how it is evaluated: a paper graph name gives ``(graph, uniform devices,
-    "paper")`` (4 devices, 8 for the ``8gpu_*`` graphs); anything else is a workload spec
-    (``llama_block``, ``chainmm:scale=0.01``) giving ``(graph, p100x4, "wc")``."""
-    from ..house.paths import PAPER_GRAPHS_HINT
-    from ..house.paths import paper_graphs_dir as find_dir
-    from ..io.documents import read_paper_graph
-    from ..workloads import WORKLOADS, build_from_spec
+    """A graph and how it is evaluated. ``name`` is a graph spec
+    (:mod:`doppler_lab.workloads.specs`): a paper graph (``transformer_block_215nodes``,
+    ``paper:NAME``, a ``.txt`` file; ``paper:NAME`` looked up in ``paper_graphs_dir`` when
+    given) or any graph with explicit costs gives ``(graph, uniform devices, "paper")`` (4
+    devices, 8 for the ``8gpu_*`` graphs); anything else (``llama_block``,
+    ``chainmm:scale=0.01``, a model) gives ``(graph, p100x4, "wc")``."""
+    from ..workloads.specs import cluster_from_spec, graph_from_spec
 
-    if name.split(":")[0] in WORKLOADS:
-        return build_from_spec(name), make_cluster("p100x4"), "wc"
-    folder = find_dir(paper_graphs_dir)
-    path = Path(folder) / f"{name}.txt" if folder else None
-    if path is None or not path.exists():
-        raise ConfigError(
-            f"graph {name!r} is neither a workload ({', '.join(WORKLOADS)}) nor a paper graph in "
-            f"{folder or paper_graphs_dir or 'the paper graph folder'} ({PAPER_GRAPHS_HINT})"
-        )
-    devices = 8 if name.startswith("8gpu") else 4
-    return read_paper_graph(path), make_cluster("uniform", devices), "paper"
+    graph = graph_from_spec(name, paper_dir=paper_graphs_dir)
+    if graph.compute_cost is None:
+        return graph, cluster_from_spec("p100x4"), "wc"
+    devices = 8 if graph.name.startswith("8gpu") else 4
+    return graph, cluster_from_spec("uniform", devices), "paper"
 
 
 def compare_placements(

@@ -33,12 +33,17 @@ from typing import Any
 
 import numpy as np
 
-from ..hardware.cluster import Cluster, make_cluster
+from ..hardware.cluster import Cluster
 from ..house.atomic import atomic_copy, atomic_write
 from ..house.deps import require
 from ..house.errors import ConfigError
 from ..ir.graph import DataflowGraph
 from ..policies.features import get_layout
+from ..workloads.specs import (
+    cluster_from_spec,
+    graph_from_spec,
+    parse_graph_spec,
+)
 
 #: the name the general checkpoint ships under (``--placer doppler`` without a checkpoint)
 GENERAL_CHECKPOINT = "doppler/general"
@@ -83,9 +88,6 @@ TRAIN_SEMANTICS: tuple[str, ...] = ("paper", "wc")
 #: on one device is what wins. Off for the shipped policy: measured and not adopted (see
 #: :data:`GENERAL_LAYOUT`)
 GENERAL_PAPER_COST_SHARE = 0.0
-#: each op's output moves between devices in this many times its compute time (the paper's six
-#: graphs: 4.0 for every op)
-PAPER_COST_RATIO = 4.0
 #: the clusters of paper-cost tasks (uniform:6 is held out)
 PAPER_COST_CLUSTERS: tuple[str, ...] = (
     "uniform:2",
@@ -103,11 +105,11 @@ class Task:
     """A graph on a cluster under a semantics.
 
     Attributes:
-        graph: a workload spec (``llama_block:blocks=2``), ``paper:NAME`` (a released paper
-            graph), ``model:SPEC`` (a model of the import zoo, ``model:hf-llama:layers=2``) or
-            ``paper_costs:SPEC`` (a graph of these with the paper's cost convention,
-            :func:`paper_cost_graph`).
-        cluster: a preset name or ``uniform:N``.
+        graph: a graph spec (:mod:`doppler_lab.workloads.specs`): a workload
+            (``llama_block:blocks=2``), ``paper:NAME`` (a released paper graph), ``model:SPEC``
+            (a model of the import zoo, ``model:hf-llama:layers=2``) or ``paper_costs:SPEC`` (a
+            graph of these with the paper's cost convention, :func:`paper_cost_graph`).
+        cluster: a cluster spec: a preset name, ``uniform:N`` or ``cpu:N``.
         semantics: ``paper`` or ``wc``.
         group: where it comes from in a held-out set (``generator``, ``cluster``, ``paper``,
             ``model``); empty for training tasks.
@@ -123,57 +125,12 @@ class Task:
         return f"{self.graph} @ {self.cluster} ({self.semantics})"
 
     def build(self) -> tuple[DataflowGraph, Cluster]:
-        """The task's graph and cluster."""
-        return build_graph(self.graph), build_cluster(self.cluster)
+        """The task's graph and cluster (:func:`~doppler_lab.workloads.specs.graph_from_spec`,
+        :func:`~doppler_lab.workloads.specs.cluster_from_spec`)."""
+        return graph_from_spec(self.graph), cluster_from_spec(self.cluster)
 
     def to_dict(self) -> dict[str, str]:
         return asdict(self)
-
-
-def build_cluster(spec: str) -> Cluster:
-    """A cluster of :class:`Task`: a preset name or ``uniform:N`` / ``cpu:N``."""
-    name, _, count = spec.partition(":")
-    if count:
-        if name not in ("uniform", "cpu") or not count.isdigit() or int(count) < 1:
-            raise ConfigError(
-                f"task cluster {spec!r}: expected a preset name or uniform:N / cpu:N (N >= 1)"
-            )
-        return make_cluster(name, int(count))
-    return make_cluster(spec)
-
-
-def build_graph(spec: str) -> DataflowGraph:
-    """A graph of :class:`Task` (see its ``graph`` attribute)."""
-    kind, _, rest = spec.partition(":")
-    if kind == "paper":
-        from ..house.errors import GraphError
-        from ..house.paths import PAPER_GRAPHS_HINT, paper_graphs_dir
-        from ..workloads.catalog import load_paper_graphs
-
-        found = load_paper_graphs(paper_graphs_dir(), (rest,))
-        if rest not in found:
-            raise GraphError(f"paper graph {rest!r} not found; {PAPER_GRAPHS_HINT}")
-        return found[rest]
-    if kind == "model":
-        from ..importers.zoo import import_model
-
-        return import_model(rest)
-    if kind == "paper_costs":
-        return paper_cost_graph(build_graph(rest))
-    from ..workloads import build_from_spec
-
-    return build_from_spec(spec)
-
-
-def paper_cost_graph(graph: DataflowGraph, ratio: float = PAPER_COST_RATIO) -> DataflowGraph:
-    """``graph`` with the paper's cost convention as explicit costs: each op computes in its time
-    on one P100 (the ``p100x4`` preset) and its output moves to another device in ``ratio``
-    times that (inputs: nothing; they are resident everywhere)."""
-    from ..timing.cost_model import CostModel
-
-    compute = np.where(graph.is_input, 0.0, CostModel(graph, make_cluster("p100x4")).mean_compute)
-    edge = ratio * compute[graph.edge_src]
-    return graph.with_costs(compute, edge)
 
 
 def _spec(name: str, params: dict[str, Any]) -> str:
@@ -231,7 +188,7 @@ def sample_tasks(count: int, seed: int = 0, paper_cost_share: float = 0.0) -> li
         t = sample_task(rng, paper_cost_share)
         if t in seen:
             continue
-        if build_graph(t.graph).num_nodes > MAX_TRAIN_NODES:
+        if graph_from_spec(t.graph).num_nodes > MAX_TRAIN_NODES:
             continue
         seen.add(t)
         out.append(t)
@@ -295,20 +252,22 @@ def in_training_distribution(task: Task) -> bool:
     """Whether :func:`sample_task` can draw ``task`` (the held-out set must answer no)."""
     import inspect
 
-    from ..workloads import WORKLOADS, parse_spec
+    from ..workloads import WORKLOADS
 
-    kind, _, rest = task.graph.partition(":")
-    if kind in ("paper", "model") or task.semantics not in TRAIN_SEMANTICS:
+    spec = parse_graph_spec(task.graph)
+    if spec.kind not in ("workload", "paper_costs") or task.semantics not in TRAIN_SEMANTICS:
         return False
-    if kind == "paper_costs":
-        inner = Task(rest, TRAIN_CLUSTERS[0], "wc")
+    if spec.kind == "paper_costs":
+        assert spec.inner is not None
+        inner = Task(spec.inner.text, TRAIN_CLUSTERS[0], "wc")
         return (
             task.cluster in PAPER_COST_CLUSTERS
             and task.semantics == "paper"
-            and not rest.startswith(("random_dag", "paper_costs"))
+            and spec.inner.kind == "workload"
+            and spec.inner.target != "random_dag"
             and in_training_distribution(inner)
         )
-    name, params = parse_spec(task.graph)
+    name, params = spec.target, dict(spec.params)
     defaults = {k: p.default for k, p in inspect.signature(WORKLOADS[name]).parameters.items()}
     full = {**defaults, **params}
     if name == "random_dag":

@@ -48,18 +48,17 @@ def train_shipped(
     """Train the shipped checkpoint of workload ``name``; returns its index record."""
     import torch
 
-    from ..hardware.cluster import make_cluster
     from ..placers import place
     from ..policies.policy_config import POLICY_PRESETS
     from ..search.learned import best_of_rollouts
     from ..timing.sim import Simulator
-    from ..workloads import build_from_spec
+    from ..workloads.specs import cluster_from_spec, graph_from_spec
     from .pipeline import run_pipeline
     from .train_config import preset
 
     torch.set_num_threads(1)
-    graph = build_from_spec(name)
-    cluster = make_cluster(SHIPPED_CLUSTER)
+    graph = graph_from_spec(name)
+    cluster = cluster_from_spec(SHIPPED_CLUSTER)
     common = {"semantics": SHIPPED_SEMANTICS, "seed": seed}
     stages = [
         preset(

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..hardware.cluster import Cluster, make_cluster
+from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
@@ -74,24 +74,23 @@ class Scenario:
     def build(self) -> tuple[DataflowGraph, Cluster]:
         """The graph and the cluster of this scenario."""
         graph = build_graph(self.workload, self.scale, self.paper_graphs)
-        return graph, make_cluster(self.cluster)
+        from ..workloads.specs import cluster_from_spec
+
+        return graph, cluster_from_spec(self.cluster)
 
 
 def build_graph(
     workload: str, scale: float | str = 1.0, paper_graphs: str | None = None
 ) -> DataflowGraph:
-    """A generated workload (spec plus ``scale``) or a paper graph (``paper:<name>``)."""
-    if workload.startswith(PAPER_PREFIX):
-        from ..house.paths import paper_graph_path
-        from ..io.documents import read_paper_graph
+    """The graph of a graph spec (:mod:`doppler_lab.workloads.specs`; the explorer offers
+    workloads and ``paper:<name>``), a workload given ``scale`` unless its spec sets one;
+    ``paper_graphs``: the folder of the paper's graphs."""
+    from ..workloads.specs import graph_from_spec, parse_graph_spec
 
-        return read_paper_graph(paper_graph_path(workload[len(PAPER_PREFIX) :], paper_graphs))
-    from ..workloads import build, parse_spec
-
-    name, params = parse_spec(workload)
-    if scale != 1.0:
-        params.setdefault("scale", scale)
-    return build(name, **params)
+    spec = parse_graph_spec(workload)
+    if spec.kind == "workload" and scale != 1.0 and "scale" not in spec.params:
+        spec = spec.with_params(scale=scale)
+    return graph_from_spec(spec, paper_dir=paper_graphs)
 
 
 def workload_choices(paper_graphs: str | None = None) -> list[str]:

@@ -142,12 +142,15 @@ def parse_param(item: str, context: str = "") -> tuple[str, Any]:
 
 def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     """``"llama_block:heads=8,seq=512"`` -> ``("llama_block", {"heads": 8, "seq": 512})``
-    (:func:`doppler_lab.house.settings.parse_spec`)."""
+    (:func:`doppler_lab.house.settings.parse_spec`); the workload form of the graph spec
+    grammar (:mod:`doppler_lab.workloads.specs`)."""
     return _parse_spec(spec, f"workload spec {spec.strip()!r}", "parameter")
 
 
 def build_from_spec(spec: str) -> DataflowGraph:
-    """A graph from ``"name"`` or ``"name:key=value,key=value"`` (see :func:`parse_spec`)."""
+    """A graph from ``"name"`` or ``"name:key=value,key=value"`` (see :func:`parse_spec`): a
+    workload only; any graph spec (files, models, paper graphs) is
+    :func:`doppler_lab.workloads.specs.graph_from_spec`."""
     name, params = parse_spec(spec)
     return build(name, **params)
 

@@ -36,12 +36,12 @@ def load_paper_graphs(
     They ship with the paper's code (github.com/xinyuyao/Doppler, folder ``compute_graph``);
     point ``directory`` at a copy of that folder.
     """
-    from ..io.documents import read_paper_graph
+    from .specs import graph_from_spec
 
     if directory is None or not Path(directory).is_dir():
         return {}
     return {
-        n: read_paper_graph(Path(directory) / f"{n}.txt")
+        n: graph_from_spec(f"paper:{n}", paper_dir=directory)
         for n in names
         if (Path(directory) / f"{n}.txt").exists()
     }

@@ -1,5 +1,6 @@
 """Sizing a workload to a time budget: the largest round ``scale`` whose predicted run fits,
-and the spec that asks for it (``ffnn`` -> ``ffnn:scale=0.25``).
+and the spec that asks for it (``ffnn`` -> ``ffnn:scale=0.25``; specs are read by
+:mod:`doppler_lab.workloads.specs`).
 
 The prediction is any callable (the executor's cost model, the simulator, a flop count), so
 this module needs nothing but the generators.
@@ -12,7 +13,8 @@ from collections.abc import Callable
 
 from ..house.errors import DopplerLabError
 from ..ir.graph import DataflowGraph
-from . import WORKLOADS, build, parse_spec
+from . import WORKLOADS, build
+from .specs import parse_graph_spec
 
 __all__ = ["scale_within", "with_scale"]
 
@@ -34,9 +36,13 @@ def scale_within(
         >>> scale_within("chainmm", lambda g: g.flops.sum() / 1e12, budget_s=1.0)
         (0.5, 0.824...)
     """
-    if spec.partition(":")[0].strip() not in WORKLOADS:  # a file or an imported model
+    try:
+        parsed = parse_graph_spec(spec)
+    except DopplerLabError:
         return None
-    name, params = parse_spec(spec)
+    if parsed.kind != "workload":  # a file, a paper graph or an imported model
+        return None
+    name, params = parsed.target, dict(parsed.params)
     default = inspect.signature(WORKLOADS[name]).parameters.get("scale")
     scale0 = params.get("scale", None if default is None else default.default)
     if isinstance(scale0, bool) or not isinstance(scale0, int | float) or scale0 <= 0:
@@ -74,13 +80,10 @@ def _round_values() -> list[float]:
 
 
 def with_scale(spec: str, scale: float) -> str:
-    """Workload ``spec`` with its ``scale`` parameter set.
+    """Workload ``spec`` with its ``scale`` parameter set (written with ``:g``).
 
     Example:
         >>> with_scale("ffnn", 0.25), with_scale("ffnn:layers=2,scale=1", 0.1)
         ('ffnn:scale=0.25', 'ffnn:layers=2,scale=0.1')
     """
-    name, _, rest = spec.partition(":")
-    items = [i for i in (s.strip() for s in rest.split(",")) if i]
-    items = [i for i in items if i.partition("=")[0].strip() != "scale"]
-    return f"{name.strip()}:{','.join([*items, f'scale={scale:g}'])}"
+    return str(parse_graph_spec(spec, ("workload",)).with_params(scale=f"{scale:g}"))

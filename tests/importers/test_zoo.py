@@ -88,7 +88,7 @@ def test_user_file_function(tmp_path):
 @pytest.mark.parametrize(
     "spec, message",
     [
-        ("nope", "unknown workload 'nope'"),
+        ("nope", "unknown model 'nope'; expected a zoo model"),
         ("mlp:width=3", "model 'mlp' has no parameter 'width'"),
         ("mlp:layers=0", r"model 'mlp': parameter layers=0; expected an integer >= 1"),
         ("mlp:layers=1e8", r"parameter layers=100000000; expected an integer >= 1 and <= 1024"),

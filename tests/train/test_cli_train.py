@@ -77,8 +77,10 @@ def test_starting_policy_prefers_the_shipped_checkpoint(tmp_path):
     pol, path, how = starting_policy("auto", g, cl, sem, tmp_path)
     assert how == "shipped doppler/chainmm" and path.name == "chainmm.pt"
     assert pol.num_devices == 4
-    with pytest.raises(ConfigError, match="neither a workload"):
+    with pytest.raises(ConfigError, match="unknown workload 'no_such_graph'; expected"):
         graph_case("no_such_graph", str(tmp_path))
+    with pytest.raises(ConfigError, match="paper graph 'ffnn_192nodes' not found"):
+        graph_case("ffnn_192nodes", str(tmp_path))  # a released name, not in this folder
 
 
 def test_shipped_readme_names_each_checkpoints_placed_norm(tmp_path):

@@ -11,20 +11,20 @@ import torch
 
 from doppler_lab.cli import main
 from doppler_lab.hardware.cluster import make_cluster
-from doppler_lab.house.errors import ConfigError, PlacementError
+from doppler_lab.house.errors import ClusterError, ConfigError, PlacementError
 from doppler_lab.ir.placement import Placement
 from doppler_lab.policies.checkpoint import load_policy
 from doppler_lab.policies.policy_config import PolicyConfig
 from doppler_lab.train import Trainer, preset, read_rows, train
 from doppler_lab.train.general_policy import (
     Task,
-    build_cluster,
     held_out_tasks,
     in_training_distribution,
     sample_tasks,
     settle_anchor,
 )
 from doppler_lab.workloads import build_from_spec
+from doppler_lab.workloads.specs import cluster_from_spec, graph_from_spec
 
 SMALL = PolicyConfig(hidden=16, head_hidden=16, mp_steps=2, num_bases=4, timing="wc")
 
@@ -34,7 +34,7 @@ def test_task_pool_is_seeded_distinct_and_in_distribution():
     assert a == sample_tasks(24, seed=3) and a != sample_tasks(24, seed=4)
     assert len(set(a)) == 24
     assert all(in_training_distribution(t) for t in a)
-    devices = {build_cluster(t.cluster).num_devices for t in sample_tasks(60, seed=0)}
+    devices = {cluster_from_spec(t.cluster).num_devices for t in sample_tasks(60, seed=0)}
     assert {2, 3, 4, 8} <= devices
     assert {t.semantics for t in a} == {"paper", "wc"}
 
@@ -54,10 +54,10 @@ def test_held_out_tasks_are_never_drawn_in_training():
 
 
 def test_task_clusters_are_checked():
-    assert build_cluster("uniform:6").num_devices == 6
+    assert cluster_from_spec("uniform:6").num_devices == 6
     for bad in ("uniform:x", "uniform:0", "p100x4:2"):
-        with pytest.raises(ConfigError, match="expected a preset name or uniform:N"):
-            build_cluster(bad)
+        with pytest.raises(ClusterError, match=rf"cluster '{bad}': .*; expected "):
+            cluster_from_spec(bad)
 
 
 class _Stop(Exception):
@@ -421,7 +421,7 @@ def test_paper_cost_tasks_have_the_papers_cost_convention():
     """``--paper-cost-share``: generator draws become ``paper_costs:`` tasks on uniform devices
     under paper semantics, with transfers four times the producer's compute; a share of 0 draws
     nothing more (the pools of before)."""
-    from doppler_lab.train.general_policy import PAPER_COST_CLUSTERS, build_graph
+    from doppler_lab.train.general_policy import PAPER_COST_CLUSTERS
 
     plain = sample_tasks(40, seed=5)
     assert not [t for t in plain if t.graph.startswith("paper_costs")]
@@ -432,8 +432,8 @@ def test_paper_cost_tasks_have_the_papers_cost_convention():
     assert {t.semantics for t in pc} == {"paper"} and {t.cluster for t in pc} <= set(
         PAPER_COST_CLUSTERS
     )
-    g = build_graph(pc[0].graph)
-    inner = build_graph(pc[0].graph.partition(":")[2])
+    g = graph_from_spec(pc[0].graph)
+    inner = graph_from_spec(pc[0].graph.partition(":")[2])
     assert g.num_nodes == inner.num_nodes and g.compute_cost is not None
     comp = ~g.is_input[g.edge_src]
     np.testing.assert_allclose(g.edge_cost[comp], 4.0 * g.compute_cost[g.edge_src[comp]])

@@ -231,9 +231,11 @@ def finite_or_none(x: float) -> float | int | None:
 
 
 def spec_with(spec: str, **params: Any) -> str:
-    """A workload ``spec`` (maybe with parameters already) with ``params`` added:
-    ``spec_with("chainmm", scale=0.1)`` is ``"chainmm:scale=0.1"``."""
+    """A workload or model ``spec`` (maybe with parameters already) with ``params`` set
+    (:meth:`doppler_lab.workloads.specs.GraphSpec.with_params`): ``spec_with("chainmm",
+    scale=0.1)`` is ``"chainmm:scale=0.1"``."""
     if not params:
         return spec
-    sep = "," if ":" in spec else ":"
-    return spec + sep + ",".join(f"{k}={v}" for k, v in params.items())
+    from ...workloads.specs import parse_graph_spec
+
+    return str(parse_graph_spec(spec).with_params(**params))

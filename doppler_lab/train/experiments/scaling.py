@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ...hardware.cluster import Cluster, make_cluster
+from ...hardware.cluster import Cluster
 from ...house.errors import ConfigError
 from ...ir.graph import DataflowGraph
 from .common import finite_or_none, spec_with, torch_threads
@@ -77,21 +77,21 @@ def scaling_rows(
     from ...policies.checkpoint import make_policy
     from ...policies.policy_config import POLICY_PRESETS
     from ...policies.speed import episode_times
-    from ...workloads import build_from_spec
+    from ...workloads.specs import cluster_from_spec, graph_from_spec
 
     bad = [m for m in methods if m not in SCALING_METHODS]
     if bad:
         raise ConfigError(f"scaling: method {bad[0]!r}; expected one of {list(SCALING_METHODS)}")
     if list(sizes) != sorted(sizes) or not sizes:
         raise ConfigError(f"scaling: sizes {list(sizes)} must be given, increasing")
-    cl = make_cluster(cluster)
+    cl = cluster_from_spec(cluster)
     caps = dict(max_nodes or {})
     base = POLICY_PRESETS["default"].replace(**dict(policy or {}))
     warmed: set[str] = set()
     rows = []
     with torch_threads(1):
         for size in tqdm(sizes, desc="sizes", disable=not progress):
-            g = build_from_spec(spec_with(workload, **{size_param: size}))
+            g = graph_from_spec(spec_with(workload, **{size_param: size}))
             n = int(g.compute_nodes.size)
             sim_ms = _simulate_ms(g, cl, repeats, max(batch, 1))
             for m in methods:

@@ -301,9 +301,9 @@ def run_stage_ablation(
     from ...policies.policy_config import POLICY_PRESETS
     from ...search.learned import best_of_rollouts
     from ...timing.sim import Simulator
-    from ...workloads import build_from_spec
+    from ...workloads.specs import graph_from_spec
 
-    graph = build_from_spec(config.workload)
+    graph = graph_from_spec(config.workload)
     with torch_threads(1):
         cluster, how = cpu_cluster(graph, config.devices, config.calibrate, progress=progress)
         pcfg = POLICY_PRESETS["default"].replace(**dict(config.policy))

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ...hardware.cluster import Cluster, make_cluster
+from ...hardware.cluster import Cluster
 from ...house.codeversion import versioned_key
 from ...house.errors import ConfigError
 from ...house.runners import Run, Runner, make_runner
@@ -86,10 +86,11 @@ def case_graph(
     name: str, cluster: str | None = None, paper_graphs_dir: str | None = None
 ) -> tuple[DataflowGraph, Cluster, str]:
     """``graph_case(name)`` with its cluster replaced by the preset ``cluster`` when given."""
+    from ...workloads.specs import cluster_from_spec
     from ..analysis import graph_case
 
     graph, default, semantics = graph_case(name, paper_graphs_dir)
-    return graph, make_cluster(cluster) if cluster else default, semantics
+    return graph, cluster_from_spec(cluster) if cluster else default, semantics
 
 
 def source_policy(
