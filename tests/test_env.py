@@ -23,7 +23,7 @@ def graph():
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize(
-    "kw", [{}, {"layout": "doppler9", "noise": 0.2, "semantics": "wc"}, {"timing": "paper"}]
+    "kw", [{}, {"layout": "doppler9", "noise": 0.2, "semantics": "wc"}, {"estimate": "additive"}]
 )
 def test_check_env(graph, kw):
     check_env(PlacementEnv(graph, "p100x4", **kw))
@@ -106,7 +106,7 @@ def test_paper_graph_cp_matches_the_cp_placer():
 
     g = read_paper_graph(paper_graph_path("chain_mm_112nodes"))
     cluster = make_cluster("uniform", 4)
-    env = PlacementEnv(g, cluster)  # est timing, as the cp placer's default
+    env = PlacementEnv(g, cluster)  # est estimate, as the cp placer's default
     env.reset(seed=3)
     steps, done = [], False
     while not done:

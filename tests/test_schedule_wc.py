@@ -1,4 +1,4 @@
-"""The ``wc`` timing model of the episode state: link contention, one copy per tensor and device."""
+"""The ``wc`` estimate of the episode state: link contention, one copy per tensor and device."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from doppler_lab.policies.checkpoint import load_policy, make_policy
 from doppler_lab.policies.env import PlacementEnv
 from doppler_lab.policies.policy_config import PolicyConfig
 from doppler_lab.timing.cost_model import CostModel
-from doppler_lab.timing.schedule import ListScheduleState, _wc_ready, timing_for
+from doppler_lab.timing.schedule import ListScheduleState, _wc_ready, estimate_for
 from doppler_lab.timing.sim import simulate
 from doppler_lab.workloads import build_from_spec
 from doppler_lab.workloads.random_dag import random_dag
@@ -31,9 +31,9 @@ def chain(costs: list[float], comm: list[float]):
     return b.build()
 
 
-def run(graph, cluster, device, order=None, timing="wc"):
+def run(graph, cluster, device, order=None, estimate="wc"):
     """Assign ``device`` in ``order`` (default topological); returns the state."""
-    state = ListScheduleState(graph, CostModel(graph, cluster), timing)
+    state = ListScheduleState(graph, CostModel(graph, cluster), estimate)
     for v in graph.topo_order if order is None else order:
         if not graph.is_input[v]:
             state.assign(int(v), int(device[v]))
@@ -83,7 +83,7 @@ def test_fan_in_serialises_on_the_link_and_fan_out_sends_once():
     # assigned in the other order, d queues behind c on device 1 (the documented estimate)
     late = run(g, cluster, device, order=[0, 1, 2, 3])
     assert late.start[c] == 11 and late.start[3] == 12
-    est = run(g, cluster, device, timing="est")
+    est = run(g, cluster, device, estimate="est")
     assert est.start[c] == 7  # est: transfers overlap, no link
 
 
@@ -159,33 +159,36 @@ def test_compiled_and_python_twins_agree(seed, steps):
 
 
 def test_timing_follows_the_semantics():
-    assert timing_for("wc") == "wc"
-    assert timing_for("paper") == "est" and timing_for(None) == "est"
+    assert estimate_for("wc") == "wc"
+    assert estimate_for("paper") == "est" and estimate_for(None) == "est"
     with pytest.raises(PlacementError, match="semantics 'nope'"):
-        timing_for("nope")
+        estimate_for("nope")
     g = build_from_spec("chainmm:matrices=3,scale=0.001")
     cluster = make_cluster("p100x4")
     wc = place("cp", g, cluster, seed=0, semantics="wc")
-    assert wc.meta["timing"] == "wc"
-    assert place("cp", g, cluster, seed=0, semantics="paper").meta["timing"] == "est"
-    assert place("cp", g, cluster, seed=0, semantics="wc", timing="est").meta["timing"] == "est"
+    assert wc.meta["estimate"] == "wc"
+    assert place("cp", g, cluster, seed=0, semantics="paper").meta["estimate"] == "est"
+    assert place("cp", g, cluster, seed=0, semantics="wc", estimate="est").meta["estimate"] == "est"
 
 
 def test_environment_takes_the_timing_of_its_semantics():
     g = build_from_spec("chainmm:matrices=3,scale=0.001")
-    assert PlacementEnv(g, "p100x4", semantics="wc").episode.timing == "wc"
-    assert PlacementEnv(g, "p100x4").episode.timing == "est"
-    assert PlacementEnv(g, "p100x4", semantics="wc", timing="est").episode.timing == "est"
+    assert PlacementEnv(g, "p100x4", semantics="wc").episode.estimate == "wc"
+    assert PlacementEnv(g, "p100x4").episode.estimate == "est"
+    assert PlacementEnv(g, "p100x4", semantics="wc", estimate="est").episode.estimate == "est"
 
 
 def test_policies_resolve_auto_by_semantics_and_old_checkpoints_keep_est():
     cfg = PolicyConfig(hidden=8, head_hidden=8, mp_steps=1)
-    assert cfg.timing == "auto"
-    assert make_policy(cfg, 4, semantics="wc").config.timing == "wc"
-    assert make_policy(cfg, 4, semantics="paper").config.timing == "est"
-    assert make_policy(cfg, 4).config.timing == "est"
-    assert make_policy(cfg.replace(timing="paper"), 4, semantics="wc").config.timing == "paper"
-    stored = {k: v for k, v in cfg.to_dict().items() if k != "timing"}
-    assert PolicyConfig.from_dict(stored).timing == "est"  # written before timings by semantics
+    assert cfg.estimate == "auto"
+    assert make_policy(cfg, 4, semantics="wc").config.estimate == "wc"
+    assert make_policy(cfg, 4, semantics="paper").config.estimate == "est"
+    assert make_policy(cfg, 4).config.estimate == "est"
+    assert (
+        make_policy(cfg.replace(estimate="additive"), 4, semantics="wc").config.estimate
+        == "additive"
+    )
+    stored = {k: v for k, v in cfg.to_dict().items() if k != "estimate"}
+    assert PolicyConfig.from_dict(stored).estimate == "est"  # written before timings by semantics
     shipped, _ = load_policy(Path(__file__).parents[1] / "data/checkpoints/doppler/llama_layer.pt")
-    assert shipped.config.timing == "est"  # trained (on wc) with the est model
+    assert shipped.config.estimate == "est"  # trained (on wc) with the est model

@@ -77,16 +77,18 @@ METHODS: dict[str, Method] = {
     # design ablations: what each speed/quality choice costs
     "doppler-shared-encoder": Method("dual", policy={"shared_encoder": True}),
     "doppler-1-basis": Method("dual", policy={"num_bases": 1}),
-    "doppler-released-features": Method("dual", policy={"layout": "doppler5", "timing": "paper"}),
+    "doppler-released-features": Method(
+        "dual", policy={"layout": "doppler5", "estimate": "additive"}
+    ),
     "doppler-released-arch": Method("dual", policy={"preset": "released"}),
     "doppler-released-training": Method("dual", released_training=True),
     "doppler-no-sil": Method("dual", train={"sil_coef": 0.0}),
     "doppler-lr1e-3": Method("dual", train={"lr": 1e-3}),
     # the placed-set normalisation before the fix (z-score: its 1 / std gradient froze Stage II)
     "doppler-zscore": Method("dual", policy={"placed_norm": "zscore"}),
-    # the episode state's timing model before wc had its own (no links, a transfer per edge);
+    # the episode state's estimate before wc had its own (no links, a transfer per edge);
     # a row of the workloads table (on the paper graphs est is already the default)
-    "doppler-est-timing": Method("dual", policy={"timing": "est"}),
+    "doppler-est-timing": Method("dual", policy={"estimate": "est"}),
 }
 DESIGN_ABLATIONS: tuple[str, ...] = tuple(
     m
@@ -107,7 +109,7 @@ class PolicyBenchConfig:
             :func:`doppler_lab.house.paths.paper_graphs_dir`).
         workloads: generated workloads (p100x4, ``workload_semantics``).
         workload_semantics: simulator semantics of the workloads.
-        workload_methods: methods of the workloads table (``doppler`` and its timing ablation).
+        workload_methods: methods of the workloads table (``doppler`` and its estimate ablation).
         methods: methods of the quality table (keys of :data:`METHODS`).
         ablations: methods of the ablation table.
         ablation_graphs: graphs of the ablation table.
@@ -706,13 +708,13 @@ def run(
             "II-only: all episodes in Stage II; I-only: Stage I alone.",
             "Design ablations: shared-encoder (one encoder for SEL and PLC), 1-basis (edge "
             "messages nearly independent of the edge), released-features (doppler5 layout, "
-            "the released additive timing), released-arch (width 128, 6 steps, doppler5, paper "
-            "timing), released-training (the released presets: one episode per update, "
+            "the released additive estimate), released-arch (width 128, 6 steps, doppler5, paper "
+            "estimate), released-training (the released presets: one episode per update, "
             "epsilon-greedy around the argmax, lr 1e-3/1e-4, running-mean baseline), no-sil "
             "(plain REINFORCE), lr1e-3 (Stage II at a thirtieth of our rate), zscore (PLC's "
             "placed-set sums divided by their standard deviation over the devices, as before "
             "the fix: its gradient grows as 1 / std and froze Stage II on some graphs).",
-            "Workloads: doppler's episode state (features, CP teacher) uses the timing model of "
+            "Workloads: doppler's episode state (features, CP teacher) uses the estimate of "
             "the semantics (wc: link resources and one transfer per tensor and device); "
             "doppler-est-timing keeps est (no links, a transfer per edge), as before.",
             f"Protocol: the best of the final policy's greedy rollout and {cfg.samples} sampled "

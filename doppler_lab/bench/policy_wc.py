@@ -6,7 +6,7 @@ Rows per workload, mean over seeds:
 
 - ``cp``: the Critical Path teacher;
 - ``doppler``: a DOPPLER policy trained on the workload (Stage I + II, ``episodes`` episodes, the
-  ``wc`` timing model), judged by the protocol (greedy + 16 samples); its simulator calls are
+  ``wc`` estimate), judged by the protocol (greedy + 16 samples); its simulator calls are
   the training episodes plus the 17 judged rollouts;
 - ``local-search``: annealing from CP with as many simulator calls;
 - ``doppler-general-search``: the shipped general policy (no training on the workload) as the
@@ -166,7 +166,7 @@ def run(
         summary,
         notes=[
             f"{seeds} seeds; doppler = Stage I {imitation} + Stage II {episodes - imitation} "
-            "episodes per workload (timing model of the semantics: wc), judged by greedy + 16 "
+            "episodes per workload (estimate of the semantics: wc), judged by greedy + 16 "
             f"samples; doppler-general-search = the general policy {general} with "
             "--budget equal to doppler's calls, no training on the workload."
         ],

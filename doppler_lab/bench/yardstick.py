@@ -9,7 +9,7 @@ graph). Columns:
 - ``one_device`` / ``round_robin``: the released simulator's makespan on one device and under
   round robin;
 - ``lower_bound``: max(critical path without communication, total work / devices);
-- ``cp_mean`` / ``cp_best``: the critical-path teacher with the released timing model, mean and
+- ``cp_mean`` / ``cp_best``: the critical-path teacher with the released estimate, mean and
   best over 20 tie seeds;
 - ``cp_hill``: CP followed by a hill climb;
 - ``best_known``: the best placement found (on ``chain_mm_112nodes`` and ``ffnn_192nodes`` it

@@ -92,7 +92,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="another placer option (VALUE read as JSON when it parses), e.g. -o timing=paper",
+        help="another placer option (VALUE read as JSON when it parses), e.g. -o estimate=additive",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(

@@ -75,10 +75,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="Stage II: average G tasks' gradients into one optimiser step",
     )
     p.add_argument(
-        "--timing",
+        "--estimate",
         choices=("task", "wc", "est"),
-        default=g.GENERAL_TIMING,
-        help="episode-state timing model of a fresh policy (task: each task's semantics' model)",
+        default=g.GENERAL_ESTIMATE,
+        help="episode-state estimate of a fresh policy (task: each task's semantics' model)",
     )
     p.add_argument(
         "--layout",
@@ -151,7 +151,7 @@ def command_line(args: argparse.Namespace) -> str:
         ("--label-fraction", "label_fraction", g.GENERAL_LABEL_FRACTION),
         ("--lr", "lr", None),
         ("--graphs-per-step", "graphs_per_step", None),
-        ("--timing", "timing", g.GENERAL_TIMING),
+        ("--estimate", "estimate", g.GENERAL_ESTIMATE),
         ("--layout", "layout", g.GENERAL_LAYOUT),
         ("--paper-cost-share", "paper_cost_share", g.GENERAL_PAPER_COST_SHARE),
         ("--sample-temperature", "sample_temperature", None),
@@ -212,7 +212,7 @@ def _train(args: argparse.Namespace) -> int:
         init,
         show_progress(args),
         args.anchor_episodes,
-        args.timing,
+        args.estimate,
         args.anchor_source,
         args.anchor_budget,
         args.teacher,

@@ -1,4 +1,4 @@
-"""Timing rules shared by the cost model, the simulator kernels, the episode state and the features.
+"""Estimate rules shared by the cost model, the simulator kernels, the episode state and the features.
 
 One rule, one home: every place that needs the time of a transfer calls :func:`transfer_time`
 (compiled code inlines it) or its numpy twin :data:`transfer_times` (the same function body run

@@ -3,7 +3,7 @@
 Use them by name::
 
     from doppler_lab.placers import available_placers, place
-    placement = place("cp", graph, cluster, seed=0, timing="paper")
+    placement = place("cp", graph, cluster, seed=0, estimate="additive")
 
 or build one with its options and call it (``get_placer(name, **options).place(graph, cluster,
 rng)``). List schedulers (``cp``, ``cp-released``, ``heft``, ``cpop``, ``etf``, ``m-topo``) and

@@ -23,7 +23,7 @@ the schedule on unboundedly many virtual devices, which on a few devices can lea
 nearly a device's work each; the ``doppler`` placer's budget search and its adapter judge the
 bounds of :data:`CLUSTER_CAPS` beside the unbounded clustering (:func:`clustering_variants`).
 
-The schedule length is this module's own timing model (:func:`schedule_length`): each device runs
+The schedule length is this module's own estimate (:func:`schedule_length`): each device runs
 the ops assigned to it one at a time, in the order they become ready (an op is ready when each
 input has finished and, from another device, arrived; ties in node id order), transfers start
 when their producer finishes and never wait for a link. That is the ``paper`` simulator
@@ -174,7 +174,7 @@ def _zero_edges(edge_order, edge_src, edge_dst, graph, costs, cap):  # pragma: n
 
 
 class ClusteringModel:
-    """A graph's arrays for the timing model and the two steps (module docstring).
+    """A graph's arrays for the estimate and the two steps (module docstring).
 
     Args:
         graph: the graph.
@@ -310,7 +310,7 @@ class ClusteringModel:
 
 
 def schedule_length(graph: DataflowGraph, cluster: Cluster, device: np.ndarray) -> float:
-    """The clustering's timing model of placement ``device`` on ``cluster``, in the graph's
+    """The clustering's estimate of placement ``device`` on ``cluster``, in the graph's
     reported time units (the ``paper`` simulator's makespan; module docstring)."""
     cost = CostModel(graph, cluster)
     dev = np.asarray(device, dtype=np.int64)
@@ -374,7 +374,7 @@ class ClusteringPlacer:
 
 
 #: graphs with more ops get singleton clusters in :func:`cluster_arrays` (the ``doppler10``
-#: feature layout): the clustering's step 1 runs its timing model once per edge (its cost:
+#: feature layout): the clustering's step 1 runs its estimate once per edge (its cost:
 #: ``reports/notes/clustering_tuning.md``)
 CLUSTER_MAX_OPS = 2000
 

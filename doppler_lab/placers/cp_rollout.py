@@ -35,12 +35,12 @@ from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
 from ..timing.schedule import (
-    TIMING_CODES,
+    ESTIMATE_CODES,
+    Estimate,
     ListScheduleState,
-    Timing,
     batch_assign,
     batch_est,
-    timing_for,
+    estimate_for,
 )
 from ..timing.sim import Simulator
 from .critical_path import CriticalPathTeacher, check_cp_options
@@ -48,7 +48,7 @@ from .placer_base import ties
 
 
 @njit(cache=True)
-def _complete_rows(record, arrays, timing, b_level, tie_rtol, est):  # pragma: no cover - compiled
+def _complete_rows(record, arrays, estimate, b_level, tie_rtol, est):  # pragma: no cover - compiled
     """Finish every row of a stacked state by the deterministic CP rules (first of ties)."""
     cand, ncand = arrays[10], arrays[11]
     ndev = est.size
@@ -64,7 +64,7 @@ def _complete_rows(record, arrays, timing, b_level, tie_rtol, est):  # pragma: n
                 if b_level[row[i]] >= best - tol:
                     v = row[i]
                     break
-            batch_est(record, arrays, timing, k, v, est)
+            batch_est(record, arrays, estimate, k, v, est)
             lo = np.inf
             for d in range(ndev):
                 lo = min(lo, est[d])
@@ -74,7 +74,7 @@ def _complete_rows(record, arrays, timing, b_level, tie_rtol, est):  # pragma: n
                 if est[d] <= lo + tol:
                     dev = d
                     break
-            batch_assign(record, arrays, timing, k, v, dev, est)
+            batch_assign(record, arrays, estimate, k, v, dev, est)
 
 
 def _stack(state: ListScheduleState, rows: int) -> tuple:
@@ -107,10 +107,10 @@ def device_completions(
     ``(D, compute nodes)``. ``state`` is not changed."""
     ndev = state.num_devices
     arrays = _stack(state, ndev)
-    timing = TIMING_CODES[state.timing]
+    estimate = ESTIMATE_CODES[state.estimate]
     for d in range(ndev):
-        batch_assign(state.record, arrays, timing, d, int(v), d, est)
-    _complete_rows(state.record, arrays, timing, b_level, float(tie_rtol), np.empty(ndev))
+        batch_assign(state.record, arrays, estimate, d, int(v), d, est)
+    _complete_rows(state.record, arrays, estimate, b_level, float(tie_rtol), np.empty(ndev))
     return arrays[0], arrays[12]
 
 
@@ -144,29 +144,29 @@ class CPRolloutPlacer:
 
     Attributes:
         semantics: simulator semantics of the objective (``paper``, ``wc``, ``bsp``).
-        timing: the episode state's timing model (None: the one of ``semantics``).
+        estimate: the episode state's estimate (None: the one of ``semantics``).
         tie_rtol: relative tolerance of the CP rules' ties.
         progress: show a bar over the steps on stderr.
     """
 
     semantics: str = "paper"
-    timing: Timing | None = None
+    estimate: Estimate | None = None
     tie_rtol: float = 1e-9
     progress: bool = False
     name: ClassVar[str] = "cp-rollout"
 
     def __post_init__(self) -> None:
-        check_cp_options(self.name, self.semantics, self.timing, self.tie_rtol)
+        check_cp_options(self.name, self.semantics, self.estimate, self.tie_rtol)
 
     def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
         del rng  # deterministic
         from ..timing.episode import Episode
 
-        timing = self.timing if self.timing is not None else timing_for(self.semantics)
+        estimate = self.estimate if self.estimate is not None else estimate_for(self.semantics)
         cost = CostModel(graph, cluster)
         teacher = CriticalPathTeacher(graph, cost, self.tie_rtol)
         sim = Simulator(graph, cluster, self.semantics)  # type: ignore[arg-type]
-        state = Episode(graph, cost, timing)
+        state = Episode(graph, cost, estimate)
         best_ms, best = np.inf, None
         calls = 0
         steps = int(graph.compute_nodes.size)
@@ -187,7 +187,7 @@ class CPRolloutPlacer:
             shortest = ties(spans, "min", self.tie_rtol)
             state.assign(v, base if base in shortest else int(shortest[0]), est)
         final = state.placement(self.name)
-        meta = {"timing": timing, "semantics": self.semantics, "sim_calls": calls}
+        meta = {"estimate": estimate, "semantics": self.semantics, "sim_calls": calls}
         if best is None or sim.makespan(final) <= best_ms:
             return Placement(final.device, final.priority, self.name, meta)
         dev, order = best

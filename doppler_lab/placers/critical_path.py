@@ -7,7 +7,7 @@ Each step of an :class:`~doppler_lab.timing.episode.Episode`:
   transfer along the longest path to a sink (on the paper's graphs exactly the released
   ``cp_utils`` values: compute + the node's communication cost when it has successors);
 - PLC: put it on a device with the smallest earliest start time (device feature 5), ties at
-  random; the state's timing model (``est``, the released ``paper`` model, or ``wc``: link
+  random; the state's estimate (``est``, the released ``additive`` model, or ``wc``: link
   contention and one transfer per tensor and device) then fixes its start and finish.
 
 :class:`CriticalPathTeacher` applies these rules to any episode state (:meth:`~CriticalPathTeacher.decide`
@@ -31,7 +31,7 @@ from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
 from ..timing.episode import Episode
-from ..timing.schedule import TIMINGS, ListScheduleState, Timing, timing_for
+from ..timing.schedule import ESTIMATES, Estimate, ListScheduleState, estimate_for
 from ..timing.sim import SEMANTICS
 from .placer_base import Schedule, ScheduleToPlacement, check_choice, make_schedule, ties
 
@@ -131,7 +131,7 @@ def _episode(
     graph: DataflowGraph,
     cluster: Cluster,
     rng: np.random.Generator,
-    timing: Timing,
+    estimate: Estimate,
     tie_rtol: float,
     placer: str,
     released: bool,
@@ -139,7 +139,7 @@ def _episode(
     """One CP episode; ``released`` reproduces the released candidate list and its bug."""
     cost = CostModel(graph, cluster)
     teacher = CriticalPathTeacher(graph, cost, tie_rtol)
-    state = Episode(graph, cost, timing)
+    state = Episode(graph, cost, estimate)
     legal = [int(v) for v in state.candidates()]  # the released code's candidate list
     decisions: list[CPDecision] = []
     while not state.done:
@@ -162,19 +162,21 @@ def _episode(
         state.start,
         state.finish,
         placer,
-        timing,
+        estimate,
         state.order,
-        {"timing": timing},
+        {"estimate": estimate},
     )
     return CPRun(sched, decisions)
 
 
-def check_cp_options(name: str, semantics: str | None, timing: str | None, tie_rtol: float) -> None:
+def check_cp_options(
+    name: str, semantics: str | None, estimate: str | None, tie_rtol: float
+) -> None:
     """Check the options a CP-rule placer shares (None: not given)."""
     if semantics is not None:
         check_choice(name, "semantics", semantics, SEMANTICS)
-    if timing is not None:
-        check_choice(name, "timing", timing, TIMINGS)
+    if estimate is not None:
+        check_choice(name, "estimate", estimate, ESTIMATES)
     if not (np.isfinite(tie_rtol) and 0 <= tie_rtol < 1):
         raise ConfigError(f"placer {name!r}: tie_rtol = {tie_rtol!r}, expected 0 <= x < 1")
 
@@ -184,31 +186,31 @@ class CriticalPathPlacer(ScheduleToPlacement):
     """The Critical Path teacher as a placer (SEL = max b-level, PLC = min earliest start).
 
     Attributes:
-        timing: ``est`` (earliest-start timing), ``paper`` (the released additive model: a node
+        estimate: ``est`` (earliest-start estimate), ``additive`` (the released model: a node
             starts when the compute already on its device is done) or ``wc`` (``est`` with link
             contention and one transfer per tensor and device); None (default): the model of
-            ``semantics`` (:func:`~doppler_lab.timing.schedule.timing_for`; ``est`` without one).
+            ``semantics`` (:func:`~doppler_lab.timing.schedule.estimate_for`; ``est`` without one).
         tie_rtol: relative tolerance for ties.
-        semantics: the simulator semantics the placement is for (picks the default timing).
+        semantics: the simulator semantics the placement is for (picks the default estimate).
     """
 
-    timing: Timing | None = None
+    estimate: Estimate | None = None
     tie_rtol: float = 1e-9
     semantics: str | None = None
     name: ClassVar[str] = "cp"
     released: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        check_cp_options(self.name, self.semantics, self.timing, self.tie_rtol)
+        check_cp_options(self.name, self.semantics, self.estimate, self.tie_rtol)
 
     def run(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> CPRun:
         """One episode with its decision trace."""
         return _episode(graph, cluster, rng, self.model, self.tie_rtol, self.name, self.released)
 
     @property
-    def model(self) -> Timing:
-        """The timing model the episode runs (``timing``, or the one of ``semantics``)."""
-        return self.timing if self.timing is not None else timing_for(self.semantics)
+    def model(self) -> Estimate:
+        """The estimate the episode runs (``estimate``, or the one of ``semantics``)."""
+        return self.estimate if self.estimate is not None else estimate_for(self.semantics)
 
     def schedule(
         self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator
@@ -225,10 +227,10 @@ class ReleasedCriticalPathPlacer(CriticalPathPlacer):
     removed. SEL draws k uniformly in ``range(len(ties))`` and returns ``legal[k]``.
 
     Attributes:
-        timing: ``paper`` (the released model, default), ``est`` or ``wc``.
+        estimate: ``additive`` (the released model, default), ``est`` or ``wc``.
         tie_rtol: relative tolerance for ties.
     """
 
-    timing: Timing | None = "paper"
+    estimate: Estimate | None = "additive"
     name: ClassVar[str] = "cp-released"
     released: ClassVar[bool] = True

@@ -4,7 +4,7 @@ the delay-model list schedule of a given placement and order.
 A placer is built with its options (``get_placer(name, **options)``) and called as
 ``placer.place(graph, cluster, rng) -> Placement``. List schedulers (``cp``, ``heft``, ``cpop``,
 ``etf``, ...) also offer ``placer.schedule(graph, cluster, rng) -> Schedule``: the start and
-finish of every node under their own timing model and that schedule's makespan. The
+finish of every node under their own estimate and that schedule's makespan. The
 ``Placement`` they return carries the same makespan in ``meta["schedule_makespan"]``.
 
 Units: a :class:`Schedule` is in reported time (the graph's raw cost units times
@@ -28,7 +28,7 @@ from ..house.validate import is_number
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
-from ..timing.schedule import ListScheduleState, Timing
+from ..timing.schedule import Estimate, ListScheduleState
 
 
 @runtime_checkable
@@ -66,14 +66,14 @@ class ScheduleToPlacement:
 
 @dataclass(frozen=True, eq=False)
 class Schedule:
-    """A placement with the start and finish of every node under a placer's timing model.
+    """A placement with the start and finish of every node under a placer's estimate.
 
     Attributes:
         placement: the placement (priority = the order in which nodes were scheduled).
         start: ``(N,)`` start per node, reported units; NaN for input nodes.
         finish: ``(N,)`` finish per node, reported units; NaN for input nodes.
         makespan: the latest finish, reported units.
-        model: the timing model's name (``est``, ``paper``, ``insertion``, ``cp-sat``).
+        model: the estimate's name (``est``, ``additive``, ``insertion``, ``cp-sat``).
         meta: extra facts (solver status, bound, tie seeds).
     """
 
@@ -137,13 +137,13 @@ def list_schedule(
     cost: CostModel,
     device: np.ndarray | Sequence[int],
     order: np.ndarray | Sequence[int] | None = None,
-    timing: Timing = "est",
+    estimate: Estimate = "est",
     placer: str = "",
     meta: dict[str, Any] | None = None,
 ) -> Schedule:
     """Time a given placement by list scheduling its nodes in ``order`` (the delay model).
 
-    Each node starts at its earliest start on its device (``timing="est"``: device free and
+    Each node starts at its earliest start on its device (``estimate="est"``: device free and
     inputs arrived; no insertion into gaps), so the result is the semi-active schedule of the
     per-device sequences that ``order`` implies. Default order: topological.
     """
@@ -152,7 +152,7 @@ def list_schedule(
         raise PlacementError(
             f"placement has {dev.size} entries, graph {graph.name!r} has {graph.num_nodes} nodes"
         )
-    state = ListScheduleState(graph, cost, timing)
+    state = ListScheduleState(graph, cost, estimate)
     seq = graph.topo_order if order is None else np.asarray(order, dtype=np.int64)
     for v in seq:
         if not graph.is_input[v]:
@@ -162,7 +162,7 @@ def list_schedule(
             f"order leaves {graph.num_nodes - state.num_assigned} nodes unscheduled"
         )
     return make_schedule(
-        graph, state.device, state.start, state.finish, placer, timing, state.order, meta
+        graph, state.device, state.start, state.finish, placer, estimate, state.order, meta
     )
 
 

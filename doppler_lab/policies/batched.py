@@ -131,17 +131,17 @@ def _select(
 
 
 @njit(cache=True)
-def _node_state(record, arrays, timing, extra, k, v, est, raw):  # pragma: no cover
+def _node_state(record, arrays, estimate, extra, k, v, est, raw):  # pragma: no cover
     """The earliest starts ``est`` ``(D,)`` and raw device features ``raw`` ``(D, F)`` of
     node ``v`` in episode ``k``."""
-    batch_est(record, arrays, timing, k, v, est)
+    batch_est(record, arrays, estimate, k, v, est)
     batch_device_features(record, arrays, k, v, est, raw)
     if raw.shape[1] >= 9:
         extend_device_features(record, extra, v, arrays[0][k], raw)
 
 
 @njit(cache=True)
-def _place(k, kind, lead, record, arrays, timing, v, est, logits, weights, u):  # pragma: no cover
+def _place(k, kind, lead, record, arrays, estimate, v, est, logits, weights, u):  # pragma: no cover
     """Episode ``k``'s PLC choice for node ``v`` and its assignment (see
     :func:`place_step`); returns the device."""
     ndev = logits.shape[1]
@@ -149,13 +149,13 @@ def _place(k, kind, lead, record, arrays, timing, v, est, logits, weights, u):  
         d = _draw(weights[k], 0, ndev, u[k])
     else:
         d = _argmax(logits[k], 0, ndev)
-    batch_assign(record, arrays, timing, k, v, d, est)
+    batch_assign(record, arrays, estimate, k, v, d, est)
     return d
 
 
 @njit(cache=True)
 def select_step(
-    t, kind, lead, record, arrays, timing, extra, sel, draw, out, pos, time_unit, norm
+    t, kind, lead, record, arrays, estimate, extra, sel, draw, out, pos, time_unit, norm
 ):  # pragma: no cover
     """SEL's choice in every episode of step ``t``, then the chosen node's earliest starts and
     raw device features (and, with ``time_unit > 0``, their ``scaled`` normalisation).
@@ -164,7 +164,7 @@ def select_step(
         t: the step.
         kind: :data:`GREEDY`, :data:`SAMPLE` or :data:`TOPO`.
         lead: the first ``lead`` episodes choose by :data:`GREEDY` (unless ``kind`` is TOPO).
-        record, arrays, timing: the :class:`~doppler_lab.timing.schedule.ScheduleBatch`.
+        record, arrays, estimate: the :class:`~doppler_lab.timing.schedule.ScheduleBatch`.
         extra: the graph's :func:`~doppler_lab.policies.features.feature_args` (``doppler9``
             and ``doppler10`` features).
         sel: ``(scores, local, topo)``: static SEL score per local node, local id per global
@@ -199,7 +199,7 @@ def select_step(
             counts[k, t] = m
         selected[k] = v
         nodes[k, t] = local[v]
-        _node_state(record, arrays, timing, extra, k, v, est[k], raw[k])
+        _node_state(record, arrays, estimate, extra, k, v, est[k], raw[k])
     if time_unit > 0:
         scale_device_features(raw, time_unit, norm)
     return pos
@@ -207,7 +207,7 @@ def select_step(
 
 @njit(cache=True)
 def place_step(
-    t, kind, lead, record, arrays, timing, selected, est, logits, weights, u, out, scale
+    t, kind, lead, record, arrays, estimate, selected, est, logits, weights, u, out, scale
 ):  # pragma: no cover
     """PLC's choice in every episode of step ``t`` and its assignment.
 
@@ -216,7 +216,7 @@ def place_step(
         kind: :data:`GREEDY` (the argmax of ``logits``) or :data:`SAMPLE` (a draw from the
             softmax ``weights`` with ``u``, a uniform each, float64).
         lead: the first ``lead`` episodes choose by :data:`GREEDY`.
-        record, arrays, timing: the :class:`~doppler_lab.timing.schedule.ScheduleBatch`.
+        record, arrays, estimate: the :class:`~doppler_lab.timing.schedule.ScheduleBatch`.
         selected, est: each episode's selected node and its earliest starts.
         out: ``(devices, partial, span)``: written: the device ``devices[:, t]``, the schedule's
             makespan before the step ``partial[:, t]`` (times ``scale``) and after it ``span``.
@@ -227,7 +227,9 @@ def place_step(
     for k in range(selected.shape[0]):
         v = selected[k]
         partial[k, t] = span[k]
-        devices[k, t] = _place(k, kind, lead, record, arrays, timing, v, est[k], logits, weights, u)
+        devices[k, t] = _place(
+            k, kind, lead, record, arrays, estimate, v, est[k], logits, weights, u
+        )
         span[k] = max(span[k], finish[k, v] * scale)
 
 
@@ -244,7 +246,7 @@ def run_plain(
     lead,
     record,
     arrays,
-    timing,
+    estimate,
     extra,
     sel,
     temperatures,
@@ -263,7 +265,7 @@ def run_plain(
         kinds: ``(sel kind, plc kind)``: SEL :data:`GREEDY`, :data:`SAMPLE` or :data:`TOPO`;
             PLC :data:`GREEDY` or :data:`SAMPLE`.
         lead: the first ``lead`` episodes choose by :data:`GREEDY`.
-        record, arrays, timing: the :class:`~doppler_lab.timing.schedule.ScheduleBatch` (fresh).
+        record, arrays, estimate: the :class:`~doppler_lab.timing.schedule.ScheduleBatch` (fresh).
         extra: as :func:`select_step` takes it.
         sel: ``(scores, local, topo)`` as :func:`select_step` takes it.
         temperatures: ``(SEL's, PLC's)`` sampling temperatures, float32.
@@ -320,7 +322,7 @@ def run_plain(
             v = _select(t, k, sel_kind, lead, scores, local, topo, cand, ncand, sel_w, ptr, u_sel)
             selected[k] = v
             rows[k] = local[v]
-            _node_state(record, arrays, timing, extra, k, v, est[k], raw[k])
+            _node_state(record, arrays, estimate, extra, k, v, est[k], raw[k])
         scale_device_features(raw, time_unit, norm)
         head_logits(weights, node_term, rows, norm, sums, scratch, logits)
         if plc_kind == SAMPLE:
@@ -328,7 +330,17 @@ def run_plain(
             _numpy_exp(plc_w, plc_w)
         for k in range(k_eps):
             d = _place(
-                k, plc_kind, lead, record, arrays, timing, selected[k], est[k], logits, plc_w, u_plc
+                k,
+                plc_kind,
+                lead,
+                record,
+                arrays,
+                estimate,
+                selected[k],
+                est[k],
+                logits,
+                plc_w,
+                u_plc,
             )
             chosen[k] = d
             devices[k, t] = d

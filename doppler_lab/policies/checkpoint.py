@@ -54,7 +54,7 @@ def make_policy(
     config: PolicyConfig, num_devices: int, seed: int = 0, semantics: str | None = None
 ) -> PlacementPolicy:
     """A freshly initialised policy; the weights depend only on ``seed`` (the global torch RNG
-    is left as it was). An ``auto`` timing becomes the model of ``semantics`` (the simulator
+    is left as it was). An ``auto`` estimate becomes the model of ``semantics`` (the simulator
     semantics it will be trained under; ``est`` when None)."""
     from .doppler import DualPolicy
     from .gdp import GDP

@@ -11,7 +11,7 @@ from ..ir.graph import DataflowGraph
 from ..placers.critical_path import CriticalPathTeacher
 from ..timing.cost_model import CostModel
 from ..timing.episode import Episode
-from ..timing.schedule import Timing
+from ..timing.schedule import Estimate
 from .features import (
     FeatureLayout,
     device_features,
@@ -32,7 +32,7 @@ class GraphContext:
         graph: the graph.
         cluster: a :class:`Cluster` or a preset name.
         layout: the feature layout (or its name).
-        timing: the episode state's timing model.
+        estimate: the episode state's estimate.
 
     Attributes:
         features: the static :class:`~doppler_lab.policies.features.GraphFeatures`.
@@ -47,12 +47,12 @@ class GraphContext:
         graph: DataflowGraph,
         cluster: Cluster | str,
         layout: FeatureLayout | str,
-        timing: Timing = "est",
+        estimate: Estimate = "est",
     ):
         self.graph = graph
         self.cluster = make_cluster(cluster) if isinstance(cluster, str) else cluster
         self.layout = get_layout(layout) if isinstance(layout, str) else layout
-        self.timing: Timing = timing
+        self.estimate: Estimate = estimate
         self.cost = CostModel(graph, self.cluster)
         self.features = graph_features(graph, self.cost, self.layout)
         self.teacher = CriticalPathTeacher(graph, self.cost)
@@ -74,9 +74,9 @@ class GraphContext:
         semantics: str | None,
     ) -> GraphContext:
         """The context a policy of ``config`` reads on a task judged under ``semantics``: its
-        layout, and its timing model for that semantics
-        (:meth:`~doppler_lab.policies.policy_config.PolicyConfig.context_timing`)."""
-        return cls(graph, cluster, config.layout, config.context_timing(semantics))
+        layout, and its estimate for that semantics
+        (:meth:`~doppler_lab.policies.policy_config.PolicyConfig.context_estimate`)."""
+        return cls(graph, cluster, config.layout, config.context_estimate(semantics))
 
     @property
     def num_nodes(self) -> int:
@@ -88,8 +88,8 @@ class GraphContext:
         return self.cluster.num_devices
 
     def new_episode(self) -> Episode:
-        """A fresh :class:`~doppler_lab.timing.episode.Episode` of the graph (the policy's timing)."""
-        return Episode(self.graph, self.cost, self.timing)
+        """A fresh :class:`~doppler_lab.timing.episode.Episode` of the graph (the policy's estimate)."""
+        return Episode(self.graph, self.cost, self.estimate)
 
     def raw_device_features(self, episode: Episode, v: int, est: np.ndarray) -> np.ndarray:
         """The layout's device features of global node ``v``, raw units, ``(D, F_dev)``."""

@@ -43,7 +43,7 @@ from ..ir.placement import Placement
 from ..placers.critical_path import CriticalPathTeacher
 from ..timing.cost_model import CostModel
 from ..timing.episode import Episode
-from ..timing.schedule import TIMINGS, Timing, timing_for
+from ..timing.schedule import ESTIMATES, Estimate, estimate_for
 from ..timing.sim import SEMANTICS, Simulator
 from .features import device_features, feature_args, get_layout
 
@@ -61,8 +61,8 @@ class PlacementEnv(gym.Env):
             ``np_random``).
         semantics: simulator semantics of the default cost.
         noise: duration noise sigma of the default cost.
-        timing: the state's timing model (``est``, the released ``paper`` model or ``wc``);
-            None (default): the model of ``semantics`` (:func:`doppler_lab.timing.schedule.timing_for`).
+        estimate: the state's estimate (``est``, the released ``additive`` model or ``wc``);
+            None (default): the model of ``semantics`` (:func:`doppler_lab.timing.schedule.estimate_for`).
         layout: device feature layout (``doppler5``: the five DOPPLER features).
         reward: ``baseline`` (running-mean baseline minus cost) or ``negative_cost``.
         invalid_action: ``noop`` (a node that is not a candidate or a device out of range
@@ -87,16 +87,16 @@ class PlacementEnv(gym.Env):
         cost: Callable[[Placement], float] | None = None,
         semantics: str = "paper",
         noise: float = 0.0,
-        timing: Timing | None = None,
+        estimate: Estimate | None = None,
         layout: str = "doppler5",
         reward: str = "baseline",
         invalid_action: str = "noop",
     ):
         if semantics not in SEMANTICS:
             raise ConfigError(f"semantics {semantics!r}; expected one of {SEMANTICS}")
-        timing = timing_for(semantics) if timing is None else timing
-        if timing not in TIMINGS:
-            raise ConfigError(f"timing {timing!r}; expected one of {TIMINGS}")
+        estimate = estimate_for(semantics) if estimate is None else estimate
+        if estimate not in ESTIMATES:
+            raise ConfigError(f"estimate {estimate!r}; expected one of {ESTIMATES}")
         if reward not in REWARDS:
             raise ConfigError(f"reward {reward!r}; expected one of {REWARDS}")
         if invalid_action not in ("noop", "raise"):
@@ -106,7 +106,7 @@ class PlacementEnv(gym.Env):
         self.cost_model = CostModel(graph, self.cluster)
         self.layout = get_layout(layout)
         self._extra = feature_args(graph, self.cost_model, self.layout)
-        self.timing: Timing = timing
+        self.estimate: Estimate = estimate
         self.reward_mode = reward
         self.invalid_action = invalid_action
         self._sim = None if cost is not None else Simulator(graph, self.cluster, semantics, noise)  # type: ignore[arg-type]
@@ -123,7 +123,7 @@ class PlacementEnv(gym.Env):
         self.action_space = spaces.MultiDiscrete([n, d])
         self.max_steps = 10 * max(1, len(graph.compute_nodes))
         self.costs: list[float] = []
-        self.episode = Episode(graph, self.cost_model, timing)
+        self.episode = Episode(graph, self.cost_model, estimate)
         self._steps = 0
 
     # -- gymnasium API -------------------------------------------------------------------

@@ -8,14 +8,14 @@ from typing import Any
 from ..house.errors import ConfigError
 from ..house.limits import MAX_MP_STEPS, MAX_POLICY_SIZE
 from ..house.settings import bad_setting, check_dataclass, dataclass_changes
-from ..timing.schedule import TIMINGS, Timing, timing_for
+from ..timing.schedule import ESTIMATES, Estimate, estimate_for
 from .encoder import EDGE_MODES
 from .features import LAYOUTS
 
 POLICY_KINDS: tuple[str, ...] = ("dual", "sel-only", "plc-only", "placeto", "gdp")
 PLACED_NORMS: tuple[str, ...] = ("smooth", "zscore")
-#: a policy config's timing: a model, ``auto`` (fixed at creation) or ``task`` (per graph)
-TIMING_CHOICES: tuple[str, ...] = (*TIMINGS, "auto", "task")
+#: a policy config's estimate: a model, ``auto`` (fixed at creation) or ``task`` (per graph)
+ESTIMATE_CHOICES: tuple[str, ...] = (*ESTIMATES, "auto", "task")
 
 
 @dataclass(frozen=True)
@@ -26,14 +26,14 @@ class PolicyConfig:
         kind: ``dual`` (learned SEL and PLC), ``sel-only`` (PLC by the Critical Path rule),
             ``plc-only`` (SEL by the Critical Path rule), ``placeto`` or ``gdp``.
         layout: feature layout (:data:`doppler_lab.policies.features.LAYOUTS`).
-        timing: the episode state's timing model (``est``, the released ``paper`` model, or
+        estimate: the episode state's estimate (``est``, the released ``additive`` model, or
             ``wc``: link contention and one transfer per tensor and device); device features are
             computed with it. ``auto`` (default): the model of the semantics the policy is
-            first trained under (:func:`~doppler_lab.timing.schedule.timing_for`; ``wc`` for ``wc``,
+            first trained under (:func:`~doppler_lab.timing.schedule.estimate_for`; ``wc`` for ``wc``,
             ``est`` otherwise), fixed when the policy is made (:meth:`resolved`); checkpoints
             always hold the resolved model (those written before ``auto`` existed hold ``est``).
             ``task``: the model of the semantics of each task the policy places, chosen per graph
-            (:meth:`context_timing`): one policy trained over tasks of several semantics sees
+            (:meth:`context_estimate`): one policy trained over tasks of several semantics sees
             features that describe the machine that scores each of them.
         hidden: encoder width (DOPPLER), released 128.
         head_hidden: width of the SEL/PLC heads' hidden layer, released 64.
@@ -56,7 +56,7 @@ class PolicyConfig:
 
     kind: str = "dual"
     layout: str = "doppler9"
-    timing: str = "auto"
+    estimate: str = "auto"
     hidden: int = 64
     head_hidden: int = 64
     mp_steps: int = 4
@@ -76,7 +76,7 @@ class PolicyConfig:
         for name, allowed in (
             ("kind", POLICY_KINDS),
             ("layout", tuple(sorted(LAYOUTS))),
-            ("timing", TIMING_CHOICES),
+            ("estimate", ESTIMATE_CHOICES),
             ("edge_mode", EDGE_MODES),
             ("placed_norm", PLACED_NORMS),
         ):
@@ -96,8 +96,8 @@ class PolicyConfig:
     def from_dict(cls, d: dict[str, Any]) -> PolicyConfig:
         d = dataclass_changes(cls, d, "policy config")
         # written before the option existed: those policies were trained with the z-score; a
-        # stored config without a timing had the old default, est
-        return cls(**{"placed_norm": "zscore", "timing": "est", **d})
+        # stored config without an estimate had the old default, est
+        return cls(**{"placed_norm": "zscore", "estimate": "est", **d})
 
     def replace(self, **changes: Any) -> PolicyConfig:
         """This config with ``changes``; an unknown key names the valid ones."""
@@ -105,18 +105,18 @@ class PolicyConfig:
         return PolicyConfig(**{**self.to_dict(), **changes})
 
     def resolved(self, semantics: str | None = None) -> PolicyConfig:
-        """This config with an ``auto`` timing replaced by the model of ``semantics``."""
-        if self.timing != "auto":
+        """This config with an ``auto`` estimate replaced by the model of ``semantics``."""
+        if self.estimate != "auto":
             return self
-        return self.replace(timing=timing_for(semantics))
+        return self.replace(estimate=estimate_for(semantics))
 
-    def context_timing(self, semantics: str | None = None) -> Timing:
-        """The episode state's timing model on a task judged under ``semantics``: the
+    def context_estimate(self, semantics: str | None = None) -> Estimate:
+        """The episode state's estimate on a task judged under ``semantics``: the
         config's model, or with ``task`` (or an unresolved ``auto``) the model of ``semantics``
         (``est`` when None)."""
-        if self.timing in ("task", "auto"):
-            return timing_for(semantics)
-        return self.timing  # type: ignore[return-value]
+        if self.estimate in ("task", "auto"):
+            return estimate_for(semantics)
+        return self.estimate  # type: ignore[return-value]
 
 
 #: bounds of the sizes: every int field is >= 1 and at most these
@@ -139,16 +139,16 @@ _RANGES: dict[str, dict[str, float]] = {
 }
 
 POLICY_PRESETS: dict[str, PolicyConfig] = {
-    # ours: the timing model of the semantics, the extended device features, a cheap
+    # ours: the estimate of the semantics, the extended device features, a cheap
     # edge-conditioned message
     "default": PolicyConfig(),
     # the released architecture and features (two encoders, width 128, 6 steps, z-scored
-    # device features from the additive timing model), with our once-per-pass edge weights
+    # device features from the additive estimate), with our once-per-pass edge weights
     "released": PolicyConfig(
-        layout="doppler5", timing="paper", hidden=128, head_hidden=64, mp_steps=6, num_bases=8
+        layout="doppler5", estimate="additive", hidden=128, head_hidden=64, mp_steps=6, num_bases=8
     ),
     # the released form exactly, NNConv edge network re-evaluated each step (speed reference)
     "released-nnconv": PolicyConfig(
-        layout="doppler5", timing="paper", hidden=128, mp_steps=6, edge_mode="nnconv"
+        layout="doppler5", estimate="additive", hidden=128, mp_steps=6, edge_mode="nnconv"
     ),
 }

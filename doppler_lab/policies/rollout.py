@@ -348,7 +348,7 @@ class Rollout:
         scaled = ctx.layout.device_norm == "scaled"
         self._time_unit = float(ctx.features.time_unit) if scaled else 0.0
         self._norm = np.empty((k_eps, ndev, fdim), dtype=np.float32)
-        self._args = (batch.record, batch.arrays, batch.timing, ctx.features.extra)
+        self._args = (batch.record, batch.arrays, batch.estimate, ctx.features.extra)
         self._select_out = self._select_outputs()
         self._place_out = (self.devices, self.partial, self._span)
         self._sel_draws, self._plc_draws = np.zeros(k_eps), np.zeros(k_eps)
@@ -476,9 +476,9 @@ class Rollout:
                 with np.errstate(over="ignore"):
                     table = np.exp(z[:, None] - z[None, :])
         head = (pstate.kernel_weights, pstate.node_term, pstate.emb, pstate.sums)
-        record, arrays, timing, extra = self._args
+        record, arrays, estimate, extra = self._args
         run_plain(
-            (sel_kind, plc_kind), self.greedy_lead, record, arrays, timing, extra, self._sel,
+            (sel_kind, plc_kind), self.greedy_lead, record, arrays, estimate, extra, self._sel,
             temperatures, table, uniforms, self._time_unit, head, self.devices,
         )  # fmt: skip
         self.t, self.fused = self.num_steps, True

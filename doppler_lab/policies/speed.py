@@ -40,7 +40,7 @@ def episode_times(
     """Milliseconds per inference episode, per training episode (one per update) and per
     training episode in a batch of ``batch`` (one encoder pass shared; ``batch=0``: not
     measured, NaN). ``warmup=False`` skips the untimed first call of each measurement;
-    ``semantics`` picks a ``task``-timed policy's timing model."""
+    ``semantics`` picks a ``task``-timed policy's estimate."""
     import torch
 
     from .context import GraphContext

@@ -133,7 +133,7 @@ def policy_candidates(
     fewer_devices: Sequence[int] = (),
 ) -> list[Placement]:
     """The policy's greedy rollout, then ``samples`` sampled rollouts (no simulator call);
-    ``semantics``: the task's, which picks the timing model of a ``task``-timed policy.
+    ``semantics``: the task's, which picks the estimate of a ``task``-timed policy.
 
     ``fewer_devices`` (device counts below the cluster's; :func:`fewer_device_counts`): the
     last of the samples give way to greedy rollouts on the first k devices of the cluster,

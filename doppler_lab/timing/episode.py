@@ -4,7 +4,7 @@ An episode assigns the compute nodes of a graph one at a time (SEL picks a *cand
 unassigned node whose compute predecessors are all assigned; PLC picks its device) until every
 compute node has a device; input nodes are never assigned (resident everywhere). Its state is
 the incremental list schedule of :class:`~doppler_lab.timing.schedule.ListScheduleState` (start and
-finish estimates under the ``est``, ``paper`` or ``wc`` timing model, the frontier, the device
+finish estimates under the ``est``, ``additive`` or ``wc`` estimate, the frontier, the device
 features of DOPPLER.md); :class:`Episode` adds the episode's own view: the step count, why an
 action is invalid, a checked :meth:`~Episode.step`, and the finished placement.
 
@@ -41,7 +41,7 @@ import numpy as np
 from ..house.errors import PlacementError
 from ..ir.graph import DataflowGraph
 from .cost_model import CostModel
-from .schedule import ListScheduleState, Timing
+from .schedule import Estimate, ListScheduleState
 
 
 class Episode(ListScheduleState):
@@ -50,16 +50,16 @@ class Episode(ListScheduleState):
     Args:
         graph: the graph.
         cost_model: its costs on a cluster (raw units).
-        timing: ``"est"``, ``"paper"`` or ``"wc"`` (:mod:`doppler_lab.timing.schedule`).
+        estimate: ``"est"``, ``"additive"`` or ``"wc"`` (:mod:`doppler_lab.timing.schedule`).
 
     Attributes:
         device: ``(N,)`` the partial placement (-1: not assigned yet; inputs stay -1).
-        start, finish: ``(N,)`` the timing model's start and finish of each assigned node.
+        start, finish: ``(N,)`` the estimate's start and finish of each assigned node.
         order: the nodes in the order they were assigned.
     """
 
-    def __init__(self, graph: DataflowGraph, cost_model: CostModel, timing: Timing = "est"):
-        super().__init__(graph, cost_model, timing)
+    def __init__(self, graph: DataflowGraph, cost_model: CostModel, estimate: Estimate = "est"):
+        super().__init__(graph, cost_model, estimate)
         self.num_steps = int(graph.compute_nodes.size)
 
     @property

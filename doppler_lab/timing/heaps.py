@@ -3,7 +3,7 @@
 A heap of ``size`` entries lives in ``k1[base:base + size]``, ``k2[...]`` and ``pay[...]``
 (``base`` offsets a segment, so that one set of arrays holds a heap per device), ordered by
 ``(k1, k2)``: the first key, ties broken by the second. The simulator kernels
-(:mod:`doppler_lab.timing.sim`) and the clustering placer's timing model
+(:mod:`doppler_lab.timing.sim`) and the clustering placer's estimate
 (:mod:`doppler_lab.placers.clustering`) inline these functions.
 
 Compiled callers cache by their own source file: after changing a function here, clear their

@@ -1,14 +1,14 @@
 """Incremental list scheduling: the state of a DOPPLER episode and the Critical Path teacher's
-timing model, in one place.
+estimate, in one place.
 
 A :class:`ListScheduleState` assigns the compute nodes of a graph one at a time, in any
 topological order, to devices, and keeps an internal estimate of each node's start and finish.
-Three timing models:
+Three estimates:
 
 - ``"est"``: a node assigned to device d starts at its earliest start time there,
   ``max(d free, max over preds u of finish(u) + transfer(u -> d))`` (transfer 0 when u is on
   d), and d is busy until it finishes (appended to d's timeline, no insertion into gaps);
-- ``"paper"``: the released DOPPLER code's additive model: a node assigned to d starts when all
+- ``"additive"``: the released DOPPLER code's additive model: a node assigned to d starts when all
   compute already assigned to d is done (its load), ``finish = start + compute``. The earliest
   start time *feature* is still ``max(d free, max over preds finish(u) + transfer)``, computed
   from those additive times;
@@ -24,7 +24,7 @@ need not be the order the simulator runs them, and both the device timelines and
 resources are appended to (a transfer issued later in the episode never fills an earlier gap on a
 link, and a node never starts before the last one assigned to its device). It is exact when
 the assignment order is the execution order and every device runs its nodes as soon as they are
-ready (e.g. a chain). :func:`timing_for` picks the model that matches a simulator semantics.
+ready (e.g. a chain). :func:`estimate_for` picks the model that matches a simulator semantics.
 Measured against ``simulate(..., semantics="wc")`` (p100x4; llama_block, llama_layer, moe_layer;
 24 episodes each): on CP episodes the final estimate is 9-15% below the simulated makespan
 (``est``: 23-34% below); on uniformly random choices (node among the candidates, device) it is
@@ -50,27 +50,27 @@ from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from .cost_model import CostModel
 
-Timing = Literal["est", "paper", "wc"]
-TIMINGS: tuple[str, ...] = ("est", "paper", "wc")
+Estimate = Literal["est", "additive", "wc"]
+ESTIMATES: tuple[str, ...] = ("est", "additive", "wc")
 NUM_DEVICE_FEATURES = 5
-# the timing model that describes each simulator semantics (paper keeps ``est``, the default
+# the estimate that describes each simulator semantics (paper keeps ``est``, the default
 # every placer and policy had before ``wc`` existed: its results stay bit-identical)
-_TIMING_OF_SEMANTICS: dict[str, Timing] = {"paper": "est", "wc": "wc", "bsp": "est"}
+_ESTIMATE_OF_SEMANTICS: dict[str, Estimate] = {"paper": "est", "wc": "wc", "bsp": "est"}
 
 
-def timing_for(semantics: str | None) -> Timing:
-    """The timing model matching simulator ``semantics`` (``None``: ``est``).
+def estimate_for(semantics: str | None) -> Estimate:
+    """The estimate matching simulator ``semantics`` (``None``: ``est``).
 
     Raises:
         PlacementError: an unknown semantics.
     """
     if semantics is None:
         return "est"
-    if semantics not in _TIMING_OF_SEMANTICS:
+    if semantics not in _ESTIMATE_OF_SEMANTICS:
         raise PlacementError(
-            f"unknown semantics {semantics!r}; expected one of {tuple(_TIMING_OF_SEMANTICS)}"
+            f"unknown semantics {semantics!r}; expected one of {tuple(_ESTIMATE_OF_SEMANTICS)}"
         )
-    return _TIMING_OF_SEMANTICS[semantics]
+    return _ESTIMATE_OF_SEMANTICS[semantics]
 
 
 # The compiled functions write arrays into an ``out`` argument instead of returning new ones: an
@@ -254,23 +254,23 @@ def _features(
             out[d, 2] = 0.0
 
 
-TIMING_CODES: dict[str, int] = {"est": 0, "paper": 1, "wc": 2}
-"""The timing models as the integers the compiled batch steps take."""
+ESTIMATE_CODES: dict[str, int] = {"est": 0, "additive": 1, "wc": 2}
+"""The estimates as the integers the compiled batch steps take."""
 
 
 @njit(cache=True)
-def batch_est(record, arrays, timing, k, v, out):  # pragma: no cover - compiled
+def batch_est(record, arrays, estimate, k, v, out):  # pragma: no cover - compiled
     """Earliest start of ``v`` on each device in state ``k`` of a :class:`ScheduleBatch`
     (:meth:`ListScheduleState.est`), written to ``out`` ``(D,)``.
 
     Args:
         record: :attr:`ListScheduleState.record`.
         arrays: :attr:`ScheduleBatch.arrays`.
-        timing: :data:`TIMING_CODES` of the timing model.
+        estimate: :data:`ESTIMATE_CODES` of the estimate.
     """
     preds, edge_costs, routes = record[:4], record[6:10], record[11]
     device, _, finish, _, _, dev_free, link_free, arrival = arrays[:8]
-    if timing == 2:
+    if estimate == 2:
         state = (device[k], finish[k], arrival[k], link_free[k], routes)
         _wc_est(v, *preds, *state, *edge_costs, dev_free[k], out)
     else:
@@ -288,7 +288,7 @@ def batch_device_features(record, arrays, k, v, est, out):  # pragma: no cover -
 
 
 @njit(cache=True)
-def batch_assign(record, arrays, timing, k, v, d, est):  # pragma: no cover - compiled
+def batch_assign(record, arrays, estimate, k, v, d, est):  # pragma: no cover - compiled
     """Put candidate ``v`` on device ``d`` in state ``k`` of a :class:`ScheduleBatch`
     (:meth:`ListScheduleState.assign`, unchecked; ``est``: ``v``'s earliest starts)."""
     preds, succ_ptr, succ_idx = record[:4], record[4], record[5]
@@ -296,9 +296,9 @@ def batch_assign(record, arrays, timing, k, v, d, est):  # pragma: no cover - co
     device, start, finish, comp_on, load, dev_free, link_free, arrival = arrays[:8]
     waiting, frontier, cand, ncand, order, count = arrays[8:]
     c = comp[v, d]
-    if timing == 0:
+    if estimate == 0:
         s = est[d]
-    elif timing == 2:
+    elif estimate == 2:
         state = (device[k], finish[k], arrival[k], link_free[k], routes)
         s = max(dev_free[k, d], _wc_ready(v, d, *preds, *state, *edge_costs, True))
     else:
@@ -372,7 +372,7 @@ class ListScheduleState:
     Args:
         graph: the graph.
         cost_model: its costs on a cluster (raw units).
-        timing: ``"est"``, ``"paper"`` or ``"wc"`` (see the module docstring).
+        estimate: ``"est"``, ``"additive"`` or ``"wc"`` (see the module docstring).
 
     Attributes:
         link_free: ``(L,)`` when each link resource of the cluster is next free (``wc``; stays 0
@@ -388,12 +388,12 @@ class ListScheduleState:
         ...     state.assign(v, int(np.argmin(state.est(v))))
     """
 
-    def __init__(self, graph: DataflowGraph, cost_model: CostModel, timing: Timing = "est"):
-        if timing not in TIMINGS:
-            raise PlacementError(f"unknown timing model {timing!r}; expected one of {TIMINGS}")
+    def __init__(self, graph: DataflowGraph, cost_model: CostModel, estimate: Estimate = "est"):
+        if estimate not in ESTIMATES:
+            raise PlacementError(f"unknown estimate {estimate!r}; expected one of {ESTIMATES}")
         self.graph = graph
         self.cost = cost_model
-        self.timing = timing
+        self.estimate = estimate
         self.num_devices = cost_model.cluster.num_devices
         self._pred_ptr = graph.pred_ptr
         self._pred_idx = graph.pred_idx
@@ -404,7 +404,7 @@ class ListScheduleState:
         self._lat = np.ascontiguousarray(cost_model.latency)
         self._inv_bw = np.ascontiguousarray(cost_model.inv_bandwidth)
         self._comp = cost_model.compute
-        # the arguments the compiled timing functions share
+        # the arguments the compiled estimate functions share
         self._preds = (self._pred_ptr, self._pred_idx, self._pred_eid, self._is_input)
         self._edge_costs = (self._fixed, self._bytes, self._lat, self._inv_bw)
         cluster = cost_model.cluster
@@ -434,7 +434,7 @@ class ListScheduleState:
         self.load = np.zeros(d)
         self.dev_free = np.zeros(d)
         self.link_free = np.zeros(self._num_links)
-        self.arrival = np.full((n, d) if self.timing == "wc" else (0, d), np.nan)
+        self.arrival = np.full((n, d) if self.estimate == "wc" else (0, d), np.nan)
         self.order: list[int] = []
         self._waiting = self._waiting0.copy()
         self._frontier = np.zeros(n, dtype=bool)
@@ -471,7 +471,7 @@ class ListScheduleState:
     def est(self, v: int) -> np.ndarray:
         """Earliest start time of ``v`` on each device, ``(D,)``, raw units."""
         out = np.empty(self.num_devices)
-        if self.timing == "wc":
+        if self.estimate == "wc":
             state = (self.device, self.finish, self.arrival, self.link_free, self._routes)
             _wc_est(v, *self._preds, *state, *self._edge_costs, self.dev_free, out)
         else:
@@ -518,9 +518,9 @@ class ListScheduleState:
         if not 0 <= d < self.num_devices:
             raise PlacementError(f"device {d} is not in 0..{self.num_devices - 1}")
         c = float(self._comp[v, d])
-        if self.timing == "est":
+        if self.estimate == "est":
             s = float((self.est(v) if est is None else est)[d])
-        elif self.timing == "wc":
+        elif self.estimate == "wc":
             s = self._wc_start(v, d, True)
         else:
             s = float(self.load[d])
@@ -547,7 +547,7 @@ class ListScheduleState:
         priority[np.array(self.order, dtype=np.int64)] = np.arange(len(self.order))
         dev = self.device.copy()
         dev[self._is_input] = 0
-        return Placement(dev, priority, placer, {"timing": self.timing}).with_inputs_filled(
+        return Placement(dev, priority, placer, {"estimate": self.estimate}).with_inputs_filled(
             self.graph
         )
 
@@ -558,7 +558,7 @@ class ListScheduleState:
 
 
 class ScheduleBatch:
-    """K fresh list-schedule states of one graph (one cost model, one timing model) in stacked
+    """K fresh list-schedule states of one graph (one cost model, one estimate) in stacked
     arrays, for compiled code that steps all of them at once (:func:`batch_est`,
     :func:`batch_device_features`, :func:`batch_assign`).
 
@@ -567,11 +567,11 @@ class ScheduleBatch:
     up to date by :meth:`sync` (:attr:`states` calls it). A batched state must not be reset.
 
     Args:
-        states: fresh states (nothing assigned yet) of one graph, cost model and timing.
+        states: fresh states (nothing assigned yet) of one graph, cost model and estimate.
 
     Attributes:
         record: the graph and cost arrays (:attr:`ListScheduleState.record`).
-        timing: :data:`TIMING_CODES` of the timing model.
+        estimate: :data:`ESTIMATE_CODES` of the estimate.
         arrays: ``(device, start, finish, comp_on, load, dev_free, link_free, arrival, waiting,
             frontier, cand, ncand, order, count)``: the states' arrays stacked ``(K, ...)``, each
             state's candidates ascending in ``cand[k, :ncand[k]]``, its assignment order in
@@ -590,11 +590,13 @@ class ScheduleBatch:
                 raise PlacementError(
                     "a schedule batch takes fresh states of one graph and cost model"
                 )
-            if s.timing != s0.timing:
-                raise PlacementError(f"timing {s.timing!r} in a batch of {s0.timing!r} states")
+            if s.estimate != s0.estimate:
+                raise PlacementError(
+                    f"estimate {s.estimate!r} in a batch of {s0.estimate!r} states"
+                )
         self._states = list(states)
         self.record = s0.record
-        self.timing = TIMING_CODES[s0.timing]
+        self.estimate = ESTIMATE_CODES[s0.estimate]
         names = ("device", "start", "finish", "comp_on", "load", "dev_free", "link_free")
         names += ("arrival", "_waiting", "_frontier")
         stacked = [np.stack([getattr(s, a) for s in states]) for a in names]

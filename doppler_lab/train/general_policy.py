@@ -5,8 +5,8 @@ A *task* is a graph, a cluster and a simulator semantics. Training draws a fixed
 from :func:`sample_tasks` (every generator with randomised parameters and scales, random DAGs,
 2-8 devices on ``p100x4``, ``v100x8``, ``cpu`` and ``uniform``; ``paper`` and ``wc`` semantics) and runs
 Stage I (imitation of the Critical Path teacher) then Stage II (REINFORCE in the simulator)
-over it, updates cycling through the pool. The policy's episode state uses the ``wc`` timing
-model whatever the task's semantics (one policy, one feature meaning; ``timing="task"`` gives
+over it, updates cycling through the pool. The policy's episode state uses the ``wc`` estimate
+model whatever the task's semantics (one policy, one feature meaning; ``estimate="task"`` gives
 each task its semantics' model instead, measured no better).
 
 :func:`validation_tasks` is a pool of the training distribution drawn with its own seed, for
@@ -459,11 +459,11 @@ def general_stages(
     return stages
 
 
-#: the general policy's episode-state timing model: ``wc`` for every task. ``task`` (each task's
+#: the general policy's episode-state estimate: ``wc`` for every task. ``task`` (each task's
 #: semantics' model: ``est`` on paper tasks) measured no better on a validation pool of 32 tasks
 #: from the training distribution (``sample_tasks(32, 100)``, best of greedy + 16 samples vs CP,
 #: geometric mean; seeds 0 / 1): wc 0.938 / 0.929, task 0.940 / 0.933
-GENERAL_TIMING = "wc"
+GENERAL_ESTIMATE = "wc"
 
 
 #: the feature layout of a fresh general policy: ``doppler/general-v1``'s recorded command trains
@@ -489,13 +489,13 @@ GENERAL_LAYOUT = "doppler9"
 GENERAL_WIDEN_LIKE = {"cluster_share": "pred_share"}
 
 
-def general_policy_config(timing: str = GENERAL_TIMING, layout: str = GENERAL_LAYOUT):
-    """The general policy's architecture: the default one with the timing model ``timing``
+def general_policy_config(estimate: str = GENERAL_ESTIMATE, layout: str = GENERAL_LAYOUT):
+    """The general policy's architecture: the default one with the estimate ``estimate``
     (``task``: the model of each task's semantics; ``wc``: the realistic one for every task)
     and the feature layout ``layout``."""
     from ..policies.policy_config import POLICY_PRESETS
 
-    return POLICY_PRESETS["default"].replace(timing=timing, layout=layout)
+    return POLICY_PRESETS["default"].replace(estimate=estimate, layout=layout)
 
 
 def settle_anchor(
@@ -608,7 +608,7 @@ def train_general(
     init: str | Path | None = None,
     progress: bool = True,
     anchor_episodes: int = GENERAL_ANCHOR_EPISODES,
-    timing: str = GENERAL_TIMING,
+    estimate: str = GENERAL_ESTIMATE,
     anchor_source: str = ANCHOR_SOURCES[0],
     anchor_budget: int = ANCHOR_BUDGET,
     teacher: str = GENERAL_TEACHER,
@@ -627,7 +627,7 @@ def train_general(
     ``sim_episodes`` is 0). ``init``: start from a checkpoint
     instead of fresh weights; an ``init`` of a narrower feature layout than ``layout`` is
     widened first (:func:`~doppler_lab.policies.checkpoint.widen_checkpoint`, saved in
-    ``out_dir``). ``timing``, ``layout``: the episode state's timing model and the feature layout
+    ``out_dir``). ``estimate``, ``layout``: the episode state's estimate and the feature layout
     of a fresh policy (:func:`general_policy_config`). ``paper_cost_share``: see
     :func:`sample_task`. ``force``: a stage whose checkpoints cannot be read starts again
     (:class:`~doppler_lab.train.loop.Trainer`).
@@ -688,7 +688,7 @@ def train_general(
             cfg,
             graphs,
             clusters,
-            general_policy_config(timing, layout) if i == 0 else None,
+            general_policy_config(estimate, layout) if i == 0 else None,
             stage_dir(out, i, cfg),
             init=previous,
             cost_fns=costs,

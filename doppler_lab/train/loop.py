@@ -273,7 +273,7 @@ class Trainer:
             checkpoint holds the anchors reached).
         semantics: each graph's simulator semantics (default: the stage's ``semantics`` for
             all): the default cost functions judge under it, and a ``task``-timed policy's
-            episode state uses its timing model.
+            episode state uses its estimate.
         force: start the stage afresh when neither ``checkpoints/last.pt`` nor
             ``checkpoints/last.prev.pt`` can be read (instead of failing).
     """

@@ -74,9 +74,9 @@ def train_shipped(
             },
         ),
     ]
-    # est timing: the shipped checkpoints were trained with it (before wc had its own model),
+    # est estimate: the shipped checkpoints were trained with it (before wc had its own model),
     # so their recorded commands train them again
-    pcfg = POLICY_PRESETS["default"].replace(placed_norm=placed_norm, timing="est")
+    pcfg = POLICY_PRESETS["default"].replace(placed_norm=placed_norm, estimate="est")
     # keyed by configuration and code version like every other run folder: other settings or
     # changed code train anew
     run_dir = Path(work_dir) / f"{name}-{versioned_key(pcfg, *stages)}"
@@ -122,7 +122,7 @@ def write_readme(dest: str | Path) -> Path:
     lines = [
         "# Shipped policy checkpoints",
         "",
-        "DOPPLER dual policies (the default policy config: layout doppler9, est timing, width "
+        "DOPPLER dual policies (the default policy config: layout doppler9, est estimate, width "
         "64, 4 message-passing steps; `placed norm` is how PLC normalises its placed-set sums, "
         "checkpoints written before that option read as `zscore`) trained per generated "
         "workload on `p100x4` with `wc` semantics: Stage I (imitation of the Critical Path "

@@ -146,7 +146,7 @@ def _check_not_done(stepper: EpisodeStepper) -> None:
 
 class CriticalPathStepper:
     """The Critical Path teacher as an :class:`EpisodeStepper` (makes the same decisions as
-    ``place("cp", graph, cluster, seed=seed, timing=timing)``: both take them with
+    ``place("cp", graph, cluster, seed=seed, estimate=estimate)``: both take them with
     :meth:`~doppler_lab.placers.CriticalPathTeacher.decide`).
 
     SEL scores are the candidates' b-levels; SEL's probabilities are the teacher's own policy,
@@ -160,7 +160,7 @@ class CriticalPathStepper:
         graph: the graph.
         cluster: the cluster.
         seed: seeds the random tie-breaking (as in :func:`~doppler_lab.placers.place`).
-        timing: the episode's timing model, ``est`` or ``paper``.
+        estimate: the episode's estimate, ``est`` or ``additive``.
         plc_view: ``softmax`` or ``ties``.
     """
 
@@ -172,14 +172,14 @@ class CriticalPathStepper:
         graph: DataflowGraph,
         cluster: Cluster,
         seed: int = 0,
-        timing: str = "est",
+        estimate: str = "est",
         plc_view: PlcView = "softmax",
     ):
         from ..placers import CriticalPathTeacher
 
         if plc_view not in PLC_VIEWS:
             raise ConfigError(f"plc_view {plc_view!r}; expected one of {PLC_VIEWS}")
-        self.name = "cp" if timing == "est" else f"cp [timing={timing}]"
+        self.name = "cp" if estimate == "est" else f"cp [estimate={estimate}]"
         self.graph = graph
         self.num_devices = cluster.num_devices
         self.seed = seed
@@ -187,7 +187,7 @@ class CriticalPathStepper:
         cost = CostModel(graph, cluster)
         self._mean_compute = cost.mean_compute
         self._teacher = CriticalPathTeacher(graph, cost)
-        self.episode = Episode(graph, cost, timing)  # type: ignore[arg-type]
+        self.episode = Episode(graph, cost, estimate)  # type: ignore[arg-type]
         self.reset()
 
     @property
@@ -245,7 +245,7 @@ class PolicyStepper:
         cluster: the cluster (its device count must be the policy's).
         seed: seeds the Critical Path rule's ties (ablations).
         name: label (default: the policy's kind).
-        semantics: the task's simulator semantics (picks a ``task``-timed policy's timing model).
+        semantics: the task's simulator semantics (picks a ``task``-timed policy's estimate).
     """
 
     def __init__(
@@ -356,7 +356,7 @@ StepperFactory = Callable[[DataflowGraph, Cluster, int], EpisodeStepper]
 def make_stepper(
     choice: PlacerChoice | str, graph: DataflowGraph, cluster: Cluster, seed: int = 0
 ) -> EpisodeStepper:
-    """An episode stepper for a placer: ``cp`` (:class:`CriticalPathStepper`, its ``timing``
+    """An episode stepper for a placer: ``cp`` (:class:`CriticalPathStepper`, its ``estimate``
     option honoured), or a learned placer (its module's ``make_stepper(choice, graph, cluster,
     seed)`` when it has one, else a :class:`PolicyStepper` over the policy the placer loads from
     its checkpoint).
@@ -367,10 +367,10 @@ def make_stepper(
     """
     choice = choice if isinstance(choice, PlacerChoice) else PlacerChoice(choice)
     if choice.name == "cp":
-        extra = sorted(set(choice.options) - {"timing"})
+        extra = sorted(set(choice.options) - {"estimate"})
         if extra:
-            raise ConfigError(f"cp stepper has no option {extra[0]!r}; it takes timing")
-        return CriticalPathStepper(graph, cluster, seed, choice.options.get("timing", "est"))
+            raise ConfigError(f"cp stepper has no option {extra[0]!r}; it takes estimate")
+        return CriticalPathStepper(graph, cluster, seed, choice.options.get("estimate", "est"))
     if not _is_learned(choice.name):
         raise ConfigError(
             f"placer {choice.name!r} cannot be stepped; steppable: {', '.join(steppable_placers())}"

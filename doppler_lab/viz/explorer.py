@@ -157,7 +157,7 @@ class PlacerChoice:
     Attributes:
         name: registry name (see :func:`~doppler_lab.placers.available_placers`).
         checkpoint: checkpoint path, for learned placers.
-        options: further placer options (``{"timing": "paper"}``).
+        options: further placer options (``{"estimate": "additive"}``).
     """
 
     name: str

@@ -245,7 +245,7 @@ class ExplorerWidget:
             w.Text(
                 value=",".join(f"{k}={v}" for k, v in c.options.items()),
                 description="options",
-                placeholder="timing=paper",
+                placeholder="estimate=additive",
             )
             for c in choices
         ]

@@ -1,4 +1,4 @@
-"""Sarkar's edge-zeroing clustering: its timing model, the two steps, the paper's graphs."""
+"""Sarkar's edge-zeroing clustering: its estimate, the two steps, the paper's graphs."""
 
 from __future__ import annotations
 

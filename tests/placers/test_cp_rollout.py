@@ -12,7 +12,7 @@ from doppler_lab.placers.cp_rollout import cp_complete
 from doppler_lab.placers.critical_path import CriticalPathTeacher
 from doppler_lab.timing.cost_model import CostModel
 from doppler_lab.timing.episode import Episode
-from doppler_lab.timing.schedule import timing_for
+from doppler_lab.timing.schedule import estimate_for
 from doppler_lab.timing.sim import Simulator
 
 from placer_helpers import small_dag
@@ -20,7 +20,7 @@ from placer_helpers import small_dag
 
 def _det_cp(g, c, semantics):
     cost = CostModel(g, c)
-    ep = Episode(g, cost, timing_for(semantics))
+    ep = Episode(g, cost, estimate_for(semantics))
     return cp_complete(ep, CriticalPathTeacher(g, cost)).placement()
 
 

@@ -70,7 +70,7 @@ def test_json_output_of_exact_and_search(capsys, graph_file):
         ],
     )
     assert r["sim_calls"] <= 40 and r["options"]["semantics"] == "wc"
-    r = _json(capsys, ["place", graph_file, "--placer", "cp", "-o", "timing=paper", "--json"])
+    r = _json(capsys, ["place", graph_file, "--placer", "cp", "-o", "estimate=additive", "--json"])
     assert r["schedule_model"] == "paper"
 
 
@@ -104,7 +104,7 @@ def test_learned_placer_from_a_shipped_checkpoint(capsys):
         (["--placer", "local-search", "--budget", "0"], "--budget must be positive"),
         (["--placer", "exact", "--time-limit", "-1"], "--time-limit must be positive"),
         (["--placer", "etf", "-o", "memory_cap=1"], "no placement meets the cap"),
-        (["--placer", "cp", "-o", "timing"], "is not of the form key=value"),
+        (["--placer", "cp", "-o", "estimate"], "is not of the form key=value"),
         (["--placer", "heft", "--checkpoint", "x.pt"], "takes no --checkpoint"),
         (["--placer", "gdp"], "needs a checkpoint"),
         (["--placer", "doppler", "--checkpoint", "nope.pt"], "'nope.pt' does not exist"),

@@ -158,7 +158,7 @@ def test_widened_policy_places_as_the_saved_one(tmp_path, small_graph, cluster4)
     saved one is refused by name."""
     from doppler_lab.policies.checkpoint import widen_checkpoint
 
-    cfg = PolicyConfig(hidden=16, head_hidden=16, mp_steps=2, num_bases=4, timing="wc")
+    cfg = PolicyConfig(hidden=16, head_hidden=16, mp_steps=2, num_bases=4, estimate="wc")
     path = save_checkpoint(tmp_path / "p9.pt", make_policy(cfg, 4, seed=4))
     wide = widen_checkpoint(path, "doppler10", tmp_path / "p10.pt")
     got = []

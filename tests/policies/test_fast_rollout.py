@@ -1,5 +1,5 @@
 """The compiled rollout of the plain modes is the per-episode loop, to the bit: same decisions,
-candidate records, features, partial makespans, placements and random draws, for every timing
+candidate records, features, partial makespans, placements and random draws, for every estimate
 model and feature layout, greedy and sampled at any temperature."""
 
 from __future__ import annotations
@@ -92,17 +92,17 @@ def _assert_same(fast, slow):
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
-@pytest.mark.parametrize("timing", ["est", "paper", "wc"])
+@pytest.mark.parametrize("estimate", ["est", "additive", "wc"])
 @pytest.mark.parametrize("layout", ["doppler5", "doppler9"])
-def test_compiled_rollout_is_the_loop(small_graph, layout, timing, mode):
-    ctx = GraphContext(small_graph, _cluster(4), layout, timing)
-    pol = make_policy(PolicyConfig(layout=layout, timing=timing, **SMALL), 4, seed=3)
+def test_compiled_rollout_is_the_loop(small_graph, layout, estimate, mode):
+    ctx = GraphContext(small_graph, _cluster(4), layout, estimate)
+    pol = make_policy(PolicyConfig(layout=layout, estimate=estimate, **SMALL), 4, seed=3)
     sel, plc = MODES[mode]
     _assert_same(*_rollouts(pol, ctx, 1 if mode == "greedy" else 4, sel, plc))
 
 
 @pytest.mark.parametrize(
-    ("graph", "devices", "timing", "layout"),
+    ("graph", "devices", "estimate", "layout"),
     [
         ("random_dag", 2, "wc", "doppler9"),
         ("random_dag", 8, "est", "doppler5"),
@@ -113,23 +113,23 @@ def test_compiled_rollout_is_the_loop(small_graph, layout, timing, mode):
         ("chain_mm_112nodes", 8, "wc", "doppler9"),
     ],
 )
-def test_compiled_rollout_on_more_graphs_and_device_counts(graph, devices, timing, layout):
+def test_compiled_rollout_on_more_graphs_and_device_counts(graph, devices, estimate, layout):
     g = _graph(graph)
-    ctx = GraphContext(g, _cluster(devices), layout, timing)
-    pol = make_policy(PolicyConfig(layout=layout, timing=timing, **SMALL), devices, seed=5)
+    ctx = GraphContext(g, _cluster(devices), layout, estimate)
+    pol = make_policy(PolicyConfig(layout=layout, estimate=estimate, **SMALL), devices, seed=5)
     _assert_same(*_rollouts(pol, ctx, 3, *MODES["tempered"], seed=11))
     _assert_same(*_rollouts(pol, ctx, 1, *MODES["greedy"]))
 
 
 def test_topological_selection_is_compiled_too(small_graph):
     ctx = GraphContext(small_graph, _cluster(2), "doppler9", "wc")
-    pol = make_policy(PolicyConfig(kind="placeto", timing="wc", **SMALL), 2, seed=1)
+    pol = make_policy(PolicyConfig(kind="placeto", estimate="wc", **SMALL), 2, seed=1)
     _assert_same(*_rollouts(pol, ctx, 3, *MODES["sample"]))
 
 
 def test_log_probs_of_the_compiled_record_are_those_of_the_loop(small_graph):
     ctx = GraphContext(small_graph, _cluster(4), "doppler9", "wc")
-    pol = make_policy(PolicyConfig(timing="wc", **SMALL), 4, seed=3)
+    pol = make_policy(PolicyConfig(estimate="wc", **SMALL), 4, seed=3)
     (fast, _), (slow, _) = _rollouts(pol, ctx, 3, *MODES["tempered"])
     with torch.no_grad():
         enc = pol.encode(ctx)
@@ -167,15 +167,15 @@ def _placements_and_draws(episodes_list, rng):
 @pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("mode", ["sample", "tempered"])
 @pytest.mark.parametrize(
-    ("timing", "layout", "devices"), [("wc", "doppler9", 4), ("est", "doppler5", 8)]
+    ("estimate", "layout", "devices"), [("wc", "doppler9", 4), ("est", "doppler5", 8)]
 )
 def test_a_greedy_lead_is_the_greedy_rollout_and_the_samples_to_the_bit(
-    small_graph, compiled, mode, timing, layout, devices
+    small_graph, compiled, mode, estimate, layout, devices
 ):
     """One rollout whose first episode is greedy gives the greedy rollout and the sampled ones
     of two rollouts, placements and random draws alike (the greedy episode draws nothing)."""
-    ctx = GraphContext(small_graph, _cluster(devices), layout, timing)
-    pol = make_policy(PolicyConfig(layout=layout, timing=timing, **SMALL), devices, seed=4)
+    ctx = GraphContext(small_graph, _cluster(devices), layout, estimate)
+    pol = make_policy(PolicyConfig(layout=layout, estimate=estimate, **SMALL), devices, seed=4)
     sel, plc = MODES[mode]
     Rollout.compiled_plain_modes = compiled
     try:
@@ -201,7 +201,7 @@ def test_greedy_and_samples_is_the_two_rollouts(small_graph, kind):
     """The protocol's candidates: one shared rollout for the dual policy, two for a policy
     whose selection draws (the Critical Path rule); the same placements either way."""
     ctx = GraphContext(small_graph, _cluster(4), "doppler9", "wc")
-    pol = make_policy(PolicyConfig(kind=kind, timing="wc", **SMALL), 4, seed=6)
+    pol = make_policy(PolicyConfig(kind=kind, estimate="wc", **SMALL), 4, seed=6)
     with torch.no_grad():
         enc = pol.encode(ctx)
         rng = np.random.default_rng(2)
@@ -218,7 +218,7 @@ def test_greedy_and_samples_is_the_two_rollouts(small_graph, kind):
 
 def test_stepping_one_decision_at_a_time_keeps_the_episodes_live(small_graph):
     ctx = GraphContext(small_graph, _cluster(4), "doppler9", "wc")
-    pol = make_policy(PolicyConfig(timing="wc", **SMALL), 4, seed=3)
+    pol = make_policy(PolicyConfig(estimate="wc", **SMALL), 4, seed=3)
     with torch.no_grad():
         r = Rollout(pol, ctx, pol.encode(ctx), 1, np.random.default_rng(0), GREEDY, GREEDY)
         assert r.batched
@@ -236,23 +236,23 @@ def test_stepping_one_decision_at_a_time_keeps_the_episodes_live(small_graph):
     np.testing.assert_array_equal(record.placements[0].device, r.episodes[0].placement().device)
 
 
-@pytest.mark.parametrize("timing", ["est", "paper", "wc"])
-def test_a_schedule_batch_steps_like_its_states(timing):
+@pytest.mark.parametrize("estimate", ["est", "additive", "wc"])
+def test_a_schedule_batch_steps_like_its_states(estimate):
     g = random_dag(num_nodes=30, width=5, seed=1)
-    cost = GraphContext(g, _cluster(4), "doppler5", timing).cost
-    batch = ScheduleBatch([ListScheduleState(g, cost, timing) for _ in range(3)])
-    refs = [ListScheduleState(g, cost, timing) for _ in range(3)]
+    cost = GraphContext(g, _cluster(4), "doppler5", estimate).cost
+    batch = ScheduleBatch([ListScheduleState(g, cost, estimate) for _ in range(3)])
+    refs = [ListScheduleState(g, cost, estimate) for _ in range(3)]
     rng = np.random.default_rng(0)
     est, feats = np.empty(4), np.empty((4, 5))
     while not refs[0].done:
         for k, ref in enumerate(refs):
             v = int(rng.choice(ref.candidates()))
             d = int(rng.integers(4))
-            batch_est(batch.record, batch.arrays, batch.timing, k, v, est)
+            batch_est(batch.record, batch.arrays, batch.estimate, k, v, est)
             np.testing.assert_array_equal(est, ref.est(v))
             batch_device_features(batch.record, batch.arrays, k, v, est, feats)
             np.testing.assert_array_equal(feats, ref.device_features(v))
-            batch_assign(batch.record, batch.arrays, batch.timing, k, v, d, est)
+            batch_assign(batch.record, batch.arrays, batch.estimate, k, v, d, est)
             ref.assign(v, d)
             state = batch.states[k]
             np.testing.assert_array_equal(state.candidates(), ref.candidates())
@@ -268,7 +268,7 @@ def test_a_schedule_batch_takes_fresh_states_of_one_problem(small_graph):
     used.assign(int(used.candidates()[0]), 0)
     with pytest.raises(PlacementError, match="fresh states"):
         ScheduleBatch([used])
-    with pytest.raises(PlacementError, match="timing"):
+    with pytest.raises(PlacementError, match="estimate"):
         ScheduleBatch(
             [ListScheduleState(small_graph, cost), ListScheduleState(small_graph, cost, "wc")]
         )

@@ -58,10 +58,10 @@ def _assert_same(fast, slow):
 
 @needs_blas
 @pytest.mark.parametrize("mode", sorted(MODES))
-@pytest.mark.parametrize("timing", ["est", "paper", "wc"])
-def test_inference_rollout_is_the_stepped_rollout(small_graph, timing, mode):
-    ctx = GraphContext(small_graph, _cluster(4), "doppler9", timing)
-    pol = make_policy(PolicyConfig(timing=timing, **SMALL), 4, seed=3)
+@pytest.mark.parametrize("estimate", ["est", "additive", "wc"])
+def test_inference_rollout_is_the_stepped_rollout(small_graph, estimate, mode):
+    ctx = GraphContext(small_graph, _cluster(4), "doppler9", estimate)
+    pol = make_policy(PolicyConfig(estimate=estimate, **SMALL), 4, seed=3)
     sel, plc, lead = MODES[mode]
     fast, slow = _both(pol, ctx, 1 if mode == "greedy" else 4, sel, plc, lead)
     assert fast[2]
@@ -73,7 +73,7 @@ def test_inference_rollout_is_the_stepped_rollout(small_graph, timing, mode):
 def test_inference_rollout_reads_the_cluster_share_as_the_steps_do(small_graph, mode):
     """``doppler10`` (the cluster share column) in the compiled rollout and in the steps."""
     ctx = GraphContext(small_graph, _cluster(4), "doppler10", "wc")
-    pol = make_policy(PolicyConfig(layout="doppler10", timing="wc", **SMALL), 4, seed=3)
+    pol = make_policy(PolicyConfig(layout="doppler10", estimate="wc", **SMALL), 4, seed=3)
     sel, plc, lead = MODES[mode]
     fast, slow = _both(pol, ctx, 1 if mode == "greedy" else 4, sel, plc, lead)
     assert fast[2]
@@ -92,7 +92,7 @@ def test_inference_rollout_on_other_device_counts_and_kinds(
     monkeypatch.setattr(Rollout, "sel_table_limit", table_limit)
     g = random_dag(num_nodes=50, width=7, seed=4)
     ctx = GraphContext(g, _cluster(devices), "doppler9", "wc")
-    cfg = PolicyConfig(kind=kind, timing="wc", placed_norm=norm, **SMALL)
+    cfg = PolicyConfig(kind=kind, estimate="wc", placed_norm=norm, **SMALL)
     pol = make_policy(cfg, devices, seed=5)
     fast, slow = _both(pol, ctx, 5, *MODES["tempered"], seed=11)
     assert fast[2] == (kind == "dual")  # plc-only selects by the Critical Path rule: stepped
@@ -130,7 +130,7 @@ def test_inference_rollout_falls_back_to_the_steps(small_graph, why, monkeypatch
     if why == "no numpy BLAS":
         monkeypatch.setattr(numpy_blas, "AVAILABLE", False)
     ctx = GraphContext(small_graph, _cluster(4), layout, "est")
-    pol = make_policy(PolicyConfig(layout=layout, timing="est", **SMALL), 4, seed=2)
+    pol = make_policy(PolicyConfig(layout=layout, estimate="est", **SMALL), 4, seed=2)
     fast, slow = _both(pol, ctx, 3, SAMPLE, SAMPLE, 1)
     assert not fast[2]
     _assert_same(fast, slow)

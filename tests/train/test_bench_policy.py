@@ -64,10 +64,10 @@ def test_tables_protocol_and_cache(tmp_path):
     # a second run reuses every finished (graph, method, seed) instead of training again
     results = sorted((tmp_path / "runs").rglob("result.json"))
     assert len(results) == 3  # doppler, doppler-est-timing and sel-only on chainmm
-    # the workloads' doppler gets the wc timing model (by semantics), its ablation row est
+    # the workloads' doppler gets the wc estimate (by semantics), its ablation row est
     ckpt = {p.parent.parent.name: json.loads(p.read_text())["checkpoint"] for p in results}
-    timing = {m: load_policy(c)[0].config.timing for m, c in ckpt.items()}
-    assert timing == {"doppler": "wc", "doppler-est-timing": "est", "sel-only": "wc"}
+    estimate = {m: load_policy(c)[0].config.estimate for m, c in ckpt.items()}
+    assert estimate == {"doppler": "wc", "doppler-est-timing": "est", "sel-only": "wc"}
     stamps = [p.stat().st_mtime_ns for p in results]
     again = bench.run(tmp_path / "out", config=cfg)
     assert [p.stat().st_mtime_ns for p in results] == stamps

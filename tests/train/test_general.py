@@ -26,7 +26,7 @@ from doppler_lab.train.general_policy import (
 from doppler_lab.workloads import build_from_spec
 from doppler_lab.workloads.specs import cluster_from_spec, graph_from_spec
 
-SMALL = PolicyConfig(hidden=16, head_hidden=16, mp_steps=2, num_bases=4, timing="wc")
+SMALL = PolicyConfig(hidden=16, head_hidden=16, mp_steps=2, num_bases=4, estimate="wc")
 
 
 def test_task_pool_is_seeded_distinct_and_in_distribution():
@@ -130,7 +130,7 @@ def test_train_general_command_trains_resumes_and_ships(tmp_path, capsys):
         in (dest / "README.md").read_text()
     )
     pol, doc = load_policy(dest / "doppler" / "general.pt", ["dual"], num_devices=5)
-    assert pol.config.timing == "wc"
+    assert pol.config.estimate == "wc"
     # a second call finds both stages finished: same weights, no new rows
     assert main(args) == 0
     assert read_rows(out / "3_sim" / "metrics.csv") == rows
@@ -189,23 +189,23 @@ def test_general_stages_leave_out_empty_ones():
 def test_task_timed_policy_reads_each_task_under_its_semantics_timing():
     g = build_from_spec("chainmm:matrices=3,scale=0.001")
     clusters = [make_cluster("uniform", 2), make_cluster("p100x4")]
-    pcfg = SMALL.replace(timing="task")
+    pcfg = SMALL.replace(estimate="task")
     cfg = preset("sim", episodes=8, episodes_per_update=4, semantics="wc")
     trainer = Trainer(cfg, [g, g], clusters, pcfg, progress=False, semantics=["paper", "wc"])
     # paper's model is est; the costs judge each graph under its own semantics
-    assert [c.timing for c in trainer.contexts] == ["est", "wc"]
+    assert [c.estimate for c in trainer.contexts] == ["est", "wc"]
     assert [c.sim.semantics for c in trainer.cost_fns] == ["paper", "wc"]
     assert trainer.header["semantics"] == ["paper", "wc"]
-    assert trainer.policy.config.timing == "task"  # kept, not resolved at creation
+    assert trainer.policy.config.estimate == "task"  # kept, not resolved at creation
     # a fixed model ignores the semantics
     fixed = Trainer(cfg, [g, g], clusters, SMALL, progress=False, semantics=["paper", "wc"])
-    assert [c.timing for c in fixed.contexts] == ["wc", "wc"]
+    assert [c.estimate for c in fixed.contexts] == ["wc", "wc"]
     with pytest.raises(ConfigError, match="1 semantics for 2 graphs"):
         Trainer(cfg, [g, g], clusters, pcfg, progress=False, semantics=["wc"])
     with pytest.raises(ConfigError, match="graph semantics 'real'"):
         Trainer(cfg, [g, g], clusters, pcfg, progress=False, semantics=["wc", "real"])
-    assert pcfg.context_timing("paper") == "est" and pcfg.context_timing("wc") == "wc"
-    assert pcfg.context_timing(None) == "est" and SMALL.context_timing("paper") == "wc"
+    assert pcfg.context_estimate("paper") == "est" and pcfg.context_estimate("wc") == "wc"
+    assert pcfg.context_estimate(None) == "est" and SMALL.context_estimate("paper") == "wc"
 
 
 def test_graphs_per_step_averages_updates_into_one_step_and_resumes_exactly(tmp_path):

@@ -85,8 +85,8 @@ def test_compare_two_placers():
 
 def test_compare_noise_and_labels():
     sc = Scenario("chainmm", scale="tiny", noise=0.2, noise_seeds=3, seed=4)
-    cmp = compare(sc, PlacerChoice("cp"), PlacerChoice("cp", options={"timing": "paper"}))
-    assert list(cmp.metrics.index) == ["cp", "cp [timing=paper]"]
+    cmp = compare(sc, PlacerChoice("cp"), PlacerChoice("cp", options={"estimate": "additive"}))
+    assert list(cmp.metrics.index) == ["cp", "cp [estimate=additive]"]
     assert (cmp.metrics["makespan_std"] > 0).all()
     same = compare(TINY, "cp", "cp")
     assert list(same.metrics.index) == ["A: cp", "B: cp"]
@@ -148,10 +148,10 @@ def _check_step(s, graph, before, greedy=False):
     assert (s.device >= 0).sum() == (before >= 0).sum() + 1
 
 
-@pytest.mark.parametrize("timing", ["est", "paper"])
+@pytest.mark.parametrize("estimate", ["est", "additive"])
 @pytest.mark.parametrize("seed", [0, 3])
-def test_cp_stepper_replays_the_cp_placer(graph, cluster, timing, seed):
-    stepper = CriticalPathStepper(graph, cluster, seed=seed, timing=timing)
+def test_cp_stepper_replays_the_cp_placer(graph, cluster, estimate, seed):
+    stepper = CriticalPathStepper(graph, cluster, seed=seed, estimate=estimate)
     assert isinstance(stepper, EpisodeStepper)
     before = np.full(graph.num_nodes, -1)
     steps = []
@@ -161,7 +161,7 @@ def test_cp_stepper_replays_the_cp_placer(graph, cluster, timing, seed):
         before = s.device
         steps.append(s)
     assert len(steps) == stepper.num_steps == graph.compute_nodes.size
-    expected = place("cp", graph, cluster, seed=seed, timing=timing)
+    expected = place("cp", graph, cluster, seed=seed, estimate=estimate)
     assert (stepper.placement().device == expected.device).all()
     with pytest.raises(PlacementError, match="done"):
         stepper.step()
@@ -181,8 +181,8 @@ def test_cp_stepper_tie_view(graph, cluster):
 
 
 def test_make_stepper(graph, cluster):
-    s = make_stepper(PlacerChoice("cp", options={"timing": "paper"}), graph, cluster, seed=1)
-    assert s.name == "cp [timing=paper]"
+    s = make_stepper(PlacerChoice("cp", options={"estimate": "additive"}), graph, cluster, seed=1)
+    assert s.name == "cp [estimate=additive]"
     assert steppable_placers()[0] == "cp"
     with pytest.raises(ConfigError, match="cannot be stepped; steppable: cp"):
         make_stepper("heft", graph, cluster)
@@ -222,7 +222,7 @@ def test_policy_stepper_replays_the_greedy_rollout(small, cluster, kind, one_tor
         s = stepper.step()
         _check_step(s, graph, before, greedy=True)
         before = s.device
-    ctx = GraphContext(graph, cluster, cfg.layout, policy.config.timing)  # auto: resolved
+    ctx = GraphContext(graph, cluster, cfg.layout, policy.config.estimate)  # auto: resolved
     with torch.no_grad():
         enc = policy.encode(ctx)
         rollout = run_episodes(policy, ctx, enc, 1, np.random.default_rng(5), GREEDY, GREEDY)
@@ -282,11 +282,11 @@ def test_explorer_widget_updates_on_change():
     assert ex.comparison.scenario.semantics == "paper" and ex.metrics.value != before
     ex.placers[0].value = "heft"
     assert "heft" in ex.metrics.value and "heft" in ex.comparison.metrics.index
-    ex.options[1].value = "timing=paper"
-    assert "cp [timing=paper]" in ex.comparison.metrics.index
-    assert ex.episode.stepper is not None and ex.episode.stepper.name == "cp [timing=paper]"
+    ex.options[1].value = "estimate=additive"
+    assert "cp [estimate=additive]" in ex.comparison.metrics.index
+    assert ex.episode.stepper is not None and ex.episode.stepper.name == "cp [estimate=additive]"
     ex.options[1].value = "budget=3"  # cp has no such option: the status line says so
-    assert "budget" in ex.status.value and "cp [timing=paper]" in ex.comparison.metrics.index
+    assert "budget" in ex.status.value and "cp [estimate=additive]" in ex.comparison.metrics.index
 
 
 def test_episode_panel_buttons(graph, cluster):

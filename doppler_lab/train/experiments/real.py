@@ -252,7 +252,7 @@ def policy_rollouts(
     semantics: str = "wc",
 ) -> list[Placement]:
     """``policy``'s greedy placement and ``samples`` sampled ones, labelled ``<label>-greedy``
-    and ``<label>-sample`` (``semantics`` picks a ``task``-timed policy's timing model)."""
+    and ``<label>-sample`` (``semantics`` picks a ``task``-timed policy's estimate)."""
     import torch
 
     from ...policies.context import GraphContext
