@@ -17,7 +17,14 @@ from doppler_lab.policies.checkpoint import load_policy, make_policy
 from doppler_lab.policies.env import PlacementEnv
 from doppler_lab.policies.policy_config import PolicyConfig
 from doppler_lab.timing.cost_model import CostModel
-from doppler_lab.timing.schedule import ListScheduleState, _wc_ready, estimate_for
+from doppler_lab.timing.schedule import (
+    EdgeCosts,
+    ListScheduleState,
+    PredArrays,
+    WcState,
+    _wc_ready,
+    estimate_for,
+)
 from doppler_lab.timing.sim import simulate
 from doppler_lab.workloads import build_from_spec
 from doppler_lab.workloads.random_dag import random_dag
@@ -139,19 +146,20 @@ def test_compiled_and_python_twins_agree(seed, steps):
         args = [
             v,
             d,
-            g.pred_ptr,
-            g.pred_idx,
-            g.pred_eid,
-            g.is_input,
-            state.device,
-            state.finish,
-            state.arrival.copy(),
-            state.link_free.copy(),
-            np.ascontiguousarray(cluster.routes),
-            state.cost.edge_fixed,
-            state.cost.edge_bytes,
-            state.cost.latency,
-            state.cost.inv_bandwidth,
+            PredArrays(g.pred_ptr, g.pred_idx, g.pred_eid, g.is_input),
+            WcState(
+                state.device,
+                state.finish,
+                state.arrival.copy(),
+                state.link_free.copy(),
+                np.ascontiguousarray(cluster.routes),
+            ),
+            EdgeCosts(
+                state.cost.edge_fixed,
+                state.cost.edge_bytes,
+                state.cost.latency,
+                state.cost.inv_bandwidth,
+            ),
         ]
         fast = _wc_ready(*args, False)
         slow = _wc_ready.py_func(*args, False)

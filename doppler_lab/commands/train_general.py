@@ -76,6 +76,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--estimate",
+        "--timing",  # its name before 0.2
+        dest="estimate",
         choices=("task", "wc", "est"),
         default=g.GENERAL_ESTIMATE,
         help="episode-state estimate of a fresh policy (task: each task's semantics' model)",

@@ -41,6 +41,7 @@ from ..timing.schedule import (
     batch_assign,
     batch_est,
     estimate_for,
+    estimate_name,
 )
 from ..timing.sim import Simulator
 from .critical_path import CriticalPathTeacher, check_cp_options
@@ -156,6 +157,7 @@ class CPRolloutPlacer:
     name: ClassVar[str] = "cp-rollout"
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "estimate", estimate_name(self.estimate))  # "paper": "additive"
         check_cp_options(self.name, self.semantics, self.estimate, self.tie_rtol)
 
     def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:

@@ -31,7 +31,7 @@ from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
 from ..timing.episode import Episode
-from ..timing.schedule import ESTIMATES, Estimate, ListScheduleState, estimate_for
+from ..timing.schedule import ESTIMATES, Estimate, ListScheduleState, estimate_for, estimate_name
 from ..timing.sim import SEMANTICS
 from .placer_base import Schedule, ScheduleToPlacement, check_choice, make_schedule, ties
 
@@ -201,6 +201,7 @@ class CriticalPathPlacer(ScheduleToPlacement):
     released: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "estimate", estimate_name(self.estimate))  # "paper": "additive"
         check_cp_options(self.name, self.semantics, self.estimate, self.tie_rtol)
 
     def run(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> CPRun:

@@ -260,7 +260,12 @@ def placer_options(name: str) -> list[str]:
 
 
 def get_placer(name: str, **options: Any) -> Placer:
-    """Build placer ``name`` with ``options`` (unknown options raise :class:`ConfigError`)."""
+    """Build placer ``name`` with ``options`` (unknown options raise :class:`ConfigError`).
+
+    ``timing``, the name of ``estimate`` before 0.2, is still read.
+    """
+    if "timing" in options and "estimate" not in options:
+        options = {("estimate" if k == "timing" else k): v for k, v in options.items()}
     spec = placer_spec(name)
     factory = _resolve(spec.target)
     takes_any = not dataclasses.is_dataclass(factory) and any(

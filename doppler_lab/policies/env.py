@@ -43,7 +43,7 @@ from ..ir.placement import Placement
 from ..placers.critical_path import CriticalPathTeacher
 from ..timing.cost_model import CostModel
 from ..timing.episode import Episode
-from ..timing.schedule import ESTIMATES, Estimate, estimate_for
+from ..timing.schedule import ESTIMATES, Estimate, estimate_for, estimate_name
 from ..timing.sim import SEMANTICS, Simulator
 from .features import device_features, feature_args, get_layout
 
@@ -94,7 +94,7 @@ class PlacementEnv(gym.Env):
     ):
         if semantics not in SEMANTICS:
             raise ConfigError(f"semantics {semantics!r}; expected one of {SEMANTICS}")
-        estimate = estimate_for(semantics) if estimate is None else estimate
+        estimate = estimate_for(semantics) if estimate is None else estimate_name(estimate)
         if estimate not in ESTIMATES:
             raise ConfigError(f"estimate {estimate!r}; expected one of {ESTIMATES}")
         if reward not in REWARDS:

@@ -8,7 +8,7 @@ from typing import Any
 from ..house.errors import ConfigError
 from ..house.limits import MAX_MP_STEPS, MAX_POLICY_SIZE
 from ..house.settings import bad_setting, check_dataclass, dataclass_changes
-from ..timing.schedule import ESTIMATES, Estimate, estimate_for
+from ..timing.schedule import ESTIMATES, Estimate, estimate_for, estimate_name
 from .encoder import EDGE_MODES
 from .features import LAYOUTS
 
@@ -72,6 +72,7 @@ class PolicyConfig:
     gdp_segment: int = 8
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "estimate", estimate_name(self.estimate))  # "paper": "additive"
         check_dataclass(self, "policy config", _RANGES)
         for name, allowed in (
             ("kind", POLICY_KINDS),
@@ -94,6 +95,8 @@ class PolicyConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PolicyConfig:
+        if "timing" in d and "estimate" not in d:  # its name before 0.2
+            d = {("estimate" if k == "timing" else k): v for k, v in d.items()}
         d = dataclass_changes(cls, d, "policy config")
         # written before the option existed: those policies were trained with the z-score; a
         # stored config without an estimate had the old default, est

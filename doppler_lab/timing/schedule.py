@@ -39,7 +39,7 @@ them; (5) earliest start of v on d. Input nodes are never assigned (resident eve
 from __future__ import annotations
 
 import copy
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -58,6 +58,15 @@ NUM_DEVICE_FEATURES = 5
 _ESTIMATE_OF_SEMANTICS: dict[str, Estimate] = {"paper": "est", "wc": "wc", "bsp": "est"}
 
 
+#: earlier names of estimates, still read (stored policy configs, ``-o timing=paper``)
+LEGACY_ESTIMATES: dict[str, str] = {"paper": "additive"}
+
+
+def estimate_name(value: str | None) -> str | None:
+    """``value`` with an earlier name of an estimate replaced by today's (``paper``: ``additive``)."""
+    return LEGACY_ESTIMATES.get(value, value) if isinstance(value, str) else value
+
+
 def estimate_for(semantics: str | None) -> Estimate:
     """The estimate matching simulator ``semantics`` (``None``: ``est``).
 
@@ -73,25 +82,41 @@ def estimate_for(semantics: str | None) -> Estimate:
     return _ESTIMATE_OF_SEMANTICS[semantics]
 
 
+class PredArrays(NamedTuple):
+    """A graph's in-edges as the compiled estimates read them (CSR by consumer)."""
+
+    ptr: np.ndarray  # (N + 1,) offsets of each node's in-edges
+    idx: np.ndarray  # producer of each in-edge
+    eid: np.ndarray  # edge id of each in-edge
+    is_input: np.ndarray  # (N,) resident inputs: never sent
+
+
+class EdgeCosts(NamedTuple):
+    """What a transfer costs (raw units): :func:`doppler_lab.hardware.rules.transfer_time`'s terms."""
+
+    fixed: np.ndarray  # (E,) explicit cost of each edge
+    nbytes: np.ndarray  # (E,) bytes of each edge
+    lat: np.ndarray  # (D, D) latency
+    inv_bw: np.ndarray  # (D, D) time per byte
+
+
+class WcState(NamedTuple):
+    """The part of a state the ``wc`` estimate reads and (when it commits) writes."""
+
+    device: np.ndarray  # (N,) device of each assigned node (-1: not yet)
+    finish: np.ndarray  # (N,) finish of each assigned node
+    arrival: np.ndarray  # (N, D) arrival of tensor u on device d (NaN: not sent there)
+    link_free: np.ndarray  # (L,) when each link resource is next free
+    routes: np.ndarray  # (D, D, 2) link resources of each ordered pair (-1: none)
+
+
 # The compiled functions write arrays into an ``out`` argument instead of returning new ones: an
 # array-returning function that is first loaded from numba's cache as the callee of another one
 # cannot return arrays to Python afterwards (numba fails with "'descr' is NULL").
 @njit(cache=True)
-def _est(
-    v,
-    pred_ptr,
-    pred_idx,
-    pred_eid,
-    is_input,
-    device,
-    finish,
-    dev_free,
-    fixed,
-    nbytes,
-    lat,
-    inv_bw,
-    out,
-):  # pragma: no cover
+def _est(v, preds, device, finish, dev_free, edges, out):  # pragma: no cover
+    pred_ptr, pred_idx, pred_eid, is_input = preds
+    fixed, nbytes, lat, inv_bw = edges
     ndev = dev_free.shape[0]
     out[:] = dev_free
     for k in range(pred_ptr[v], pred_ptr[v + 1]):
@@ -109,24 +134,7 @@ def _est(
 
 
 @njit(cache=True)
-def _wc_ready(
-    v,
-    d,
-    pred_ptr,
-    pred_idx,
-    pred_eid,
-    is_input,
-    device,
-    finish,
-    arrival,
-    link_free,
-    routes,
-    fixed,
-    nbytes,
-    lat,
-    inv_bw,
-    commit,
-):  # pragma: no cover - compiled (its Python twin is tested against it)
+def _wc_ready(v, d, preds, st, edges, commit):  # pragma: no cover - compiled (Python twin tested)
     """When every input of ``v`` is on device ``d`` under the ``wc`` model.
 
     Inputs already on ``d`` (same device, or an earlier transfer of the tensor to ``d``) count at
@@ -134,6 +142,9 @@ def _wc_ready(
     ``max(producer finish, its route's resources free)``. With ``commit`` those transfers are
     recorded: ``arrival[u, d]`` set and ``link_free`` advanced; otherwise both stay untouched.
     """
+    pred_ptr, pred_idx, pred_eid, is_input = preds
+    device, finish, arrival, link_free, routes = st
+    fixed, nbytes, lat, inv_bw = edges
     lo, hi = pred_ptr[v], pred_ptr[v + 1]
     slots = np.empty(hi - lo, np.int64)
     m = 0
@@ -186,45 +197,11 @@ def _wc_ready(
 
 
 @njit(cache=True)
-def _wc_est(
-    v,
-    pred_ptr,
-    pred_idx,
-    pred_eid,
-    is_input,
-    device,
-    finish,
-    arrival,
-    link_free,
-    routes,
-    fixed,
-    nbytes,
-    lat,
-    inv_bw,
-    dev_free,
-    out,
-):  # pragma: no cover - compiled
+def _wc_est(v, preds, st, edges, dev_free, out):  # pragma: no cover - compiled
     """Start of ``v`` on every device under the ``wc`` model into ``out`` ``(D,)``; nothing is
     recorded."""
     for d in range(out.shape[0]):
-        ready = _wc_ready(
-            v,
-            d,
-            pred_ptr,
-            pred_idx,
-            pred_eid,
-            is_input,
-            device,
-            finish,
-            arrival,
-            link_free,
-            routes,
-            fixed,
-            nbytes,
-            lat,
-            inv_bw,
-            False,
-        )
+        ready = _wc_ready(v, d, preds, st, edges, False)
         out[d] = max(dev_free[d], ready)
 
 
@@ -268,13 +245,14 @@ def batch_est(record, arrays, estimate, k, v, out):  # pragma: no cover - compil
         arrays: :attr:`ScheduleBatch.arrays`.
         estimate: :data:`ESTIMATE_CODES` of the estimate.
     """
-    preds, edge_costs, routes = record[:4], record[6:10], record[11]
+    preds = PredArrays(record[0], record[1], record[2], record[3])
+    edges = EdgeCosts(record[6], record[7], record[8], record[9])
     device, _, finish, _, _, dev_free, link_free, arrival = arrays[:8]
     if estimate == 2:
-        state = (device[k], finish[k], arrival[k], link_free[k], routes)
-        _wc_est(v, *preds, *state, *edge_costs, dev_free[k], out)
+        st = WcState(device[k], finish[k], arrival[k], link_free[k], record[11])
+        _wc_est(v, preds, st, edges, dev_free[k], out)
     else:
-        _est(v, *preds, device[k], finish[k], dev_free[k], *edge_costs, out)
+        _est(v, preds, device[k], finish[k], dev_free[k], edges, out)
 
 
 @njit(cache=True)
@@ -291,16 +269,18 @@ def batch_device_features(record, arrays, k, v, est, out):  # pragma: no cover -
 def batch_assign(record, arrays, estimate, k, v, d, est):  # pragma: no cover - compiled
     """Put candidate ``v`` on device ``d`` in state ``k`` of a :class:`ScheduleBatch`
     (:meth:`ListScheduleState.assign`, unchecked; ``est``: ``v``'s earliest starts)."""
-    preds, succ_ptr, succ_idx = record[:4], record[4], record[5]
-    edge_costs, comp, routes = record[6:10], record[10], record[11]
+    preds = PredArrays(record[0], record[1], record[2], record[3])
+    succ_ptr, succ_idx = record[4], record[5]
+    edges = EdgeCosts(record[6], record[7], record[8], record[9])
+    comp, routes = record[10], record[11]
     device, start, finish, comp_on, load, dev_free, link_free, arrival = arrays[:8]
     waiting, frontier, cand, ncand, order, count = arrays[8:]
     c = comp[v, d]
     if estimate == 0:
         s = est[d]
     elif estimate == 2:
-        state = (device[k], finish[k], arrival[k], link_free[k], routes)
-        s = max(dev_free[k, d], _wc_ready(v, d, *preds, *state, *edge_costs, True))
+        st = WcState(device[k], finish[k], arrival[k], link_free[k], routes)
+        s = max(dev_free[k, d], _wc_ready(v, d, preds, st, edges, True))
     else:
         s = load[k, d]
     device[k, v] = d
@@ -346,15 +326,17 @@ class InputReady:
     """
 
     def __init__(self, graph: DataflowGraph, cost_model: CostModel):
-        self._preds = (graph.pred_ptr, graph.pred_idx, graph.pred_eid, graph.is_input)
+        self._preds = PredArrays(graph.pred_ptr, graph.pred_idx, graph.pred_eid, graph.is_input)
         self._free = np.zeros(cost_model.cluster.num_devices)
-        self._edge_costs = tuple(
-            np.ascontiguousarray(a)
-            for a in (
-                cost_model.edge_fixed,
-                cost_model.edge_bytes,
-                cost_model.latency,
-                cost_model.inv_bandwidth,
+        self._edge_costs = EdgeCosts(
+            *(
+                np.ascontiguousarray(a)
+                for a in (
+                    cost_model.edge_fixed,
+                    cost_model.edge_bytes,
+                    cost_model.latency,
+                    cost_model.inv_bandwidth,
+                )
             )
         )
 
@@ -362,7 +344,7 @@ class InputReady:
         """``(D,)`` for node ``v`` whose compute predecessors are placed (``device``, ``finish``:
         ``(N,)`` int64 and float64)."""
         out = np.empty(self._free.shape[0])
-        _est(v, *self._preds, device, finish, self._free, *self._edge_costs, out)
+        _est(v, self._preds, device, finish, self._free, self._edge_costs, out)
         return out
 
 
@@ -389,6 +371,7 @@ class ListScheduleState:
     """
 
     def __init__(self, graph: DataflowGraph, cost_model: CostModel, estimate: Estimate = "est"):
+        estimate = estimate_name(estimate)  # type: ignore[assignment]
         if estimate not in ESTIMATES:
             raise PlacementError(f"unknown estimate {estimate!r}; expected one of {ESTIMATES}")
         self.graph = graph
@@ -405,8 +388,8 @@ class ListScheduleState:
         self._inv_bw = np.ascontiguousarray(cost_model.inv_bandwidth)
         self._comp = cost_model.compute
         # the arguments the compiled estimate functions share
-        self._preds = (self._pred_ptr, self._pred_idx, self._pred_eid, self._is_input)
-        self._edge_costs = (self._fixed, self._bytes, self._lat, self._inv_bw)
+        self._preds = PredArrays(self._pred_ptr, self._pred_idx, self._pred_eid, self._is_input)
+        self._edge_costs = EdgeCosts(self._fixed, self._bytes, self._lat, self._inv_bw)
         cluster = cost_model.cluster
         self._routes = np.ascontiguousarray(cluster.routes, dtype=np.int64)
         self._num_links = max(int(cluster.num_links), 1)
@@ -472,16 +455,16 @@ class ListScheduleState:
         """Earliest start time of ``v`` on each device, ``(D,)``, raw units."""
         out = np.empty(self.num_devices)
         if self.estimate == "wc":
-            state = (self.device, self.finish, self.arrival, self.link_free, self._routes)
-            _wc_est(v, *self._preds, *state, *self._edge_costs, self.dev_free, out)
+            st = WcState(self.device, self.finish, self.arrival, self.link_free, self._routes)
+            _wc_est(v, self._preds, st, self._edge_costs, self.dev_free, out)
         else:
-            _est(v, *self._preds, self.device, self.finish, self.dev_free, *self._edge_costs, out)
+            _est(v, self._preds, self.device, self.finish, self.dev_free, self._edge_costs, out)
         return out
 
     def _wc_start(self, v: int, d: int, commit: bool) -> float:
         """Start of ``v`` on ``d`` under the ``wc`` model (``commit``: issue its transfers)."""
-        state = (self.device, self.finish, self.arrival, self.link_free, self._routes)
-        ready = _wc_ready(v, d, *self._preds, *state, *self._edge_costs, commit)
+        st = WcState(self.device, self.finish, self.arrival, self.link_free, self._routes)
+        ready = _wc_ready(v, d, self._preds, st, self._edge_costs, commit)
         return max(float(self.dev_free[d]), ready)
 
     def device_features(self, v: int, est: np.ndarray | None = None) -> np.ndarray:

@@ -51,7 +51,7 @@ def build_workloads(
     names: Sequence[str] = GENERATED_WORKLOADS, **params: float
 ) -> dict[str, DataflowGraph]:
     """Our generated workloads at their defaults (``params`` such as ``scale`` apply to all)."""
-    from ..workloads import build
+    from . import build
 
     return {n: build(n, **params) for n in names}
 

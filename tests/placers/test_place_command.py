@@ -71,7 +71,7 @@ def test_json_output_of_exact_and_search(capsys, graph_file):
     )
     assert r["sim_calls"] <= 40 and r["options"]["semantics"] == "wc"
     r = _json(capsys, ["place", graph_file, "--placer", "cp", "-o", "estimate=additive", "--json"])
-    assert r["schedule_model"] == "paper"
+    assert r["schedule_model"] == "additive"
 
 
 def test_learned_placer_from_a_shipped_checkpoint(capsys):
