@@ -241,6 +241,32 @@ def parse_graph_spec(text: str, kinds: Sequence[str] | None = None) -> GraphSpec
     return spec
 
 
+def split_graph_specs(text: str) -> list[str]:
+    """A comma-separated list of graph specs, whose own parameters are comma-separated too:
+    ``"chainmm:matrices=3,scale=0.01,ffnn"`` is ``["chainmm:matrices=3,scale=0.01", "ffnn"]``.
+
+    An item with ``=`` and no ``:`` (``scale=0.01``) continues the spec before it; any other
+    item starts a new one.
+
+    Raises:
+        ConfigError: a parameter with no spec before it.
+    """
+    out: list[str] = []
+    for item in (p.strip() for p in str(text).split(",")):
+        if not item:
+            continue
+        if "=" in item and ":" not in item:
+            if not out:
+                raise ConfigError(
+                    f"graph specs {text!r}: parameter {item!r} has no spec before it; "
+                    "expected SPEC[:key=value,...] items separated by commas"
+                )
+            out[-1] += "," + item
+        else:
+            out.append(item)
+    return out
+
+
 def _parse(text: str, kinds: Sequence[str] | None = None) -> GraphSpec:
     from ..house.settings import parse_spec
 

@@ -237,3 +237,16 @@ def test_docstring_examples():
     import doppler_lab.workloads.specs
 
     assert doctest.testmod(doppler_lab.workloads.specs).failed == 0
+
+
+def test_a_list_of_specs_keeps_each_specs_parameters() -> None:
+    from doppler_lab.workloads.specs import split_graph_specs
+
+    assert split_graph_specs("chainmm:matrices=3,scale=0.001") == ["chainmm:matrices=3,scale=0.001"]
+    assert split_graph_specs("transformer_block_215nodes, ffnn:scale=0.1,layers=2,chainmm") == [
+        "transformer_block_215nodes",
+        "ffnn:scale=0.1,layers=2",
+        "chainmm",
+    ]
+    with pytest.raises(ConfigError, match="parameter 'scale=1' has no spec before it"):
+        split_graph_specs("scale=1,ffnn")
