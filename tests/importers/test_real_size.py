@@ -357,3 +357,67 @@ def test_bad_weights_option_names_the_choices():
     model, args = make_model("mlp:layers=1,hidden=8")
     with pytest.raises(ConfigError, match="weights 'x'; expected one of stored, none"):
         from_module(model, args, weights="x")
+
+
+def test_a_device_with_an_input_device_makes_its_generated_weights_itself():
+    """A session whose devices make their own generated weights (a GPU's) never places a host
+    copy of them: only the stored inputs (token ids, folded tables) go through the host."""
+    from doppler_lab.executor.cpu import CpuSession
+    from doppler_lab.executor.plan import make_plan
+
+    graph = import_model("hf-llama:layers=1,weights=none")
+    placed: list[str] = []
+
+    class OnDevice(CpuSession):
+        def input_device(self, device):
+            return torch.device("cpu")
+
+        def place_input(self, tensor, device, first):
+            placed.append(graph.names[next(u for u, t in host.items() if t is tensor)])
+            return super().place_input(tensor, device, first)
+
+    host: dict[int, torch.Tensor] = {}
+    import doppler_lab.executor.torch_ops as ops
+
+    real = ops.input_value
+
+    def spy(g, u, seed, device="cpu"):
+        host[u] = real(g, u, seed, device)
+        return host[u]
+
+    backend = make_backend("cpu", 2)
+    try:
+        session = OnDevice(backend, graph, 0)
+        plan = make_plan(graph, round_robin(graph, 2), 2)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(ops, "input_value", spy)
+            bufs = session.resident(plan)
+    finally:
+        backend.close()
+    assert set(placed) == set(graph.tensors.inputs)
+    for u, devs in plan.input_devices.items():
+        spec = graph.specs[u]
+        for k in devs:
+            if spec.op != "stored":
+                assert torch.equal(bufs[k][u], make_input(spec, 0))
+
+
+@pytest.mark.gpu
+def test_generated_weights_are_bit_identical_on_a_gpu():
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        recipe = {"std": 0.02, "seed": 2**52 + 1}
+        cpu = generate("normal", (4097, 333), dtype, recipe)
+        assert torch.equal(generate("normal", (4097, 333), dtype, recipe, "cuda").cpu(), cpu)
+
+
+@pytest.mark.gpu
+def test_weights_none_runs_on_cuda_devices_against_the_cpu_reference():
+    graph = import_model("hf-llama:layers=2,weights=none")
+    backend = make_backend("cuda-shared", 2)
+    try:
+        with Executor(graph, backend) as ex:
+            result = ex.run(round_robin(graph, 2), repeats=1, warmup=0, keep_outputs=True)
+    finally:
+        backend.close()
+    ((out, ref),) = reference_outputs(graph).items()
+    assert float((result.outputs[out].cpu() - ref).abs().max()) <= 1e-4
