@@ -64,8 +64,8 @@ class RawRun:
 
 class BackendSession(abc.ABC):
     """One graph prepared on a backend: each input is materialised once per device that
-    consumes it (generated on the CPU from its seed, then :meth:`place_input` puts it there) and
-    kept for every later run."""
+    consumes it (generated on the CPU from its seed, then :meth:`place_input` puts it there; or
+    made on the device itself, see :meth:`input_device`) and kept for every later run."""
 
     def __init__(self, backend: Backend, graph: DataflowGraph, seed: int):
         self.backend = backend
@@ -77,22 +77,35 @@ class BackendSession(abc.ABC):
         """``tensor`` (generated on the CPU) on ``device``; ``first`` when no device has it yet."""
         return tensor
 
+    def input_device(self, device: int) -> Any:
+        """The torch device on which device ``device`` makes the inputs that are the same
+        wherever they are made (generated weights, ``ones``, ``zeros``), or ``None``: they are
+        made on the CPU and placed like the others (the default)."""
+        return None
+
     def resident(self, plan: ExecutionPlan) -> list[list[Any]]:
-        """Per device, a slot per node holding the inputs that device consumes."""
-        from .torch_ops import input_value
+        """Per device, a slot per node holding the inputs that device consumes. A generated
+        weight is made by each device that consumes it (:meth:`input_device`), so a model too
+        large for host memory runs where device memory allows."""
+        from .torch_ops import input_value, made_on_device
 
         n, d = plan.num_nodes, plan.num_devices
         bufs: list[list[Any]] = [[None] * n for _ in range(d)]
         for u, devs in plan.input_devices.items():
             host = None
+            local = made_on_device(self.graph.specs[u])  # type: ignore[index]
             for k in devs:
                 t = self._inputs.get((u, k))
                 if t is None:
                     first = host is None and not any((u, j) in self._inputs for j in range(d))
-                    if host is None:
-                        host = input_value(self.graph, u, self.seed)
+                    target = self.input_device(k) if local else None
                     try:
-                        t = self.place_input(host, k, first)
+                        if target is not None:
+                            t = input_value(self.graph, u, self.seed, target)
+                        else:
+                            if host is None:
+                                host = input_value(self.graph, u, self.seed)
+                            t = self.place_input(host, k, first)
                     except Exception as exc:  # noqa: BLE001 - out of memory, most likely
                         what = f"{failure_verb(exc)} while its input was materialised"
                         raise executor_error(

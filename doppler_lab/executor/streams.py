@@ -407,6 +407,11 @@ class StreamSession(BackendSession):
     def place_input(self, tensor: torch.Tensor, device: int, first: bool) -> torch.Tensor:
         return self.backend.api.place(tensor, device)
 
+    def input_device(self, device: int) -> torch.device | None:
+        # a GPU makes its generated weights itself (the inline stand-in tags host copies)
+        api = self.backend.api
+        return api.device(device) if api.kind == "cuda" else None
+
     def run(self, plan: ExecutionPlan, timeout_s: float, keep_outputs: bool = False) -> RawRun:
         api = self.backend.api
         busy = api.wait_idle(timeout_s)

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ..house.errors import GraphError
+from ..io.stored import generate, is_generated
 from ..ir.graph import DataflowGraph
 from ..ir.ops import OpSpec
 
@@ -116,26 +117,39 @@ def input_seed(seed: int, node: int) -> int:
 
 
 def make_input(spec: OpSpec, seed: int, device: str | torch.device = "cpu") -> torch.Tensor:
-    """Materialise an input tensor deterministically (generated on the CPU, then moved)."""
+    """Materialise an input tensor deterministically: a run-seeded ``normal`` or ``uniform``
+    input is drawn on the CPU from ``seed``, then moved; ``ones``, ``zeros`` and generated
+    weights (:func:`doppler_lab.io.stored.generate`: a ``seed`` in the spec's params, the same
+    values on every device) are made on ``device`` itself."""
     if spec.op == "stored":
         raise GraphError(
             "a stored input's value travels with its graph (input_value reads it), it is not generated"
         )
-    gen = torch.Generator(device="cpu").manual_seed(seed)
     shape = spec.out_shape
     kw = spec.kwargs
     dtype = torch_dtype(spec.dtype)
+    if is_generated(spec.kind, spec.op, kw):  # a generated weight: its own seed, made on device
+        return generate(spec.op, shape, dtype, kw, device)
+    if spec.op in ("ones", "zeros"):  # the same on every device: made where it is used
+        return (torch.ones if spec.op == "ones" else torch.zeros)(shape, dtype=dtype, device=device)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
     if spec.op == "normal":
         x = torch.randn(shape, generator=gen, dtype=torch.float32) * float(kw.get("std", 1.0))
         x = x + float(kw.get("mean", 0.0))
     elif spec.op == "uniform":
         lo, hi = float(kw.get("low", 0.0)), float(kw.get("high", 1.0))
         x = torch.rand(shape, generator=gen, dtype=torch.float32) * (hi - lo) + lo
-    elif spec.op == "ones":
-        x = torch.ones(shape, dtype=torch.float32)
     else:
-        x = torch.zeros(shape, dtype=torch.float32)
+        raise GraphError(f"unknown input initialiser {spec.op!r}")
     return x.to(device=device, dtype=dtype)
+
+
+def made_on_device(spec: OpSpec) -> bool:
+    """Whether input ``spec`` is the same wherever it is made (``ones``, ``zeros``, generated
+    weights), so a device can make it itself instead of receiving a host copy."""
+    return spec.kind == "input" and (
+        spec.op in ("ones", "zeros") or is_generated(spec.kind, spec.op, spec.kwargs)
+    )
 
 
 def input_value(

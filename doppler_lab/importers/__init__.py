@@ -21,6 +21,18 @@ Granularity:
   node with no flops (views, norms, activations) whose output feeds exactly one node is folded
   into it. ``merge`` is ignored with ``op``.
 
+Weights (``weights``):
+
+- ``stored`` (default): parameters are stored inputs, their values in the graph's sidecar;
+- ``none``: each parameter is a *generated* input, a seeded recipe in the graph JSON (``zeros``
+  for a bias, ``ones`` for a norm's weight, else ``normal`` with std 0.02; a seed per tensor
+  from ``seed`` and its name) that the executor makes on the device that reads it
+  (:func:`doppler_lab.io.stored.generate`). The export runs on fake tensors and nothing is
+  computed: a model built with its parameters on the ``meta`` device
+  (:func:`doppler_lab.importers.weights.params_on_meta`) imports at any size, with the shapes,
+  bytes and flops of the materialised one. Such a model is always imported this way. There are
+  no expected outputs: ``execute --check`` compares with a run of the graph on the same weights.
+
 Bad input (dynamic shapes, training mode, random ops, in-place ops that survive, outputs that
 are not computed tensors) raises :class:`~doppler_lab.house.errors.ImportModelError`, one line naming
 the op and its module path. This package imports torch only when a function is called.
@@ -34,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from ..ir.graph import DataflowGraph
 
-from .options import GRANULARITIES
+from .options import GRANULARITIES, WEIGHTS
 
 
 def from_module(
@@ -45,6 +57,8 @@ def from_module(
     depth: int | None = None,
     merge: bool = True,
     name: str | None = None,
+    weights: str = "stored",
+    seed: int = 0,
 ) -> DataflowGraph:
     """Import ``model`` run on ``example_args``: a tuple of positional arguments, one tensor, or
     a dict of keyword arguments.
@@ -56,13 +70,16 @@ def from_module(
         depth: module levels below the root that name a scope (``None``: the innermost).
         merge: fold flop-free nodes into their only consumer (``scope`` only).
         name: the graph's name (default: the model's class name).
+        weights: ``stored`` or ``none`` (generated weights; see the module docstring). A model
+            with parameters on the ``meta`` device is imported with ``none``.
+        seed: seeds the generated weights (with each parameter's name).
 
     Raises:
         ImportModelError: a model the importer cannot take.
     """
     from .export import import_module
 
-    return import_module(model, example_args, granularity, depth, merge, name)
+    return import_module(model, example_args, granularity, depth, merge, name, weights, seed)
 
 
 def from_exported(
@@ -73,10 +90,13 @@ def from_exported(
     merge: bool = True,
     name: str | None = None,
     trust: bool | None = None,
+    weights: str = "stored",
+    seed: int = 0,
 ) -> DataflowGraph:
     """Import a ``torch.export.ExportedProgram``, or the path of one saved by
     ``torch.export.save``; its example inputs become the stored inputs and its outputs on them
-    the expected outputs. Options as in :func:`from_module`. A path is loaded only when trusted
+    the expected outputs (its parameters become generated weights with ``weights="none"``).
+    Options as in :func:`from_module`. A path is loaded only when trusted
     (``trust``, else ``--trust-pt2`` / ``$DOPPLER_LAB_TRUST_PT2``; see
     :mod:`doppler_lab.house.trust`): loading a ``.pt2`` can run code stored in it."""
     from .export import import_exported
@@ -85,7 +105,7 @@ def from_exported(
         from .export import load_exported
 
         ep = load_exported(ep, trust)
-    return import_exported(ep, granularity, depth, merge, name)
+    return import_exported(ep, granularity, depth, merge, name, weights, seed)
 
 
-__all__ = ["GRANULARITIES", "from_exported", "from_module"]
+__all__ = ["GRANULARITIES", "WEIGHTS", "from_exported", "from_module"]

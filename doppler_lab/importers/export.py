@@ -24,7 +24,7 @@ from ..ir.graph import DataflowGraph, GraphBuilder
 from ..ir.ops import DTYPE_BYTES, OpSpec
 from ..ir.program import TORCH_DTYPE_NAMES, Program
 from .flop_counts import op_flops
-from .options import GRANULARITIES
+from .options import GRANULARITIES, WEIGHTS
 
 #: ops kept whole by the decompositions (a full decomposition of SDPA fails on GPT-2)
 KEPT_OPS: tuple[str, ...] = (
@@ -42,11 +42,13 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _check_options(granularity: str, depth: int | None) -> None:
+def _check_options(granularity: str, depth: int | None, weights: str = "stored") -> None:
     if granularity not in GRANULARITIES:
         raise ConfigError(f"granularity {granularity!r}; expected one of {GRANULARITIES}")
     if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 0):
         raise ConfigError(f"depth {depth!r}; expected None or an integer >= 0")
+    if weights not in WEIGHTS:
+        raise ConfigError(f"weights {weights!r}; expected one of {', '.join(WEIGHTS)}")
 
 
 @contextmanager
@@ -65,11 +67,21 @@ def import_module(
     depth: int | None,
     merge: bool,
     name: str | None,
+    weights: str = "stored",
+    seed: int = 0,
 ) -> DataflowGraph:
     """:func:`doppler_lab.importers.from_module`."""
-    _check_options(granularity, depth)
+    _check_options(granularity, depth, weights)
     if not isinstance(model, torch.nn.Module):
         raise ImportModelError(f"expected a torch.nn.Module, got {type(model).__name__}")
+    for bname, buf in model.named_buffers():
+        if buf.device.type == "meta":
+            raise ImportModelError(
+                f"buffer {bname!r} is on the meta device: its values are needed (build the "
+                "model with doppler_lab.importers.weights.params_on_meta, which keeps buffers)"
+            )
+    if any(p.device.type == "meta" for p in model.parameters()):
+        weights = "none"  # nothing to store: the parameters become generated weights
     kwargs: dict[str, Any] = {}
     if isinstance(example_args, Mapping):  # keyword inputs (input_ids=..., attention_mask=...)
         args, kwargs = (), dict(example_args)
@@ -79,17 +91,23 @@ def import_module(
         args = (example_args,)
     modes = {m: m.training for m in model.modules()}
     model.eval()
+    generated = weights == "none"
     try:
+        expected: list[torch.Tensor] | None = None
+        if not generated:
+            try:
+                with torch.no_grad():
+                    eager = model(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - the user's model failed on its own inputs
+                raise ImportModelError(
+                    f"{type(model).__name__} fails on its example inputs: {_first_line(exc)}"
+                ) from None
+            expected = [t for t in tree_leaves(eager) if isinstance(t, torch.Tensor)]
         try:
-            with torch.no_grad():
-                eager = model(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - the user's model failed on its own inputs
-            raise ImportModelError(
-                f"{type(model).__name__} fails on its example inputs: {_first_line(exc)}"
-            ) from None
-        try:
-            with _quiet_torch():
+            with _quiet_torch(), _maybe_fake(model, generated):
                 ep = torch.export.export(model, args, kwargs)
+        except ImportModelError:
+            raise
         except Exception as exc:  # noqa: BLE001 - data-dependent control flow, unsupported ops
             raise ImportModelError(
                 f"torch.export cannot export {type(model).__name__}: {_first_line(exc)}"
@@ -97,10 +115,42 @@ def import_module(
     finally:
         for m, training in modes.items():
             m.train(training)
-    expected = [t for t in tree_leaves(eager) if isinstance(t, torch.Tensor)]
-    return _Importer(ep, args, kwargs, expected, name or type(model).__name__).run(
+    recipes = _recipes(ep, model, seed) if generated else None
+    return _Importer(ep, args, kwargs, expected, name or type(model).__name__, recipes).run(
         granularity, depth, merge
     )
+
+
+@contextmanager
+def _maybe_fake(model: torch.nn.Module, generated: bool) -> Iterator[None]:
+    """The model's parameters as fake tensors (generated weights), else as they are."""
+    if not generated:
+        yield
+        return
+    from .weights import fake_parameters
+
+    with fake_parameters(model):
+        yield
+
+
+def _recipes(ep: Any, model: torch.nn.Module | None, seed: int) -> dict[str, tuple[str, dict]]:
+    """The generated-weight recipe of each parameter of ``ep``, by state-dict name; module
+    classes from ``model``, else from the exported graph's module stacks."""
+    from .weights import module_classes, recipe_for
+
+    if model is not None:
+        classes = module_classes(model)
+    else:
+        classes = {}
+        for n in ep.graph.nodes:
+            for path, cls in _scope_stack(n):
+                classes.setdefault(path, cls)
+    out: dict[str, tuple[str, dict]] = {}
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind == InputKind.PARAMETER and spec.target is not None:
+            path = spec.target.rpartition(".")[0]
+            out[spec.target] = recipe_for(spec.target, classes.get(path, ""), seed)
+    return out
 
 
 def load_exported(path: str | Path, trust: bool | None = None) -> Any:
@@ -123,10 +173,16 @@ def load_exported(path: str | Path, trust: bool | None = None) -> Any:
 
 
 def import_exported(
-    ep: Any, granularity: str, depth: int | None, merge: bool, name: str | None
+    ep: Any,
+    granularity: str,
+    depth: int | None,
+    merge: bool,
+    name: str | None,
+    weights: str = "stored",
+    seed: int = 0,
 ) -> DataflowGraph:
     """:func:`doppler_lab.importers.from_exported` on a program in memory."""
-    _check_options(granularity, depth)
+    _check_options(granularity, depth, weights)
     if not isinstance(ep, torch.export.ExportedProgram):
         raise ImportModelError(f"expected a torch.export.ExportedProgram, got {type(ep).__name__}")
     if ep.example_inputs is None:
@@ -134,7 +190,8 @@ def import_exported(
             "the exported program carries no example inputs (export it with its inputs)"
         )
     args, kwargs = ep.example_inputs
-    return _Importer(ep, tuple(args), dict(kwargs or {}), None, name or "exported").run(
+    recipes = _recipes(ep, None, seed) if weights == "none" else None
+    return _Importer(ep, tuple(args), dict(kwargs or {}), None, name or "exported", recipes).run(
         granularity, depth, merge
     )
 
@@ -201,6 +258,13 @@ def _scope_path(stack: list[tuple[str, str]], depth: int | None) -> str:
     return stack[min(len(stack) - 1, depth)][0] if depth is not None else stack[-1][0]
 
 
+def _has_no_data(t: torch.Tensor) -> bool:
+    """A meta tensor, or a fake one (a meta tensor reporting another device)."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    return t.device.type == "meta" or is_fake(t)
+
+
 def _draws_random(n: fx.Node) -> bool:
     """Whether a seeded op really draws: attention with ``dropout_p == 0`` does not."""
     if n.target is torch.ops.aten.scaled_dot_product_attention.default:
@@ -219,11 +283,13 @@ class _Importer:
         kwargs: dict[str, Any],
         expected: list[torch.Tensor] | None,
         name: str,
+        recipes: dict[str, tuple[str, dict]] | None = None,
     ):
         self.ep0 = ep
         self.args, self.kwargs = args, kwargs
         self.expected = expected
         self.name = name
+        self.recipes = recipes  # generated weights: parameters are made from these
 
     # -- stages ---------------------------------------------------------------------------------
     def run(self, granularity: str, depth: int | None, merge: bool) -> DataflowGraph:
@@ -286,6 +352,7 @@ class _Importer:
         sig = ep.graph_signature
         user_leaves = tree_leaves((self.args, self.kwargs))
         self.values: dict[fx.Node, Any] = {}  # real values of constants and user inputs
+        self.generated: dict[fx.Node, tuple[str, dict]] = {}  # parameters made from recipes
         self.user_inputs: list[fx.Node] = []
         self.input_names: dict[fx.Node, str] = {}
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
@@ -316,11 +383,20 @@ class _Importer:
                 self.values[node] = value
                 self.user_inputs.append(node)
                 self.input_names[node] = node.name
+            elif self.recipes is not None and spec.target in self.recipes:
+                self.generated[node] = self.recipes[spec.target]  # its value: node.meta["val"]
+                self.input_names[node] = str(spec.target)
             else:
                 target = spec.target
                 if target not in state:
                     raise ImportModelError(f"input {node.name!r}: no value for {target!r}")
-                self.values[node] = state[target]
+                value = state[target]
+                if isinstance(value, torch.Tensor) and _has_no_data(value):
+                    raise ImportModelError(
+                        f"input {node.name!r} ({target!r}) has no values (a meta or fake "
+                        "tensor); only parameters can be generated weights"
+                    )
+                self.values[node] = value
                 self.input_names[node] = str(target)
         # live ops: reachable backwards from the user outputs
         outputs = list(out_node.args[0])
@@ -549,6 +625,7 @@ class _Importer:
                 "granularity": granularity,
                 "depth": depth,
                 "merge": bool(merge) and granularity == "scope",
+                "weights": "stored" if self.recipes is None else "none",
                 "torch": torch.__version__.split("+")[0],
             },
         )
@@ -562,21 +639,31 @@ class _Importer:
             for k in ks:
                 for m in units[k].nodes:
                     for a in m.all_input_nodes:
-                        if a in self.values and a not in seen:
+                        if (a in self.values or a in self.generated) and a not in seen:
                             seen.add(a)
                             used.append(a)
         user = set(self.user_inputs)
         used.sort(key=lambda a: (a not in user, 0))
+        taken: set[str] = set()  # input names
         for a in used:
+            name = self.input_names[a]
+            if name in taken:  # a parameter named like a user input
+                name = f"{name}<{a.name}>"
+            taken.add(name)
+            if a in self.generated:  # a recipe in the graph, made by the device that reads it
+                init, params = self.generated[a]
+                val = a.meta["val"]
+                spec = OpSpec(
+                    "input", init, (), tuple(val.shape), _dtype_name(val.dtype), params=params
+                )
+                node_of[a] = b.add_node(name, "input", 0.0, spec.out_bytes, (), spec)
+                continue
             value = self.values[a]
             if not isinstance(value, torch.Tensor):
                 raise ImportModelError(
                     f"{self.input_names[a]!r} is a {type(value).__name__}, expected a tensor"
                 )
             value = value.detach().contiguous()
-            name = self.input_names[a]
-            if name in stored:  # a parameter named like a user input
-                name = f"{name}<{a.name}>"
             spec = OpSpec("input", "stored", (), tuple(value.shape), _dtype_name(value.dtype))
             node_of[a] = b.add_node(name, "input", 0.0, spec.out_bytes, (), spec)
             stored[name] = value
@@ -604,7 +691,7 @@ class _Importer:
                 program=program,
             )
             name = f"{path}/{out.name}" if path else out.name
-            if name in stored:  # a root op named like a root parameter ("weight")
+            if name in taken:  # a root op named like a root parameter ("weight")
                 name = f"<root>/{out.name}"
             node_of[out] = b.add_node(
                 name, "program", node_flops, spec.out_bytes, [node_of[a] for a in operands], spec
@@ -632,7 +719,7 @@ class _Importer:
         return list(operands), Program.make(steps, step_of[out])
 
     def _val(self, a: fx.Node) -> torch.Tensor:
-        if a in self.values:
+        if a in self.values and a not in self.generated:
             return self.values[a]
         return a.meta["val"]
 
@@ -666,7 +753,10 @@ class _Importer:
         raise _fail(m, f"takes an argument of type {type(a).__name__}, which a graph cannot store")
 
     def _expected(self, graph: DataflowGraph, node_of: dict[fx.Node, int]) -> dict[str, Any]:
-        """The model's outputs on the example inputs, by output node name."""
+        """The model's outputs on the example inputs, by output node name (none for generated
+        weights: the reference is then a run of the graph on the same weights)."""
+        if self.recipes is not None:
+            return {}
         if self.expected is None:
             try:
                 with torch.no_grad():

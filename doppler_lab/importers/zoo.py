@@ -4,11 +4,18 @@ A model spec is ``NAME`` or ``NAME:key=value,...`` (the workloads' syntax; the g
 graph spec is :mod:`doppler_lab.workloads.specs`) with ``NAME`` one of :data:`MODELS`, or
 ``FILE.py:FUNC`` / ``FILE.py:FUNC:key=value,...`` for a function in a user's file that returns
 ``(model, example_args)`` (its keyword arguments come from the parameters). The import options
-:data:`IMPORT_OPTIONS` (``granularity``, ``depth``, ``merge``) may be given in any spec; they go
-to :func:`doppler_lab.importers.from_module`, the other parameters to the model.
+:data:`IMPORT_OPTIONS` (``granularity``, ``depth``, ``merge``, ``weights``) may be given in any
+spec; they go to :func:`doppler_lab.importers.from_module`, the other parameters to the model.
 
 Weights are random (nothing is downloaded) and seeded by ``seed``: the same spec gives the same
-model, inputs and graph.
+model, inputs and graph. With ``weights=none`` the model is built with its parameters on the
+``meta`` device and each becomes a generated weight (a seeded recipe the executor makes on the
+device that reads it; see :mod:`doppler_lab.importers`): any size imports in little memory.
+
+``hf-llama`` and ``hf-gpt2`` take a ``preset``, a published architecture (:data:`PRESETS`:
+``llama2-7b``, ``llama2-13b``, ``llama3-8b``, ``gpt2-xl``) whose sizes the other parameters
+override (``hf-llama:preset=llama2-13b,dtype=float16,seq=512,layers=4``); a preset defaults to
+``weights=none`` and to its published dtype.
 
 Example:
     >>> model, args = make_model("mlp:layers=2,hidden=16")
@@ -55,7 +62,79 @@ __all__ = [
 ]
 
 #: spec parameters that go to the importer, not to the model
-IMPORT_OPTIONS: tuple[str, ...] = ("granularity", "depth", "merge")
+IMPORT_OPTIONS: tuple[str, ...] = ("granularity", "depth", "merge", "weights")
+
+#: dtypes a zoo model's parameters and activations may have
+MODEL_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
+
+#: published architectures, by zoo model: the parameters each preset sets (sizes from the
+#: models' config.json files; rope theta and norm epsilon as published; the dtype they ship in)
+PRESETS: MappingProxyType[str, MappingProxyType[str, MappingProxyType[str, Any]]] = (
+    MappingProxyType(
+        {
+            "hf-llama": MappingProxyType(
+                {
+                    "llama2-7b": MappingProxyType(
+                        dict(
+                            hidden=4096,
+                            layers=32,
+                            heads=32,
+                            kv_heads=32,
+                            intermediate=11008,
+                            vocab=32000,
+                            positions=4096,
+                            rope_theta=10000.0,
+                            norm_eps=1e-5,
+                            dtype="float16",
+                        )
+                    ),
+                    "llama2-13b": MappingProxyType(
+                        dict(
+                            hidden=5120,
+                            layers=40,
+                            heads=40,
+                            kv_heads=40,
+                            intermediate=13824,
+                            vocab=32000,
+                            positions=4096,
+                            rope_theta=10000.0,
+                            norm_eps=1e-5,
+                            dtype="float16",
+                        )
+                    ),
+                    "llama3-8b": MappingProxyType(
+                        dict(
+                            hidden=4096,
+                            layers=32,
+                            heads=32,
+                            kv_heads=8,
+                            intermediate=14336,
+                            vocab=128256,
+                            positions=8192,
+                            rope_theta=500000.0,
+                            norm_eps=1e-5,
+                            dtype="bfloat16",
+                        )
+                    ),
+                }
+            ),
+            "hf-gpt2": MappingProxyType(
+                {
+                    "gpt2-xl": MappingProxyType(
+                        dict(
+                            hidden=1600,
+                            layers=48,
+                            heads=25,
+                            vocab=50257,
+                            positions=1024,
+                            dtype="float32",
+                        )
+                    ),
+                }
+            ),
+        }
+    )
+)
 
 _FILE_SPEC = re.compile(r"^(?P<file>.+?\.py):(?P<func>[A-Za-z_][A-Za-z0-9_]*)(?::(?P<params>.*))?$")
 _PROGRAM_SPEC = re.compile(r"^(?P<file>.+?\.pt2)(?::(?P<params>.*))?$")
@@ -72,10 +151,34 @@ def _check_heads(model: str, hidden: int, heads: int, kv_heads: int = 0) -> None
         )
 
 
-def _token_ids(batch: int, seq: int, vocab: int) -> tuple[torch.Tensor]:
+def _token_ids(batch: int, seq: int, vocab: int, seed: int) -> tuple[torch.Tensor]:
+    """Token ids drawn from ``seed`` alone: the same whether the weights were drawn before them
+    or are generated (``weights=none`` draws nothing)."""
     import torch
 
-    return (torch.randint(0, vocab, (batch, seq)),)
+    return (torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(seed)),)
+
+
+def _positions(model: str, seq: int, positions: int) -> int:
+    """The model's context length: ``positions``, or (0) room for ``seq``."""
+    if not positions:
+        return max(64, seq)
+    if seq > positions:
+        raise ConfigError(
+            f"{model}: parameter seq={seq} is longer than positions={positions} (the model's "
+            "context); expected seq <= positions"
+        )
+    return positions
+
+
+def _build_hf(cls: Any, config: Any, dtype: str) -> Any:
+    """A Hugging Face model built as ``from_pretrained`` builds it in ``dtype``: parameters in
+    that dtype, buffers as the model makes them (rotary tables stay float32)."""
+    import torch
+
+    from .models import CausalLMLogits
+
+    return CausalLMLogits(cls._from_config(config, dtype=getattr(torch, dtype))).eval()
 
 
 def hf_llama(
@@ -87,30 +190,38 @@ def hf_llama(
     vocab: int = 128,
     batch: int = 1,
     seed: int = 0,
+    intermediate: int = 0,
+    positions: int = 0,
+    rope_theta: float = 10000.0,
+    norm_eps: float = 1e-6,
+    dtype: str = "float32",
+    preset: str = "",
 ) -> ModelAndArgs:
     """A Hugging Face Llama (``LlamaForCausalLM``, random weights) returning its logits.
 
-    ``kv_heads`` 0 means ``heads`` (no grouped-query attention); the MLP is 4 x ``hidden`` wide.
+    ``kv_heads`` 0 means ``heads`` (no grouped-query attention); ``intermediate`` 0 makes the
+    MLP 4 x ``hidden`` wide; ``positions`` 0 makes the context ``max(64, seq)``. ``preset``:
+    llama2-7b, llama2-13b or llama3-8b (:data:`PRESETS`).
     """
     require("transformers", "the model zoo's 'hf-llama'")
     from transformers import LlamaConfig, LlamaForCausalLM
-
-    from .models import CausalLMLogits
 
     _check_heads("hf-llama", hidden, heads, kv_heads)
     config = LlamaConfig(
         vocab_size=vocab,
         hidden_size=hidden,
-        intermediate_size=4 * hidden,
+        intermediate_size=intermediate or 4 * hidden,
         num_hidden_layers=layers,
         num_attention_heads=heads,
         num_key_value_heads=kv_heads or heads,
-        max_position_embeddings=max(64, seq),
+        max_position_embeddings=_positions("hf-llama", seq, positions),
+        rms_norm_eps=norm_eps,
+        rope_parameters={"rope_type": "default", "rope_theta": float(rope_theta)},
         bos_token_id=0,
         eos_token_id=0,
         use_cache=False,
     )
-    return CausalLMLogits(LlamaForCausalLM(config)).eval(), _token_ids(batch, seq, vocab)
+    return _build_hf(LlamaForCausalLM, config, dtype), _token_ids(batch, seq, vocab, seed)
 
 
 def hf_gpt2(
@@ -121,12 +232,16 @@ def hf_gpt2(
     vocab: int = 128,
     batch: int = 1,
     seed: int = 0,
+    positions: int = 0,
+    dtype: str = "float32",
+    preset: str = "",
 ) -> ModelAndArgs:
-    """A Hugging Face GPT-2 (``GPT2LMHeadModel``, random weights) returning its logits."""
+    """A Hugging Face GPT-2 (``GPT2LMHeadModel``, random weights) returning its logits.
+
+    ``positions`` 0 makes the context ``max(64, seq)``; ``preset``: gpt2-xl (:data:`PRESETS`).
+    """
     require("transformers", "the model zoo's 'hf-gpt2'")
     from transformers import GPT2Config, GPT2LMHeadModel
-
-    from .models import CausalLMLogits
 
     _check_heads("hf-gpt2", hidden, heads)
     config = GPT2Config(
@@ -134,12 +249,12 @@ def hf_gpt2(
         n_embd=hidden,
         n_layer=layers,
         n_head=heads,
-        n_positions=max(64, seq),
+        n_positions=_positions("hf-gpt2", seq, positions),
         bos_token_id=0,
         eos_token_id=0,
         use_cache=False,
     )
-    return CausalLMLogits(GPT2LMHeadModel(config)).eval(), _token_ids(batch, seq, vocab)
+    return _build_hf(GPT2LMHeadModel, config, dtype), _token_ids(batch, seq, vocab, seed)
 
 
 def mlp(
@@ -208,12 +323,30 @@ def split_spec(spec: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
     return name, params, options
 
 
+def _check_choice(owner: str, key: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(
+            f"{owner}: parameter {key}={value!r} is not one of the choices; expected one of "
+            f"{', '.join(choices) or '(none)'}"
+        )
+
+
 def _check_params(name: str, params: dict[str, Any]) -> None:
     defaults = inspect.signature(MODELS[name]).parameters
+    owner = f"model {name!r}"
     for key, value in params.items():
         if key not in defaults:
-            raise unknown_setting(f"model {name!r}", key, [*defaults, *IMPORT_OPTIONS], "parameter")
-        low = 0 if key in ("seed", "kv_heads") else 1
+            raise unknown_setting(owner, key, [*defaults, *IMPORT_OPTIONS], "parameter")
+        if key == "preset":
+            _check_choice(owner, key, value, tuple(PRESETS.get(name, {})))
+            continue
+        if key == "dtype":
+            _check_choice(owner, key, value, MODEL_DTYPES)
+            continue
+        if key in ("rope_theta", "norm_eps"):
+            check_setting(value, "float", owner, key, "parameter", above=0)
+            continue
+        low = 0 if key in ("seed", "kv_heads", "intermediate", "positions") else 1
         high = (
             2**63 - 1
             if key == "seed"
@@ -281,37 +414,63 @@ def _unknown(name: str) -> ConfigError:
     )
 
 
-def _make(name: str, params: dict[str, Any]) -> ModelAndArgs:
+def _weights(params: dict[str, Any], options: dict[str, Any]) -> str:
+    """The spec's ``weights``: as given, else ``none`` for a preset and ``stored`` otherwise."""
+    from .options import WEIGHTS
+
+    weights = options.get("weights")
+    if weights is None:
+        return "none" if params.get("preset") else "stored"
+    if weights not in WEIGHTS:
+        raise ConfigError(
+            f"import option weights={weights!r} is not one of the choices; expected one of "
+            f"{', '.join(WEIGHTS)}"
+        )
+    return str(weights)
+
+
+def _make(name: str, params: dict[str, Any], weights: str = "stored") -> ModelAndArgs:
+    import contextlib
+
     import torch
 
+    from .weights import params_on_meta
+
+    # generated weights: parameters on the meta device, nothing allocated or initialised
+    build = params_on_meta() if weights == "none" else contextlib.nullcontext()
     if _FILE_SPEC.match(name):
         seed = params.get("seed", 0)
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), build:
             torch.manual_seed(seed if isinstance(seed, int) else 0)
             return _call_user_function(name, params)
     if name not in MODELS:
         raise _unknown(name)
     _check_params(name, params)
+    if params.get("preset"):  # the published sizes, under what the spec sets itself
+        params = {**PRESETS[name][params["preset"]], **params}
     seed = params.get("seed", 0)
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), build:
         torch.manual_seed(seed)
         return MODELS[name](**params)
 
 
 def make_model(spec: str) -> ModelAndArgs:
-    """The model and example arguments of ``spec`` (import options in it are ignored).
+    """The model and example arguments of ``spec`` (import options in it are ignored, but for
+    ``weights``: with ``none``, the default of a preset, the parameters are on the ``meta``
+    device).
 
     Raises:
         ConfigError: an unknown model, parameter or file; a value out of range.
     """
-    name, params, _ = split_spec(spec)
-    return _make(name, params)
+    name, params, options = split_spec(spec)
+    return _make(name, params, _weights(params, options))
 
 
 def import_model(spec: str, **options: Any) -> DataflowGraph:
     """The dataflow graph of ``spec``: :func:`make_model` (or a saved program), then
     :func:`doppler_lab.importers.from_module` with the import options of the spec and
-    ``options`` (``granularity``, ``depth``, ``merge``; ``None`` values are not given).
+    ``options`` (``granularity``, ``depth``, ``merge``, ``weights``; ``None`` values are not
+    given). Generated weights are seeded by the spec's ``seed``.
 
     Raises:
         ConfigError: a bad spec (see :func:`make_model`), an option given twice.
@@ -331,6 +490,7 @@ def import_model(spec: str, **options: Any) -> DataflowGraph:
             )
         spec_options[key] = value
     options = spec_options
+    seed = params.get("seed", 0)
     if name.endswith(".pt2"):
         if params:
             raise ConfigError(
@@ -342,10 +502,13 @@ def import_model(spec: str, **options: Any) -> DataflowGraph:
         from . import from_exported
 
         return from_exported(name, name=spec.strip(), **options)
-    model, args = _make(name, params)
+    options["weights"] = _weights(params, options)
+    model, args = _make(name, params, options["weights"])
     from . import from_module
 
-    return from_module(model, args, name=spec.strip(), **options)
+    return from_module(
+        model, args, name=spec.strip(), seed=seed if isinstance(seed, int) else 0, **options
+    )
 
 
 def describe_models() -> list[dict[str, Any]]:

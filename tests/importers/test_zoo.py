@@ -39,7 +39,7 @@ def test_split_spec_separates_model_parameters_and_import_options():
         {"merge": False},
     )
     assert split_spec("saved.pt2:granularity=op") == ("saved.pt2", {}, {"granularity": "op"})
-    assert set(IMPORT_OPTIONS) == {"granularity", "depth", "merge"}
+    assert set(IMPORT_OPTIONS) == {"granularity", "depth", "merge", "weights"}
 
 
 def test_is_model_spec():
