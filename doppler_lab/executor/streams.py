@@ -157,6 +157,12 @@ class CudaApi(StreamApi):
         self.ingress = [torch.cuda.Stream(device=dev) for dev in self.devices]
         self._saved: list[Any] = []
         self._saved_device = 0
+        # per device, a call that makes its compute stream current (what torch.cuda.set_stream
+        # does, without its two Python layers: cuda-shared switches streams at every launch
+        # that changes device)
+        self._make_current = [_stream_setter(s) for s in self.compute]
+        # while dispatching: per GPU, the device whose compute stream is current on it
+        self._current: dict[int, int] = {}
 
     def device(self, d: int) -> torch.device:
         return self.devices[d]
@@ -172,20 +178,34 @@ class CudaApi(StreamApi):
         ]
         for s in self.compute:
             torch.cuda.set_stream(s)
+        self._current = {g: d for d, g in enumerate(self.gpus)}  # the last one set per GPU
 
     def end(self) -> None:
+        self._current = {}
         for s in self._saved:
             torch.cuda.set_stream(s)
         torch.cuda.set_device(self._saved_device)
 
     def activate(self, d: int) -> None:
-        torch.cuda.set_stream(self.compute[d])
+        # only when another device's stream is current on this GPU (begin, activate and copy
+        # keep track; the current *device* does not matter: an op runs on its tensors' device,
+        # on that device's current stream, and a constant inside scope(d))
+        g = self.gpus[d]
+        if self._current.get(g) != d:
+            self._make_current[d]()
+            self._current[g] = d
 
     def scope(self, d: int) -> contextlib.AbstractContextManager[Any]:
         return self.devices[d]  # a torch.device is the default device inside ``with``
 
     def record(self, ev: Any, d: int) -> None:
         ev.record(self.compute[d])
+
+    def recorder(self, ev: Any, d: int) -> Callable[[], Any]:
+        return functools.partial(_event_method(ev, "record"), ev, self.compute[d])
+
+    def poller(self, ev: Any) -> Callable[[], bool]:
+        return functools.partial(_event_method(ev, "query"), ev)
 
     def copy(self, x: torch.Tensor, a: int, b: int, ev_start: Any, ev_end: Any) -> torch.Tensor:
         out = self.egress[a]
@@ -205,8 +225,10 @@ class CudaApi(StreamApi):
             ev_end.record(out)
         finally:
             torch.cuda.set_stream(self.compute[a])
+            self._current[self.gpus[a]] = a
             if across:
                 torch.cuda.set_stream(self.compute[b])
+                self._current[self.gpus[b]] = b
         if x.is_cuda:  # (a host tensor needs no guard against early reuse)
             x.record_stream(out)
         y.record_stream(out)
@@ -234,6 +256,30 @@ class CudaApi(StreamApi):
             if time.perf_counter() > deadline:
                 return busy[0]
             time.sleep(1e-4)
+
+
+def _stream_setter(stream: Any) -> Callable[[], Any]:
+    """A call making ``stream`` current on its device: ``torch.cuda.set_stream(stream)``'s own
+    call of ``torch._C._cuda_setStream``, its arguments read once (that function when a torch
+    build lacks it)."""
+    set_stream = getattr(torch._C, "_cuda_setStream", None)
+    if set_stream is None:
+        return functools.partial(torch.cuda.set_stream, stream)
+    return functools.partial(
+        set_stream,
+        stream_id=stream.stream_id,
+        device_index=stream.device_index,
+        device_type=stream.device_type,
+    )
+
+
+def _event_method(ev: Any, name: str) -> Callable[..., Any]:
+    """The C method ``name`` of a CUDA event (``torch.cuda.Event.record(stream)`` and
+    ``.query()`` only forward to it), else the event's own."""
+    base = getattr(torch._C, "_CudaEventBase", None)
+    if base is not None and isinstance(ev, base):
+        return getattr(base, name)
+    return getattr(type(ev), name)
 
 
 class _InlineEvent:
