@@ -594,7 +594,7 @@ class _StreamRun:
         activate = api.activate if api.shared else None
         strict, copy = api.strict, api.copy
         pending, copies, records = self.pending, self.copies, self.copy_records
-        ready, dispatched = self.ready, self.dispatched
+        now_ready, launched = self.ready.append, self.dispatched.append
         fifo, prio = plan.priority is None, prog.prio
         heappush, heappop = heapq.heappush, heapq.heappop
         # ready ops per device: FIFO by readiness (ties: ops made ready by one event are pushed
@@ -602,7 +602,7 @@ class _StreamRun:
         queues: list[Any] = [deque() if fifo else [] for _ in d_range]
         for d in d_range:
             for v in plan.initial[d]:
-                ready.append(v)
+                now_ready(v)
                 if fifo:
                     queues[d].append(v)
                 else:
@@ -618,7 +618,7 @@ class _StreamRun:
                 buf = bufs[d]
                 while q and len(pc) < window:
                     v = q.popleft() if fifo else heappop(q)[1]
-                    dispatched.append(v)
+                    launched(v)
                     try:
                         if activate is not None:
                             activate(d)
@@ -646,7 +646,7 @@ class _StreamRun:
                         c = need[w] - 1
                         need[w] = c
                         if not c:
-                            ready.append(w)
+                            now_ready(w)
                             if fifo:
                                 q.append(w)
                             else:
@@ -696,7 +696,7 @@ class _StreamRun:
                         c = need[w] - 1
                         need[w] = c
                         if not c:
-                            ready.append(w)
+                            now_ready(w)
                             if fifo:
                                 qb.append(w)
                             else:
@@ -745,10 +745,11 @@ class _StreamRun:
         start[comp] = [elapsed(t0[dev[v]], prog.ev_start[v]) for v in comp]
         end[comp] = [elapsed(t0[dev[v]], prog.ev_end[v]) for v in comp]
         transfers = []
+        link = self.backend.cluster.routes[:, :, 0].tolist()  # the first link of each route
         for u, w, a, b, k in self.copy_records:
             ev_s, ev_e = prog.ev_copy[k]
             transfers.append(
-                (u, w, a, b, elapsed(t0[a], ev_s), elapsed(t0[a], ev_e), self._link(a, b))
+                (u, w, a, b, elapsed(t0[a], ev_s), elapsed(t0[a], ev_e), int(link[a][b]))
             )
         outputs = None
         if keep_outputs:
@@ -764,9 +765,6 @@ class _StreamRun:
             outputs=outputs,
             info={"host_loop_s": self.loop_s},
         )
-
-    def _link(self, a: int, b: int) -> int:
-        return int(self.backend.cluster.routes[a, b, 0])
 
 
 def _order(seq: list[int], n: int) -> np.ndarray:
