@@ -23,6 +23,12 @@ Memory: a tensor is dropped as soon as nothing on its device needs it; tensors r
 on another stream are marked with ``record_stream`` so the caching allocator never reuses them
 early.
 
+Host cost: one thread launches every op, so its bookkeeping per op bounds how fast tiny ops
+can go. What does not change between runs of a plan (events, the calls that record and poll
+them, operand slots, releases, copies) is prepared once per plan (:class:`_Program`) and the
+loop is one function over local variables; ``RawRun.info["host_loop_s"]`` is its wall time
+(``doppler-lab gpu-check`` reports it per op).
+
 The ``inline`` backend runs the same dispatcher over synchronous CPU "streams" whose events
 complete after a configurable number of polls: it tests the dispatcher on machines without a GPU
 (it is not a performance backend).
