@@ -9,6 +9,12 @@ per device, no transfers), two ways:
   same compiled ops, per op)``, on one device; the loop has no scheduling, so this is the full
   price of the dispatcher, including its timing calls.
 
+On the stream backends (``cuda``, ``cuda-shared``, ``inline``) each row also gives the host's
+time per op, ``host_us_per_op``: the wall time of the dispatch loop (``host_loop_s`` of the
+run, from its clock start to the last completion seen) over every op of the graph. With
+several chains of tiny ops busy at once the host is the bottleneck, so this is what one op
+costs the single dispatching thread (the per-device gap is then about ``devices x host - op``).
+
 A ping-pong chain (every op on the other device) gives the cost of a cross-device hop (copy
 lane plus two wake-ups). The workload table runs each generated workload under a few
 placements and checks its outputs against the single-device reference.
@@ -63,6 +69,13 @@ def plain_loop_us(backend: Any, graph: Any, repeats: int) -> float:
     return float(np.median(times)) / len(order) * 1e6
 
 
+def host_per_op(trace: Any, ops: int) -> dict[str, float]:
+    """``{"host_us_per_op": ...}``: the dispatch loop's wall time of the run shown in
+    ``trace`` over ``ops`` (stream backends; empty for the others)."""
+    loop_s = trace.meta.get("host_loop_s")
+    return {} if loop_s is None else {"host_us_per_op": float(loop_s) / max(ops, 1) * 1e6}
+
+
 def dispatch_overhead(backend: Any, num_ops: int, repeats: int) -> list[dict[str, Any]]:
     """Rows of the dispatch table for ``backend`` (see the module notes)."""
     from ..executor import Executor
@@ -87,12 +100,14 @@ def dispatch_overhead(backend: Any, num_ops: int, repeats: int) -> list[dict[str
         row: dict[str, Any] = {
             "backend": backend.name,
             "case": f"{chains} chain(s) on {chains} device(s), no transfers",
+            "busy_devices": chains,
             "ops": int(g.num_nodes - 1),
             "makespan_ms": t.makespan * 1e3,
             "op_us": float(busy.sum() / (g.num_nodes - 1) * 1e6),
             "overhead_gaps_us": float(gaps.mean() * 1e6),
             "median_gap_us": float(np.median(np.concatenate(device_gaps(t, g))) * 1e6),
             "wall_per_op_us": t.makespan / per_dev * 1e6,
+            **host_per_op(t, g.num_nodes - 1),
         }
         if chains == 1:
             loop = plain_loop_us(backend, g, repeats)
@@ -115,6 +130,7 @@ def dispatch_overhead(backend: Any, num_ops: int, repeats: int) -> list[dict[str
                 "wall_per_op_us": t.makespan / ops * 1e6,
                 "copy_us": float(np.median(t.transfer_end - t.transfer_start) * 1e6),
                 "hop_us": float((t.makespan - t.busy_time().sum()) / ops * 1e6),
+                **host_per_op(t, ops),
             }
         )
     return rows
@@ -200,6 +216,9 @@ def run(
             summary[f"{name}_overhead_vs_loop_us"] = round(mine[0]["overhead_vs_loop_us"], 2)
             summary[f"{name}_target_us"] = TARGET_US.get(name)
             summary[f"{name}_target_met"] = bool(worst <= TARGET_US.get(name, np.inf))
+            host = [r["host_us_per_op"] for r in mine if "host_us_per_op" in r]
+            if host:  # the dispatcher's cost per op, worst case (several devices busy)
+                summary[f"{name}_host_us_per_op"] = round(max(host), 2)
     summary["all_outputs_match"] = bool(all(r["outputs_match"] for r in wl_rows))
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     summary["load_average_1min"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -216,6 +235,7 @@ def run(
         "overhead_gaps_us",
         "median_gap_us",
         "wall_per_op_us",
+        "host_us_per_op",
         "plain_loop_us",
         "overhead_vs_loop_us",
         "copy_us",
@@ -236,6 +256,8 @@ def run(
         "between two ops; the summary takes the worst case.",
         "overhead_vs_loop_us = executor wall per op - a plain Python loop over the same compiled ops "
         "(one device): the whole price of work-conserving dispatch and timing.",
+        "host_us_per_op (stream backends) = wall time of the dispatch loop / ops of the graph: with "
+        "tiny ops on several devices at once, the host's time per op.",
         "hop_us (ping-pong) = time per op beyond compute when every op waits for a copy from the other "
         "device: copy lane + two wake-ups.",
         "CPU devices are threads sharing this machine's cores (and the GIL for Python bookkeeping): with "

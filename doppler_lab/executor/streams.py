@@ -23,6 +23,12 @@ Memory: a tensor is dropped as soon as nothing on its device needs it; tensors r
 on another stream are marked with ``record_stream`` so the caching allocator never reuses them
 early.
 
+Host cost: one thread launches every op, so its bookkeeping per op bounds how fast tiny ops
+can go. What does not change between runs of a plan (events, the calls that record and poll
+them, operand slots, releases, copies) is prepared once per plan (:class:`_Program`) and the
+loop is one function over local variables; ``RawRun.info["host_loop_s"]`` is its wall time
+(``doppler-lab gpu-check`` reports it per op).
+
 The ``inline`` backend runs the same dispatcher over synchronous CPU "streams" whose events
 complete after a configurable number of polls: it tests the dispatcher on machines without a GPU
 (it is not a performance backend).
@@ -32,8 +38,12 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
+import heapq
+import operator
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -43,7 +53,7 @@ from ..hardware.cluster import GB, Cluster
 from ..house.errors import ConfigError, ExecutorError
 from ..ir.graph import DataflowGraph
 from .backend import Backend, BackendSession, RawRun, executor_error, failure_verb, op_label
-from .plan import ExecutionPlan, ReadyQueues
+from .plan import ExecutionPlan
 
 DEFAULT_WINDOW = 2
 
@@ -96,6 +106,15 @@ class StreamApi(abc.ABC):
     def record(self, ev: Any, d: int) -> None:
         """Record ``ev`` on device ``d``'s compute stream."""
 
+    def recorder(self, ev: Any, d: int) -> Callable[[], Any]:
+        """A callable of no arguments that does :meth:`record` ``(ev, d)`` (the dispatcher
+        binds one per op and event once per plan)."""
+        return functools.partial(self.record, ev, d)
+
+    def poller(self, ev: Any) -> Callable[[], bool]:
+        """A callable of no arguments that does :meth:`query` ``(ev)``."""
+        return functools.partial(self.query, ev)
+
     def record_origins(self, origins: list[Any]) -> None:
         """Record each device's time origin (all streams idle). Times on device ``k`` are
         measured from ``origins[k]``; on CUDA the origins are enqueued one device after the other
@@ -144,6 +163,12 @@ class CudaApi(StreamApi):
         self.ingress = [torch.cuda.Stream(device=dev) for dev in self.devices]
         self._saved: list[Any] = []
         self._saved_device = 0
+        # per device, a call that makes its compute stream current (what torch.cuda.set_stream
+        # does, without its two Python layers: cuda-shared switches streams at every launch
+        # that changes device)
+        self._make_current = [_stream_setter(s) for s in self.compute]
+        # while dispatching: per GPU, the device whose compute stream is current on it
+        self._current: dict[int, int] = {}
 
     def device(self, d: int) -> torch.device:
         return self.devices[d]
@@ -159,20 +184,34 @@ class CudaApi(StreamApi):
         ]
         for s in self.compute:
             torch.cuda.set_stream(s)
+        self._current = {g: d for d, g in enumerate(self.gpus)}  # the last one set per GPU
 
     def end(self) -> None:
+        self._current = {}
         for s in self._saved:
             torch.cuda.set_stream(s)
         torch.cuda.set_device(self._saved_device)
 
     def activate(self, d: int) -> None:
-        torch.cuda.set_stream(self.compute[d])
+        # only when another device's stream is current on this GPU (begin, activate and copy
+        # keep track; the current *device* does not matter: an op runs on its tensors' device,
+        # on that device's current stream, and a constant inside scope(d))
+        g = self.gpus[d]
+        if self._current.get(g) != d:
+            self._make_current[d]()
+            self._current[g] = d
 
     def scope(self, d: int) -> contextlib.AbstractContextManager[Any]:
         return self.devices[d]  # a torch.device is the default device inside ``with``
 
     def record(self, ev: Any, d: int) -> None:
         ev.record(self.compute[d])
+
+    def recorder(self, ev: Any, d: int) -> Callable[[], Any]:
+        return functools.partial(_event_method(ev, "record"), ev, self.compute[d])
+
+    def poller(self, ev: Any) -> Callable[[], bool]:
+        return functools.partial(_event_method(ev, "query"), ev)
 
     def copy(self, x: torch.Tensor, a: int, b: int, ev_start: Any, ev_end: Any) -> torch.Tensor:
         out = self.egress[a]
@@ -192,8 +231,10 @@ class CudaApi(StreamApi):
             ev_end.record(out)
         finally:
             torch.cuda.set_stream(self.compute[a])
+            self._current[self.gpus[a]] = a
             if across:
                 torch.cuda.set_stream(self.compute[b])
+                self._current[self.gpus[b]] = b
         if x.is_cuda:  # (a host tensor needs no guard against early reuse)
             x.record_stream(out)
         y.record_stream(out)
@@ -221,6 +262,30 @@ class CudaApi(StreamApi):
             if time.perf_counter() > deadline:
                 return busy[0]
             time.sleep(1e-4)
+
+
+def _stream_setter(stream: Any) -> Callable[[], Any]:
+    """A call making ``stream`` current on its device: ``torch.cuda.set_stream(stream)``'s own
+    call of ``torch._C._cuda_setStream``, its arguments read once (that function when a torch
+    build lacks it)."""
+    set_stream = getattr(torch._C, "_cuda_setStream", None)
+    if set_stream is None:
+        return functools.partial(torch.cuda.set_stream, stream)
+    return functools.partial(
+        set_stream,
+        stream_id=stream.stream_id,
+        device_index=stream.device_index,
+        device_type=stream.device_type,
+    )
+
+
+def _event_method(ev: Any, name: str) -> Callable[..., Any]:
+    """The C method ``name`` of a CUDA event (``torch.cuda.Event.record(stream)`` and
+    ``.query()`` only forward to it), else the event's own."""
+    base = getattr(torch._C, "_CudaEventBase", None)
+    if base is not None and isinstance(ev, base):
+        return getattr(base, name)
+    return getattr(type(ev), name)
 
 
 class _InlineEvent:
@@ -395,6 +460,71 @@ class _EventPool:
         return pool[i]
 
 
+#: how an error seen when polling an event is reported
+_ASYNC = "failed on the device (asynchronous error; it may come from an earlier op)"
+
+
+class _Program:
+    """What every run of one plan needs, built once per plan (the session keeps the last one):
+    per op its device, the zero-argument callables that record its start and end events and
+    poll its end (:meth:`StreamApi.recorder`, :meth:`StreamApi.poller`), the reader counts its
+    launch releases, its copies; per copy its events. A run copies only the counts.
+
+    Events come from the session's pool in a fixed order (ops, then copies, then the time
+    origins), so every run of the plan records the same events; runs never overlap (a run
+    starts once every stream is idle). A copy's events are taken from its sender's pool (the
+    sender's egress stream records them).
+    """
+
+    def __init__(self, api: StreamApi, plan: ExecutionPlan, events: _EventPool):
+        n, nd = plan.num_nodes, plan.num_devices
+        events.reset()
+        take = events.take
+        dev = [int(x) for x in plan.device.tolist()]
+        self.plan = plan
+        self.device = dev
+        self.compute = [int(v) for v in plan.graph.compute_nodes.tolist()]
+        self.ev_start: list[Any] = [None] * n
+        self.ev_end: list[Any] = [None] * n
+        self.rec_start: list[Any] = [None] * n
+        self.rec_end: list[Any] = [None] * n
+        self.done: list[Any] = [None] * n
+        for v in self.compute:
+            d = dev[v]
+            ev_s, ev_e = take(d), take(d)
+            self.ev_start[v], self.ev_end[v] = ev_s, ev_e
+            self.rec_start[v], self.rec_end[v] = api.recorder(ev_s, d), api.recorder(ev_e, d)
+            self.done[v] = api.poller(ev_e)
+        # per op, its copies ``(destination, consumers there, copy index)``, numbered in plan
+        # order; per copy its (start, end) events and the poller of its end
+        self.sends: list[tuple[tuple[int, tuple[int, ...], int], ...]] = [()] * n
+        self.ev_copy: list[tuple[Any, Any]] = []
+        self.copy_done: list[Any] = []
+        for u, s in enumerate(plan.sends):
+            if not s:
+                continue
+            a = dev[u]
+            mine = []
+            for b, ws in s:
+                ev = (take(a), take(a))
+                mine.append((b, ws, len(self.ev_copy)))
+                self.ev_copy.append(ev)
+                self.copy_done.append(api.poller(ev[1]))
+            self.sends[u] = tuple(mine)
+        self.t0 = [take(k) for k in range(nd)]
+        # how an op gathers its operands from its device's buffers: ``one[v]``, the slot of its
+        # only operand (-1 otherwise), or ``gather[v]``, a getter of the tuple of two or more
+        # (None for a constant)
+        self.one = [ops[0] if len(ops) == 1 else -1 for ops in plan.operands]
+        self.gather = [operator.itemgetter(*ops) if len(ops) > 1 else None for ops in plan.operands]
+        # per op, the buffers whose readers on its device it counts down: (node, index into
+        # the flattened (N, D) reader counts)
+        self.frees = [tuple((u, u * nd + dev[v]) for u in plan.preds[v]) for v in range(n)]
+        self.need = plan.need.tolist()
+        self.hold = plan.hold.ravel().tolist()
+        self.prio = None if plan.priority is None else plan.priority.tolist()
+
+
 class StreamSession(BackendSession):
     """A graph on stream devices: inputs are copied to each device that consumes them."""
 
@@ -403,6 +533,7 @@ class StreamSession(BackendSession):
     def __init__(self, backend: StreamBackend, graph: DataflowGraph, seed: int):
         super().__init__(backend, graph, seed)
         self.events = _EventPool(backend.api)
+        self._program: _Program | None = None
 
     def place_input(self, tensor: torch.Tensor, device: int, first: bool) -> torch.Tensor:
         return self.backend.api.place(tensor, device)
@@ -420,150 +551,172 @@ class StreamSession(BackendSession):
                 f"{self.backend.device_label(busy)} is still busy with an earlier run after {timeout_s:g} s"
             )
         bufs = self.resident(plan)
-        self.events.reset()
-        return _StreamRun(self.backend, plan, bufs, self.events).execute(timeout_s, keep_outputs)
+        prog = self._program
+        if prog is None or prog.plan is not plan:
+            prog = self._program = _Program(api, plan, self.events)
+        return _StreamRun(self.backend, prog, bufs).execute(timeout_s, keep_outputs)
 
     def close(self) -> None:
         self.backend.api.wait_idle(5.0)
+        self._program = None
         super().close()
 
 
 class _StreamRun:
     """One execution: the host loop, its queues and events."""
 
-    def __init__(
-        self, backend: StreamBackend, plan: ExecutionPlan, bufs: list[list[Any]], events: _EventPool
-    ):
-        api = backend.api
-        self.backend, self.api, self.plan, self.bufs = backend, api, plan, bufs
-        n, d = plan.num_nodes, plan.num_devices
-        take = events.take
-        self.ev_start: list[Any] = [None] * n
-        self.ev_end: list[Any] = [None] * n
-        for v in plan.graph.compute_nodes:
-            dv = int(plan.device[v])
-            self.ev_start[v] = take(dv)
-            self.ev_end[v] = take(dv)
-        # a copy's events live on its sender (the egress stream runs it)
-        self.ev_copy = [
-            (take(int(plan.device[u])), take(int(plan.device[u])))
-            for u, s in enumerate(plan.sends)
-            for _ in s
-        ]
-        self.t0 = [take(k) for k in range(d)]
-        self.need = plan.need.tolist()
-        self.hold = plan.hold.tolist()
-        self.rq = ReadyQueues(plan)
-        self.inflight = [0] * d
+    def __init__(self, backend: StreamBackend, prog: _Program, bufs: list[list[Any]]):
+        plan = prog.plan
+        self.backend, self.api, self.plan, self.prog, self.bufs = (
+            backend,
+            backend.api,
+            plan,
+            prog,
+            bufs,
+        )
+        d = plan.num_devices
+        # per device, the ops enqueued whose completion is not seen yet (completing in order)
         self.pending: list[deque[int]] = [deque() for _ in range(d)]
         # copies in flight per egress lane (source device), completing in order
         self.copies: list[deque[tuple[int, int, int, tuple[int, ...]]]] = [
             deque() for _ in range(d)
         ]
         self.copy_records: list[tuple[int, int, int, int, int]] = []
-        self.remaining = plan.num_ops
-
-    def _launch(self, v: int, d: int) -> None:
-        plan, api, buf, hold = self.plan, self.api, self.bufs[d], self.hold
-        args = [buf[u] for u in plan.operands[v]]
-        fn = plan.fns[v]
-        try:
-            if api.shared:
-                api.activate(d)
-            if api.strict:
-                api.check_operands(d, args, plan.operands[v])
-            api.record(self.ev_start[v], d)
-            if args:
-                out = fn(*args)  # type: ignore[misc]
-            else:  # a constant: made on the op's device, not the host
-                with api.scope(d):
-                    out = fn()  # type: ignore[misc]
-            api.record(self.ev_end[v], d)
-            if api.strict:
-                api.check_result(d, out)
-        except Exception as exc:  # noqa: BLE001 - every failure is reported
-            raise self._error(failure_verb(exc), v, d, exc) from exc
-        del args
-        buf[v] = out
-        self.inflight[d] += 1
-        self.pending[d].append(v)
-        need, push = self.need, self.rq.push
-        for w in plan.local_succ[v]:
-            need[w] -= 1
-            if need[w] == 0:
-                push(d, w)
-        for u in plan.preds[v]:
-            h = hold[u]
-            h[d] -= 1
-            if h[d] == 0:
-                buf[u] = None
-
-    def _send(self, u: int, a: int) -> None:
-        for b, ws in self.plan.sends[u]:
-            k = len(self.copy_records)
-            ev_s, ev_e = self.ev_copy[k]
-            try:
-                y = self.api.copy(self.bufs[a][u], a, b, ev_s, ev_e)
-            except Exception as exc:  # noqa: BLE001
-                raise self._error(
-                    f"could not be copied to {self.backend.device_label(b)}", u, a, exc
-                ) from exc
-            self.bufs[b][u] = y
-            self.copy_records.append((u, ws[0], a, b, k))
-            self.copies[a].append((u, b, k, ws))
-
-    def _arrive(self, u: int, a: int, b: int, ws: tuple[int, ...]) -> None:
-        need, push = self.need, self.rq.push
-        for w in ws:
-            need[w] -= 1
-            if need[w] == 0:
-                push(b, w)
-        h = self.hold[u]
-        h[a] -= 1
-        if h[a] == 0:
-            self.bufs[a][u] = None
-
-    def _query(self, ev: Any, v: int, d: int) -> bool:
-        try:
-            return self.api.query(ev)
-        except Exception as exc:  # noqa: BLE001 - asynchronous device errors surface here
-            raise self._error(
-                "failed on the device (asynchronous error; it may come from an earlier op)",
-                v,
-                d,
-                exc,
-            ) from exc
+        self.ready: list[int] = []  # ops in the order they became ready
+        self.dispatched: list[int] = []  # ops in the order they were launched
+        self.loop_s = 0.0
 
     def _error(self, what: str, v: int, d: int, exc: BaseException) -> ExecutorError:
         return executor_error(what, op_label(self.plan.graph, v), self.backend.device_label(d), exc)
 
     def _loop(self, deadline: float) -> None:
-        d_range = range(self.plan.num_devices)
-        queues, pop = self.rq.queues, self.rq.pop
-        inflight, pending, copies = self.inflight, self.pending, self.copies
-        window, ev_end, ev_copy = self.backend.window, self.ev_end, self.ev_copy
+        """Launch ready ops (up to ``window`` in flight per device), poll completions, issue
+        copies, until every op has completed. One function with everything it touches in
+        local variables: it runs once per op and its bookkeeping is the host's cost per op."""
+        api, plan, prog, bufs = self.api, self.plan, self.prog, self.bufs
+        nd = plan.num_devices
+        d_range = range(nd)
+        window = self.backend.window
+        fns, operands, local_succ = plan.fns, plan.operands, plan.local_succ
+        one, gather = prog.one, prog.gather
+        rec_start, rec_end, done = prog.rec_start, prog.rec_end, prog.done
+        frees, sends, ev_copy, copy_done = prog.frees, prog.sends, prog.ev_copy, prog.copy_done
+        need, hold = list(prog.need), list(prog.hold)
+        activate = api.activate if api.shared else None
+        strict, copy = api.strict, api.copy
+        pending, copies, records = self.pending, self.copies, self.copy_records
+        now_ready, launched = self.ready.append, self.dispatched.append
+        fifo, prio = plan.priority is None, prog.prio
+        heappush, heappop = heapq.heappush, heapq.heappop
+        # ready ops per device: FIFO by readiness (ties: ops made ready by one event are pushed
+        # in node-id order), or a heap on (priority, node id) (plan.ReadyQueues' rules)
+        queues: list[Any] = [deque() if fifo else [] for _ in d_range]
+        for d in d_range:
+            for v in plan.initial[d]:
+                now_ready(v)
+                if fifo:
+                    queues[d].append(v)
+                else:
+                    heappush(queues[d], (prio[v], v))  # type: ignore[index]
+        remaining = plan.num_ops
         clock = time.perf_counter
-        while self.remaining:
+        while remaining:
             progress = False
             for d in d_range:
-                q = queues[d]
-                while q and inflight[d] < window:
-                    self._launch(pop(d), d)
+                q, pc = queues[d], pending[d]  # (ops in flight: len(pc))
+                if not q or len(pc) >= window:
+                    continue
+                buf = bufs[d]
+                while q and len(pc) < window:
+                    v = q.popleft() if fifo else heappop(q)[1]
+                    launched(v)
+                    try:
+                        if activate is not None:
+                            activate(d)
+                        if strict:
+                            api.check_operands(d, [buf[u] for u in operands[v]], operands[v])
+                        rec_start[v]()
+                        u = one[v]
+                        if u >= 0:
+                            out = fns[v](buf[u])  # type: ignore[misc]
+                        elif gather[v] is not None:
+                            out = fns[v](*gather[v](buf))  # type: ignore[misc]
+                        else:  # a constant: made on the op's device, not the host
+                            with api.scope(d):
+                                out = fns[v]()  # type: ignore[misc]
+                        rec_end[v]()
+                        if strict:
+                            api.check_result(d, out)
+                    except Exception as exc:  # noqa: BLE001 - every failure is reported
+                        raise self._error(failure_verb(exc), v, d, exc) from exc
+                    buf[v] = out
+                    out = None  # no reference outlives the releases below
+                    pc.append(v)
                     progress = True
+                    for w in local_succ[v]:
+                        c = need[w] - 1
+                        need[w] = c
+                        if not c:
+                            now_ready(w)
+                            if fifo:
+                                q.append(w)
+                            else:
+                                heappush(q, (prio[w], w))  # type: ignore[index]
+                    for u, i in frees[v]:
+                        c = hold[i] - 1
+                        hold[i] = c
+                        if not c:
+                            buf[u] = None
             for d in d_range:
                 pc = pending[d]
-                while pc and self._query(ev_end[pc[0]], pc[0], d):
-                    v = pc.popleft()
-                    inflight[d] -= 1
-                    self.remaining -= 1
+                while pc:
+                    v = pc[0]
+                    try:
+                        if not done[v]():
+                            break
+                    except Exception as exc:  # noqa: BLE001 - asynchronous device errors surface here
+                        raise self._error(_ASYNC, v, d, exc) from exc
+                    pc.popleft()
+                    remaining -= 1
                     progress = True
-                    if self.plan.sends[v]:
-                        self._send(v, d)
+                    if sends[v]:  # its copies start once it has completed
+                        x = bufs[d][v]
+                        for b, ws, k in sends[v]:
+                            ev_s, ev_e = ev_copy[k]
+                            try:
+                                y = copy(x, d, b, ev_s, ev_e)
+                            except Exception as exc:  # noqa: BLE001
+                                what = f"could not be copied to {self.backend.device_label(b)}"
+                                raise self._error(what, v, d, exc) from exc
+                            bufs[b][v] = y
+                            records.append((v, ws[0], d, b, k))
+                            copies[d].append((v, b, k, ws))
+                        x = y = None
                 cc = copies[d]
-                while cc and self._query(ev_copy[cc[0][2]][1], cc[0][0], d):
-                    u, b, _, ws = cc.popleft()
-                    self._arrive(u, d, b, ws)
+                while cc:
+                    u, b, k, ws = cc[0]
+                    try:
+                        if not copy_done[k]():
+                            break
+                    except Exception as exc:  # noqa: BLE001
+                        raise self._error(_ASYNC, u, d, exc) from exc
+                    cc.popleft()
                     progress = True
+                    qb = queues[b]
+                    for w in ws:
+                        c = need[w] - 1
+                        need[w] = c
+                        if not c:
+                            now_ready(w)
+                            if fifo:
+                                qb.append(w)
+                            else:
+                                heappush(qb, (prio[w], w))  # type: ignore[index]
+                    i = u * nd + d
+                    c = hold[i] - 1
+                    hold[i] = c
+                    if not c:
+                        bufs[d][u] = None
             if not progress and clock() > deadline:
                 raise self._timeout()
 
@@ -580,12 +733,14 @@ class _StreamRun:
         return ExecutorError(f"run of graph {g.name!r} timed out: {what}")
 
     def execute(self, timeout_s: float, keep_outputs: bool) -> RawRun:
-        api, plan = self.api, self.plan
+        api, plan, prog = self.api, self.plan, self.prog
         api.begin()
         try:
             with torch.inference_mode():
-                api.record_origins(self.t0)
-                self._loop(time.perf_counter() + timeout_s)
+                api.record_origins(prog.t0)
+                t = time.perf_counter()
+                self._loop(t + timeout_s)
+                self.loop_s = time.perf_counter() - t
         finally:
             api.end()
         busy = api.wait_idle(timeout_s)
@@ -594,25 +749,18 @@ class _StreamRun:
                 f"run of graph {plan.graph.name!r}: {self.backend.device_label(busy)} still busy after {timeout_s:g} s"
             )
         n = plan.num_nodes
+        elapsed, t0, dev = api.elapsed_s, prog.t0, prog.device
+        comp = prog.compute
         start = np.full(n, np.nan)
         end = np.full(n, np.nan)
-        for v in plan.graph.compute_nodes:
-            t0 = self.t0[int(plan.device[v])]
-            start[v] = api.elapsed_s(t0, self.ev_start[v])
-            end[v] = api.elapsed_s(t0, self.ev_end[v])
+        start[comp] = [elapsed(t0[dev[v]], prog.ev_start[v]) for v in comp]
+        end[comp] = [elapsed(t0[dev[v]], prog.ev_end[v]) for v in comp]
         transfers = []
+        link = self.backend.cluster.routes[:, :, 0].tolist()  # the first link of each route
         for u, w, a, b, k in self.copy_records:
-            ev_s, ev_e = self.ev_copy[k]
+            ev_s, ev_e = prog.ev_copy[k]
             transfers.append(
-                (
-                    u,
-                    w,
-                    a,
-                    b,
-                    api.elapsed_s(self.t0[a], ev_s),
-                    api.elapsed_s(self.t0[a], ev_e),
-                    self._link(a, b),
-                )
+                (u, w, a, b, elapsed(t0[a], ev_s), elapsed(t0[a], ev_e), int(link[a][b]))
             )
         outputs = None
         if keep_outputs:
@@ -623,13 +771,18 @@ class _StreamRun:
             start_s=start,
             end_s=end,
             transfers=transfers,
-            ready_order=np.asarray(self.rq.ready_seq, dtype=np.int64),
-            dispatch_order=np.asarray(self.rq.dispatch_seq, dtype=np.int64),
+            ready_order=_order(self.ready, n),
+            dispatch_order=_order(self.dispatched, n),
             outputs=outputs,
+            info={"host_loop_s": self.loop_s},
         )
 
-    def _link(self, a: int, b: int) -> int:
-        return int(self.backend.cluster.routes[a, b, 0])
+
+def _order(seq: list[int], n: int) -> np.ndarray:
+    """``(n,)`` each node's position in ``seq`` (-1 when absent)."""
+    out = np.full(n, -1, dtype=np.int64)
+    out[np.asarray(seq, dtype=np.int64)] = np.arange(len(seq), dtype=np.int64)
+    return out
 
 
 def gpu_cluster(gpus: list[int]) -> Cluster:

@@ -6,6 +6,7 @@ single-device reference run every placement's outputs are compared against.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -91,8 +92,7 @@ def compile_op(spec: OpSpec) -> Callable[..., torch.Tensor]:
         if spec.op == "add_scalar":
             value = float(kw.get("value", 0.0))
             return lambda x: x + value
-        fn = _ELEMENTWISE[spec.op]
-        return lambda *xs: fn(*xs)
+        return _ELEMENTWISE[spec.op]  # called as is (a wrapper would cost a frame per op)
     if spec.kind == "reduce":
         dims = [int(d) for d in kw["dims"]]
         keep = bool(kw.get("keepdim", False))
@@ -103,7 +103,7 @@ def compile_op(spec: OpSpec) -> Callable[..., torch.Tensor]:
         return lambda x: torch.amax(x, dim=dims, keepdim=keep)
     if spec.kind == "torch":
         fn = resolve_torch_callable(spec.op)
-        return lambda *xs: fn(*xs, **kw)
+        return functools.partial(fn, **kw) if kw else fn
     if spec.kind == "program":
         from .programs import compile_program
 
