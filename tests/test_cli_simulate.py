@@ -101,3 +101,28 @@ def test_calibration_profile_as_cluster(capsys, tmp_path):
     n_ops = int(graph.compute_nodes.size)
     assert out["num_devices"] == 2
     assert out["makespan"] == pytest.approx(n_ops * 1e-3, rel=0.05)
+
+
+def test_memory_fields_and_cap(capsys):
+    out = run_json(capsys, "chainmm:scale=0.1", "--cluster", "p100x4")
+    peaks = out["peak_memory_bytes"]
+    assert len(peaks) == 4 and min(peaks) > 0
+    assert out["memory_bytes"] == [16e9] * 4 and out["feasible"] is True
+    assert "over_memory" not in out
+    tight = run_json(capsys, "chainmm:scale=0.1", "--cluster", "p100x4", "--memory-cap", "1kB")
+    assert tight["memory_bytes"] == [1e3] * 4 and tight["feasible"] is False
+    worst = tight["over_memory"][0]
+    assert worst["excess_bytes"] == pytest.approx(max(peaks) - 1e3)
+    assert peaks[worst["device"]] == max(peaks)
+    free = run_json(capsys, "chainmm:scale=0.1", "--memory-cap", "none")
+    assert free["memory_bytes"] == [None] * 4 and free["feasible"] is True
+    assert main(["simulate", "chainmm:scale=0.1", "--memory-cap", "1kB"]) == 0
+    text = capsys.readouterr().out
+    assert "memory" in text and "/1 kB" in text and "infeasible" in text
+
+
+def test_place_reports_memory(capsys):
+    assert main(["place", "chainmm:scale=0.1", "--placer", "heft", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["peak_memory_bytes"]) == 4 and out["feasible"] is True
+    assert main(["place", "chainmm:scale=0.1", "--placer", "heft", "--memory-cap", "x"]) == 2

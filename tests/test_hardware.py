@@ -23,6 +23,42 @@ def test_presets_round_trip(name, tmp_path):
     assert c2.link_names == c.link_names
 
 
+def test_preset_memory():
+    """Per-device capacity: datasheet GPUs, this machine's memory for CPU workers, no cap for
+    the abstract uniform devices; files keep it, and a file without it is unconstrained."""
+    from doppler_lab.hardware.cluster import host_memory_bytes
+    from doppler_lab.hardware.gpu_specs import match_spec
+
+    assert {d.memory_bytes for d in make_cluster("p100x4").devices} == {16e9}
+    assert {d.memory_bytes for d in make_cluster("v100x8").devices} == {32e9}
+    assert {d.memory_bytes for d in make_cluster("h100x8").devices} == {80e9}
+    assert match_spec("NVIDIA A100-SXM4-80GB", 80e9).memory_bytes == 80e9
+    assert match_spec("NVIDIA H200", 141e9).memory_bytes == 141e9
+    host = host_memory_bytes()
+    assert 0 < host < float("inf")
+    assert [d.memory_bytes for d in make_cluster("cpu", 2).devices] == [host / 2] * 2
+    assert make_cluster("multihost:hosts=2,devices=4").devices[0].memory_bytes == host / 4
+    assert make_cluster("uniform", 2).devices[0].memory_bytes == float("inf")
+
+
+def test_cluster_files_without_memory_are_unconstrained(tmp_path):
+    import json
+
+    path = save_cluster(make_cluster("p100x4"), tmp_path / "c.json")
+    doc = json.loads(path.read_text())
+    assert doc["devices"][0]["memory_bytes"] == 16e9
+    del doc["devices"][0]["memory_bytes"]
+    doc["devices"][1]["memory_bytes"] = None
+    path.write_text(json.dumps(doc))
+    c = load_cluster(path)
+    assert [d.memory_bytes for d in c.devices] == [float("inf")] * 2 + [16e9] * 2
+    again = load_cluster(save_cluster(c, tmp_path / "c2.json"))
+    assert [d.memory_bytes for d in again.devices] == [d.memory_bytes for d in c.devices]
+    assert json.loads((tmp_path / "c2.json").read_text())["devices"][0]["memory_bytes"] is None
+    with pytest.raises(ClusterError, match="memory_bytes"):
+        Device("d", memory_bytes=0.0)
+
+
 def test_v100_cube_mesh_has_six_nvlinks_per_gpu():
     c = make_cluster("v100x8")
     nv = c.bandwidth_bytes_per_s > 20e9

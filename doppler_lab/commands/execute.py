@@ -20,6 +20,7 @@ from ._common import (
     resolve_cost_model,
     resolve_placement,
 )
+from ._memory import memory_fields, memory_lines
 
 NAME = "execute"
 HELP = "run a placement of an executable graph on real devices (CPU workers or CUDA GPUs)"
@@ -187,7 +188,10 @@ def _execute(args: argparse.Namespace, devices: Any) -> int:
         "utilisation": trace.utilisation().round(4).tolist(),
         "threads_per_device": info.get("threads_per_device"),
         "predicted_s": forecast["predicted_s"],
+        **memory_fields(trace, cluster, None),
     }
+    if "cuda_max_memory_allocated_bytes" in trace.meta:
+        out["cuda_max_memory_allocated_bytes"] = trace.meta["cuda_max_memory_allocated_bytes"]
     if args.check:
         from ..executor.torch_ops import reference_outputs
 
@@ -216,6 +220,8 @@ def _execute(args: argparse.Namespace, devices: Any) -> int:
         )
         print(f"  transfers    {trace.num_transfers}")
         print(f"  utilisation  {' '.join(f'{u:.0%}' for u in out['utilisation'])}")
+        for line in memory_lines(out):
+            print(line.replace("(peak/cap", "(measured peak/cap"))
         if args.check:
             print(
                 f"  outputs      {'match' if out['outputs_match'] else 'DIFFER'} the reference (max abs error {out['max_abs_error']:.3g})"

@@ -25,6 +25,7 @@ from ._common import (
     resolve_semantics,
     source_label,
 )
+from ._memory import add_memory_cap_argument, memory_fields, memory_lines
 
 NAME = "place"
 HELP = "place a graph with a placer (cp, heft, exact, ...) and simulate the placement"
@@ -94,6 +95,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="another placer option (VALUE read as JSON when it parses), e.g. -o estimate=additive",
     )
+    add_memory_cap_argument(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--out", metavar="FILE", help="write the placement (JSON, readable by simulate --placement)"
@@ -179,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
         "ratio_to_lower_bound": ratio_to_lower_bound(trace.makespan, lower),
         "runtime_s": runtime,
         "sim_calls": placement.meta.get("sim_calls", 0),
+        **memory_fields(trace, cluster, args.memory_cap),
     }
     if schedule is not None:
         result["schedule_makespan"] = schedule.makespan
@@ -226,6 +229,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if schedule is not None:
         print(f"  own schedule ({schedule.model}): {t(schedule.makespan)}")
+    for line in memory_lines(result):
+        print(line)
     if "optimal" in result:
         print(exact_line(result, args.semantics, secs))
     others = [

@@ -22,6 +22,7 @@ from ._common import (
     resolve_placement,
     resolve_semantics,
 )
+from ._memory import add_memory_cap_argument, memory_fields, memory_lines
 
 NAME = "simulate"
 HELP = "simulate a placement of a graph (paper, wc or bsp semantics)"
@@ -47,6 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dispatch", choices=("fifo", "priority"), default="fifo", help="ready-op order (wc only)"
     )
+    add_memory_cap_argument(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--gantt", metavar="OUT.html", help="write an interactive Gantt chart")
     p.add_argument("--trace", metavar="OUT.json", help="write the trace as JSON")
@@ -82,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         "ratio_to_lower_bound": ratio_to_lower_bound(trace.makespan, lb),
         "num_transfers": trace.num_transfers,
         "utilisation": trace.utilisation().round(4).tolist(),
+        **memory_fields(trace, cluster, args.memory_cap),
     }
     if args.trace:
         from ..io.documents import save_trace
@@ -107,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
         )
         print(f"  transfers    {trace.num_transfers}")
         print(f"  utilisation  {' '.join(f'{u:.0%}' for u in result['utilisation'])}")
+        for line in memory_lines(result):
+            print(line)
         if args.gantt:
             print(f"  gantt        {args.gantt}")
     return 0

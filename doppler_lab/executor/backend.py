@@ -46,6 +46,9 @@ class RawRun:
         dispatch_order: ``(N,)`` the order in which ops were launched (-1 for inputs).
         outputs: the graph's results on the host, when asked for.
         info: backend details (threads, lanes, leaked workers).
+        peak_bytes: ``(D,)`` the most bytes of live tensors each device held at once (its
+            resident inputs and the values in the run's table), or ``None`` when the backend
+            does not track them.
     """
 
     start_s: np.ndarray
@@ -55,6 +58,7 @@ class RawRun:
     dispatch_order: np.ndarray
     outputs: dict[int, Any] | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    peak_bytes: np.ndarray | None = None
 
     @property
     def makespan_s(self) -> float:
@@ -153,6 +157,15 @@ class Backend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the devices."""
+
+
+def tensor_nbytes(x: Any) -> int:
+    """Bytes of the tensors in ``x`` (a tensor, or a tuple or list of them), counted by their
+    shape and dtype: a view counts as much as the tensor it shows (the graph's ``out_bytes``)."""
+    if isinstance(x, tuple | list):
+        return sum(tensor_nbytes(y) for y in x)
+    numel = getattr(x, "numel", None)
+    return int(numel() * x.element_size()) if numel is not None else 0
 
 
 def default_cpu_devices() -> int:

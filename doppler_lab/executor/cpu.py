@@ -6,6 +6,13 @@ worker's own queue, outputs needed elsewhere go onto a copy lane, which copies t
 (``clone``: a real memory copy) and then wakes the consuming device. One lock guards the
 counters; torch releases the GIL inside ops, so devices compute in parallel.
 
+Memory: the run counts the bytes of live tensors per device and reports each device's peak
+(``RawRun.peak_bytes``): the resident inputs, each op's output from the op's launch (its
+announced ``out_bytes``, corrected to the tensor's real size when it returns) and each copy from
+the copy's start, each until the device's last reader of it is done and the value table drops
+it. These are the simulator's memory rules (:mod:`doppler_lab.timing.sim.footprint`), applied
+to what really ran; the bookkeeping happens under the lock the run already takes.
+
 Copy lanes are the cluster's link resources (``routes[a, b, 0]``; the ``cpu`` preset has one,
 "host memory"), so copies that share a resource are served one after another, as in the ``wc``
 simulator.
@@ -51,6 +58,7 @@ from .backend import (
     failure_verb,
     make_cpu_cluster,
     op_label,
+    tensor_nbytes,
 )
 from .plan import ExecutionPlan, ReadyQueues
 
@@ -231,6 +239,15 @@ class _CpuRun:
         self.go = threading.Event()
         self.ready = threading.Barrier(1)
         self.rq = ReadyQueues(plan)
+        # bytes of live tensors per device (resident inputs + the table's values), and the most
+        self.size = [0] * n
+        self.hint = [int(x) for x in plan.graph.out_bytes]  # an op's size before it returns
+        self.live = [0] * d
+        for u, devs in plan.input_devices.items():
+            for k in devs:
+                self.size[u] = tensor_nbytes(bufs[k][u])
+                self.live[k] += self.size[u]
+        self.peak = list(self.live)
         if self.remaining == 0:  # nothing to run: the workers return at once
             self.stopped = True
             self.finished.set()
@@ -279,6 +296,7 @@ class _CpuRun:
         fns, operands, preds = plan.fns, plan.operands, plan.preds
         local_succ, sends = plan.local_succ, plan.sends
         need, hold, buf = self.need, self.hold, self.bufs[d]
+        size, live, peak, hint = self.size, self.live, self.peak, self.hint
         lane_of, lane_q, lane_cvs = self.backend.lane_of[d], self.lane_q, self.lane_cvs
         lock, push, pop = self.lock, rq.push, rq.pop
         start, end, running = self.start, self.end, self.running
@@ -287,6 +305,9 @@ class _CpuRun:
         def take() -> int:
             v = pop(d)
             running[d] = v
+            live[d] += hint[v]  # the output is being made: it counts from the op's start
+            if live[d] > peak[d]:
+                peak[d] = live[d]
             return v
 
         def step(v: int) -> bool:
@@ -301,12 +322,17 @@ class _CpuRun:
             del args
             start[v] = t0
             end[v] = t1
+            nbytes = tensor_nbytes(out)
             buf[v] = out
             del out
             with lock:
                 if self.stopped:
                     return False
                 running[d] = -1
+                size[v] = nbytes
+                live[d] += nbytes - hint[v]  # the size the op made, not the one announced
+                if live[d] > peak[d]:
+                    peak[d] = live[d]
                 for w in local_succ[v]:
                     need[w] -= 1
                     if need[w] == 0:
@@ -320,6 +346,7 @@ class _CpuRun:
                     h[d] -= 1
                     if h[d] == 0:
                         buf[u] = None
+                        live[d] -= size[u]
                 self.remaining -= 1
                 if self.remaining == 0:
                     self._stop()
@@ -332,7 +359,16 @@ class _CpuRun:
         bufs, need, hold, cvs = self.bufs, self.need, self.hold, self.cvs
         cq, lock, push = self.lane_q[lane], self.lock, self.rq.push
         transfers = self.transfers
+        size, live, peak = self.size, self.live, self.peak
         clock = time.perf_counter
+
+        def take() -> tuple[int, int, int, tuple[int, ...]]:
+            item = cq.popleft()
+            b = item[2]
+            live[b] += size[item[0]]  # the copy counts on the receiver from its start
+            if live[b] > peak[b]:
+                peak[b] = live[b]
+            return item
 
         def step(item: tuple[int, int, int, tuple[int, ...]]) -> bool:
             u, a, b, ws = item
@@ -367,9 +403,10 @@ class _CpuRun:
                 h[a] -= 1
                 if h[a] == 0:
                     bufs[a][u] = None
+                    live[a] -= size[u]
             return True
 
-        self._serve(cq, self.lane_cvs[lane], cq.popleft, step)
+        self._serve(cq, self.lane_cvs[lane], take, step)
 
     def _guard(self, job: Any, *args: Any) -> None:
         """Run a worker's part; an unexpected error ends the run instead of hanging it."""
@@ -435,6 +472,7 @@ class _CpuRun:
             dispatch_order=np.asarray(self.rq.dispatch_seq, dtype=np.int64),
             outputs=outputs,
             info={"abandoned_workers": [w.name for w in stuck]},
+            peak_bytes=np.asarray(self.peak, dtype=np.float64),
         )
 
     def _lanes_used(self) -> set[int]:

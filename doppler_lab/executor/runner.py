@@ -4,7 +4,10 @@ An :class:`Executor` holds one graph prepared on one backend (inputs materialise
 devices that consume them, ops compiled once) and runs placements of it: warm-up runs, then
 ``repeats`` timed runs, each a fresh work-conserving execution. The result's trace is the repeat
 whose makespan is the median, in seconds, ``semantics="measured"`` -- the same :class:`Trace`
-type the simulator returns.
+type the simulator returns. Its ``peak_memory_bytes`` is what that repeat measured: the live
+tensors' bytes per device on CPU workers, ``torch.cuda.max_memory_allocated`` per GPU on CUDA
+(each run's per-GPU figure is also in ``meta["cuda_max_memory_allocated_bytes"]``); ``None``
+for backends that measure neither (``dist``, ``inline``, ``cuda-shared``).
 """
 
 from __future__ import annotations
@@ -178,14 +181,19 @@ class Executor:
         plan = self.plan(placement, dispatch)
         session = self._session_()
         desc = f"{self.graph.name} on {self.backend.name}"
+        gpus = self._cuda_gpus()
         raws: list[RawRun] = []
         bar = show(total=warmup + repeats, desc=desc, enabled=progress, unit="run")
         with bar, live(bar):
             for i in range(-warmup, repeats):
                 bar.set_postfix_str("warm-up" if i < 0 else f"timed {i + 1}/{repeats}")
+                if gpus:
+                    _reset_cuda_peaks(gpus)
                 raw = session.run(
                     plan, self.timeout_s, keep_outputs=keep_outputs and i == repeats - 1
                 )
+                if gpus:
+                    _record_cuda_peaks(raw, gpus, self.backend.api)  # type: ignore[attr-defined]
                 if i >= 0:
                     raws.append(raw)
                 bar.update(1)
@@ -196,6 +204,13 @@ class Executor:
         if outputs is not None:
             outputs = {v: t.detach().to("cpu") for v, t in outputs.items()}
         return ExecutionResult(trace, makespans, outputs)
+
+    def _cuda_gpus(self) -> list[int]:
+        """The GPUs of a CUDA stream backend (empty for every other backend)."""
+        api = getattr(self.backend, "api", None)
+        if getattr(api, "kind", None) != "cuda":
+            return []
+        return sorted(set(api.gpus))  # type: ignore[union-attr]
 
     def makespan(self, placement: Placement | np.ndarray | Sequence[int], **kwargs: Any) -> float:
         """Median measured makespan of ``placement`` (keywords as :meth:`run`)."""
@@ -230,6 +245,7 @@ class Executor:
             num_devices=self.num_devices,
             semantics="measured",
             link_names=self.cluster.link_names,
+            peak_memory_bytes=raw.peak_bytes,
             meta={
                 **self.backend.describe(),
                 "seed": self.seed,
@@ -258,6 +274,25 @@ class Executor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _reset_cuda_peaks(gpus: list[int]) -> None:
+    import torch
+
+    for g in gpus:
+        torch.cuda.reset_peak_memory_stats(g)
+
+
+def _record_cuda_peaks(raw: RawRun, gpus: list[int], api: Any) -> None:
+    """``torch.cuda.max_memory_allocated`` of each GPU during the run into ``raw.info``; and,
+    when each logical device has a GPU of its own and the backend tracked nothing, as the run's
+    peak per device (every tensor the run allocated there, its resident inputs included)."""
+    import torch
+
+    peaks = {g: float(torch.cuda.max_memory_allocated(g)) for g in gpus}
+    raw.info["cuda_max_memory_allocated_bytes"] = {str(g): peaks[g] for g in gpus}
+    if raw.peak_bytes is None and not getattr(api, "shared", False):
+        raw.peak_bytes = np.array([peaks[g] for g in api.gpus], dtype=np.float64)
 
 
 def execute(

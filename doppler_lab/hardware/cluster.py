@@ -15,12 +15,16 @@ Presets:
   NVLink go through PCIe and the host (about 10 GB/s, sharing each GPU's PCIe up/down links).
 - ``h100x8``: 8 x H100 SXM (80 GB) on NVSwitch: any pair at up to 450 GB/s per direction, sharing
   the sender's egress and the receiver's ingress.
-- ``cpu``: N worker devices in one host (the executor's CPU backend), copies at memory speed.
-- ``uniform``: N identical devices, no latency; for cost-only graphs with explicit costs.
+- ``cpu``: N worker devices in one host (the executor's CPU backend), copies at memory speed;
+  each holds an even share of this machine's physical memory (:func:`host_memory_bytes`).
+- ``uniform``: N identical devices, no latency, no memory cap; for cost-only graphs with
+  explicit costs.
 """
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -53,7 +57,9 @@ class Device:
         flops_per_s: sustained compute rate per dtype (``{"float32": ..., "bfloat16": ...}``);
             dtypes not listed use ``float32``'s.
         mem_bytes_per_s: memory bandwidth (for memory-bound ops: the roofline's other side).
-        memory_bytes: capacity.
+        memory_bytes: capacity in bytes (``inf``: unconstrained; a cluster file without it, or
+            with ``null``, reads as unconstrained). The memory model's peaks
+            (:mod:`doppler_lab.timing.memory`) are checked against it.
         launch_overhead_s: fixed cost per op (kernel launch / dispatch).
     """
 
@@ -71,12 +77,16 @@ class Device:
         for k, v in self.flops_per_s.items():
             if not (np.isfinite(v) and v > 0):
                 raise ClusterError(f"device {self.name!r}: flops_per_s[{k!r}] = {v}, expected > 0")
-        for attr in ("mem_bytes_per_s", "memory_bytes"):
-            v = getattr(self, attr)
-            if not (np.isfinite(v) and v > 0):
-                raise ClusterError(
-                    f"device {self.name!r}: {attr} = {v}, expected a finite value > 0"
-                )
+        v = self.mem_bytes_per_s
+        if not (np.isfinite(v) and v > 0):
+            raise ClusterError(
+                f"device {self.name!r}: mem_bytes_per_s = {v}, expected a finite value > 0"
+            )
+        if not (self.memory_bytes > 0):  # inf: unconstrained
+            raise ClusterError(
+                f"device {self.name!r}: memory_bytes = {self.memory_bytes}, expected a value > 0 "
+                "(inf: unconstrained)"
+            )
         if not (np.isfinite(self.launch_overhead_s) and self.launch_overhead_s >= 0):
             raise ClusterError(
                 f"device {self.name!r}: launch_overhead_s = {self.launch_overhead_s}, expected >= 0"
@@ -91,18 +101,20 @@ class Device:
             "kind": self.kind,
             "flops_per_s": dict(self.flops_per_s),
             "mem_bytes_per_s": self.mem_bytes_per_s,
-            "memory_bytes": self.memory_bytes,
+            "memory_bytes": self.memory_bytes if np.isfinite(self.memory_bytes) else None,
             "launch_overhead_s": self.launch_overhead_s,
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], what: str = "device") -> Device:
-        """The device of a :meth:`to_dict` document; every field is required and checked.
+        """The device of a :meth:`to_dict` document; every field but ``memory_bytes`` (absent or
+        ``null``: unconstrained) is required, and all are checked.
 
         Raises:
             ClusterError: a missing, unknown or wrongly typed field, naming ``what``.
         """
-        d = want_fields(d, what, ClusterError, DEVICE_FIELDS)
+        d = want_fields(d, what, ClusterError, DEVICE_FIELDS[:4] + DEVICE_FIELDS[5:], DEVICE_FIELDS)
+        memory = d.get("memory_bytes")
         rates = want_object(d["flops_per_s"], f"{what} flops_per_s", ClusterError)
         return cls(
             name=want_str(d["name"], f"{what} name", ClusterError),
@@ -116,9 +128,9 @@ class Device:
             mem_bytes_per_s=want_number(
                 d["mem_bytes_per_s"], f"{what} mem_bytes_per_s", ClusterError, above=0
             ),
-            memory_bytes=want_number(
-                d["memory_bytes"], f"{what} memory_bytes", ClusterError, above=0
-            ),
+            memory_bytes=math.inf
+            if memory is None
+            else want_number(memory, f"{what} memory_bytes", ClusterError, above=0),
             launch_overhead_s=want_number(
                 d["launch_overhead_s"], f"{what} launch_overhead_s", ClusterError, minimum=0
             ),
@@ -404,16 +416,32 @@ def make_h100x8() -> Cluster:
     return Cluster("h100x8", devs, np.full((d, d), 450 * GB), np.full((d, d), 3e-6), routes, names)
 
 
+def host_memory_bytes() -> float:
+    """This machine's physical memory in bytes (``os.sysconf``, else ``psutil``; ``inf`` when
+    neither can tell)."""
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        pass
+    try:
+        import psutil
+
+        return float(psutil.virtual_memory().total)
+    except Exception:  # noqa: BLE001 - not installed, or no answer: unconstrained
+        return math.inf
+
+
 def make_cpu(
     num_devices: int = 4, flops_per_s: float = 20e9, copy_bytes_per_s: float = 5 * GB
 ) -> Cluster:
-    """CPU worker devices in one host: copies share the host's memory system (one resource)."""
+    """CPU worker devices in one host: copies share the host's memory system (one resource),
+    and each device may hold an even share of the host's memory."""
     if num_devices < 1:
         raise ClusterError(f"a cpu cluster needs at least 1 device, got {num_devices}")
     d = num_devices
+    share = host_memory_bytes() / d
     devs = tuple(
-        Device(f"cpu:{i}", "cpu", {"float32": flops_per_s}, 10 * GB, 4 * GB, 20e-6)
-        for i in range(d)
+        Device(f"cpu:{i}", "cpu", {"float32": flops_per_s}, 10 * GB, share, 20e-6) for i in range(d)
     )
     routes = np.full((d, d, 2), -1, dtype=np.int64)
     for a in range(d):
@@ -435,7 +463,7 @@ def make_uniform(num_devices: int) -> Cluster:
     if num_devices < 1:
         raise ClusterError(f"a cluster needs at least 1 device, got {num_devices}")
     d = num_devices
-    devs = tuple(Device(f"dev{i}", launch_overhead_s=0.0) for i in range(d))
+    devs = tuple(Device(f"dev{i}", memory_bytes=math.inf, launch_overhead_s=0.0) for i in range(d))
     return Cluster(f"uniform{d}", devs, np.full((d, d), 1e12), np.zeros((d, d)))
 
 
@@ -474,7 +502,7 @@ def make_multihost(
         raise ClusterError(f"multihost device kind {kind!r}; expected one of {DEVICE_KINDS}")
     k, d = devices_per_host, hosts * devices_per_host
     if kind == "cpu":
-        one = make_cpu(1).devices[0]
+        one = make_cpu(k).devices[0]  # the host's memory shared by its k devices
         intra_bw, intra_lat = intra_bytes_per_s or 5 * GB, intra_latency_s or 5e-6
     else:
         one = make_h100x8().devices[0]

@@ -576,6 +576,7 @@ TRACE_FIELDS = ("format", "version", "graph", "names", "kinds", "num_devices", "
     "makespan",
     "link_names",
     "meta",
+    "peak_memory_bytes",
 )
 
 
@@ -617,6 +618,8 @@ def trace_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> Trace:
     want_object(doc.get("meta", {}), "trace meta", fail)
     if doc.get("makespan") is not None:
         want_number(doc["makespan"], "trace makespan", fail)
+    if doc.get("peak_memory_bytes") is not None:
+        want_numbers(doc["peak_memory_bytes"], "trace peak_memory_bytes", fail, d, minimum=0)
     return Trace.from_dict(doc)
 
 

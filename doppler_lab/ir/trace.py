@@ -30,6 +30,10 @@ class Trace:
         semantics: ``paper``, ``wc``, ``bsp`` or ``measured``.
         link_names: label per link resource.
         meta: free-form (seed, noise, cluster, repeats).
+        peak_memory_bytes: ``(D,)`` the most bytes resident on each device at once (the
+            simulator's memory model, :mod:`doppler_lab.timing.sim.footprint`, or the executor's
+            measured live tensors), or ``None`` when the producer did not record it (older
+            trace files).
     """
 
     graph_name: str
@@ -49,6 +53,7 @@ class Trace:
     semantics: str
     link_names: tuple[str, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
+    peak_memory_bytes: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -63,6 +68,15 @@ class Trace:
         for name in ("start", "end", "transfer_start", "transfer_end"):
             object.__setattr__(self, name, np.asarray(getattr(self, name), dtype=np.float64))
         object.__setattr__(self, "meta", dict(self.meta))
+        if self.peak_memory_bytes is not None:
+            peak = np.asarray(self.peak_memory_bytes, dtype=np.float64).reshape(-1)
+            if peak.shape != (self.num_devices,):
+                from ..house.errors import FormatError
+
+                raise FormatError(
+                    f"peak_memory_bytes has {peak.size} entries for {self.num_devices} devices"
+                )
+            object.__setattr__(self, "peak_memory_bytes", peak)
 
     @property
     def makespan(self) -> float:
@@ -204,7 +218,11 @@ class Trace:
             },
             "link_names": list(self.link_names),
             "meta": self.meta,
-        }
+        } | (
+            {}
+            if self.peak_memory_bytes is None
+            else {"peak_memory_bytes": self.peak_memory_bytes.tolist()}
+        )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Trace:
@@ -234,6 +252,9 @@ class Trace:
                 semantics=d["semantics"],
                 link_names=tuple(d.get("link_names", ())),
                 meta=d.get("meta", {}),
+                peak_memory_bytes=(
+                    None if d.get("peak_memory_bytes") is None else f(d["peak_memory_bytes"])
+                ),
             )
         except KeyError as exc:
             raise FormatError(f"trace lacks the field {exc.args[0]!r}") from None

@@ -5,6 +5,11 @@ A chart uses a handful of plotly traces whatever the size of the execution: one 
 line for its jumps across lanes (listed in the legend but not drawn when the path is long). Past
 ``max_ops`` bars, back-to-back records of one lane and colour are merged into segments so that
 100k-op traces stay responsive.
+
+Under the lanes, a memory panel (when the trace records ``peak_memory_bytes`` and the graph is
+given): bytes resident on each device over time, a step line per device, from the memory model
+of :mod:`doppler_lab.timing.sim.footprint` applied to the trace's times (for a measured trace
+its legend also gives the executor's measured peak).
 """
 
 from __future__ import annotations
@@ -42,13 +47,15 @@ DEFAULT_MAX_OPS = 20_000
 
 
 class GanttOptions(TypedDict, total=False):
-    """Keyword options of :func:`compare_gantt`, as in :func:`gantt`."""
+    """Keyword options of :func:`compare_gantt`, as in :func:`gantt` (``show_memory`` defaults
+    to False there)."""
 
     show_transfers: bool
     highlight_critical: bool
     color_by: ColorBy
     max_ops: int
     time_unit: str | None
+    show_memory: bool | str
 
 
 _OP_HOVER = (
@@ -305,6 +312,38 @@ class _Panel(NamedTuple):
     traces: list[go.BaseTraceType]
     lanes: list[str]
     makespan: float
+    memory: list[go.BaseTraceType] | None = None  # the memory panel's lines, when shown
+
+
+def _has_memory(trace: Trace, graph: DataflowGraph | None) -> bool:
+    peak = trace.peak_memory_bytes
+    return graph is not None and peak is not None and bool((peak > 0).any())
+
+
+def _memory_traces(trace: Trace, graph: DataflowGraph) -> list[go.BaseTraceType]:
+    """A step line per device: bytes resident over time (GB)."""
+    from ..timing.sim.footprint import memory_profile
+
+    prof = memory_profile(graph, trace)
+    measured = trace.semantics == "measured"
+    out: list[go.BaseTraceType] = []
+    for d in range(trace.num_devices):
+        t = np.append(prof.times[d], max(trace.makespan, float(prof.times[d][-1])))
+        level = np.append(prof.levels[d], prof.levels[d][-1]) / 1e9
+        peak = trace.peak_memory_bytes[d] / 1e9  # type: ignore[index]
+        label = f"{device_lane(d)} memory (peak {peak:.3g} GB{' measured' if measured else ''})"
+        out.append(
+            go.Scatter(
+                x=t,
+                y=level,
+                mode="lines",
+                line=dict(shape="hv", width=1.5, color=series_color(d)),
+                name=label,
+                legendgroup="memory",
+                hovertemplate=f"{device_lane(d)}<br>%{{x:.6g}}: %{{y:.4g}} GB<extra></extra>",
+            )
+        )
+    return out
 
 
 def _panel(
@@ -315,8 +354,11 @@ def _panel(
     highlight_critical: bool = True,
     color_by: str = "kind",
     max_ops: int = DEFAULT_MAX_OPS,
+    show_memory: bool | str = False,
 ) -> _Panel:
     check_choice(color_by, COLOR_BY, "color_by")
+    if show_memory not in (True, False, "auto"):
+        raise ConfigError(f"show_memory must be True, False or 'auto', got {show_memory!r}")
     if max_ops < 1:
         raise ConfigError(f"max_ops must be >= 1, got {max_ops}")
     check_trace_graph(trace, graph)
@@ -346,7 +388,15 @@ def _panel(
         if not show_transfers:
             steps = [s for s in steps if s.record == "op"]
         traces += _critical_traces(steps, legend, max_ops)
-    return _Panel(traces, lanes, span)
+    memory = None
+    if show_memory and _has_memory(trace, graph):
+        memory = _memory_traces(trace, graph)  # type: ignore[arg-type]
+    elif show_memory is True:
+        raise ConfigError(
+            "show_memory needs the graph and a trace with peak_memory_bytes (a simulated trace, "
+            "or a measured one from an executor that records memory) and tensor sizes"
+        )
+    return _Panel(traces, lanes, span, memory)
 
 
 def _title(trace: Trace, time_unit: str | None = None) -> str:
@@ -385,6 +435,7 @@ def gantt(
     color_by: ColorBy = "kind",
     max_ops: int = DEFAULT_MAX_OPS,
     time_unit: str | None = "auto",
+    show_memory: bool | str = "auto",
 ) -> go.Figure:
     """A Gantt chart of one execution.
 
@@ -400,13 +451,19 @@ def gantt(
             are merged (their hover names the first and last op).
         time_unit: unit shown on the time axis (``s``, ``paper units``); ``"auto"`` (default):
             :func:`resolve_time_unit`; None: no unit.
+        show_memory: a memory panel under the lanes (bytes resident per device over time);
+            ``"auto"`` (default): when the graph is given and the trace has a non-zero
+            ``peak_memory_bytes``.
 
     Returns:
-        A figure with a numeric time axis and one lane per device, then the transfer lanes.
+        A figure with a numeric time axis and one lane per device, then the transfer lanes
+        (and the memory panel below, on the same time axis).
     """
     legend: set[str] = set()
     time_unit = resolve_time_unit(trace, graph, time_unit)
-    panel = _panel(trace, graph, legend, show_transfers, highlight_critical, color_by, max_ops)
+    panel = _panel(
+        trace, graph, legend, show_transfers, highlight_critical, color_by, max_ops, show_memory
+    )
     title = title if title is not None else _title(trace, time_unit)
     return _assemble([panel], None, title, color_by, time_unit, len(legend))
 
@@ -456,17 +513,29 @@ def _assemble(
     time_unit: str | None,
     legend_entries: int,
 ) -> go.Figure:
-    """Panels stacked on one shared time axis (a plain figure for one panel)."""
-    heights = [len(p.lanes) + 1.5 for p in panels]
+    """Panels stacked on one shared time axis (a plain figure for one panel); a panel's memory
+    lines get a row of their own under it."""
+    heights: list[float] = []
+    titles: list[str] = []
+    for i, p in enumerate(panels):
+        heights.append(len(p.lanes) + 1.5)
+        titles.append(subtitles[i] if subtitles else "")
+        if p.memory is not None:
+            heights.append(4.0)
+            titles.append("resident memory per device (GB)")
+    rows = len(heights)
+    legend_entries += sum(len(p.memory) for p in panels if p.memory is not None)
     fig = make_subplots(
-        rows=len(panels),
+        rows=rows,
         cols=1,
         shared_xaxes=True,
-        vertical_spacing=min(0.08, 0.3 / len(panels)),
+        vertical_spacing=min(0.08, 0.3 / rows),
         row_heights=[h / sum(heights) for h in heights],
-        subplot_titles=subtitles,
+        subplot_titles=titles if (subtitles or rows > len(panels)) else None,
     )
-    for row, p in enumerate(panels, start=1):
+    row = 0
+    for p in panels:
+        row += 1
         for t in p.traces:
             fig.add_trace(t, row=row, col=1)
         fig.update_yaxes(
@@ -479,14 +548,19 @@ def _assemble(
             col=1,
         )
         fig.add_vline(x=p.makespan, line=dict(color="#444", width=1, dash="dot"), row=row, col=1)
+        if p.memory is not None:
+            row += 1
+            for t in p.memory:
+                fig.add_trace(t, row=row, col=1)
+            fig.update_yaxes(title="GB", rangemode="tozero", row=row, col=1)
     fig.update_xaxes(type="linear", rangemode="tozero", showgrid=True)
-    fig.update_xaxes(title=_axis_title(time_unit), row=len(panels), col=1)
+    fig.update_xaxes(title=_axis_title(time_unit), row=rows, col=1)
     fig.update_layout(
         title=title,
         barmode="overlay",
         bargap=0.0,
         template="plotly_white",
-        height=max(280, 160 + 27 * legend_entries, 90 + 50 * len(panels) + int(26 * sum(heights))),
+        height=max(280, 160 + 27 * legend_entries, 90 + 50 * rows + int(26 * sum(heights))),
         hoverlabel=dict(namelength=-1),
         legend=dict(title="colour" if color_by == "node" else color_by),
         margin=dict(l=10, r=10, t=70, b=50),

@@ -159,7 +159,9 @@ def test_many_ops_are_merged_past_max_ops() -> None:
 def test_ten_thousand_ops_use_few_traces(big) -> None:
     g, trace = big
     fig = gantt(trace, g)
-    assert len(fig.data) <= 10
+    memory = [t for t in fig.data if t.legendgroup == "memory"]
+    assert len(memory) == trace.num_devices  # one memory line per device
+    assert len(fig.data) - len(memory) <= 10
     assert sum(len(b.x) for b in bars(fig)) == g.compute_nodes.size + trace.num_transfers
     jumps = next(t for t in fig.data if t.name == "critical path jumps")
     assert jumps.visible == "legendonly"  # a long path's connectors are offered, not drawn
@@ -282,3 +284,32 @@ def test_a_trace_of_another_graph_is_refused(mlp_wc: Trace) -> None:
         critical_path(mlp_wc, random_dag(10))
     with pytest.raises(ConfigError, match="max_ops"):
         gantt(mlp_wc, max_ops=0)
+
+
+def test_memory_panel_under_the_lanes(mlp: DataflowGraph, mlp_wc: Trace) -> None:
+    """A simulated trace with sizes gets a memory row on the shared time axis; off on request,
+    and by default where the trace has no memory or no graph is given."""
+    from dataclasses import replace
+
+    from doppler_lab.timing.sim.footprint import memory_profile
+
+    fig = gantt(mlp_wc, mlp)
+    memory = [t for t in fig.data if t.legendgroup == "memory"]
+    assert [t.yaxis for t in memory] == ["y2"] * mlp_wc.num_devices
+    assert fig.layout.yaxis2.title.text == "GB"
+    assert fig.layout.xaxis2.title.text == "time (s)"
+    prof = memory_profile(mlp, mlp_wc)
+    for d, line in enumerate(memory):
+        assert max(line.y) == pytest.approx(prof.levels[d].max() / 1e9)
+        assert max(line.y) <= mlp_wc.peak_memory_bytes[d] / 1e9 + 1e-12
+        assert line.x[-1] >= mlp_wc.makespan
+    plain = gantt(mlp_wc, mlp, show_memory=False)
+    assert not any(t.legendgroup == "memory" for t in plain.data)
+    assert not any(t.legendgroup == "memory" for t in gantt(mlp_wc).data)
+    old = replace(mlp_wc, peak_memory_bytes=None)
+    assert not any(t.legendgroup == "memory" for t in gantt(old, mlp).data)
+    with pytest.raises(ConfigError, match="show_memory"):
+        gantt(old, mlp, show_memory=True)
+    both = compare_gantt({"a": mlp_wc, "b": mlp_wc}, mlp, show_memory=True)
+    assert sum(t.legendgroup == "memory" for t in both.data) == 2 * mlp_wc.num_devices
+    assert fig.layout.xaxis.matches == "x2" or fig.layout.xaxis2.matches == "x"

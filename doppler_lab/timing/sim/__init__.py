@@ -15,6 +15,9 @@ Three semantics:
   ``dispatch="priority"``.
 - ``bsp``: level-synchronous with barriers (compute phase, then communication phase, per level).
 
+:meth:`Simulator.run` also records each device's peak resident bytes on the trace
+(``peak_memory_bytes``, the model of :mod:`.footprint`); makespan-only calls do not compute it.
+
 Noise multiplies every compute and transfer duration by an independent lognormal(0, sigma)
 factor drawn from an explicit generator; sigma = 0 is deterministic.
 """
@@ -37,6 +40,7 @@ from ...ir.placement import Placement
 from ...ir.trace import Trace, kind_names
 from ..cost_model import CostModel
 from . import _kernels as K
+from .footprint import MemoryModel
 
 SEMANTICS: tuple[str, ...] = ("paper", "wc", "bsp")
 Semantics = Literal["paper", "wc", "bsp"]
@@ -152,6 +156,7 @@ class Simulator:
         self._scratch = tuple(
             K.new_buffers(0, 0) if semantics == "paper" else K.new_buffers(g.num_nodes, g.num_edges)
         )
+        self._memory: MemoryModel | None = None  # built on the first run() that records
 
     # -- helpers ---------------------------------------------------------------------------
     def _prepare(
@@ -267,19 +272,26 @@ class Simulator:
         dst = self._graph_arrays.succ_idx[slots]
         device = np.array(given, dtype=np.int64)
         device[g.is_input] = -1
+        start, end = out.start * scale, out.end * scale
+        tr_start, tr_end = out.tr_start[:ntr] * scale, out.tr_end[:ntr] * scale
+        if self._memory is None:
+            self._memory = MemoryModel(g)
+        peak = self._memory.sweep(
+            device, start, end, src, device[dst], tr_start, tr_end, self.num_devices
+        )[0]
         return Trace(
             graph_name=g.name,
             names=g.names,
             kinds=self._kinds,
             device=device,
-            start=out.start * scale,
-            end=out.end * scale,
+            start=start,
+            end=end,
             transfer_src=src,
             transfer_dst=dst,
             transfer_src_device=device[src],
             transfer_dst_device=device[dst],
-            transfer_start=out.tr_start[:ntr] * scale,
-            transfer_end=out.tr_end[:ntr] * scale,
+            transfer_start=tr_start,
+            transfer_end=tr_end,
             transfer_link=out.tr_link[:ntr] if self.semantics != "paper" else np.full(ntr, -1),
             num_devices=self.num_devices,
             semantics=self.semantics,
@@ -290,6 +302,7 @@ class Simulator:
                 "seed": seed,
                 "dispatch": dispatch,
             },
+            peak_memory_bytes=peak,
         )
 
     def makespan(

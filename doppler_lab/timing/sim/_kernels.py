@@ -562,3 +562,179 @@ def bsp_batch(graph, costs, devs, opts):  # pragma: no cover - compiled
         m, _ = bsp_kernel(graph, costs, devs[i], _batch_row(opts, i), out)
         result[i] = m
     return result
+
+
+# --------------------------------------------------------------------------------------------
+# memory: bytes resident per device over a finished run (any semantics, or a measured trace)
+# --------------------------------------------------------------------------------------------
+# Intervals (see doppler_lab.timing.sim.footprint for the model): a stored input is resident on
+# each device that reads it for the whole run (``base``); an op's output from its start until
+# its last consumer on its device ends and its last transfer out ends (never freed when nothing
+# consumes it: a graph output); a received copy from its first transfer's start until its last
+# consumer there ends. Events are ordered by (time, rank): a transfer's start comes first at its
+# instant, then op events by each device's execution order (op k's start, op k's end, op k+1's
+# start, ...: an op's output meets its inputs even when it takes no time), a transfer's end last.
+
+
+@njit(inline="always")
+def _key_less(t1, r1, t2, r2):  # pragma: no cover - compiled
+    return t1 < t2 or (t1 == t2 and r1 < r2)
+
+
+@njit(cache=True)
+def memory_sweep(
+    dev,
+    start,
+    end,
+    topo_pos,
+    nbytes,
+    succ_ptr,
+    succ_idx,
+    tr_src,
+    tr_dst_dev,
+    tr_start,
+    tr_end,
+    ndev,
+):  # pragma: no cover - compiled
+    """Peak bytes per device, with the sweep's events.
+
+    Args: ``dev``/``start``/``end`` per node (inputs: device -1), ``topo_pos`` each node's
+    position in a topological order (breaks ties between ops with equal times), ``nbytes`` each
+    node's output size, the CSR successors, and the transfers' source node, destination device,
+    start and end.
+
+    Returns ``(peak (D,), base (D,), ev_dev, ev_time, ev_level)``: events sorted by device and
+    time, ``ev_level`` the bytes resident on ``ev_dev`` once the event is applied."""
+    n = dev.shape[0]
+    nt = tr_src.shape[0]
+    big = 2 * n + 4
+    # each compute node's place in its device's execution order (a global order serves all)
+    ran = 0
+    for v in range(n):
+        if start[v] == start[v]:
+            ran += 1
+    comp = np.empty(ran, np.int64)
+    i = 0
+    for v in range(n):
+        if start[v] == start[v]:
+            comp[i] = v
+            i += 1
+    comp = comp[np.argsort(topo_pos[comp], kind="mergesort")]
+    comp = comp[np.argsort(end[comp], kind="mergesort")]
+    comp = comp[np.argsort(start[comp], kind="mergesort")]
+    rank = np.zeros(n, np.int64)
+    for i in range(ran):
+        rank[comp[i]] = i
+    # transfers by source node
+    tptr = np.zeros(n + 1, np.int64)
+    for k in range(nt):
+        tptr[tr_src[k] + 1] += 1
+    for v in range(n):
+        tptr[v + 1] += tptr[v]
+    fill = tptr[:n].copy()
+    torder = np.empty(nt, np.int64)
+    for k in range(nt):
+        u = tr_src[k]
+        torder[fill[u]] = k
+        fill[u] += 1
+    base = np.zeros(ndev)
+    cap = 2 * (n + nt) + 2
+    e_dev = np.empty(cap, np.int64)
+    e_t = np.empty(cap)
+    e_r = np.empty(cap, np.int64)
+    e_b = np.empty(cap)
+    ne = 0
+    stamp = np.full(ndev, -1, np.int64)
+    has_free = np.zeros(ndev, np.bool_)
+    free_t = np.empty(ndev)
+    free_r = np.empty(ndev, np.int64)
+    first_t = np.empty(ndev)
+    touched = np.empty(ndev, np.int64)
+    for u in range(n):
+        b_u = nbytes[u]
+        if b_u <= 0:
+            continue
+        if dev[u] < 0:  # a stored input: resident on every device that reads it
+            for j in range(succ_ptr[u], succ_ptr[u + 1]):
+                w = succ_idx[j]
+                if start[w] == start[w] and stamp[dev[w]] != u:
+                    stamp[dev[w]] = u
+                    base[dev[w]] += b_u
+            continue
+        if start[u] != start[u]:  # never ran (a partial trace)
+            continue
+        a = dev[u]
+        nd = 0
+        stamp[a] = u
+        touched[nd] = a
+        nd += 1
+        has_free[a] = False
+        first_t[a] = np.inf
+        for j in range(succ_ptr[u], succ_ptr[u + 1]):
+            w = succ_idx[j]
+            if start[w] != start[w]:
+                continue
+            d = dev[w]
+            if stamp[d] != u:
+                stamp[d] = u
+                touched[nd] = d
+                nd += 1
+                has_free[d] = False
+                first_t[d] = np.inf
+            t, r = end[w], 3 + 2 * rank[w]
+            if not has_free[d] or _key_less(free_t[d], free_r[d], t, r):
+                free_t[d], free_r[d], has_free[d] = t, r, True
+        # the sender's buffer waits for its last transfer out (kept in has_free[a] too)
+        for i in range(tptr[u], tptr[u + 1]):
+            k = torder[i]
+            d = tr_dst_dev[k]
+            if stamp[d] != u:
+                stamp[d] = u
+                touched[nd] = d
+                nd += 1
+                has_free[d] = False
+                first_t[d] = np.inf
+            if tr_start[k] < first_t[d]:
+                first_t[d] = tr_start[k]
+            t = tr_end[k]
+            for dd in (a, d):
+                if not has_free[dd] or _key_less(free_t[dd], free_r[dd], t, big):
+                    free_t[dd], free_r[dd], has_free[dd] = t, big, True
+        for i in range(nd):
+            d = touched[i]
+            if d == a:
+                at, ar = start[u], 2 + 2 * rank[u]
+            elif first_t[d] < np.inf:
+                at, ar = first_t[d], 0
+            else:
+                continue  # a consumer elsewhere with no recorded transfer: nothing arrived
+            if has_free[d] and not _key_less(at, ar, free_t[d], free_r[d]):
+                continue  # an empty interval
+            e_dev[ne], e_t[ne], e_r[ne], e_b[ne] = d, at, ar, b_u
+            ne += 1
+            if has_free[d]:
+                e_dev[ne], e_t[ne], e_r[ne], e_b[ne] = d, free_t[d], free_r[d], -b_u
+                ne += 1
+    # sort events by (device, time, rank): stable sorts, last key first
+    order = np.argsort(e_r[:ne], kind="mergesort")
+    order = order[np.argsort(e_t[order], kind="mergesort")]
+    order = order[np.argsort(e_dev[order], kind="mergesort")]
+    peak = base.copy()
+    ev_dev = np.empty(ne, np.int64)
+    ev_time = np.empty(ne)
+    ev_level = np.empty(ne)
+    level = 0.0
+    last = -1
+    for i in range(ne):
+        k = order[i]
+        d = e_dev[k]
+        if d != last:
+            level = base[d]
+            last = d
+        level += e_b[k]
+        if e_b[k] > 0 and level > peak[d]:
+            peak[d] = level
+        ev_dev[i] = d
+        ev_time[i] = e_t[k]
+        ev_level[i] = level
+    return peak, base, ev_dev, ev_time, ev_level

@@ -60,3 +60,72 @@ def simulate_paper_simpy(
     env.run()
     scale = graph.time_scale
     return float(np.nanmax(end)) * scale, start * scale, end * scale
+
+
+def memory_peaks_reference(
+    graph: DataflowGraph, trace, nbytes: np.ndarray | None = None
+) -> tuple[np.ndarray, list[tuple[int, tuple[float, int], tuple[float, int] | None, float]]]:
+    """The memory model of :mod:`doppler_lab.timing.sim.footprint` in plain Python: the twin of the
+    compiled ``memory_sweep``.
+
+    Returns ``(peak per device, intervals)``; an interval is ``(device, alloc key, free key or
+    None (resident to the end), bytes)``, a key ``(time, rank)``; stored inputs are intervals
+    from ``(-inf, -1)`` with no end."""
+    from ..memory import tensor_bytes
+
+    size = tensor_bytes(graph) if nbytes is None else np.asarray(nbytes, dtype=np.float64)
+    n, big = graph.num_nodes, 2 * graph.num_nodes + 4
+    start, end, dev = trace.start, trace.end, trace.device
+    ran = [v for v in range(n) if not np.isnan(start[v])]
+    topo = {int(v): i for i, v in enumerate(graph.topo_order)}
+    order = sorted(ran, key=lambda v: (start[v], end[v], topo[v]))
+    rank = {v: i for i, v in enumerate(order)}
+    sends: dict[int, list[int]] = {}
+    for k in range(trace.num_transfers):
+        sends.setdefault(int(trace.transfer_src[k]), []).append(k)
+    intervals: list[tuple[int, tuple[float, int], tuple[float, int] | None, float]] = []
+    for u in range(n):
+        b = float(size[u])
+        if b <= 0:
+            continue
+        readers = [int(w) for w in graph.successors(u) if not np.isnan(start[w])]
+        if dev[u] < 0:
+            for d in sorted({int(dev[w]) for w in readers}):
+                intervals.append((d, (-np.inf, -1), None, b))
+            continue
+        if np.isnan(start[u]):
+            continue
+        a = int(dev[u])
+        frees: dict[int, list[tuple[float, int]]] = {}
+        firsts: dict[int, float] = {}
+        for w in readers:
+            frees.setdefault(int(dev[w]), []).append((float(end[w]), 3 + 2 * rank[w]))
+        for k in sends.get(u, []):
+            d = int(trace.transfer_dst_device[k])
+            firsts[d] = min(firsts.get(d, np.inf), float(trace.transfer_start[k]))
+            for dd in (a, d):
+                frees.setdefault(dd, []).append((float(trace.transfer_end[k]), big))
+        for d in sorted(set(frees) | {a}):
+            if d == a:
+                alloc = (float(start[u]), 2 + 2 * rank[u])
+            elif d in firsts:
+                alloc = (firsts[d], 0)
+            else:
+                continue
+            free = max(frees[d]) if frees.get(d) else None
+            if free is not None and not alloc < free:
+                continue
+            intervals.append((d, alloc, free, b))
+    peak = np.zeros(trace.num_devices)
+    for d in range(trace.num_devices):
+        events = []
+        for dd, alloc, free, b in intervals:
+            if dd == d:
+                events.append((alloc, b))
+                if free is not None:
+                    events.append((free, -b))
+        level = 0.0
+        for _, b in sorted(events, key=lambda e: e[0]):
+            level += b
+            peak[d] = max(peak[d], level)
+    return peak, intervals
