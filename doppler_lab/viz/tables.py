@@ -26,7 +26,7 @@ Example:
     >>> t.frame.to_dict(orient="records")
     [{'graph': 'ffnn', 'makespan (us)': '48.77', 'nodes': '24', 'vs_cp (%)': '12.34', 'note': ''}]
     >>> format_value(0.0123, "s"), format_value(0.25, "%"), format_value(1200.0)
-    ('12.30 ms', '25.00 %', '1,200')
+    ('12.3 ms', '25 %', '1,200')
 """
 
 from __future__ import annotations
@@ -44,13 +44,17 @@ import pandas as pd
 #: seconds per time unit; a time column is shown in the largest unit its typical value reaches
 TIME_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 PERCENT = "%"
+#: a ratio (``2.000x``)
+RATIO = "x"
 DIGITS = 4
 MAX_COLUMNS = 10
 MAX_ROWS = 60
 #: leading label columns repeated beside the hidden ones (so that rows stay identifiable)
 MAX_KEYS = 2
 
-_TIME_NAME = re.compile(r"^(?P<base>.*?)_(?P<unit>s|ms|us|seconds)(?P<per>_per_\w+)?$")
+_TIME_NAME = re.compile(
+    r"^(?P<base>.*?)_(?P<unit>s|ms|us|seconds)(?:_per_(?P<per>[a-z0-9]+))?(?P<tail>_\w+)?$"
+)
 
 
 def infer_unit(name: str) -> str | None:
@@ -66,7 +70,9 @@ def infer_unit(name: str) -> str | None:
         return "s"
     if n in ("ms", "us"):
         return n
-    if m := _TIME_NAME.match(n):
+    if n.endswith("_per_s") or n.endswith("_per_second"):  # a rate (gflops_per_s), not a time
+        return None
+    if (m := _TIME_NAME.match(n)) and (m.group("per") or not m.group("tail")):
         unit = m.group("unit")
         return "s" if unit == "seconds" else unit
     if n.startswith("vs_") or "_vs_" in n:
@@ -80,10 +86,10 @@ def _header(name: str, unit: str | None) -> str:
     if not unit:
         return name
     m = _TIME_NAME.match(name.lower())
-    if m and unit in TIME_UNITS and m.group("base"):
-        base = name[: len(m.group("base"))]
+    if m and unit in TIME_UNITS and m.group("base") and (m.group("per") or not m.group("tail")):
+        base = name[: len(m.group("base"))] + (m.group("tail") or "")
         per = m.group("per")
-        return f"{base} ({unit}/{per[len('_per_') :]})" if per else f"{base} ({unit})"
+        return f"{base} ({unit}/{per})" if per else f"{base} ({unit})"
     return f"{name} ({unit})"
 
 
@@ -111,11 +117,12 @@ def _is_number(x: Any) -> bool:
 
 def format_number(x: float, digits: int = DIGITS) -> str:
     """``digits`` significant figures in fixed notation (thousands separated; whole numbers of
-    ``digits`` or more digits rounded to units), scientific only below 1e-4 or from 1e15.
+    ``digits`` or more digits rounded to units), scientific only below 1e-4 or from 1e15; a
+    value with fewer significant digits (a setting such as 0.05) is not padded with zeros.
 
     Example:
-        >>> [format_number(v) for v in (1.23456, 0.000821, 12345.6, 2.0, 3e-7, -0.5)]
-        ['1.235', '0.0008210', '12,346', '2.000', '3.000e-07', '-0.5000']
+        >>> [format_number(v) for v in (1.23456, 0.000821, 12345.6, 2.0, 3e-7, -0.5, 0.0004567891)]
+        ['1.235', '0.000821', '12,346', '2', '3.000e-07', '-0.5', '0.0004568']
     """
     v = float(x)
     if not math.isfinite(v):
@@ -128,7 +135,10 @@ def format_number(x: float, digits: int = DIGITS) -> str:
     decimals = digits - 1 - math.floor(math.log10(a))
     if decimals <= 0:
         return f"{v:,.0f}"
-    return f"{v:,.{decimals}f}"
+    text = f"{v:,.{decimals}f}"
+    if abs(float(f"{v:.{digits}g}") - v) <= 1e-9 * a:  # a short value (0.05): no padding zeros
+        text = text.rstrip("0").rstrip(".")
+    return text
 
 
 def format_int(x: float) -> str:
@@ -169,6 +179,8 @@ def format_value(value: Any, unit: str | None = None, digits: int = DIGITS) -> s
         return f"{format_number(v * TIME_UNITS[unit] / TIME_UNITS[shown], digits)} {shown}"
     if unit == PERCENT:
         return f"{format_number(v * 100, digits)} %"
+    if unit == RATIO:
+        return f"{format_number(v, digits)}x"
     text = format_int(v) if isinstance(value, Integral) or v.is_integer() else format_number(v)
     return text + (f" {unit}" if unit else "")
 
@@ -187,6 +199,7 @@ def _format_column(
     values = [_plain(v) for v in values]
     nums = [float(v) for v in values if _is_number(v) and math.isfinite(float(v))]
     numeric = bool(nums) and all(_is_number(v) or is_missing(v) for v in values)
+    per_cell = per_cell or not numeric  # a column of mixed values: each number on its own
     scale, shown = 1.0, unit
     if unit in TIME_UNITS and nums:
         shown = time_unit_for([n * TIME_UNITS[unit] for n in nums])
@@ -195,7 +208,7 @@ def _format_column(
         scale = 100.0
     whole = (
         unit not in TIME_UNITS
-        and unit != PERCENT
+        and unit not in (PERCENT, RATIO)
         and bool(nums)
         and all(n.is_integer() and abs(n) < 1e15 for n in nums)
     )
@@ -222,16 +235,16 @@ def _format_column(
     return _Column(name, header, [cell(v) for v in values], numeric)
 
 
-def _frame_of(data: Any) -> pd.DataFrame:
+def _frame_of(data: Any, key: str = "quantity") -> pd.DataFrame:
     if isinstance(data, pd.DataFrame):
         frame = data
         if not isinstance(frame.index, pd.RangeIndex) or frame.index.name is not None:
             frame = frame.reset_index()
         return frame
     if isinstance(data, pd.Series):
-        return pd.DataFrame({"quantity": [str(k) for k in data.index], "value": list(data)})
+        return pd.DataFrame({key: [str(k) for k in data.index], "value": list(data)})
     if isinstance(data, Mapping):
-        return pd.DataFrame({"quantity": [str(k) for k in data], "value": list(data.values())})
+        return pd.DataFrame({key: [str(k) for k in data], "value": list(data.values())})
     if isinstance(data, Sequence) and not isinstance(data, str):
         return pd.DataFrame(list(data))
     raise TypeError(
@@ -369,6 +382,7 @@ def tidy(
     max_columns: int = MAX_COLUMNS,
     max_rows: int = MAX_ROWS,
     columns: Sequence[str] | None = None,
+    key: str = "quantity",
 ) -> Table:
     """A table for people (see the module's docstring for the rules).
 
@@ -386,12 +400,13 @@ def tidy(
         max_columns: shown columns when ``show`` is not given.
         max_rows: shown rows; the others sit behind a toggle.
         columns: only these columns, in this order (default: all).
+        key: the name column of a mapping's table.
 
     Raises:
         KeyError: ``show``, ``columns`` or ``units`` names a column the data does not have.
     """
     per_cell = isinstance(data, Mapping | pd.Series)
-    frame = _frame_of(data)
+    frame = _frame_of(data, key)
     names = [str(c) for c in frame.columns]
     frame.columns = names
     for what, given in (("columns", columns), ("show", show), ("units", units)):
@@ -407,7 +422,7 @@ def tidy(
         unit = units[name] if name in units else infer_unit(name)
         values = frame[name].tolist()
         if per_cell and name == "value":
-            quantities = frame["quantity"].tolist()
+            quantities = frame[key].tolist()
             cells = [
                 format_value(v, units.get(q, infer_unit(q)), digits)
                 for q, v in zip(quantities, values)
@@ -438,3 +453,104 @@ def to_markdown(
     frame = pd.DataFrame(list(rows)) if not isinstance(rows, pd.DataFrame) else rows
     frame = frame.reindex(columns=list(columns or frame.columns))
     return tidy(frame, units=units).to_markdown()
+
+
+def settings(config: Any, keys: Sequence[str] | None = None, caption: str | None = None) -> Table:
+    """A configuration as a setting / value table (instead of its repr): a dataclass, a mapping
+    or an object with ``to_dict``; ``keys``: the settings shown, in order (default: all);
+    sequences are joined with commas, None reads ``none``.
+
+    Example:
+        >>> settings({"lr": 0.003, "episodes": 400, "graphs": ("a", "b"), "init": None}).frame.value.tolist()
+        ['0.003', '400', 'a, b', 'none']
+    """
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    elif isinstance(config, Mapping):
+        values = dict(config)
+    elif callable(getattr(config, "to_dict", None)):
+        values = dict(config.to_dict())
+    else:
+        raise TypeError(f"settings of a {type(config).__name__}; expected a dataclass or a mapping")
+    if keys is not None:
+        missing = [k for k in keys if k not in values]
+        if missing:
+            raise KeyError(f"no setting {missing[0]!r}; there are {sorted(values)}")
+        values = {k: values[k] for k in keys}
+
+    def shown(v: Any) -> Any:
+        if v is None:
+            return "none"
+        if isinstance(v, list | tuple):
+            return ", ".join(map(str, v))
+        if isinstance(v, float):
+            return f"{v:g}"  # a setting as it was typed, not to 4 significant figures
+        return v
+
+    return tidy({k: shown(v) for k, v in values.items()}, caption=caption, key="setting")
+
+
+class Tables:
+    """Several :class:`Table` one after the other (what :func:`tidy_by` returns)."""
+
+    def __init__(self, tables: list[Table]):
+        self.tables = tables
+
+    def __len__(self) -> int:
+        return len(self.tables)
+
+    def __iter__(self):
+        return iter(self.tables)
+
+    def _repr_html_(self) -> str:
+        return "".join(t.to_html() for t in self.tables)
+
+    def __repr__(self) -> str:
+        return "\n\n".join(t.to_text() for t in self.tables)
+
+    def to_markdown(self) -> str:
+        return "\n".join(
+            (f"{t.caption}\n\n" if t.caption else "") + t.to_markdown() for t in self.tables
+        )
+
+
+def tidy_by(
+    data: Any,
+    by: str,
+    units: Mapping[Any, Mapping[str, str | None]],
+    caption: str = "{value}",
+    **kwargs: Any,
+) -> Tables:
+    """One :func:`tidy` table per value of column ``by``, each with its own units: for tables
+    whose rows measure in different units (makespans of the paper's graphs are in its cost
+    units, those of generated workloads in seconds).
+
+    Args:
+        data: the rows (as :func:`tidy` takes them).
+        by: the column whose values split the rows (in order of appearance).
+        units: value of ``by`` -> the units of its table (a value absent: the ``None`` entry,
+            else no units beyond those the columns' names imply).
+        caption: each table's caption, formatted with ``by`` and ``value``.
+        kwargs: passed on to :func:`tidy`.
+
+    Example:
+        >>> t = tidy_by([{"group": "paper", "makespan": 1200.0}, {"group": "wc", "makespan": 0.002}],
+        ...             "group", {"wc": {"makespan": "s"}}, caption="{by}: {value}")
+        >>> [(x.caption, list(x.frame.columns)) for x in t]
+        [('group: paper', ['group', 'makespan']), ('group: wc', ['group', 'makespan (ms)'])]
+    """
+    frame = _frame_of(data)
+    if by not in frame.columns:
+        raise KeyError(f"table has no column {by!r} (by); it has {list(frame.columns)}")
+    tables = []
+    for value in dict.fromkeys(frame[by].tolist()):
+        part = frame[frame[by] == value].reset_index(drop=True)
+        tables.append(
+            tidy(
+                part,
+                units=units.get(value, units.get(None, {})),
+                caption=caption.format(by=by, value=value),
+                **kwargs,
+            )
+        )
+    return Tables(tables)

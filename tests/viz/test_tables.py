@@ -31,9 +31,9 @@ def test_time_units_are_chosen_per_column():
         "inference (us)",
         "inference (us/node)",
     ]
-    assert t.frame["makespan (us)"].tolist() == ["48.77", "61.00"]
-    assert t.frame["measured (ms)"].tolist() == ["12.30", "45.60"]
-    assert t.frame["inference (us)"].tolist() == ["500.0", "700.0"]
+    assert t.frame["makespan (us)"].tolist() == ["48.77", "61"]
+    assert t.frame["measured (ms)"].tolist() == ["12.3", "45.6"]
+    assert t.frame["inference (us)"].tolist() == ["500", "700"]
     assert t.units["makespan"] == "us" and t.units["train_s"] == "s"
 
 
@@ -47,16 +47,17 @@ def test_significant_figures_integers_and_missing_values():
     )
     f = t.frame
     assert f["nodes"].tolist() == ["24", "", "1,200"]  # a float column of counts: integers
-    assert f["ratio"].tolist() == ["1.235", "1.234e-05", "10.00"]  # 4 significant figures
-    assert f["big"].tolist() == ["123,457", "2.500", ""]
+    assert f["ratio"].tolist() == ["1.235", "1.234e-05", "10"]  # 4 significant figures
+    assert f["big"].tolist() == ["123,457", "2.5", ""]
     assert f["x"].tolist() == ["", "", ""] and f["graph"].tolist() == ["a", "b", ""]
     text = repr(t)
     assert "nan" not in text.lower() and "None" not in text and "e+" not in text
-    assert [format_number(v) for v in (1.23456, 0.5, 2.0, 99999.4)] == [
+    assert [format_number(v) for v in (1.23456, 0.5, 2.0, 99999.4, 0.30004)] == [
         "1.235",
-        "0.5000",
-        "2.000",
+        "0.5",  # a short value is not padded
+        "2",
         "99,999",
+        "0.3000",  # measured (not short): four significant figures
     ]
 
 
@@ -69,9 +70,9 @@ def test_percent_and_named_units():
         units={"flops": "GFLOP", "vs_heft": None},
     )
     assert list(t.frame.columns) == ["vs_cp (%)", "flops (GFLOP)", "vs_heft"]
-    assert t.frame["vs_cp (%)"].tolist() == ["12.34", "-5.000"]
-    assert format_value(0.0123, "s") == "12.30 ms" and format_value(2.5, "s") == "2.500 s"
-    assert format_value(0.25, "%") == "25.00 %" and format_value(np.int64(3), "nodes") == "3 nodes"
+    assert t.frame["vs_cp (%)"].tolist() == ["12.34", "-5"]
+    assert format_value(0.0123, "s") == "12.3 ms" and format_value(2.5, "s") == "2.5 s"
+    assert format_value(0.25, "%") == "25 %" and format_value(np.int64(3), "nodes") == "3 nodes"
     assert format_value(None) == "" and format_value(float("nan"), "s") == ""
     assert format_value(True) == "yes" and format_value(24.0) == "24"
 
@@ -80,7 +81,7 @@ def test_mappings_are_quantity_value_tables_formatted_per_cell():
     t = tidy({"nodes": 24.0, "makespan_s": 0.0125, "workload": "llama_block", "ok": False})
     assert t.frame.to_dict(orient="records") == [
         {"quantity": "nodes", "value": "24"},
-        {"quantity": "makespan_s", "value": "12.50 ms"},
+        {"quantity": "makespan_s", "value": "12.5 ms"},
         {"quantity": "workload", "value": "llama_block"},
         {"quantity": "ok", "value": "no"},
     ]
@@ -111,7 +112,7 @@ def test_bench_markdown_tables_use_the_same_formatter():
     )
     lines = md.splitlines()
     assert lines[0] == "| graph | makespan | train (ms) | n | absent |"
-    assert lines[2] == "| a | 1.500 | 4.200 | 3 |  |"
+    assert lines[2] == "| a | 1.5 | 4.2 | 3 |  |"
     assert lines[3] == "| b |  |  |  |  |"
     assert markdown_table([]) == "(no rows)\n"
     assert format_cell(float("nan")) == "" and format_cell(4.877223e-05) == "4.877e-05"
