@@ -174,18 +174,64 @@ def markdown_table(
     return to_markdown(rows, columns, units)
 
 
-_BACK_LINK = (
-    '<nav style="font:14px/1.4 sans-serif;padding:8px 20px;border-bottom:1px solid #d8dee4">'
-    '<a href="{href}" style="color:#3b75af">&larr; all reports</a></nav>'
+_BAR = (
+    '<nav style="font:14px/1.4 sans-serif;padding:8px 20px;border-bottom:1px solid #d8dee4;'
+    'position:sticky;top:0;z-index:100;background:#fff">{content}</nav>'
+)
+_BACK_LINK = '<a href="{href}" style="color:#3b75af">&larr; all reports</a>'
+_BANNER = (
+    '<span class="doppler-banner" style="margin-left:16px;padding:2px 10px;border-radius:10px;'
+    'background:#fff8c5;color:#7d4e00;border:1px solid #d4a72c;font-weight:600">{text}</span>'
+)
+#: the banner of a page built with a notebook's quick profile
+QUICK_BANNER = (
+    "quick profile: smoke-test sizes. These numbers check that the notebook runs; they are not "
+    "the experiment (`doppler-lab report` runs the report sizes)"
 )
 
 
-def with_back_link(page: str, href: str) -> str:
-    """``page`` (a whole HTML page) with a link to the index ``href`` at the top of its body."""
+def banner_html(text: str) -> str:
+    """A visible banner (inline markdown), as the notebook pages and the index show it."""
+    return _BANNER.format(text=_inline(text))
+
+
+def with_back_link(page: str, href: str | None, banner: str | None = None) -> str:
+    """``page`` (a whole HTML page) with a bar at the top of its body that stays in view: a
+    link to the index ``href`` (when given) and a ``banner`` (when given, inline markdown)."""
     m = re.search(r"<body[^>]*>", page)
-    if m is None:
+    if m is None or (href is None and banner is None):
         return page
-    return page[: m.end()] + _BACK_LINK.format(href=html.escape(href)) + page[m.end() :]
+    content = "" if href is None else _BACK_LINK.format(href=html.escape(href))
+    if banner:
+        content += banner_html(banner)
+    return page[: m.end()] + _BAR.format(content=content) + page[m.end() :]
+
+
+def with_title(page: str, title: str) -> str:
+    """``page`` with its browser title (``<title>``) set to ``title`` (plain text)."""
+    tag = f"<title>{html.escape(title, quote=False)}</title>"
+    if re.search(r"<title>.*?</title>", page, flags=re.S):
+        return re.sub(r"<title>.*?</title>", lambda _: tag, page, count=1, flags=re.S)
+    return page.replace("</head>", tag + "</head>", 1)
+
+
+def markdown_to_text(text: str) -> str:
+    """Inline markdown as plain text: ``*my*`` -> ``my``, ``**b**`` -> ``b``, `` `c` `` -> ``c``,
+    ``[a](url)`` -> ``a``.
+
+    Example:
+        >>> markdown_to_text("Bring your own model: where should the ops of *my* `Llama` go?")
+        'Bring your own model: where should the ops of my Llama go?'
+    """
+    out = re.sub(r"\[([^\]]+)\]\([^)\s]+\)", r"\1", text)
+    out = re.sub(r"\*\*(.+?)\*\*", r"\1", out)
+    out = re.sub(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", r"\1", out)
+    return out.replace("`", "")
+
+
+def inline_markdown(text: str) -> str:
+    """Inline markdown as HTML (escaped): `code`, **bold**, *em*, [link](url)."""
+    return _inline(text)
 
 
 def _slug(text: str, taken: set[str]) -> str:
