@@ -542,6 +542,8 @@ section.nb p.findings { border-left:3px solid var(--accent); padding-left:10px; 
 .keys b { font-weight:600; font-variant-numeric:tabular-nums; }
 .keys i { font-style:normal; font-size:.78em; margin-left:6px; }
 details.params { color:var(--muted); font-size:.9em; }
+td.title { white-space:normal; min-width:260px; }
+.doppler-banner { display:inline-block; }
 </style>
 """
 
@@ -603,7 +605,7 @@ def _overview(results: Sequence[NotebookResult]) -> str:
     from ..viz.html import html_table
 
     rows = (
-        f"<td>{_link(r, html.escape(r.stem))}</td><td>{_title_html(r)}</td>"
+        f"<td>{_link(r, html.escape(r.stem))}</td><td class='title'>{_title_html(r)}</td>"
         f"<td>{_status_badge(r.status)} {_targets_badge(r)}</td>"
         f"<td class='num'>{_seconds(r.seconds)}</td>"
         f"<td>{html.escape(r.profile)}</td>"
@@ -733,9 +735,9 @@ def write_index(
     report = HtmlReport("doppler_lab: experiment reports", subtitle=" · ".join(sub), toc=False)
     report.html(_INDEX_CSS)
     if any(r.profile == "quick" and r.status != "not run" for r in results):
-        from ..viz.html import QUICK_BANNER, banner_html
+        from ..viz.html import QUICK_NOTE, banner_html
 
-        report.html(f"<p>{banner_html(QUICK_BANNER)}</p>")
+        report.html(f"<p>{banner_html(QUICK_NOTE)}</p>")
     report.text(
         "Each notebook asks one question about learned device placement (DOPPLER) and answers it "
         "with the package; it was executed headlessly and rendered with its charts live. "

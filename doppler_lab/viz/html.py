@@ -184,8 +184,10 @@ _BANNER = (
     'background:#fff8c5;color:#7d4e00;border:1px solid #d4a72c;font-weight:600">{text}</span>'
 )
 #: the banner of a page built with a notebook's quick profile
-QUICK_BANNER = (
-    "quick profile: smoke-test sizes. These numbers check that the notebook runs; they are not "
+QUICK_BANNER = "quick profile: smoke-test sizes, not the experiment"
+#: the index's longer word on it
+QUICK_NOTE = (
+    "quick profile: smoke-test sizes. These numbers check that the notebooks run; they are not "
     "the experiment (`doppler-lab report` runs the report sizes)"
 )
 

@@ -85,6 +85,8 @@ def _header(name: str, unit: str | None) -> str:
     (us/node)``; ``vs_cp`` in %: ``vs_cp (%)``."""
     if not unit:
         return name
+    if name.lower() in ("s", "ms", "us", "seconds") and unit in TIME_UNITS:  # named by its unit
+        return name if name.lower() == unit else f"time ({unit})"
     m = _TIME_NAME.match(name.lower())
     if m and unit in TIME_UNITS and m.group("base") and (m.group("per") or not m.group("tail")):
         base = name[: len(m.group("base"))] + (m.group("tail") or "")
@@ -147,13 +149,14 @@ def format_int(x: float) -> str:
 
 
 def time_unit_for(seconds: Sequence[float]) -> str:
-    """The unit that shows these durations (in seconds) best: s when their median magnitude
-    is at least 1 s, ms from 1 ms, else us."""
+    """The unit that shows these durations (in seconds) best: s when their (lower) median
+    magnitude is at least 1 s, ms from 1 ms, else us; so that the smaller half reads at least
+    1 and the larger half with thousands separators rather than as fractions."""
     mags = sorted(abs(float(v)) for v in seconds if _is_number(v) and math.isfinite(float(v)))
     mags = [m for m in mags if m > 0]
     if not mags:
         return "s"
-    mid = mags[len(mags) // 2]
+    mid = mags[(len(mags) - 1) // 2]
     return "s" if mid >= 1 else "ms" if mid >= 1e-3 else "us"
 
 
@@ -304,14 +307,15 @@ class Table:
     # -- HTML ------------------------------------------------------------------------------------
     def _html_table(self, headers: list[str], rows: range, caption: str | None = None) -> str:
         numeric = {c.header: c.numeric for c in self._columns}
-        right = ' style="text-align:right"'
+        right, left = ' style="text-align:right"', ' style="text-align:left"'
         head = "".join(
-            f"<th{right if numeric[h] else ''}>{html.escape(h, quote=False)}</th>" for h in headers
+            f"<th{right if numeric[h] else left}>{html.escape(h, quote=False)}</th>"
+            for h in headers
         )
         body = []
         for i in rows:
             cells = "".join(
-                f"<td{right if numeric[h] else ''}>"
+                f"<td{right if numeric[h] else left}>"
                 f"{html.escape(self.frame[h].iat[i], quote=False)}</td>"
                 for h in headers
             )
@@ -394,7 +398,7 @@ def tidy(
             the header only) or None (no unit, even when the name implies one). Columns not
             named here get the unit their name implies (:func:`infer_unit`).
         show: the columns shown at first, in order; the others (in their order) sit behind a
-            toggle. Default: the first ``max_columns``.
+            toggle. Default: the first ``max_columns`` that are not empty.
         caption: a line above the table.
         digits: significant figures of non-integer numbers.
         max_columns: shown columns when ``show`` is not given.
@@ -431,7 +435,10 @@ def tidy(
             continue
         cols.append(_format_column(name, values, unit, digits, per_cell))
     by_name = {c.name: c.header for c in cols}
-    shown = [by_name[c] for c in show] if show else [c.header for c in cols[:max_columns]]
+    if show:
+        shown = [by_name[c] for c in show]
+    else:  # the first max_columns that hold something (empty ones only behind the toggle)
+        shown = [c.header for c in cols if any(c.cells) or not len(frame)][:max_columns]
     keys = []
     for c in cols:
         if c.numeric or len(keys) >= MAX_KEYS:
