@@ -396,7 +396,8 @@ def tidy(
         units: column -> unit: ``s`` / ``ms`` / ``us`` (the values' time unit; shown in the
             one that reads best), ``%`` (fractions, shown in percent), another name (shown in
             the header only) or None (no unit, even when the name implies one). Columns not
-            named here get the unit their name implies (:func:`infer_unit`).
+            named here get the unit their name implies (:func:`infer_unit`); names of columns
+            the data lacks are ignored (a table whose columns vary with the run).
         show: the columns shown at first, in order; the others (in their order) sit behind a
             toggle. Default: the first ``max_columns`` that are not empty.
         caption: a line above the table.
@@ -407,15 +408,15 @@ def tidy(
         key: the name column of a mapping's table.
 
     Raises:
-        KeyError: ``show``, ``columns`` or ``units`` names a column the data does not have.
+        KeyError: ``show`` or ``columns`` names a column the data does not have.
     """
     per_cell = isinstance(data, Mapping | pd.Series)
     frame = _frame_of(data, key)
     names = [str(c) for c in frame.columns]
     frame.columns = names
-    for what, given in (("columns", columns), ("show", show), ("units", units)):
+    for what, given in (("columns", columns), ("show", show)):  # units may name absent ones
         missing = [c for c in (given or ()) if c not in names]
-        if missing and not (what == "units" and per_cell):
+        if missing:
             raise KeyError(f"table has no column {missing[0]!r} ({what}); it has {names}")
     if columns is not None:
         frame = frame[list(columns)]
