@@ -233,3 +233,94 @@ def test_notebooks_run_their_kernel_over_ipc_not_tcp():
     from doppler_lab.reporting.notebook_runs import IpcKernelManager
 
     assert IpcKernelManager().transport == "ipc"
+
+
+# -- pages people read: findings, headline cards, titles, the quick banner --------------------------
+def test_every_notebook_ends_with_its_findings():
+    """Each notebook's last cell is ``finish("<its stem>", ...)``, and each has a findings
+    function (doppler_lab.reporting.findings.PAGES)."""
+    from doppler_lab.reporting.findings import PAGES
+
+    stems = [p.stem for p in find_notebooks()]
+    assert sorted(PAGES) == sorted(s.partition("_")[0] for s in stems)
+    for path in find_notebooks():
+        nb = nbformat.read(str(path), as_version=4)
+        last = [c for c in nb.cells if c.cell_type == "code"][-1].source
+        # the cell's last statement, so the findings are the page's last output
+        assert f'\nfinish("{path.stem}", out_dir, {{' in "\n" + last, path.name
+        assert last.rstrip().endswith("})"), path.name
+        assert "write_summary" not in "".join(c.source for c in nb.cells), path.name
+
+
+def test_key_numbers_leave_out_paths():
+    summary = {"graph": "chainmm", "checkpoint": "/tmp/run/policy.pt", "run": "runs/x/metrics.csv"}
+    assert key_numbers(summary) == {"graph": "chainmm"}
+
+
+def _headline_notebook(folder: Path, stem: str, title: str) -> Path:
+    """A notebook whose summary carries findings and headline results (two with targets)."""
+    path = _notebook(folder, stem, "pass", quick={"value": 0.5})
+    nb = nbformat.read(str(path), as_version=4)
+    nb.cells[0].source = f"# {title}\n\n**Question.** Does it work?"
+    nb.cells[-1].source = (
+        "write_summary(out_dir, {'checkpoint': '/tmp/x/policy.pt', 'findings': 'The question is "
+        "whether it works. It does.', 'headline': ["
+        "{'label': 'makespan', 'value': 0.0123, 'unit': 's', 'target': None, 'passed': None}, "
+        "{'label': 'below cp', 'value': 0.25, 'unit': '%', 'target': '>= 15%', 'passed': True}, "
+        "{'label': 'speed', 'value': None, 'unit': 'ms', 'target': '<= 100', 'passed': None}]})"
+    )
+    nbformat.write(nb, str(path))
+    return path
+
+
+def test_index_cards_pages_and_titles(tmp_path):
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    _headline_notebook(folder, "00_mine", "Where should the ops of *my* `model` go?")
+    out = tmp_path / "site"
+    site = build_site(out, notebooks_dir=folder, quick=True, progress=False)
+    assert site.ok
+    r = site.results[0]
+    assert r.findings == "The question is whether it works. It does." and len(r.headline) == 3
+    index = site.index.read_text()
+    # the card: headline results with units and verdicts, the findings; no raw keys or paths
+    assert "<b>12.3 ms</b>" in index and "<b>25 %</b>" in index
+    assert "target &gt;= 15%: met" in index and "<b>not measured</b>" in index
+    assert "targets: 1 of 2 met, 1 not measured" in index
+    assert "It does." in index
+    assert "/tmp/x/policy.pt" not in index and "checkpoint" not in index
+    # rendered titles; which profile built the site; the quick banner
+    assert "<em>my</em>" in index and "*my*" not in index and "<code>model</code>" in index
+    assert "built with the quick profile (smoke-test sizes)" in index
+    assert "quick profile: smoke-test sizes" in index
+    assert json.loads((out / "site.json").read_text())["profile"] == "quick"
+    page = (out / r.page).read_text()
+    assert "<title>Where should the ops of my model go? · doppler_lab</title>" in page
+    assert 'class="doppler-banner"' in page and "smoke-test sizes" in page
+    # report-sized defaults: no banner
+    site = build_site(out, notebooks_dir=folder, progress=False)
+    assert "doppler-banner" not in (out / site.results[0].page).read_text()
+    assert "built with the report-sized defaults" in site.index.read_text()
+    assert "smoke-test" not in site.index.read_text()
+
+
+def test_findings_show_in_the_notebook_and_the_summary(tmp_path):
+    from doppler_lab.reporting.findings import finish
+
+    summary = {
+        "workload": "llama_block",
+        "cluster": "p100x4",
+        "semantics": "wc",
+        "num_nodes": 201,
+        "lower_bound": 0.0002,
+        "makespans": {"round-robin": 0.0013, "cp": 0.0011, "doppler": 0.0012},
+    }
+    shown = finish("00_quickstart", tmp_path, summary)
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert written["findings"] == shown.text and written["headline"] == shown.headline
+    assert "9.1% above cp's" in shown.text and "does not support the claim" in shown.text
+    assert "<h2>Findings</h2>" in shown._repr_html_() and "best makespan (cp): 1.1 ms" in repr(
+        shown
+    )
+    with pytest.raises(ConfigError, match="no findings for notebook '99_x'"):
+        finish("99_x", tmp_path, summary)

@@ -347,7 +347,8 @@ def run(
             "vs_cp_rollout = makespan / cp_rollout - 1. "
             "vs_cp = (cp - makespan) / cp; vs_heft = makespan / heft - 1 (> 0: worse than HEFT); "
             "vs_best_known = makespan / YARDSTICK best known - 1 (paper graphs); the geometric "
-            "mean row: vs_cp = 1 - geometric mean of general / cp.",
+            "mean row holds ratios only (vs_cp = 1 - geometric mean of general / cp; no mean of "
+            "raw makespans, whose scales differ by task).",
             f"Budget: each placer gets N simulator calls (--budget N), mean over {cfg.seeds} "
             f"seeds; result: doppler vs local-search (tie within {TIE_RTOL:g} relative). "
             "ils_heft: the same iterated local search as doppler's, without the policy (placer "

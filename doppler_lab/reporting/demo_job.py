@@ -222,7 +222,11 @@ def step_training(ctx: DemoContext) -> None:
             "already (see `data/checkpoints/index.json`), so a few hundred more episodes move "
             "it little; from a short Stage I the curve falls further."
         )
-        report.table(rows, caption="makespan (s), greedy rollout, ratio to the lower bound")
+        report.table(
+            rows,
+            caption="makespan, greedy rollout, ratio to the lower bound",
+            units={"makespan": "s", "greedy": "s", "ratio_lb": "x"},
+        )
         report.figure(
             learning_curves(
                 res.curve,
@@ -268,7 +272,7 @@ def step_executor(ctx: DemoContext) -> None:
             "and with the uncalibrated `cpu` preset. On a machine busy with other work the "
             "workers share fewer cores than they think, and measured times grow."
         )
-        report.table(pd.DataFrame(res.rows), caption="measured vs simulated makespan (s)")
+        report.table(pd.DataFrame(res.rows), caption="measured vs simulated makespan")
         report.figure(
             compare_gantt(res.traces, graph, title="measured device timelines", time_unit="s")
         )
@@ -315,7 +319,9 @@ def step_imported_model(ctx: DemoContext) -> None:
             "4 x P100. `doppler-lab import` and notebook 12 do the same for any model."
         )
         report.table(
-            pd.DataFrame(ctx.summary["imported"]["rows"]), caption="simulated makespan (s)"
+            pd.DataFrame(ctx.summary["imported"]["rows"]),
+            caption="simulated makespan",
+            units={"makespan": "s", "lower_bound": "s"},
         )
         report.figure(
             compare_gantt(traces, graph, title=f"{spec}: device timelines", time_unit="s")

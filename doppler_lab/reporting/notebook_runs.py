@@ -143,9 +143,18 @@ def render_html(
     executed_notebook: str | os.PathLike,
     html_path: str | os.PathLike,
     back_link: str | None = None,
+    title: str | None = None,
+    banner: str | None = None,
 ) -> Path:
-    """Render an executed notebook to HTML with its plotly charts live (no input prompts);
-    ``back_link``: the index's address, linked at the top of the page."""
+    """Render an executed notebook to HTML with its plotly charts live (no input prompts).
+
+    Args:
+        executed_notebook: the executed copy.
+        html_path: the page to write.
+        back_link: the index's address, linked in a bar at the top of the page.
+        title: the browser title (inline markdown is stripped); default nbconvert's.
+        banner: a line shown in that bar, e.g. :data:`~doppler_lab.viz.html.QUICK_BANNER`.
+    """
     nbformat = require("nbformat", "rendering a notebook to HTML")
     require("nbconvert", "rendering a notebook to HTML")
     from nbconvert import HTMLExporter
@@ -155,10 +164,11 @@ def render_html(
     exporter.exclude_input_prompt = True
     exporter.exclude_output_prompt = True
     body, _ = exporter.from_notebook_node(nb)
-    if back_link is not None:
-        from ..viz.html import with_back_link
+    from ..viz.html import markdown_to_text, with_back_link, with_title
 
-        body = with_back_link(body, back_link)
+    body = with_back_link(body, back_link, banner)
+    if title:
+        body = with_title(body, f"{markdown_to_text(title)} · doppler_lab")
     from ..house.atomic import atomic_write
 
     return atomic_write(html_path, body)
@@ -183,7 +193,18 @@ def setup_notebook(interactive: bool = False) -> None:
     ``plotly_mimetype`` shows figures in JupyterLab; ``notebook`` embeds plotly.js once per
     notebook, so the HTML rendered from an executed notebook draws its charts offline.
     ``interactive`` is accepted for symmetry with the widgets (nothing else changes).
+    pandas shows every row and column of a frame shown as is (the notebooks' tables go through
+    :func:`doppler_lab.viz.tables.tidy`; this keeps any other frame whole too).
     """
     pio = require("plotly.io", "the notebooks' charts")
 
     pio.renderers.default = "plotly_mimetype+notebook"
+    import pandas as pd
+
+    for option, value in (
+        ("display.max_columns", None),
+        ("display.max_rows", 500),
+        ("display.width", 200),
+        ("display.precision", 4),
+    ):
+        pd.set_option(option, value)

@@ -198,7 +198,14 @@ def _scalar(value: Any) -> bool:
         return isinstance(value, bool)
     if isinstance(value, int | float):
         return True
-    return isinstance(value, str) and 0 < len(value) <= MAX_STRING
+    return isinstance(value, str) and 0 < len(value) <= MAX_STRING and not _path_like(value)
+
+
+def _path_like(text: str) -> bool:
+    """A file path (absolute, home-relative, or naming a file by its extension): not a result."""
+    return text.startswith(("/", "~", "./", "../")) or bool(
+        re.search(r"\.(pt|pt2|json|csv|ipynb|html|txt|npz)$", text)
+    )
 
 
 def key_numbers(summary: Mapping[str, Any], limit: int = MAX_KEY_NUMBERS) -> dict[str, Any]:
@@ -206,7 +213,9 @@ def key_numbers(summary: Mapping[str, Any], limit: int = MAX_KEY_NUMBERS) -> dic
 
     The summary's own ``key_numbers`` mapping when it has one; else its top-level numbers, booleans
     and short strings, and its small mappings of those (at most ``limit`` entries, flattened as
-    ``name.key``); lists and deeper structures are left out.
+    ``name.key``); lists, deeper structures and file paths are left out. The index prefers
+    a summary's ``headline`` (see :mod:`doppler_lab.reporting.findings`); these are its
+    fallback for notebooks without one.
     """
     own = summary.get("key_numbers")
     source = own if isinstance(own, Mapping) else summary
@@ -237,7 +246,10 @@ class NotebookResult:
         seconds: wall time of execution and rendering.
         profile: ``defaults``, ``quick`` or ``custom`` (overrides given).
         parameters: the parameters passed besides the defaults (``out_dir`` excluded).
-        key_numbers: from :func:`key_numbers`.
+        key_numbers: from :func:`key_numbers` (the card's fallback when there is no headline).
+        headline: the summary's headline results (``label``, ``value``, ``unit``, ``passed``;
+            see :mod:`doppler_lab.reporting.findings`).
+        findings: the summary's findings paragraph.
         error: the failure, one line (``ExceptionName: message``).
         page: the rendered page, relative to the site folder (None when none was written).
         finished: ISO time stamp of the run.
@@ -251,6 +263,8 @@ class NotebookResult:
     profile: str = "defaults"
     parameters: dict[str, Any] = field(default_factory=dict)
     key_numbers: dict[str, Any] = field(default_factory=dict)
+    headline: list[dict[str, Any]] = field(default_factory=list)
+    findings: str | None = None
     error: str | None = None
     page: str | None = None
     finished: str | None = None
@@ -326,12 +340,19 @@ def run_one(
         )
         result.status = "ok"
         result.key_numbers = key_numbers(summary)
+        result.headline, result.findings = _headline(summary)
     except Exception as exc:  # a failing notebook is reported on the index, not fatal
         result.status = "failed"
         result.error = _error_line(exc)
     if executed.exists():
         try:
-            render_html(executed, page, back_link="../index.html")
+            render_html(
+                executed,
+                page,
+                back_link="../index.html",
+                title=info.title,
+                banner=_quick_banner() if profile == "quick" else None,
+            )
             result.page = page.relative_to(out_dir).as_posix()
         except Exception as exc:  # e.g. a corrupt partial notebook
             result.status = "failed"
@@ -406,6 +427,12 @@ def build_site(
     return Site(out, index, results, list(fresh))
 
 
+def _quick_banner() -> str:
+    from ..viz.html import QUICK_BANNER
+
+    return QUICK_BANNER
+
+
 def _tail(error: str | None) -> str:
     return f"  {error}" if error else ""
 
@@ -435,6 +462,16 @@ def _merge(
     return results
 
 
+def _headline(summary: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
+    """A summary's headline results (well-formed entries only) and findings paragraph."""
+    rows = summary.get("headline")
+    headline = [
+        dict(h) for h in rows or [] if isinstance(h, Mapping) and "label" in h and "value" in h
+    ] if isinstance(rows, list) else []  # fmt: skip
+    text = summary.get("findings")
+    return headline, text if isinstance(text, str) and text.strip() else None
+
+
 #: what :func:`run_notebook` passes every notebook besides ``out_dir`` (not an override)
 _HEADLESS = (("interactive", False),)
 
@@ -455,15 +492,20 @@ def recovered_result(out_dir: str | os.PathLike, info: NotebookInfo) -> Notebook
     given = meta.get("parameters") or {}
     params = {k: v for k, v in given.items() if (k, v) not in _HEADLESS and k != "out_dir"}
     failed = bool(meta.get("exception"))
+    doc = {} if failed else json.loads(summary.read_text())
+    headline, findings = _headline(doc)
+    quick = info.path.exists() and params == (quick_parameters(info.path) or None)
     return NotebookResult(
         info.stem,
         info.title,
         info.question,
         status="failed" if failed else "ok",
         seconds=meta.get("duration"),
-        profile="custom" if params else "defaults",
+        profile="quick" if quick else "custom" if params else "defaults",
         parameters=params,
-        key_numbers={} if failed else key_numbers(json.loads(summary.read_text())),
+        key_numbers=key_numbers(doc),
+        headline=headline,
+        findings=findings,
         error="failed in an earlier build (see its page)" if failed else None,
         page=page.relative_to(Path(out_dir)).as_posix(),
         finished=(meta.get("end_time") or "")[:19] or None,
@@ -485,37 +527,55 @@ def read_site(out_dir: str | os.PathLike) -> list[NotebookResult]:
 _INDEX_CSS = """
 <style>
 .status { display:inline-block; padding:1px 9px; border-radius:10px; font-size:.85em; font-weight:600; }
-.status.ok { background:#dafbe1; color:#116329; }
-.status.failed { background:#ffebe9; color:#a40e26; }
-.status.not-run { background:#eaeef2; color:#57606a; }
+.status.ok, .status.met { background:#dafbe1; color:#116329; }
+.status.failed, .status.missed { background:#ffebe9; color:#a40e26; }
+.status.not-run, .status.unmeasured { background:#eaeef2; color:#57606a; }
 section.nb { border:1px solid var(--line); border-radius:8px; padding:4px 20px 12px; margin:18px 0; }
 section.nb h2 { border:none; margin-top:.6em; }
 section.nb .meta { color:var(--muted); font-size:.9em; }
 section.nb pre.error { background:#fff5f5; color:#a40e26; white-space:pre-wrap; }
+section.nb p.findings { border-left:3px solid var(--accent); padding-left:10px; }
 .keys { display:flex; flex-wrap:wrap; gap:8px; margin:.6em 0 .8em; }
-.keys div { border:1px solid var(--line); border-radius:6px; padding:4px 10px; min-width:90px; }
+.keys div { border:1px solid var(--line); border-radius:6px; padding:4px 10px; min-width:90px; max-width:340px; }
+.keys div.met { border-color:#4ac26b; } .keys div.missed { border-color:#ff8182; }
 .keys span { display:block; color:var(--muted); font-size:.78em; }
 .keys b { font-weight:600; font-variant-numeric:tabular-nums; }
+.keys i { font-style:normal; font-size:.78em; margin-left:6px; }
+details.params { color:var(--muted); font-size:.9em; }
+td.title { white-space:normal; min-width:260px; }
+.doppler-banner { display:inline-block; }
 </style>
 """
 
+#: how the index names the profile a notebook ran with
+PROFILE_NAMES = {
+    "quick": "quick profile (smoke-test sizes)",
+    "defaults": "report-sized defaults",
+    "custom": "custom parameters",
+}
+
 
 def _format_value(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return html.escape(str(value))
-    if isinstance(value, int):
-        return f"{value:,}"
-    return f"{value:.4g}"
+    from ..viz.tables import format_value
+
+    return html.escape(format_value(value))
 
 
 def _status_badge(status: str) -> str:
     return f'<span class="status {status.replace(" ", "-")}">{html.escape(status)}</span>'
 
 
-def _link(r: NotebookResult, text: str) -> str:
+def _title_html(r: NotebookResult) -> str:
+    from ..viz.html import inline_markdown
+
+    return inline_markdown(r.title)
+
+
+def _link(r: NotebookResult, inner: str) -> str:
+    """``inner`` (HTML) linked to the notebook's page when it has one."""
     if r.page is None:
-        return html.escape(text)
-    return f'<a href="{html.escape(r.page)}">{html.escape(text)}</a>'
+        return inner
+    return f'<a href="{html.escape(r.page)}">{inner}</a>'
 
 
 def _seconds(s: float | None) -> str:
@@ -524,48 +584,120 @@ def _seconds(s: float | None) -> str:
     return f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min"
 
 
+def _targets(r: NotebookResult) -> tuple[int, int, int]:
+    """Targets met, missed and not measured among a notebook's headline results."""
+    verdicts = [h.get("passed") for h in r.headline if h.get("target") is not None]
+    return verdicts.count(True), verdicts.count(False), verdicts.count(None)
+
+
+def _targets_badge(r: NotebookResult) -> str:
+    met, missed, unmeasured = _targets(r)
+    if not met + missed + unmeasured:
+        return ""
+    kind = "missed" if missed else "met" if met else "unmeasured"
+    text = f"targets: {met} of {met + missed + unmeasured} met" + (
+        f", {unmeasured} not measured" if unmeasured else ""
+    )
+    return f'<span class="status {kind}">{text}</span>'
+
+
 def _overview(results: Sequence[NotebookResult]) -> str:
     from ..viz.html import html_table
 
     rows = (
-        f"<td>{_link(r, r.stem)}</td><td>{html.escape(r.title)}</td>"
-        f"<td>{_status_badge(r.status)}</td><td class='num'>{_seconds(r.seconds)}</td>"
+        f"<td>{_link(r, html.escape(r.stem))}</td><td class='title'>{_title_html(r)}</td>"
+        f"<td>{_status_badge(r.status)} {_targets_badge(r)}</td>"
+        f"<td class='num'>{_seconds(r.seconds)}</td>"
         f"<td>{html.escape(r.profile)}</td>"
         for r in results
     )
-    head = "<th>notebook</th><th>title</th><th>status</th><th class='num'>run time</th><th>parameters</th>"
+    head = (
+        "<th>notebook</th><th>title</th><th>status</th><th class='num'>run time</th>"
+        "<th>profile</th>"
+    )
     return html_table(head, rows)
 
 
+def _headline_boxes(r: NotebookResult) -> str:
+    from ..viz.tables import format_value
+
+    boxes = []
+    for h in r.headline:
+        value = format_value(h.get("value"), h.get("unit")) or "not measured"
+        passed, target = h.get("passed"), h.get("target")
+        kind = "" if target is None or passed is None else " met" if passed else " missed"
+        verdict = "not judged" if passed is None else "met" if passed else "missed"
+        mark = "" if target is None else f"<i>target {html.escape(str(target))}: {verdict}</i>"
+        boxes.append(
+            f'<div class="{kind.strip()}"><span>{html.escape(str(h["label"]))}</span>'
+            f"<b>{html.escape(value)}</b>{mark}</div>"
+        )
+    return f'<div class="keys">{"".join(boxes)}</div>' if boxes else ""
+
+
 def _section(r: NotebookResult) -> str:
-    from ..viz.html import markdown_to_html
+    from ..viz.html import banner_html, markdown_to_html
 
     parts = [f'<section class="nb" id="{html.escape(r.stem)}">']
-    parts.append(f"<h2>{_link(r, r.title)}</h2>")
-    meta = [_status_badge(r.status), f"<code>{html.escape(r.stem)}</code>"]
+    parts.append(f"<h2>{_link(r, _title_html(r))}</h2>")
+    meta = [_status_badge(r.status)]
+    if badge := _targets_badge(r):
+        meta.append(badge)
+    meta.append(f"<code>{html.escape(r.stem)}</code>")
     if r.seconds is not None:
         meta.append(f"ran in {_seconds(r.seconds)}")
     if r.finished:
         meta.append(f"on {html.escape(r.finished.replace('T', ' '))}")
-    meta.append(f"parameters: {html.escape(r.profile)}")
+    meta.append(html.escape(PROFILE_NAMES.get(r.profile, r.profile)))
     parts.append(f'<p class="meta">{" · ".join(meta)}</p>')
+    if r.profile == "quick" and r.status != "not run":
+        parts.append(f"<p>{banner_html('quick profile: smoke-test sizes')}</p>")
     if r.question:
         parts.append(markdown_to_html(r.question))
-    if r.parameters:
-        shown = ", ".join(f"{k}={v!r}" for k, v in r.parameters.items())
-        parts.append(f'<p class="meta">with {html.escape(shown)}</p>')
     if r.error:
         parts.append(f'<pre class="error">{html.escape(r.error)}</pre>')
-    if r.key_numbers:
+    if r.headline:
+        parts.append(_headline_boxes(r))
+    elif r.key_numbers:
         boxes = "".join(
             f"<div><span>{html.escape(k)}</span><b>{_format_value(v)}</b></div>"
             for k, v in r.key_numbers.items()
         )
         parts.append(f'<div class="keys">{boxes}</div>')
+    if r.findings:
+        parts.append(
+            f'<p class="findings"><strong>Findings.</strong> {html.escape(r.findings)}</p>'
+        )
+    if r.parameters:
+        shown = ", ".join(f"{k}={v!r}" for k, v in r.parameters.items())
+        parts.append(
+            f'<details class="params"><summary>parameters ({html.escape(r.profile)})</summary>'
+            f"<code>{html.escape(shown)}</code></details>"
+        )
     if r.page:
         parts.append(f"<p>{_link(r, 'open the notebook report →')}</p>")
     parts.append("</section>")
     return "".join(parts)
+
+
+def site_profile(results: Sequence[NotebookResult]) -> str:
+    """Which profile built the site: ``quick``, ``defaults``, ``custom``, ``mixed`` (notebooks
+    ran with different ones) or ``none`` (nothing ran)."""
+    ran = {r.profile for r in results if r.status != "not run"}
+    return ran.pop() if len(ran) == 1 else "mixed" if ran else "none"
+
+
+def _profile_line(results: Sequence[NotebookResult]) -> str:
+    profile = site_profile(results)
+    if profile == "mixed":
+        counts: dict[str, int] = {}
+        for r in results:
+            if r.status != "not run":
+                counts[r.profile] = counts.get(r.profile, 0) + 1
+        return "built with mixed profiles: " + ", ".join(
+            f"{n} with the {PROFILE_NAMES.get(p, p)}" for p, n in counts.items()
+        )
+    return f"built with the {PROFILE_NAMES.get(profile, profile)}"
 
 
 def _commit() -> str | None:
@@ -594,7 +726,7 @@ def write_index(
     bad = sum(r.status == "failed" for r in results)
     stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     commit = _commit()
-    sub = [f"built {stamp}" + (f" at commit `{commit}`" if commit else "")]
+    sub = [f"built {stamp}" + (f" at commit `{commit}`" if commit else ""), _profile_line(results)]
     sub.append(
         f"{len(results)} notebooks: {ok} ok, {bad} failed, {len(results) - ok - bad} not run"
     )
@@ -602,6 +734,10 @@ def write_index(
         sub.append(f"`{command}`")
     report = HtmlReport("doppler_lab: experiment reports", subtitle=" · ".join(sub), toc=False)
     report.html(_INDEX_CSS)
+    if any(r.profile == "quick" and r.status != "not run" for r in results):
+        from ..viz.html import QUICK_NOTE, banner_html
+
+        report.html(f"<p>{banner_html(QUICK_NOTE)}</p>")
     report.text(
         "Each notebook asks one question about learned device placement (DOPPLER) and answers it "
         "with the package; it was executed headlessly and rendered with its charts live. "
@@ -617,6 +753,7 @@ def write_index(
         "built": dt.datetime.now().isoformat(timespec="seconds"),
         "commit": commit,
         "command": command,
+        "profile": site_profile(results),
         "notebooks": [asdict(r) for r in results],
     }
     from ..house.jsonutil import write_json

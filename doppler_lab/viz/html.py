@@ -18,14 +18,11 @@ Example:
 from __future__ import annotations
 
 import html
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from ..house.deps import require
@@ -157,84 +154,86 @@ def html_table(header: str, rows: Iterable[str], caption: str = "") -> str:
 
 
 def format_cell(x: Any) -> str:
-    """A Markdown table cell: floats by size (``1.235``, ``1,234.5``, ``1.23e+05``), ``-`` for
-    None and non-finite floats, anything else as its text."""
-    if isinstance(x, float | np.floating):
-        if not np.isfinite(x):
-            return "-"
-        a = abs(float(x))
-        if a == 0:
-            return "0"
-        if a >= 1e5 or a < 1e-3:
-            return f"{x:.3g}"
-        if a >= 100:
-            return f"{x:,.1f}"
-        return f"{x:.4g}"
-    if x is None:
-        return "-"
-    return str(x)
+    """A table cell as :mod:`doppler_lab.viz.tables` writes it: 4 significant figures, whole
+    numbers as integers, an empty cell for None and NaN, anything else as its text."""
+    from .tables import format_value
+
+    return format_value(x)
 
 
-def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
-    """A Markdown pipe table of ``rows`` (dicts; ``columns``: which, in order; default: the
-    first row's keys), cells by :func:`format_cell`, ending in a newline; ``(no rows)`` when
-    there are none."""
-    if not rows:
-        return "(no rows)\n"
-    cols = list(columns or rows[0].keys())
-    out = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for r in rows:
-        out.append("| " + " | ".join(format_cell(r.get(c)) for c in cols) + " |")
-    return "\n".join(out) + "\n"
+def markdown_table(
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[str] | None = None,
+    units: Mapping[str, str | None] | None = None,
+) -> str:
+    """A Markdown pipe table of ``rows`` (dicts; ``columns``: which, in order; default: every
+    key), formatted by :func:`doppler_lab.viz.tables.tidy` (units in the headers, ``units`` as
+    there), ending in a newline; ``(no rows)`` when there are none."""
+    from .tables import to_markdown
+
+    return to_markdown(rows, columns, units)
 
 
-_BACK_LINK = (
-    '<nav style="font:14px/1.4 sans-serif;padding:8px 20px;border-bottom:1px solid #d8dee4">'
-    '<a href="{href}" style="color:#3b75af">&larr; all reports</a></nav>'
+_BAR = (
+    '<nav style="font:14px/1.4 sans-serif;padding:8px 20px;border-bottom:1px solid #d8dee4;'
+    'position:sticky;top:0;z-index:100;background:#fff">{content}</nav>'
+)
+_BACK_LINK = '<a href="{href}" style="color:#3b75af">&larr; all reports</a>'
+_BANNER = (
+    '<span class="doppler-banner" style="margin-left:16px;padding:2px 10px;border-radius:10px;'
+    'background:#fff8c5;color:#7d4e00;border:1px solid #d4a72c;font-weight:600">{text}</span>'
+)
+#: the banner of a page built with a notebook's quick profile
+QUICK_BANNER = "quick profile: smoke-test sizes, not the experiment"
+#: the index's longer word on it
+QUICK_NOTE = (
+    "quick profile: smoke-test sizes. These numbers check that the notebooks run; they are not "
+    "the experiment (`doppler-lab report` runs the report sizes)"
 )
 
 
-def with_back_link(page: str, href: str) -> str:
-    """``page`` (a whole HTML page) with a link to the index ``href`` at the top of its body."""
+def banner_html(text: str) -> str:
+    """A visible banner (inline markdown), as the notebook pages and the index show it."""
+    return _BANNER.format(text=_inline(text))
+
+
+def with_back_link(page: str, href: str | None, banner: str | None = None) -> str:
+    """``page`` (a whole HTML page) with a bar at the top of its body that stays in view: a
+    link to the index ``href`` (when given) and a ``banner`` (when given, inline markdown)."""
     m = re.search(r"<body[^>]*>", page)
-    if m is None:
+    if m is None or (href is None and banner is None):
         return page
-    return page[: m.end()] + _BACK_LINK.format(href=html.escape(href)) + page[m.end() :]
+    content = "" if href is None else _BACK_LINK.format(href=html.escape(href))
+    if banner:
+        content += banner_html(banner)
+    return page[: m.end()] + _BAR.format(content=content) + page[m.end() :]
 
 
-def _is_number(x: Any) -> bool:
-    return isinstance(x, Real) and not isinstance(x, bool)
+def with_title(page: str, title: str) -> str:
+    """``page`` with its browser title (``<title>``) set to ``title`` (plain text)."""
+    tag = f"<title>{html.escape(title, quote=False)}</title>"
+    if re.search(r"<title>.*?</title>", page, flags=re.S):
+        return re.sub(r"<title>.*?</title>", lambda _: tag, page, count=1, flags=re.S)
+    return page.replace("</head>", tag + "</head>", 1)
 
 
-def _missing(x: Any) -> bool:
-    return x is None or x is pd.NA or x is pd.NaT or (isinstance(x, float) and math.isnan(x))
+def markdown_to_text(text: str) -> str:
+    """Inline markdown as plain text: ``*my*`` -> ``my``, ``**b**`` -> ``b``, `` `c` `` -> ``c``,
+    ``[a](url)`` -> ``a``.
+
+    Example:
+        >>> markdown_to_text("Bring your own model: where should the ops of *my* `Llama` go?")
+        'Bring your own model: where should the ops of my Llama go?'
+    """
+    out = re.sub(r"\[([^\]]+)\]\([^)\s]+\)", r"\1", text)
+    out = re.sub(r"\*\*(.+?)\*\*", r"\1", out)
+    out = re.sub(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", r"\1", out)
+    return out.replace("`", "")
 
 
-def _column_format(values: Sequence[Any], digits: int) -> str | None:
-    """A format spec shared by a numeric column (None: not numeric), so that numbers align."""
-    nums = [float(v) for v in values if _is_number(v) and math.isfinite(float(v))]
-    if not nums or not all(_is_number(v) or _missing(v) for v in values):
-        return None
-    if (
-        all(isinstance(v, Integral) or float(v).is_integer() for v in nums)
-        and max(map(abs, nums)) < 1e15
-    ):
-        return ",.0f"
-    top = max(map(abs, nums))
-    if top >= 1e7 or top < 1e-3:
-        return f".{max(digits - 1, 0)}e"
-    decimals = max(0, digits - 1 - math.floor(math.log10(top))) if top > 0 else digits
-    return f",.{min(decimals, 8)}f"
-
-
-def _cell(value: Any, fmt: str | None) -> str:
-    if _missing(value):
-        return '<td class="num na">–</td>' if fmt else '<td class="na">–</td>'
-    if fmt and _is_number(value):
-        v = float(value)
-        text = f"{v:{fmt}}" if math.isfinite(v) else str(v)
-        return f'<td class="num">{text}</td>'
-    return f"<td>{html.escape(str(value), quote=False)}</td>"
+def inline_markdown(text: str) -> str:
+    """Inline markdown as HTML (escaped): `code`, **bold**, *em*, [link](url)."""
+    return _inline(text)
 
 
 def _slug(text: str, taken: set[str]) -> str:
@@ -302,17 +301,23 @@ class HtmlReport:
         digits: int = 4,
         index: bool | None = None,
         columns: Sequence[str] | None = None,
+        units: Mapping[str, str | None] | None = None,
     ) -> HtmlReport:
-        """A table from a frame or a list of dicts; numeric columns are right-aligned with one
-        number format per column (``digits`` significant digits for the largest value).
+        """A table from a frame or a list of dicts, formatted by
+        :func:`doppler_lab.viz.tables.tidy` (units in the headers, ``digits`` significant
+        figures, whole numbers as integers, empty cells for missing values); numeric columns
+        are right-aligned.
 
         Args:
             data: the rows.
             caption: a line above the table.
-            digits: significant digits of non-integer columns.
+            digits: significant digits of non-integer numbers.
             index: show the frame's index (default: when it is not a plain range).
             columns: the columns to show, in order (default: all).
+            units: column -> unit, as :func:`~doppler_lab.viz.tables.tidy` takes them.
         """
+        from .tables import tidy
+
         if isinstance(data, pd.DataFrame):
             frame = data
         elif isinstance(data, Sequence) and not isinstance(data, str):
@@ -330,16 +335,19 @@ class HtmlReport:
                     f"table has no column {missing[0]!r}; it has {list(frame.columns)}"
                 )
             frame = frame[list(columns)]
-        cols = [str(c) for c in frame.columns]
-        values = [[_plain(v) for v in frame[c].tolist()] for c in frame.columns]
-        fmts = [_column_format(v, digits) for v in values]
+        table = tidy(frame, units=units, digits=digits, max_columns=len(frame.columns) or 1)
+        numeric = dict(zip(table.frame.columns, table.numeric))
         num = ' class="num"'
         head = "".join(
-            f"<th{num if f else ''}>{html.escape(c, quote=False)}</th>" for c, f in zip(cols, fmts)
+            f"<th{num if numeric[c] else ''}>{html.escape(c, quote=False)}</th>"
+            for c in table.frame.columns
         )
         body = (
-            "".join(_cell(values[j][i], fmts[j]) for j in range(len(cols)))
-            for i in range(len(frame))
+            "".join(
+                f"<td{num if numeric[c] else ''}>{html.escape(table.frame[c].iat[i], quote=False)}</td>"
+                for c in table.frame.columns
+            )
+            for i in range(len(table))
         )
         cap = f"<caption>{_inline(caption)}</caption>" if caption else ""
         self._blocks.append(html_table(head, body, cap))
@@ -395,17 +403,6 @@ class HtmlReport:
         from ..house.atomic import atomic_write
 
         return atomic_write(path, self.to_html())
-
-
-def _plain(value: Any) -> Any:
-    """numpy scalars to Python scalars, so that formatting sees ints and floats."""
-    item = getattr(value, "item", None)
-    if callable(item) and not isinstance(value, str | bytes):
-        try:
-            return item()
-        except (TypeError, ValueError):
-            return value
-    return value
 
 
 def write_gantt_html(

@@ -24,11 +24,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.notebook)
 
 
+def check_findings(summary: dict) -> None:
+    """Every notebook ends with findings (doppler_lab.reporting.findings.finish): a paragraph and
+    headline results that read as results (labels, values with units; no paths or raw keys)."""
+    text = summary.get("findings")
+    assert isinstance(text, str) and len(text) > 80 and text.startswith("The question is")
+    assert "nan" not in text.split() and "None" not in text
+    headline = summary.get("headline")
+    assert isinstance(headline, list) and headline
+    for h in headline:
+        assert set(h) == {"label", "value", "unit", "target", "passed"}
+        assert " " in h["label"] or h["label"].isalpha()  # words, not a raw key like a.b_c
+        assert "/" not in str(h["value"]) or "@" in str(h["value"])  # no file paths
+
+
 @pytest.fixture
 def run_notebook(tmp_path: Path):
-    """``run_notebook("00_quickstart.ipynb", **params) -> summary dict``."""
+    """``run_notebook("00_quickstart.ipynb", **params) -> summary dict`` (its findings checked)."""
 
     def run(name: str, **params):
-        return _run(NOTEBOOKS_DIR / name, tmp_path / Path(name).stem, params, timeout_s=600)
+        summary = _run(NOTEBOOKS_DIR / name, tmp_path / Path(name).stem, params, timeout_s=600)
+        check_findings(summary)
+        return summary
 
     return run

@@ -38,8 +38,8 @@ def test_layout(path):
     params = notebook_parameters(path)
     for name in ("out_dir", "seed", "interactive"):
         assert name in params, f"parameter {name!r} missing"
-    assert "summary.json" in code[-1].source or "write_summary" in code[-1].source, (
-        "last cell writes summary.json"
+    assert f'finish("{path.stem}", out_dir, {{' in code[-1].source, (
+        "last cell writes summary.json and shows the findings (reporting.findings.finish)"
     )
     assert path.stem[:2].isdigit() and path.stem[2] == "_", "named NN_verb_object.ipynb"
 

@@ -1,0 +1,713 @@
+"""What each notebook found, generated from its own numbers: the headline results (the index's
+card) and a short paragraph (the end of its page) that says what the numbers show against the
+claim its Question names (mostly the DOPPLER paper's).
+
+Every notebook ends with :func:`finish`, which adds ``headline`` (a list of
+``{"label", "value", "unit", "target", "passed"}``) and ``findings`` (the paragraph) to the summary it
+writes, and shows both. :data:`PAGES` maps a notebook's number (``"00"``) to the function that
+reads its summary; nothing here is hand-written about a particular run.
+
+Example:
+    >>> f = page_findings("00_quickstart", {"workload": "llama_block", "cluster": "p100x4",
+    ...     "semantics": "wc", "num_nodes": 201, "lower_bound": 0.0002,
+    ...     "makespans": {"round-robin": 0.0013, "cp": 0.0011, "doppler": 0.0006}})
+    >>> [(h["label"], format_value(h["value"], h["unit"])) for h in f.headline][:2]
+    [('best makespan (doppler)', '600 us'), ('best / lower bound', '3x')]
+    >>> "45.5% below cp's" in f.text
+    True
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..house.errors import ConfigError
+from ..viz.tables import format_value, is_missing
+
+__all__ = ["PAGES", "Findings", "finish", "format_value", "headline_text", "page_findings"]
+
+#: "linear" in the scalability page: a fitted exponent of time against nodes at most this
+LINEAR_EXPONENT = 1.2
+#: relative differences below this are called a tie
+TIE = 0.01
+
+
+@dataclass
+class Findings:
+    """A page's headline results and its findings paragraph; shows itself in notebooks.
+
+    Attributes:
+        headline: ``{"label", "value", "unit", "target", "passed"}`` per result (``unit`` as
+            :func:`~doppler_lab.viz.tables.format_value` takes it; ``target``: the threshold
+            when the result has one, else None; ``passed``: whether it was met, None when
+            there is no target or the run did not measure it).
+        text: the paragraph.
+    """
+
+    headline: list[dict[str, Any]] = field(default_factory=list)
+    text: str = ""
+
+    def to_summary(self) -> dict[str, Any]:
+        return {"headline": self.headline, "findings": self.text}
+
+    def _repr_html_(self) -> str:
+        items = "".join(f"<li>{_headline_html(h)}</li>" for h in self.headline)
+        return (
+            '<div class="doppler-findings" style="border-left:4px solid #3b75af;'
+            'padding:2px 16px;margin:8px 0;background:#f6f8fa">'
+            f"<h2>Findings</h2><p>{html.escape(self.text)}</p><ul>{items}</ul></div>"
+        )
+
+    def __repr__(self) -> str:
+        lines = ["Findings", "", self.text, ""]
+        lines += [f"- {h['label']}: {headline_text(h)}" for h in self.headline]
+        return "\n".join(lines)
+
+
+def headline_text(h: Mapping[str, Any]) -> str:
+    """A headline's value with its unit, and its target's verdict: ``12.3 % (target met)``."""
+    text = format_value(h.get("value"), h.get("unit")) or "not measured"
+    if h.get("target") is not None:
+        passed = h.get("passed")
+        verdict = "not judged" if passed is None else "met" if passed else "missed"
+        text += f" (target {h['target']}: {verdict})"
+    return text
+
+
+def _headline_html(h: Mapping[str, Any]) -> str:
+    return f"{html.escape(str(h['label']))}: <b>{html.escape(headline_text(h))}</b>"
+
+
+def _h(
+    label: str,
+    value: Any,
+    unit: str | None = None,
+    passed: bool | None = None,
+    target: str | None = None,
+) -> dict:
+    return {"label": label, "value": value, "unit": unit, "target": target, "passed": passed}
+
+
+# -- phrasing ------------------------------------------------------------------------------------
+def _rel(x: float, ref: float) -> float:
+    """How much shorter ``x`` is than ``ref`` (a fraction of ``ref``; negative: longer)."""
+    return (ref - x) / ref
+
+
+def _pct(x: float) -> str:
+    return f"{abs(x):.1%}"
+
+
+def _below(x: float, ref: float | None = None) -> str:
+    """``12.3% below`` / ``4.0% above`` / ``level with`` for a relative improvement ``x``
+    (or for ``x`` against ``ref``)."""
+    d = x if ref is None else _rel(x, ref)
+    if abs(d) < TIE / 10:
+        return "level with"
+    return f"{_pct(d)} {'below' if d > 0 else 'above'}"
+
+
+def _verdict(holds: bool | None, claim: str) -> str:
+    if holds is None:
+        return f"The run cannot say whether {claim}."
+    return (
+        f"This is consistent with the claim that {claim}."
+        if holds
+        else f"This does not support the claim that {claim}."
+    )
+
+
+def _time_unit(semantics: Any) -> str | None:
+    """Makespans of generated workloads are seconds; the paper's graphs carry its cost units."""
+    return None if semantics == "paper" else "s"
+
+
+def _t(v: Any, unit: str | None) -> str:
+    return format_value(v, unit) + ("" if unit else " (cost units)")
+
+
+def _mean(xs: Iterable[Any]) -> float | None:
+    vals = [float(x) for x in xs if not is_missing(x)]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _gmean(xs: Iterable[float]) -> float | None:
+    vals = [float(x) for x in xs if not is_missing(x) and float(x) > 0]
+    return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
+
+
+def _span(xs: Sequence[float], unit: str | None = None) -> str:
+    lo, hi = min(xs), max(xs)
+    return format_value(lo, unit) if lo == hi else f"{format_value(lo)}-{format_value(hi, unit)}"
+
+
+# -- the pages -----------------------------------------------------------------------------------
+def quickstart(s: Mapping[str, Any]) -> Findings:
+    ms = {k: v for k, v in s["makespans"].items() if not is_missing(v)}
+    unit = _time_unit(s.get("semantics"))
+    best, worst = min(ms, key=ms.get), max(ms, key=ms.get)
+    lb = s["lower_bound"]
+    head = [
+        _h(f"best makespan ({best})", ms[best], unit),
+        _h("best / lower bound", ms[best] / lb, "x"),
+    ]
+    text = [
+        f"The question is how much the placement matters. On {s['workload']} "
+        f"({s['num_nodes']} nodes) on {s['cluster']} ({s['semantics']} semantics) the makespans "
+        f"run from {_t(ms[best], unit)} ({best}) to {_t(ms[worst], unit)} ({worst}): the worst "
+        f"placement takes {ms[worst] / ms[best]:.2f}x as long as the best, which is "
+        f"{ms[best] / lb:.2f}x the lower bound."
+    ]
+    if "cp" in ms and "round-robin" in ms:
+        head.append(_h("cp: makespan below round robin's", _rel(ms["cp"], ms["round-robin"]), "%"))
+        text.append(f"CP's makespan is {_below(ms['cp'], ms['round-robin'])} round robin's.")
+    holds = None
+    if "cp" in ms and "doppler" in ms:
+        d = _rel(ms["doppler"], ms["cp"])
+        head.append(_h("doppler: makespan below cp's", d, "%"))
+        text.append(f"The shipped DOPPLER policy's makespan is {_below(d)} cp's.")
+        holds = d > 0
+    text.append(_verdict(holds, "a learned DOPPLER policy places better than its CP teacher"))
+    return Findings(head, " ".join(text))
+
+
+def dataflow_graphs(s: Mapping[str, Any]) -> Findings:
+    rows = s["graphs"]
+    gen = [r for r in rows if r.get("source") != "paper"]
+    paper = [r for r in rows if r.get("source") == "paper"]
+    head = [_h("generated graphs", len(gen)), _h("paper graphs", len(paper))]
+    text = ["The question is how our generated workloads compare with the paper's graphs."]
+    for name, kind, group in (("The paper's", "", paper), ("Our", "generated ", gen)):
+        if not group:
+            text.append(f"{name} {kind}graphs were not in this run.")
+            continue
+        nodes = [r["nodes"] for r in group]
+        par = [r["parallelism"] for r in group]
+        text.append(
+            f"{name} {len(group)} {kind}graphs have {_span(nodes)} nodes, depth "
+            f"{_span([r['depth'] for r in group])} and parallelism (work / critical path) "
+            f"{_span(par)}."
+        )
+        head.append(_h(f"nodes ({'paper' if group is paper else 'generated'})", _span(nodes)))
+    if rows:
+        wide = max(rows, key=lambda r: r["parallelism"])
+        narrow = min(rows, key=lambda r: r["parallelism"])
+        text.append(
+            f"The widest is {wide['graph']} ({format_value(wide['parallelism'])}), the narrowest "
+            f"{narrow['graph']} ({format_value(narrow['parallelism'])}): only graphs with "
+            "parallelism above the device count can keep every device busy."
+        )
+    return Findings(head, " ".join(text))
+
+
+def work_conserving(s: Mapping[str, Any]) -> Findings:
+    head, text = [], []
+    sem = {r["placement"]: r for r in s["semantics"]}
+    holds = None
+    if "cp" in sem:
+        d = _rel(sem["cp"]["wc"], sem["cp"]["bsp"])
+        head.append(_h("work-conserving: makespan below bulk-synchronous (cp)", d, "%"))
+        others = [f"{p}: {_below(r['wc'], r['bsp'])}" for p, r in sem.items() if p != "cp"]
+        text.append(
+            f"For the CP placement of {s['workload']}, work-conserving execution is "
+            f"{_below(d)} bulk-synchronous execution's makespan"
+            + (f" ({'; '.join(others)})." if others else ".")
+        )
+        holds = d > 0
+    cont = s.get("contention") or []
+    if cont:
+        first = cont[0]
+        head.append(_h(f"contention slowdown ({first['cluster']})", first["slowdown"], "x"))
+        text.append(
+            "Link contention slows the round-robin placement by "
+            + ", ".join(f"{r['slowdown']:.2f}x on {r['cluster']}" for r in cont)
+            + "."
+        )
+    noise = [r for r in s.get("noise") or [] if r.get("placement") == "cp"]
+    if noise:
+        top = max(noise, key=lambda r: r["sigma"])
+        head.append(_h(f"makespan variation at noise sigma {top['sigma']:g}", top["cv"], "%"))
+        text.append(
+            f"With duration noise of sigma {top['sigma']:g} the CP placement's makespan varies "
+            f"by {_pct(top['cv'])} (coefficient of variation)."
+        )
+    order = s.get("order") or {}
+    lo, hi = s.get("order_random_min"), s.get("order_random_max")
+    if "fifo" in order and lo is not None and hi is not None:
+        spread = (hi - lo) / order["fifo"]
+        head.append(_h("spread of random dispatch orders", spread, "%"))
+        text.append(
+            f"On CP's devices, random dispatch orders give makespans from {_t(lo, 's')} to "
+            f"{_t(hi, 's')}, a spread of {_pct(spread)} of FIFO's {_t(order['fifo'], 's')}."
+        )
+    text.insert(
+        0, "The question is what a work-conserving runtime gains and how much order matters."
+    )
+    text.append(_verdict(holds, "a work-conserving runtime beats bulk-synchronous execution"))
+    return Findings(head, " ".join(text))
+
+
+def baselines(s: Mapping[str, Any]) -> Findings:
+    head, text = [], ["The question is how close classic placers come to the lower bound and to "
+                      "the Critical Path teacher."]  # fmt: skip
+    per = s.get("per_placer") or []
+    beat_cp = 0
+    for group, name in (("paper", "the paper's graphs"), ("workload", "the generated workloads")):
+        rows = [r for r in per if not is_missing(r.get(f"{group}_ratio_lb"))]
+        if not rows:
+            continue
+        best = min(rows, key=lambda r: r[f"{group}_ratio_lb"])
+        cp = next((r for r in rows if r["placer"] == "cp"), None)
+        graphs = sorted({r["graph"] for r in s["rows"] if r["group"] == group})
+        vs = best.get(f"{group}_vs_cp")
+        head.append(_h(f"best on {name}", f"{best['placer']}"))
+        head.append(_h(f"{best['placer']} / lower bound ({group})", best[f"{group}_ratio_lb"], "x"))
+        better = [r["placer"] for r in rows if (r.get(f"{group}_vs_cp") or 0) > TIE]
+        beat_cp += len(better)
+        text.append(
+            f"On {name} ({len(graphs)}), {best['placer']} comes closest to the lower bound: "
+            f"{best[f'{group}_ratio_lb']:.3f}x in geometric mean"
+            + (f" against cp's {cp[f'{group}_ratio_lb']:.3f}x" if cp else "")
+            + (f", {_below(vs)} cp's makespan on average" if not is_missing(vs) else "")
+            + f"; {len(better)} of {len(rows)} placers beat cp by more than {TIE:.0%}"
+            + (f" ({', '.join(better)})." if better else ".")
+        )
+    text.append(
+        _verdict(
+            beat_cp > 0 if per else None,
+            "the Critical Path teacher leaves room that other placers (and DOPPLER) can take",
+        )
+    )
+    return Findings(head, " ".join(text))
+
+
+def _labels(rows: Sequence[Mapping[str, Any]], key: str = "label") -> dict[str, Mapping]:
+    return {r[key]: r for r in rows}
+
+
+def stage1(s: Mapping[str, Any]) -> Findings:
+    rows = _labels(s["rows"])
+    final, first = s.get("final") or {}, s.get("first") or {}
+    head, text = [], ["The question is whether imitation makes the policy act like, and place as "
+                      "well as, the Critical Path teacher."]  # fmt: skip
+    sel, plc = final.get("imitation/sel_teacher_prob"), final.get("imitation/plc_teacher_prob")
+    if sel is not None and plc is not None:
+        head += [
+            _h("SEL agrees with the teacher", sel, "%"),
+            _h("PLC agrees with the teacher", plc, "%"),
+        ]
+        text.append(
+            f"After {s['episodes']} episodes on {s['graph']} the policy gives the teacher's "
+            f"choices probability {sel:.2f} (SEL) and {plc:.2f} (PLC) at the states it visits"
+            + (
+                f", from {first['imitation/sel_teacher_prob']:.2f} and "
+                f"{first['imitation/plc_teacher_prob']:.2f} at the start."
+                if "imitation/sel_teacher_prob" in first
+                else "."
+            )
+        )
+    im, un = rows.get("imitated"), rows.get("untrained")
+    holds = None
+    if im is not None:
+        head.append(_h("imitated: makespan below cp's", im["vs_cp"], "%"))
+        text.append(
+            f"The imitated policy's placement is {_below(im['vs_cp'])} cp's makespan"
+            + (f" (untrained: {_below(un['vs_cp'])})." if un is not None else ".")
+        )
+        holds = im["vs_cp"] > -TIE * 2
+    text.append(_verdict(holds, "Stage I brings the policy level with its teacher (within 2%)"))
+    return Findings(head, " ".join(text))
+
+
+def stage2(s: Mapping[str, Any]) -> Findings:
+    rows = _labels(s["rows"])
+    st, tr = rows.get("start"), rows.get("stage II")
+    head, text = (
+        [],
+        [
+            f"The question is whether Stage II (REINFORCE in the simulator) improves on where it "
+            f"starts ({s.get('start')}) and on the Critical Path teacher."
+        ],
+    )
+    holds = None
+    if st is not None and tr is not None:
+        d = _rel(tr["makespan"], st["makespan"])
+        head += [
+            _h("stage II: makespan below cp's", tr["vs_cp"], "%"),
+            _h("stage II: makespan below its start's", d, "%"),
+        ]
+        text.append(
+            f"After {s['episodes']} episodes on {s['graph']}, the trained policy's placement is "
+            f"{_below(tr['vs_cp'])} cp's makespan (the start: {_below(st['vs_cp'])}), "
+            f"{_below(d)} the starting policy's."
+        )
+        holds = tr["vs_cp"] > 0 and d >= 0
+    text.append(_verdict(holds, "Stage II in simulation beats the Critical Path teacher"))
+    return Findings(head, " ".join(text))
+
+
+def stage3(s: Mapping[str, Any]) -> Findings:
+    head = [
+        _h("rank correlation, calibrated simulator", s.get("spearman_calibrated")),
+        _h("median error, calibrated simulator", s.get("median_rel_err_calibrated"), "%"),
+        _h("stage III: measured makespan below stage II's", s.get("improvement"), "%"),
+        _h("measured makespan, stage III", s.get("stage3_measured_s"), "s"),
+    ]
+    cap, dev = s.get("parallel_capacity"), s.get("devices")
+    text = [
+        "The question is how well the calibrated simulator predicts the real system, and "
+        "whether Stage III on the real system shortens the measured makespan."
+    ]
+    if s.get("spearman_calibrated") is not None:
+        text.append(
+            f"Over {s.get('placements')} placements the calibrated simulator ranks makespans "
+            f"with Spearman {s['spearman_calibrated']:.2f} (uncalibrated preset: "
+            f"{s['spearman_preset']:.2f}) and is off by {_pct(s['median_rel_err_calibrated'])} "
+            f"in the median (preset: {_pct(s['median_rel_err_preset'])})."
+        )
+    imp = s.get("improvement")
+    if imp is not None:
+        text.append(
+            f"After {s.get('episodes')} measured episodes, Stage III's policy runs in "
+            f"{_t(s['stage3_measured_s'], 's')}, {_below(imp)} Stage II's "
+            f"{_t(s['stage2_measured_s'], 's')}."
+        )
+    loaded = cap is not None and dev and cap < 0.9 * dev
+    if cap is not None:
+        text.append(
+            f"{cap:.2f} of the {dev} workers ran at once"
+            + (
+                ": the machine was loaded, so these differences are mostly its load."
+                if loaded
+                else "."
+            )  # fmt: skip
+        )
+    holds = None if imp is None or loaded else imp > TIE
+    text.append(_verdict(holds, "Stage III on the real system improves on the Stage II policy"))
+    return Findings(head, " ".join(text))
+
+
+def dual_policy(s: Mapping[str, Any]) -> Findings:
+    rows = [r for r in s["rows"] if r["method"] != "cp"]
+    by: dict[str, float] = {}
+    for m in dict.fromkeys(r["method"] for r in rows):
+        v = _mean(r["vs_cp"] for r in rows if r["method"] == m)
+        if v is not None:
+            by[m] = v
+    names = {"doppler": "the dual policy", "sel-only": "SEL only", "plc-only": "PLC only",
+             "doppler-II-only": "Stage II only", "doppler-I-only": "Stage I only"}  # fmt: skip
+    head = [_h(f"{names.get(m, m)}: makespan below cp's", v, "%") for m, v in by.items()]
+    graphs = sorted({r["graph"] for r in rows})
+    text = [
+        "The question is whether DOPPLER needs both halves of its dual policy and both of its "
+        f"simulated stages. Mean improvement over cp on {len(graphs)} graph(s): "
+        + "; ".join(f"{names.get(m, m)} {_below(v)}" for m, v in by.items())
+        + "."
+    ]
+    dual = by.get("doppler")
+    halves = [by[m] for m in ("sel-only", "plc-only") if m in by]
+    stages = [by[m] for m in ("doppler-II-only", "doppler-I-only") if m in by]
+    if dual is None or not halves:
+        holds = None
+    else:
+        holds = dual >= max(halves) - TIE / 10
+        text.append(
+            "The dual policy "
+            + ("beats or ties" if holds else "is beaten by")
+            + f" the best single half by {_pct(dual - max(halves))}"
+            + (
+                f", and {'beats' if dual >= max(stages) else 'is beaten by'} the best single "
+                f"stage by {_pct(dual - max(stages))}."
+                if stages
+                else "."
+            )
+        )
+    text.append(_verdict(holds, "the dual policy beats learning SEL or PLC alone"))
+    return Findings(head, " ".join(text))
+
+
+def training_stages(s: Mapping[str, Any]) -> Findings:
+    rows = _labels(s["rows"], "variant")
+    head, text = (
+        [],
+        [
+            "The question is whether the whole pipeline I+II+III beats its subsets on a real "
+            "machine, and whether warm-starting Stage III makes it converge fast and stably."
+        ],
+    )
+    variants = list(s.get("variants") or [v for v in rows if v not in ("cp", "single")])
+    measured = {v: rows[v].get("measured_vs_cp") for v in variants if v in rows}
+    measured = {v: x for v, x in measured.items() if not is_missing(x)}
+    single = rows.get("single", {}).get("measured_vs_cp")
+    if measured:
+        best = max(measured, key=measured.get)
+        for v in ("I+II+III", "III"):
+            if v in measured:
+                head.append(_h(f"{v}: measured makespan below cp's", measured[v], "%"))
+        head.append(_h("best variant (measured)", best))
+        text.append(
+            f"Measured on {s.get('devices')} CPU workers ({s.get('seeds')} seeds), against cp: "
+            + "; ".join(f"{v} {_below(x)}" for v, x in measured.items())
+            + f". The best variant is {best}"
+            + (f"; one device alone: {_below(single)}." if not is_missing(single) else ".")
+        )
+    conv = {r["variant"]: r for r in s.get("convergence") or [] if r.get("stage") == "real"}
+    for v in ("I+II+III", "III"):
+        if v in conv:
+            c = conv[v]
+            settle = c.get("settle_episode")
+            text.append(
+                f"Stage III of {v} "
+                + (
+                    f"settled after {settle:.0f} episodes"
+                    if not is_missing(settle)
+                    else "did not settle within its budget"
+                )  # fmt: skip
+                + f", the final cost's spread over seeds {_t(c.get('final_std'), 's')}."
+            )
+    full = measured.get("I+II+III")
+    holds = None if full is None else full >= max(measured.values()) - TIE
+    text.append(_verdict(holds, "I+II+III beats its subsets"))
+    return Findings(head, " ".join(text))
+
+
+def transfer(s: Mapping[str, Any]) -> Findings:
+    rows = s["transfer"]
+    matched = sum(r.get("matched") or 0 for r in rows)
+    seeds = sum(r.get("seeds") or 0 for r in rows)
+    frac = _mean(r.get("fraction_of_budget") for r in rows)
+    head = [
+        _h("seeds where fine-tuning matched scratch", f"{matched} of {seeds}"),
+        _h(
+            "zero-shot: makespan below cp's (mean)",
+            _mean(r.get("zero-shot_vs_cp") for r in rows),
+            "%",
+        ),
+        _h(
+            "fine-tuned: makespan below cp's (mean)",
+            _mean(r.get("fine-tuned_vs_cp") for r in rows),
+            "%",
+        ),
+        _h("scratch: makespan below cp's (mean)", _mean(r.get("scratch_vs_cp") for r in rows), "%"),
+    ]
+    text = [
+        f"The question is how much head start a transferred policy gives. Over {len(rows)} "
+        f"case(s) with a budget of {s.get('episodes')} episodes, the fine-tuned policy reached "
+        f"scratch's final makespan in {matched} of {seeds} seeds"
+        + (
+            ""
+            if frac is None or not matched
+            else " before any fine-tuning (zero-shot)."
+            if frac == 0
+            else f", after {_pct(frac)} of the budget on average."
+        )
+        + ("" if frac is not None and matched else ".")
+    ]
+    for r in rows:
+        text.append(
+            f"{r['case']}: zero-shot {_below(r['zero-shot_vs_cp'])} cp, fine-tuned "
+            f"{_below(r['fine-tuned_vs_cp'])}, scratch {_below(r['scratch_vs_cp'])}."
+        )
+    holds = None if not seeds else matched == seeds
+    text.append(
+        _verdict(
+            holds,
+            "fine-tuning a transferred policy reaches what training from scratch "
+            "reaches, with a fraction of the episodes",
+        )  # fmt: skip
+    )
+    return Findings(head, " ".join(text))
+
+
+def scalability(s: Mapping[str, Any]) -> Findings:
+    k = s.get("key_numbers") or {}
+    fit = {r["method"]: r for r in s.get("fit") or []}
+    d = fit.get("doppler", {})
+    inf, tr = d.get("inference_exponent"), d.get("train_exponent")
+    head = [
+        _h("DOPPLER inference: time ~ nodes^k", inf, None,
+           None if inf is None else inf <= LINEAR_EXPONENT, f"<= {LINEAR_EXPONENT}"),
+        _h("DOPPLER training: time ~ nodes^k", tr, None,
+           None if tr is None else tr <= LINEAR_EXPONENT, f"<= {LINEAR_EXPONENT}"),
+    ]  # fmt: skip
+    nodes = k.get("doppler largest graph nodes")
+    if nodes is not None:
+        head.append(
+            _h(
+                f"inference episode at {nodes:,} nodes",
+                k.get("doppler inference ms (largest)"),
+                "ms",
+            )
+        )
+    sp = k.get("inference speed-up over placeto")
+    if sp is not None:
+        head.append(_h("inference speed-up over PLACETO", sp, "x"))
+    text = [
+        "The question is whether DOPPLER's episode time grows linearly with the graph (the "
+        "paper's claim) and how it compares with PLACETO."
+    ]
+    if inf is not None:
+        text.append(
+            f"Up to {nodes:,} nodes, a fit of time against nodes gives exponent {inf:.2f} for "
+            f"inference and {tr:.2f} for training (1 is linear, {LINEAR_EXPONENT} our bound); "
+            f"an inference episode at the largest size takes "
+            f"{format_value(k.get('doppler inference ms (largest)'), 'ms')}."
+        )
+    if sp is not None:
+        text.append(
+            f"At the sizes both were timed on, DOPPLER's inference is {sp:.1f}x faster than "
+            f"PLACETO's (PLACETO's exponent: {format_value(k.get('placeto inference exponent'))})."
+        )
+    holds = None if inf is None else inf <= LINEAR_EXPONENT and tr <= LINEAR_EXPONENT
+    text.append(_verdict(holds, "DOPPLER's time per episode grows linearly with the graph"))
+    return Findings(head, " ".join(text))
+
+
+def explorer(s: Mapping[str, Any]) -> Findings:
+    ms = s["makespans"]
+    names = list(ms)
+    head = [_h(f"makespan, {n}", v, "s") for n, v in ms.items()]
+    text = [
+        f"The question is how two placers differ on one workload. On {s['workload']} "
+        f"({s['num_nodes']} nodes) on {s['cluster']} ({s['semantics']} semantics, noise "
+        f"{s['noise']:g}), "
+        + " and ".join(
+            f"{n} reaches {_t(v, 's')} ({s['ratio_lb'][n]:.2f}x the lower bound)"
+            for n, v in ms.items()
+        )  # fmt: skip
+        + "."
+    ]
+    if len(names) == 2:
+        d = _rel(ms[names[1]], ms[names[0]])
+        head.append(_h(f"{names[1]}: makespan below {names[0]}'s", d, "%"))
+        text.append(f"{names[1]}'s makespan is {_below(d)} {names[0]}'s.")
+    text.append(
+        f"The stepped episode of {s['stepped']} took {s['steps']} decisions with "
+        f"{s['mean_candidates']:.1f} candidates on average."
+    )
+    head.append(_h("decisions per episode", s["steps"]))
+    return Findings(head, " ".join(text))
+
+
+def byom(s: Mapping[str, Any]) -> Findings:
+    g = s["graph"]
+    rows = s["placers"]
+    ms = {r["placer"]: r["makespan"] for r in rows}
+    best = min(ms, key=ms.get)
+    tie = max(ms.values()) <= min(ms.values()) * (1 + TIE / 10)
+    head = [
+        _h("imported ops (compute nodes)", g["compute_nodes"]),
+        _h(f"best placer ({best}) / lower bound", next(r["ratio_lb"] for r in rows if r["placer"] == best), "x"),
+    ]  # fmt: skip
+    text = [
+        f"The question is whether a user's PyTorch model can be imported, placed and run. "
+        f"{s['spec']} imported as {g['compute_nodes']} compute nodes ({g['edges']} edges)."
+    ]
+    if tie:
+        text.append(
+            f"All {len(ms)} placers reach the same makespan ({_t(ms[best], 's')}): at this size "
+            "the graph leaves nothing to place."
+        )
+    else:
+        vs = next((r["vs_cp"] for r in rows if r["placer"] == best), None)
+        head.append(_h(f"{best}: makespan below cp's", vs, "%"))
+        text.append(
+            f"The best placer is {best} at {_t(ms[best], 's')}, {_below(vs)} cp's makespan; "
+            f"the worst is {max(ms, key=ms.get)} at {_t(max(ms.values()), 's')}."
+        )
+    real = s.get("real") or []
+    if real:
+        ok = all(r.get("outputs_match") for r in real)
+        head.append(_h("outputs match the model's", ok))
+        ratios = {r["placement"]: r["measured_s"] / r["simulated_calibrated_s"] for r in real}
+        text.append(
+            f"On CPU workers the imported graph's outputs {'match' if ok else 'do NOT match'} "
+            f"the model's (largest error {format_value(max(r['max_abs_error'] for r in real))}); "
+            "measured makespans are "
+            + " and ".join(f"{v:.2f}x ({p})" for p, v in ratios.items())
+            + " the calibrated simulator's."
+        )
+    return Findings(head, " ".join(text))
+
+
+def generalization(s: Mapping[str, Any]) -> Findings:
+    targets = s.get("targets") or []
+    head = []
+    for t in targets:
+        value, unit = t.get("value"), None
+        if isinstance(value, float) and "%" in str(t.get("threshold")):
+            unit = "%"
+        elif isinstance(value, float) and " ms " in f" {t['target']} ":
+            unit = "ms"
+        head.append(_h(t["target"], value, unit, t.get("passed"), str(t.get("threshold"))))
+    met = sum(t.get("passed") is True for t in targets)
+    missed = [t["target"] for t in targets if t.get("passed") is False]
+    unknown = sum(t.get("passed") is None for t in targets)
+    zero = [r for r in s.get("zero_shot") or [] if r.get("task") == "geometric mean"]
+    text = [
+        f"The question is how good one general policy is on {len(s.get('tasks') or [])} held-out "
+        f"task(s) it never saw: {met} of {len(targets)} targets met, {len(missed)} missed"
+        + (f", {unknown} not measured in this run" if unknown else "")
+        + "."
+    ]
+    if zero:
+        z = zero[0]
+        text.append(
+            f"Zero-shot, its placements are {_below(z['vs_cp'])} CP's makespan in geometric mean "
+            f"(the policy's rollouts alone: {_below(z['policy_vs_cp'])})."
+        )
+    if missed:
+        text.append("Missed: " + "; ".join(missed) + ".")
+    holds = None if met + len(missed) == 0 else not missed
+    text.append(
+        _verdict(
+            holds,
+            "one policy trained on a distribution of graphs places unseen graphs "
+            "well with no training (the targets above)",
+        )  # fmt: skip
+    )
+    return Findings(head, " ".join(text))
+
+
+#: a notebook's number -> the function that reads its summary
+PAGES: dict[str, Callable[[Mapping[str, Any]], Findings]] = {
+    "00": quickstart,
+    "01": dataflow_graphs,
+    "02": work_conserving,
+    "03": baselines,
+    "04": stage1,
+    "05": stage2,
+    "06": stage3,
+    "07": dual_policy,
+    "08": training_stages,
+    "09": transfer,
+    "10": scalability,
+    "11": explorer,
+    "12": byom,
+    "13": generalization,
+}
+
+
+def page_findings(page: str, summary: Mapping[str, Any]) -> Findings:
+    """The findings of notebook ``page`` (its stem, ``03_baselines``, or number, ``03``) from
+    its summary."""
+    number = str(page).partition("_")[0]
+    if number not in PAGES:
+        raise ConfigError(f"no findings for notebook {page!r}; expected one of {sorted(PAGES)}")
+    return PAGES[number](summary)
+
+
+def finish(page: str, out_dir: str | os.PathLike, summary: Mapping[str, Any]) -> Findings:
+    """A notebook's last step: write ``summary.json`` with its headline results and findings
+    (see :func:`page_findings`) into ``out_dir``, and return the findings (shown as the page's
+    last output)."""
+    from .notebook_runs import write_summary
+
+    found = page_findings(page, summary)
+    write_summary(out_dir, {**summary, **found.to_summary()})
+    return found
