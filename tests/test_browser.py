@@ -58,7 +58,8 @@ def test_index_page_links_the_notebook(site, tmp_path):
     assert "doppler_lab: experiment reports" in dom
     assert 'href="00_quickstart/00_quickstart.html"' in dom
     assert re.search(r'class="status ok"', dom)
-    assert "makespans.cp" in dom  # key numbers from summary.json
+    assert 'class="findings"' in dom  # the page's findings, from summary.json
+    assert "makespans.cp" not in dom  # headline results with units, never raw keys
 
 
 def test_notebook_page_draws_the_gantt_chart(site, tmp_path):
