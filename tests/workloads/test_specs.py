@@ -148,7 +148,7 @@ def test_models_by_name_prefix_file_and_saved_program(tmp_path, monkeypatch):
         ("model:nope", "unknown model 'nope'; expected a zoo model (hf-llama"),
         ("model:", "graph spec 'model:' names no model; expected model:SPEC"),
         ("paper_costs:", "graph spec 'paper_costs:' names no graph; expected paper_costs:SPEC"),
-        ("b.pt2:hidden=3", "a saved program takes only the import options (granularity, depth, merge), got hidden"),
+        ("b.pt2:hidden=3", "a saved program takes only the import options (granularity, depth, merge, weights), got hidden"),
     ],
 )  # fmt: skip
 def test_bad_graph_specs_are_one_line_naming_the_item(text, message):
