@@ -276,6 +276,9 @@ class Trainer:
             episode state uses its estimate.
         force: start the stage afresh when neither ``checkpoints/last.pt`` nor
             ``checkpoints/last.prev.pt`` can be read (instead of failing).
+
+    The arguments after ``out_dir`` stay flat keywords: they are the options :func:`train`
+    and :func:`~doppler_lab.train.pipeline.run_pipeline` pass through by name (``**options``).
     """
 
     def __init__(
