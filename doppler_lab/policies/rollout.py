@@ -137,16 +137,11 @@ class AnchorMatch:
             self.perm[k, rows] = cols
 
 
-class Rollout:
-    """K episodes of ``policy`` on ``ctx``'s graph, one SEL + PLC decision each per :meth:`step`.
+@dataclass(frozen=True)
+class RolloutOptions:
+    """What a :class:`Rollout` records and follows besides its action modes.
 
-    Args:
-        policy: the policy.
-        ctx: the prepared graph.
-        enc: ``policy.encode(ctx)`` (computed once, shared by all episodes).
-        num_episodes: K.
-        rng: the only source of randomness.
-        sel, plc: how each learned half acts.
+    Attributes:
         record_teacher: record the Critical Path choices at every visited state (Stage I).
         anchor: ``(N,)`` a device per node that replaces the Critical Path rule as PLC's teacher
             (for mixing and labels): exploration around a known placement (learned PLC only).
@@ -161,6 +156,30 @@ class Rollout:
             Path rule, e.g. :class:`~doppler_lab.placers.cp_rollout.RolloutLabeller`; where it
             returns None the state gets no PLC label (every device marked) and mixing takes
             the CP rule's device.
+    """
+
+    record_teacher: bool = False
+    anchor: np.ndarray | None = None
+    greedy_lead: int = 0
+    plc_labeller: Callable[..., np.ndarray | None] | None = None
+
+
+#: a rollout that records nothing and follows no anchor
+PLAIN = RolloutOptions()
+
+
+class Rollout:
+    """K episodes of ``policy`` on ``ctx``'s graph, one SEL + PLC decision each per :meth:`step`.
+
+    Args:
+        policy: the policy.
+        ctx: the prepared graph.
+        enc: ``policy.encode(ctx)`` (computed once, shared by all episodes).
+        num_episodes: K.
+        rng: the only source of randomness.
+        sel, plc: how each learned half acts.
+        options: teacher records, an anchor, a greedy lead, a PLC labeller
+            (:class:`RolloutOptions`; default :data:`PLAIN`).
 
     Attributes:
         episodes: the K episodes.
@@ -191,11 +210,10 @@ class Rollout:
         rng: np.random.Generator,
         sel: ActionMode = SAMPLE,
         plc: ActionMode = SAMPLE,
-        record_teacher: bool = False,
-        anchor: np.ndarray | None = None,
-        greedy_lead: int = 0,
-        plc_labeller: Callable[..., np.ndarray | None] | None = None,
+        options: RolloutOptions = PLAIN,
     ):
+        record_teacher, anchor = options.record_teacher, options.anchor
+        greedy_lead, plc_labeller = options.greedy_lead, options.plc_labeller
         if not 0 <= greedy_lead <= num_episodes:
             raise ConfigError(
                 f"greedy_lead = {greedy_lead!r}, expected 0..{num_episodes} (the episodes)"
@@ -519,10 +537,7 @@ def run_episodes(
     rng: np.random.Generator,
     sel: ActionMode = SAMPLE,
     plc: ActionMode = SAMPLE,
-    record_teacher: bool = False,
-    anchor: np.ndarray | None = None,
-    greedy_lead: int = 0,
-    plc_labeller: Callable[..., np.ndarray | None] | None = None,
+    options: RolloutOptions = PLAIN,
 ) -> Episodes:
     """Roll out ``num_episodes`` episodes of ``policy`` on ``ctx``'s graph (a whole
     :class:`Rollout`; the arguments are its own).
@@ -530,19 +545,7 @@ def run_episodes(
     Returns:
         The recorded :class:`Episodes`.
     """
-    return Rollout(
-        policy,
-        ctx,
-        enc,
-        num_episodes,
-        rng,
-        sel,
-        plc,
-        record_teacher,
-        anchor,
-        greedy_lead,
-        plc_labeller,
-    ).run()
+    return Rollout(policy, ctx, enc, num_episodes, rng, sel, plc, options).run()
 
 
 def greedy_and_samples(
@@ -569,9 +572,8 @@ def greedy_and_samples(
         and policy.sel_mode in ("learned", "topo")
         and policy.plc_mode == "learned"
     ):
-        return Rollout(
-            policy, ctx, enc, 1 + samples, rng, SAMPLE, plc, greedy_lead=1
-        ).run_placements()
+        lead = RolloutOptions(greedy_lead=1)
+        return Rollout(policy, ctx, enc, 1 + samples, rng, SAMPLE, plc, lead).run_placements()
     cands = Rollout(policy, ctx, enc, 1, rng, GREEDY, GREEDY).run_placements()
     if samples > 0:
         cands += Rollout(policy, ctx, enc, samples, rng, SAMPLE, plc).run_placements()
