@@ -328,6 +328,7 @@ def adapt(
     cluster: Cluster,
     semantics: str = "paper",
     config: AdaptConfig | None = None,
+    *,
     seed: int | np.random.Generator = 0,
     progress: bool = False,
     pbar: Any = None,
@@ -336,6 +337,10 @@ def adapt(
 ) -> AdaptResult:
     """Train a per-instance bias table for ``policy`` on ``graph`` (module docstring). The
     policy's network is left as it was, and so is its bias (the result holds the table).
+
+    The settings are ``config``; the keywords after it are the run's own (its seed, how it
+    reports, where it keeps its progress), outside :class:`AdaptConfig` so that the key a
+    resumable run saves (``config.to_dict()`` and the seed) stays what it was.
 
     Args:
         policy: a DOPPLER policy (learned PLC).
