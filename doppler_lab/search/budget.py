@@ -217,6 +217,9 @@ def policy_search(
 ) -> SearchOutcome:
     """Search placements of ``graph`` with ``policy`` as the proposal (module docstring).
 
+    Its settings are a :class:`SearchConfig`; the rest are the problem, the budget, the randomness
+    and two run objects (``ctx``, ``bar``).
+
     Args:
         policy: the policy.
         graph: the graph.

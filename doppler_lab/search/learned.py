@@ -179,7 +179,8 @@ def best_of_rollouts(
 
 
 class _LearnedPlacer:
-    """A checkpoint as a placer (see the module docstring).
+    """A checkpoint as a placer (see the module docstring). Its attributes stay flat
+    :meth:`__init__` keywords: they are the CLI's ``-o key=value`` options.
 
     Attributes:
         checkpoint: the policy checkpoint (a path, or a shipped checkpoint's name; ``doppler``

@@ -180,7 +180,11 @@ def _transfer_seed(
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str, Any]]]:
     """Fine-tuning and scratch on one target with one seed: their curves and the protocol's
     rows (CP, zero-shot, fine-tuned, scratch). ``config`` is the Stage II configuration with the
-    whole budget; scratch spends ``imitation_episodes`` of it in Stage I first."""
+    whole budget; scratch spends ``imitation_episodes`` of it in Stage I first.
+
+    Its positional arguments are a :class:`~doppler_lab.house.runners.Run`'s ``args`` (a runner
+    ships them to a worker; :func:`run_transfers` reads the labels back from them).
+    """
     from ...policies.checkpoint import load_policy, make_policy
     from ..analysis import compare_placements
     from ..loop import Trainer
