@@ -23,6 +23,7 @@ import numpy as np
 from ..executor.fidelity_runs import (
     DISTURBED_SLOWDOWN,
     MAX_RETRIES,
+    Passes,
     fidelity_placements,
     measure_placements,
     median_rel_error,
@@ -99,8 +100,9 @@ def run(
         for name, g in graphs.items():
             pls = fidelity_placements(g, profile.cluster, rng, quick)
             calibrated = profile.cost_model(g)
+            passes = Passes(repeats, warmup, rounds)
             samples, counts = measure_placements(
-                g, be, pls, repeats, warmup, rounds, rng, progress, expected=calibrated.compute
+                g, be, pls, passes, rng, progress, expected=calibrated.compute
             )
             measured = np.median(samples, axis=1)
             best = samples.min(axis=1)

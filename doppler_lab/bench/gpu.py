@@ -144,6 +144,7 @@ def fidelity_section(
 ) -> dict[str, Any]:
     """Calibrate ``backend``, then predict and measure placements of each workload."""
     from ..executor.fidelity_runs import (
+        Passes,
         measure_placements,
         median_rel_error,
         spearman,
@@ -177,9 +178,8 @@ def fidelity_section(
     for name, g in tqdm(graphs.items(), desc="fidelity", disable=not progress, leave=False):
         pls = gpu_placements(g, profile.cluster, rng)
         cal = profile.cost_model(g)
-        samples, counts = measure_placements(
-            g, backend, pls, repeats=3, warmup=1, rounds=rounds, rng=rng, progress=progress
-        )
+        passes = Passes(repeats=3, warmup=1, rounds=rounds)
+        samples, counts = measure_placements(g, backend, pls, passes, rng, progress)
         measured = np.median(samples, axis=1)
         pred = {
             "nominal": np.array(

@@ -186,6 +186,29 @@ class PolicyBenchConfig:
         if self.seeds < 1 or self.jobs < 1:
             raise ConfigError("bench policy: seeds and jobs must be >= 1")
 
+    @classmethod
+    def of_graphs(cls, graphs: Sequence[str], **settings: Any) -> PolicyBenchConfig:
+        """The settings of :func:`ablation_rows` on ``graphs`` (graph specs,
+        :mod:`doppler_lab.workloads.specs`: paper graph names, ``paper:NAME``, workload specs):
+        the paper graphs and the workloads among them, no ablation table, one job, no search
+        placers and no policy or training overrides unless ``settings`` say otherwise."""
+        from ..workloads.specs import parse_graph_spec
+
+        specs = [parse_graph_spec(g) for g in graphs]
+        chosen: dict[str, Any] = {
+            "paper_graphs": tuple(s.target for s in specs if s.kind == "paper"),
+            "workloads": tuple(s.text for s in specs if s.kind != "paper"),
+            "ablations": (),
+            "jobs": 1,
+            "search_placers": (),
+            "policy": {},
+            "train": {},
+        }
+        chosen.update(settings)
+        for key in ("methods", "search_placers"):
+            chosen[key] = tuple(chosen.get(key, getattr(cls, key, ())))
+        return cls(**chosen)
+
 
 def quick_config() -> PolicyBenchConfig:
     """A smoke run: one small paper graph, one workload, tiny budgets."""
@@ -515,24 +538,15 @@ def speed_rows(cfg: PolicyBenchConfig, paper_case: _Case | None) -> tuple[list, 
 
 
 def ablation_rows(
-    graphs: Sequence[str],
-    methods: Sequence[str],
+    config: PolicyBenchConfig,
     out_dir: str | Path,
-    seeds: int = 3,
-    episodes: int = 4000,
-    imitation_episodes: int = 400,
-    samples: int = 16,
-    paper_dir: str | None = None,
-    policy: dict[str, Any] | None = None,
-    train: dict[str, Any] | None = None,
-    search_placers: Sequence[str] = (),
     runner: str | Runner = "local",
     keep_going: bool = False,
     progress: bool = False,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Train and evaluate ``methods`` (keys of :data:`METHODS`) on ``graphs`` (graph specs,
-    :mod:`doppler_lab.workloads.specs`: paper graph names, ``paper:NAME``, workload specs) over
-    ``seeds``; cached per (graph, method, seed) under ``out_dir``.
+    """Train and evaluate the config's ``methods`` (keys of :data:`METHODS`) on its paper
+    graphs and workloads (:meth:`PolicyBenchConfig.of_graphs`) over its ``seeds``; cached per
+    (graph, method, seed) under ``out_dir``.
 
     ``runner`` (``local``, ``ray`` or a :class:`~doppler_lab.house.runners.Runner`) runs the
     (graph, method, seed) trainings; with ``keep_going`` a failed one is left out (the others'
@@ -542,30 +556,11 @@ def ablation_rows(
         The table rows (mean over seeds, with CP and ``search_placers`` at the same simulator
         calls) and the per-seed results.
     """
-    from ..workloads.specs import parse_graph_spec
-
-    specs = [parse_graph_spec(g) for g in graphs]
-    paper = tuple(s.target for s in specs if s.kind == "paper")
-    work = tuple(s.text for s in specs if s.kind != "paper")
-    cfg = PolicyBenchConfig(
-        paper_graphs=paper,
-        paper_dir=paper_dir,
-        workloads=work,
-        methods=tuple(methods),
-        ablations=(),
-        seeds=seeds,
-        episodes=episodes,
-        imitation_episodes=imitation_episodes,
-        samples=samples,
-        search_placers=tuple(search_placers),
-        jobs=1,
-        policy=dict(policy or {}),
-        train=dict(train or {}),
-    )
+    cfg, methods = config, config.methods
     cases, _ = _cases(cfg)
     root = Path(out_dir)
     sweep = make_runner(runner).run(
-        training_runs(cfg, methods, range(seeds), root),
+        training_runs(cfg, methods, range(cfg.seeds), root),
         desc="training runs",
         progress=progress,
         keep_going=keep_going,

@@ -117,24 +117,21 @@ def run(
     general policy of the ``doppler-general-search`` rows (a path or a shipped name; default
     :data:`~doppler_lab.policies.pretrained.GENERAL_CHECKPOINT`)."""
     from ..policies.pretrained import GENERAL_CHECKPOINT
-    from .policy import ablation_rows
+    from .policy import PolicyBenchConfig, ablation_rows
     from .quality import WORKLOADS
 
     graphs = ("chainmm:matrices=3,scale=0.01",) if quick else tuple(WORKLOADS)
     seeds, episodes, imitation = (1, 48, 16) if quick else (SEEDS, EPISODES, IMITATION_EPISODES)
     root = REPO_ROOT / ("runs/bench_policy_wc" + ("_quick" if quick else ""))
-    rows, _ = ablation_rows(
+    config = PolicyBenchConfig.of_graphs(
         graphs,
-        ("doppler",),
-        root,
+        methods=("doppler",),
         seeds=seeds,
         episodes=episodes,
         imitation_episodes=imitation,
         search_placers=("local-search",),
-        runner=runner,
-        keep_going=keep_going,
-        progress=progress,
     )
+    rows, _ = ablation_rows(config, root, runner, keep_going, progress)
     general = GENERAL_CHECKPOINT if checkpoint is None else str(checkpoint)
     rows = rows + _general_rows(rows, graphs, seeds, general)
     rows.sort(key=lambda r: r["graph"])

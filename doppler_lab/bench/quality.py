@@ -352,7 +352,10 @@ def notebook_config(
     placers: str = "",
     seed: int = 0,
 ) -> QualityConfig:
-    """A :class:`QualityConfig` from a notebook's flat parameters (comma-separated names)."""
+    """A :class:`QualityConfig` from a notebook's flat parameters (comma-separated names).
+
+    Its parameters are notebook 03's flat parameters: turning them into the config is its job.
+    """
 
     def names(text: str) -> tuple[str, ...]:
         return tuple(x.strip() for x in text.split(",") if x.strip())

@@ -205,34 +205,23 @@ def _train(args: argparse.Namespace) -> int:
         for k, v in (("lr", args.lr), ("graphs_per_step", args.graphs_per_step))
         if v is not None
     }
-    results = g.train_general(
-        args.out,
-        args.tasks,
-        args.imitation_episodes,
-        args.sim_episodes,
-        args.seed,
-        init,
-        show_progress(args),
-        args.anchor_episodes,
-        args.estimate,
-        args.anchor_source,
-        args.anchor_budget,
-        args.teacher,
-        args.label_fraction,
-        args.paper_cost_share,
-        args.layout,
-        force=args.force,
-        **changes,
+    recipe = g.GeneralRecipe(
+        tasks=args.tasks,
+        imitation_episodes=args.imitation_episodes,
+        sim_episodes=args.sim_episodes,
+        anchor_episodes=args.anchor_episodes,
+        seed=args.seed,
+        estimate=args.estimate,
+        layout=args.layout,
+        anchor_source=args.anchor_source,
+        anchor_budget=args.anchor_budget,
+        teacher=args.teacher,
+        label_fraction=args.label_fraction,
+        paper_cost_share=args.paper_cost_share,
+        sim_changes=changes,
     )
-    stages = g.general_stages(
-        args.imitation_episodes,
-        args.sim_episodes,
-        args.seed,
-        args.anchor_episodes,
-        args.teacher,
-        args.label_fraction,
-        **changes,
-    )
+    results = g.train_general(args.out, recipe, init, show_progress(args), args.force)
+    stages = recipe.stages()
     record = g.run_record(results, stages, args.tasks, args.seed, args.init, args.paper_cost_share)
     if args.sample_temperature is not None:
         from ..policies.checkpoint import set_sample_temperature

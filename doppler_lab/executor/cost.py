@@ -25,6 +25,7 @@ class ExecutorCost:
 
     Each call runs ``warmup`` untimed executions, then ``repeats`` timed ones, and returns their
     ``stat``. The policy engineer's REINFORCE trainer takes any such callable (Stage III).
+    Its keyword-only options are :func:`~doppler_lab.executor.runner.execute`'s, flat as there.
 
     Args:
         graph: an executable graph.

@@ -7,6 +7,7 @@ simulated and measured makespans (Spearman rank correlation, median relative err
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -107,19 +108,27 @@ def op_slowdown(trace: Any, graph: DataflowGraph, expected: np.ndarray) -> float
     return float(np.median(dur[ok] / exp[ok])) if ok.any() else 1.0
 
 
+@dataclass(frozen=True)
+class Passes:
+    """How :func:`measure_placements` times each placement: ``rounds`` shuffled passes over
+    all of them, each running a placement ``warmup`` times untimed, then ``repeats`` timed."""
+
+    repeats: int
+    warmup: int
+    rounds: int
+
+
 def measure_placements(
     graph: DataflowGraph,
     backend: Any,
     placements: Sequence[Placement],
-    repeats: int,
-    warmup: int,
-    rounds: int,
+    passes: Passes,
     rng: np.random.Generator,
     progress: bool = False,
     expected: np.ndarray | None = None,
 ) -> tuple[np.ndarray, dict[str, int]]:
     """Every measured makespan of each placement, ``(placements, rounds x repeats)``, over
-    ``rounds`` passes in shuffled order.
+    the ``passes`` in shuffled order (``rng``).
 
     With ``expected`` (``(N, D)`` op times, e.g. a calibrated cost model's), a run whose ops
     took :data:`DISTURBED_SLOWDOWN` times longer than expected (median) is taken again, up to
@@ -128,6 +137,7 @@ def measure_placements(
     """
     from . import Executor
 
+    repeats, warmup, rounds = passes.repeats, passes.warmup, passes.rounds
     per: list[list[float]] = [[] for _ in placements]
     counts = {"runs": 0, "discarded": 0, "kept_disturbed": 0}
     with (

@@ -307,6 +307,10 @@ def execute(
     seed: int = 0,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> Trace:
-    """Run ``placement`` of ``graph`` for real; the measured :class:`Trace` (median repeat)."""
+    """Run ``placement`` of ``graph`` for real; the measured :class:`Trace` (median repeat).
+
+    Its run options are keyword-only with defaults already (``doppler-lab execute``'s flags): a
+    config object would not read better.
+    """
     with Executor(graph, backend, num_devices=num_devices, seed=seed, timeout_s=timeout_s) as ex:
         return ex.run(placement, repeats=repeats, warmup=warmup, dispatch=dispatch).trace

@@ -318,6 +318,9 @@ def nominal_gpu(
 ) -> NominalGpu:
     """The nominal rates of the GPU that torch calls ``name``.
 
+    ``name`` to ``capability`` are what torch reports of a device; the other keywords are the
+    model's constants.
+
     Args:
         name: ``torch.cuda.get_device_properties(i).name`` (case and punctuation do not matter).
         total_memory_bytes: its ``total_memory`` (the device's memory; picks between variants of

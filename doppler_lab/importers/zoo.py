@@ -199,6 +199,9 @@ def hf_llama(
 ) -> ModelAndArgs:
     """A Hugging Face Llama (``LlamaForCausalLM``, random weights) returning its logits.
 
+    Its keyword parameters are the spec keys of ``hf-llama:...`` in the graph grammar
+    (:mod:`doppler_lab.workloads.specs`), so they stay flat.
+
     ``kv_heads`` 0 means ``heads`` (no grouped-query attention); ``intermediate`` 0 makes the
     MLP 4 x ``hidden`` wide; ``positions`` 0 makes the context ``max(64, seq)``. ``preset``:
     llama2-7b, llama2-13b or llama3-8b (:data:`PRESETS`).
@@ -237,6 +240,9 @@ def hf_gpt2(
     preset: str = "",
 ) -> ModelAndArgs:
     """A Hugging Face GPT-2 (``GPT2LMHeadModel``, random weights) returning its logits.
+
+    Its keyword parameters are the spec keys of ``hf-gpt2:...`` in the graph grammar
+    (:mod:`doppler_lab.workloads.specs`), so they stay flat.
 
     ``positions`` 0 makes the context ``max(64, seq)``; ``preset``: gpt2-xl (:data:`PRESETS`).
     """

@@ -103,18 +103,34 @@ class SearchResult(NamedTuple):
     start_cost: float
 
 
+@dataclass(frozen=True)
+class DescentOptions:
+    """How :func:`search_devices` moves.
+
+    Attributes:
+        method: ``anneal`` or ``hill``.
+        batch: proposals simulated per round.
+        temperature: initial temperature relative to the start's makespan (``anneal``).
+        swap_prob: probability of a swap move (default proposal).
+        propose: the proposal (default :func:`neighbours` over the graph's compute nodes).
+    """
+
+    method: str = "anneal"
+    batch: int = 8
+    temperature: float = 0.02
+    swap_prob: float = 0.2
+    propose: Proposal | None = None
+
+
 def search_devices(
     sim: Simulator,
     start: np.ndarray,
     budget: int,
     rng: np.random.Generator,
-    method: str = "anneal",
-    batch: int = 8,
-    temperature: float = 0.02,
-    swap_prob: float = 0.2,
+    options: DescentOptions | None = None,
+    *,
     start_cost: float | None = None,
     calls_used: int = 0,
-    propose: Proposal | None = None,
     bar: tqdm | None = None,
 ) -> SearchResult:
     """Hill climbing or simulated annealing over device vectors from ``start``, until
@@ -130,15 +146,14 @@ def search_devices(
         start: ``(N,)`` the start's device vector.
         budget: the call count at which the search stops (``calls_used`` included).
         rng: the only source of randomness.
-        method: ``anneal`` or ``hill``.
-        batch: proposals simulated per round.
-        temperature: initial temperature relative to the start's makespan.
-        swap_prob: probability of a swap move (default proposal).
+        options: the moves (default :class:`DescentOptions`: annealing).
         start_cost: the start's makespan if already known (otherwise it costs one call).
         calls_used: calls already spent by the caller.
-        propose: the proposal (default :func:`neighbours` over the graph's compute nodes).
         bar: a progress bar advanced by each call this search makes.
     """
+    opts = options or DescentOptions()
+    method, batch, temperature, propose = opts.method, opts.batch, opts.temperature, opts.propose
+    swap_prob = opts.swap_prob
     ndev = sim.num_devices
     movable = sim.graph.compute_nodes
     if propose is None:
@@ -235,22 +250,13 @@ class LocalSearchPlacer:
         if self.method == "ils":
             start_cost = float(sim.makespans(init.device[None, :])[0])
             bar.update(1)
+            ils = IlsOptions(batch=self.batch, swap_prob=self.swap_prob)
             found = iterated_search(
-                sim, init.device, start_cost, budget, rng, 1, self.batch,
-                swap_prob=self.swap_prob, bar=bar,
-            )  # fmt: skip
-        else:
-            found = search_devices(
-                sim,
-                init.device,
-                budget,
-                rng,
-                self.method,
-                self.batch,
-                self.temperature,
-                self.swap_prob,
-                bar=bar,
+                sim, init.device, start_cost, budget, rng, ils, calls_used=1, bar=bar
             )
+        else:
+            moves = DescentOptions(self.method, self.batch, self.temperature, self.swap_prob)
+            found = search_devices(sim, init.device, budget, rng, moves, bar=bar)
         bar.close()
         best, best_cost, calls, start_cost = found
         meta = {
@@ -404,20 +410,38 @@ def critical_ops(sim: Simulator, device: np.ndarray) -> tuple[np.ndarray, float]
     return np.array(sorted(ops), dtype=np.int64), trace.makespan
 
 
+@dataclass(frozen=True)
+class IlsOptions:
+    """How :func:`iterated_search` moves.
+
+    Attributes:
+        batch: proposals simulated per round.
+        kick: random moves of a kick.
+        stall_share: calls without progress before a kick, per move.
+        min_gain: the relative gain that counts as progress.
+        swap_prob: probability that a scanned move is a swap (:class:`MoveScan`).
+        cluster_moves: try the path's :class:`ClusterMoves` before its single-node moves
+            (False: single-node moves alone, the search before them).
+    """
+
+    batch: int = 8
+    kick: int = KICK_MOVES
+    stall_share: float = STALL_SHARE
+    min_gain: float = MIN_GAIN
+    swap_prob: float = 0.2
+    cluster_moves: bool = True
+
+
 def iterated_search(
     sim: Simulator,
     start: np.ndarray,
     start_cost: float,
     budget: int,
     rng: np.random.Generator,
+    options: IlsOptions | None = None,
+    *,
     calls_used: int = 0,
-    batch: int = 8,
-    kick: int = KICK_MOVES,
-    stall_share: float = STALL_SHARE,
-    min_gain: float = MIN_GAIN,
-    swap_prob: float = 0.2,
     bar: tqdm | None = None,
-    cluster_moves: bool = True,
 ) -> SearchResult:
     """Iterated local search over device vectors from ``start`` until ``budget`` calls have been
     counted (``calls_used`` included): the ``ils`` strategy of
@@ -439,16 +463,14 @@ def iterated_search(
         start_cost: its makespan.
         budget: the call count at which the search stops.
         rng: the only source of randomness.
+        options: the moves (default :class:`IlsOptions`; ``batch``, ``kick``, ``stall_share``,
+            ``min_gain``, ``swap_prob`` and ``cluster_moves`` above are its fields).
         calls_used: calls already spent by the caller.
-        batch: proposals simulated per round.
-        kick: random moves of a kick.
-        stall_share: calls without progress before a kick, per move.
-        min_gain: the relative gain that counts as progress.
-        swap_prob: probability that a scanned move is a swap (:class:`MoveScan`).
         bar: a progress bar advanced by each call this search makes.
-        cluster_moves: try the path's :class:`ClusterMoves` before its single-node moves
-            (False: single-node moves alone, the search before them).
     """
+    opts = options or IlsOptions()
+    batch, kick, swap_prob = opts.batch, opts.kick, opts.swap_prob
+    stall_share, min_gain = opts.stall_share, opts.min_gain
     movable, ndev = sim.graph.compute_nodes, sim.num_devices
     calls = calls_used
     cur, cur_cost = np.array(start, copy=True), float(start_cost)
@@ -458,7 +480,7 @@ def iterated_search(
         return SearchResult(best, best_cost, calls, float(start_cost))
     every = MoveScan(movable, ndev, swap_prob)
     stall = max(int(stall_share * len(every.moves)), batch)
-    clusters = ClusterMoves(sim.graph, ndev) if cluster_moves else None
+    clusters = ClusterMoves(sim.graph, ndev) if opts.cluster_moves else None
 
     def count(value: _T, k: int) -> _T:
         nonlocal calls

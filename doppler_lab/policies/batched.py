@@ -11,9 +11,18 @@ The choices are those of the per-episode loop to the bit, random draws included:
 choice adds the softmax weights ``exp(z - max z)`` (computed by numpy, exactly as the loop does)
 in order and takes the first whose running sum exceeds ``u`` times the total, ``u`` the
 episode's draw cast to the weights' precision (as numpy casts a Python float there).
+
+The arrays that travel together are records: :class:`Mode`, :class:`StepBatch`,
+:class:`SelArrays`, :class:`SelDraws`, :class:`PlcScores`, :class:`SelectOut`,
+:class:`PlaceOut`, :class:`PlainRun`. Python passes each as a plain tuple in the field order of
+its named tuple and the compiled step names it again on entry (as the simulator kernels do,
+:mod:`doppler_lab.timing.sim._kernels`: numba types a plain tuple of arrays in C, a named tuple
+through Python's ``typeof`` on every call).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit, objmode
@@ -24,6 +33,77 @@ from .features import extend_device_features, scale_device_features
 
 #: how a step chooses: the argmax, a draw from the softmax, or the topological order (SEL)
 GREEDY, SAMPLE, TOPO = 0, 1, 2
+
+
+class Mode(NamedTuple):
+    """How one half of the policy (SEL or PLC) chooses in every episode of a step."""
+
+    kind: int  # GREEDY, SAMPLE or TOPO (SEL only)
+    lead: int  # the first ``lead`` episodes choose by GREEDY (unless ``kind`` is TOPO)
+
+
+class StepBatch(NamedTuple):
+    """A :class:`~doppler_lab.timing.schedule.ScheduleBatch` as the compiled steps read it."""
+
+    record: tuple  # the graph and cost arrays (ScheduleBatch.record)
+    arrays: tuple  # the K states' arrays, stacked (ScheduleBatch.arrays)
+    estimate: int  # ESTIMATE_CODES of the estimate
+    extra: tuple  # the graph's feature_args (doppler9 and doppler10 features)
+
+
+class SelArrays(NamedTuple):
+    """What SEL reads of the graph."""
+
+    scores: np.ndarray  # (n,) static SEL score per local node (empty: topological SEL)
+    local: np.ndarray  # (N,) local id per global node
+    topo: np.ndarray  # the compute nodes (global) in topological order
+
+
+class SelDraws(NamedTuple):
+    """A sampled SEL choice's draws (empty arrays when SEL does not sample)."""
+
+    weights: np.ndarray  # softmax weights of each episode's candidates (sel_logits, exponentiated)
+    ptr: np.ndarray  # (K,) where each episode's weights start
+    u: np.ndarray  # (K,) a uniform each (float64)
+
+
+class PlcScores(NamedTuple):
+    """PLC's scores of every episode at a step."""
+
+    logits: np.ndarray  # (K, D) the policy's logits (GREEDY: their argmax)
+    weights: np.ndarray  # (K, D) the softmax weights (SAMPLE)
+    u: np.ndarray  # (K,) a uniform each (float64; SAMPLE)
+
+
+class SelectOut(NamedTuple):
+    """What :func:`select_step` writes."""
+
+    selected: np.ndarray  # (K,) the selected global node
+    nodes: np.ndarray  # (K, T) its local id at nodes[:, t]
+    est: np.ndarray  # (K, D) its earliest starts
+    raw: np.ndarray  # (K, D, F) its raw device features (F = 5, 9 or 10)
+    norm: np.ndarray  # (K, D, F) float32 their scaled normalisation (time_unit > 0)
+    cand_rec: np.ndarray  # the candidates' local ids, step-major (learned SEL only)
+    counts: np.ndarray  # (K, T) their number at counts[:, t] (learned SEL only)
+
+
+class PlaceOut(NamedTuple):
+    """What :func:`place_step` writes."""
+
+    devices: np.ndarray  # (K, T) the device at devices[:, t]
+    partial: np.ndarray  # (K, T) the makespan before the step (times the time scale)
+    span: np.ndarray  # (K,) the makespan after it
+
+
+class PlainRun(NamedTuple):
+    """How a fused rollout (:func:`run_plain`) chooses."""
+
+    sel_kind: int  # GREEDY, SAMPLE or TOPO
+    plc_kind: int  # GREEDY or SAMPLE
+    lead: int  # the first ``lead`` episodes choose by GREEDY
+    sel_temperature: float  # SEL's sampling temperature, of the scores' dtype
+    plc_temperature: float  # PLC's, float32
+    time_unit: float  # the ``scaled`` layout's time unit (> 0)
 
 
 @njit(cache=True)
@@ -117,119 +197,105 @@ def softmax_exponents(logits, temperature, out):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _select(
-    t, k, kind, lead, scores, local, topo, cand, ncand, weights, ptr, u
-):  # pragma: no cover
-    """Episode ``k``'s SEL choice at step ``t`` (see :func:`select_step`)."""
-    if kind == TOPO:
-        return topo[t]
+def _select(t, k, mode, sel, cand, ncand, draw):  # pragma: no cover - compiled
+    """Episode ``k``'s SEL choice at step ``t`` (see :func:`select_step`; ``mode``, ``sel``
+    and ``draw`` named)."""
+    if mode.kind == TOPO:
+        return sel.topo[t]
     m = ncand[k]
     row = cand[k]
-    if kind == SAMPLE and k >= lead:
-        return row[_draw(weights, ptr[k], m, u[k])]
-    return row[_argmax(scores[local[row[:m]]], 0, m)]
+    if mode.kind == SAMPLE and k >= mode.lead:
+        return row[_draw(draw.weights, draw.ptr[k], m, draw.u[k])]
+    return row[_argmax(sel.scores[sel.local[row[:m]]], 0, m)]
 
 
 @njit(cache=True)
-def _node_state(record, arrays, estimate, extra, k, v, est, raw):  # pragma: no cover
+def _node_state(batch, k, v, est, raw):  # pragma: no cover - compiled
     """The earliest starts ``est`` ``(D,)`` and raw device features ``raw`` ``(D, F)`` of
-    node ``v`` in episode ``k``."""
-    batch_est(record, arrays, estimate, k, v, est)
+    node ``v`` in episode ``k`` (``batch``: a named :class:`StepBatch`)."""
+    record, arrays = batch.record, batch.arrays
+    batch_est(record, arrays, batch.estimate, k, v, est)
     batch_device_features(record, arrays, k, v, est, raw)
     if raw.shape[1] >= 9:
-        extend_device_features(record, extra, v, arrays[0][k], raw)
+        extend_device_features(record, batch.extra, v, arrays[0][k], raw)
 
 
 @njit(cache=True)
-def _place(k, kind, lead, record, arrays, estimate, v, est, logits, weights, u):  # pragma: no cover
-    """Episode ``k``'s PLC choice for node ``v`` and its assignment (see
-    :func:`place_step`); returns the device."""
-    ndev = logits.shape[1]
-    if kind == SAMPLE and k >= lead:
-        d = _draw(weights[k], 0, ndev, u[k])
+def _place(k, mode, batch, v, est, plc):  # pragma: no cover - compiled
+    """Episode ``k``'s PLC choice for node ``v`` and its assignment (see :func:`place_step`;
+    ``mode``, ``batch`` and ``plc`` named); returns the device."""
+    ndev = plc.logits.shape[1]
+    if mode.kind == SAMPLE and k >= mode.lead:
+        d = _draw(plc.weights[k], 0, ndev, plc.u[k])
     else:
-        d = _argmax(logits[k], 0, ndev)
-    batch_assign(record, arrays, estimate, k, v, d, est)
+        d = _argmax(plc.logits[k], 0, ndev)
+    batch_assign(batch.record, batch.arrays, batch.estimate, k, v, d, est)
     return d
 
 
 @njit(cache=True)
-def select_step(
-    t, kind, lead, record, arrays, estimate, extra, sel, draw, out, pos, time_unit, norm
-):  # pragma: no cover
+def select_step(t, mode, batch, sel, draw, out, pos, time_unit):  # pragma: no cover - compiled
     """SEL's choice in every episode of step ``t``, then the chosen node's earliest starts and
     raw device features (and, with ``time_unit > 0``, their ``scaled`` normalisation).
 
     Args:
         t: the step.
-        kind: :data:`GREEDY`, :data:`SAMPLE` or :data:`TOPO`.
-        lead: the first ``lead`` episodes choose by :data:`GREEDY` (unless ``kind`` is TOPO).
-        record, arrays, estimate: the :class:`~doppler_lab.timing.schedule.ScheduleBatch`.
-        extra: the graph's :func:`~doppler_lab.policies.features.feature_args` (``doppler9``
-            and ``doppler10`` features).
-        sel: ``(scores, local, topo)``: static SEL score per local node, local id per global
-            node, the compute nodes (global) in topological order.
-        draw: ``(weights, ptr, u)`` of a sampled choice: softmax weights of each episode's
-            candidates (:func:`sel_logits`, exponentiated), where they start, a uniform each
-            (float64).
-        out: ``(selected, nodes, est, raw, cand_rec, counts)``: written: selected global node
-            ``(K,)``, its local id ``nodes[:, t]``, earliest starts ``(K, D)``, raw device
-            features ``(K, D, F)`` (F = 5, 9 or 10), the candidates' local ids (step-major from
-            ``cand_rec[pos]``) and their number ``counts[:, t]`` (learned SEL only).
+        mode: :class:`Mode`: :data:`GREEDY`, :data:`SAMPLE` or :data:`TOPO`, and the greedy lead.
+        batch: :class:`StepBatch`: the schedule batch and the graph's feature arguments.
+        sel: :class:`SelArrays`.
+        draw: :class:`SelDraws` of a sampled choice.
+        out: :class:`SelectOut`, written (the candidate record from ``cand_rec[pos]``; ``norm``
+            only with ``time_unit > 0``).
         pos: where the candidate record goes on.
-        time_unit: the ``scaled`` layout's time unit (0: no normalisation).
-        norm: ``(K, D, F)`` written (``time_unit > 0``): the normalised device features
-            (:func:`~doppler_lab.policies.features.scale_device_features`).
+        time_unit: the ``scaled`` layout's time unit (0: no normalisation;
+            :func:`~doppler_lab.policies.features.scale_device_features`).
 
     Returns:
         The new end of the candidate record.
     """
-    scores, local, topo = sel
-    weights, ptr, u = draw
-    selected, nodes, est, raw, cand_rec, counts = out
-    cand, ncand = arrays[10], arrays[11]
-    for k in range(selected.shape[0]):
-        v = _select(t, k, kind, lead, scores, local, topo, cand, ncand, weights, ptr, u)
-        if kind != TOPO:
+    mode, batch, sel = Mode(*mode), StepBatch(*batch), SelArrays(*sel)
+    draw, out = SelDraws(*draw), SelectOut(*out)
+    local = sel.local
+    cand, ncand = batch.arrays[10], batch.arrays[11]
+    for k in range(out.selected.shape[0]):
+        v = _select(t, k, mode, sel, cand, ncand, draw)
+        if mode.kind != TOPO:
             m = ncand[k]
             row = cand[k]
             for i in range(m):
-                cand_rec[pos + i] = local[row[i]]
+                out.cand_rec[pos + i] = local[row[i]]
             pos += m
-            counts[k, t] = m
-        selected[k] = v
-        nodes[k, t] = local[v]
-        _node_state(record, arrays, estimate, extra, k, v, est[k], raw[k])
+            out.counts[k, t] = m
+        out.selected[k] = v
+        out.nodes[k, t] = local[v]
+        _node_state(batch, k, v, out.est[k], out.raw[k])
     if time_unit > 0:
-        scale_device_features(raw, time_unit, norm)
+        scale_device_features(out.raw, time_unit, out.norm)
     return pos
 
 
 @njit(cache=True)
-def place_step(
-    t, kind, lead, record, arrays, estimate, selected, est, logits, weights, u, out, scale
-):  # pragma: no cover
+def place_step(t, mode, batch, selected, est, plc, out, scale):  # pragma: no cover - compiled
     """PLC's choice in every episode of step ``t`` and its assignment.
 
     Args:
         t: the step.
-        kind: :data:`GREEDY` (the argmax of ``logits``) or :data:`SAMPLE` (a draw from the
-            softmax ``weights`` with ``u``, a uniform each, float64).
-        lead: the first ``lead`` episodes choose by :data:`GREEDY`.
-        record, arrays, estimate: the :class:`~doppler_lab.timing.schedule.ScheduleBatch`.
+        mode: :class:`Mode`: :data:`GREEDY` (the argmax of the logits) or :data:`SAMPLE` (a
+            draw from the softmax weights), and the greedy lead.
+        batch: :class:`StepBatch`.
         selected, est: each episode's selected node and its earliest starts.
-        out: ``(devices, partial, span)``: written: the device ``devices[:, t]``, the schedule's
-            makespan before the step ``partial[:, t]`` (times ``scale``) and after it ``span``.
+        plc: :class:`PlcScores`.
+        out: :class:`PlaceOut`, written: the device, the schedule's makespan before the step
+            (times ``scale``) and after it.
         scale: the graph's time scale.
     """
-    devices, partial, span = out
-    finish = arrays[2]
+    mode, batch, plc, out = Mode(*mode), StepBatch(*batch), PlcScores(*plc), PlaceOut(*out)
+    finish = batch.arrays[2]
+    span = out.span
     for k in range(selected.shape[0]):
         v = selected[k]
-        partial[k, t] = span[k]
-        devices[k, t] = _place(
-            k, kind, lead, record, arrays, estimate, v, est[k], logits, weights, u
-        )
+        out.partial[k, t] = span[k]
+        out.devices[k, t] = _place(k, mode, batch, v, est[k], plc)
         span[k] = max(span[k], finish[k, v] * scale)
 
 
@@ -241,49 +307,32 @@ def _numpy_exp(x, out):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def run_plain(
-    kinds,
-    lead,
-    record,
-    arrays,
-    estimate,
-    extra,
-    sel,
-    temperatures,
-    sel_table,
-    uniforms,
-    time_unit,
-    plc,
-    devices,
-):  # pragma: no cover
+def run_plain(run, batch, sel, sel_table, uniforms, plc, devices):  # pragma: no cover
     """Every step of a rollout in the plain modes in one compiled call, without a record: the
     decisions of :func:`select_step`, the policy's compiled PLC head
     (:func:`~doppler_lab.policies.doppler.head_logits`) and :func:`place_step`, to the bit
     (the softmax weights are numpy's exponentials, as in the stepped rollout).
 
     Args:
-        kinds: ``(sel kind, plc kind)``: SEL :data:`GREEDY`, :data:`SAMPLE` or :data:`TOPO`;
-            PLC :data:`GREEDY` or :data:`SAMPLE`.
-        lead: the first ``lead`` episodes choose by :data:`GREEDY`.
-        record, arrays, estimate: the :class:`~doppler_lab.timing.schedule.ScheduleBatch` (fresh).
-        extra: as :func:`select_step` takes it.
-        sel: ``(scores, local, topo)`` as :func:`select_step` takes it.
-        temperatures: ``(SEL's, PLC's)`` sampling temperatures, float32.
+        run: :class:`PlainRun`: SEL's and PLC's kinds, the greedy lead, SEL's and PLC's
+            sampling temperatures, the ``scaled`` layout's time unit.
+        batch: :class:`StepBatch` (a fresh schedule batch).
+        sel: :class:`SelArrays`.
         sel_table: :func:`sel_logits`'s table: SEL's softmax weights read from it instead of
             an exponential per step (``(0, 0)``: computed per step).
         uniforms: ``(T, S)`` every draw of the rollout (float64), in the order the stepped
             rollout draws them: per step, one per sampling episode for SEL (when it samples),
             then one per sampling episode for PLC (when it samples).
-        time_unit: the ``scaled`` layout's time unit (> 0).
         plc: ``(weights, node_term, emb, sums)`` of the policy's
             :class:`~doppler_lab.policies.doppler.PlacedSums`.
         devices: ``(K, T)`` written: each episode's device per step.
     """
-    sel_kind, plc_kind = kinds
-    scores, local, topo = sel
-    sel_temperature, plc_temperature = temperatures
+    run, batch, sel = PlainRun(*run), StepBatch(*batch), SelArrays(*sel)
+    sel_kind, plc_kind, lead = run.sel_kind, run.plc_kind, run.lead
+    sel_mode, plc_mode = Mode(sel_kind, lead), Mode(plc_kind, lead)
+    scores, local = sel.scores, sel.local
     weights, node_term, emb, sums = plc
-    cand, ncand = arrays[10], arrays[11]
+    cand, ncand = batch.arrays[10], batch.arrays[11]
     k_eps, t_steps = devices.shape
     ndev, fdim, hidden = sums.shape[1], weights[0].shape[1], weights[2].shape[1]
     nsel = k_eps - lead if sel_kind == SAMPLE else 0
@@ -306,6 +355,8 @@ def run_plain(
     plc_w = np.empty((k_eps, ndev), dtype=np.float32)
     u_sel = np.zeros(k_eps)
     u_plc = np.zeros(k_eps)
+    draw = SelDraws(sel_w, ptr, u_sel)
+    scored = PlcScores(logits, plc_w, u_plc)
     for t in range(t_steps):
         for k in range(lead, k_eps):
             if sel_kind == SAMPLE:
@@ -314,34 +365,24 @@ def run_plain(
                 u_plc[k] = uniforms[t, nsel + k - lead]
         if sel_kind == SAMPLE:
             if sel_table.shape[0] > 0:
-                sel_logits(scores, local, cand, ncand, sel_temperature, sel_w, ptr, sel_table)
+                sel_logits(scores, local, cand, ncand, run.sel_temperature, sel_w, ptr, sel_table)
             else:
-                m = sel_logits(scores, local, cand, ncand, sel_temperature, sel_buf, ptr, sel_table)
+                m = sel_logits(
+                    scores, local, cand, ncand, run.sel_temperature, sel_buf, ptr, sel_table
+                )
                 _numpy_exp(sel_buf[:m], sel_w[:m])
         for k in range(k_eps):
-            v = _select(t, k, sel_kind, lead, scores, local, topo, cand, ncand, sel_w, ptr, u_sel)
+            v = _select(t, k, sel_mode, sel, cand, ncand, draw)
             selected[k] = v
             rows[k] = local[v]
-            _node_state(record, arrays, estimate, extra, k, v, est[k], raw[k])
-        scale_device_features(raw, time_unit, norm)
+            _node_state(batch, k, v, est[k], raw[k])
+        scale_device_features(raw, run.time_unit, norm)
         head_logits(weights, node_term, rows, norm, sums, scratch, logits)
         if plc_kind == SAMPLE:
-            softmax_exponents(logits, plc_temperature, plc_w)
+            softmax_exponents(logits, run.plc_temperature, plc_w)
             _numpy_exp(plc_w, plc_w)
         for k in range(k_eps):
-            d = _place(
-                k,
-                plc_kind,
-                lead,
-                record,
-                arrays,
-                estimate,
-                selected[k],
-                est[k],
-                logits,
-                plc_w,
-                u_plc,
-            )
+            d = _place(k, plc_mode, batch, selected[k], est[k], scored)
             chosen[k] = d
             devices[k, t] = d
         add_placed(sums, emb, rows, chosen)

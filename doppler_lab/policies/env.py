@@ -53,6 +53,8 @@ REWARDS: tuple[str, ...] = ("baseline", "negative_cost")
 class PlacementEnv(gym.Env):
     """Place a graph's compute nodes one at a time (SEL, then PLC) and get the makespan.
 
+    Its keyword arguments are the environment's options, flat as a gymnasium environment's are.
+
     Args:
         graph: the graph.
         cluster: a :class:`Cluster` or a preset name.

@@ -42,7 +42,7 @@ from ..house.errors import ConfigError
 from ..ir.graph import DataflowGraph
 from ..placers.clustering import cluster_arrays
 from ..timing.cost_model import CostModel
-from ..timing.schedule import ListScheduleState
+from ..timing.schedule import EdgeCosts, ListScheduleState, PredArrays
 
 NODE_FEATURES: tuple[str, ...] = ("compute", "b_level", "t_level", "in_comm", "out_comm")
 
@@ -318,9 +318,12 @@ def scale_device_features(f, time_unit, out):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _wait_transfer(
-    v, pred_ptr, pred_idx, pred_eid, is_input, device, fixed, nbytes, lat, inv_bw, out
-):  # pragma: no cover - compiled
+def _wait_transfer(v, preds, device, edges, out):  # pragma: no cover - compiled
+    """The transfer time ``v`` would wait for on each device, into ``out`` ``(D,)``
+    (``preds``: :class:`~doppler_lab.timing.schedule.PredArrays`; ``edges``:
+    :class:`~doppler_lab.timing.schedule.EdgeCosts`)."""
+    pred_ptr, pred_idx, pred_eid, is_input = preds
+    fixed, nbytes, lat, inv_bw = edges
     ndev = out.shape[0]
     for d in range(ndev):
         out[d] = 0.0
@@ -336,9 +339,11 @@ def _wait_transfer(
 
 
 @njit(cache=True)
-def _coproducers(
-    v, succ_ptr, succ_idx, pred_ptr, pred_idx, pred_eid, is_input, device, edge_cost, out
-):  # pragma: no cover - compiled
+def _coproducers(v, succ_ptr, succ_idx, preds, device, edge_cost, out):  # pragma: no cover
+    """The transfer cost of the edges into ``v``'s successors from their other placed
+    producers, per device, into ``out`` ``(D,)`` (``preds``:
+    :class:`~doppler_lab.timing.schedule.PredArrays`)."""
+    pred_ptr, pred_idx, pred_eid, is_input = preds
     for d in range(out.shape[0]):
         out[d] = 0.0
     for k in range(succ_ptr[v], succ_ptr[v + 1]):
@@ -416,12 +421,11 @@ def extend_device_features(record, extra, v, device, out):  # pragma: no cover -
         out: ``(D, 9)`` or ``(D, 10)``, written in place.
     """
     edge_cost = extra[0]
-    pred_ptr, pred_idx, pred_eid, is_input, succ_ptr, succ_idx = record[:6]
-    fixed, nbytes, lat, inv_bw = record[6:10]
+    preds = PredArrays(record[0], record[1], record[2], record[3])
+    succ_ptr, succ_idx = record[4], record[5]
+    edges = EdgeCosts(record[6], record[7], record[8], record[9])
     d = out.shape[0]
-    _wait_transfer(
-        v, pred_ptr, pred_idx, pred_eid, is_input, device, fixed, nbytes, lat, inv_bw, out[:, 5]
-    )
+    _wait_transfer(v, preds, device, edges, out[:, 5])
     total = 0.0 + _pairwise_sum(out[:, 1], 0, d)  # as numpy adds it (0 + the pairwise sum)
     lowest = out[0, 4]
     for i in range(d):
@@ -429,9 +433,7 @@ def extend_device_features(record, extra, v, device, out):  # pragma: no cover -
         lowest = min(lowest, out[i, 4])
     for i in range(d):
         out[i, 7] = 1.0 if out[i, 4] <= lowest * (1 + 1e-9) else 0.0
-    _coproducers(
-        v, succ_ptr, succ_idx, pred_ptr, pred_idx, pred_eid, is_input, device, edge_cost, out[:, 8]
-    )
+    _coproducers(v, succ_ptr, succ_idx, preds, device, edge_cost, out[:, 8])
     if out.shape[1] > 9:
         _cluster_share(v, extra[1], extra[2], extra[3], extra[4], device, out[:, 9])
 

@@ -85,7 +85,10 @@ def _ptr(context, builder, arrty, arr, offset):  # pragma: no cover - compile ti
 @intrinsic
 def _sgemm(typingctx, trans_b, m, n, k, a, a_off, b, ldb, c, c_off):  # pragma: no cover
     """``cblas_sgemm(RowMajor, NoTrans, trans_b, m, n, k, 1, a + a_off, k, b, ldb, 0,
-    c + c_off, n)``."""
+    c + c_off, n)``.
+
+    Its parameters are CBLAS's own: the C function it calls.
+    """
     i64 = types.int64
     sig = types.void(i64, i64, i64, i64, a, i64, b, i64, c, i64)
 

@@ -32,7 +32,18 @@ from ..timing.schedule import ScheduleBatch
 from .batched import GREEDY as KIND_GREEDY
 from .batched import SAMPLE as KIND_SAMPLE
 from .batched import TOPO as KIND_TOPO
-from .batched import place_step, run_plain, sel_logits, select_step, softmax_exponents
+from .batched import (
+    PlaceOut,
+    PlainRun,
+    SelArrays,
+    SelectOut,
+    StepBatch,
+    place_step,
+    run_plain,
+    sel_logits,
+    select_step,
+    softmax_exponents,
+)
 from .context import GraphContext
 from .doppler import PlacedSums
 from .policy_base import Episodes, PlacementPolicy
@@ -126,16 +137,11 @@ class AnchorMatch:
             self.perm[k, rows] = cols
 
 
-class Rollout:
-    """K episodes of ``policy`` on ``ctx``'s graph, one SEL + PLC decision each per :meth:`step`.
+@dataclass(frozen=True)
+class RolloutOptions:
+    """What a :class:`Rollout` records and follows besides its action modes.
 
-    Args:
-        policy: the policy.
-        ctx: the prepared graph.
-        enc: ``policy.encode(ctx)`` (computed once, shared by all episodes).
-        num_episodes: K.
-        rng: the only source of randomness.
-        sel, plc: how each learned half acts.
+    Attributes:
         record_teacher: record the Critical Path choices at every visited state (Stage I).
         anchor: ``(N,)`` a device per node that replaces the Critical Path rule as PLC's teacher
             (for mixing and labels): exploration around a known placement (learned PLC only).
@@ -150,6 +156,30 @@ class Rollout:
             Path rule, e.g. :class:`~doppler_lab.placers.cp_rollout.RolloutLabeller`; where it
             returns None the state gets no PLC label (every device marked) and mixing takes
             the CP rule's device.
+    """
+
+    record_teacher: bool = False
+    anchor: np.ndarray | None = None
+    greedy_lead: int = 0
+    plc_labeller: Callable[..., np.ndarray | None] | None = None
+
+
+#: a rollout that records nothing and follows no anchor
+PLAIN = RolloutOptions()
+
+
+class Rollout:
+    """K episodes of ``policy`` on ``ctx``'s graph, one SEL + PLC decision each per :meth:`step`.
+
+    Args:
+        policy: the policy.
+        ctx: the prepared graph.
+        enc: ``policy.encode(ctx)`` (computed once, shared by all episodes).
+        num_episodes: K.
+        rng: the only source of randomness.
+        sel, plc: how each learned half acts.
+        options: teacher records, an anchor, a greedy lead, a PLC labeller
+            (:class:`RolloutOptions`; default :data:`PLAIN`).
 
     Attributes:
         episodes: the K episodes.
@@ -180,11 +210,10 @@ class Rollout:
         rng: np.random.Generator,
         sel: ActionMode = SAMPLE,
         plc: ActionMode = SAMPLE,
-        record_teacher: bool = False,
-        anchor: np.ndarray | None = None,
-        greedy_lead: int = 0,
-        plc_labeller: Callable[..., np.ndarray | None] | None = None,
+        options: RolloutOptions = PLAIN,
     ):
+        record_teacher, anchor = options.record_teacher, options.anchor
+        greedy_lead, plc_labeller = options.greedy_lead, options.plc_labeller
         if not 0 <= greedy_lead <= num_episodes:
             raise ConfigError(
                 f"greedy_lead = {greedy_lead!r}, expected 0..{num_episodes} (the episodes)"
@@ -332,14 +361,14 @@ class Rollout:
             self._sel_kind = KIND_TOPO
         else:
             self._sel_kind = KIND_SAMPLE if self.sel.samples else KIND_GREEDY
-        self._sel = (scores, ctx.features.local, ctx.topo_global)
+        self._sel = SelArrays(scores, ctx.features.local, ctx.topo_global)
         bound = k_eps * max(self.num_steps, 1)  # candidates of one step, at most
         self._sel_buf = np.empty(bound, scores.dtype)
         self._sel_ptr = np.zeros(k_eps, dtype=np.int64)
         self._sel_temperature = scores.dtype.type(self.sel.temperature)
         self._no_table = np.zeros((0, 0), scores.dtype)  # sel_logits writes the exponents
         self._no_draws = np.zeros(0)
-        self._no_draw = (self._sel_buf[:0], self._sel_ptr, self._no_draws)
+        self._no_draw = (self._sel_buf[:0], self._sel_ptr, self._no_draws)  # a SelDraws
         self._cand_rec = np.empty(2 * bound, dtype=np.int64)
         self._cand_pos = 0
         self._cand_counts = np.zeros((k_eps, self.num_steps), dtype=np.int64)
@@ -348,9 +377,13 @@ class Rollout:
         scaled = ctx.layout.device_norm == "scaled"
         self._time_unit = float(ctx.features.time_unit) if scaled else 0.0
         self._norm = np.empty((k_eps, ndev, fdim), dtype=np.float32)
-        self._args = (batch.record, batch.arrays, batch.estimate, ctx.features.extra)
+        # the compiled steps' records, as the plain tuples they take (see batched)
+        self._args = tuple(
+            StepBatch(batch.record, batch.arrays, batch.estimate, ctx.features.extra)
+        )
+        self._sel_args = tuple(self._sel)
         self._select_out = self._select_outputs()
-        self._place_out = (self.devices, self.partial, self._span)
+        self._place_out = tuple(PlaceOut(self.devices, self.partial, self._span))
         self._sel_draws, self._plc_draws = np.zeros(k_eps), np.zeros(k_eps)
 
     def _uniforms(self, out: np.ndarray) -> np.ndarray:
@@ -360,7 +393,8 @@ class Rollout:
         return out
 
     def _select_outputs(self) -> tuple[np.ndarray, ...]:
-        return (self.selected, self.nodes, self.ests, self._raw, self._cand_rec, self._cand_counts)
+        out = (self.selected, self.nodes, self.ests, self._raw, self._norm, self._cand_rec)
+        return tuple(SelectOut(*out, self._cand_counts))
 
     def _step_batched(self) -> None:
         """:meth:`step` in the plain modes, compiled (same decisions, records and draws)."""
@@ -370,16 +404,16 @@ class Rollout:
             u = self._uniforms(self._sel_draws)
             buf, ptr = self._sel_buf, self._sel_ptr
             cand, ncand = batch.arrays[10:12]
-            scores, local, temperature = self._sel[0], self._sel[1], self._sel_temperature
+            scores, local, temperature = self._sel.scores, self._sel.local, self._sel_temperature
             m = sel_logits(scores, local, cand, ncand, temperature, buf, ptr, self._no_table)
-            draw = (np.exp(buf[:m]), ptr, u)
+            draw = (np.exp(buf[:m]), ptr, u)  # a SelDraws
         if self._cand_rec.size - self._cand_pos < self._sel_buf.size:
             self._cand_rec = np.concatenate([self._cand_rec, np.empty_like(self._cand_rec)])
             self._select_out = self._select_outputs()
-        args, norm = self._args, self._norm
+        norm, mode = self._norm, (self._sel_kind, self.greedy_lead)
         self._cand_pos = select_step(
-            t, self._sel_kind, self.greedy_lead, *args, self._sel, draw, self._select_out,
-            self._cand_pos, self._time_unit, norm,
+            t, mode, self._args, self._sel_args, draw, self._select_out, self._cand_pos,
+            self._time_unit,
         )  # fmt: skip
         if not self._time_unit:
             norm = ctx.normalize(self._raw)
@@ -397,8 +431,8 @@ class Rollout:
             kind = KIND_SAMPLE
             np.exp(scores, out=scores)
         place_step(
-            t, kind, self.greedy_lead, *args[:3], self.selected, self.ests, logits, scores, u,
-            self._place_out, ctx.graph.time_scale,
+            t, (kind, self.greedy_lead), self._args, self.selected, self.ests,
+            (logits, scores, u), self._place_out, ctx.graph.time_scale,
         )  # fmt: skip
         policy.plc_observe(self._pstate, loc_v, self.devices[:, t])
         self.t += 1
@@ -466,21 +500,24 @@ class Rollout:
         per_step = sampling * ((sel_kind == KIND_SAMPLE) + (plc_kind == KIND_SAMPLE))
         # one draw per sampling episode and sampling half, step after step: the stepped order
         uniforms = self.rng.random((self.num_steps, per_step))
-        temperatures = (self._sel_temperature, np.float32(self.plc.temperature))
+        run = PlainRun(
+            sel_kind,
+            plc_kind,
+            self.greedy_lead,
+            self._sel_temperature,
+            np.float32(self.plc.temperature),
+            self._time_unit,
+        )
         table = self._no_table
-        if sel_kind == KIND_SAMPLE and self._sel[0].size <= self.sel_table_limit:
-            z = self._sel[0] / self._sel_temperature  # as sel_logits divides
+        if sel_kind == KIND_SAMPLE and self._sel.scores.size <= self.sel_table_limit:
+            z = self._sel.scores / self._sel_temperature  # as sel_logits divides
             if not np.isnan(z).any():
                 # numpy's exp(z_i - z_j) of every pair, once: the weights of every step (the
                 # steps read z_i - z_j <= 0 only, j the best candidate; the others may overflow)
                 with np.errstate(over="ignore"):
                     table = np.exp(z[:, None] - z[None, :])
         head = (pstate.kernel_weights, pstate.node_term, pstate.emb, pstate.sums)
-        record, arrays, estimate, extra = self._args
-        run_plain(
-            (sel_kind, plc_kind), self.greedy_lead, record, arrays, estimate, extra, self._sel,
-            temperatures, table, uniforms, self._time_unit, head, self.devices,
-        )  # fmt: skip
+        run_plain(tuple(run), self._args, self._sel_args, table, uniforms, head, self.devices)
         self.t, self.fused = self.num_steps, True
         return [ep.placement(self.policy.kind) for ep in self.episodes]
 
@@ -500,10 +537,7 @@ def run_episodes(
     rng: np.random.Generator,
     sel: ActionMode = SAMPLE,
     plc: ActionMode = SAMPLE,
-    record_teacher: bool = False,
-    anchor: np.ndarray | None = None,
-    greedy_lead: int = 0,
-    plc_labeller: Callable[..., np.ndarray | None] | None = None,
+    options: RolloutOptions = PLAIN,
 ) -> Episodes:
     """Roll out ``num_episodes`` episodes of ``policy`` on ``ctx``'s graph (a whole
     :class:`Rollout`; the arguments are its own).
@@ -511,19 +545,7 @@ def run_episodes(
     Returns:
         The recorded :class:`Episodes`.
     """
-    return Rollout(
-        policy,
-        ctx,
-        enc,
-        num_episodes,
-        rng,
-        sel,
-        plc,
-        record_teacher,
-        anchor,
-        greedy_lead,
-        plc_labeller,
-    ).run()
+    return Rollout(policy, ctx, enc, num_episodes, rng, sel, plc, options).run()
 
 
 def greedy_and_samples(
@@ -550,9 +572,8 @@ def greedy_and_samples(
         and policy.sel_mode in ("learned", "topo")
         and policy.plc_mode == "learned"
     ):
-        return Rollout(
-            policy, ctx, enc, 1 + samples, rng, SAMPLE, plc, greedy_lead=1
-        ).run_placements()
+        lead = RolloutOptions(greedy_lead=1)
+        return Rollout(policy, ctx, enc, 1 + samples, rng, SAMPLE, plc, lead).run_placements()
     cands = Rollout(policy, ctx, enc, 1, rng, GREEDY, GREEDY).run_placements()
     if samples > 0:
         cands += Rollout(policy, ctx, enc, samples, rng, SAMPLE, plc).run_placements()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -184,23 +184,17 @@ EXECUTOR_WORKLOAD = {False: "chainmm:scale=0.08", True: "chainmm:matrices=3,scal
 def step_training(ctx: DemoContext) -> None:
     """A short DOPPLER Stage II from the shipped checkpoint of the workload (else from a short
     Stage I), against its starting point and the Critical Path teacher."""
-    from ..train.experiments import short_finetune
+    from ..train.experiments import FINETUNE_RECIPE, short_finetune
     from ..workloads import build
 
     cluster = make_cluster("p100x4")
     graph = build(TRAIN_WORKLOAD, scale=ctx.scale)
     episodes, imitation, samples = (32, 16, 2) if ctx.quick else (960, 200, 16)
-    res = short_finetune(
-        graph,
-        cluster,
-        "wc",
-        ctx.out_dir / "training",
-        episodes=episodes,
-        imitation_episodes=imitation,
-        samples=samples,
-        seed=ctx.seed,
-        progress=ctx.progress,
+    recipe = replace(
+        FINETUNE_RECIPE, imitation_episodes=imitation, sim_episodes=episodes, seed=ctx.seed
     )
+    where = ctx.out_dir / "training"
+    res = short_finetune(graph, cluster, "wc", where, recipe, samples, ctx.progress)
     rows = pd.DataFrame(res.rows)
     ctx.summary["training"] = {
         "workload": TRAIN_WORKLOAD,

@@ -375,6 +375,8 @@ def build_site(
 ) -> Site:
     """Execute the notebooks, render each to HTML, and write ``index.html`` and ``site.json``.
 
+    Its parameters are ``doppler-lab report``'s flags, passed through by the command.
+
     Args:
         out_dir: the site folder.
         only: names of the notebooks to run (see :func:`find_notebooks`); default all. The

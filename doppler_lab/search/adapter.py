@@ -328,6 +328,7 @@ def adapt(
     cluster: Cluster,
     semantics: str = "paper",
     config: AdaptConfig | None = None,
+    *,
     seed: int | np.random.Generator = 0,
     progress: bool = False,
     pbar: Any = None,
@@ -336,6 +337,10 @@ def adapt(
 ) -> AdaptResult:
     """Train a per-instance bias table for ``policy`` on ``graph`` (module docstring). The
     policy's network is left as it was, and so is its bias (the result holds the table).
+
+    The settings are ``config``; the keywords after it are the run's own (its seed, how it
+    reports, where it keeps its progress), outside :class:`AdaptConfig` so that the key a
+    resumable run saves (``config.to_dict()`` and the seed) stays what it was.
 
     Args:
         policy: a DOPPLER policy (learned PLC).
@@ -361,7 +366,14 @@ def adapt(
     from ..house.progress import progress as bar
     from ..policies.context import GraphContext
     from ..policies.policy_base import Episodes
-    from ..policies.rollout import GREEDY, SAMPLE, ActionMode, Rollout, run_episodes
+    from ..policies.rollout import (
+        GREEDY,
+        SAMPLE,
+        ActionMode,
+        Rollout,
+        RolloutOptions,
+        run_episodes,
+    )
 
     cfg = config or AdaptConfig()
     if getattr(policy, "plc", None) is None or not hasattr(policy, "set_node_bias"):
@@ -412,9 +424,8 @@ def adapt(
         # the incumbent as an episode of the policy (SEL greedy, PLC on its devices): what the
         # imitation term makes likelier
         with torch.no_grad():
-            incumbent: Episodes = run_episodes(
-                policy, ctx, enc, 1, rng, GREEDY, follow, anchor=best.device
-            )
+            on_best = RolloutOptions(anchor=best.device)
+            incumbent: Episodes = run_episodes(policy, ctx, enc, 1, rng, GREEDY, follow, on_best)
         rows: list[dict[str, float]] = []
     else:
         bias.copy_(saved["bias"])
@@ -549,7 +560,7 @@ def _settle(policy, ctx, enc, bias, target, cfg: AdaptConfig, rng) -> int:
     not reproduced after ``cfg.settle_steps``). A fresh optimiser: the policy gradient's
     moment estimates point elsewhere (with them, 100 steps did not settle the paper's full
     transformer layer; fresh, 11 did)."""
-    from ..policies.rollout import GREEDY, ActionMode, Rollout, run_episodes
+    from ..policies.rollout import GREEDY, ActionMode, Rollout, RolloutOptions, run_episodes
 
     opt = torch.optim.Adam([bias], lr=cfg.lr)
     follow = ActionMode(False, 0.0, 1.0, 1.0)
@@ -563,7 +574,8 @@ def _settle(policy, ctx, enc, bias, target, cfg: AdaptConfig, rng) -> int:
         if step == cfg.settle_steps:
             break
         with torch.no_grad():
-            path = run_episodes(policy, ctx, enc, 1, rng, GREEDY, follow, anchor=target)
+            on_target = RolloutOptions(anchor=target)
+            path = run_episodes(policy, ctx, enc, 1, rng, GREEDY, follow, on_target)
         opt.zero_grad()
         loss = -policy.log_probs(ctx, enc, path, temps).plc_logp.sum() / len(nodes)
         loss.backward()

@@ -51,7 +51,14 @@ from ..house.errors import ConfigError
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..placers.clustering import CLUSTER_CAPS
-from ..placers.local_search import MoveScan, iterated_search, neighbours, search_devices
+from ..placers.local_search import (
+    DescentOptions,
+    IlsOptions,
+    MoveScan,
+    iterated_search,
+    neighbours,
+    search_devices,
+)
 from ..policies.context import GraphContext
 from ..policies.policy_base import PlacementPolicy
 from ..timing.sim import Simulator
@@ -210,6 +217,9 @@ def policy_search(
 ) -> SearchOutcome:
     """Search placements of ``graph`` with ``policy`` as the proposal (module docstring).
 
+    Its settings are a :class:`SearchConfig`; the rest are the problem, the budget, the randomness
+    and two run objects (``ctx``, ``bar``).
+
     Args:
         policy: the policy.
         graph: the graph.
@@ -256,6 +266,8 @@ def policy_search(
         def propose(dev: np.ndarray, k: int, r: np.random.Generator) -> np.ndarray:
             return neighbours(dev, movable, ndev, k, r, prefs=prefs)
 
+    ils = IlsOptions(batch=cfg.batch, cluster_moves=cfg.cluster_moves)
+    moves = DescentOptions("anneal", cfg.batch, cfg.temperature, propose=propose)
     # restarts: the best few distinct rollouts, the rest of the budget split evenly between them
     _, first = np.unique(devices[order], axis=0, return_index=True)
     starts = [int(order[i]) for i in sorted(first)[: cfg.restarts if strategy == "restarts" else 1]]
@@ -264,21 +276,17 @@ def policy_search(
         stop = calls + (budget - calls) // (len(starts) - n)
         if strategy in ("ils", "ils-cp"):
             found = iterated_search(
-                sim, devices[i], float(costs[i]), stop, rng, calls, cfg.batch, bar=bar,
-                cluster_moves=cfg.cluster_moves,
-            )  # fmt: skip
+                sim, devices[i], float(costs[i]), stop, rng, ils, calls_used=calls, bar=bar
+            )
         else:
             found = search_devices(
                 sim,
                 devices[i],
                 stop,
                 rng,
-                "anneal",
-                cfg.batch,
-                cfg.temperature,
+                moves,
                 start_cost=float(costs[i]),
                 calls_used=calls,
-                propose=propose,
                 bar=bar,
             )
         calls = found.calls

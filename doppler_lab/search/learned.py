@@ -116,21 +116,29 @@ class RolloutResult:
         return candidate_source(self.best_index, self.rollouts, self.placement)
 
 
+@dataclass(frozen=True)
+class Judging:
+    """A judge with duration noise: the candidates' cost is the mean over ``noise_seeds``
+    simulations with lognormal sigma ``noise`` under ``semantics``."""
+
+    semantics: str = "paper"
+    noise: float = 0.0
+    noise_seeds: int = 1
+
+
 def best_of_rollouts(
     policy: PlacementPolicy,
     graph: DataflowGraph,
     cluster: Cluster,
     samples: int | None = None,
     seed: int | np.random.Generator | None = 0,
-    semantics: str = "paper",
-    noise: float = 0.0,
-    noise_seeds: int = 1,
+    semantics: str | Judging = "paper",
     ctx: GraphContext | None = None,
     proposals: ProposalSet | None = None,
 ) -> RolloutResult:
     """The greedy rollout and ``samples`` sampled rollouts of ``policy`` (or the proposals of
-    ``proposals``); the best by simulated cost (mean over ``noise_seeds`` noise draws when
-    ``noise > 0``; :func:`~doppler_lab.search.proposals.judge`).
+    ``proposals``); the best by simulated cost (with a noisy :class:`Judging`, the mean over
+    its noise draws; :func:`~doppler_lab.search.proposals.judge`).
 
     Args:
         policy: the policy.
@@ -138,9 +146,8 @@ def best_of_rollouts(
         cluster: the cluster.
         samples: sampled rollouts besides the greedy one (K of the protocol; default 16).
         seed: seed (or generator) of the sampled rollouts and the noise.
-        semantics: simulator semantics that judges the candidates.
-        noise: duration noise sigma of the judge.
-        noise_seeds: noise draws per candidate.
+        semantics: simulator semantics that judges the candidates, or a :class:`Judging`
+            (semantics, duration noise sigma, noise draws per candidate).
         ctx: a prepared :class:`GraphContext` (built if None).
         proposals: the proposals instead of ``samples``: rollouts on fewer devices, the
             clustering, METIS partitions (:class:`~doppler_lab.search.proposals.ProposalSet`,
@@ -153,6 +160,8 @@ def best_of_rollouts(
             f"best_of_rollouts: samples = {samples!r} and a proposal set; expected the samples "
             "in the proposal set"
         )
+    how = semantics if isinstance(semantics, Judging) else Judging(semantics)
+    semantics, noise, noise_seeds = how.semantics, how.noise, how.noise_seeds
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     ctx = ctx or GraphContext.for_policy(graph, cluster, policy.config, semantics)
     props = proposals.build(policy, graph, cluster, rng, ctx.cost, ctx, semantics)
@@ -170,7 +179,8 @@ def best_of_rollouts(
 
 
 class _LearnedPlacer:
-    """A checkpoint as a placer (see the module docstring).
+    """A checkpoint as a placer (see the module docstring). Its attributes stay flat
+    :meth:`__init__` keywords: they are the CLI's ``-o key=value`` options.
 
     Attributes:
         checkpoint: the policy checkpoint (a path, or a shipped checkpoint's name; ``doppler``
@@ -370,14 +380,9 @@ class _LearnedPlacer:
     ) -> RolloutResult:
         """The protocol's greedy rollout and ``samples`` samples (without a budget)."""
         with self._adapted(graph, cluster) as policy:
+            judging = Judging(self.semantics, self.noise)
             return best_of_rollouts(
-                policy,
-                graph,
-                cluster,
-                seed=rng,
-                semantics=self.semantics,
-                noise=self.noise,
-                proposals=self.proposal_set(),
+                policy, graph, cluster, seed=rng, semantics=judging, proposals=self.proposal_set()
             )
 
     def run_search(

@@ -110,6 +110,16 @@ class WcState(NamedTuple):
     routes: np.ndarray  # (D, D, 2) link resources of each ordered pair (-1: none)
 
 
+class Timeline(NamedTuple):
+    """The part of a state the device features read."""
+
+    device: np.ndarray  # (N,) device of each assigned node (-1: not yet)
+    start: np.ndarray  # (N,) start of each assigned node
+    finish: np.ndarray  # (N,) finish of each assigned node
+    comp_on: np.ndarray  # (N,) compute of each assigned node on its device
+    load: np.ndarray  # (D,) compute assigned to each device
+
+
 # The compiled functions write arrays into an ``out`` argument instead of returning new ones: an
 # array-returning function that is first loaded from numba's cache as the callee of another one
 # cannot return arrays to Python afterwards (numba fails with "'descr' is NULL").
@@ -206,9 +216,12 @@ def _wc_est(v, preds, st, edges, dev_free, out):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _features(
-    v, pred_ptr, pred_idx, is_input, device, start, finish, comp_on, load, est, out
-):  # pragma: no cover
+def _features(v, preds, timeline, est, out):  # pragma: no cover - compiled
+    """The five device features of ``v`` (the module docstring) into ``out`` ``(D, 5)``
+    (``preds``: :class:`PredArrays`; ``timeline``: :class:`Timeline`; ``est``: ``v``'s
+    earliest starts)."""
+    pred_ptr, pred_idx, _, is_input = preds
+    device, start, finish, comp_on, load = timeline
     ndev = load.shape[0]
     for d in range(ndev):
         out[d, 0] = load[d]
@@ -259,10 +272,10 @@ def batch_est(record, arrays, estimate, k, v, out):  # pragma: no cover - compil
 def batch_device_features(record, arrays, k, v, est, out):  # pragma: no cover - compiled
     """The five DOPPLER device features of ``v`` in state ``k`` of a :class:`ScheduleBatch`
     (:meth:`ListScheduleState.device_features`), written to columns 0-4 of ``out`` ``(D, F)``."""
-    pred_ptr, pred_idx, is_input = record[0], record[1], record[3]
+    preds = PredArrays(record[0], record[1], record[2], record[3])
     device, start, finish, comp_on, load = arrays[:5]
-    row = (device[k], start[k], finish[k], comp_on[k], load[k])
-    _features(v, pred_ptr, pred_idx, is_input, *row, est, out)
+    row = Timeline(device[k], start[k], finish[k], comp_on[k], load[k])
+    _features(v, preds, row, est, out)
 
 
 @njit(cache=True)
@@ -470,19 +483,9 @@ class ListScheduleState:
     def device_features(self, v: int, est: np.ndarray | None = None) -> np.ndarray:
         """The five DOPPLER device features of ``v``, ``(D, 5)``, raw units."""
         out = np.empty((self.num_devices, NUM_DEVICE_FEATURES))
-        _features(
-            v,
-            self._pred_ptr,
-            self._pred_idx,
-            self._is_input,
-            self.device,
-            self.start,
-            self.finish,
-            self.comp_on,
-            self.load,
-            self.est(v) if est is None else est,
-            out,
-        )
+        # a plain tuple in Timeline's field order: numba types it without Python's typeof
+        timeline = (self.device, self.start, self.finish, self.comp_on, self.load)
+        _features(v, self._preds, timeline, self.est(v) if est is None else est, out)
         return out
 
     # -- transitions -------------------------------------------------------------------------

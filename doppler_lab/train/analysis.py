@@ -4,6 +4,7 @@ policies compared with placers under the experiment protocol."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,23 +84,65 @@ def compare_placements(
     return rows, traces
 
 
+@dataclass(frozen=True)
+class PolicyRecipe:
+    """Where a notebook's policy comes from: a checkpoint, or Stage I (and II) trained here
+    (:func:`starting_policy` and the experiments that train from it; each reads the fields it
+    needs).
+
+    Attributes:
+        init: a checkpoint path or shipped name; ``"auto"``: a shipped checkpoint that fits the
+            graph when there is one (each function says which), else training here; None:
+            always training here.
+        imitation_episodes: Stage I episodes of a policy trained here.
+        sim_episodes: Stage II episodes (functions that run Stage II).
+        eval_every: updates between greedy evaluations in Stage II (None: the preset's).
+        seed: training seed.
+        policy: the policy of fresh weights: a
+            :class:`~doppler_lab.policies.policy_config.PolicyConfig`, or overrides of the
+            ``default`` preset (``hidden``, ``mp_steps``, ...); None: the ``default`` preset.
+        train: Stage II training-config overrides.
+    """
+
+    init: str | None = "auto"
+    imitation_episodes: int = 400
+    sim_episodes: int = 1600
+    eval_every: int | None = None
+    seed: int = 0
+    policy: Any = None
+    train: Mapping[str, Any] | None = None
+
+    def policy_config(self) -> Any:
+        """The :class:`~doppler_lab.policies.policy_config.PolicyConfig` of fresh weights."""
+        from ..policies.policy_config import POLICY_PRESETS, PolicyConfig
+
+        if isinstance(self.policy, PolicyConfig):
+            return self.policy
+        return POLICY_PRESETS["default"].replace(**dict(self.policy or {}))
+
+    def sim_settings(self, semantics: str) -> dict[str, Any]:
+        """Stage II's settings: episodes, semantics, seed, ``eval_every`` (when given), then
+        the ``train`` overrides."""
+        every = {} if self.eval_every is None else {"eval_every": self.eval_every}
+        common = {"episodes": self.sim_episodes, "semantics": semantics, "seed": self.seed}
+        return {**common, **every, **dict(self.train or {})}
+
+
 def starting_policy(
-    init: str | None,
     graph: DataflowGraph,
     cluster: Cluster,
     semantics: str,
     out_dir: str | Path,
-    imitation_episodes: int = 400,
-    seed: int = 0,
-    policy: Any = None,
+    recipe: PolicyRecipe | None = None,
     progress: bool = False,
 ) -> tuple[PlacementPolicy, Path, str]:
     """The policy Stage II starts from, and how it was obtained.
 
-    ``init``: a checkpoint path or shipped name; ``"auto"``: the shipped DOPPLER checkpoint of
-    the graph if there is one (``doppler/<graph name>``), else a Stage I run of
-    ``imitation_episodes`` episodes in ``<out_dir>/stage1`` (resumed if present); None: always
-    that Stage I run.
+    ``recipe.init`` (default :class:`PolicyRecipe`: ``"auto"``): a checkpoint path or shipped
+    name; ``"auto"``: the shipped DOPPLER checkpoint of the graph if there is one
+    (``doppler/<graph name>``), else a Stage I run of ``recipe.imitation_episodes`` episodes
+    (``recipe.seed``, ``recipe.policy``) in ``<out_dir>/stage1`` (resumed if present); None:
+    always that Stage I run.
 
     Returns:
         ``(policy, checkpoint path, "shipped ..." | "checkpoint ..." | "stage I ...")``.
@@ -109,6 +152,8 @@ def starting_policy(
     from .loop import train
     from .train_config import preset
 
+    r = recipe or PolicyRecipe()
+    init, imitation_episodes, seed = r.init, r.imitation_episodes, r.seed
     d = cluster.num_devices
     if init == "auto":
         name = f"doppler/{graph.name}"
@@ -120,6 +165,7 @@ def starting_policy(
         path = resolve_checkpoint(init)
         return load_policy(path, num_devices=d)[0], path, f"checkpoint {path}"
     cfg = preset("imitation", episodes=imitation_episodes, semantics=semantics, seed=seed)
-    res = train(cfg, [graph], cluster, policy, Path(out_dir) / "stage1", progress=progress)
+    pcfg = r.policy_config()
+    res = train(cfg, [graph], cluster, pcfg, Path(out_dir) / "stage1", progress=progress)
     assert res.checkpoint is not None
     return res.policy, res.checkpoint, f"stage I ({imitation_episodes} episodes)"

@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -599,37 +599,71 @@ def search_anchors(
     return out
 
 
-def train_general(
-    out_dir: str | Path,
-    tasks: int = GENERAL_TASKS,
-    imitation_episodes: int = GENERAL_IMITATION_EPISODES,
-    sim_episodes: int = GENERAL_SIM_EPISODES,
-    seed: int = 0,
-    init: str | Path | None = None,
-    progress: bool = True,
-    anchor_episodes: int = GENERAL_ANCHOR_EPISODES,
-    estimate: str = GENERAL_ESTIMATE,
-    anchor_source: str = ANCHOR_SOURCES[0],
-    anchor_budget: int = ANCHOR_BUDGET,
-    teacher: str = GENERAL_TEACHER,
-    label_fraction: float = GENERAL_LABEL_FRACTION,
-    paper_cost_share: float = GENERAL_PAPER_COST_SHARE,
-    layout: str = GENERAL_LAYOUT,
-    force: bool = False,
-    **sim_changes: Any,
-):
-    """Train (or resume) the general policy in ``out_dir``; returns each stage's result.
+@dataclass(frozen=True)
+class GeneralRecipe:
+    """A general-policy run's recipe (``train-general``'s flags; :func:`train_general`).
 
     Stages: I (imitation of the Critical Path teacher), the anchor stage (imitation of a
     searched placement of each task, exploring around it; skipped when ``anchor_episodes`` is
     0; ``anchor_source``: ``policy``, the budget search of the policy the stage starts from, or
     ``local-search``; ``anchor_budget`` simulator calls each), II (REINFORCE; skipped when
-    ``sim_episodes`` is 0). ``init``: start from a checkpoint
-    instead of fresh weights; an ``init`` of a narrower feature layout than ``layout`` is
-    widened first (:func:`~doppler_lab.policies.checkpoint.widen_checkpoint`, saved in
-    ``out_dir``). ``estimate``, ``layout``: the episode state's estimate and the feature layout
-    of a fresh policy (:func:`general_policy_config`). ``paper_cost_share``: see
-    :func:`sample_task`. ``force``: a stage whose checkpoints cannot be read starts again
+    ``sim_episodes`` is 0).
+
+    Attributes:
+        tasks: training tasks (:func:`sample_tasks`).
+        imitation_episodes, anchor_episodes, sim_episodes: episodes of each stage.
+        seed: seed of the tasks and the stages.
+        estimate, layout: the episode state's estimate and the feature layout of a fresh policy
+            (:func:`general_policy_config`).
+        anchor_source, anchor_budget: the anchor stage's placements (:data:`ANCHOR_SOURCES`)
+            and their search's simulator calls.
+        teacher, label_fraction: Stage I's PLC labels and the share of states labelled.
+        paper_cost_share: see :func:`sample_task`.
+        sim_changes: Stage II settings besides :data:`GENERAL_SIM_SETTINGS` (``lr``,
+            ``graphs_per_step``).
+    """
+
+    tasks: int = GENERAL_TASKS
+    imitation_episodes: int = GENERAL_IMITATION_EPISODES
+    sim_episodes: int = GENERAL_SIM_EPISODES
+    anchor_episodes: int = GENERAL_ANCHOR_EPISODES
+    seed: int = 0
+    estimate: str = GENERAL_ESTIMATE
+    layout: str = GENERAL_LAYOUT
+    anchor_source: str = ANCHOR_SOURCES[0]
+    anchor_budget: int = ANCHOR_BUDGET
+    teacher: str = GENERAL_TEACHER
+    label_fraction: float = GENERAL_LABEL_FRACTION
+    paper_cost_share: float = GENERAL_PAPER_COST_SHARE
+    sim_changes: dict[str, Any] = field(default_factory=dict)
+
+    def stages(self) -> list[Any]:
+        """The stage configurations (:func:`general_stages`)."""
+        return general_stages(
+            self.imitation_episodes,
+            self.sim_episodes,
+            self.seed,
+            self.anchor_episodes,
+            self.teacher,
+            self.label_fraction,
+            **self.sim_changes,
+        )
+
+
+def train_general(
+    out_dir: str | Path,
+    recipe: GeneralRecipe | None = None,
+    init: str | Path | None = None,
+    progress: bool = True,
+    force: bool = False,
+):
+    """Train (or resume) the general policy of ``recipe`` (default :class:`GeneralRecipe`) in
+    ``out_dir``; returns each stage's result.
+
+    ``init``: start from a checkpoint instead of fresh weights; an ``init`` of a narrower feature
+    layout than the recipe's is widened first
+    (:func:`~doppler_lab.policies.checkpoint.widen_checkpoint`, saved in ``out_dir``).
+    ``force``: a stage whose checkpoints cannot be read starts again
     (:class:`~doppler_lab.train.loop.Trainer`).
     """
     import torch
@@ -638,15 +672,17 @@ def train_general(
     from .loop import Trainer
     from .pipeline import stage_dir
 
+    r = recipe or GeneralRecipe()
+    seed, anchor_source, anchor_budget = r.seed, r.anchor_source, r.anchor_budget
     if anchor_source not in ANCHOR_SOURCES:
         raise ConfigError(
             f"anchor source {anchor_source!r}: expected one of {', '.join(ANCHOR_SOURCES)}"
         )
     torch.set_num_threads(1)
-    pool = sample_tasks(tasks, seed, paper_cost_share)
+    pool = sample_tasks(r.tasks, seed, r.paper_cost_share)
     out = Path(out_dir)
     if init is not None:
-        init = widen_init(init, layout, out)
+        init = widen_init(init, r.layout, out)
     built = [t.build() for t in pool]
     graphs = [g for g, _ in built]
     clusters = [c for _, c in built]
@@ -654,15 +690,7 @@ def train_general(
     costs = [SimulatorCost(g, c, t.semantics, 0.0, s) for (g, c), t, s in zip(built, pool, seeds)]
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "tasks.json", json.dumps([t.to_dict() for t in pool], indent=1))
-    stages = general_stages(
-        imitation_episodes,
-        sim_episodes,
-        seed,
-        anchor_episodes,
-        teacher,
-        label_fraction,
-        **sim_changes,
-    )
+    stages = r.stages()
     results = []
     previous: Any = init
     for i, cfg in enumerate(stages):
@@ -688,7 +716,7 @@ def train_general(
             cfg,
             graphs,
             clusters,
-            general_policy_config(estimate, layout) if i == 0 else None,
+            general_policy_config(r.estimate, r.layout) if i == 0 else None,
             stage_dir(out, i, cfg),
             init=previous,
             cost_fns=costs,

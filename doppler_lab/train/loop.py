@@ -47,7 +47,7 @@ from ..policies.checkpoint import load_policy, make_policy, read_checkpoint, sav
 from ..policies.context import GraphContext
 from ..policies.policy_base import Episodes, PlacementPolicy, StepTerms, Temperature
 from ..policies.policy_config import PolicyConfig
-from ..policies.rollout import GREEDY, ActionMode, run_episodes
+from ..policies.rollout import GREEDY, ActionMode, RolloutOptions, run_episodes
 from ..policies.tensors import as_tensor, flush_denormal
 from ..timing.sim import SEMANTICS, Simulator
 from .cost_functions import CostFunction, SimulatorCost, evaluate_costs, make_executor_cost
@@ -276,6 +276,9 @@ class Trainer:
             episode state uses its estimate.
         force: start the stage afresh when neither ``checkpoints/last.pt`` nor
             ``checkpoints/last.prev.pt`` can be read (instead of failing).
+
+    The arguments after ``out_dir`` stay flat keywords: they are the options :func:`train`
+    and :func:`~doppler_lab.train.pipeline.run_pipeline` pass through by name (``**options``).
     """
 
     def __init__(
@@ -728,17 +731,13 @@ class Trainer:
                     plc_mode = ActionMode(False, 0.0, 1.0 - eps, plc_mode.temperature)
                     sel_mode = GREEDY
                 enc = self.policy.encode(ctx)
-                episodes = run_episodes(
-                    self.policy,
-                    ctx,
-                    enc,
-                    k,
-                    self.rng,
-                    sel_mode,
-                    plc_mode,
-                    c.imitation_coef > 0 or anchor is not None,
-                    None if anchor is None else anchor[1],
+                options = RolloutOptions(
+                    record_teacher=c.imitation_coef > 0 or anchor is not None,
+                    anchor=None if anchor is None else anchor[1],
                     plc_labeller=self.labellers[gi],
+                )
+                episodes = run_episodes(
+                    self.policy, ctx, enc, k, self.rng, sel_mode, plc_mode, options
                 )
                 costs = evaluate_costs(self.cost_fns[gi], episodes.placements)
                 adv, base = advantages(

@@ -138,6 +138,8 @@ def learning_curves(
 ) -> go.Figure:
     """Learning curves: one panel per metric, runs of a group averaged with a spread band.
 
+    Its keyword parameters are plot options, flat as a plotting call takes them.
+
     Args:
         data: one metrics frame or log file, a mapping label -> frame/file, or a sequence of
             them; labels (or file stems) go into the ``run`` column.
@@ -288,6 +290,8 @@ def bar_compare(
     text_format: str = ".3g",
 ) -> go.Figure:
     """Grouped bars of a quality table: ``value`` per ``series`` (method) per ``category`` (graph).
+
+    Its keyword parameters are plot options, flat as a plotting call takes them.
 
     Several rows for one (category, series) pair (seeds) are averaged and their standard
     deviation drawn as error bars, unless ``error`` names a column holding the spread.

@@ -439,6 +439,8 @@ def gantt(
 ) -> go.Figure:
     """A Gantt chart of one execution.
 
+    Its keyword parameters are plot options, flat as a plotting call takes them.
+
     Args:
         trace: the execution (simulated or measured).
         graph: the graph it ran (lets the critical path follow local producers).

@@ -27,6 +27,9 @@ def ffnn(
 ) -> DataflowGraph:
     """A multi-layer perceptron on block matrices, layers split Megatron-style.
 
+    Its keyword parameters are the spec keys of the workload grammar (``ffnn:layers=4``;
+    :mod:`doppler_lab.workloads.specs`), so they stay flat.
+
     Computes ``x -> act(x W0) -> act(. W1) -> ... -> . W{layers-1}``.
     Widths alternate ``d_model -> hidden -> d_model ...``. Tokens are cut into ``batch_blocks``
     blocks. Even layers split their weight by columns into ``blocks`` (no aggregation), odd

@@ -369,6 +369,9 @@ def llama_block(
 ) -> DataflowGraph:
     """A Llama transformer block (RMSNorm, rotary causal attention, SwiGLU MLP, residuals).
 
+    Its keyword parameters are the spec keys of the workload grammar (``llama_block:heads=8``;
+    :mod:`doppler_lab.workloads.specs`), so they stay flat.
+
     ``layers`` blocks are stacked (rotary tables and mask shared). Defaults are Llama-2-7B
     sizes on 2 x 2048 tokens with heads and MLP split 4 ways: 169 compute nodes, 32 inputs
     (the paper's block: 182, 33).
@@ -418,6 +421,9 @@ def llama_layer(
     scale: float | str = 1.0,
 ) -> DataflowGraph:
     """A full Llama layer: token embedding, Llama blocks, final RMSNorm, LM head, log-softmax.
+
+    Its keyword parameters are the spec keys of the workload grammar (``llama_layer:layers=2``;
+    :mod:`doppler_lab.workloads.specs`), so they stay flat.
 
     ``layers`` blocks are stacked between the embedding and the head; the vocabulary is split
     into ``blocks`` (the log-softmax uses a block logsumexp).

@@ -33,6 +33,9 @@ def moe_layer(
 ) -> DataflowGraph:
     """A Mixtral-style layer: attention, a router and SwiGLU experts with static routing.
 
+    Its keyword parameters are the spec keys of the workload grammar (``moe_layer:experts=8``;
+    :mod:`doppler_lab.workloads.specs`), so they stay flat.
+
     Routing is static so the graph is: batch block ``t`` is served by ``top_k`` experts drawn
     (seeded by ``seed``) for it, recorded in ``meta["routing"]["l{layer}"][t]``. Its gate
     weights are the softmax of its router logits over those experts (a block softmax across the

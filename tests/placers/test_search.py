@@ -10,7 +10,12 @@ from doppler_lab.house.errors import ConfigError
 from doppler_lab.ir.graph import GraphBuilder
 from doppler_lab.placers import get_placer, place
 from doppler_lab.placers.enumerative import group_choices, load_cost, node_groups
-from doppler_lab.placers.local_search import iterated_search, neighbours, search_devices
+from doppler_lab.placers.local_search import (
+    DescentOptions,
+    iterated_search,
+    neighbours,
+    search_devices,
+)
 from doppler_lab.timing.cost_model import CostModel
 from doppler_lab.timing.sim import Simulator
 
@@ -93,7 +98,9 @@ def test_search_devices_counts_the_callers_calls(case):
     assert out.calls == 50 and out.start_cost == cost and out.cost <= cost
     assert sim.makespan(out.device) == pytest.approx(out.cost)
     # without a known start cost, the start costs one call
-    assert search_devices(sim, start, 5, np.random.default_rng(0), batch=8).calls == 5
+    assert (
+        search_devices(sim, start, 5, np.random.default_rng(0), DescentOptions(batch=8)).calls == 5
+    )
 
 
 def test_neighbours_draw_the_new_device_from_prefs():

@@ -10,7 +10,13 @@ from doppler_lab.hardware.cluster import make_cluster
 from doppler_lab.policies.checkpoint import make_policy
 from doppler_lab.policies.context import GraphContext
 from doppler_lab.policies.policy_config import PolicyConfig
-from doppler_lab.policies.rollout import SAMPLE, ActionMode, AnchorMatch, run_episodes
+from doppler_lab.policies.rollout import (
+    SAMPLE,
+    ActionMode,
+    AnchorMatch,
+    RolloutOptions,
+    run_episodes,
+)
 from doppler_lab.workloads import random_dag
 
 SMALL = dict(hidden=16, head_hidden=16, mp_steps=2, num_bases=4)
@@ -40,9 +46,8 @@ def _rollout(anchor, plc, seed=0):
     pol = make_policy(PolicyConfig(**SMALL), 4, seed=0)
     with torch.no_grad():
         enc = pol.encode(ctx)
-    return g, run_episodes(
-        pol, ctx, enc, 3, np.random.default_rng(seed), SAMPLE, plc, True, anchor(g)
-    )
+    following = RolloutOptions(record_teacher=True, anchor=anchor(g))
+    return g, run_episodes(pol, ctx, enc, 3, np.random.default_rng(seed), SAMPLE, plc, following)
 
 
 def test_an_episode_that_follows_the_anchor_places_every_node_on_its_device():

@@ -10,7 +10,13 @@ from doppler_lab.hardware.cluster import make_cluster
 from doppler_lab.house.errors import CheckpointError, ConfigError
 from doppler_lab.ir.graph import GraphBuilder, cost_graph
 from doppler_lab.placers import get_placer, place
-from doppler_lab.placers.local_search import ClusterMoves, MoveScan, critical_ops, iterated_search
+from doppler_lab.placers.local_search import (
+    ClusterMoves,
+    IlsOptions,
+    MoveScan,
+    critical_ops,
+    iterated_search,
+)
 from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
 from doppler_lab.policies.policy_config import PolicyConfig
 from doppler_lab.policies.pretrained import GENERAL_CHECKPOINT
@@ -253,7 +259,9 @@ def test_ils_moves_the_critical_path_first():
     ops, makespan = critical_ops(sim, start)
     assert ops.tolist() == [0, 1] and makespan == 20.0
     # 126 single-node moves; the path's call and its 6 moves find the halving
-    found = iterated_search(sim, start, 20.0, 7, np.random.default_rng(0), swap_prob=0.0)
+    found = iterated_search(
+        sim, start, 20.0, 7, np.random.default_rng(0), IlsOptions(swap_prob=0.0)
+    )
     assert found.calls == 7 and found.cost < 12.0
     assert sim.makespan(found.device) == found.cost
 
@@ -411,7 +419,7 @@ def test_ils_cluster_moves_reach_what_single_moves_cannot():
         found = iterated_search(sim, spread, 11.1, 5, rng)
         assert found.calls == 5 and found.cost == pytest.approx(4.1)
         assert sim.makespan(found.device) == pytest.approx(found.cost)
-        alone = iterated_search(sim, spread, 11.1, 30, rng, cluster_moves=False)
+        alone = iterated_search(sim, spread, 11.1, 30, rng, IlsOptions(cluster_moves=False))
         assert alone.cost == pytest.approx(11.1)  # a plateau for single-node moves
 
 

@@ -20,6 +20,7 @@ from doppler_lab.policies.rollout import (
     SAMPLE,
     ActionMode,
     Rollout,
+    RolloutOptions,
     greedy_and_samples,
     run_episodes,
 )
@@ -149,7 +150,8 @@ def test_which_modes_are_compiled(small_graph):
         enc, enc_sel = dual.encode(ctx), sel_only.encode(ctx)
 
     def batched(pol, e, sel=SAMPLE, plc=SAMPLE, **kw):
-        return Rollout(pol, ctx, e, 2, np.random.default_rng(0), sel, plc, **kw).batched
+        options = RolloutOptions(**kw)
+        return Rollout(pol, ctx, e, 2, np.random.default_rng(0), sel, plc, options).batched
 
     assert batched(dual, enc) and batched(dual, enc, GREEDY, ActionMode(temperature=0.3))
     assert not batched(dual, enc, ActionMode(epsilon=0.1))
@@ -186,7 +188,7 @@ def test_a_greedy_lead_is_the_greedy_rollout_and_the_samples_to_the_bit(
             two.append(run_episodes(pol, ctx, enc, 5, rng, sel, plc))
             ref = _placements_and_draws(two, rng)
             rng = np.random.default_rng(9)
-            one = run_episodes(pol, ctx, enc, 6, rng, sel, plc, greedy_lead=1)
+            one = run_episodes(pol, ctx, enc, 6, rng, sel, plc, RolloutOptions(greedy_lead=1))
             got = _placements_and_draws([one], rng)
     finally:
         Rollout.compiled_plain_modes = True
@@ -213,7 +215,7 @@ def test_greedy_and_samples_is_the_two_rollouts(small_graph, kind):
     for d, d_ref in zip([p.device for p in got], ref, strict=True):
         np.testing.assert_array_equal(d, d_ref)
     with pytest.raises(ConfigError, match="greedy_lead"):
-        Rollout(pol, ctx, enc, 2, np.random.default_rng(0), greedy_lead=3)
+        Rollout(pol, ctx, enc, 2, np.random.default_rng(0), options=RolloutOptions(greedy_lead=3))
 
 
 def test_stepping_one_decision_at_a_time_keeps_the_episodes_live(small_graph):

@@ -14,7 +14,7 @@ from doppler_lab.policies.checkpoint import make_policy
 from doppler_lab.policies.context import GraphContext
 from doppler_lab.policies.doppler import PlcHeadNumpy, head_logits
 from doppler_lab.policies.policy_config import PolicyConfig
-from doppler_lab.policies.rollout import GREEDY, SAMPLE, ActionMode, Rollout
+from doppler_lab.policies.rollout import GREEDY, SAMPLE, ActionMode, Rollout, RolloutOptions
 from doppler_lab.workloads import random_dag
 
 needs_blas = pytest.mark.skipif(
@@ -42,7 +42,7 @@ def _both(pol, ctx, k, sel, plc, lead, seed=7):
         enc = pol.encode(ctx)
         for fast in (True, False):
             rng = np.random.default_rng(seed)
-            r = Rollout(pol, ctx, enc, k, rng, sel, plc, greedy_lead=lead)
+            r = Rollout(pol, ctx, enc, k, rng, sel, plc, RolloutOptions(greedy_lead=lead))
             placements = r.run_placements() if fast else r.run().placements
             out.append((placements, rng.random(), r.fused))
     return out

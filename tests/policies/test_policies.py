@@ -14,7 +14,7 @@ from doppler_lab.policies.doppler import PlcHeadNumpy, path_sum, smooth_centre, 
 from doppler_lab.policies.encoder import EdgeConditionedConv, MPNNEncoder
 from doppler_lab.policies.policy_base import Episodes, segment_log_softmax
 from doppler_lab.policies.policy_config import POLICY_KINDS, PolicyConfig
-from doppler_lab.policies.rollout import GREEDY, SAMPLE, ActionMode, run_episodes
+from doppler_lab.policies.rollout import GREEDY, SAMPLE, ActionMode, RolloutOptions, run_episodes
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +145,7 @@ def test_rollout_and_log_probs(ctx, small_graph, kind):
     pol = make_policy(PolicyConfig(kind=kind, hidden=16, head_hidden=16, mp_steps=2), 4, seed=1)
     enc = pol.encode(ctx)
     rng = np.random.default_rng(0)
-    ep = run_episodes(pol, ctx, enc, 3, rng, SAMPLE, SAMPLE, record_teacher=True)
+    ep = run_episodes(pol, ctx, enc, 3, rng, SAMPLE, SAMPLE, RolloutOptions(record_teacher=True))
     n = ctx.num_nodes
     assert ep.nodes.shape == (3, n) and ep.devices.shape == (3, n)
     assert ep.dev_feats.shape == (3, n, 4, 9)
@@ -195,7 +195,7 @@ def test_teacher_mode_follows_the_teacher(ctx):
             np.random.default_rng(0),
             ActionMode(teacher=1.0),
             ActionMode(teacher=1.0),
-            True,
+            RolloutOptions(record_teacher=True),
         )
     took = ep.plc_teacher[np.arange(2)[:, None], np.arange(ctx.num_nodes), ep.devices]
     assert took.all()
@@ -206,7 +206,8 @@ def test_teacher_mode_follows_the_teacher(ctx):
 def test_episode_select_and_concat(ctx):
     pol = make_policy(PolicyConfig(hidden=16, head_hidden=16, mp_steps=2), 4)
     enc = pol.encode(ctx)
-    ep = run_episodes(pol, ctx, enc, 4, np.random.default_rng(3), SAMPLE, SAMPLE, True)
+    recording = RolloutOptions(record_teacher=True)
+    ep = run_episodes(pol, ctx, enc, 4, np.random.default_rng(3), SAMPLE, SAMPLE, recording)
     full = pol.log_probs(ctx, enc, ep)
     parts = [ep.select(slice(0, 1)), ep.select(np.array([1, 2])), ep.select(slice(3, 4))]
     again = pol.log_probs(ctx, enc, Episodes.concat(parts))

@@ -11,7 +11,7 @@ from doppler_lab.placers.cp_rollout import RolloutLabeller, rollout_device_choic
 from doppler_lab.policies.checkpoint import make_policy
 from doppler_lab.policies.context import GraphContext
 from doppler_lab.policies.policy_config import PolicyConfig
-from doppler_lab.policies.rollout import SAMPLE, ActionMode, run_episodes
+from doppler_lab.policies.rollout import SAMPLE, ActionMode, RolloutOptions, run_episodes
 from doppler_lab.timing.sim import Simulator
 from doppler_lab.train import Trainer, preset
 
@@ -42,9 +42,8 @@ def test_labels_are_the_rollout_rule_at_the_visited_states(ctx, small_graph, clu
     with torch.no_grad():
         enc = pol.encode(ctx)
         mode = ActionMode(teacher=teacher) if teacher else SAMPLE
-        ep = run_episodes(
-            pol, ctx, enc, 2, np.random.default_rng(0), mode, mode, True, plc_labeller=lab
-        )
+        labelled = RolloutOptions(record_teacher=True, plc_labeller=lab)
+        ep = run_episodes(pol, ctx, enc, 2, np.random.default_rng(0), mode, mode, labelled)
     for k in range(2):
         np.testing.assert_array_equal(ep.plc_teacher[k], _labels_by_replay(ctx, ep, k, sim))
     if teacher:  # mixing takes the labelled devices
@@ -58,9 +57,8 @@ def test_unlabelled_states_mark_every_device(ctx, small_graph, cluster4):
     pol = make_policy(PolicyConfig(hidden=16, head_hidden=16, mp_steps=2), 4, seed=3)
     with torch.no_grad():
         enc = pol.encode(ctx)
-        ep = run_episodes(
-            pol, ctx, enc, 4, np.random.default_rng(1), SAMPLE, SAMPLE, True, plc_labeller=lab
-        )
+        labelled = RolloutOptions(record_teacher=True, plc_labeller=lab)
+        ep = run_episodes(pol, ctx, enc, 4, np.random.default_rng(1), SAMPLE, SAMPLE, labelled)
     every = ep.plc_teacher.all(-1)
     labelled = (~every).sum()
     # the labelled share is near 0.3 (a state the rule cannot tell apart is all-true too)

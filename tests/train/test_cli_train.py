@@ -74,7 +74,7 @@ def test_starting_policy_prefers_the_shipped_checkpoint(tmp_path):
 
     g, cl, sem = graph_case("chainmm:matrices=3,scale=0.001")
     assert (cl.name, sem) == ("p100x4", "wc")
-    pol, path, how = starting_policy("auto", g, cl, sem, tmp_path)
+    pol, path, how = starting_policy(g, cl, sem, tmp_path)
     assert how == "shipped doppler/chainmm" and path.name == "chainmm.pt"
     assert pol.num_devices == 4
     with pytest.raises(ConfigError, match="unknown workload 'no_such_graph'; expected"):

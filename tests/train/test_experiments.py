@@ -15,6 +15,8 @@ from doppler_lab.ir.placement import round_robin, single_device
 from doppler_lab.train.experiments import (
     STAGE_VARIANTS,
     VARIANT_RUNS,
+    PolicyRecipe,
+    ScalingSetup,
     StageAblationConfig,
     TransferCase,
     TransferResult,
@@ -332,7 +334,7 @@ def test_scaling_fit_recovers_exponents_and_speedups():
 
 
 def test_scaling_rows_small_sizes_and_caps():
-    rows = scaling_rows(
+    setup = ScalingSetup(
         "chainmm:scale=tiny",
         "matrices",
         [2, 3],
@@ -342,6 +344,7 @@ def test_scaling_rows_small_sizes_and_caps():
         batch=2,
         policy=SMALL,
     )
+    rows = scaling_rows(setup)
     assert [(r["method"], r["size"]) for r in rows] == [
         ("doppler", 2),
         ("placeto", 2),
@@ -351,25 +354,17 @@ def test_scaling_rows_small_sizes_and_caps():
     assert math.isnan(rows[1]["train_batched_ms"]) and rows[0]["train_batched_ms"] > 0
     assert all(r["inference_ms"] > 0 and r["simulate_ms"] > 0 for r in rows)
     with pytest.raises(ConfigError, match="'bogus'"):
-        scaling_rows(methods=("bogus",))
+        scaling_rows(ScalingSetup(methods=("bogus",)))
     with pytest.raises(ConfigError, match="increasing"):
-        scaling_rows(sizes=(3, 2))
+        scaling_rows(ScalingSetup(sizes=(3, 2)))
 
 
 # -- demo -----------------------------------------------------------------------------------
 def test_short_finetune_from_stage_one(tmp_path, tiny_graph):
     from doppler_lab.hardware.cluster import make_cluster
 
-    res = short_finetune(
-        tiny_graph,
-        make_cluster("p100x4"),
-        "wc",
-        tmp_path,
-        episodes=32,
-        imitation_episodes=8,
-        samples=1,
-        init=None,
-    )
+    recipe = PolicyRecipe(None, imitation_episodes=8, sim_episodes=32, eval_every=2)
+    res = short_finetune(tiny_graph, make_cluster("p100x4"), "wc", tmp_path, recipe, samples=1)
     assert res.start_how.startswith("stage I") and res.episodes == 32
     assert [r["label"] for r in res.rows] == ["cp", "start", "stage II"]
     assert res.curve.episode.iloc[0] == 0 and res.curve.episode.iloc[-1] == 32

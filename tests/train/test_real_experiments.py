@@ -14,6 +14,9 @@ from doppler_lab.ir.placement import Placement, round_robin, single_device
 from doppler_lab.placers import place
 from doppler_lab.train.experiments import (
     STAGE_LABELS,
+    PolicyRecipe,
+    SideBySideOptions,
+    Stage3Options,
     calibrate_workers,
     calibrated_simulator,
     comparison_runs,
@@ -51,20 +54,23 @@ def profile(tiny_graph):
 @pytest.fixture(scope="module")
 def warm(tiny_graph, profile, tmp_path_factory):
     out = tmp_path_factory.mktemp("warm")
-    return stage2_policy(tiny_graph, profile, out, None, 16, 32, 1, 0, SMALL, None)
+    recipe = PolicyRecipe(None, 16, 32, eval_every=1, seed=0, policy=SMALL)
+    return stage2_policy(tiny_graph, profile, out, recipe)
 
 
 @pytest.fixture(scope="module")
 def stage3(tiny_graph, profile, warm, tmp_path_factory):
     out = tmp_path_factory.mktemp("stage3")
-    return run_stage3(tiny_graph, profile.cluster, warm, out, 8, 1, 1, 0, {"lr": 1e-3})
+    options = Stage3Options(episodes=8, repeats=1, eval_every=1, seed=0, train={"lr": 1e-3})
+    return run_stage3(tiny_graph, profile.cluster, warm, out, options)
 
 
 @pytest.fixture(scope="module")
 def comparison(tiny_graph, profile, warm, stage3):
     policies = {"stage II": warm.policy, "stage III": stage3.result.policy}
     cp = place("cp", tiny_graph, profile.cluster, seed=0)
-    return side_by_side(tiny_graph, profile, policies, {"cp": cp}, 1, 1, 2, 3, 0)
+    options = SideBySideOptions(samples=1, screen_repeats=1, repeats=2, rounds=3, seed=0)
+    return side_by_side(tiny_graph, profile, policies, {"cp": cp}, options)
 
 
 # -- calibration -------------------------------------------------------------------------------
@@ -110,7 +116,7 @@ def test_stage2_policy_takes_a_doppler_checkpoint_for_another_device_count(
     tiny_graph, profile, tmp_path
 ):
     """The shipped chainmm policy was trained on 4 devices; the profile has 2."""
-    warm = stage2_policy(tiny_graph, profile, tmp_path, "doppler/chainmm")
+    warm = stage2_policy(tiny_graph, profile, tmp_path, PolicyRecipe("doppler/chainmm"))
     assert warm.policy.num_devices == profile.num_devices == 2
     assert warm.how == "checkpoint doppler/chainmm"
 

@@ -18,6 +18,10 @@ records are built once per :class:`~doppler_lab.timing.sim.Simulator`:
   row of noise and priorities per placement, or one row for all);
 - :class:`TraceBuffers`: what a run records; the paper kernel records nothing when they are empty.
 Each kernel fills ``start``/``end`` and transfer records and returns (makespan, n_transfers).
+
+The memory sweep (:func:`memory_sweep`) takes three records the same way: :class:`SweepGraph`
+(built once per :class:`~doppler_lab.timing.sim.footprint.MemoryModel`), and a run's
+:class:`NodeTimes` and :class:`TransferTimes`.
 """
 
 from __future__ import annotations
@@ -576,35 +580,50 @@ def bsp_batch(graph, costs, devs, opts):  # pragma: no cover - compiled
 # start, ...: an op's output meets its inputs even when it takes no time), a transfer's end last.
 
 
+class SweepGraph(NamedTuple):
+    """The graph as the memory sweep reads it."""
+
+    topo_pos: np.ndarray  # (N,) position in a topological order (ties between equal times)
+    nbytes: np.ndarray  # (N,) output size of each node
+    succ_ptr: np.ndarray  # (N + 1,) CSR offsets of each node's successors
+    succ_idx: np.ndarray  # consumer of each out-edge
+
+
+class NodeTimes(NamedTuple):
+    """Where and when each node of a run ran."""
+
+    dev: np.ndarray  # (N,) int64 device (inputs: -1)
+    start: np.ndarray  # (N,) start (NaN: never ran)
+    end: np.ndarray  # (N,) end
+
+
+class TransferTimes(NamedTuple):
+    """A run's transfers."""
+
+    src: np.ndarray  # (M,) int64 source node
+    dst_dev: np.ndarray  # (M,) int64 destination device
+    start: np.ndarray  # (M,) start
+    end: np.ndarray  # (M,) end
+
+
 @njit(inline="always")
 def _key_less(t1, r1, t2, r2):  # pragma: no cover - compiled
     return t1 < t2 or (t1 == t2 and r1 < r2)
 
 
 @njit(cache=True)
-def memory_sweep(
-    dev,
-    start,
-    end,
-    topo_pos,
-    nbytes,
-    succ_ptr,
-    succ_idx,
-    tr_src,
-    tr_dst_dev,
-    tr_start,
-    tr_end,
-    ndev,
-):  # pragma: no cover - compiled
+def memory_sweep(graph, times, transfers, ndev):  # pragma: no cover - compiled
     """Peak bytes per device, with the sweep's events.
 
-    Args: ``dev``/``start``/``end`` per node (inputs: device -1), ``topo_pos`` each node's
-    position in a topological order (breaks ties between ops with equal times), ``nbytes`` each
-    node's output size, the CSR successors, and the transfers' source node, destination device,
-    start and end.
+    Args: ``graph`` (:class:`SweepGraph`), the run's ``times`` (:class:`NodeTimes`) and
+    ``transfers`` (:class:`TransferTimes`), each a plain tuple in its fields' order, and the
+    number of devices ``ndev``.
 
     Returns ``(peak (D,), base (D,), ev_dev, ev_time, ev_level)``: events sorted by device and
     time, ``ev_level`` the bytes resident on ``ev_dev`` once the event is applied."""
+    topo_pos, nbytes, succ_ptr, succ_idx = SweepGraph(*graph)
+    dev, start, end = NodeTimes(*times)
+    tr_src, tr_dst_dev, tr_start, tr_end = TransferTimes(*transfers)
     n = dev.shape[0]
     nt = tr_src.shape[0]
     big = 2 * n + 4

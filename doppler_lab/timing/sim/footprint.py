@@ -57,9 +57,10 @@ class MemoryModel:
         self.has_bytes = bool((self.nbytes > 0).any())
         pos = np.empty(graph.num_nodes, dtype=np.int64)
         pos[graph.topo_order] = np.arange(graph.num_nodes)
-        self._topo_pos = pos
-        self._succ_ptr = np.ascontiguousarray(graph.succ_ptr, dtype=np.int64)
-        self._succ_idx = np.ascontiguousarray(graph.succ_idx, dtype=np.int64)
+        succ_ptr = np.ascontiguousarray(graph.succ_ptr, dtype=np.int64)
+        succ_idx = np.ascontiguousarray(graph.succ_idx, dtype=np.int64)
+        # the sweep's graph record, as the plain tuple it takes (see _kernels)
+        self._graph = tuple(K.SweepGraph(pos, self.nbytes, succ_ptr, succ_idx))
 
     def sweep(
         self,
@@ -81,20 +82,14 @@ class MemoryModel:
         def c(a: np.ndarray, dtype: type) -> np.ndarray:
             return np.ascontiguousarray(a, dtype=dtype)
 
-        return K.memory_sweep(
-            c(device, np.int64),
-            c(start, np.float64),
-            c(end, np.float64),
-            self._topo_pos,
-            self.nbytes,
-            self._succ_ptr,
-            self._succ_idx,
+        times = K.NodeTimes(c(device, np.int64), c(start, np.float64), c(end, np.float64))
+        transfers = K.TransferTimes(
             c(transfer_src, np.int64),
             c(transfer_dst_device, np.int64),
             c(transfer_start, np.float64),
             c(transfer_end, np.float64),
-            int(num_devices),
         )
+        return K.memory_sweep(self._graph, tuple(times), tuple(transfers), int(num_devices))
 
     def _trace_sweep(self, trace: Trace):
         return self.sweep(

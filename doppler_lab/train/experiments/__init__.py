@@ -19,6 +19,7 @@ Learning curves are long frames (one row per logged update: ``episode``, ``cost_
 ``cost_min``, ``greedy_cost`` and label columns) for :func:`doppler_lab.viz.learning_curves`.
 """
 
+from ..analysis import PolicyRecipe
 from .common import (
     CURVE_METRICS,
     convergence_stats,
@@ -32,11 +33,20 @@ from .common import (
     start_point,
     torch_threads,
 )
-from .demo_stages import ExecutorComparison, ShortFinetune, executor_comparison, short_finetune
+from .demo_stages import (
+    FINETUNE_RECIPE,
+    ExecutorComparison,
+    ShortFinetune,
+    executor_comparison,
+    short_finetune,
+)
 from .real import (
     FIDELITY_MODELS,
+    STAGE2_RECIPE,
     STAGE_LABELS,
     SideBySide,
+    SideBySideOptions,
+    Stage3Options,
     Stage3Run,
     WarmStart,
     calibrate_workers,
@@ -59,6 +69,7 @@ from .real import (
 )
 from .scaling import (
     SCALING_METHODS,
+    ScalingSetup,
     scaling_fit,
     scaling_key_numbers,
     scaling_rows,
@@ -77,6 +88,7 @@ from .stages import (
 )
 from .transfer import (
     TransferCase,
+    TransferConfig,
     TransferResult,
     case_graph,
     match_row,
@@ -90,17 +102,24 @@ from .transfer import (
 __all__ = [
     "CURVE_METRICS",
     "FIDELITY_MODELS",
+    "FINETUNE_RECIPE",
     "SCALING_METHODS",
+    "STAGE2_RECIPE",
     "STAGE_LABELS",
     "STAGE_VARIANTS",
     "VARIANT_RUNS",
     "ExecutorComparison",
+    "PolicyRecipe",
+    "ScalingSetup",
     "ShortFinetune",
     "SideBySide",
+    "SideBySideOptions",
+    "Stage3Options",
     "Stage3Run",
     "StageAblation",
     "StageAblationConfig",
     "TransferCase",
+    "TransferConfig",
     "TransferResult",
     "WarmStart",
     "calibrate_workers",

@@ -3,7 +3,7 @@ run of two placements checked against the single-device reference."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +13,7 @@ import pandas as pd
 from ...hardware.cluster import Cluster
 from ...ir.graph import DataflowGraph
 from ...ir.trace import Trace
+from ..analysis import PolicyRecipe
 from .common import cpu_cluster, greedy_makespan, stage_curve, start_point, torch_threads
 
 
@@ -35,55 +36,36 @@ class ShortFinetune:
     episodes: int
 
 
+#: :func:`short_finetune`'s recipe unless given one: Stage II of 320 episodes
+FINETUNE_RECIPE = PolicyRecipe(imitation_episodes=200, sim_episodes=320, eval_every=2)
+
+
 def short_finetune(
     graph: DataflowGraph,
     cluster: Cluster,
     semantics: str,
     out_dir: str | Path,
-    episodes: int = 320,
-    imitation_episodes: int = 200,
+    recipe: PolicyRecipe = FINETUNE_RECIPE,
     samples: int = 16,
-    eval_every: int = 2,
-    seed: int = 0,
-    init: str | None = "auto",
-    train: Mapping[str, Any] | None = None,
     progress: bool = False,
 ) -> ShortFinetune:
-    """A short Stage II from the shipped checkpoint of ``graph`` (``init="auto"``; else from a
-    Stage I of ``imitation_episodes``), compared with its start and the CP teacher by the
-    protocol. ``out_dir`` holds the runs (a rerun starts afresh)."""
+    """A short Stage II (``recipe.sim_episodes``, ``eval_every``, ``train``) from the shipped
+    checkpoint of ``graph`` (``recipe.init="auto"``; else from a Stage I of
+    ``recipe.imitation_episodes``), compared with its start and the CP teacher by the protocol
+    (``samples`` sampled rollouts). ``out_dir`` holds the runs (a rerun starts afresh)."""
     import shutil
 
-    from ...policies.policy_config import POLICY_PRESETS
     from ..analysis import compare_placements, starting_policy
     from ..loop import train as train_stage
     from ..train_config import preset
 
     out = Path(out_dir)
     shutil.rmtree(out, ignore_errors=True)
+    seed = recipe.seed
     with torch_threads(1):
-        start, ckpt, how = starting_policy(
-            init,
-            graph,
-            cluster,
-            semantics,
-            out,
-            imitation_episodes,
-            seed,
-            POLICY_PRESETS["default"],
-            progress,
-        )
+        start, ckpt, how = starting_policy(graph, cluster, semantics, out, recipe, progress)
         g0 = greedy_makespan(start, graph, cluster, semantics)
-        cfg = preset(
-            "sim",
-            **{
-                "episodes": episodes,
-                "semantics": semantics,
-                "seed": seed,
-                "eval_every": eval_every,
-                **dict(train or {}),
-            },
-        )
+        cfg = preset("sim", **recipe.sim_settings(semantics))
         res = train_stage(
             cfg, [graph], cluster, out_dir=out / "stage2", init=ckpt, progress=progress
         )
@@ -96,7 +78,7 @@ def short_finetune(
             seed,
         )
     curve = pd.concat([start_point(g0, "sim"), stage_curve(res.rows, "sim")], ignore_index=True)
-    return ShortFinetune(how, rows, traces, curve, episodes)
+    return ShortFinetune(how, rows, traces, curve, recipe.sim_episodes)
 
 
 @dataclass

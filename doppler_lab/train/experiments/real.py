@@ -32,6 +32,7 @@ from ...ir.graph import DataflowGraph
 from ...ir.placement import Placement
 from ...ir.trace import Trace
 from ...timing.calibration import Profile
+from ..analysis import PolicyRecipe
 from .common import measure_placements, stage_curve, start_point, torch_threads
 
 #: labels of the two policies measured side by side
@@ -167,17 +168,15 @@ def shipped_match(graph: DataflowGraph, num_devices: int) -> str | None:
     return name if int(head["num_devices"]) == num_devices else None
 
 
+#: :func:`stage2_policy`'s recipe unless given one
+STAGE2_RECIPE = PolicyRecipe(eval_every=5)
+
+
 def stage2_policy(
     graph: DataflowGraph,
     profile: Profile,
     out_dir: str | Path,
-    init: str | None = "auto",
-    imitation_episodes: int = 400,
-    sim_episodes: int = 1600,
-    eval_every: int = 5,
-    seed: int = 0,
-    policy: Mapping[str, Any] | None = None,
-    sim_train: Mapping[str, Any] | None = None,
+    recipe: PolicyRecipe = STAGE2_RECIPE,
     progress: bool = False,
 ) -> WarmStart:
     """The Stage II policy that Stage III warm-starts from.
@@ -187,19 +186,14 @@ def stage2_policy(
         profile: the calibrated devices; Stage II trains on their simulator with the measured
             op times (:func:`calibrated_simulator`).
         out_dir: run directory (``stage1``, ``stage2``; started afresh).
-        init: ``"auto"``: the shipped checkpoint when :func:`shipped_match` finds one, else
-            Stages I and II here; a checkpoint path or shipped name: that policy as is (a
-            DOPPLER checkpoint runs on any device count); None: Stages I and II here.
-        imitation_episodes: Stage I episodes.
-        sim_episodes: Stage II episodes.
-        eval_every: updates between greedy evaluations in Stage II.
-        seed: training seed.
-        policy: policy-config overrides (``hidden``, ``mp_steps``, ...) of a fresh policy.
-        sim_train: Stage II training-config overrides.
+        recipe: :class:`~doppler_lab.train.analysis.PolicyRecipe`: ``init`` ``"auto"``: the
+            shipped checkpoint when :func:`shipped_match` finds one, else Stages I and II here; a
+            checkpoint path or shipped name: that policy as is (a DOPPLER checkpoint runs on any
+            device count); None: Stages I and II here (``imitation_episodes``,
+            ``sim_episodes``, ``eval_every``, ``seed``, ``policy``, ``train``).
         progress: show progress bars.
     """
     from ...policies.checkpoint import load_policy
-    from ...policies.policy_config import POLICY_PRESETS
     from ...policies.pretrained import resolve_checkpoint
     from ..analysis import starting_policy
     from ..cost_functions import SimulatorCost
@@ -207,6 +201,11 @@ def stage2_policy(
     from ..train_config import preset
 
     d = profile.num_devices
+    init, imitation_episodes, sim_episodes = (
+        recipe.init,
+        recipe.imitation_episodes,
+        recipe.sim_episodes,
+    )
     if init == "auto":
         init = shipped_match(graph, d)
     if init is not None:
@@ -216,22 +215,11 @@ def stage2_policy(
     out = Path(out_dir)
     shutil.rmtree(out, ignore_errors=True)
     cluster = profile.cluster
-    pcfg = POLICY_PRESETS["default"].replace(**dict(policy or {}))
-    cfg = preset(
-        "sim",
-        **{
-            "episodes": sim_episodes,
-            "semantics": "wc",
-            "seed": seed,
-            "eval_every": eval_every,
-            **dict(sim_train or {}),
-        },
-    )
+    cfg = preset("sim", **recipe.sim_settings("wc"))
     cost = SimulatorCost(graph, cluster, "wc", cost_model=profile.cost_model(graph))
+    stage1 = PolicyRecipe(None, imitation_episodes, seed=recipe.seed, policy=recipe.policy_config())
     with torch_threads(1):
-        _, ckpt, _ = starting_policy(
-            None, graph, cluster, "wc", out, imitation_episodes, seed, pcfg, progress
-        )
+        _, ckpt, _ = starting_policy(graph, cluster, "wc", out, stage1, progress)
         res = Trainer(
             cfg, [graph], cluster, None, out / "stage2", ckpt, [cost], progress=progress
         ).run()
@@ -444,16 +432,31 @@ class Stage3Run:
     episodes: int
 
 
+@dataclass(frozen=True)
+class Stage3Options:
+    """How :func:`run_stage3` trains.
+
+    Attributes:
+        episodes: Stage III episodes, each one measured.
+        repeats: timed runs per episode.
+        eval_every: updates between measured greedy evaluations (the learning curve).
+        seed: training seed.
+        train: training-config overrides of the ``real`` preset (``lr``, ...).
+    """
+
+    episodes: int = 200
+    repeats: int = 3
+    eval_every: int = 5
+    seed: int = 0
+    train: Mapping[str, Any] | None = None
+
+
 def run_stage3(
     graph: DataflowGraph,
     cluster: Cluster,
     warm: WarmStart,
     out_dir: str | Path,
-    episodes: int = 200,
-    repeats: int = 3,
-    eval_every: int = 5,
-    seed: int = 0,
-    real_train: Mapping[str, Any] | None = None,
+    options: Stage3Options | None = None,
     progress: bool = False,
 ) -> Stage3Run:
     """Stage III: REINFORCE from the Stage II policy with the measured makespan as the cost
@@ -465,26 +468,24 @@ def run_stage3(
         cluster: the CPU worker devices (the calibrated cluster).
         warm: the Stage II policy (:func:`stage2_policy`).
         out_dir: the run directory.
-        episodes: Stage III episodes, each one measured.
-        repeats: timed runs per episode.
-        eval_every: updates between measured greedy evaluations (the learning curve).
-        seed: training seed.
-        real_train: training-config overrides of the ``real`` preset (``lr``, ...).
+        options: episodes, repeats, evaluations, seed and overrides (default
+            :class:`Stage3Options`).
         progress: show a progress bar.
     """
     from ..cost_functions import make_executor_cost
     from ..loop import Trainer
     from ..train_config import preset
 
+    o = options or Stage3Options()
     cfg = preset(
         "real",
         **{
-            "episodes": episodes,
-            "repeats": repeats,
-            "eval_every": eval_every,
+            "episodes": o.episodes,
+            "repeats": o.repeats,
+            "eval_every": o.eval_every,
             "semantics": "wc",
-            "seed": seed,
-            **dict(real_train or {}),
+            "seed": o.seed,
+            **dict(o.train or {}),
         },
     )
     out = Path(out_dir)
@@ -530,16 +531,31 @@ class SideBySide:
     screening: pd.DataFrame
 
 
+@dataclass(frozen=True)
+class SideBySideOptions:
+    """How :func:`side_by_side` picks and measures.
+
+    Attributes:
+        samples: sampled candidates per policy besides its greedy one.
+        screen_repeats: timed runs per candidate in the screening pass.
+        repeats: timed runs per placement and round in the final measurement.
+        rounds: rounds of the final measurement.
+        seed: rollouts and measuring order.
+    """
+
+    samples: int = 4
+    screen_repeats: int = 2
+    repeats: int = 3
+    rounds: int = 5
+    seed: int = 0
+
+
 def side_by_side(
     graph: DataflowGraph,
     profile: Profile,
     policies: Mapping[str, Any],
     references: Mapping[str, Placement] | None = None,
-    samples: int = 4,
-    screen_repeats: int = 2,
-    repeats: int = 3,
-    rounds: int = 5,
-    seed: int = 0,
+    options: SideBySideOptions | None = None,
     progress: bool = False,
 ) -> SideBySide:
     """Measure several policies (and reference placements) on the real devices in one run.
@@ -556,13 +572,14 @@ def side_by_side(
         profile: the calibrated devices.
         policies: label -> policy (e.g. ``{"stage II": ..., "stage III": ...}``).
         references: label -> a fixed placement measured alongside (e.g. ``cp``).
-        samples: sampled candidates per policy besides its greedy one.
-        screen_repeats: timed runs per candidate in the screening pass.
-        repeats: timed runs per placement and round in the final measurement.
-        rounds: rounds of the final measurement.
-        seed: rollouts and measuring order.
+        options: ``samples``, ``screen_repeats``, ``repeats``, ``rounds`` and ``seed`` above
+            (default :class:`SideBySideOptions`).
         progress: show progress bars.
     """
+    o = options or SideBySideOptions()
+    samples, screen_repeats, repeats, rounds, seed = (
+        o.samples, o.screen_repeats, o.repeats, o.rounds, o.seed
+    )  # fmt: skip
     if not policies:
         raise ConfigError("side_by_side needs at least one policy; got none")
     references = dict(references or {})

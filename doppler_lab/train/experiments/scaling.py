@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,22 +39,11 @@ def _simulate_ms(graph: DataflowGraph, cluster: Cluster, repeats: int, batch: in
     return float(np.median(ts) * 1e3 / batch)
 
 
-def scaling_rows(
-    workload: str = "llama_block",
-    size_param: str = "layers",
-    sizes: Sequence[int] = (1, 2, 4),
-    cluster: str = "p100x4",
-    methods: Sequence[str] = ("doppler", "placeto"),
-    max_nodes: Mapping[str, int] | None = None,
-    repeats: int = 3,
-    batch: int = 4,
-    policy: Mapping[str, Any] | None = None,
-    seed: int = 0,
-    progress: bool = False,
-) -> list[dict[str, Any]]:
-    """Milliseconds per episode of each method on ``workload`` at each size (one torch thread).
+@dataclass(frozen=True)
+class ScalingSetup:
+    """What :func:`scaling_rows` times (notebook 10's parameters).
 
-    Args:
+    Attributes:
         workload: a workload spec.
         size_param: the parameter that sizes it (``layers``, ``matrices``).
         sizes: its values, increasing.
@@ -67,7 +57,23 @@ def scaling_rows(
             (0: not measured); the others are timed one episode per update only.
         policy: policy-config overrides.
         seed: seed of the policies' weights.
-        progress: a progress bar.
+    """
+
+    workload: str = "llama_block"
+    size_param: str = "layers"
+    sizes: Sequence[int] = (1, 2, 4)
+    cluster: str = "p100x4"
+    methods: Sequence[str] = ("doppler", "placeto")
+    max_nodes: Mapping[str, int] | None = None
+    repeats: int = 3
+    batch: int = 4
+    policy: Mapping[str, Any] | None = None
+    seed: int = 0
+
+
+def scaling_rows(setup: ScalingSetup | None = None, progress: bool = False) -> list[dict[str, Any]]:
+    """Milliseconds per episode of each method on the setup's workload at each size (one torch
+    thread; default :class:`ScalingSetup`), with a progress bar when ``progress``.
 
     Returns:
         One row per (size, method): ``method``, ``size``, ``nodes`` (compute nodes), ``edges``,
@@ -79,14 +85,17 @@ def scaling_rows(
     from ...policies.speed import episode_times
     from ...workloads.specs import cluster_from_spec, graph_from_spec
 
+    s = setup or ScalingSetup()
+    workload, size_param, sizes, methods = s.workload, s.size_param, s.sizes, s.methods
+    repeats, batch, seed = s.repeats, s.batch, s.seed
     bad = [m for m in methods if m not in SCALING_METHODS]
     if bad:
         raise ConfigError(f"scaling: method {bad[0]!r}; expected one of {list(SCALING_METHODS)}")
     if list(sizes) != sorted(sizes) or not sizes:
         raise ConfigError(f"scaling: sizes {list(sizes)} must be given, increasing")
-    cl = cluster_from_spec(cluster)
-    caps = dict(max_nodes or {})
-    base = POLICY_PRESETS["default"].replace(**dict(policy or {}))
+    cl = cluster_from_spec(s.cluster)
+    caps = dict(s.max_nodes or {})
+    base = POLICY_PRESETS["default"].replace(**dict(s.policy or {}))
     warmed: set[str] = set()
     rows = []
     with torch_threads(1):

@@ -17,6 +17,7 @@ from ...house.codeversion import versioned_key
 from ...house.errors import ConfigError
 from ...house.runners import Run, Runner, make_runner
 from ...ir.graph import DataflowGraph
+from ..analysis import PolicyRecipe
 from .common import (
     episodes_to_reach,
     finite_or_none,
@@ -98,20 +99,17 @@ def source_policy(
     cluster: Cluster,
     semantics: str,
     out_dir: str | Path,
-    init: str | None = "auto",
-    imitation_episodes: int = 400,
-    sim_episodes: int = 1600,
-    seed: int = 0,
-    policy: Any = None,
-    train: Mapping[str, Any] | None = None,
+    recipe: PolicyRecipe | None = None,
     progress: bool = False,
 ) -> tuple[Any, Path, str]:
     """The policy to transfer: a shipped or given checkpoint, or Stages I+II trained here.
 
-    ``init="auto"`` takes the shipped ``doppler/<graph>`` checkpoint when it was trained on a
-    cluster of ``cluster``'s name and a graph of as many nodes, else trains Stage I
-    (``imitation_episodes``) and Stage II (``sim_episodes``) in ``out_dir`` (resumed if
-    present); a path or shipped name loads that; None always trains.
+    ``recipe.init="auto"`` (default :class:`~doppler_lab.train.analysis.PolicyRecipe`) takes
+    the shipped ``doppler/<graph>`` checkpoint when it was trained on a cluster of
+    ``cluster``'s name and a graph of as many nodes, else trains Stage I
+    (``imitation_episodes``) and Stage II (``sim_episodes``, the ``train`` overrides) of the
+    recipe in ``out_dir`` (resumed if present); a path or shipped name loads that; None always
+    trains.
 
     Returns:
         ``(policy, checkpoint, how)``.
@@ -121,15 +119,18 @@ def source_policy(
     from ..pipeline import run_pipeline
     from ..train_config import preset
 
+    r = recipe or PolicyRecipe()
+    init, imitation_episodes, sim_episodes = r.init, r.imitation_episodes, r.sim_episodes
     shipped = list_checkpoints().get(f"doppler/{graph.name}", {})
     same = shipped.get("cluster") == cluster.name and shipped.get("graph_nodes") == graph.num_nodes
     if (init == "auto" and same) or init not in (None, "auto"):
-        return starting_policy(init, graph, cluster, semantics, out_dir)
-    common = {"semantics": semantics, "seed": seed}
+        return starting_policy(graph, cluster, semantics, out_dir, PolicyRecipe(init))
+    common = {"semantics": semantics, "seed": r.seed}
     stages = [
         preset("imitation", episodes=imitation_episodes, **common),
-        preset("sim", **{**common, **dict(train or {}), "episodes": sim_episodes}),
+        preset("sim", **{**common, **dict(r.train or {}), "episodes": sim_episodes}),
     ]
+    policy = r.policy_config()
     results = run_pipeline(stages, [graph], cluster, policy, out_dir, progress=progress)
     ckpt = results[-1].checkpoint
     assert ckpt is not None
@@ -179,7 +180,11 @@ def _transfer_seed(
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str, Any]]]:
     """Fine-tuning and scratch on one target with one seed: their curves and the protocol's
     rows (CP, zero-shot, fine-tuned, scratch). ``config`` is the Stage II configuration with the
-    whole budget; scratch spends ``imitation_episodes`` of it in Stage I first."""
+    whole budget; scratch spends ``imitation_episodes`` of it in Stage I first.
+
+    Its positional arguments are a :class:`~doppler_lab.house.runners.Run`'s ``args`` (a runner
+    ships them to a worker; :func:`run_transfers` reads the labels back from them).
+    """
     from ...policies.checkpoint import load_policy, make_policy
     from ..analysis import compare_placements
     from ..loop import Trainer
@@ -233,30 +238,11 @@ def _transfer_seed(
     )
 
 
-def run_transfers(
-    cases: Sequence[TransferCase],
-    out_dir: str | Path,
-    episodes: int = 2000,
-    imitation_episodes: int = 400,
-    seeds: int = 1,
-    seed: int = 0,
-    source_init: str | None = "auto",
-    source_imitation_episodes: int = 400,
-    source_sim_episodes: int = 1600,
-    samples: int = 16,
-    eval_every: int = 4,
-    policy: Mapping[str, Any] | None = None,
-    train: Mapping[str, Any] | None = None,
-    paper_graphs_dir: str | None = None,
-    progress: bool = False,
-    runner: str | Runner = "local",
-) -> TransferResult:
-    """Fine-tune each case's source policy on its target and train from scratch there, with
-    the same episode budget on the target; runs cached under ``out_dir``.
+@dataclass(frozen=True)
+class TransferConfig:
+    """Settings of the transfer experiment (notebook 09; :func:`run_transfers`).
 
-    Args:
-        cases: the transfers.
-        out_dir: run folder (``sources/`` and one folder per case and seed).
+    Attributes:
         episodes: the budget on the target: fine-tuning is Stage II for ``episodes``; scratch
             is Stage I (``imitation_episodes``) then Stage II for the rest.
         imitation_episodes: scratch's Stage I share (0: Stage II alone from fresh weights).
@@ -270,6 +256,36 @@ def run_transfers(
         policy: policy-config overrides for policies trained from fresh weights.
         train: Stage II overrides (source, fine-tuning and scratch alike).
         paper_graphs_dir: folder of the paper's graphs, for cases that name them.
+    """
+
+    episodes: int = 2000
+    imitation_episodes: int = 400
+    seeds: int = 1
+    seed: int = 0
+    source_init: str | None = "auto"
+    source_imitation_episodes: int = 400
+    source_sim_episodes: int = 1600
+    samples: int = 16
+    eval_every: int = 4
+    policy: Mapping[str, Any] | None = None
+    train: Mapping[str, Any] | None = None
+    paper_graphs_dir: str | None = None
+
+
+def run_transfers(
+    cases: Sequence[TransferCase],
+    out_dir: str | Path,
+    config: TransferConfig | None = None,
+    progress: bool = False,
+    runner: str | Runner = "local",
+) -> TransferResult:
+    """Fine-tune each case's source policy on its target and train from scratch there, with
+    the same episode budget on the target; runs cached under ``out_dir``.
+
+    Args:
+        cases: the transfers.
+        out_dir: run folder (``sources/`` and one folder per case and seed).
+        config: the budgets, seeds and overrides (default :class:`TransferConfig`).
         progress: progress bars.
         runner: where the (case, seed) runs on the targets go: ``local`` (one after the other
             here), ``ray`` or a :class:`~doppler_lab.house.runners.Runner`; sources train here first.
@@ -277,14 +293,21 @@ def run_transfers(
     from ...policies.policy_config import POLICY_PRESETS
     from ..train_config import preset
 
+    c = config or TransferConfig()
+    episodes, imitation_episodes, seed, seeds = c.episodes, c.imitation_episodes, c.seed, c.seeds
+    source_imitation_episodes, source_sim_episodes = (
+        c.source_imitation_episodes,
+        c.source_sim_episodes,
+    )
+    paper_graphs_dir, eval_every, samples = c.paper_graphs_dir, c.eval_every, c.samples
     if not 0 <= imitation_episodes < episodes:
         raise ConfigError(
             f"transfer: imitation_episodes {imitation_episodes} must lie in "
             f"[0, episodes={episodes})"
         )
     out = Path(out_dir)
-    pcfg = POLICY_PRESETS["default"].replace(**dict(policy or {}))
-    overrides = dict(train or {})
+    pcfg = POLICY_PRESETS["default"].replace(**dict(c.policy or {}))
+    overrides = dict(c.train or {})
     curves, runs, matches = [], [], []
     sources: dict[str, tuple[Path, str]] = {}
     targets: list[Run] = []
@@ -300,19 +323,16 @@ def run_transfers(
                     seed,
                     ssem,
                 )
-                _, ckpt, how = source_policy(
-                    sg,
-                    sc,
-                    ssem,
-                    out / "sources" / f"{_slug(case.source_label)}-{key}",
-                    source_init,
+                recipe = PolicyRecipe(
+                    c.source_init,
                     source_imitation_episodes,
                     source_sim_episodes,
-                    seed,
-                    pcfg,
-                    overrides,
-                    progress,
+                    seed=seed,
+                    policy=pcfg,
+                    train=overrides,
                 )
+                where = out / "sources" / f"{_slug(case.source_label)}-{key}"
+                _, ckpt, how = source_policy(sg, sc, ssem, where, recipe, progress)
                 sources[case.source_label] = (ckpt, how)
             ckpt = sources[case.source_label][0]
             graph, cluster, sem = case_graph(case.target, case.target_cluster, paper_graphs_dir)
