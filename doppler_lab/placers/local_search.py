@@ -6,7 +6,9 @@ in simulator calls (one call = one simulated placement, the start included). Eac
 devices of two nodes), simulates them together with :meth:`Simulator.makespans`, and moves to
 the best of them when it is no worse (``hill``) or by the Metropolis rule with a temperature
 that falls linearly to zero (``anneal``). The best placement seen is returned, so the result is
-never worse than the start. Simulation is deterministic (noise 0) under ``semantics``.
+never worse than the start. Simulation is deterministic (noise 0) under ``semantics``. A
+placement over a device's memory simulates as ``inf`` (:func:`~doppler_lab.placers.memory_fit.capped`):
+moves that break a cap are never taken.
 
 ``method="ils"`` runs :func:`iterated_search` instead: the iterated local search that the
 ``doppler`` placer's budget search runs from the policy's proposals
@@ -30,6 +32,7 @@ from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..ir.trace_path import critical_path
 from ..timing.sim import SEMANTICS, Simulator
+from .memory_fit import capped, fit_placement, over_cap
 from .placer_base import check_choice, check_positive
 
 #: ``propose(device, count, rng) -> (count, N)``: candidate placements around ``device``
@@ -227,7 +230,7 @@ class LocalSearchPlacer:
         from .registry import place
 
         init = place(self.start, graph, cluster, seed=rng)
-        sim = Simulator(graph, cluster, self.semantics)
+        sim = capped(Simulator(graph, cluster, self.semantics))  # over a memory cap: inf
         budget = int(self.budget)
         bar = progress(
             total=budget, desc=f"{self.name} {graph.name}", enabled=self.progress, unit="call"
@@ -261,7 +264,8 @@ class LocalSearchPlacer:
             "best_makespan": best_cost,
             "semantics": self.semantics,
         }
-        return Placement(best, None, self.name, meta).with_inputs_filled(graph)
+        p = Placement(best, None, self.name, meta).with_inputs_filled(graph)
+        return fit_placement(graph, cluster, p, self.name)
 
 
 class MoveScan:
@@ -401,7 +405,8 @@ def critical_ops(sim: Simulator, device: np.ndarray) -> tuple[np.ndarray, float]
     makespan: one simulator call."""
     trace = sim.run(device)
     ops = {s.index for s in critical_path(trace, sim.graph) if s.record == "op"}
-    return np.array(sorted(ops), dtype=np.int64), trace.makespan
+    span = np.inf if over_cap(sim, device) else trace.makespan
+    return np.array(sorted(ops), dtype=np.int64), span
 
 
 def iterated_search(
