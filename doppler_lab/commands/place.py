@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     # the learned placers' candidates: the best rollout, the clustering, the best partition,
     # which one won
     keys = ("optimal", "bound", "gap", "status", "source", "rollout_cost", "clustering_cost")
-    keys += ("memory_fit",)  # not by the static bound: simulated, repaired, pipeline stages
+    keys += ("memory_fit",)  # not by the static bound: simulated, repaired, packed, pipeline
     for key in (*keys, "partition_cost"):
         if key in placement.meta:
             result[key] = placement.meta[key]
@@ -238,6 +238,7 @@ def run(args: argparse.Namespace) -> int:
         how = {
             "simulated": "its static bound exceeds a cap, its simulated peak fits",
             "repaired": "the placer's placement was over a cap and was repaired",
+            "packed": "the placer's placement was over a cap: packed by memory instead",
             "pipeline": "the placer's placement was over a cap: pipeline stages instead",
         }[result["memory_fit"]]
         print(f"  memory fit   {how}")

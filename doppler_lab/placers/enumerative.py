@@ -21,12 +21,13 @@ from typing import ClassVar
 import numpy as np
 
 from ..hardware.cluster import Cluster
+from ..house.errors import PlacementError
 from ..house.progress import progress
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
 from ..timing.sim import SEMANTICS, Simulator
-from .memory_fit import CappedSimulator, MemoryGuard, capped, fit_placement
+from .memory_fit import CappedSimulator, MemoryGuard, capped, fit_placement, no_fit_error
 from .placer_base import check_choice, check_positive
 
 
@@ -112,7 +113,13 @@ class EnumerativePlacer:
     def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
         from .registry import place
 
-        init = place(self.start, graph, cluster, seed=rng)
+        guard = MemoryGuard(graph, cluster, self.name)  # a cap nothing meets: this placer says so
+        try:
+            init = place(self.start, graph, cluster, seed=rng)
+        except PlacementError:
+            if not guard.active:
+                raise
+            raise no_fit_error(graph, guard.caps, self.name) from None
         cost = CostModel(graph, cluster)
         sim = (
             capped(Simulator(graph, cluster, self.semantics, cost_model=cost))

@@ -37,12 +37,12 @@ import numpy as np
 from ..hardware.cluster import Cluster
 from ..hardware.rules import transfer_times
 from ..house.deps import require
-from ..house.errors import ConfigError
+from ..house.errors import ConfigError, PlacementError
 from ..house.progress import timer
 from ..ir.graph import DataflowGraph
 from ..timing.cost_model import CostModel
 from ..timing.memory import tensor_bytes
-from .memory_fit import MemoryGuard, fit_schedule
+from .memory_fit import MemoryGuard, fit_schedule, no_fit_error
 from .placer_base import Schedule, ScheduleToPlacement, check_positive, list_schedule
 
 MAX_NODES_WITHOUT_TIME_LIMIT = 30
@@ -247,11 +247,17 @@ class ExactPlacer(ScheduleToPlacement):
             _memory_constraints(model, graph, m, x, mem.caps)
         model.AddMaxEquality(makespan, end)
         model.Minimize(makespan)
-        hint_dev = None
+        hint_dev = hs = None
         if self.hint is not None:
             from .registry import get_placer
 
-            hs = get_placer(self.hint).schedule(graph, cluster, rng)  # type: ignore[attr-defined]
+            try:
+                hs = get_placer(self.hint).schedule(graph, cluster, rng)  # type: ignore[attr-defined]
+            except PlacementError:
+                if not mem.active:
+                    raise
+                hs = None  # the heuristic found nothing within the caps: the solver may
+        if hs is not None:
             hint_dev = hs.placement.device[m.nodes]
             if symmetric:
                 hint_dev = _relabel(hint_dev)
@@ -278,6 +284,8 @@ class ExactPlacer(ScheduleToPlacement):
                 [next(d for d in range(ndev) if solver.Value(x[i][d])) for i in range(n)]
             )
             starts = np.array([solver.Value(start[i]) for i in range(n)])
+        elif status == cp_model.INFEASIBLE and mem.active:  # proven: no static bound fits
+            raise no_fit_error(graph, mem.caps, self.name)
         elif hint_dev is not None:
             dev_m, starts = hint_dev, hint_start
         else:

@@ -20,8 +20,9 @@ have room for an op (``room``).
 
 :func:`fit_placement` is every placer's last step: a placement whose static bound fits, or whose
 simulated peak fits under every semantics, is returned as it is; otherwise it is repaired, else
-replaced by the memory-first contiguous stages of the ``pipeline`` placer, else the placer raises
-one line that says the least memory the graph needs (:func:`no_fit_error`).
+replaced by a placement packed by memory alone (:func:`pack`) or the contiguous stages of the
+``pipeline`` placer, else the placer raises one line that says the least memory the graph needs
+(:func:`no_fit_error`). ``meta["memory_fit"]`` says which, when it is not the static bound.
 
 A graph without byte sizes (:func:`~doppler_lab.timing.memory.has_sizes` is False: the paper's
 cost-only files) is unconstrained, and so is a graph whose tensors all together fit on the
@@ -450,6 +451,27 @@ def repair(
     return None
 
 
+def pack(graph: DataflowGraph, caps: np.ndarray) -> np.ndarray | None:
+    """A placement by memory alone, or None: ops in topological order, each on the device with
+    room where it adds the fewest bytes (ties: the most room left), then :func:`repair`."""
+    fp = Footprint(graph, caps.size)
+    order = graph.topo_order[~graph.is_input[graph.topo_order]]
+    for v in order:
+        after = fp.used + fp.need(int(v))
+        room = after <= caps
+        if room.any():
+            left = np.where(room, caps - after, -np.inf)
+            d = int(np.lexsort((-left, np.where(room, after - fp.used, np.inf)))[0])
+        else:
+            d = int(np.argmin(after - caps))
+        fp.assign(int(v), d)
+    dev = np.zeros(graph.num_nodes, dtype=np.int64)
+    dev[order] = fp.device[order]
+    if bool(fits(fp.used, caps)):
+        return dev
+    return repair(graph, dev, caps)
+
+
 def _simulated_fit(graph: DataflowGraph, cluster: Cluster, device: np.ndarray, caps) -> bool:
     from ..timing.sim import SEMANTICS, Simulator
 
@@ -471,7 +493,8 @@ def fit_devices(
     """``device`` when it fits the caps, else its repair or the ``pipeline`` placer's stages
     (memory first), with how it fits: None (its static bound, or no cap can bind),
     ``"simulated"`` (its simulated peak under every semantics, the static bound does not),
-    ``"repaired"`` or ``"pipeline"`` (the devices returned are another placement).
+    ``"repaired"``, ``"packed"`` (:func:`pack`) or ``"pipeline"`` (the devices returned are
+    another placement).
 
     Raises:
         PlacementError: nothing found fits (:func:`no_fit_error`), or ``device`` does not and
@@ -499,6 +522,9 @@ def fit_devices(
     fixed = repair(graph, dev, caps)
     if fixed is not None:
         return fixed, "repaired"
+    fixed = pack(graph, caps)
+    if fixed is not None:
+        return fixed, "packed"
     from .pipeline import memory_stages
 
     stages = memory_stages(graph, cluster, caps)
@@ -512,7 +538,7 @@ def fit_placement(
 ) -> Placement:
     """``placement`` when it fits the caps (:func:`fit_devices`), else the fixed one; where
     the static bound did not fit, ``meta["memory_fit"]`` says how it fits (``simulated``,
-    ``repaired``, ``pipeline``); the priority is kept."""
+    ``repaired``, ``packed``, ``pipeline``); the priority is kept."""
     dev, how = fit_devices(graph, cluster, placement.device, placer, cap)
     if how is None:
         return placement
@@ -558,6 +584,7 @@ __all__ = [
     "fits",
     "no_fit_error",
     "op_needs",
+    "pack",
     "over_cap",
     "repair",
     "static_bounds",
