@@ -116,7 +116,8 @@ class CriticalPathTeacher:
             released: the released SEL bug: draw k in ``range(len(ties))`` and take the k-th
                 *candidate* (see :class:`ReleasedCriticalPathPlacer`).
             room: ``room(v)``: the devices with memory for ``v`` (``(D,)`` bool; None: every
-                one); PLC chooses among them (:meth:`~doppler_lab.placers.memory_fit.MemoryGuard.allowed`).
+                one); PLC chooses among them
+                (:meth:`~doppler_lab.placers.memory_fit.MemoryGuard.allowed`).
         """
         cand = state.candidates() if candidates is None else np.asarray(candidates, np.int64)
         node_ties = self.node_choices(cand)

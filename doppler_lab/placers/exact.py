@@ -251,8 +251,9 @@ class ExactPlacer(ScheduleToPlacement):
         if self.hint is not None:
             from .registry import get_placer
 
+            hint = get_placer(self.hint)
             try:
-                hs = get_placer(self.hint).schedule(graph, cluster, rng)  # type: ignore[attr-defined]
+                hs = hint.schedule(graph, cluster, rng)  # type: ignore[attr-defined]
             except PlacementError:
                 if not mem.active:
                     raise

@@ -7,8 +7,8 @@ devices of two nodes), simulates them together with :meth:`Simulator.makespans`,
 the best of them when it is no worse (``hill``) or by the Metropolis rule with a temperature
 that falls linearly to zero (``anneal``). The best placement seen is returned, so the result is
 never worse than the start. Simulation is deterministic (noise 0) under ``semantics``. A
-placement over a device's memory simulates as ``inf`` (:func:`~doppler_lab.placers.memory_fit.capped`):
-moves that break a cap are never taken.
+placement over a device's memory simulates as ``inf``
+(:func:`~doppler_lab.placers.memory_fit.capped`): moves that break a cap are never taken.
 
 ``method="ils"`` runs :func:`iterated_search` instead: the iterated local search that the
 ``doppler`` placer's budget search runs from the policy's proposals

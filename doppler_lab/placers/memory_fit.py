@@ -15,14 +15,15 @@ have room for an op (``room``).
   over a cap is ``inf`` (a move that breaks a cap is never taken);
 - ``exact`` adds the bound to its CP-SAT model; ``partition`` keeps the best feasible of its
   partitions; ``clustering`` and whatever still breaks a cap is repaired
-  (:func:`repair`: ops moved off the over-full device, the move that adds the fewest bytes
+  (:func:`repair`: ops moved off the over-full devices, the move that leaves the least excess
   first).
 
 :func:`fit_placement` is every placer's last step: a placement whose static bound fits, or whose
 simulated peak fits under every semantics, is returned as it is; otherwise it is repaired, else
 replaced by a placement packed by memory alone (:func:`pack`) or the contiguous stages of the
-``pipeline`` placer, else the placer raises one line that says the least memory the graph needs
-(:func:`no_fit_error`). ``meta["memory_fit"]`` says which, when it is not the static bound.
+``pipeline`` placer (:mod:`doppler_lab.placers.stage_split`), else the placer raises one line
+that says the least memory the graph needs (:func:`no_fit_error`). ``meta["memory_fit"]`` says
+which, when it is not the static bound.
 
 A graph without byte sizes (:func:`~doppler_lab.timing.memory.has_sizes` is False: the paper's
 cost-only files) is unconstrained, and so is a graph whose tensors all together fit on the
@@ -43,6 +44,7 @@ from ..house.errors import PlacementError
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.memory import format_bytes, has_sizes, memory_caps, tensor_bytes
+from .stage_split import memory_stages
 
 
 def _distinct_csr(keys: np.ndarray, vals: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -525,8 +527,6 @@ def fit_devices(
     fixed = pack(graph, caps)
     if fixed is not None:
         return fixed, "packed"
-    from .pipeline import memory_stages
-
     stages = memory_stages(graph, cluster, caps)
     if stages is not None:
         return stages, "pipeline"

@@ -123,7 +123,7 @@ BUILTIN_PLACERS: Mapping[str, PlacerSpec] = MappingProxyType(
             ),
             _spec(
                 "pipeline",
-                f"{_P}.pipeline:PipelinePlacer",
+                f"{_P}.pipeline_placer:PipelinePlacer",
                 "baseline",
                 "contiguous stages in topological order: least bottleneck compute, each stage "
                 "within its device's memory",

@@ -24,7 +24,7 @@ from doppler_lab.placers.memory_fit import (
     repair,
     static_bounds,
 )
-from doppler_lab.placers.pipeline import PipelinePlacer
+from doppler_lab.placers.pipeline_placer import PipelinePlacer
 from doppler_lab.timing.cost_model import CostModel
 from doppler_lab.timing.memory import static_peak_bound
 from doppler_lab.timing.sim import SEMANTICS, Simulator

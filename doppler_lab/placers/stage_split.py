@@ -1,5 +1,6 @@
-"""Pipeline stages: ``pipeline``, contiguous stages in topological order balanced by compute
-within each device's memory.
+"""Contiguous stages in topological order, balanced by compute within each device's memory: the
+split of the ``pipeline`` placer (:mod:`doppler_lab.placers.pipeline_placer`) and of the memory
+fallback (:func:`doppler_lab.placers.memory_fit.fit_devices`).
 
 How pipeline-parallel splitters choose their split points (GPipe's and PipeDream's
 partitioners, Megatron's uniform layer split with a memory check): the ops, in topological
@@ -20,9 +21,6 @@ on one device.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
 import numpy as np
 
 from ..hardware.cluster import Cluster
@@ -30,13 +28,12 @@ from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
 from ..timing.memory import tensor_bytes
-from .memory_fit import MemoryGuard, fit_placement, no_fit_error
 
 #: bisection of the bottleneck stops at this relative width
 _RTOL = 1e-9
 
 
-class _Splitter:
+class StageSplitter:
     """The greedy stage fill of one graph on one cluster (see the module docstring)."""
 
     def __init__(self, graph: DataflowGraph, compute: np.ndarray, caps: np.ndarray):
@@ -100,36 +97,10 @@ class _Splitter:
 def memory_stages(graph: DataflowGraph, cluster: Cluster, caps: np.ndarray) -> np.ndarray | None:
     """``(N,)`` the ``pipeline`` placer's devices under ``caps`` (inputs on their first
     consumer's device), or None when contiguous stages cannot fit."""
-    got = _Splitter(graph, CostModel(graph, cluster).compute, caps).best()
+    got = StageSplitter(graph, CostModel(graph, cluster).compute, caps).best()
     if got is None:
         return None
     return Placement(got[0].clip(0), None, "pipeline").with_inputs_filled(graph).device
 
 
-@dataclass(frozen=True)
-class PipelinePlacer:
-    """Contiguous stages in topological order, stage i on device i, split where the largest
-    stage's compute is smallest with every stage within its device's memory (module docstring).
-    Deterministic."""
-
-    name: ClassVar[str] = "pipeline"
-
-    def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
-        guard = MemoryGuard(graph, cluster, self.name)
-        caps = guard.caps if guard.active else np.full(cluster.num_devices, np.inf)
-        cost = CostModel(graph, cluster)
-        splitter = _Splitter(graph, cost.compute, caps)
-        got = splitter.best()
-        if got is None:
-            raise no_fit_error(graph, caps, self.name)
-        dev, bottleneck = got
-        comp = np.asarray(splitter.order, dtype=np.int64)
-        priority = np.zeros(graph.num_nodes)
-        priority[comp] = np.arange(comp.size)
-        stages = np.unique(dev[comp]) if comp.size else np.zeros(0, dtype=np.int64)
-        meta = {
-            "stages": int(stages.size),
-            "bottleneck": float(bottleneck) * graph.time_scale,
-        }
-        p = Placement(dev.clip(0), priority, self.name, meta).with_inputs_filled(graph)
-        return fit_placement(graph, cluster, p, self.name)
+__all__ = ["StageSplitter", "memory_stages"]
