@@ -33,6 +33,7 @@ places exactly as it did without caps.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -87,6 +88,20 @@ class Footprint:
         self.used = np.zeros(self.num_devices)
         self.count = np.zeros((n, self.num_devices), dtype=np.int32)  # consumers of u on d
         self._devs = np.arange(self.num_devices)
+        # Python lists for the op-by-op steps (numpy's scalar indexing is slower)
+        self._sizes = self.size.tolist()
+        self._inputs = self.is_input.tolist()
+        ptr = self.pred_ptr.tolist()
+        idx = self.pred_idx.tolist()
+        self._preds = [idx[ptr[v] : ptr[v + 1]] for v in range(n)]
+
+    def blank(self) -> Footprint:
+        """A footprint of the same graph with nothing placed (the graph's arrays shared)."""
+        out = copy.copy(self)
+        out.device = np.full(self.device.size, -1, dtype=np.int64)
+        out.used = np.zeros(self.num_devices)
+        out.count = np.zeros_like(self.count)
+        return out
 
     @classmethod
     def of(
@@ -148,14 +163,19 @@ class Footprint:
     def assign(self, v: int, d: int) -> None:
         """Place op ``v`` (not placed yet) on device ``d``."""
         v, d = int(v), int(d)
-        s = self.size
-        self.used += self.need(v) * (self._devs == d)
-        held = self.count[v] > 0
-        held[d] = False
-        self.used[held] += s[v]
-        p = self.preds(v)
-        self.count[p, d] += 1
-        self.device[v] = d
+        size, count, device, is_input = self._sizes, self.count, self.device, self._inputs
+        add = size[v]
+        for u in self._preds[v]:  # scalar steps: an op has few inputs
+            du = device[u]
+            if count[u, d] == 0 and (is_input[u] or (du >= 0 and du != d)):
+                add += size[u]
+            count[u, d] += 1
+        self.used[d] += add
+        if count[v].any():  # consumers placed before v: a copy on each of their other devices
+            held = count[v] > 0
+            held[d] = False
+            self.used[held] += size[v]
+        device[v] = d
 
     def move_delta(self, v: int, b: int) -> tuple[float, float]:
         """The change of the bound on ``v``'s device and on ``b`` if placed op ``v`` moved to
@@ -259,8 +279,17 @@ class MemoryGuard:
             has_sizes(graph) and size.size and float(size.sum()) > float(self.caps.min())
         )
         self.footprint = Footprint(graph, self.num_devices, size) if self.active else None
+        # an op's output and inputs: where the fullest device has room for them, every one has
+        self._need = op_needs(graph, size) if self.active else None
+        self._smallest = float(self.caps.min())
         if self.active and check:
             check_floor(graph, self.caps, placer)
+
+    def blank(self) -> MemoryGuard:
+        """The same caps with nothing placed (one per episode of a rollout)."""
+        out = copy.copy(self)
+        out.footprint = None if self.footprint is None else self.footprint.blank()
+        return out
 
     def room(self, v: int) -> np.ndarray | None:
         """``(D,)`` devices with room for op ``v`` (None when inactive: every device)."""
@@ -271,8 +300,13 @@ class MemoryGuard:
     def allowed(self, v: int) -> np.ndarray | None:
         """Devices with room for ``v``, or None when every device has room or none has (a
         placer then chooses as without caps; the final check repairs)."""
-        ok = self.room(v)
-        if ok is None or ok.all() or not ok.any():
+        fp = self.footprint
+        if fp is None:
+            return None
+        if fp.used.max() + self._need[v] <= self._smallest and not fp.count[v].any():
+            return None  # every device has room (no consumer of v placed yet)
+        ok = fp.room(int(v), self.caps)
+        if ok.all() or not ok.any():
             return None
         return ok
 

@@ -241,11 +241,7 @@ class Rollout:
         # devices without memory for the node are masked (PLC's logits -inf, the teacher's
         # starts inf): one running static bound per episode, only where a cap can bind
         guard = MemoryGuard(ctx.graph, ctx.cluster, policy.kind, check=False)
-        self._mem = (
-            [MemoryGuard(ctx.graph, ctx.cluster, policy.kind, check=False) for _ in range(k_eps)]
-            if guard.active
-            else None
-        )
+        self._mem = [guard.blank() for _ in range(k_eps)] if guard.active else None
         if self.batched:
             self._begin_batched()
 
