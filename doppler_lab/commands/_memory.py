@@ -32,8 +32,8 @@ def add_memory_cap_argument(p: argparse.ArgumentParser) -> None:
         "--memory-cap",
         type=memory_cap_arg,
         metavar="BYTES|none",
-        help="memory of every device for the feasibility check (e.g. 16e9 or 16GB; none: "
-        "unconstrained); default: each device's memory_bytes",
+        help="memory of every device (e.g. 16e9 or 16GB; none: unconstrained): the placers "
+        "keep to it and the feasibility check uses it; default: each device's memory_bytes",
     )
 
 

@@ -151,6 +151,8 @@ def run(args: argparse.Namespace) -> int:
 
     graph = graph_from_spec(args.graph)
     cluster = resolve_cluster(args, graph)
+    if args.memory_cap is not None:  # the placers keep to the devices' memory
+        cluster = cluster.with_memory(args.memory_cap)
     args.semantics = resolve_semantics(args, graph)
     opts = placer_arguments(args.placer, args)
     placer = get_placer(args.placer, **opts)
@@ -189,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
     # the learned placers' candidates: the best rollout, the clustering, the best partition,
     # which one won
     keys = ("optimal", "bound", "gap", "status", "source", "rollout_cost", "clustering_cost")
+    keys += ("memory_fit",)  # not by the static bound: simulated, repaired, packed, pipeline
     for key in (*keys, "partition_cost"):
         if key in placement.meta:
             result[key] = placement.meta[key]
@@ -231,6 +234,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"  own schedule ({schedule.model}): {t(schedule.makespan)}")
     for line in memory_lines(result):
         print(line)
+    if "memory_fit" in result:
+        how = {
+            "simulated": "its static bound exceeds a cap, its simulated peak fits",
+            "repaired": "the placer's placement was over a cap and was repaired",
+            "packed": "the placer's placement was over a cap: packed by memory instead",
+            "pipeline": "the placer's placement was over a cap: pipeline stages instead",
+        }[result["memory_fit"]]
+        print(f"  memory fit   {how}")
     if "optimal" in result:
         print(exact_line(result, args.semantics, secs))
     others = [

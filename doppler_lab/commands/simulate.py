@@ -62,8 +62,10 @@ def run(args: argparse.Namespace) -> int:
     graph = graph_from_spec(args.graph)
     cluster = resolve_cluster(args, graph)
     semantics = resolve_semantics(args, graph)
+    # a placer named by --placement keeps to --memory-cap as well
+    capped = cluster if args.memory_cap is None else cluster.with_memory(args.memory_cap)
     placement = resolve_placement(
-        args.placement, graph, cluster, seed=args.seed, progress=show_progress(args)
+        args.placement, graph, capped, seed=args.seed, progress=show_progress(args)
     )
     cost = resolve_cost_model(args, graph, cluster)
     sim = Simulator(graph, cluster, semantics, noise=args.noise, cost_model=cost)

@@ -246,6 +246,15 @@ class Cluster:
         inv.setflags(write=False)
         return inv
 
+    def with_memory(self, memory_bytes: float | None) -> Cluster:
+        """The same cluster with every device's ``memory_bytes`` set to ``memory_bytes``
+        (``None`` or ``inf``: unconstrained), e.g. ``--memory-cap``; ``self`` when unchanged."""
+        cap = math.inf if memory_bytes is None else float(memory_bytes)
+        if all(dev.memory_bytes == cap for dev in self.devices):
+            return self
+        devices = tuple(replace(dev, memory_bytes=cap) for dev in self.devices)
+        return replace(self, devices=devices)
+
     def first(self, k: int) -> Cluster:
         """The sub-cluster of devices ``0..k-1`` with their links (the resources they use,
         renumbered); ``self`` when ``k`` is the device count."""

@@ -1,20 +1,32 @@
-"""Memory-aware list schedulers after Baechi (Jeon et al., SoCC 2020): ``etf`` and ``m-topo``.
+"""Memory-aware list schedulers after Baechi (Jeon et al., SoCC 2020): ``etf`` (m-ETF),
+``m-topo`` and ``m-sct``.
 
-Memory model: a node needs its output tensor (``out_bytes``) on its device, and the input
-tensors it reads (input nodes' ``out_bytes``) are resident once on every device that reads
-them. An optional per-device cap (``memory_cap``: bytes, one value for all devices, a list per
-device, or ``"device"`` for each device's ``memory_bytes``) must hold on every device.
+Memory: every placer respects the devices' memory (:mod:`doppler_lab.placers.memory_fit`: the
+static bound of :mod:`doppler_lab.timing.memory`, the outputs of the ops on a device, the
+stored inputs they read and one copy of every tensor received there). The cap is the option
+``memory_cap``: ``"device"`` (default: each device's ``memory_bytes``), bytes (one value for
+all devices or a list per device) or None (no cap).
 
 - ``etf`` (m-ETF): at every step, the (ready node, device) pair with the earliest start time
   among devices with room for the node; ties go to the larger b-level, then the lower ids. Times
   follow the shared earliest-start model (:class:`~doppler_lab.timing.schedule.ListScheduleState`).
 - ``m-topo``: nodes in topological order fill device 0 up to its share of the graph's memory
-  (total / D, at most the cap), then device 1, and so on. Its schedule is the earliest-start
-  list schedule of that placement in topological order.
+  (Baechi's count: outputs and the input tensors read, total / D, at most the cap), then
+  device 1, and so on, skipping a device without room. Its schedule is the earliest-start list
+  schedule of that placement in topological order.
+- ``m-sct``: Baechi's m-SCT, ETF with Hanen and Munier's favourite children (small
+  communication times). A linear program (the relaxation of the delay model in which each op
+  keeps at most one child, and each op has at most one parent, on its own device: edge
+  variables ``x`` in [0, 1], 0 meaning no transfer) gives the favourite child of each op
+  (``x < 1/2``); then the ETF loop runs with one rule more: a device whose last op has a
+  favourite child not yet placed is kept for that child, other ops may take it only when they
+  are urgent (ready on every device by the time they would start there). Mean compute and
+  mean transfer times define the LP, solved by HiGHS (``scipy.optimize.linprog``).
 
-A cap no placement can meet (one node needs more than any device holds, or the graph needs
-more than all devices together) raises :class:`PlacementError` up front; so does a greedy pass
-that cannot fit a node (the message says so: another placement may still exist).
+A cap no placement can meet (one node alone needs more than any device holds, or the stored
+inputs more than all devices together) raises :class:`PlacementError` up front; a greedy pass
+that finds no device with room goes on and its placement is repaired at the end
+(:func:`~doppler_lab.placers.memory_fit.fit_schedule`), or the placer says that nothing fits.
 """
 
 from __future__ import annotations
@@ -29,7 +41,8 @@ from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError, PlacementError
 from ..ir.graph import DataflowGraph
 from ..timing.cost_model import CostModel
-from ..timing.schedule import ListScheduleState
+from ..timing.schedule import InputReady, ListScheduleState
+from .memory_fit import MemoryGuard, fit_schedule, static_bounds
 from .placer_base import Schedule, ScheduleToPlacement, list_schedule, make_schedule
 
 MemoryCap = float | Sequence[float] | str | None
@@ -51,70 +64,24 @@ def device_memory(graph: DataflowGraph, device: np.ndarray, num_devices: int) ->
     return used
 
 
-class MemoryTracker:
-    """Bytes in use per device while nodes are assigned one by one, against a cap.
+class _ShareTracker:
+    """Baechi's memory count for m-TOPO's shares: a node adds its output and the input tensors
+    it reads that are not yet on the device."""
 
-    Args:
-        graph: the graph.
-        cluster: the cluster (for ``"device"`` caps).
-        cap: the memory cap (see the module docstring); ``None``: unlimited.
-        placer: the placer's name, for messages.
-    """
-
-    def __init__(self, graph: DataflowGraph, cluster: Cluster, cap: MemoryCap, placer: str):
-        d = cluster.num_devices
+    def __init__(self, graph: DataflowGraph, num_devices: int):
         self.graph = graph
-        self.placer = placer
-        self.cap = resolve_cap(cap, cluster, placer)
-        self.unlimited = cap is None
-        self.used = np.zeros(d)
-        self._resident = np.zeros((graph.num_nodes, d), dtype=bool)  # input tensor u on d
-        if cap is not None:
-            self._check_feasible()
+        self._resident = np.zeros((graph.num_nodes, num_devices), dtype=bool)
 
     def need(self, v: int, d: int) -> float:
-        """Bytes ``v`` adds to device ``d``."""
         g = self.graph
         preds = g.predecessors(v)
         ins = preds[g.is_input[preds]]
         return float(g.out_bytes[v] + g.out_bytes[ins[~self._resident[ins, d]]].sum())
 
-    def fits(self, v: int, d: int) -> bool:
-        return bool(self.used[d] + self.need(v, d) <= self.cap[d] * (1 + 1e-12))
-
     def add(self, v: int, d: int) -> None:
         g = self.graph
-        self.used[d] += self.need(v, d)
         preds = g.predecessors(v)
         self._resident[preds[g.is_input[preds]], d] = True
-
-    def _check_feasible(self) -> None:
-        g = self.graph
-        comp = g.compute_nodes
-        biggest = self.cap.max()
-        for v in comp:
-            preds = g.predecessors(int(v))
-            need = g.out_bytes[v] + g.out_bytes[preds[g.is_input[preds]]].sum()
-            if need > biggest:
-                raise PlacementError(
-                    f"placer {self.placer!r}: node {g.names[v]!r} needs {need:.4g} bytes but the "
-                    f"largest device memory cap is {biggest:.4g}; no placement meets the cap"
-                )
-        read = np.unique(g.edge_src[g.is_input[g.edge_src]])
-        total = g.out_bytes[comp].sum() + g.out_bytes[read].sum()
-        if total > self.cap.sum():
-            raise PlacementError(
-                f"placer {self.placer!r}: graph {g.name!r} needs at least {total:.4g} bytes but the "
-                f"memory caps add up to {self.cap.sum():.4g}; no placement meets the cap"
-            )
-
-    def full(self, v: int) -> PlacementError:
-        g = self.graph
-        return PlacementError(
-            f"placer {self.placer!r}: no device has room for node {g.names[v]!r} "
-            f"(needs {self.need(v, 0):.4g} bytes; in use {self.used.round(1).tolist()}, caps "
-            f"{self.cap.tolist()}); the greedy pass failed, another placer or a larger cap may work"
-        )
 
 
 def check_cap(placer: str, cap: MemoryCap) -> None:
@@ -152,19 +119,39 @@ def resolve_cap(cap: MemoryCap, cluster: Cluster, placer: str) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _MemoryCapped(ScheduleToPlacement):
-    memory_cap: MemoryCap = None
+    memory_cap: MemoryCap = "device"
     name: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
         check_cap(self.name, self.memory_cap)
 
+    def guard(self, graph: DataflowGraph, cluster: Cluster) -> MemoryGuard:
+        """The caps of this run (``memory_cap`` on ``cluster``) and their running bound."""
+        return MemoryGuard(
+            graph, cluster, self.name, resolve_cap(self.memory_cap, cluster, self.name)
+        )
+
+    def finish(
+        self,
+        graph: DataflowGraph,
+        cluster: Cluster,
+        cost: CostModel,
+        sched: Schedule,
+    ) -> Schedule:
+        """``sched`` within the caps (:func:`~doppler_lab.placers.memory_fit.fit_schedule`),
+        with its static bound per device in ``meta["memory_used"]``."""
+        cap = resolve_cap(self.memory_cap, cluster, self.name)
+        sched = fit_schedule(graph, cluster, sched, self.name, cost, cap)
+        used = static_bounds(graph, sched.placement.device[None, :], cluster.num_devices)[0]
+        return sched.with_meta(memory_used=used.tolist())
+
 
 @dataclass(frozen=True)
 class EtfPlacer(_MemoryCapped):
-    """Earliest task first with an optional memory cap (Baechi m-ETF).
+    """Earliest task first within the memory caps (Baechi m-ETF).
 
     Attributes:
-        memory_cap: bytes per device (scalar, list, ``"device"``) or None.
+        memory_cap: ``"device"`` (the cluster's), bytes per device (scalar, list) or None.
     """
 
     name: ClassVar[str] = "etf"
@@ -173,38 +160,40 @@ class EtfPlacer(_MemoryCapped):
         self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator
     ) -> Schedule:
         cost = CostModel(graph, cluster)
-        mem = MemoryTracker(graph, cluster, self.memory_cap, self.name)
+        mem = self.guard(graph, cluster)
         state = ListScheduleState(graph, cost, "est")
         blevel = cost.b_level()
         d_all = np.arange(cluster.num_devices)
         while not state.done:
             best: tuple[float, float, int, int] | None = None
             best_est = None
+            stuck: tuple[float, float, int, int] | None = None  # ignoring memory
+            stuck_est = None
             for v in state.candidates():
                 v = int(v)
                 est = state.est(v)
-                ok = d_all if mem.unlimited else [d for d in d_all if mem.fits(v, d)]
+                room = mem.room(v)
+                ok = d_all if room is None else d_all[room]
                 if len(ok) == 0:
+                    d = int(np.argmin(est))
+                    key = (float(est[d]), -float(blevel[v]), v, d)
+                    if stuck is None or key < stuck:
+                        stuck, stuck_est = key, est
                     continue
                 d = int(min(ok, key=lambda x: est[x]))
                 key = (float(est[d]), -float(blevel[v]), v, d)
                 if best is None or key < best:
                     best, best_est = key, est
-            if best is None:
-                raise mem.full(int(state.candidates()[0]))
+            if best is None:  # no device has room for any candidate: repaired at the end
+                best, best_est = stuck, stuck_est
+            assert best is not None
             _, _, v, d = best
-            mem.add(v, d)
+            mem.assign(v, d)
             state.assign(v, d, best_est)
-        return make_schedule(
-            graph,
-            state.device,
-            state.start,
-            state.finish,
-            self.name,
-            "est",
-            state.order,
-            {"memory_used": mem.used.tolist()},
+        sched = make_schedule(
+            graph, state.device, state.start, state.finish, self.name, "est", state.order
         )
+        return self.finish(graph, cluster, cost, sched)
 
 
 @dataclass(frozen=True)
@@ -212,7 +201,7 @@ class TopoPlacer(_MemoryCapped):
     """Topological fill of devices by memory share (Baechi m-TOPO).
 
     Attributes:
-        memory_cap: bytes per device (scalar, list, ``"device"``) or None.
+        memory_cap: ``"device"`` (the cluster's), bytes per device (scalar, list) or None.
     """
 
     name: ClassVar[str] = "m-topo"
@@ -221,12 +210,14 @@ class TopoPlacer(_MemoryCapped):
         self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator
     ) -> Schedule:
         cost = CostModel(graph, cluster)
-        mem = MemoryTracker(graph, cluster, self.memory_cap, self.name)
+        mem = self.guard(graph, cluster)
+        shares = _ShareTracker(graph, cluster.num_devices)
         ndev = cluster.num_devices
         total = float(device_memory(graph, np.zeros(graph.num_nodes, dtype=np.int64), 1)[0])
         # with no byte sizes at all, balance compute instead
         weight = graph.out_bytes if total > 0 else cost.mean_compute
-        share = np.minimum(mem.cap, (total if total > 0 else float(weight.sum())) / ndev)
+        caps = mem.caps if mem.active else np.full(ndev, np.inf)
+        share = np.minimum(caps, (total if total > 0 else float(weight.sum())) / ndev)
         device = np.zeros(graph.num_nodes, dtype=np.int64)
         filled = np.zeros(ndev)
         d = 0
@@ -234,21 +225,145 @@ class TopoPlacer(_MemoryCapped):
             v = int(v)
             if graph.is_input[v]:
                 continue
+            room = mem.room(v)
             while True:
-                w = mem.need(v, d) if total > 0 else float(weight[v])
+                w = shares.need(v, d) if total > 0 else float(weight[v])
                 over = filled[d] > 0 and filled[d] + w > share[d] * (1 + 1e-12)
-                if d == ndev - 1 or not (over or not mem.fits(v, d)):
+                fits_here = room is None or bool(room[d])
+                if d == ndev - 1 or not (over or not fits_here):
                     break
                 d += 1
             target = d
-            if not mem.fits(v, d):  # the last device is full: any earlier one with room
-                room = [e for e in range(ndev) if mem.fits(v, e)]
-                if not room:
-                    raise mem.full(v)
-                target = room[0]
-            mem.add(v, target)
+            if room is not None and not room[d]:  # the last device is full: an earlier one
+                has = np.flatnonzero(room)
+                target = int(has[0]) if has.size else d  # none: repaired at the end
+            shares.add(v, target)
+            mem.assign(v, target)
             filled[target] += w
             device[v] = target
-        return list_schedule(
-            graph, cost, device, placer=self.name, meta={"memory_used": mem.used.tolist()}
+        return self.finish(
+            graph, cluster, cost, list_schedule(graph, cost, device, placer=self.name)
         )
+
+
+def favourite_children(graph: DataflowGraph, cost: CostModel) -> tuple[np.ndarray, float]:
+    """``(N,)`` the favourite child of each op (-1: none) by the SCT linear program (module
+    docstring), and the LP's relaxed makespan (raw units)."""
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+
+    g = graph
+    n = g.num_nodes
+    comp = np.flatnonzero(~g.is_input)
+    live = np.flatnonzero(~g.is_input[g.edge_src] & ~g.is_input[g.edge_dst])
+    fav = np.full(n, -1, dtype=np.int64)
+    if comp.size == 0:
+        return fav, 0.0
+    src, dst = g.edge_src[live], g.edge_dst[live]
+    m, k = live.size, comp.size
+    col = np.full(n, -1, dtype=np.int64)
+    col[comp] = m + np.arange(k)  # s_v; x_e are 0..m-1; w is m + k
+    w = m + k
+    p = np.asarray(cost.mean_compute, dtype=np.float64)
+    c = np.asarray(cost.mean_edge_cost, dtype=np.float64)[live]
+    rows, cols, vals, rhs = [], [], [], []
+    r = 0
+    # precedence: s_u - s_v + c_e x_e <= -p_u
+    e = np.arange(m)
+    rows += [r + e, r + e, r + e]
+    cols += [col[src], col[dst], e]
+    vals += [np.ones(m), -np.ones(m), c]
+    rhs.append(-p[src])
+    r += m
+    # at most one favourite child per op and one favourite parent per op: -sum x <= 1 - deg
+    for key in (src, dst):
+        nodes, inv, deg = np.unique(key, return_inverse=True, return_counts=True)
+        rows.append(r + inv)
+        cols.append(e)
+        vals.append(-np.ones(m))
+        rhs.append(1.0 - deg)
+        r += nodes.size
+    # every op ends by the makespan: s_v - w <= -p_v
+    rows += [r + np.arange(k), r + np.arange(k)]
+    cols += [col[comp], np.full(k, w)]
+    vals += [np.ones(k), -np.ones(k)]
+    rhs.append(-p[comp])
+    r += k
+    a_ub = coo_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(r, w + 1)
+    ).tocsr()
+    objective = np.zeros(w + 1)
+    objective[w] = 1.0
+    bounds = [(0.0, 1.0)] * m + [(0.0, None)] * (k + 1)
+    res = linprog(objective, A_ub=a_ub, b_ub=np.concatenate(rhs), bounds=bounds, method="highs")
+    if res.status != 0:
+        raise PlacementError(f"placer 'm-sct': the favourite-child LP failed ({res.message})")
+    x = np.asarray(res.x[:m])
+    best = np.full(n, np.inf)
+    taken = np.full(n, np.inf)  # the x of each op's favourite parent edge
+    for i in np.argsort(x, kind="stable"):
+        if x[i] >= 0.5:
+            break
+        u, v = int(src[i]), int(dst[i])
+        if best[u] == np.inf and taken[v] == np.inf:
+            fav[u], best[u], taken[v] = v, x[i], x[i]
+    return fav, float(res.x[w])
+
+
+@dataclass(frozen=True)
+class SctPlacer(_MemoryCapped):
+    """Small communication times with memory caps (Baechi m-SCT): ETF with favourite children
+    from a linear program (module docstring).
+
+    Attributes:
+        memory_cap: ``"device"`` (the cluster's), bytes per device (scalar, list) or None.
+    """
+
+    name: ClassVar[str] = "m-sct"
+
+    def schedule(
+        self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator
+    ) -> Schedule:
+        cost = CostModel(graph, cluster)
+        mem = self.guard(graph, cluster)
+        fav, lp_makespan = favourite_children(graph, cost)
+        state = ListScheduleState(graph, cost, "est")
+        ready = InputReady(graph, cost)
+        blevel = cost.b_level()
+        ndev = cluster.num_devices
+        last = np.full(ndev, -1, dtype=np.int64)
+        Key = tuple[float, int, float, int, int]
+        while not state.done:
+            kept = [
+                int(fav[u]) if u >= 0 and fav[u] >= 0 and state.device[fav[u]] < 0 else -1
+                for u in last
+            ]
+            strict: Key | None = None  # within the caps and the kept devices
+            loose: Key | None = None  # within the caps
+            free: Key | None = None  # ignoring memory (repaired at the end)
+            ests: dict[int, np.ndarray] = {}
+            for v in state.candidates():
+                v = int(v)
+                est = ests[v] = state.est(v)
+                room = mem.room(v)
+                urgent = float(ready(v, state.device, state.finish).max())
+                for d in range(ndev):
+                    key = (float(est[d]), int(kept[d] != v), -float(blevel[v]), v, d)
+                    free = key if free is None or key < free else free
+                    if room is not None and not room[d]:
+                        continue
+                    loose = key if loose is None or key < loose else loose
+                    if kept[d] in (-1, v) or est[d] >= urgent:
+                        strict = key if strict is None or key < strict else strict
+            pick = strict or loose or free
+            assert pick is not None
+            v, d = pick[3], pick[4]
+            mem.assign(v, d)
+            state.assign(v, d, ests[v])
+            last[d] = v
+        sched = make_schedule(
+            graph, state.device, state.start, state.finish, self.name, "est", state.order,
+            {"favourite_children": int((fav >= 0).sum()),
+             "lp_makespan": lp_makespan * graph.time_scale},
+        )  # fmt: skip
+        return self.finish(graph, cluster, cost, sched)

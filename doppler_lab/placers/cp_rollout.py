@@ -16,6 +16,10 @@ makespan in geometric mean against 0.863 for the best of 17 rollouts of
 It is deterministic; :class:`RolloutLabeller` applies its rule at any episode state, the device
 labels of the general policy's Stage I (``doppler-lab train-general --teacher cp-rollout``).
 
+Memory: the completions ignore the caps; one over a cap simulates as ``inf``
+(:func:`~doppler_lab.placers.memory_fit.capped`), and each step's device is one with room for
+the node.
+
 Randomised tie-breaks in the completions made it worse than CP (the completions are then not
 consistent from one step to the next), so every tie is broken by the lowest index.
 """
@@ -45,6 +49,7 @@ from ..timing.schedule import (
 )
 from ..timing.sim import Simulator
 from .critical_path import CriticalPathTeacher, check_cp_options
+from .memory_fit import MemoryGuard, capped, fit_placement
 from .placer_base import ties
 
 
@@ -167,7 +172,9 @@ class CPRolloutPlacer:
         estimate = self.estimate if self.estimate is not None else estimate_for(self.semantics)
         cost = CostModel(graph, cluster)
         teacher = CriticalPathTeacher(graph, cost, self.tie_rtol)
-        sim = Simulator(graph, cluster, self.semantics)  # type: ignore[arg-type]
+        # completions over a memory cap simulate as inf; PLC keeps to devices with room
+        sim = capped(Simulator(graph, cluster, self.semantics))  # type: ignore[arg-type]
+        mem = MemoryGuard(graph, cluster, self.name)
         state = Episode(graph, cost, estimate)
         best_ms, best = np.inf, None
         calls = 0
@@ -185,18 +192,28 @@ class CPRolloutPlacer:
             if spans[k] < best_ms:
                 best_ms, best = float(spans[k]), (done[k].copy(), orders[k].copy())
             # CP's own device among the shortest: the trajectory stays CP's where CP is best
-            base = int(teacher.device_choices(est)[0])
-            shortest = ties(spans, "min", self.tie_rtol)
-            state.assign(v, base if base in shortest else int(shortest[0]), est)
+            room = mem.allowed(v)
+            if room is None:
+                base = int(teacher.device_choices(est)[0])
+                shortest = ties(spans, "min", self.tie_rtol)
+            else:
+                base = int(teacher.device_choices(np.where(room, est, np.inf))[0])
+                shortest = ties(np.where(room, spans, np.inf), "min", self.tie_rtol)
+                shortest = shortest[room[shortest]]
+            d = base if base in shortest else int(shortest[0])
+            mem.assign(v, d)
+            state.assign(v, d, est)
         final = state.placement(self.name)
         meta = {"estimate": estimate, "semantics": self.semantics, "sim_calls": calls}
         if best is None or sim.makespan(final) <= best_ms:
-            return Placement(final.device, final.priority, self.name, meta)
-        dev, order = best
-        dev[graph.is_input] = 0
-        priority = np.zeros(graph.num_nodes)
-        priority[order] = np.arange(order.size)
-        return Placement(dev, priority, self.name, meta).with_inputs_filled(graph)
+            out = Placement(final.device, final.priority, self.name, meta)
+        else:
+            dev, order = best
+            dev[graph.is_input] = 0
+            priority = np.zeros(graph.num_nodes)
+            priority[order] = np.arange(order.size)
+            out = Placement(dev, priority, self.name, meta).with_inputs_filled(graph)
+        return fit_placement(graph, cluster, out, self.name)
 
 
 class RolloutLabeller:

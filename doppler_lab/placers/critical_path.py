@@ -20,6 +20,7 @@ code's candidate list (not the k-th tied node); for comparison only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
@@ -33,6 +34,7 @@ from ..timing.cost_model import CostModel
 from ..timing.episode import Episode
 from ..timing.schedule import ESTIMATES, Estimate, ListScheduleState, estimate_for, estimate_name
 from ..timing.sim import SEMANTICS
+from .memory_fit import MemoryGuard, fit_schedule
 from .placer_base import Schedule, ScheduleToPlacement, check_choice, make_schedule, ties
 
 
@@ -102,6 +104,7 @@ class CriticalPathTeacher:
         rng: np.random.Generator,
         candidates: np.ndarray | None = None,
         released: bool = False,
+        room: Callable[[int], np.ndarray | None] | None = None,
     ) -> CPDecision:
         """One whole CP decision on ``state`` (not applied): SEL, then PLC, ties drawn from
         ``rng`` in that order.
@@ -112,6 +115,9 @@ class CriticalPathTeacher:
             candidates: the candidate list (default: ``state.candidates()``, ascending).
             released: the released SEL bug: draw k in ``range(len(ties))`` and take the k-th
                 *candidate* (see :class:`ReleasedCriticalPathPlacer`).
+            room: ``room(v)``: the devices with memory for ``v`` (``(D,)`` bool; None: every
+                one); PLC chooses among them
+                (:meth:`~doppler_lab.placers.memory_fit.MemoryGuard.allowed`).
         """
         cand = state.candidates() if candidates is None else np.asarray(candidates, np.int64)
         node_ties = self.node_choices(cand)
@@ -120,7 +126,8 @@ class CriticalPathTeacher:
         else:
             v = int(rng.choice(node_ties))
         est = state.est(v)
-        dev_ties = self.device_choices(est)
+        ok = None if room is None else room(v)
+        dev_ties = self.device_choices(est if ok is None else np.where(ok, est, np.inf))
         d = int(rng.choice(dev_ties))
         return CPDecision(
             state.num_assigned, cand, self.b_level[cand], node_ties, v, est, dev_ties, d
@@ -140,14 +147,17 @@ def _episode(
     cost = CostModel(graph, cluster)
     teacher = CriticalPathTeacher(graph, cost, tie_rtol)
     state = Episode(graph, cost, estimate)
+    mem = MemoryGuard(graph, cluster, placer)
+    room = mem.allowed if mem.active else None
     legal = [int(v) for v in state.candidates()]  # the released code's candidate list
     decisions: list[CPDecision] = []
     while not state.done:
         dec = teacher.decide(
-            state, rng, np.array(legal, dtype=np.int64) if released else None, released
+            state, rng, np.array(legal, dtype=np.int64) if released else None, released, room
         )
         decisions.append(dec)
         v = dec.node
+        mem.assign(v, dec.device)
         state.assign(v, dec.device, dec.est)
         if released:
             legal.remove(v)
@@ -166,7 +176,7 @@ def _episode(
         state.order,
         {"estimate": estimate},
     )
-    return CPRun(sched, decisions)
+    return CPRun(fit_schedule(graph, cluster, sched, placer, cost), decisions)
 
 
 def check_cp_options(

@@ -9,7 +9,8 @@ device d (for each d), and for k > 1 the round-robin layouts block i -> (i + s) 
 
 Cost: ``sim`` is the simulated makespan (one simulator call per choice, all choices of a group
 in one batch); ``load`` is the paper's likely objective: the most loaded device's compute plus
-the transfer time of the tensors it receives (no simulator calls).
+the transfer time of the tensors it receives (no simulator calls). Choices over a device's
+memory cost ``inf`` (:mod:`doppler_lab.placers.memory_fit`).
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from typing import ClassVar
 import numpy as np
 
 from ..hardware.cluster import Cluster
+from ..house.errors import PlacementError
 from ..house.progress import progress
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
 from ..timing.sim import SEMANTICS, Simulator
+from .memory_fit import CappedSimulator, MemoryGuard, capped, fit_placement, no_fit_error
 from .placer_base import check_choice, check_positive
 
 
@@ -110,13 +113,20 @@ class EnumerativePlacer:
     def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
         from .registry import place
 
-        init = place(self.start, graph, cluster, seed=rng)
+        guard = MemoryGuard(graph, cluster, self.name)  # a cap nothing meets: this placer says so
+        try:
+            init = place(self.start, graph, cluster, seed=rng)
+        except PlacementError:
+            if not guard.active:
+                raise
+            raise no_fit_error(graph, guard.caps, self.name) from None
         cost = CostModel(graph, cluster)
         sim = (
-            Simulator(graph, cluster, self.semantics, cost_model=cost)
+            capped(Simulator(graph, cluster, self.semantics, cost_model=cost))
             if self.cost == "sim"
             else None
         )
+        mem = None if sim is not None else capped_load(graph, cluster)
         ndev = cluster.num_devices
         cur = init.device.copy()
         groups = node_groups(graph, self.group)
@@ -150,6 +160,8 @@ class EnumerativePlacer:
                     bar.update(cand.shape[0] if by_calls else 0)
                 else:
                     costs = load_cost(cost, cand)
+                    if mem is not None:  # over a memory cap: inf
+                        costs = np.where(mem.fits(cand), costs, np.inf)
                 j = int(np.argmin(costs))
                 if costs[j] < cur_cost:  # strictly better, so the current choice wins ties
                     cur, cur_cost, changed = cand[j].copy(), float(costs[j]), True
@@ -164,4 +176,13 @@ class EnumerativePlacer:
             "start": self.start,
             "objective": cur_cost,
         }
-        return Placement(cur, None, self.name, meta).with_inputs_filled(graph)
+        p = Placement(cur, None, self.name, meta).with_inputs_filled(graph)
+        return fit_placement(graph, cluster, p, self.name)
+
+
+def capped_load(graph: DataflowGraph, cluster: Cluster):
+    """The memory check of ``cost="load"`` choices (None when no cap can bind)."""
+    guard = MemoryGuard(graph, cluster, EnumerativePlacer.name, check=False)
+    if not guard.active:
+        return None
+    return CappedSimulator(Simulator(graph, cluster), guard.caps)

@@ -17,6 +17,11 @@ as a hint. Graphs with more than :data:`MAX_NODES_WITHOUT_TIME_LIMIT` compute no
 limit; with one, the best placement found is returned with the solver's proven lower bound and
 the relative gap. A wall-clock limit with several workers is not reproducible run to run (the
 solver's threads race); proven optima are.
+
+Memory: when a device's cap can bind, the model keeps every device's static bound within it
+(:func:`_memory_constraints`: outputs where their ops run, one copy of each tensor a device
+reads from elsewhere; the bound of :mod:`doppler_lab.timing.memory`), and identical devices
+are interchangeable only when their caps are equal too.
 """
 
 from __future__ import annotations
@@ -32,10 +37,12 @@ import numpy as np
 from ..hardware.cluster import Cluster
 from ..hardware.rules import transfer_times
 from ..house.deps import require
-from ..house.errors import ConfigError
+from ..house.errors import ConfigError, PlacementError
 from ..house.progress import timer
 from ..ir.graph import DataflowGraph
 from ..timing.cost_model import CostModel
+from ..timing.memory import tensor_bytes
+from .memory_fit import MemoryGuard, fit_schedule, no_fit_error
 from .placer_base import Schedule, ScheduleToPlacement, check_positive, list_schedule
 
 MAX_NODES_WITHOUT_TIME_LIMIT = 30
@@ -181,8 +188,15 @@ class ExactPlacer(ScheduleToPlacement):
                 "take exponential time): pass time_limit (seconds, --time-limit)"
             )
         cost = CostModel(graph, cluster)
+        mem = MemoryGuard(graph, cluster, self.name)
         m = delay_model(graph, cost, int(self.resolution))
         n, ndev = m.dur.shape
+        # devices alike in speed, links and memory are interchangeable
+        symmetric = (
+            self.symmetry
+            and m.identical
+            and (not mem.active or bool(np.all(mem.caps == mem.caps[0])))
+        )
         horizon = max(m.horizon, 1)
         model = cp_model.CpModel()
         start = [model.NewIntVar(0, horizon, f"s{i}") for i in range(n)]
@@ -197,7 +211,7 @@ class ExactPlacer(ScheduleToPlacement):
                         start[i], int(m.dur[i, d]), end[i], x[i][d], f"iv{i}_{d}"
                     )
                 )
-            if self.symmetry and m.identical:
+            if symmetric:
                 for d in range(i + 1, ndev):
                     model.Add(x[i][d] == 0)
             # redundant, for propagation: duration bounds whatever the device
@@ -229,15 +243,24 @@ class ExactPlacer(ScheduleToPlacement):
                             model.Add(start[v] >= end[u] + int(delay[a, b])).OnlyEnforceIf(
                                 [x[u][a], x[v][b]]
                             )
+        if mem.active:
+            _memory_constraints(model, graph, m, x, mem.caps)
         model.AddMaxEquality(makespan, end)
         model.Minimize(makespan)
-        hint_dev = None
+        hint_dev = hs = None
         if self.hint is not None:
             from .registry import get_placer
 
-            hs = get_placer(self.hint).schedule(graph, cluster, rng)  # type: ignore[attr-defined]
+            hint = get_placer(self.hint)
+            try:
+                hs = hint.schedule(graph, cluster, rng)  # type: ignore[attr-defined]
+            except PlacementError:
+                if not mem.active:
+                    raise
+                hs = None  # the heuristic found nothing within the caps: the solver may
+        if hs is not None:
             hint_dev = hs.placement.device[m.nodes]
-            if self.symmetry and m.identical:
+            if symmetric:
                 hint_dev = _relabel(hint_dev)
             pos = np.empty(graph.num_nodes, dtype=np.int64)
             pos[hs.order()] = np.arange(hs.order().size)
@@ -262,6 +285,8 @@ class ExactPlacer(ScheduleToPlacement):
                 [next(d for d in range(ndev) if solver.Value(x[i][d])) for i in range(n)]
             )
             starts = np.array([solver.Value(start[i]) for i in range(n)])
+        elif status == cp_model.INFEASIBLE and mem.active:  # proven: no static bound fits
+            raise no_fit_error(graph, mem.caps, self.name)
         elif hint_dev is not None:
             dev_m, starts = hint_dev, hint_start
         else:
@@ -287,7 +312,51 @@ class ExactPlacer(ScheduleToPlacement):
         }
         sched = list_schedule(graph, cost, device, order, placer=self.name, meta=meta)
         gap = (sched.makespan - bound) / sched.makespan if sched.makespan > 0 else 0.0
-        return sched.with_meta(gap=max(gap, 0.0))
+        sched = sched.with_meta(gap=max(gap, 0.0))
+        return fit_schedule(graph, cluster, sched, self.name, cost)
+
+
+def _memory_constraints(model, graph: DataflowGraph, m: DelayModel, x: list, caps: np.ndarray):
+    """The static bound of every device within its cap: each op's output where it runs, and a
+    copy of every tensor (stored input or another device's output) a device's ops read
+    (``r[u, d] >= x[v, d] - x[u, d]`` for each consumer ``v`` of ``u``). Sizes in integer
+    units: exact when they are integers, else rounded up (and caps down)."""
+    size = tensor_bytes(graph)
+    ndev = caps.size
+    index = np.full(graph.num_nodes, -1, dtype=np.int64)
+    index[m.nodes] = np.arange(m.nodes.size)
+    finite = caps[np.isfinite(caps)]
+    top = float(size.sum()) + float(finite.max(initial=0.0))
+    exact = bool(np.all(size == np.round(size))) and top < 2.0**50
+    if exact:
+        ints = np.round(size).astype(np.int64)
+        unit = float(np.gcd.reduce(ints[ints > 0])) if np.any(ints > 0) else 1.0
+        units = ints // int(unit)
+    else:
+        unit = top / 2.0**40
+        units = np.ceil(size / unit).astype(np.int64)
+    src, dst = np.asarray(graph.edge_src), np.asarray(graph.edge_dst)
+    live = ~graph.is_input[dst]
+    pairs = np.unique(np.stack([src[live], dst[live]]), axis=1) if live.any() else np.zeros((2, 0))
+    terms: list[list] = [[] for _ in range(ndev)]
+    for i, v in enumerate(m.nodes):
+        for d in range(ndev):
+            terms[d].append(int(units[v]) * x[i][d])
+    for u in np.unique(pairs[0]).astype(np.int64):
+        if units[u] == 0:
+            continue
+        consumers = pairs[1][pairs[0] == u].astype(np.int64)
+        for d in range(ndev):
+            r = model.NewBoolVar(f"r{u}_{d}")
+            for v in consumers:
+                if graph.is_input[u]:
+                    model.Add(r >= x[index[v]][d])
+                else:
+                    model.Add(r >= x[index[v]][d] - x[index[u]][d])
+            terms[d].append(int(units[u]) * r)
+    for d in range(ndev):
+        if np.isfinite(caps[d]):
+            model.Add(sum(terms[d]) <= int(np.floor(caps[d] / unit)))
 
 
 def _relabel(device: np.ndarray) -> np.ndarray:

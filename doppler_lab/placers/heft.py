@@ -12,6 +12,10 @@ model's b-level (mean compute + mean transfer to a sink), the downward rank its 
   the entry node's) all go to the one device that runs them fastest in total; the others, taken
   ready-first by priority, to their earliest-finish device (insertion-based as well).
 
+Both choose among the devices with memory for the node
+(:class:`~doppler_lab.placers.memory_fit.MemoryGuard`; a critical-path node whose device is
+full goes to its earliest-finish device with room).
+
 Ties (equal ranks, equal finish times) go to the earlier node in topological order and the
 lower device id.
 
@@ -35,6 +39,7 @@ from ..hardware.cluster import Cluster
 from ..ir.graph import DataflowGraph
 from ..timing.cost_model import CostModel
 from ..timing.schedule import InputReady
+from .memory_fit import MemoryGuard, fit_schedule
 from .placer_base import Schedule, ScheduleToPlacement, make_schedule
 
 _RANK_DECIMALS = 9  # ranks equal to 9 significant digits tie (float sums of equal paths differ)
@@ -149,6 +154,12 @@ def _compute_preds(graph: DataflowGraph, v: int) -> bool:
     return bool(np.any(~graph.is_input[graph.predecessors(v)]))
 
 
+def _with_room(mem: MemoryGuard, v: int, devices: range) -> range | list[int]:
+    """The devices with memory for ``v`` (all of them when every one or none has room)."""
+    room = mem.allowed(v)
+    return devices if room is None else [d for d in devices if room[d]]
+
+
 @dataclass(frozen=True)
 class HeftPlacer(ScheduleToPlacement):
     """HEFT: upward-rank order, earliest-finish device with insertion."""
@@ -160,11 +171,13 @@ class HeftPlacer(ScheduleToPlacement):
     ) -> Schedule:
         cost = CostModel(graph, cluster)
         tl = InsertionTimeline(graph, cost)
+        mem = MemoryGuard(graph, cluster, self.name)
         devices = range(cluster.num_devices)
         for v in heft_order(graph, cost):
-            d, s = tl.best_device(int(v), devices)
+            d, s = tl.best_device(int(v), _with_room(mem, int(v), devices))
+            mem.assign(int(v), d)
             tl.assign(int(v), d, s)
-        return tl.schedule(self.name)
+        return fit_schedule(graph, cluster, tl.schedule(self.name), self.name, cost)
 
 
 @dataclass(frozen=True)
@@ -189,18 +202,23 @@ class CpopPlacer(ScheduleToPlacement):
         heap = [(-key[v], topo[v], int(v)) for v in graph.compute_nodes if waiting[v] == 0]
         heapq.heapify(heap)
         tl = InsertionTimeline(graph, cost)
+        mem = MemoryGuard(graph, cluster, self.name)
         devices = range(cluster.num_devices)
         while heap:
             _, _, v = heapq.heappop(heap)
-            if on_path[v]:
+            room = mem.allowed(v)
+            if on_path[v] and (room is None or room[cp_device]):
+                mem.assign(v, cp_device)
                 tl.assign(v, cp_device, tl.earliest_start(v, cp_device))
             else:
-                d, s = tl.best_device(v, devices)
+                d, s = tl.best_device(v, _with_room(mem, v, devices))
+                mem.assign(v, d)
                 tl.assign(v, d, s)
             for w in graph.successors(v):
                 waiting[w] -= 1
                 if waiting[w] == 0:
                     heapq.heappush(heap, (-key[w], topo[w], int(w)))
-        return tl.schedule(
+        sched = tl.schedule(
             self.name, {"critical_path": path.tolist(), "critical_path_device": cp_device}
         )
+        return fit_schedule(graph, cluster, sched, self.name, cost)

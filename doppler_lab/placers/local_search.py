@@ -6,7 +6,9 @@ in simulator calls (one call = one simulated placement, the start included). Eac
 devices of two nodes), simulates them together with :meth:`Simulator.makespans`, and moves to
 the best of them when it is no worse (``hill``) or by the Metropolis rule with a temperature
 that falls linearly to zero (``anneal``). The best placement seen is returned, so the result is
-never worse than the start. Simulation is deterministic (noise 0) under ``semantics``.
+never worse than the start. Simulation is deterministic (noise 0) under ``semantics``. A
+placement over a device's memory simulates as ``inf``
+(:func:`~doppler_lab.placers.memory_fit.capped`): moves that break a cap are never taken.
 
 ``method="ils"`` runs :func:`iterated_search` instead: the iterated local search that the
 ``doppler`` placer's budget search runs from the policy's proposals
@@ -24,12 +26,13 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..hardware.cluster import Cluster
-from ..house.errors import ConfigError
+from ..house.errors import ConfigError, PlacementError
 from ..house.progress import progress
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..ir.trace_path import critical_path
 from ..timing.sim import SEMANTICS, Simulator
+from .memory_fit import MemoryGuard, capped, fit_placement, no_fit_error, over_cap
 from .placer_base import check_choice, check_positive
 
 #: ``propose(device, count, rng) -> (count, N)``: candidate placements around ``device``
@@ -241,8 +244,14 @@ class LocalSearchPlacer:
     def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
         from .registry import place
 
-        init = place(self.start, graph, cluster, seed=rng)
-        sim = Simulator(graph, cluster, self.semantics)
+        mem = MemoryGuard(graph, cluster, self.name)  # a cap nothing meets: this placer says so
+        try:
+            init = place(self.start, graph, cluster, seed=rng)
+        except PlacementError:
+            if not mem.active:
+                raise
+            raise no_fit_error(graph, mem.caps, self.name) from None
+        sim = capped(Simulator(graph, cluster, self.semantics))  # over a memory cap: inf
         budget = int(self.budget)
         bar = progress(
             total=budget, desc=f"{self.name} {graph.name}", enabled=self.progress, unit="call"
@@ -267,7 +276,8 @@ class LocalSearchPlacer:
             "best_makespan": best_cost,
             "semantics": self.semantics,
         }
-        return Placement(best, None, self.name, meta).with_inputs_filled(graph)
+        p = Placement(best, None, self.name, meta).with_inputs_filled(graph)
+        return fit_placement(graph, cluster, p, self.name)
 
 
 class MoveScan:
@@ -407,7 +417,8 @@ def critical_ops(sim: Simulator, device: np.ndarray) -> tuple[np.ndarray, float]
     makespan: one simulator call."""
     trace = sim.run(device)
     ops = {s.index for s in critical_path(trace, sim.graph) if s.record == "op"}
-    return np.array(sorted(ops), dtype=np.int64), trace.makespan
+    span = np.inf if over_cap(sim, device) else trace.makespan
+    return np.array(sorted(ops), dtype=np.int64), span
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,10 @@ layer under ``wc``: about twice CP's). So the placements here are *proposals* ju
 simulator: :class:`PartitionPlacer` keeps the best of a few (seeds and imbalance tolerances,
 :data:`VARIANTS`), and the ``doppler`` placer judges them next to its policy's rollouts
 (its ``partitions`` option).
+
+Memory: the placer keeps the best partition whose static bound fits the devices' memory
+(:func:`~doppler_lab.placers.memory_fit.capped`); when none does, the fastest one is repaired
+(ops moved off the over-full device, :func:`~doppler_lab.placers.memory_fit.fit_placement`).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
 from ..timing.sim import SEMANTICS, Simulator
+from .memory_fit import capped, fit_placement
 
 #: (METIS seed, ufactor) of proposal i (cycled, the seed advancing): the load imbalance METIS
 #: may allow is ufactor / 1000 (3% and 10%); both were best on the held-out set of
@@ -275,8 +280,12 @@ class PartitionPlacer:
         del rng  # deterministic: the METIS seeds are the variants'
         sim = Simulator(graph, cluster, self.semantics)  # type: ignore[arg-type]
         props = partition_proposals(graph, sim.cost, cluster.num_devices, self.tries)
-        spans = sim.makespans(props) if len(props) > 1 else np.array([np.nan])
+        judge = capped(sim)  # partitions over a memory cap: inf
+        spans = judge.makespans(props) if len(props) > 1 else np.array([np.nan])
+        if len(props) > 1 and np.all(np.isinf(spans)):  # none fits: the fastest, repaired
+            spans = sim.makespans(props)
         best = int(np.nanargmin(spans)) if len(props) > 1 else 0
         meta = {"semantics": self.semantics, "sim_calls": len(props) if len(props) > 1 else 0}
         meta["partitions"] = len(props)
-        return Placement(props[best], None, self.name, meta).with_inputs_filled(graph)
+        p = Placement(props[best], None, self.name, meta).with_inputs_filled(graph)
+        return fit_placement(graph, cluster, p, self.name)

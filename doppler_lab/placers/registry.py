@@ -107,13 +107,26 @@ BUILTIN_PLACERS: Mapping[str, PlacerSpec] = MappingProxyType(
                 "etf",
                 f"{_P}.baechi:EtfPlacer",
                 "list",
-                "earliest task first (Baechi m-ETF), memory cap",
+                "earliest task first (Baechi m-ETF)",
             ),
             _spec(
                 "m-topo",
                 f"{_P}.baechi:TopoPlacer",
                 "list",
                 "topological fill per device (Baechi m-TOPO)",
+            ),
+            _spec(
+                "m-sct",
+                f"{_P}.baechi:SctPlacer",
+                "list",
+                "ETF with LP favourite children, small communication times (Baechi m-SCT)",
+            ),
+            _spec(
+                "pipeline",
+                f"{_P}.pipeline_placer:PipelinePlacer",
+                "baseline",
+                "contiguous stages in topological order: least bottleneck compute, each stage "
+                "within its device's memory",
             ),
             _spec(
                 "cp-rollout",

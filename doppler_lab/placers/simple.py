@@ -1,4 +1,10 @@
-"""Baselines without a model: ``random``, ``round-robin``, ``single``."""
+"""Baselines without a model: ``random``, ``round-robin``, ``single``.
+
+Memory: where a device's cap can bind (:class:`~doppler_lab.placers.memory_fit.MemoryGuard`),
+``random`` draws each op's device among those with room (in topological order), and
+``round-robin`` moves an op on to the next device with room; ``single`` raises when the graph
+does not fit its one device.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement, random_placement, round_robin, single_device
+from .memory_fit import MemoryGuard, fit_devices, fit_placement
 
 
 @dataclass(frozen=True)
@@ -20,7 +27,18 @@ class RandomPlacer:
     name: ClassVar[str] = "random"
 
     def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
-        return random_placement(graph, cluster.num_devices, rng)
+        mem = MemoryGuard(graph, cluster, self.name)
+        if not mem.active:
+            return random_placement(graph, cluster.num_devices, rng)
+        dev = np.zeros(graph.num_nodes, dtype=np.int64)
+        for v in graph.topo_order[~graph.is_input[graph.topo_order]]:
+            room = mem.room(int(v))
+            ok = np.flatnonzero(room) if room is not None and room.any() else None
+            d = int(rng.integers(cluster.num_devices)) if ok is None else int(rng.choice(ok))
+            mem.assign(int(v), d)
+            dev[v] = d
+        p = Placement(dev, placer=self.name).with_inputs_filled(graph)
+        return fit_placement(graph, cluster, p, self.name)
 
 
 @dataclass(frozen=True)
@@ -30,7 +48,18 @@ class RoundRobinPlacer:
     name: ClassVar[str] = "round-robin"
 
     def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
-        return round_robin(graph, cluster.num_devices)
+        mem = MemoryGuard(graph, cluster, self.name)
+        ndev = cluster.num_devices
+        if not mem.active:
+            return round_robin(graph, ndev)
+        dev = np.arange(graph.num_nodes) % ndev
+        for v in graph.topo_order[~graph.is_input[graph.topo_order]]:
+            room = mem.room(int(v))
+            if room is not None and room.any() and not room[dev[v]]:
+                dev[v] = next(d % ndev for d in range(dev[v], dev[v] + ndev) if room[d % ndev])
+            mem.assign(int(v), int(dev[v]))
+        p = Placement(dev, placer=self.name).with_inputs_filled(graph)
+        return fit_placement(graph, cluster, p, self.name)
 
 
 @dataclass(frozen=True)
@@ -49,4 +78,6 @@ class SinglePlacer:
             raise ConfigError(f"placer 'single': device = {self.device!r}, expected an id >= 0")
 
     def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
-        return single_device(graph, cluster.num_devices, int(self.device))
+        p = single_device(graph, cluster.num_devices, int(self.device))
+        fit_devices(graph, cluster, p.device, self.name, fix=False)
+        return p

@@ -13,6 +13,11 @@ with learned or topological SEL) the K episodes live in one
 :class:`~doppler_lab.timing.schedule.ScheduleBatch` and a step runs compiled
 (:mod:`doppler_lab.policies.batched`): the same decisions, records and random draws as the
 per-episode loop, which stays for the other modes.
+
+Memory: where a device's cap can bind (:class:`~doppler_lab.placers.memory_fit.MemoryGuard`),
+each episode keeps its running static bound and PLC chooses among the devices with memory for
+the selected node: its logits are ``-inf`` on the others (the teacher's and a uniform choice
+skip them too) and the rollout runs stepped, not fused. Elsewhere nothing changes, to the bit.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from scipy.optimize import linear_sum_assignment
 
 from ..house.errors import ConfigError, PlacementError
 from ..ir.placement import Placement
+from ..placers.memory_fit import MemoryGuard
 from ..timing.episode import Episode
 from ..timing.schedule import ScheduleBatch
 from .batched import GREEDY as KIND_GREEDY
@@ -96,6 +102,10 @@ def _choose(logits: np.ndarray, rng: np.random.Generator, mode: ActionMode) -> i
     """An index into ``logits`` by ``mode`` (teacher mixing is handled by the caller)."""
     explore = mode.epsilon > 0.0 and rng.random() < mode.epsilon
     if explore and not mode.perturb:
+        ok = np.isfinite(logits)  # -inf: a device without memory for the node
+        if not ok.all():
+            allowed = np.flatnonzero(ok)
+            return int(allowed[rng.integers(allowed.size)])
         return int(rng.integers(logits.shape[0]))
     if (mode.greedy and not explore) or mode.temperature == 0.0:
         return int(np.argmax(logits))
@@ -257,6 +267,10 @@ class Rollout:
             and fdim in (5, 9, 10)
         )
         self.fused = False
+        # devices without memory for the node are masked (PLC's logits -inf, the teacher's
+        # starts inf): one running static bound per episode, only where a cap can bind
+        guard = MemoryGuard(ctx.graph, ctx.cluster, policy.kind, check=False)
+        self._mem = [guard.blank() for _ in range(k_eps)] if guard.active else None
         if self.batched:
             self._begin_batched()
 
@@ -323,13 +337,16 @@ class Rollout:
         anchor, plc_teacher, devices = self.anchor, self.plc_teacher, self.devices
         span, scale = self._span, ctx.graph.time_scale
         labeller, every = self.plc_labeller, np.arange(ctx.num_devices)
+        mem = self._mem
         for k, st in enumerate(self._episodes):
             plc = GREEDY if k < lead else self.plc
             d_ties = label = None
+            room = None if mem is None else mem[k].allowed(int(vs[k]))
             if anchor is not None and logits is not None:
                 d_ties = self._match.label(k, int(anchor[vs[k]]))  # type: ignore[union-attr]
             elif record_teacher or plc.teacher or logits is None:
-                d_ties = teacher.device_choices(ests[k])
+                est_k = ests[k] if room is None else np.where(room, ests[k], np.inf)
+                d_ties = teacher.device_choices(est_k)
                 if labeller is not None:
                     label = labeller(st, int(vs[k]), ests[k], rng)
                     d_ties, label = (d_ties, every) if label is None else (label, label)
@@ -337,13 +354,16 @@ class Rollout:
                 assert d_ties is not None
                 d = int(rng.choice(d_ties))
             else:
-                d = _choose(logits[k], rng, plc)
+                row = logits[k] if room is None else np.where(room, logits[k], -np.inf)
+                d = _choose(row, rng, plc)
             if plc_teacher is not None and d_ties is not None:
                 plc_teacher[k, t, d_ties if label is None else label] = True
             devices[k, t] = d
             if anchor is not None:
                 self._match.observe(k, int(anchor[vs[k]]), d)  # type: ignore[union-attr]
             self.partial[k, t] = span[k]
+            if mem is not None:
+                mem[k].assign(int(vs[k]), d)
             st.assign(vs[k], d, ests[k])
             span[k] = max(span[k], st.finish[vs[k]] * scale)
         if pstate is not None:
@@ -421,6 +441,8 @@ class Rollout:
         loc_v = self.nodes[:, t].copy()
         with torch.no_grad() if torch.is_grad_enabled() else contextlib.nullcontext():
             logits = policy.plc_logits(ctx, self.enc, self._pstate, loc_v, norm)
+        if self._mem is not None:
+            logits = self._mask(logits)
         self.logits = logits
         kind, scores, u = KIND_GREEDY, logits, self._no_draws
         if self.plc.samples:
@@ -434,8 +456,23 @@ class Rollout:
             t, (kind, self.greedy_lead), self._args, self.selected, self.ests,
             (logits, scores, u), self._place_out, ctx.graph.time_scale,
         )  # fmt: skip
+        if self._mem is not None:
+            for k, guard in enumerate(self._mem):
+                guard.assign(int(self.selected[k]), int(self.devices[k, t]))
         policy.plc_observe(self._pstate, loc_v, self.devices[:, t])
         self.t += 1
+
+    def _mask(self, logits: np.ndarray) -> np.ndarray:
+        """``logits`` with ``-inf`` on each episode's devices without memory for its selected
+        node (where some device has room)."""
+        out = logits
+        for k, guard in enumerate(self._mem or ()):
+            room = guard.allowed(int(self.selected[k]))
+            if room is not None:
+                if out is logits:
+                    out = np.array(logits, copy=True)
+                out[k, ~room] = -np.inf
+        return out
 
     def _candidate_record(self) -> tuple[np.ndarray, np.ndarray]:
         """The batched steps' candidate record, episode-major: ``(cand_ptr, cand_idx)``."""
@@ -487,6 +524,7 @@ class Rollout:
         pstate = self._pstate
         if not (
             self.batched
+            and self._mem is None  # memory masks: the stepped rollout
             and self.t == 0
             and self._time_unit > 0
             and self.ctx.num_devices >= 2

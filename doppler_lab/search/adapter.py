@@ -51,6 +51,7 @@ from ..house.validate import type_name, want_int, want_str
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..placers.clustering import CLUSTER_CAPS, cap_ok
+from ..placers.memory_fit import capped
 from ..policies.checkpoint import save_atomic
 from ..timing.sim import Simulator
 from .budget import SearchConfig, SearchOutcome
@@ -390,7 +391,8 @@ def adapt(
         )
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     ctx = GraphContext.for_policy(graph, cluster, policy.config, semantics)
-    sim = Simulator(graph, ctx.cluster, semantics, 0.0, ctx.cost)  # type: ignore[arg-type]
+    # placements over a memory cap simulate as inf
+    sim = capped(Simulator(graph, ctx.cluster, semantics, 0.0, ctx.cost))  # type: ignore[arg-type]
     n, d = ctx.num_nodes, ctx.num_devices
     nodes = ctx.features.nodes  # local -> global
     key = {

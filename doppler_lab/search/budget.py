@@ -59,6 +59,7 @@ from ..placers.local_search import (
     neighbours,
     search_devices,
 )
+from ..placers.memory_fit import capped
 from ..policies.context import GraphContext
 from ..policies.policy_base import PlacementPolicy
 from ..timing.sim import Simulator
@@ -238,7 +239,8 @@ def policy_search(
         raise ConfigError(f"search strategy {strategy!r}, expected one of {SEARCH_STRATEGIES}")
     if budget < 1:
         raise ConfigError(f"search budget {budget!r}, expected an integer >= 1")
-    sim = Simulator(graph, cluster, semantics)  # type: ignore[arg-type]
+    # placements over a memory cap simulate as inf: the search never moves to one
+    sim = capped(Simulator(graph, cluster, semantics))  # type: ignore[arg-type]
     props = cfg.proposal_set(budget).build(policy, graph, cluster, rng, sim.cost, ctx, semantics)
     # the device vectors, as the local moves are judged; the rollouts, then the heuristics
     verdict = judge(sim, props, devices_only=True, in_groups=True, bar=bar)

@@ -38,6 +38,7 @@ from ..house.runners import torch_threads
 from ..house.settings import check_setting
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
+from ..placers.memory_fit import fit_placement
 from ..policies.checkpoint import load_policy
 from ..policies.context import GraphContext
 from ..policies.policy_base import PlacementPolicy
@@ -445,7 +446,8 @@ class _LearnedPlacer:
                 # each candidate judged once; the greedy rollout alone is not judged
                 sim_calls=len(res.costs) if len(res.costs) > 1 else 0,
             )
-        return Placement(p.device, p.priority, self.name, {**p.meta, **meta})
+        out = Placement(p.device, p.priority, self.name, {**p.meta, **meta})
+        return fit_placement(graph, cluster, out, self.name)
 
 
 class DopplerPlacer(_LearnedPlacer):

@@ -38,6 +38,7 @@ from ..house.deps import available, warn_once
 from ..house.settings import bad_setting
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
+from ..placers.memory_fit import capped
 from ..policies.context import GraphContext
 from ..policies.policy_base import PlacementPolicy
 from ..policies.rollout import greedy_and_samples
@@ -448,8 +449,10 @@ def judge(
     ``devices_only``: judge the device vectors alone (FIFO dispatch, as a budget search's moves
     are judged) instead of the placements with their priorities. ``in_groups``: the rollouts
     and the heuristic proposals in two simulator batches (a budget search's, whose ``bar``
-    moves after each), else one batch. ``bar``: advanced by the calls.
+    moves after each), else one batch. ``bar``: advanced by the calls. A proposal over a
+    device's memory costs ``inf`` (:func:`~doppler_lab.placers.memory_fit.capped`).
     """
+    sim = capped(sim)  # a proposal over a device's memory costs inf
     groups = (
         [proposals.placements[: proposals.rollouts], proposals.heuristics]
         if in_groups

@@ -25,7 +25,7 @@ from placer_helpers import small_dag
 
 BUILTINS = [
     "random", "round-robin", "single", "cp", "cp-released", "heft", "cpop", "etf", "m-topo",
-    "cp-rollout", "partition", "clustering",
+    "m-sct", "pipeline", "cp-rollout", "partition", "clustering",
     "local-search", "enumerative", "exact",
 ]  # fmt: skip
 

@@ -1,0 +1,626 @@
+"""Memory caps in the placers: the running static bound, device masks, repair, the final check.
+
+Every placer places within the devices' memory: each device's ``memory_bytes`` on the cluster
+it is given (``doppler-lab place --memory-cap`` replaces them, :meth:`Cluster.with_memory
+<doppler_lab.hardware.cluster.Cluster.with_memory>`). What a placer counts is the static bound
+of :func:`~doppler_lab.timing.memory.static_peak_bound`: on each device the stored inputs read
+there, the outputs of the ops placed there and one copy of every tensor received there, an upper
+bound of the simulated peak under any semantics and order. :class:`Footprint` keeps that bound
+while a placement is built op by op (``assign``) or changed (``move``), and says which devices
+have room for an op (``room``).
+
+- list schedulers (``cp``, ``heft``, ``cpop``, ``etf``, ``m-topo``, ``m-sct``) and the learned
+  policies' rollouts (:mod:`doppler_lab.policies.rollout`) skip devices without room;
+- search placers judge placements with :func:`capped` simulators, whose makespan of a placement
+  over a cap is ``inf`` (a move that breaks a cap is never taken);
+- ``exact`` adds the bound to its CP-SAT model; ``partition`` keeps the best feasible of its
+  partitions; ``clustering`` and whatever still breaks a cap is repaired
+  (:func:`repair`: ops moved off the over-full devices, the move that leaves the least excess
+  first).
+
+:func:`fit_placement` is every placer's last step: a placement whose static bound fits, or whose
+simulated peak fits under every semantics, is returned as it is; otherwise it is repaired, else
+replaced by a placement packed by memory alone (:func:`pack`) or the contiguous stages of the
+``pipeline`` placer (:mod:`doppler_lab.placers.stage_split`), else the placer raises one line
+that says the least memory the graph needs (:func:`no_fit_error`). ``meta["memory_fit"]`` says
+which, when it is not the static bound.
+
+A graph without byte sizes (:func:`~doppler_lab.timing.memory.has_sizes` is False: the paper's
+cost-only files) is unconstrained, and so is a graph whose tensors all together fit on the
+smallest device: then :class:`MemoryGuard` is inactive, nothing here runs and every placer
+places exactly as it did without caps.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..hardware.cluster import Cluster
+from ..house.errors import PlacementError
+from ..ir.graph import DataflowGraph
+from ..ir.placement import Placement
+from ..timing.memory import format_bytes, has_sizes, memory_caps, tensor_bytes
+from .stage_split import memory_stages
+
+
+def _distinct_csr(keys: np.ndarray, vals: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of the distinct ``vals`` of each key in ``0..n-1`` (sorted)."""
+    if keys.size:
+        pairs = np.unique(np.stack([keys, vals]), axis=1)
+        keys, vals = pairs[0], pairs[1]
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(ptr, keys + 1, 1)
+    return np.cumsum(ptr), np.ascontiguousarray(vals, dtype=np.int64)
+
+
+class Footprint:
+    """The static bound per device of a placement built op by op or changed op by op.
+
+    Equal (up to float rounding) to :func:`~doppler_lab.timing.memory.static_peak_bound` of
+    :attr:`device` at every moment: ops not placed yet (``-1``) count only through what the
+    placed ones decide.
+
+    Args:
+        graph: the graph.
+        num_devices: D.
+        nbytes: sizes per node (default :func:`~doppler_lab.timing.memory.tensor_bytes`).
+
+    Attributes:
+        device: ``(N,)`` device of each placed compute op (-1: not placed; inputs stay -1).
+        used: ``(D,)`` the bound per device.
+    """
+
+    def __init__(self, graph: DataflowGraph, num_devices: int, nbytes: np.ndarray | None = None):
+        n = graph.num_nodes
+        self.graph = graph
+        self.num_devices = int(num_devices)
+        self.size = np.asarray(tensor_bytes(graph) if nbytes is None else nbytes, dtype=np.float64)
+        self.is_input = np.asarray(graph.is_input, dtype=bool)
+        src, dst = np.asarray(graph.edge_src), np.asarray(graph.edge_dst)
+        self.pred_ptr, self.pred_idx = _distinct_csr(dst, src, n)
+        self.succ_ptr, self.succ_idx = _distinct_csr(src, dst, n)
+        self.device = np.full(n, -1, dtype=np.int64)
+        self.used = np.zeros(self.num_devices)
+        self.count = np.zeros((n, self.num_devices), dtype=np.int32)  # consumers of u on d
+        self._devs = np.arange(self.num_devices)
+        # Python lists for the op-by-op steps (numpy's scalar indexing is slower)
+        self._sizes = self.size.tolist()
+        self._inputs = self.is_input.tolist()
+        ptr = self.pred_ptr.tolist()
+        idx = self.pred_idx.tolist()
+        self._preds = [idx[ptr[v] : ptr[v + 1]] for v in range(n)]
+
+    def blank(self) -> Footprint:
+        """A footprint of the same graph with nothing placed (the graph's arrays shared)."""
+        out = copy.copy(self)
+        out.device = np.full(self.device.size, -1, dtype=np.int64)
+        out.used = np.zeros(self.num_devices)
+        out.count = np.zeros_like(self.count)
+        return out
+
+    @classmethod
+    def of(
+        cls,
+        graph: DataflowGraph,
+        device: np.ndarray | Sequence[int],
+        num_devices: int,
+        nbytes: np.ndarray | None = None,
+    ) -> Footprint:
+        """The footprint of a whole placement (inputs' entries ignored)."""
+        fp = cls(graph, num_devices, nbytes)
+        dev = np.asarray(device, dtype=np.int64).copy()
+        dev[fp.is_input] = -1
+        fp.device = dev
+        placed = dev >= 0
+        fp.used = np.bincount(dev[placed], weights=fp.size[placed], minlength=fp.num_devices)
+        cons = np.repeat(np.arange(graph.num_nodes), np.diff(fp.pred_ptr))  # consumer per pair
+        prod = fp.pred_idx
+        on = placed[cons]
+        np.add.at(fp.count, (prod[on], dev[cons[on]]), 1)
+        held = fp.count > 0
+        copy = held & (fp.is_input[:, None] | ((dev[:, None] >= 0) & (dev[:, None] != fp._devs)))
+        fp.used = fp.used + (copy * fp.size[:, None]).sum(axis=0)
+        return fp
+
+    def preds(self, v: int) -> np.ndarray:
+        return self.pred_idx[self.pred_ptr[v] : self.pred_ptr[v + 1]]
+
+    def _copy_held(self, u: np.ndarray, d: int | np.ndarray) -> np.ndarray:
+        """Whether tensor(s) ``u`` on device(s) ``d`` would be a received copy (not the op's
+        own output, not an op not placed yet)."""
+        du = self.device[u]
+        return self.is_input[u] | ((du >= 0) & (du != d))
+
+    def need(self, v: int) -> np.ndarray:
+        """``(D,)`` the bytes device d gains when op ``v`` (not placed) goes there."""
+        p = self.preds(v)
+        extra = np.full(self.num_devices, self.size[v])
+        if p.size:
+            du = self.device[p][:, None]
+            copy = self.is_input[p][:, None] | ((du >= 0) & (du != self._devs))
+            new = copy & (self.count[p] == 0)
+            extra += (new * self.size[p][:, None]).sum(axis=0)
+        return extra
+
+    def room(self, v: int, caps: np.ndarray) -> np.ndarray:
+        """``(D,)`` whether op ``v`` (not placed) fits on each device: the bound stays within
+        ``caps`` there (and on the devices of its placed consumers, which receive a copy)."""
+        ok = self.used + self.need(v) <= caps
+        held = self.count[v] > 0
+        if held.any():  # consumers already placed: a copy of v on each of their devices
+            over = held & (self.used + self.size[v] > caps)
+            for d in range(self.num_devices):
+                others = over.copy()
+                others[d] = False
+                ok[d] &= not others.any()
+        return ok
+
+    def assign(self, v: int, d: int) -> None:
+        """Place op ``v`` (not placed yet) on device ``d``."""
+        v, d = int(v), int(d)
+        size, count, device, is_input = self._sizes, self.count, self.device, self._inputs
+        add = size[v]
+        for u in self._preds[v]:  # scalar steps: an op has few inputs
+            du = device[u]
+            if count[u, d] == 0 and (is_input[u] or (du >= 0 and du != d)):
+                add += size[u]
+            count[u, d] += 1
+        self.used[d] += add
+        if count[v].any():  # consumers placed before v: a copy on each of their other devices
+            held = count[v] > 0
+            held[d] = False
+            self.used[held] += size[v]
+        device[v] = d
+
+    def move_delta(self, v: int, b: int) -> tuple[float, float]:
+        """The change of the bound on ``v``'s device and on ``b`` if placed op ``v`` moved to
+        ``b`` (every other device is unchanged)."""
+        a = int(self.device[v])
+        if a == b:
+            return 0.0, 0.0
+        s, sv = self.size, float(self.size[v])
+        da, db = -sv, sv
+        if self.count[v, a] > 0:
+            da += sv  # its consumers on a now hold a copy
+        if self.count[v, b] > 0:
+            db -= sv  # the copy on b becomes the output itself
+        p = self.preds(v)
+        if p.size:
+            lose = (self.count[p, a] == 1) & self._copy_held(p, a)
+            gain = (self.count[p, b] == 0) & self._copy_held(p, b)
+            da -= float(s[p][lose].sum())
+            db += float(s[p][gain].sum())
+        return da, db
+
+    def move(self, v: int, b: int) -> None:
+        """Move placed op ``v`` to device ``b``."""
+        a = int(self.device[v])
+        if a == b:
+            return
+        da, db = self.move_delta(v, b)
+        self.used[a] += da
+        self.used[b] += db
+        p = self.preds(v)
+        self.count[p, a] -= 1
+        self.count[p, b] += 1
+        self.device[v] = b
+
+
+def static_bounds(graph: DataflowGraph, devices: np.ndarray, num_devices: int) -> np.ndarray:
+    """``(K, D)`` the static bound of each row of ``devices`` ``(K, N)`` (every compute op
+    placed; inputs' entries ignored): :func:`~doppler_lab.timing.memory.static_peak_bound`
+    of many placements at once."""
+    dev = np.atleast_2d(np.asarray(devices, dtype=np.int64))
+    k, n = dev.shape
+    d = int(num_devices)
+    size = tensor_bytes(graph)
+    comp = np.flatnonzero(~graph.is_input)
+    rows = np.repeat(np.arange(k), comp.size)
+    out = np.bincount(
+        rows * d + dev[:, comp].reshape(-1), weights=np.tile(size[comp], k), minlength=k * d
+    )
+    src, dst = np.asarray(graph.edge_src), np.asarray(graph.edge_dst)
+    live = ~graph.is_input[dst]
+    src, dst = src[live], dst[live]
+    ds, dd = dev[:, src], dev[:, dst]
+    copy = graph.is_input[src][None, :] | (ds != dd)
+    r, e = np.nonzero(copy)
+    if r.size:
+        key = np.unique((r * n + src[e]) * d + dd[r, e])
+        tensor = (key // d) % n
+        np.add.at(out, (key // (n * d)) * d + key % d, size[tensor])
+    return out.reshape(k, d)
+
+
+def fits(bound: np.ndarray, caps: np.ndarray) -> np.ndarray | bool:
+    """Whether bounds (``(..., D)``) are within ``caps`` on every device."""
+    return np.all(np.asarray(bound) <= caps, axis=-1)
+
+
+class MemoryGuard:
+    """The caps of one placer's run on one graph and cluster, and the running bound.
+
+    Args:
+        graph: the graph.
+        cluster: the cluster (its devices' ``memory_bytes``).
+        placer: the placer's name (messages).
+        cap: ``"device"`` (default: the cluster's caps), ``None`` (no cap), bytes or one per
+            device (:func:`~doppler_lab.timing.memory.memory_caps`).
+        check: raise :func:`no_fit_error` up front when no placement can fit (an op that alone
+            needs more than the largest device, or more stored inputs than all devices hold).
+
+    Attributes:
+        caps: ``(D,)`` bytes per device (``inf``: none).
+        active: whether a cap can bind: the graph has sizes and its tensors all together
+            exceed the smallest cap. Inactive guards do nothing (placements stay as without
+            caps, to the bit).
+        footprint: the running bound (None when inactive).
+    """
+
+    def __init__(
+        self,
+        graph: DataflowGraph,
+        cluster: Cluster,
+        placer: str,
+        cap: Any = "device",
+        check: bool = True,
+    ):
+        self.graph = graph
+        self.placer = placer
+        self.caps = memory_caps(cluster, cap)
+        self.num_devices = cluster.num_devices
+        size = tensor_bytes(graph)
+        self.active = bool(
+            has_sizes(graph) and size.size and float(size.sum()) > float(self.caps.min())
+        )
+        self.footprint = Footprint(graph, self.num_devices, size) if self.active else None
+        # an op's output and inputs: where the fullest device has room for them, every one has
+        self._need = op_needs(graph, size) if self.active else None
+        self._smallest = float(self.caps.min())
+        if self.active and check:
+            check_floor(graph, self.caps, placer)
+
+    def blank(self) -> MemoryGuard:
+        """The same caps with nothing placed (one per episode of a rollout)."""
+        out = copy.copy(self)
+        out.footprint = None if self.footprint is None else self.footprint.blank()
+        return out
+
+    def room(self, v: int) -> np.ndarray | None:
+        """``(D,)`` devices with room for op ``v`` (None when inactive: every device)."""
+        if self.footprint is None:
+            return None
+        return self.footprint.room(int(v), self.caps)
+
+    def allowed(self, v: int) -> np.ndarray | None:
+        """Devices with room for ``v``, or None when every device has room or none has (a
+        placer then chooses as without caps; the final check repairs)."""
+        fp = self.footprint
+        if fp is None:
+            return None
+        if fp.used.max() + self._need[v] <= self._smallest and not fp.count[v].any():
+            return None  # every device has room (no consumer of v placed yet)
+        ok = fp.room(int(v), self.caps)
+        if ok.all() or not ok.any():
+            return None
+        return ok
+
+    def assign(self, v: int, d: int) -> None:
+        if self.footprint is not None:
+            self.footprint.assign(int(v), int(d))
+
+    @property
+    def used(self) -> np.ndarray | None:
+        return None if self.footprint is None else self.footprint.used.copy()
+
+
+# -- the least memory a graph needs ----------------------------------------------------------
+def op_needs(graph: DataflowGraph, nbytes: np.ndarray | None = None) -> np.ndarray:
+    """``(N,)`` bytes each compute op needs on its device at once: its output and every
+    distinct input (0 for inputs)."""
+    size = tensor_bytes(graph) if nbytes is None else nbytes
+    src, dst = np.asarray(graph.edge_src), np.asarray(graph.edge_dst)
+    out = np.where(graph.is_input, 0.0, size)
+    if src.size:
+        pairs = np.unique(np.stack([dst, src]), axis=1)
+        np.add.at(out, pairs[0], size[pairs[1]] * ~graph.is_input[pairs[0]])
+    return out
+
+
+def stored_bytes(graph: DataflowGraph, nbytes: np.ndarray | None = None) -> float:
+    """Bytes of the stored inputs some op reads (each resident on at least one device for the
+    whole run)."""
+    size = tensor_bytes(graph) if nbytes is None else nbytes
+    read = np.unique(np.asarray(graph.edge_src)[graph.is_input[graph.edge_src]])
+    return float(size[read].sum())
+
+
+def caps_text(caps: np.ndarray) -> str:
+    """``4 x 16 GB`` (equal caps) or ``16 GB + 32 GB`` (decimal units)."""
+    if np.all(caps == caps[0]):
+        return f"{caps.size} x {format_bytes(float(caps[0]))}"
+    return " + ".join(format_bytes(float(c)) for c in caps)
+
+
+def _floor_reason(graph: DataflowGraph, caps: np.ndarray) -> str | None:
+    """Why no placement can fit (a bound on the simulated peak), or None."""
+    need = op_needs(graph)
+    v = int(np.argmax(need)) if need.size else 0
+    if need.size and need[v] > caps.max():
+        return f"op {graph.names[v]!r} alone needs {format_bytes(float(need[v]))}"
+    stored = stored_bytes(graph)
+    if stored > caps.sum():
+        return (
+            f"its stored inputs (weights) alone need {format_bytes(stored)}, "
+            f"{format_bytes(stored / caps.size)} per device"
+        )
+    return None
+
+
+def check_floor(graph: DataflowGraph, caps: np.ndarray, placer: str) -> None:
+    """Raise :func:`no_fit_error` when no placement of ``graph`` can fit ``caps``."""
+    reason = _floor_reason(graph, caps)
+    if reason is not None:
+        raise PlacementError(
+            f"placer {placer!r}: no placement of {graph.name!r} fits {caps_text(caps)}; {reason}"
+        )
+
+
+def no_fit_error(graph: DataflowGraph, caps: np.ndarray, placer: str) -> PlacementError:
+    """The one-line error of a placer that found nothing that fits: why none can, or the least
+    memory it needs by the static bound (the largest op, all outputs and stored inputs)."""
+    reason = _floor_reason(graph, caps)
+    if reason is not None:
+        return PlacementError(
+            f"placer {placer!r}: no placement of {graph.name!r} fits {caps_text(caps)}; {reason}"
+        )
+    size = tensor_bytes(graph)
+    total = float(size[~graph.is_input].sum()) + stored_bytes(graph)
+    largest = float(op_needs(graph).max(initial=0.0))
+    return PlacementError(
+        f"placer {placer!r}: found no placement of {graph.name!r} that fits {caps_text(caps)}; "
+        f"the largest op needs {format_bytes(largest)}, every output and stored input once "
+        f"{format_bytes(total)} (the static bound); try the 'pipeline' placer or more memory"
+    )
+
+
+# -- search: capped simulators ---------------------------------------------------------------
+class CappedSimulator:
+    """A simulator whose makespans of placements over a cap are ``inf`` (by the static bound,
+    or the simulated peak under its semantics when the bound does not fit). Everything else is
+    the wrapped simulator's."""
+
+    def __init__(self, sim: Any, caps: np.ndarray):
+        self._sim = sim
+        self.caps = caps
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sim, name)
+
+    def _rows(self, placements: Any) -> np.ndarray:
+        if isinstance(placements, Placement):
+            return placements.device[None, :]
+        if isinstance(placements, np.ndarray):
+            return np.atleast_2d(placements)
+        rows = [p.device if isinstance(p, Placement) else np.asarray(p) for p in placements]
+        return np.stack(rows) if rows else np.zeros((0, self._sim.graph.num_nodes), np.int64)
+
+    def fits(self, placements: Any) -> np.ndarray:
+        """``(K,)`` whether each placement's static bound fits the caps."""
+        rows = self._rows(placements)
+        if not len(rows):
+            return np.zeros(0, dtype=bool)
+        return np.asarray(fits(static_bounds(self._sim.graph, rows, self.caps.size), self.caps))
+
+    def makespans(self, placements: Any, *args: Any, **kw: Any) -> np.ndarray:
+        out = np.asarray(self._sim.makespans(placements, *args, **kw), dtype=np.float64).copy()
+        out[~self.fits(placements)] = np.inf
+        return out
+
+    def makespan(self, placement: Any, *args: Any, **kw: Any) -> float:
+        span = self._sim.makespan(placement, *args, **kw)
+        return float(span) if bool(self.fits(placement)[0]) else math.inf
+
+
+def capped(sim: Any, cap: Any = "device") -> Any:
+    """``sim`` judging placements over the caps of its cluster as ``inf``
+    (:class:`CappedSimulator`), or ``sim`` itself when no cap can bind."""
+    if isinstance(sim, CappedSimulator):
+        return sim
+    guard = MemoryGuard(sim.graph, sim.cluster, "", cap, check=False)
+    return CappedSimulator(sim, guard.caps) if guard.active else sim
+
+
+def over_cap(sim: Any, device: np.ndarray) -> bool:
+    """Whether a capped simulator judges ``device`` over a cap (False for plain simulators)."""
+    return isinstance(sim, CappedSimulator) and not bool(sim.fits(device[None, :])[0])
+
+
+# -- repair and the final check --------------------------------------------------------------
+def repair(
+    graph: DataflowGraph, device: np.ndarray, caps: np.ndarray, max_moves: int | None = None
+) -> np.ndarray | None:
+    """``device`` with ops moved off over-full devices until every static bound fits, or None.
+
+    Each move takes an op off a device over its cap to another device: the move that leaves the
+    least excess in all (bytes over the caps), then the one that adds the fewest bytes in all
+    (an op whose inputs are already there), then the lowest op and device ids. Every move
+    lowers the excess, so it ends.
+    """
+    fp = Footprint.of(graph, device, caps.size)
+    comp = graph.compute_nodes
+    limit = comp.size * caps.size if max_moves is None else max_moves
+    for _ in range(int(limit)):
+        over = np.maximum(fp.used - caps, 0.0)
+        total = float(over.sum())
+        if total <= 0:
+            out = np.asarray(device, dtype=np.int64).copy()
+            out[comp] = fp.device[comp]
+            return out
+        best: tuple[float, float, int, int] | None = None
+        for v in comp[over[fp.device[comp]] > 0]:
+            a = int(fp.device[v])
+            for b in range(caps.size):
+                if b == a:
+                    continue
+                da, db = fp.move_delta(int(v), b)
+                after = (
+                    total
+                    - over[a]
+                    - over[b]
+                    + max(fp.used[a] + da - caps[a], 0.0)
+                    + max(fp.used[b] + db - caps[b], 0.0)
+                )
+                if after >= total:
+                    continue
+                key = (after, da + db, int(v), b)
+                if best is None or key < best:
+                    best = key
+        if best is None:
+            return None
+        fp.move(best[2], best[3])
+    return None
+
+
+def pack(graph: DataflowGraph, caps: np.ndarray) -> np.ndarray | None:
+    """A placement by memory alone, or None: ops in topological order, each on the device with
+    room where it adds the fewest bytes (ties: the most room left), then :func:`repair`."""
+    fp = Footprint(graph, caps.size)
+    order = graph.topo_order[~graph.is_input[graph.topo_order]]
+    for v in order:
+        after = fp.used + fp.need(int(v))
+        room = after <= caps
+        if room.any():
+            left = np.where(room, caps - after, -np.inf)
+            d = int(np.lexsort((-left, np.where(room, after - fp.used, np.inf)))[0])
+        else:
+            d = int(np.argmin(after - caps))
+        fp.assign(int(v), d)
+    dev = np.zeros(graph.num_nodes, dtype=np.int64)
+    dev[order] = fp.device[order]
+    if bool(fits(fp.used, caps)):
+        return dev
+    return repair(graph, dev, caps)
+
+
+def _simulated_fit(graph: DataflowGraph, cluster: Cluster, device: np.ndarray, caps) -> bool:
+    from ..timing.sim import SEMANTICS, Simulator
+
+    for semantics in SEMANTICS:
+        trace = Simulator(graph, cluster, semantics).run(device)
+        if trace.peak_memory_bytes is None or np.any(trace.peak_memory_bytes > caps):
+            return False
+    return True
+
+
+def fit_devices(
+    graph: DataflowGraph,
+    cluster: Cluster,
+    device: np.ndarray,
+    placer: str,
+    cap: Any = "device",
+    fix: bool = True,
+) -> tuple[np.ndarray, str | None]:
+    """``device`` when it fits the caps, else its repair or the ``pipeline`` placer's stages
+    (memory first), with how it fits: None (its static bound, or no cap can bind),
+    ``"simulated"`` (its simulated peak under every semantics, the static bound does not),
+    ``"repaired"``, ``"packed"`` (:func:`pack`) or ``"pipeline"`` (the devices returned are
+    another placement).
+
+    Raises:
+        PlacementError: nothing found fits (:func:`no_fit_error`), or ``device`` does not and
+            ``fix`` is False (the devices over their caps, by how much).
+    """
+    guard = MemoryGuard(graph, cluster, placer, cap, check=False)
+    if not guard.active:
+        return device, None
+    caps = guard.caps
+    dev = np.asarray(device, dtype=np.int64)
+    if bool(fits(static_bounds(graph, dev[None, :], caps.size)[0], caps)):
+        return device, None
+    if _simulated_fit(graph, cluster, dev, caps):
+        return device, "simulated"
+    check_floor(graph, caps, placer)
+    if not fix:
+        bound = static_bounds(graph, dev[None, :], caps.size)[0]
+        over = np.flatnonzero(bound > caps)
+        what = ", ".join(
+            f"device {d} would hold up to {format_bytes(float(bound[d]))} of "
+            f"{format_bytes(float(caps[d]))}"
+            for d in over
+        )
+        raise PlacementError(f"placer {placer!r}: {graph.name!r} does not fit: {what}")
+    fixed = repair(graph, dev, caps)
+    if fixed is not None:
+        return fixed, "repaired"
+    fixed = pack(graph, caps)
+    if fixed is not None:
+        return fixed, "packed"
+    stages = memory_stages(graph, cluster, caps)
+    if stages is not None:
+        return stages, "pipeline"
+    raise no_fit_error(graph, caps, placer)
+
+
+def fit_placement(
+    graph: DataflowGraph, cluster: Cluster, placement: Placement, placer: str, cap: Any = "device"
+) -> Placement:
+    """``placement`` when it fits the caps (:func:`fit_devices`), else the fixed one; where
+    the static bound did not fit, ``meta["memory_fit"]`` says how it fits (``simulated``,
+    ``repaired``, ``packed``, ``pipeline``); the priority is kept."""
+    dev, how = fit_devices(graph, cluster, placement.device, placer, cap)
+    if how is None:
+        return placement
+    meta = {**placement.meta, "memory_fit": how}
+    if how == "simulated":
+        return Placement(placement.device, placement.priority, placement.placer, meta)
+    return Placement(dev, placement.priority, placement.placer, meta).with_inputs_filled(graph)
+
+
+def fit_schedule(graph: DataflowGraph, cluster: Cluster, schedule: Any, placer: str, cost: Any,
+                 cap: Any = "device") -> Any:  # fmt: skip
+    """A :class:`~doppler_lab.placers.placer_base.Schedule` that fits the caps: ``schedule``
+    itself, or the list schedule of the fixed placement in the schedule's order."""
+    from .placer_base import list_schedule
+
+    dev, how = fit_devices(graph, cluster, schedule.placement.device, placer, cap)
+    if how is None:
+        return schedule
+    if how == "simulated":
+        return schedule.with_meta(memory_fit=how)
+    meta = {**schedule.meta, "memory_fit": how}
+    prio = schedule.placement.priority
+    order = None
+    if prio is not None:
+        comp = graph.compute_nodes
+        order = comp[np.argsort(prio[comp], kind="stable")]
+    try:
+        return list_schedule(graph, cost, dev, order, placer=placer, meta=meta)
+    except PlacementError:  # an order that is not topological for the list schedule
+        return list_schedule(graph, cost, dev, None, placer=placer, meta=meta)
+
+
+__all__ = [
+    "CappedSimulator",
+    "Footprint",
+    "MemoryGuard",
+    "capped",
+    "caps_text",
+    "check_floor",
+    "fit_devices",
+    "fit_placement",
+    "fit_schedule",
+    "fits",
+    "no_fit_error",
+    "op_needs",
+    "pack",
+    "over_cap",
+    "repair",
+    "static_bounds",
+    "stored_bytes",
+]
