@@ -315,6 +315,7 @@ def measure_fidelity(
     """
     from ...executor import make_backend
     from ...executor.backend import make_cpu_cluster
+    from ...executor.fidelity_runs import Passes
     from ...executor.fidelity_runs import measure_placements as measure_all
     from ...timing.sim import Simulator
 
@@ -332,9 +333,7 @@ def measure_fidelity(
                 graph,
                 backend,
                 list(placements),
-                repeats,
-                1,
-                rounds,
+                Passes(repeats, 1, rounds),
                 rng,
                 progress,
                 expected=calibrated.cost.compute,
