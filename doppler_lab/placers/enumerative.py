@@ -21,13 +21,12 @@ from typing import ClassVar
 import numpy as np
 
 from ..hardware.cluster import Cluster
-from ..house.errors import PlacementError
 from ..house.progress import progress
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
 from ..timing.sim import SEMANTICS, Simulator
-from .memory_fit import CappedSimulator, MemoryGuard, capped, fit_placement, no_fit_error
+from .memory_fit import CappedSimulator, MemoryGuard, capped, fit_placement, start_placement
 from .placer_base import check_choice, check_positive
 
 
@@ -111,15 +110,7 @@ class EnumerativePlacer:
         check_positive(self.name, "budget", self.budget, integer=True)
 
     def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
-        from .registry import place
-
-        guard = MemoryGuard(graph, cluster, self.name)  # a cap nothing meets: this placer says so
-        try:
-            init = place(self.start, graph, cluster, seed=rng)
-        except PlacementError:
-            if not guard.active:
-                raise
-            raise no_fit_error(graph, guard.caps, self.name) from None
+        init = start_placement(graph, cluster, self.start, self.name, rng)
         cost = CostModel(graph, cluster)
         sim = (
             capped(Simulator(graph, cluster, self.semantics, cost_model=cost))

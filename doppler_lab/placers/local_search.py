@@ -26,13 +26,13 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..hardware.cluster import Cluster
-from ..house.errors import ConfigError, PlacementError
+from ..house.errors import ConfigError
 from ..house.progress import progress
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..ir.trace_path import critical_path
 from ..timing.sim import SEMANTICS, Simulator
-from .memory_fit import MemoryGuard, capped, fit_placement, no_fit_error, over_cap
+from .memory_fit import capped, fit_placement, over_cap, start_placement
 from .placer_base import check_choice, check_positive
 
 #: ``propose(device, count, rng) -> (count, N)``: candidate placements around ``device``
@@ -242,15 +242,7 @@ class LocalSearchPlacer:
             )
 
     def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
-        from .registry import place
-
-        mem = MemoryGuard(graph, cluster, self.name)  # a cap nothing meets: this placer says so
-        try:
-            init = place(self.start, graph, cluster, seed=rng)
-        except PlacementError:
-            if not mem.active:
-                raise
-            raise no_fit_error(graph, mem.caps, self.name) from None
+        init = start_placement(graph, cluster, self.start, self.name, rng)
         sim = capped(Simulator(graph, cluster, self.semantics))  # over a memory cap: inf
         budget = int(self.budget)
         bar = progress(

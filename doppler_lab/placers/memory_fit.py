@@ -441,6 +441,22 @@ def over_cap(sim: Any, device: np.ndarray) -> bool:
     return isinstance(sim, CappedSimulator) and not bool(sim.fits(device[None, :])[0])
 
 
+def start_placement(
+    graph: DataflowGraph, cluster: Cluster, start: str, placer: str, rng: np.random.Generator
+) -> Placement:
+    """The placement a search placer ``placer`` starts from: placer ``start``'s; where no
+    placement fits the caps, the one-line :func:`no_fit_error` in ``placer``'s name."""
+    from .registry import place
+
+    guard = MemoryGuard(graph, cluster, placer)  # a cap nothing meets: this placer says so
+    try:
+        return place(start, graph, cluster, seed=rng)
+    except PlacementError:
+        if not guard.active:
+            raise
+        raise no_fit_error(graph, guard.caps, placer) from None
+
+
 # -- repair and the final check --------------------------------------------------------------
 def repair(
     graph: DataflowGraph, device: np.ndarray, caps: np.ndarray, max_moves: int | None = None
@@ -621,6 +637,7 @@ __all__ = [
     "pack",
     "over_cap",
     "repair",
+    "start_placement",
     "static_bounds",
     "stored_bytes",
 ]
