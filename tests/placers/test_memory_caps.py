@@ -210,6 +210,33 @@ def test_capped_simulator_rejects_over_cap_moves():
     assert math.isinf(sim.makespan(one))
 
 
+@settings(max_examples=60, deadline=None)
+@given(capped_cases(), st.integers(0, 2**31 - 1))
+def test_the_capped_judge_accepts_what_the_final_check_accepts(case, seed):
+    """A placement over the static bound whose simulated peak fits under every semantics is
+    accepted by the final check as ``simulated``: the judge of the searches agrees (else the
+    proposals and the budget search throw away placements the placer would have returned)."""
+    from doppler_lab.placers.memory_fit import fit_devices
+
+    g, d, cap = case
+    cluster = make_cluster("uniform", d).with_memory(cap)
+    sim = capped(Simulator(g, cluster))
+    if not hasattr(sim, "fits"):
+        return  # no cap can bind
+    rows = np.random.default_rng(seed).integers(0, d, size=(6, g.num_nodes))
+    judged = sim.fits(rows)
+    for row, ok in zip(rows, judged):
+        try:
+            _, how = fit_devices(g, cluster, row, "judge", fix=False)
+            accepted = how in (None, "simulated")
+        except PlacementError:
+            accepted = False
+        event(f"accepted={accepted}")
+        assert ok == accepted
+        assert np.isfinite(sim.makespan(row)) == accepted
+    np.testing.assert_array_equal(sim.fits(rows), judged)  # the cache answers the same
+
+
 def test_repair_moves_ops_off_the_full_device():
     g = _llama_like()
     caps = np.full(4, 30.0)
