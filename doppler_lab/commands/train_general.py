@@ -84,9 +84,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--layout",
-        choices=("doppler9", "doppler10"),
+        choices=("doppler9", "doppler10", "doppler11"),
         default=g.GENERAL_LAYOUT,
-        help="feature layout of a fresh policy (doppler10: with the cluster share); an --init of "
+        help="feature layout of a fresh policy (doppler10: with the cluster share; doppler11: and "
+        "the memory headroom); an --init of "
         "a narrower layout is widened to it",
     )
     p.add_argument(
@@ -96,6 +97,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="F",
         help="share of the generator tasks given the paper's cost convention (uniform devices, "
         "paper semantics, transfers 4x the compute)",
+    )
+    p.add_argument(
+        "--memory-share",
+        type=number_arg(minimum=0),
+        default=g.GENERAL_MEMORY_SHARE,
+        metavar="F",
+        help="share of the tasks given a memory cap that binds (1.25-2x the graph's tensors "
+        "over the devices; a doppler11 policy reads each device's headroom)",
     )
     p.add_argument(
         "--sample-temperature",
@@ -156,6 +165,7 @@ def command_line(args: argparse.Namespace) -> str:
         ("--estimate", "estimate", g.GENERAL_ESTIMATE),
         ("--layout", "layout", g.GENERAL_LAYOUT),
         ("--paper-cost-share", "paper_cost_share", g.GENERAL_PAPER_COST_SHARE),
+        ("--memory-share", "memory_share", g.GENERAL_MEMORY_SHARE),
         ("--sample-temperature", "sample_temperature", None),
         ("--seed", "seed", 0),
         ("--init", "init", None),
@@ -218,11 +228,14 @@ def _train(args: argparse.Namespace) -> int:
         teacher=args.teacher,
         label_fraction=args.label_fraction,
         paper_cost_share=args.paper_cost_share,
+        memory_share=args.memory_share,
         sim_changes=changes,
     )
     results = g.train_general(args.out, recipe, init, show_progress(args), args.force)
     stages = recipe.stages()
-    record = g.run_record(results, stages, args.tasks, args.seed, args.init, args.paper_cost_share)
+    record = g.run_record(
+        results, stages, args.tasks, args.seed, args.init, args.paper_cost_share, args.memory_share
+    )
     if args.sample_temperature is not None:
         from ..policies.checkpoint import set_sample_temperature
 

@@ -310,6 +310,19 @@ class MemoryGuard:
             return None
         return ok
 
+    def headroom(self, v: int) -> np.ndarray:
+        """``(D,)`` the share of each device's cap still free if op ``v`` (not placed) went
+        there: ``(cap - bound - need) / cap`` clipped to [-1, 1] (the ``doppler11`` feature);
+        1 where the cap is ``inf`` and everywhere when inactive."""
+        fp = self.footprint
+        if fp is None:
+            return np.ones(self.num_devices)
+        caps = self.caps
+        finite = np.isfinite(caps) & (caps > 0)
+        safe = np.where(finite, caps, 1.0)
+        free = (safe - fp.used - fp.need(int(v))) / safe
+        return np.where(finite, np.clip(free, -1.0, 1.0), 1.0)
+
     def assign(self, v: int, d: int) -> None:
         if self.footprint is not None:
             self.footprint.assign(int(v), int(d))

@@ -27,6 +27,12 @@ Feature layouts (recorded in every checkpoint, checked on load):
   them. Graphs with more ops than
   :data:`~doppler_lab.placers.clustering.CLUSTER_MAX_OPS` get singleton clusters (the feature
   is 0) rather than the clustering's quadratic cost.
+- ``doppler11`` (ours): ``doppler10`` plus the memory headroom: the share of the device's memory
+  cap still free if the node went there, ``(cap - bound - need) / cap`` clipped to [-1, 1], the
+  bound being the running static bound of the placement so far and ``need`` what the node would
+  add (:meth:`~doppler_lab.placers.memory_fit.MemoryGuard.headroom`). 1 on every device where no
+  cap can bind (the kernels write 1; a rollout with an active memory guard writes the headroom
+  over it), so a widened ``doppler10`` policy places as before on unconstrained graphs.
 """
 
 from __future__ import annotations
@@ -111,10 +117,21 @@ LAYOUTS: dict[str, FeatureLayout] = {
         _DEV5 + ("wait_transfer", "pred_share", "is_min_est", "coproducer_comm", "cluster_share"),
         "scaled",
     ),
+    "doppler11": FeatureLayout(
+        "doppler11",
+        NODE_FEATURES,
+        ("comm", "backward"),
+        _DEV5
+        + ("wait_transfer", "pred_share", "is_min_est", "coproducer_comm", "cluster_share")
+        + ("memory_headroom",),
+        "scaled",
+    ),
 }
+#: the device-feature column of the memory headroom (``doppler11``)
+MEMORY_HEADROOM = 10
 
 #: unit-free device feature columns (not divided by the time unit in the ``scaled`` norm)
-_UNIT_FREE = (6, 7, 9)
+_UNIT_FREE = (6, 7, 9, 10)
 
 
 def get_layout(name: str) -> FeatureLayout:
@@ -312,8 +329,8 @@ def scale_device_features(f, time_unit, out):  # pragma: no cover - compiled
                 x = f[b, d, j] / time_unit
                 if 2 <= j < 5:
                     x -= ref
-                elif j == 6 or j == 7 or j == 9:
-                    x = f[b, d, j]  # shares and flags are unit-free
+                elif j == 6 or j == 7 or j >= 9:
+                    x = f[b, d, j]  # shares, flags and the headroom are unit-free
                 out[b, d, j] = x
 
 
@@ -410,7 +427,9 @@ def _cluster_share(v, of, ptr, members, weight, device, out):  # pragma: no cove
 def extend_device_features(record, extra, v, device, out):  # pragma: no cover - compiled
     """Columns 5-8 of the ``doppler9`` device features of node ``v`` (see
     :func:`extended_device_features`) from its five base features in columns 0-4 of ``out``,
-    and column 9 (``doppler10``: the cluster share) when ``out`` has it.
+    column 9 (``doppler10``: the cluster share) when ``out`` has it, and 1 in column 10
+    (``doppler11``: the memory headroom where no cap binds; rollouts with a memory guard write
+    the headroom over it).
 
     Args:
         record: the graph and cost arrays (:attr:`~doppler_lab.timing.schedule.ListScheduleState.record`;
@@ -418,7 +437,7 @@ def extend_device_features(record, extra, v, device, out):  # pragma: no cover -
         extra: :func:`feature_args` (:attr:`GraphFeatures.extra`).
         v: the node being placed.
         device: ``(N,)`` current device per node (-1: unassigned).
-        out: ``(D, 9)`` or ``(D, 10)``, written in place.
+        out: ``(D, 9)``, ``(D, 10)`` or ``(D, 11)``, written in place.
     """
     edge_cost = extra[0]
     preds = PredArrays(record[0], record[1], record[2], record[3])
@@ -436,6 +455,9 @@ def extend_device_features(record, extra, v, device, out):  # pragma: no cover -
     _coproducers(v, succ_ptr, succ_idx, preds, device, edge_cost, out[:, 8])
     if out.shape[1] > 9:
         _cluster_share(v, extra[1], extra[2], extra[3], extra[4], device, out[:, 9])
+    if out.shape[1] > 10:
+        for i in range(d):
+            out[i, 10] = 1.0
 
 
 def device_features(

@@ -17,7 +17,9 @@ per-episode loop, which stays for the other modes.
 Memory: where a device's cap can bind (:class:`~doppler_lab.placers.memory_fit.MemoryGuard`),
 each episode keeps its running static bound and PLC chooses among the devices with memory for
 the selected node: its logits are ``-inf`` on the others (the teacher's and a uniform choice
-skip them too) and the rollout runs stepped, not fused. Elsewhere nothing changes, to the bit.
+skip them too) and the rollout runs stepped, not fused; a ``doppler11`` policy reads each
+device's memory headroom from that bound (:meth:`~doppler_lab.placers.memory_fit.MemoryGuard.headroom`).
+Elsewhere nothing changes, to the bit.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from .batched import (
 )
 from .context import GraphContext
 from .doppler import PlacedSums
+from .features import MEMORY_HEADROOM
 from .policy_base import Episodes, PlacementPolicy
 
 
@@ -264,13 +267,15 @@ class Rollout:
             and k_eps > 0
             and policy.plc_mode == "learned"
             and policy.sel_mode in ("learned", "topo")
-            and fdim in (5, 9, 10)
+            and fdim in (5, 9, 10, 11)
         )
         self.fused = False
         # devices without memory for the node are masked (PLC's logits -inf, the teacher's
         # starts inf): one running static bound per episode, only where a cap can bind
         guard = MemoryGuard(ctx.graph, ctx.cluster, policy.kind, check=False)
         self._mem = [guard.blank() for _ in range(k_eps)] if guard.active else None
+        # doppler11 reads each device's memory headroom from the guard (1 where none binds)
+        self._headroom = self._mem is not None and fdim > MEMORY_HEADROOM
         if self.batched:
             self._begin_batched()
 
@@ -324,6 +329,8 @@ class Rollout:
             vs[k] = v
             ests[k] = st.est(v)
             raw[k] = ctx.raw_device_features(st, v, ests[k])
+            if self._headroom:
+                raw[k, :, MEMORY_HEADROOM] = self._mem[k].headroom(v)  # type: ignore[index]
         norm = ctx.normalize(raw)
         self.feats[:, t] = norm
         loc_v = local[vs]
@@ -435,6 +442,11 @@ class Rollout:
             t, mode, self._args, self._sel_args, draw, self._select_out, self._cand_pos,
             self._time_unit,
         )  # fmt: skip
+        if self._headroom:
+            for k, guard in enumerate(self._mem):  # type: ignore[arg-type]
+                room = guard.headroom(int(self.selected[k]))
+                self._raw[k, :, MEMORY_HEADROOM] = room
+                norm[k, :, MEMORY_HEADROOM] = room  # unit-free: the scaled norm copies it
         if not self._time_unit:
             norm = ctx.normalize(self._raw)
         self.feats[:, t] = norm

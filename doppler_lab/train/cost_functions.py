@@ -26,6 +26,11 @@ class CostFunction(Protocol):
     def __call__(self, placement: Placement) -> float: ...
 
 
+#: a placement over a memory cap costs this many times its makespan (and more with the excess,
+#: :meth:`SimulatorCost.batch`): Stage II learns to keep to the caps without a cliff of inf
+OVER_CAP_PENALTY = 2.0
+
+
 class SimulatorCost:
     """Simulated makespan (reported units) of a placement.
 
@@ -54,6 +59,11 @@ class SimulatorCost:
         self.sim = Simulator(graph, cluster, semantics, noise, cost_model)  # type: ignore[arg-type]
         self.rng = np.random.default_rng(seed)
         self.calls = 0
+        from ..placers.memory_fit import MemoryGuard
+
+        guard = MemoryGuard(graph, self.sim.cluster, "", check=False)
+        #: the memory caps where one can bind (else None: makespans as they are)
+        self.caps = guard.caps if guard.active else None
 
     def __call__(self, placement: Placement) -> float:
         return float(self.batch([placement])[0])
@@ -61,7 +71,31 @@ class SimulatorCost:
     def batch(self, placements: Sequence[Placement]) -> np.ndarray:
         """Makespans of many placements, simulated in parallel."""
         self.calls += len(placements)
-        return self.sim.makespans(list(placements), rng=self.rng if self.sim.noise else None)
+        spans = self.sim.makespans(list(placements), rng=self.rng if self.sim.noise else None)
+        if self.caps is not None:
+            spans = self._over_cap_penalty(placements, np.asarray(spans, dtype=np.float64))
+        return spans
+
+    def _over_cap_penalty(self, placements: Sequence[Placement], spans: np.ndarray) -> np.ndarray:
+        """Makespans of placements over a memory cap (their static bound and their simulated
+        peak under this semantics) times :data:`OVER_CAP_PENALTY` and one plus the excess
+        over the caps' total: worse than any placement that fits, less so the nearer it is."""
+        from ..placers.memory_fit import static_bounds
+
+        caps = self.caps
+        assert caps is not None
+        rows = np.stack([np.asarray(p.device, dtype=np.int64) for p in placements])
+        bounds = static_bounds(self.sim.graph, rows, caps.size)
+        out = spans.copy()
+        total = float(np.sum(caps))
+        for k in np.flatnonzero(np.any(bounds > caps, axis=1)):
+            peak = self.sim.run(placements[k]).peak_memory_bytes
+            if peak is None:
+                continue
+            excess = float(np.maximum(np.asarray(peak) - caps, 0.0).sum())
+            if excess > 0:
+                out[k] = spans[k] * OVER_CAP_PENALTY * (1.0 + excess / total)
+        return out
 
     def lower_bound(self) -> float:
         return self.sim.lower_bound()

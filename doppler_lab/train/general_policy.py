@@ -112,25 +112,52 @@ class Task:
         cluster: a cluster spec: a preset name, ``uniform:N`` or ``cpu:N``.
         semantics: ``paper`` or ``wc``.
         group: where it comes from in a held-out set (``generator``, ``cluster``, ``paper``,
-            ``model``); empty for training tasks.
+            ``model``, ``memory``); empty for training tasks.
+        memory: bytes every device may hold; 0: no cap (the cluster's devices are made
+            unconstrained, so a task means the same on every machine: ``cpu:N`` workers would
+            otherwise take their caps from this machine's memory).
     """
 
     graph: str
     cluster: str
     semantics: str
     group: str = ""
+    memory: float = 0.0
 
     @property
     def name(self) -> str:
-        return f"{self.graph} @ {self.cluster} ({self.semantics})"
+        cap = f", {self.memory / 1e9:.4g} GB per device" if self.memory else ""
+        return f"{self.graph} @ {self.cluster} ({self.semantics}{cap})"
 
     def build(self) -> tuple[DataflowGraph, Cluster]:
         """The task's graph and cluster (:func:`~doppler_lab.workloads.specs.graph_from_spec`,
-        :func:`~doppler_lab.workloads.specs.cluster_from_spec`)."""
-        return graph_from_spec(self.graph), cluster_from_spec(self.cluster)
+        :func:`~doppler_lab.workloads.specs.cluster_from_spec`), the cluster's caps
+        :attr:`memory` (none when 0)."""
+        cluster = cluster_from_spec(self.cluster).with_memory(self.memory or None)
+        return graph_from_spec(self.graph), cluster
 
-    def to_dict(self) -> dict[str, str]:
-        return asdict(self)
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if not self.memory:
+            del out["memory"]  # the tasks of before read the same
+        return out
+
+
+#: memory-bound training tasks (``train-general --memory-share F``): each device may hold this
+#: many times the graph's tensors (all outputs and stored inputs) over the device count, a
+#: cap that binds (the graph does not fit on one device) but leaves a placement that fits
+MEMORY_FACTORS: tuple[float, ...] = (1.25, 1.5, 2.0)
+#: the share of training tasks given a memory cap (:func:`sample_task`)
+GENERAL_MEMORY_SHARE = 0.0
+
+
+def memory_task_cap(graph: DataflowGraph, num_devices: int, factor: float) -> float:
+    """The cap of a memory-bound task: ``factor`` times the graph's tensor bytes over
+    ``num_devices`` (0 for a graph without sizes)."""
+    from ..timing.memory import tensor_bytes
+
+    total = float(np.sum(tensor_bytes(graph)))
+    return round(factor * total / num_devices) if total > 0 else 0.0
 
 
 def _spec(name: str, params: dict[str, Any]) -> str:
@@ -138,10 +165,14 @@ def _spec(name: str, params: dict[str, Any]) -> str:
     return f"{name}:{body}" if body else name
 
 
-def sample_task(rng: np.random.Generator, paper_cost_share: float = 0.0) -> Task:
+def sample_task(
+    rng: np.random.Generator, paper_cost_share: float = 0.0, memory_share: float = 0.0
+) -> Task:
     """One training task (see :data:`TRAIN_GRIDS` and the module docstring); a generator draw
     becomes a paper-cost task (:data:`GENERAL_PAPER_COST_SHARE`) with probability
-    ``paper_cost_share`` (no draw from ``rng`` for it when 0: the pools stay those of before)."""
+    ``paper_cost_share``, and a task gets a memory cap (:data:`MEMORY_FACTORS`,
+    :func:`memory_task_cap`) with probability ``memory_share`` (no draw from ``rng`` for either
+    when its share is 0: the pools stay those of before)."""
     names = (*TRAIN_GRIDS, "random_dag")
     # random DAGs a third: their shapes vary most
     p = [2 / 3 / len(TRAIN_GRIDS)] * len(TRAIN_GRIDS) + [1 / 3]
@@ -169,14 +200,38 @@ def sample_task(rng: np.random.Generator, paper_cost_share: float = 0.0) -> Task
     if paper_cost_share > 0 and name != "random_dag" and rng.random() < paper_cost_share:
         cluster = PAPER_COST_CLUSTERS[int(rng.integers(len(PAPER_COST_CLUSTERS)))]
         return Task("paper_costs:" + _spec(name, params), cluster, "paper")
-    return Task(_spec(name, params), cluster, semantics)
+    task = Task(_spec(name, params), cluster, semantics)
+    if memory_share > 0 and rng.random() < memory_share:
+        factor = MEMORY_FACTORS[int(rng.integers(len(MEMORY_FACTORS)))]
+        graph = graph_from_spec(task.graph)
+        cap = memory_task_cap(graph, cluster_from_spec(cluster).num_devices, factor)
+        if cap > 0:
+            task = Task(task.graph, cluster, semantics, memory=cap)
+    return task
 
 
-def sample_tasks(count: int, seed: int = 0, paper_cost_share: float = 0.0) -> list[Task]:
+def _fits_somehow(task: Task) -> bool:
+    """Whether a placement of a memory-bound task fits its caps (the CP placer finds one)."""
+    from ..house.errors import PlacementError
+    from ..placers import place
+
+    graph, cluster = task.build()
+    try:
+        place("cp", graph, cluster, seed=0, semantics=task.semantics)
+    except PlacementError:
+        return False
+    return True
+
+
+def sample_tasks(
+    count: int, seed: int = 0, paper_cost_share: float = 0.0, memory_share: float = 0.0
+) -> list[Task]:
     """``count`` distinct training tasks of at most :data:`MAX_TRAIN_NODES` nodes, the same
-    for the same seed (and share of paper-cost tasks, see :func:`sample_task`)."""
-    if not 0.0 <= paper_cost_share <= 1.0:
-        raise ConfigError(f"paper_cost_share {paper_cost_share!r}: expected a share in [0, 1]")
+    for the same seed (and shares of paper-cost and memory-bound tasks, see
+    :func:`sample_task`; a memory-bound task no placement fits is drawn again)."""
+    for what, share in (("paper_cost_share", paper_cost_share), ("memory_share", memory_share)):
+        if not 0.0 <= share <= 1.0:
+            raise ConfigError(f"{what} {share!r}: expected a share in [0, 1]")
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0x6E6E]))
     out: list[Task] = []
     seen: set[Task] = set()
@@ -185,10 +240,12 @@ def sample_tasks(count: int, seed: int = 0, paper_cost_share: float = 0.0) -> li
         tries += 1
         if tries > 50 * count:
             raise ConfigError(f"could not draw {count} distinct training tasks")
-        t = sample_task(rng, paper_cost_share)
+        t = sample_task(rng, paper_cost_share, memory_share)
         if t in seen:
             continue
         if graph_from_spec(t.graph).num_nodes > MAX_TRAIN_NODES:
+            continue
+        if t.memory and not _fits_somehow(t):
             continue
         seen.add(t)
         out.append(t)
@@ -254,6 +311,13 @@ def in_training_distribution(task: Task) -> bool:
 
     from ..workloads import WORKLOADS
 
+    if task.memory:  # a memory-bound draw: a cap of MEMORY_FACTORS on a task training draws
+        plain = Task(task.graph, task.cluster, task.semantics)
+        if not in_training_distribution(plain) or plain.graph.startswith("paper_costs:"):
+            return False
+        graph, cluster = plain.build()
+        caps = [memory_task_cap(graph, cluster.num_devices, f) for f in MEMORY_FACTORS]
+        return any(abs(task.memory - c) <= 1e-9 * c for c in caps)
     spec = parse_graph_spec(task.graph)
     if spec.kind not in ("workload", "paper_costs") or task.semantics not in TRAIN_SEMANTICS:
         return False
@@ -311,13 +375,25 @@ PAPER_TASKS: tuple[tuple[str, int], ...] = (
     ("8gpu_full_transformer", 8),
 )
 MODEL_TASKS: tuple[str, ...] = ("hf-llama:layers=2,hidden=128,seq=64", "hf-gpt2:layers=2,seq=64")
+#: memory-bound held-out tasks (group ``memory``, asked for by name): held-out graphs and
+#: clusters, each device holding ``factor`` times the graph's tensors over the device count
+#: (:func:`memory_task_cap`; none fits on one device)
+MEMORY_TASKS: tuple[tuple[str, str, float], ...] = (
+    ("llama_layer:layers=2,blocks=2,batch_blocks=1", "p100x4", 1.3),
+    ("moe_layer:experts=6,top_k=2,batch_blocks=3", "h100x8", 1.5),
+    ("ffnn:layers=5,blocks=3,batch_blocks=3", "v100x8", 1.75),
+    ("llama_block:blocks=4,batch_blocks=2,scale=1.5", "p100x4", 1.2),
+    ("chainmm:matrices=7,blocks=3", "h100x8", 1.5),
+    ("llama_layer", "h100x8", 1.3),
+)
 
 
 def held_out_tasks(
     groups: Sequence[str] = ("generator", "cluster", "paper", "model"),
 ) -> list[Task]:
     """The held-out set (see the module docstring); the paper graphs only when their files are
-    found, the imported models only when transformers imports."""
+    found, the imported models only when transformers imports; ``memory`` (not in the default
+    groups): :data:`MEMORY_TASKS`."""
     out: list[Task] = []
     if "generator" in groups:
         for g, cl in zip(HELD_OUT_GRAPHS, itertools.cycle(("p100x4", "v100x8"))):
@@ -345,6 +421,10 @@ def held_out_tasks(
         else:
             for m in MODEL_TASKS:
                 out.append(Task(f"model:{m}", "p100x4", "wc", "model"))
+    if "memory" in groups:
+        for g, cl, factor in MEMORY_TASKS:
+            cap = memory_task_cap(graph_from_spec(g), cluster_from_spec(cl).num_devices, factor)
+            out.append(Task(g, cl, "wc", "memory", memory=cap))
     return out
 
 
@@ -618,7 +698,7 @@ class GeneralRecipe:
         anchor_source, anchor_budget: the anchor stage's placements (:data:`ANCHOR_SOURCES`)
             and their search's simulator calls.
         teacher, label_fraction: Stage I's PLC labels and the share of states labelled.
-        paper_cost_share: see :func:`sample_task`.
+        paper_cost_share, memory_share: see :func:`sample_task`.
         sim_changes: Stage II settings besides :data:`GENERAL_SIM_SETTINGS` (``lr``,
             ``graphs_per_step``).
     """
@@ -635,6 +715,7 @@ class GeneralRecipe:
     teacher: str = GENERAL_TEACHER
     label_fraction: float = GENERAL_LABEL_FRACTION
     paper_cost_share: float = GENERAL_PAPER_COST_SHARE
+    memory_share: float = GENERAL_MEMORY_SHARE
     sim_changes: dict[str, Any] = field(default_factory=dict)
 
     def stages(self) -> list[Any]:
@@ -679,7 +760,7 @@ def train_general(
             f"anchor source {anchor_source!r}: expected one of {', '.join(ANCHOR_SOURCES)}"
         )
     torch.set_num_threads(1)
-    pool = sample_tasks(r.tasks, seed, r.paper_cost_share)
+    pool = sample_tasks(r.tasks, seed, r.paper_cost_share, r.memory_share)
     out = Path(out_dir)
     if init is not None:
         init = widen_init(init, r.layout, out)
@@ -738,7 +819,12 @@ def widen_init(init: str | Path, layout: str, out_dir: Path) -> str | Path:
     saved = read_checkpoint(init)["policy"]["layout"].get("name")
     if saved == layout:
         return init
-    like = {k: v for k, v in GENERAL_WIDEN_LIKE.items() if k in get_layout(layout).device}
+    old = get_layout(saved).device
+    like = {
+        k: v
+        for k, v in GENERAL_WIDEN_LIKE.items()
+        if k in get_layout(layout).device and k not in old  # the new columns only
+    }
     return widen_checkpoint(init, layout, out_dir / f"init-{layout}.pt", like)
 
 
@@ -786,12 +872,15 @@ def run_record(
     seed: int,
     init: str | None = None,
     paper_cost_share: float = GENERAL_PAPER_COST_SHARE,
+    memory_share: float = GENERAL_MEMORY_SHARE,
 ) -> dict[str, Any]:
     """What ``index.json`` says of a finished general run (``init``: the checkpoint it started
     from, as given)."""
     extra: dict[str, Any] = {"init": init} if init else {}
     if paper_cost_share:
         extra["paper_cost_share"] = paper_cost_share
+    if memory_share:
+        extra["memory_share"] = memory_share
     return {
         **extra,
         "tasks": tasks,

@@ -481,3 +481,49 @@ def test_train_general_widens_a_narrower_init_to_the_cluster_share_layout(tmp_pa
     trained, _ = load_policy(out / "1_sim" / "policy.pt")
     assert trained.config.layout == "doppler10"
     assert not torch.equal(trained.state_dict()["plc.dev_lin.weight"], w)
+
+
+def test_memory_bound_tasks():
+    """``--memory-share``: some tasks get a cap that binds (the graph does not fit on one device)
+    and that a placement meets; share 0 draws the pools of before; the ``memory`` held-out
+    tasks are outside the distribution; Stage II's cost makes an over-cap placement dearer
+    than any that fits; a task without a cap is unconstrained on any machine."""
+    from doppler_lab.placers import place
+    from doppler_lab.timing.memory import tensor_bytes
+    from doppler_lab.timing.sim import Simulator
+    from doppler_lab.train.cost_functions import OVER_CAP_PENALTY, SimulatorCost
+    from doppler_lab.train.general_policy import MEMORY_FACTORS, memory_task_cap
+
+    plain = sample_tasks(12, seed=5)
+    assert plain == sample_tasks(12, seed=5, memory_share=0.0)
+    assert all(t.memory == 0 and "memory" not in t.to_dict() for t in plain)
+    g, c = Task("ffnn", "cpu:5", "wc").build()
+    assert all(d.memory_bytes == float("inf") for d in c.devices)  # not this machine's memory
+
+    pool = sample_tasks(12, seed=5, memory_share=0.5)
+    capped = [t for t in pool if t.memory]
+    assert 2 <= len(capped) < 12
+    for t in capped:
+        assert in_training_distribution(t)
+        assert Task(**t.to_dict()) == t
+        g, c = t.build()
+        assert all(d.memory_bytes == t.memory for d in c.devices)
+        assert float(tensor_bytes(g).sum()) > t.memory  # one device cannot hold it
+        factors = [memory_task_cap(g, c.num_devices, f) for f in MEMORY_FACTORS]
+        assert t.memory in factors
+        assert not in_training_distribution(Task(t.graph, t.cluster, t.semantics, memory=1e3))
+
+    held = held_out_tasks(("memory",))
+    assert len(held) == 6 and {t.group for t in held} == {"memory"}
+    assert not [t.name for t in held if in_training_distribution(t)]
+
+    t = capped[0]
+    g, c = t.build()
+    cost = SimulatorCost(g, c, t.semantics)
+    assert cost.caps is not None
+    fit = place("cp", g, c, seed=0, semantics=t.semantics)
+    one = Placement(np.zeros(g.num_nodes, dtype=np.int64))
+    sim = Simulator(g, c, t.semantics)
+    assert cost(fit) == pytest.approx(sim.makespan(fit))
+    assert cost(one) > OVER_CAP_PENALTY * sim.makespan(one)
+    assert SimulatorCost(g, c.with_memory(None), t.semantics)(one) == sim.makespan(one)
