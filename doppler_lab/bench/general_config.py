@@ -25,6 +25,8 @@ from .yardstick import best_known
 BENCH_GENERAL_RUNS = "runs/bench_general"
 #: groups of the held-out set (see :func:`~doppler_lab.train.general_policy.held_out_tasks`)
 GROUPS: tuple[str, ...] = ("generator", "cluster", "paper", "model")
+#: ... and those asked for by name (``--groups memory``: the memory-bound held-out tasks)
+ALL_GROUPS: tuple[str, ...] = (*GROUPS, "memory")
 #: relative difference below which two makespans tie (budget table, fine-tune vs scratch)
 TIE_RTOL = 1e-6
 #: fine-tuned "matches" scratch when at most this much worse
@@ -37,7 +39,7 @@ class GeneralBenchConfig:
 
     Attributes:
         checkpoint: the general policy (a path or a shipped name).
-        groups: held-out groups (:data:`GROUPS`).
+        groups: held-out groups (:data:`GROUPS`, or ``memory`` too: :data:`ALL_GROUPS`).
         tasks: explicit tasks instead of the held-out set (tests, quick runs).
         task_filter: keep only the tasks whose name contains one of these (empty: all).
         seeds: seeds of the sampled rollouts and of the search placers per task (10: the
@@ -113,10 +115,11 @@ class GeneralBenchConfig:
     runs_dir: str = BENCH_GENERAL_RUNS
 
     def __post_init__(self) -> None:
-        bad = [g for g in self.groups if g not in GROUPS]
+        bad = [g for g in self.groups if g not in ALL_GROUPS]
         if bad or not self.groups:
             raise ConfigError(
-                f"bench general: group {bad[0] if bad else '(none)'!r}; expected some of {GROUPS}"
+                f"bench general: group {bad[0] if bad else '(none)'!r}; expected some of "
+                f"{ALL_GROUPS}"
             )
         for name in (
             "seeds", "cp_seeds", "budget", "train_seeds", "finetune_seeds", "finetune_episodes"

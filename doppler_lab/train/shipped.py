@@ -180,6 +180,11 @@ def write_readme(dest: str | Path) -> Path:
             if paper_costs
             else ""
         )
+        if r.get("memory_share"):
+            pool += (
+                f"; {r['memory_share']:g} of the tasks memory-bound (each device holding 1.25-2x "
+                "the graph's tensors over the device count)"
+            )
         lines += [
             "",
             f"## {name}: one policy for any graph and cluster",
