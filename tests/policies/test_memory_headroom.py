@@ -89,9 +89,9 @@ def test_no_cap_means_headroom_one(small_graph):
 
 @pytest.mark.parametrize("capped", [False, True])
 def test_widened_general_policy_places_as_before(small_graph, tmp_path, capped):
-    """``doppler/general-v2`` (doppler10) widened to doppler11: the new column enters through
-    zero weights, so greedy and sampled rollouts choose the same devices with or without caps."""
-    ckpt = resolve_checkpoint("doppler/general-v2")
+    """``doppler/general`` (doppler10) widened to doppler11: the new column enters through zero
+    weights, so greedy and sampled rollouts choose the same devices with or without caps."""
+    ckpt = resolve_checkpoint("doppler/general")
     wide = widen_checkpoint(ckpt, "doppler11", tmp_path / "wide.pt")
     cluster = _capped(small_graph) if capped else make_cluster("p100x4")
     opts = dict(samples=3, partitions=0, clustering=False)

@@ -353,9 +353,8 @@ def test_the_recorded_commands_train_the_shipped_general_policies_again():
     trained with, whatever the presets became since. ``doppler/general-v1`` (``doppler-lab
     train-general --seed 1 --name doppler/general-v1``; the default until the cluster share):
     its Stage II config is in the checkpoint, and its Stage I ran before the imitation preset
-    warmed its rate up. ``doppler/general-v2`` starts from it (``--init doppler/general-v1``),
-    widened to ``doppler10``, and samples PLC at temperature 2; ``doppler/general`` starts from
-    v2 widened to ``doppler11`` (the memory headroom), Stage II alone with memory-bound tasks."""
+    warmed its rate up. ``doppler/general`` starts from it (``--init doppler/general-v1``),
+    widened to ``doppler10``, and samples PLC at temperature 2."""
     import shlex
 
     from doppler_lab.cli import build_parser
@@ -393,10 +392,10 @@ def test_the_recorded_commands_train_the_shipped_general_policies_again():
     assert v1["policy"]["config"]["layout"] == "doppler9"
     assert "sample_temperature" not in v1["meta"]
 
-    command = shipped["doppler/general-v2"]["command"]
+    command = shipped["doppler/general"]["command"]
     assert command.startswith("doppler-lab train-general ")
     args = parse(shlex.split(command)[1:])
-    assert args.init == "doppler/general-v1" and args.name == "doppler/general-v2"
+    assert args.init == "doppler/general-v1" and args.name == "doppler/general"
     lr = {"lr": args.lr} if args.lr is not None else {}
     stages = general_stages(
         args.imitation_episodes,
@@ -407,33 +406,15 @@ def test_the_recorded_commands_train_the_shipped_general_policies_again():
         args.label_fraction,
         **lr,
     )
-    doc = torch.load(
-        resolve_checkpoint("doppler/general-v2"), map_location="cpu", weights_only=False
-    )
+    doc = torch.load(resolve_checkpoint("doppler/general"), map_location="cpu", weights_only=False)
     assert stages[-1].to_dict() == doc["meta"]["train_config"]
     assert doc["policy"]["config"]["layout"] == args.layout == "doppler10"
-    record = shipped["doppler/general-v2"]
+    record = shipped["doppler/general"]
     assert record.get("paper_cost_share", 0.0) == args.paper_cost_share
     assert record["train_config"]["imitation"]["plc_labels"] == args.teacher == "cluster"
     # its samples' PLC temperature, recorded in the command, the index and the checkpoint
     assert args.sample_temperature == record["sample_temperature"] == 2.0
     assert doc["meta"]["sample_temperature"] == 2.0
-
-    command = shipped["doppler/general"]["command"]
-    args = parse(shlex.split(command)[1:])
-    assert args.init == "doppler/general-v2" and args.name == "doppler/general"
-    assert args.imitation_episodes == 0 and args.memory_share == 0.25
-    lr = {"lr": args.lr} if args.lr is not None else {}
-    stages = general_stages(args.imitation_episodes, args.sim_episodes, args.seed, **lr)
-    assert [cfg.stage for cfg in stages] == ["sim"]
-    doc = torch.load(resolve_checkpoint("doppler/general"), map_location="cpu", weights_only=False)
-    assert stages[-1].to_dict() == doc["meta"]["train_config"]
-    assert doc["policy"]["config"]["layout"] == args.layout == "doppler11"
-    record = shipped["doppler/general"]
-    assert record["memory_share"] == args.memory_share
-    assert (
-        args.sample_temperature == record["sample_temperature"] == doc["meta"]["sample_temperature"]
-    )
 
 
 def test_paper_cost_tasks_have_the_papers_cost_convention():
