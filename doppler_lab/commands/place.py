@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     # which one won
     keys = ("optimal", "bound", "gap", "status", "source", "rollout_cost", "clustering_cost")
     keys += ("memory_fit",)  # not by the static bound: simulated, repaired, packed, pipeline
-    for key in (*keys, "partition_cost"):
+    for key in (*keys, "partition_cost", "memory_cost"):
         if key in placement.meta:
             result[key] = placement.meta[key]
     if args.out:
@@ -246,7 +246,11 @@ def run(args: argparse.Namespace) -> int:
         print(exact_line(result, args.semantics, secs))
     others = [
         f"{label} {result[key]:.6g}"
-        for key, label in (("clustering_cost", "clustering"), ("partition_cost", "best partition"))
+        for key, label in (
+            ("clustering_cost", "clustering"),
+            ("partition_cost", "best partition"),
+            ("memory_cost", "best memory baseline"),
+        )
         if math.isfinite(result.get(key) or math.nan)
     ]
     if "source" in result and others:

@@ -559,6 +559,26 @@ def simulated_fit(graph: DataflowGraph, cluster: Cluster, device: np.ndarray, ca
     return True
 
 
+#: the memory baselines a learned placer judges as proposals where a graph does not fit on one
+#: device (:func:`doppler_lab.search.proposals.memory_candidates`): Baechi's m-ETF (placer
+#: ``etf``) and m-SCT, and the ``pipeline`` stages
+MEMORY_BASELINE_PLACERS: tuple[str, ...] = ("etf", "m-sct", "pipeline")
+
+
+def fits_one_device(graph: DataflowGraph, cluster: Cluster, cap: Any = "device") -> bool:
+    """Whether the whole graph fits on the device with the most memory (its static bound, or
+    its simulated peak under every semantics, as :func:`fit_devices` accepts a placement); True
+    where no cap can bind. False: a model that must be split to run at all."""
+    guard = MemoryGuard(graph, cluster, "", cap, check=False)
+    if not guard.active:
+        return True
+    caps = guard.caps
+    dev = np.full(graph.num_nodes, int(np.argmax(caps)), dtype=np.int64)
+    if bool(fits(static_bounds(graph, dev[None, :], caps.size)[0], caps)):
+        return True
+    return simulated_fit(graph, cluster, dev, caps)
+
+
 def fit_devices(
     graph: DataflowGraph,
     cluster: Cluster,
@@ -652,6 +672,7 @@ def fit_schedule(graph: DataflowGraph, cluster: Cluster, schedule: Any, placer: 
 
 
 __all__ = [
+    "MEMORY_BASELINE_PLACERS",
     "CappedSimulator",
     "Footprint",
     "MemoryGuard",
@@ -662,6 +683,7 @@ __all__ = [
     "fit_placement",
     "fit_schedule",
     "fits",
+    "fits_one_device",
     "no_fit_error",
     "op_needs",
     "pack",
