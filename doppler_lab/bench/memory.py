@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..hardware.cluster import Cluster
+from ..house.deps import require
 from ..house.errors import ConfigError, PlacementError
 from ..house.progress import progress as progress_bar
 from ..ir.graph import DataflowGraph
@@ -49,6 +50,17 @@ REL_TOL = 1e-9
 #: HEFT placement it was given)
 EXACT_MAX_OPS = 150
 SEMANTICS = "wc"
+#: the bench's first run, before the memory baselines joined doppler's proposals (history: the
+#: why of :data:`~doppler_lab.search.proposals.MEMORY_BASELINES`)
+EARLIER = (
+    "Before the memory baselines joined doppler's proposals (code version de644a65560b, the "
+    "same cases), doppler zero-shot was no worse than the best baseline on 2 of 4 cases "
+    "(llama3-8b: 28.63 ms against m-ETF's 28.62, +0.04%; moe: 423.1 ms against m-SCT's 421.9, "
+    "+0.3%) and doppler --budget 2000 on 3 of 4 (llama3-8b: 28.63, its search from the "
+    "policy's greedy rollout found nothing better); and pipeline and clustering did not fit "
+    "gpt2-xl (the static bound of its activations, 54 GB, exceeds 4 x 8 GB), until the "
+    "pipeline split fell back to the compute-balanced one when its simulated peak fits."
+)
 
 
 @dataclass(frozen=True)
@@ -146,6 +158,19 @@ def placer_runs(budget: int = 2000, exact_time_limit: float = 30.0) -> tuple[Pla
         PlacerRun(DOPPLER, "doppler"),
         PlacerRun(DOPPLER_BUDGET, "doppler", {"budget": budget}),
     )
+
+
+def select_runs(labels: str | Sequence[str], budget: int = 2000) -> tuple[PlacerRun, ...]:
+    """The runs of :func:`placer_runs` named in ``labels`` (comma-separated text or a list), in
+    that order."""
+    names = [x.strip() for x in labels.split(",")] if isinstance(labels, str) else list(labels)
+    known = {r.label: r for r in placer_runs(budget)}
+    unknown = [n for n in names if n and n not in known]
+    if unknown:
+        raise ConfigError(
+            f"bench memory: unknown placer {unknown[0]!r}; expected one of {', '.join(known)}"
+        )
+    return tuple(known[n] for n in names if n)
 
 
 def make_placers(runs: Sequence[PlacerRun], semantics: str = SEMANTICS) -> dict[str, Any]:
@@ -283,6 +308,8 @@ def compare_placers(
                     p.device[graph.compute_nodes], minlength=cluster.num_devices))),
                 "runtime_s": runtime,
                 "sim_calls": int(p.meta.get("sim_calls", 0)),
+                "source": p.meta.get("source"),
+                "policy_s": p.meta.get("rollout_cost"),
                 "note": _meta_note(p.meta),
             }
         )  # fmt: skip
@@ -331,6 +358,11 @@ def verdict_row(case: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         out[f"{label}_s"] = ms
         out[f"{label}_fits"] = fits
         out[f"{label}_no_worse"] = fits and no_worse(ms, best)
+    zero = by.get(DOPPLER, {})
+    # what won among doppler's proposals, and the policy's own rollouts against the baselines
+    out["doppler_winner"] = zero.get("source")
+    out["policy_s"] = zero.get("policy_s")
+    out["policy_no_worse"] = no_worse(zero.get("policy_s"), best)
     return out
 
 
@@ -341,6 +373,7 @@ def target_rows(verdicts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     fits = sum(v[f"{DOPPLER}_fits"] for v in verdicts)
     zero = sum(v[f"{DOPPLER}_no_worse"] for v in verdicts)
     budget = sum(v[f"{DOPPLER_BUDGET}_no_worse"] for v in verdicts)
+    policy = sum(v["policy_no_worse"] for v in verdicts)
     return [
         {"target": "doppler zero-shot fits every case", "value": f"{fits} of {n}",
          "threshold": f"{n} of {n}", "passed": bool(n) and fits == n},
@@ -350,6 +383,8 @@ def target_rows(verdicts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         {"target": "doppler --budget no worse than that best on every case",
          "value": f"{budget} of {n}", "threshold": f"{n} of {n}",
          "passed": bool(n) and budget == n},
+        {"target": "(no target) the policy's own rollouts no worse than that best",
+         "value": f"{policy} of {n}", "threshold": "", "passed": None},
     ]  # fmt: skip
 
 
@@ -378,24 +413,68 @@ def cap_sweep(
 
 
 def best_by_cap(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per cap of a :func:`cap_sweep` (largest first): the placer with the lowest makespan among
-    those that fit, its makespan, how many placers fit, and whether the winner changed from the
-    cap before (where the best placement changes as the devices shrink)."""
+    """Per cap of a :func:`cap_sweep` (largest first): the placers with the lowest makespan among
+    those that fit (``best``: their labels, comma-separated when tied, ``none fits`` when none
+    does), that makespan, how many placers fit, and whether the best changed from the cap
+    before: none of the placers best there is best here (where the best placement changes as
+    the devices shrink)."""
     out: list[dict[str, Any]] = []
+    before: set[str] = set()
     for cap in sorted({r["cap_gb"] for r in rows}, reverse=True):
         fit = [r for r in rows if r["cap_gb"] == cap and r["fits"] and r["makespan_s"] is not None]
-        best = min(fit, key=lambda r: r["makespan_s"]) if fit else None
-        winner = best["placer"] if best else "none fits"
+        low = min((float(r["makespan_s"]) for r in fit), default=None)
+        tied = [
+            r["placer"] for r in fit if low is not None and r["makespan_s"] <= low * (1 + REL_TOL)
+        ]
         out.append(
             {
                 "cap_gb": cap,
-                "best": winner,
-                "makespan_s": best["makespan_s"] if best else None,
+                "best": ", ".join(tied) if tied else "none fits",
+                "makespan_s": low,
                 "placers_fit": len(fit),
-                "changed": bool(out) and out[-1]["best"] != winner,
+                "changed": bool(out) and not before & set(tied or ["none fits"]),
             }
         )
+        before = set(tied or ["none fits"])
     return out
+
+
+def cap_figure(rows: Sequence[Mapping[str, Any]], title: str | None = None) -> Any:
+    """Makespan against the memory per device of a :func:`cap_sweep`: one line per placer
+    (points where it fits), the caps where the best placement changes marked; the cap axis runs
+    from large to small (the devices shrink to the right)."""
+    go = require("plotly.graph_objects", "the cap figure")
+
+    from ..viz import series_color
+
+    fig = go.Figure()
+    for i, placer in enumerate(dict.fromkeys(r["placer"] for r in rows)):
+        pts = sorted(
+            (r["cap_gb"], r["makespan_s"])
+            for r in rows
+            if r["placer"] == placer and r["fits"] and r["makespan_s"] is not None
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=placer,
+                line=dict(color=series_color(i)),
+                hovertemplate=f"{placer}<br>%{{x:.3g}} GB: %{{y:.4g}} s<extra></extra>",
+            )
+        )  # fmt: skip
+    for b in best_by_cap(rows):
+        if b["changed"]:
+            fig.add_vline(
+                x=b["cap_gb"], line=dict(color="#444", dash="dot", width=1),
+                annotation_text=f"best: {b['best']}", annotation_position="top",
+            )  # fmt: skip
+    fig.update_layout(
+        title=title or "Makespan against the memory of each device",
+        xaxis=dict(title="memory per device (GB)", autorange="reversed"),
+        yaxis=dict(title="makespan (s), where the placement fits"),
+        template="plotly_white",
+        legend=dict(title="placer"),
+    )
+    return fig
 
 
 # -- the bench -----------------------------------------------------------------------------------
@@ -409,7 +488,8 @@ PLACER_COLUMNS = [
 ]  # fmt: skip
 VERDICT_COLUMNS = [
     "case", "best_baseline", "best_baseline_s", "doppler_s", "doppler_fits", "doppler_no_worse",
-    "doppler-budget_s", "doppler-budget_fits", "doppler-budget_no_worse",
+    "doppler_winner", "policy_s", "policy_no_worse", "doppler-budget_s", "doppler-budget_fits",
+    "doppler-budget_no_worse",
 ]  # fmt: skip
 
 
@@ -432,6 +512,46 @@ def overview_rows(
                 row[f"{case}_s"] = r["makespan_s"]
         out.append(row)
     return out
+
+
+def beaten_notes(tables: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
+    """Notes naming every placer that beat doppler zero-shot or with a budget on a case, and
+    what placing the memory baselines cost doppler's zero-shot call on its slowest case."""
+    notes = []
+    for case, rows in tables.items():
+        by = {r["placer"]: r for r in rows}
+        for label in (DOPPLER, DOPPLER_BUDGET):
+            mine = by.get(label, {}).get("makespan_s")
+            if mine is None:
+                continue
+            better = [
+                f"{r['placer']} {r['makespan_s']:.4g} s"
+                for r in rows
+                if r["placer"] not in (DOPPLER, DOPPLER_BUDGET)
+                and r["fits"]
+                and r["makespan_s"] is not None
+                and r["makespan_s"] < mine * (1 - REL_TOL)
+            ]
+            if better:
+                notes.append(f"{case}: better than {label} ({mine:.4g} s): {', '.join(better)}")
+    slow = max(
+        ((case, rows) for case, rows in tables.items()),
+        key=lambda cr: next(
+            (r.get("runtime_s") or 0.0 for r in cr[1] if r["placer"] == DOPPLER), 0.0
+        ),
+        default=None,
+    )
+    if slow is not None:
+        case, rows = slow
+        by = {r["placer"]: r for r in rows}
+        own = sum(by[b].get("runtime_s") or 0.0 for b in BASELINES if b in by)
+        if DOPPLER in by and by[DOPPLER].get("runtime_s"):
+            notes.append(
+                f"doppler zero-shot's slowest case, {case}: {by[DOPPLER]['runtime_s']:.2f} s, "
+                f"of which placing m-ETF, m-SCT and pipeline (its memory proposals) takes about "
+                f"{own:.2f} s (their own rows' runtimes)"
+            )
+    return notes
 
 
 def _warm_up(placers: Mapping[str, Any], cluster: Cluster) -> None:
@@ -477,6 +597,9 @@ def run(out_dir: Path, quick: bool = False, progress: bool = True) -> dict[str, 
     targets = target_rows(verdicts)
     summary: dict[str, Any] = {}
     for t in targets:
+        if t["passed"] is None:
+            summary[t["target"]] = t["value"]
+            continue
         mark = "pass" if t["passed"] else "FAIL"
         summary[t["target"]] = f"{mark} ({t['value']}; target {t['threshold']})"
     summary["cases"] = len(cases)
@@ -491,10 +614,14 @@ def run(out_dir: Path, quick: bool = False, progress: bool = True) -> dict[str, 
         "vs_best_baseline = makespan / the best of m-ETF, m-SCT and pipeline that fits - 1; "
         "runtime_s = the place call (doppler warmed up once before the first case).",
         f"local-search and doppler-budget: {budget} simulator calls; doppler: the shipped "
-        "general policy, greedy + 16 samples with its proposals (the note names the winner and "
-        "the best of the policy's own rollouts); exact: CP-SAT under the delay model, only on "
-        f"graphs of at most {EXACT_MAX_OPS} ops.",
+        "general policy, greedy + 16 samples with its proposals: the clustering (graphs of at "
+        "most 2000 ops), 4 METIS partitions and, for a graph that does not fit on one device, "
+        "the memory baselines' placements (m-ETF, m-SCT, pipeline); doppler_winner names the "
+        "proposal that won and policy_s the best of the policy's own rollouts. exact: CP-SAT "
+        f"under the delay model, only on graphs of at most {EXACT_MAX_OPS} ops.",
         f"No worse = a makespan at most the best baseline's x (1 + {REL_TOL:g}).",
+        *beaten_notes(tables),
+        EARLIER,
     ]
     sections: dict[str, tuple[Sequence[dict[str, Any]], Sequence[str] | None]] = {
         "Targets": (targets, ["target", "value", "threshold", "passed"]),
@@ -523,7 +650,9 @@ __all__ = [
     "MemoryCase",
     "PlacerRun",
     "best_baseline",
+    "beaten_notes",
     "best_by_cap",
+    "cap_figure",
     "cap_sweep",
     "case_facts",
     "compare_placers",
@@ -532,6 +661,7 @@ __all__ = [
     "overview_rows",
     "placer_runs",
     "run",
+    "select_runs",
     "target_rows",
     "verdict_row",
 ]
