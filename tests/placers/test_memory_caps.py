@@ -151,14 +151,22 @@ def test_footprint_is_the_static_bound_op_by_op(case, seed):
         fp.assign(int(v), int(np.argmax(room)) if room.any() else 0)
 
 
+def _chain(name: str = "weights", layers: int = 8, weight: float = 10.0, activation: float = 1.0):
+    """A chain of ``layers`` matmuls, each reading a weight of ``weight`` bytes and making an
+    activation of ``activation`` bytes (the input: 1 byte)."""
+    b = GraphBuilder(name)
+    x = b.add_node("x", kind="input", out_bytes=1.0)
+    for i in range(layers):
+        w = b.add_node(f"w{i}", kind="input", out_bytes=weight)
+        x = b.add_node(
+            f"mm{i}", inputs=[x, w], cost=2.0, out_bytes=activation, edge_costs=[1.0, 0.0]
+        )
+    return b.build()
+
+
 def _llama_like():
     """Eight layers of a weight-heavy chain: 8 weights of 10 bytes, activations of 1."""
-    b = GraphBuilder("weights")
-    x = b.add_node("x", kind="input", out_bytes=1.0)
-    for i in range(8):
-        w = b.add_node(f"w{i}", kind="input", out_bytes=10.0)
-        x = b.add_node(f"mm{i}", inputs=[x, w], cost=2.0, out_bytes=1.0, edge_costs=[1.0, 0.0])
-    return b.build()
+    return _chain()
 
 
 @pytest.mark.parametrize("name", sorted(CAPPED))
@@ -303,12 +311,7 @@ def test_pipeline_bottleneck_is_the_least_over_contiguous_splits(seed):
 def _activation_heavy():
     """A chain whose activations, not its weights, overflow a device: 4 weights of 1 byte,
     activations of 10 bytes, each freed once its consumer ends."""
-    b = GraphBuilder("activations")
-    x = b.add_node("x", kind="input", out_bytes=1.0)
-    for i in range(4):
-        w = b.add_node(f"w{i}", kind="input", out_bytes=1.0)
-        x = b.add_node(f"mm{i}", inputs=[x, w], cost=2.0, out_bytes=10.0, edge_costs=[1.0, 0.0])
-    return b.build()
+    return _chain("activations", layers=4, weight=1.0, activation=10.0)
 
 
 def test_pipeline_takes_the_balanced_split_when_only_the_simulated_peak_fits():
