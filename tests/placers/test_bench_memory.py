@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from doppler_lab.bench.memory import (
+from doppler_lab.bench.memory_bound import (
     PlacerRun,
     best_by_cap,
     cap_sweep,
