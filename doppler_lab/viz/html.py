@@ -411,16 +411,21 @@ def write_gantt_html(
     path: str | Path,
     title: str | None = None,
     time_unit: str | None = "auto",
+    subtitle: str | None = None,
 ) -> Path:
-    """Write one self-contained HTML page holding the Gantt chart of ``trace``.
+    """Write one self-contained HTML page holding the Gantt chart of ``trace`` (``subtitle``:
+    the line under the title; default: the makespan, when ``title`` is given).
 
-    ``time_unit="auto"`` labels the axis in seconds for graphs whose costs come from the cost
-    model, and leaves it unlabelled for graphs with explicit costs (the paper's units).
+    ``time_unit="auto"``: seconds for graphs whose costs come from the cost model, cost units
+    for graphs with explicit costs (the paper's files); see
+    :func:`~doppler_lab.viz.gantt.resolve_time_unit`.
     """
-    from .gantt import gantt
+    from .gantt import format_span, gantt, resolve_time_unit
 
-    if time_unit == "auto":
-        time_unit = None if graph is not None and graph.compute_cost is not None else "s"
-    report = HtmlReport(title or f"{trace.graph_name}: makespan {trace.makespan:.6g}")
-    report.figure(gantt(trace, graph, title=title, time_unit=time_unit))
+    unit = resolve_time_unit(trace, graph, time_unit)
+    report = HtmlReport(
+        title or f"{trace.graph_name}: makespan {format_span(trace.makespan, unit)}",
+        subtitle or (f"makespan {format_span(trace.makespan, unit)}" if title else None),
+    )
+    report.figure(gantt(trace, graph, title=title, time_unit=unit))
     return report.write(path)
