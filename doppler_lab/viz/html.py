@@ -183,6 +183,7 @@ _BANNER = (
     '<span class="doppler-banner" style="margin-left:16px;padding:2px 10px;border-radius:10px;'
     'background:#fff8c5;color:#7d4e00;border:1px solid #d4a72c;font-weight:600">{text}</span>'
 )
+_STAMP = '<span style="float:right;color:#6a737d">{text}</span>'
 #: the banner of a page built with a notebook's quick profile
 QUICK_BANNER = "quick profile: smoke-test sizes, not the experiment"
 #: the index's longer word on it
@@ -197,16 +198,66 @@ def banner_html(text: str) -> str:
     return _BANNER.format(text=_inline(text))
 
 
-def with_back_link(page: str, href: str | None, banner: str | None = None) -> str:
+def with_back_link(
+    page: str, href: str | None, banner: str | None = None, stamp: str | None = None
+) -> str:
     """``page`` (a whole HTML page) with a bar at the top of its body that stays in view: a
-    link to the index ``href`` (when given) and a ``banner`` (when given, inline markdown)."""
+    link to the index ``href`` (when given), a ``banner`` (when given, inline markdown) and a
+    muted ``stamp`` on the right (when given, inline markdown: the code version that made it)."""
     m = re.search(r"<body[^>]*>", page)
-    if m is None or (href is None and banner is None):
+    if m is None or (href is None and banner is None and stamp is None):
         return page
     content = "" if href is None else _BACK_LINK.format(href=html.escape(href))
     if banner:
         content += banner_html(banner)
+    if stamp:
+        content += _STAMP.format(text=_inline(stamp))
     return page[: m.end()] + _BAR.format(content=content) + page[m.end() :]
+
+
+#: the file name of plotly.js in a report site's ``assets/`` folder
+PLOTLY_ASSET = "plotly.min.js"
+_PLOTLY_BUNDLE = re.compile(r"<script[^>]*>\s*/\*\*?\s*\*?\s*plotly\.js v\d")
+
+
+def plotly_script(src: str | None = None) -> str:
+    """The ``<script>`` that loads plotly.js: from the address ``src`` (a site's shared copy),
+    or the whole library inline (a page that opens alone, offline)."""
+    if src is not None:
+        return f'<script src="{html.escape(src)}" charset="utf-8"></script>'
+    require("plotly.offline", "an HTML page with charts")
+    from plotly.offline import get_plotlyjs
+
+    return f'<script type="text/javascript">{get_plotlyjs()}</script>'
+
+
+def holds_plotly_bundle(text: str) -> bool:
+    """Whether HTML (a page, or one output of a notebook: plotly's ``notebook`` renderer puts
+    the library into a notebook's first chart output) carries plotly.js itself."""
+    return bool(_PLOTLY_BUNDLE.search(text))
+
+
+def with_plotly(page: str, src: str | None = None) -> str:
+    """``page`` with plotly.js loaded once in its head (see :func:`plotly_script`) when it draws
+    a chart and does not carry the library already; else ``page`` as is."""
+    if "Plotly.newPlot" not in page or holds_plotly_bundle(page):
+        return page
+    return page.replace("</head>", plotly_script(src) + "</head>", 1)
+
+
+def write_plotly_asset(folder: str | Path) -> Path:
+    """plotly.js as ``folder/plotly.min.js``, the one copy a report site's pages load (written
+    only when missing or different); returns its path."""
+    require("plotly.offline", "a report site with charts")
+    from plotly.offline import get_plotlyjs
+
+    from ..house.atomic import atomic_write
+
+    path = Path(folder) / PLOTLY_ASSET
+    text = get_plotlyjs()
+    if path.exists() and path.stat().st_size == len(text.encode()) and path.read_text() == text:
+        return path
+    return atomic_write(path, text)
 
 
 def with_title(page: str, title: str) -> str:
@@ -373,12 +424,7 @@ class HtmlReport:
 
     def to_html(self) -> str:
         """The whole page as a string."""
-        head_js = ""
-        if self._figures:
-            require("plotly.offline", "an HTML report with charts")
-            from plotly.offline import get_plotlyjs
-
-            head_js = f'<script type="text/javascript">{get_plotlyjs()}</script>'
+        head_js = plotly_script() if self._figures else ""
         top = [f"<h1>{html.escape(self.title, quote=False)}</h1>"]
         if self.subtitle:
             top.append(f'<p class="subtitle">{_inline(self.subtitle)}</p>')

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import re
+
 import nbformat
 from papermill.translators import PythonTranslator
 
-from doppler_lab.reporting.notebook_runs import NOTEBOOKS_DIR, notebook_parameters
+from doppler_lab.reporting.notebook_runs import NOTEBOOKS_DIR, notebook_parameters, render_html
+from doppler_lab.viz.widgets import SNAPSHOT_CLASS
 
 
 def test_placement_explorer_defaults_step_the_learned_policy(run_notebook):
@@ -39,3 +42,33 @@ def test_papermill_reads_every_parameter():
     cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     seen = {p.name for p in PythonTranslator.inspect(cell)}
     assert seen == set(notebook_parameters(NOTEBOOKS_DIR / "11_placement_explorer.ipynb"))
+
+
+def test_explorer_page_draws_offline(run_notebook, tmp_path):
+    """Run as JupyterLab would (the widgets live, their state saved in the notebook, as
+    nbconvert --execute saves it), the rendered page draws the explorer's view with no widget
+    manager and nothing from the network: the controls' values, the table, the Gantt charts."""
+    run_notebook(
+        "11_placement_explorer.ipynb",
+        workload="chainmm",
+        scale="tiny",
+        noise_seeds=2,
+        first="round-robin",
+        second="cp",
+        second_checkpoint="",
+        stepped="cp",
+        show_steps="0",
+        interactive=True,
+    )
+    executed = tmp_path / "11_placement_explorer" / "11_placement_explorer.ipynb"
+    nb = nbformat.read(str(executed), as_version=4)
+    assert nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    page = render_html(executed, tmp_path / "page.html").read_text()
+    cell = page[page.index('id="Interactive-explorer"') :]
+    view = cell[cell.index(SNAPSHOT_CLASS) :]
+    assert "Plotly.newPlot" in view[:200_000]  # the Gantt charts are drawn there
+    assert "round-robin" in view[:50_000] and "makespan (us)" in view[:50_000]
+    assert "widget-view+json" not in page and "widget-state+json" not in page
+    assert "html-manager" not in page and "unpkg" not in page
+    assert not re.search(r'<script[^>]+src="https?://', page)  # nothing fetched
+    assert page.count("plotly.js v") == 1  # a page that opens alone carries plotly.js once
