@@ -42,7 +42,7 @@ def exact_line(result: dict[str, Any], semantics: str, in_seconds: bool = True) 
     )
     own = result.get("schedule_makespan", math.nan)
     return (
-        f"  exact: {verdict} in its delay model (each device one op at a time, transfers "
+        f"  exact: {verdict} in CP-SAT's own delay model (each device one op at a time, transfers "
         f"without link contention): schedule {format_time(own, in_seconds)}, proven bound "
         f"{format_time(result['bound'], in_seconds)}, "
         f"gap {result['gap']:.3%} between the two; the makespan above is the {semantics} "
