@@ -146,14 +146,15 @@ def render_html(
     back_link: str | None = None,
     title: str | None = None,
     banner: str | None = None,
-    plotly_src: str | None = None,
+    assets_dir: str | os.PathLike | None = None,
     stamp: str | None = None,
 ) -> Path:
     """Render an executed notebook to HTML that draws offline (no input prompts).
 
-    Its charts are live: plotly.js is loaded once, in the page's head, from ``plotly_src`` (a
+    Its charts are live: plotly.js is loaded once, in the page's head, from ``assets_dir`` (a
     site's shared copy) or inline (a page that opens alone); a copy of plotly.js inside the
-    notebook's outputs is dropped. Widgets are drawn by their static view (see
+    notebook's outputs is dropped. With ``assets_dir`` the page's style sheet (nbconvert's, a
+    quarter of a megabyte) is shared there too. Widgets are drawn by their static view (see
     :func:`static_widget_outputs`): no widget manager is fetched from the network.
 
     Args:
@@ -162,8 +163,8 @@ def render_html(
         back_link: the index's address, linked in a bar at the top of the page.
         title: the browser title (inline markdown is stripped); default nbconvert's.
         banner: a line shown in that bar, e.g. :data:`~doppler_lab.viz.html.QUICK_BANNER`.
-        plotly_src: where the page loads plotly.js from (relative to the page), e.g.
-            ``../assets/plotly.min.js``; None: inline.
+        assets_dir: a site's folder of shared files (see
+            :func:`~doppler_lab.viz.html.with_shared_assets`); None: a page that holds all.
         stamp: a muted note at the right of that bar (the code version that made the page).
     """
     nbformat = require("nbformat", "rendering a notebook to HTML")
@@ -171,7 +172,13 @@ def render_html(
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
 
-    from ..viz.html import markdown_to_text, with_back_link, with_plotly, with_title
+    from ..viz.html import (
+        markdown_to_text,
+        with_back_link,
+        with_plotly,
+        with_shared_assets,
+        with_title,
+    )
 
     nb = nbformat.read(str(executed_notebook), as_version=4)
     static_widget_outputs(nb)
@@ -184,7 +191,10 @@ def render_html(
     exporter.exclude_input_prompt = True
     exporter.exclude_output_prompt = True
     body, _ = exporter.from_notebook_node(nb)
-    body = with_plotly(body, plotly_src)
+    if assets_dir is None:
+        body = with_plotly(body)
+    else:
+        body = with_shared_assets(body, assets_dir, Path(html_path).parent)
     body = with_back_link(body, back_link, banner, stamp)
     if title:
         body = with_title(body, f"{markdown_to_text(title)} · doppler_lab")

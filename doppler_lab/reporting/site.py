@@ -9,7 +9,7 @@ writes into the site folder (``reports/site``, the copy kept in git; ``reports/q
 
     index.html                  title, question, headline results, status per notebook
     site.json                   the same, machine-readable (kept across --only runs)
-    assets/plotly.min.js        plotly.js, once for the whole site
+    assets/plotly.min.js        plotly.js, once for the whole site (and the pages' style sheet)
     <notebook>/<notebook>.ipynb the executed copy
     <notebook>/<notebook>.html  rendered, charts live and offline (plotly.js from assets/)
     <notebook>/summary.json     what the notebook recorded
@@ -46,7 +46,6 @@ from typing import Any
 
 from ..house.deps import require
 from ..house.errors import ConfigError
-from ..viz.html import PLOTLY_ASSET
 from .notebook_runs import NOTEBOOKS_DIR, REPO_ROOT, notebook_parameters, render_html, run_notebook
 
 SITE_FORMAT = "doppler_lab.report_site"
@@ -394,7 +393,7 @@ def draw_page(result: NotebookResult, info: NotebookInfo, out_dir: Path) -> None
             back_link="../index.html",
             title=info.title,
             banner=_quick_banner() if result.profile == "quick" else None,
-            plotly_src=f"../{ASSETS}/{PLOTLY_ASSET}",
+            assets_dir=out_dir / ASSETS,
             stamp=page_stamp(result),
         )
         result.page = page.relative_to(out_dir).as_posix()
@@ -483,8 +482,6 @@ def build_site(
     """
     from tqdm.auto import tqdm
 
-    from ..viz.html import write_plotly_asset
-
     out = Path(out_dir if out_dir is not None else QUICK_SITE if quick else DEFAULT_SITE).resolve()
     notebooks = find_notebooks(only, notebooks_dir)
     overrides = dict(parameters or {})
@@ -501,7 +498,6 @@ def build_site(
             profile = "custom"
         plans.append((info, {**(params or {}), **extra}, profile))
     out.mkdir(parents=True, exist_ok=True)
-    write_plotly_asset(out / ASSETS)
     earlier = {r.stem: r for r in read_site(out)}
     fresh: dict[str, NotebookResult] = {}
     failed = False

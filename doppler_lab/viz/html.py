@@ -245,6 +245,37 @@ def with_plotly(page: str, src: str | None = None) -> str:
     return page.replace("</head>", plotly_script(src) + "</head>", 1)
 
 
+_HEAD_STYLE = re.compile(r"<style[^>]*>.*?</style>", flags=re.S)
+
+
+def with_shared_assets(page: str, assets_dir: str | Path, page_dir: str | Path) -> str:
+    """``page`` loading its heavy parts from a site's folder of shared files: plotly.js
+    (:func:`write_plotly_asset`; when the page draws a chart) and the style sheets of its head
+    (as one ``notebook-<digest>.css``, written there once), each linked by its path from
+    ``page_dir``."""
+    import hashlib
+    import os
+
+    from ..house.atomic import atomic_write
+
+    folder = Path(assets_dir)
+    href = Path(os.path.relpath(folder, page_dir)).as_posix()
+    end = page.find("</head>")
+    styles = _HEAD_STYLE.findall(page, 0, end) if end > 0 else []
+    if styles:
+        css = "\n".join(re.sub(r"^<style[^>]*>|</style>$", "", s) for s in styles)
+        name = f"notebook-{hashlib.sha256(css.encode()).hexdigest()[:8]}.css"
+        if not (folder / name).exists():
+            atomic_write(folder / name, css)
+        head = _HEAD_STYLE.sub("", page[:end])
+        link = f'<link rel="stylesheet" href="{html.escape(href)}/{name}">'
+        page = head + link + page[end:]
+    if "Plotly.newPlot" in page and not holds_plotly_bundle(page):
+        write_plotly_asset(folder)
+        page = with_plotly(page, f"{href}/{PLOTLY_ASSET}")
+    return page
+
+
 def write_plotly_asset(folder: str | Path) -> Path:
     """plotly.js as ``folder/plotly.min.js``, the one copy a report site's pages load (written
     only when missing or different); returns its path."""

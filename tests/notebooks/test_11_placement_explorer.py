@@ -8,6 +8,17 @@ from papermill.translators import PythonTranslator
 from doppler_lab.reporting.notebook_runs import NOTEBOOKS_DIR, notebook_parameters, render_html
 from doppler_lab.viz.widgets import SNAPSHOT_CLASS
 
+#: round robin against the Critical Path teacher on a tiny chainmm, cp stepped
+RR_VS_CP = dict(
+    workload="chainmm",
+    scale="tiny",
+    noise_seeds=2,
+    first="round-robin",
+    second="cp",
+    second_checkpoint="",
+    stepped="cp",
+)
+
 
 def test_placement_explorer_defaults_step_the_learned_policy(run_notebook):
     s = run_notebook("11_placement_explorer.ipynb", workload="chainmm", scale="tiny", noise_seeds=2)
@@ -16,17 +27,7 @@ def test_placement_explorer_defaults_step_the_learned_policy(run_notebook):
 
 
 def test_placement_explorer(run_notebook):
-    s = run_notebook(
-        "11_placement_explorer.ipynb",
-        workload="chainmm",
-        scale="tiny",
-        noise_seeds=2,
-        show_steps="0,3,100000",
-        first="round-robin",
-        second="cp",
-        second_checkpoint="",
-        stepped="cp",
-    )
+    s = run_notebook("11_placement_explorer.ipynb", **RR_VS_CP, show_steps="0,3,100000")
     assert set(s["makespans"]) == {"round-robin", "cp"}
     assert all(m >= s["lower_bound"] * (1 - 1e-9) for m in s["makespans"].values())
     assert all(r >= 1 - 1e-9 for r in s["ratio_lb"].values())
@@ -48,18 +49,7 @@ def test_explorer_page_draws_offline(run_notebook, tmp_path):
     """Run as JupyterLab would (the widgets live, their state saved in the notebook, as
     nbconvert --execute saves it), the rendered page draws the explorer's view with no widget
     manager and nothing from the network: the controls' values, the table, the Gantt charts."""
-    run_notebook(
-        "11_placement_explorer.ipynb",
-        workload="chainmm",
-        scale="tiny",
-        noise_seeds=2,
-        first="round-robin",
-        second="cp",
-        second_checkpoint="",
-        stepped="cp",
-        show_steps="0",
-        interactive=True,
-    )
+    run_notebook("11_placement_explorer.ipynb", **RR_VS_CP, show_steps="0", interactive=True)
     executed = tmp_path / "11_placement_explorer" / "11_placement_explorer.ipynb"
     nb = nbformat.read(str(executed), as_version=4)
     assert nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
