@@ -257,6 +257,7 @@ class ExplorerWidget:
         self.gantt = w.Output()
         self.episode = EpisodePanel()
         self.comparison: Comparison | None = None
+        self._episode_message = ""
         self._updating = False
         for i, dd in enumerate(self.placers):
             dd.observe(lambda change, i=i: self._on_placer(i), names="value")
@@ -365,8 +366,8 @@ class ExplorerWidget:
         return cmp
 
     def _update_episode(self, cmp: Comparison) -> None:
-        stepper, message = episode_stepper(cmp, [self.choice(0), self.choice(1)])
-        self.episode.set_stepper(stepper, message)
+        stepper, self._episode_message = episode_stepper(cmp, [self.choice(0), self.choice(1)])
+        self.episode.set_stepper(stepper, self._episode_message)
 
     def snapshot(self) -> str:
         """The explorer's current view as static HTML (:func:`snapshot_html`), for pages
@@ -377,7 +378,7 @@ class ExplorerWidget:
         return snapshot_html(
             self.comparison,
             [self.choice(0), self.choice(1)],
-            episode_line(stepper) if stepper is not None else self.episode.info.value,
+            episode_line(stepper) if stepper is not None else self._episode_message,
         )
 
 
