@@ -452,6 +452,16 @@ def test_report_command_default_folders(monkeypatch, tmp_path):
     assert (site_module.DEFAULT_SITE, site_module.QUICK_SITE) == ("reports/site", "reports/quick")
 
 
+def test_reports_index_opens_the_shipped_site():
+    page = (NOTEBOOKS_DIR.parent / "reports" / "index.html").read_text()
+    assert 'content="0; url=site/index.html"' in page and 'href="site/index.html"' in page
+
+
+def test_render_command_checks_its_notebook(tmp_path, capsys):
+    assert main(["report", "--render", str(tmp_path / "none.ipynb")]) == 2
+    assert "expected an existing .ipynb file" in capsys.readouterr().err
+
+
 def test_widgets_are_drawn_static_without_a_manager():
     """A rendered page never fetches a widget manager: saved widget state is dropped, a widget
     view gives way to the output's static view, a widget with none gets a note."""

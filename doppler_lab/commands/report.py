@@ -57,6 +57,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "the same code version, notebook cells and parameters (by default that run is reused)",
     )
     p.add_argument("--list", action="store_true", help="list the notebooks and their quick profile")
+    p.add_argument(
+        "--render",
+        metavar="NOTEBOOK",
+        help="only render NOTEBOOK (one you ran, e.g. in JupyterLab) to one HTML page that draws "
+        "offline: plotly.js in it once, widgets as their static view, nothing from a CDN; "
+        "--out names the page (default: the notebook's name with .html)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.timeout < 1:
         raise ConfigError(f"--timeout must be >= 1 second, got {args.timeout}")
+    if args.render:
+        return _render(args)
     if args.list:
         for path in find_notebooks(args.only, args.notebooks):
             quick = quick_parameters(path)
@@ -111,3 +120,19 @@ def _command_line(args: argparse.Namespace) -> str:
     flags = (("--quick", args.quick), ("--keep-going", args.keep_going), ("--rerun", args.rerun))
     parts += [flag for flag, on in flags if on]
     return " ".join(shlex.quote(p) for p in parts)
+
+
+def _render(args: argparse.Namespace) -> int:
+    """``--render``: one executed notebook to one page."""
+    from pathlib import Path
+
+    from ..house.errors import ConfigError
+    from ..reporting.notebook_runs import render_html
+    from ..reporting.site import notebook_info
+
+    notebook = Path(args.render)
+    if notebook.suffix != ".ipynb" or not notebook.is_file():
+        raise ConfigError(f"--render {args.render}: expected an existing .ipynb file")
+    page = Path(args.out) if args.out else notebook.with_suffix(".html")
+    print(f"wrote {render_html(notebook, page, title=notebook_info(notebook).title)}")
+    return 0

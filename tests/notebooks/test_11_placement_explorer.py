@@ -5,7 +5,8 @@ import re
 import nbformat
 from papermill.translators import PythonTranslator
 
-from doppler_lab.reporting.notebook_runs import NOTEBOOKS_DIR, notebook_parameters, render_html
+from doppler_lab.cli import main
+from doppler_lab.reporting.notebook_runs import NOTEBOOKS_DIR, notebook_parameters
 from doppler_lab.viz.widgets import SNAPSHOT_CLASS
 
 #: round robin against the Critical Path teacher on a tiny chainmm, cp stepped
@@ -48,12 +49,15 @@ def test_papermill_reads_every_parameter():
 def test_explorer_page_draws_offline(run_notebook, tmp_path):
     """Run as JupyterLab would (the widgets live, their state saved in the notebook, as
     nbconvert --execute saves it), the rendered page draws the explorer's view with no widget
-    manager and nothing from the network: the controls' values, the table, the Gantt charts."""
+    manager and nothing from the network: the controls' values, the table, the Gantt charts;
+    the page's title is the notebook's."""
     run_notebook("11_placement_explorer.ipynb", **RR_VS_CP, show_steps="0", interactive=True)
     executed = tmp_path / "11_placement_explorer" / "11_placement_explorer.ipynb"
     nb = nbformat.read(str(executed), as_version=4)
     assert nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
-    page = render_html(executed, tmp_path / "page.html").read_text()
+    # exported as a user would: doppler-lab report --render (render_html)
+    assert main(["report", "--render", str(executed), "--out", str(tmp_path / "page.html")]) == 0
+    page = (tmp_path / "page.html").read_text()
     cell = page[page.index('id="Interactive-explorer"') :]
     view = cell[cell.index(SNAPSHOT_CLASS) :]
     assert "Plotly.newPlot" in view[:200_000]  # the Gantt charts are drawn there
@@ -62,3 +66,4 @@ def test_explorer_page_draws_offline(run_notebook, tmp_path):
     assert "html-manager" not in page and "unpkg" not in page
     assert not re.search(r'<script[^>]+src="https?://', page)  # nothing fetched
     assert page.count("plotly.js v") == 1  # a page that opens alone carries plotly.js once
+    assert "<title>Placement explorer: two placers side by side" in page
