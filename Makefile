@@ -34,11 +34,12 @@ format: $(STAMP)
 	$(BIN)/ruff format doppler_lab tests
 	$(BIN)/ruff check --fix doppler_lab tests
 
+# the site kept in git: reports/site (runs of the same code version and parameters are reused)
 reports: $(STAMP)
-	$(BIN)/doppler-lab report --out reports --keep-going
+	$(BIN)/doppler-lab report --out reports/site --keep-going
 
 reports-quick: $(STAMP)
-	$(BIN)/doppler-lab report --out reports --keep-going --quick
+	$(BIN)/doppler-lab report --out reports/quick --keep-going --quick
 
 bench: $(STAMP)
 	$(BIN)/doppler-lab bench sim

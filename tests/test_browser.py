@@ -47,7 +47,13 @@ def dump_dom(page: Path, profile: Path) -> str:
 def site(tmp_path_factory):
     out = tmp_path_factory.mktemp("site")
     built = build_site(
-        out, only=["00_quickstart"], parameters={"00": {"scale": 0.05}}, progress=False
+        out,
+        only=["00_quickstart", "11_placement_explorer"],
+        parameters={
+            "00": {"scale": 0.05},
+            "11": {"workload": "chainmm", "scale": "tiny", "noise_seeds": 2, "show_steps": "0"},
+        },
+        progress=False,
     )
     assert built.ok, [(r.stem, r.error) for r in built.results if r.status == "failed"]
     return built
@@ -64,8 +70,21 @@ def test_index_page_links_the_notebook(site, tmp_path):
 
 def test_notebook_page_draws_the_gantt_chart(site, tmp_path):
     page = site.out_dir / "00_quickstart" / "00_quickstart.html"
-    assert "plotly.js v" in page.read_text()[:10_000_000]  # plotly.js is embedded
+    # plotly.js is the site's one copy, beside the pages (no CDN)
+    assert '<script src="../assets/plotly.min.js"' in page.read_text()
+    assert "plotly.js v" in (site.out_dir / "assets" / "plotly.min.js").read_text()[:200]
     dom = dump_dom(page, tmp_path / "profile")
     assert dom.count('class="main-svg"') >= 2  # plotly drew its SVG layers
     assert 'class="trace bars"' in dom  # the Gantt bars
     assert re.search(r'class="point"', dom)  # individual bars were drawn
+
+
+def test_explorer_page_draws_the_explorer_offline(site, tmp_path):
+    """Where JupyterLab shows the explorer's widgets, the page draws their first view: the
+    table and the Gantt charts, with the network cut."""
+    page = site.out_dir / "11_placement_explorer" / "11_placement_explorer.html"
+    dom = dump_dom(page, tmp_path / "profile")
+    view = dom[dom.index('class="doppler-explorer-static"') :]
+    assert "makespan (us)" in view[:50_000]  # the metrics table
+    assert view.count('class="main-svg"') >= 2  # plotly drew the Gantt charts there
+    assert 'class="trace bars"' in view

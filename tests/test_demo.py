@@ -57,3 +57,13 @@ def test_report_has_every_section(quick_demo):
 def test_bad_scale_is_refused(capsys):
     assert main(["demo", "--scale", "0", "--out", "unused"]) == 2
     assert "--scale" in capsys.readouterr().err
+
+
+def test_imported_model_step_shows_placers_that_differ(quick_demo):
+    """The bring-your-own-model section is sized so that it shows something: cp and doppler
+    place the imported Llama differently, and not all on one device."""
+    _, summary = quick_demo
+    rows = summary["imported"]["rows"]
+    assert [r["placer"] for r in rows] == ["cp", "doppler"]
+    assert rows[0]["makespan"] != pytest.approx(rows[1]["makespan"], rel=1e-3)
+    assert max(r["devices_used"] for r in rows) > 1

@@ -187,6 +187,6 @@ def test_the_exact_placer_line_says_what_its_gap_is_against():
         },
         "wc",
     )
-    assert "not proven optimal" in line and "delay model" in line
+    assert "not proven optimal" in line and "CP-SAT's own delay model" in line
     assert "schedule 125 us, proven bound 100 us, gap 20.000% between the two" in line
     assert "the wc simulator's" in line

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import nbformat
@@ -324,3 +325,169 @@ def test_findings_show_in_the_notebook_and_the_summary(tmp_path):
     )
     with pytest.raises(ConfigError, match="no findings for notebook '99_x'"):
         finish("99_x", tmp_path, summary)
+
+
+# -- the shipped site: plotly.js once, the code version on every page, runs reused --------------
+FIGURE = (
+    "import plotly.graph_objects as go\n"
+    "from doppler_lab.reporting.notebook_runs import setup_notebook\n"
+    "setup_notebook(interactive)\n"
+    "go.Figure(go.Bar(x=[1, 2], y=[3, value]))"
+)
+
+
+def test_pages_load_plotly_once_from_the_site(tmp_path):
+    from doppler_lab.house.codeversion import code_version
+
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    for stem in ("00_chart", "01_chart"):
+        _notebook(folder, stem, FIGURE)
+    out = tmp_path / "site"
+    site = build_site(out, notebooks_dir=folder, progress=False)
+    assert site.ok
+    asset = out / "assets" / "plotly.min.js"
+    assert asset.stat().st_size > 1_000_000  # the library, once for the site
+    for r in site.results:
+        page = (out / r.page).read_text()
+        # referenced, not inlined: the page is small and draws with the shared copy
+        assert page.count('<script src="../assets/plotly.min.js"') == 1
+        assert "plotly.js v" not in page and "Plotly.newPlot" in page
+        # so is nbconvert's style sheet (a quarter of a megabyte)
+        css = re.findall(r'<link rel="stylesheet" href="\.\./assets/(notebook-\w+\.css)">', page)
+        assert len(css) == 1 and (out / "assets" / css[0]).stat().st_size > 100_000
+        assert "<style" not in page[: page.index("</head>")]
+        assert len(page.encode()) < 100_000
+        executed = (out / r.stem / f"{r.stem}.ipynb").read_text()
+        assert "plotly.js v" not in executed  # the kept run does not carry it either
+        # no CDN: nothing the page loads comes from another host
+        assert not re.search(r'<script[^>]+src="https?://', page)
+        # stamped with the code version that made its numbers
+        assert r.code_version == code_version()
+        assert f"code version <code>{code_version()}</code>" in page
+    index = site.index.read_text()
+    assert f"code version <code>{code_version()}</code>" in index
+    assert json.loads((out / "site.json").read_text())["code_version"] == code_version()
+
+
+def test_a_build_reuses_runs_of_the_same_code_parameters_and_notebook(
+    notebooks, tmp_path, monkeypatch
+):
+    import doppler_lab.reporting.site as site_module
+
+    out = tmp_path / "site"
+    first = build_site(out, only=["01"], notebooks_dir=notebooks, quick=True, progress=False)
+    run = {r.stem: r for r in first.results}["01_works"]
+    assert run.status == "ok" and not run.reused
+    page = out / run.page
+    page.write_text("stale")  # a reused run's page is drawn anew from its executed copy
+    executed: list[str] = []
+    real = site_module.run_notebook
+
+    def counting(path, *args, **kwargs):
+        executed.append(Path(path).stem)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(site_module, "run_notebook", counting)
+    again = build_site(out, only=["01"], notebooks_dir=notebooks, quick=True, progress=False)
+    kept = {r.stem: r for r in again.results}["01_works"]
+    assert executed == [] and kept.reused and kept.status == "ok"
+    assert kept.finished == run.finished and kept.key_numbers == run.key_numbers
+    assert "Title of 01_works" in page.read_text()
+    assert "reused by this build" in again.index.read_text()
+    # a changed parameter runs it again
+    changed = build_site(
+        out,
+        only=["01"],
+        notebooks_dir=notebooks,
+        parameters={"01": {"value": 3.0}},
+        progress=False,
+    )
+    assert executed == ["01_works"]
+    assert {r.stem: r for r in changed.results}["01_works"].key_numbers["value"] == 6.0
+    # so does --rerun, another code version, or an edited notebook
+    build_site(
+        out,
+        only=["01"],
+        notebooks_dir=notebooks,
+        parameters={"01": {"value": 3.0}},
+        progress=False,
+        rerun=True,
+    )
+    assert executed == ["01_works"] * 2
+    monkeypatch.setattr("doppler_lab.house.codeversion.code_version", lambda: "0" * 12)
+    build_site(
+        out, only=["01"], notebooks_dir=notebooks, parameters={"01": {"value": 3.0}}, progress=False
+    )
+    assert executed == ["01_works"] * 3
+    monkeypatch.undo()
+    monkeypatch.setattr(site_module, "run_notebook", counting)
+    nb = nbformat.read(str(notebooks / "01_works.ipynb"), as_version=4)
+    nb.cells[3].source = "value = value * 3"
+    nbformat.write(nb, str(notebooks / "01_works.ipynb"))
+    edited = build_site(
+        out, only=["01"], notebooks_dir=notebooks, parameters={"01": {"value": 3.0}}, progress=False
+    )
+    assert executed == ["01_works"] * 4
+    assert {r.stem: r for r in edited.results}["01_works"].key_numbers["value"] == 9.0
+
+
+def test_report_command_default_folders(monkeypatch, tmp_path):
+    """``doppler-lab report`` builds reports/site (kept in git), ``--quick`` reports/quick."""
+    import doppler_lab.reporting.site as site_module
+
+    seen = []
+
+    def fake(out_dir=None, **kwargs):
+        seen.append((out_dir, kwargs["quick"], kwargs["rerun"], kwargs["command"]))
+        return site_module.Site(tmp_path, tmp_path / "index.html", [], [])
+
+    monkeypatch.setattr(site_module, "build_site", fake)
+    assert main(["report", "--no-progress"]) == 0
+    assert main(["report", "--quick", "--rerun", "--no-progress"]) == 0
+    assert seen == [
+        (None, False, False, "doppler-lab report"),
+        (None, True, True, "doppler-lab report --quick --rerun"),
+    ]
+    assert (site_module.DEFAULT_SITE, site_module.QUICK_SITE) == ("reports/site", "reports/quick")
+
+
+def test_reports_index_opens_the_shipped_site():
+    page = (NOTEBOOKS_DIR.parent / "reports" / "index.html").read_text()
+    assert 'content="0; url=site/index.html"' in page and 'href="site/index.html"' in page
+
+
+def test_render_command_checks_its_notebook(tmp_path, capsys):
+    assert main(["report", "--render", str(tmp_path / "none.ipynb")]) == 2
+    assert "expected an existing .ipynb file" in capsys.readouterr().err
+
+
+def test_widgets_are_drawn_static_without_a_manager():
+    """A rendered page never fetches a widget manager: saved widget state is dropped, a widget
+    view gives way to the output's static view, a widget with none gets a note."""
+    from doppler_lab.reporting.notebook_runs import WIDGET_NOTE, WIDGET_VIEW, static_widget_outputs
+
+    view = {WIDGET_VIEW: {"model_id": "m1", "version_major": 2, "version_minor": 0}}
+    nb = new_notebook(
+        cells=[
+            new_code_cell(
+                "x",
+                outputs=[
+                    nbformat.v4.new_output(
+                        "display_data", {**view, "text/html": "<b>static</b>", "text/plain": "x"}
+                    ),
+                    nbformat.v4.new_output(
+                        "display_data", {**view, "text/plain": "VBox(children=(Button(),))"}
+                    ),
+                    nbformat.v4.new_output("display_data", {**view, "text/plain": "100%| 4/4"}),
+                ],
+            )
+        ]
+    )
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {"m1": {}}}}
+    assert static_widget_outputs(nb) == 3
+    first, bare, bar = (o["data"] for o in nb.cells[0].outputs)
+    assert "widgets" not in nb.metadata
+    assert first == {"text/html": "<b>static</b>", "text/plain": "x"}
+    assert bare == {"text/html": WIDGET_NOTE}
+    assert bar == {"text/plain": "100%| 4/4"}  # a progress bar keeps its text

@@ -17,6 +17,7 @@ BENCHMARKS: dict[str, str] = {
     "fidelity": "doppler_lab.bench.fidelity",
     "import": "doppler_lab.bench.importing",
     "general": "doppler_lab.bench.general",
+    "memory": "doppler_lab.bench.memory_bound",
 }
 
 __all__ = ["BENCHMARKS", "write_report"]

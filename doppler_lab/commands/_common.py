@@ -208,9 +208,12 @@ def print_json(obj: dict[str, Any]) -> None:
 def source_label(source: str) -> str:
     """A learned placer's winning candidate in words: ``greedy`` -> ``greedy rollout``,
     ``sample`` -> ``sampled rollout``, ``greedy on K devices`` -> ``greedy rollout on K
-    devices``, ``clustering`` -> ``clustering placement``, ``partition`` as it is."""
-    if source == "clustering":
-        return "clustering placement"
+    devices``, ``clustering`` -> ``clustering placement``, a memory baseline (``etf``,
+    ``m-sct``, ``pipeline``) -> ``NAME placement``, ``partition`` as it is."""
+    from ..placers.memory_fit import MEMORY_BASELINE_PLACERS
+
+    if source == "clustering" or source in MEMORY_BASELINE_PLACERS:
+        return f"{source} placement"
     return (
         str(source).replace("greedy", "greedy rollout", 1).replace("sample", "sampled rollout", 1)
     )

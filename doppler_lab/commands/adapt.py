@@ -17,7 +17,7 @@ from typing import Any
 
 from ..house.deps import require
 from ..house.errors import ConfigError
-from ..house.progress import show_progress
+from ..house.progress import format_time, show_progress
 from ._common import (
     add_cluster_arguments,
     add_graph_argument,
@@ -144,9 +144,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(summary)
         return 0
+    secs = graph.compute_cost is None  # modelled costs are seconds; explicit ones the file's units
     print(
         f"adapted {ckpt.name} to {graph.name} ({cluster.name}, {semantics}) in {res.calls} "
-        f"simulator calls: makespan {res.start_cost:.6g} -> {res.best_cost:.6g} "
+        f"simulator calls: makespan {format_time(res.start_cost, secs)} -> "
+        f"{format_time(res.best_cost, secs)} "
         f"({summary['gain']:.1%} better; best from the {source_label(res.source)}), {wall:.3g} s"
     )
     if res.settle_steps >= 0:

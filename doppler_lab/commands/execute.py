@@ -8,7 +8,7 @@ from typing import Any
 
 from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError
-from ..house.progress import format_seconds, note, show_progress, timer
+from ..house.progress import format_seconds, format_time, note, show_progress, timer
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ._common import (
@@ -216,7 +216,7 @@ def _execute(args: argparse.Namespace, devices: Any) -> int:
             f"{graph.name}: {graph.num_nodes} nodes on {cluster.name} ({cluster.num_devices} {info['backend']} devices), placement {args.placement}"
         )
         print(
-            f"  makespan     {result.makespan:.6g} s  (median of {args.repeats}; min {result.makespans_s.min():.6g})"
+            f"  makespan     {format_time(result.makespan)}  (median of {args.repeats}; min {format_time(result.makespans_s.min())})"
         )
         print(f"  transfers    {trace.num_transfers}")
         print(f"  utilisation  {' '.join(f'{u:.0%}' for u in out['utilisation'])}")
@@ -304,9 +304,6 @@ def forecast_lines(f: dict[str, Any]) -> list[str]:
 
 
 def _write_gantt(trace, graph, path: str, title: str) -> Path:  # noqa: ANN001 - lazy imports
-    from ..viz.gantt import gantt
-    from ..viz.html import HtmlReport
+    from ..viz.html import write_gantt_html
 
-    report = HtmlReport(title)
-    report.figure(gantt(trace, graph, title=title, time_unit="s"))
-    return report.write(path)
+    return write_gantt_html(trace, graph, path, title=title, time_unit="s")

@@ -42,7 +42,7 @@ def exact_line(result: dict[str, Any], semantics: str, in_seconds: bool = True) 
     )
     own = result.get("schedule_makespan", math.nan)
     return (
-        f"  exact: {verdict} in its delay model (each device one op at a time, transfers "
+        f"  exact: {verdict} in CP-SAT's own delay model (each device one op at a time, transfers "
         f"without link contention): schedule {format_time(own, in_seconds)}, proven bound "
         f"{format_time(result['bound'], in_seconds)}, "
         f"gap {result['gap']:.3%} between the two; the makespan above is the {semantics} "
@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     # which one won
     keys = ("optimal", "bound", "gap", "status", "source", "rollout_cost", "clustering_cost")
     keys += ("memory_fit",)  # not by the static bound: simulated, repaired, packed, pipeline
-    for key in (*keys, "partition_cost"):
+    for key in (*keys, "partition_cost", "memory_cost"):
         if key in placement.meta:
             result[key] = placement.meta[key]
     if args.out:
@@ -207,15 +207,18 @@ def run(args: argparse.Namespace) -> int:
             ) from None
         result["out"] = str(args.out)
     if args.gantt:
-        from ..viz.gantt import gantt
-        from ..viz.html import HtmlReport
+        from ..viz.html import write_gantt_html
 
-        title = f"{graph.name}: {args.placer} on {cluster.name} ({args.semantics})"
-        report = HtmlReport(
-            title, subtitle=f"makespan {trace.makespan:.6g}, lower bound {lower:.6g}"
+        secs = graph.compute_cost is None  # modelled costs are seconds
+        page = write_gantt_html(
+            trace,
+            graph,
+            Path(args.gantt),
+            title=f"{graph.name}: {args.placer} on {cluster.name} ({args.semantics})",
+            subtitle=f"makespan {format_time(trace.makespan, secs)}, "
+            f"lower bound {format_time(lower, secs)}",
         )
-        report.figure(gantt(trace, graph))
-        result["gantt"] = str(report.write(Path(args.gantt)))
+        result["gantt"] = str(page)
     if args.json:
         print_json(result)
         return 0
@@ -245,13 +248,17 @@ def run(args: argparse.Namespace) -> int:
     if "optimal" in result:
         print(exact_line(result, args.semantics, secs))
     others = [
-        f"{label} {result[key]:.6g}"
-        for key, label in (("clustering_cost", "clustering"), ("partition_cost", "best partition"))
+        f"{label} {t(result[key])}"
+        for key, label in (
+            ("clustering_cost", "clustering"),
+            ("partition_cost", "best partition"),
+            ("memory_cost", "best memory baseline"),
+        )
         if math.isfinite(result.get(key) or math.nan)
     ]
     if "source" in result and others:
         print(
-            f"  best rollout {result['rollout_cost']:.6g}, {', '.join(others)}: the "
+            f"  best rollout {t(result['rollout_cost'])}, {', '.join(others)}: the "
             f"{source_label(result['source'])} won"
         )
     for key in ("out", "gantt"):

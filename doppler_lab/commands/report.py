@@ -1,4 +1,4 @@
-"""``doppler-lab report``: execute the notebooks and build the HTML report site (reports/)."""
+"""``doppler-lab report``: execute the notebooks and build the HTML report site (reports/site/)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from ..house.progress import show_progress
 from ._common import int_arg
 
 NAME = "report"
-HELP = "execute every notebook, render each to HTML, and write reports/index.html"
+HELP = "execute every notebook, render each to HTML, and write reports/site/index.html"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,7 +21,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="notebooks to run, by stem, number or name (00_quickstart, 00, quickstart); "
         "the index keeps the others' earlier results",
     )
-    p.add_argument("--out", default="reports", help="site folder (default: reports)")
+    p.add_argument(
+        "--out",
+        help="site folder (default: reports/site, the copy kept in git; with --quick: "
+        "reports/quick)",
+    )
     p.add_argument("--notebooks", metavar="DIR", help="notebooks folder (default: notebooks/)")
     p.add_argument(
         "--params-file",
@@ -46,7 +50,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="limit per cell (default 3600 s)",
     )
+    p.add_argument(
+        "--rerun",
+        action="store_true",
+        help="execute every notebook named, even one whose earlier run in the site folder had "
+        "the same code version, notebook cells and parameters (by default that run is reused)",
+    )
     p.add_argument("--list", action="store_true", help="list the notebooks and their quick profile")
+    p.add_argument(
+        "--render",
+        metavar="NOTEBOOK",
+        help="only render NOTEBOOK (one you ran, e.g. in JupyterLab) to one HTML page that draws "
+        "offline: plotly.js in it once, widgets as their static view, nothing from a CDN; "
+        "--out names the page (default: the notebook's name with .html)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.timeout < 1:
         raise ConfigError(f"--timeout must be >= 1 second, got {args.timeout}")
+    if args.render:
+        return _render(args)
     if args.list:
         for path in find_notebooks(args.only, args.notebooks):
             quick = quick_parameters(path)
@@ -78,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         notebooks_dir=args.notebooks,
         command=_command_line(args),
+        rerun=args.rerun,
     )
     print(f"wrote {site.index}")
     if not site.ok:
@@ -91,12 +111,28 @@ def _command_line(args: argparse.Namespace) -> str:
     parts = ["doppler-lab", "report"]
     if args.only:
         parts += ["--only", *args.only]
-    if args.out != "reports":
+    if args.out is not None:
         parts += ["--out", args.out]
     if args.notebooks:
         parts += ["--notebooks", args.notebooks]
     if args.params_file:
         parts += ["--params-file", args.params_file]
-    flags = (("--quick", args.quick), ("--keep-going", args.keep_going))
+    flags = (("--quick", args.quick), ("--keep-going", args.keep_going), ("--rerun", args.rerun))
     parts += [flag for flag, on in flags if on]
     return " ".join(shlex.quote(p) for p in parts)
+
+
+def _render(args: argparse.Namespace) -> int:
+    """``--render``: one executed notebook to one page."""
+    from pathlib import Path
+
+    from ..house.errors import ConfigError
+    from ..reporting.notebook_runs import render_html
+    from ..reporting.site import notebook_info
+
+    notebook = Path(args.render)
+    if notebook.suffix != ".ipynb" or not notebook.is_file():
+        raise ConfigError(f"--render {args.render}: expected an existing .ipynb file")
+    page = Path(args.out) if args.out else notebook.with_suffix(".html")
+    print(f"wrote {render_html(notebook, page, title=notebook_info(notebook).title)}")
+    return 0

@@ -21,7 +21,9 @@ have room for an op (``room``).
 :func:`fit_placement` is every placer's last step: a placement whose static bound fits, or whose
 simulated peak fits under every semantics, is returned as it is; otherwise it is repaired, else
 replaced by a placement packed by memory alone (:func:`pack`) or the contiguous stages of the
-``pipeline`` placer (:mod:`doppler_lab.placers.stage_split`), else the placer raises one line
+``pipeline`` placer (:mod:`doppler_lab.placers.stage_split`; where no split keeps within the
+static bound, which holds every activation for the whole run, the split balanced by compute
+alone when its simulated peak fits), else the placer raises one line
 that says the least memory the graph needs (:func:`no_fit_error`). ``meta["memory_fit"]`` says
 which, when it is not the static bound.
 
@@ -384,6 +386,11 @@ def check_floor(graph: DataflowGraph, caps: np.ndarray, placer: str) -> None:
         )
 
 
+#: what :func:`no_fit_error` suggests, and where that would name the placer itself
+_HINT = "the 'pipeline' placer or more memory"
+_NO_FIT_HINT = {"pipeline": "more memory"}
+
+
 def no_fit_error(graph: DataflowGraph, caps: np.ndarray, placer: str) -> PlacementError:
     """The one-line error of a placer that found nothing that fits: why none can, or the least
     memory it needs by the static bound (the largest op, all outputs and stored inputs)."""
@@ -398,7 +405,7 @@ def no_fit_error(graph: DataflowGraph, caps: np.ndarray, placer: str) -> Placeme
     return PlacementError(
         f"placer {placer!r}: found no placement of {graph.name!r} that fits {caps_text(caps)}; "
         f"the largest op needs {format_bytes(largest)}, every output and stored input once "
-        f"{format_bytes(total)} (the static bound); try the 'pipeline' placer or more memory"
+        f"{format_bytes(total)} (the static bound); try {_NO_FIT_HINT.get(placer, _HINT)}"
     )
 
 
@@ -440,7 +447,7 @@ class CappedSimulator:
             if key not in self._simulated:
                 if len(self._simulated) >= 256:  # a long search visits many: keep memory flat
                     self._simulated.clear()
-                self._simulated[key] = _simulated_fit(
+                self._simulated[key] = simulated_fit(
                     self._sim.graph, self._sim.cluster, row, self.caps
                 )
             ok[k] = self._simulated[key]
@@ -553,7 +560,9 @@ def pack(graph: DataflowGraph, caps: np.ndarray) -> np.ndarray | None:
     return repair(graph, dev, caps)
 
 
-def _simulated_fit(graph: DataflowGraph, cluster: Cluster, device: np.ndarray, caps) -> bool:
+def simulated_fit(graph: DataflowGraph, cluster: Cluster, device: np.ndarray, caps) -> bool:
+    """Whether placement ``device`` fits ``caps`` by its simulated peak under every semantics
+    (the test of a placement whose static bound does not fit)."""
     from ..timing.sim import SEMANTICS, Simulator
 
     for semantics in SEMANTICS:
@@ -561,6 +570,26 @@ def _simulated_fit(graph: DataflowGraph, cluster: Cluster, device: np.ndarray, c
         if trace.peak_memory_bytes is None or np.any(trace.peak_memory_bytes > caps):
             return False
     return True
+
+
+#: the memory baselines a learned placer judges as proposals where a graph does not fit on one
+#: device (:func:`doppler_lab.search.proposals.memory_candidates`): Baechi's m-ETF (placer
+#: ``etf``) and m-SCT, and the ``pipeline`` stages
+MEMORY_BASELINE_PLACERS: tuple[str, ...] = ("etf", "m-sct", "pipeline")
+
+
+def fits_one_device(graph: DataflowGraph, cluster: Cluster, cap: Any = "device") -> bool:
+    """Whether the whole graph fits on the device with the most memory (its static bound, or
+    its simulated peak under every semantics, as :func:`fit_devices` accepts a placement); True
+    where no cap can bind. False: a model that must be split to run at all."""
+    guard = MemoryGuard(graph, cluster, "", cap, check=False)
+    if not guard.active:
+        return True
+    caps = guard.caps
+    dev = np.full(graph.num_nodes, int(np.argmax(caps)), dtype=np.int64)
+    if bool(fits(static_bounds(graph, dev[None, :], caps.size)[0], caps)):
+        return True
+    return simulated_fit(graph, cluster, dev, caps)
 
 
 def fit_devices(
@@ -572,10 +601,11 @@ def fit_devices(
     fix: bool = True,
 ) -> tuple[np.ndarray, str | None]:
     """``device`` when it fits the caps, else its repair or the ``pipeline`` placer's stages
-    (memory first), with how it fits: None (its static bound, or no cap can bind),
-    ``"simulated"`` (its simulated peak under every semantics, the static bound does not),
-    ``"repaired"``, ``"packed"`` (:func:`pack`) or ``"pipeline"`` (the devices returned are
-    another placement).
+    (memory first; where no split keeps within the static bound, the split balanced by compute
+    alone when its simulated peak fits), with how it fits: None (its static bound, or no cap
+    can bind), ``"simulated"`` (its simulated peak under every semantics, the static bound does
+    not), ``"repaired"``, ``"packed"`` (:func:`pack`) or ``"pipeline"`` (the devices returned
+    are another placement).
 
     Raises:
         PlacementError: nothing found fits (:func:`no_fit_error`), or ``device`` does not and
@@ -588,7 +618,7 @@ def fit_devices(
     dev = np.asarray(device, dtype=np.int64)
     if bool(fits(static_bounds(graph, dev[None, :], caps.size)[0], caps)):
         return device, None
-    if _simulated_fit(graph, cluster, dev, caps):
+    if simulated_fit(graph, cluster, dev, caps):
         return device, "simulated"
     check_floor(graph, caps, placer)
     if not fix:
@@ -607,6 +637,10 @@ def fit_devices(
     if fixed is not None:
         return fixed, "packed"
     stages = memory_stages(graph, cluster, caps)
+    if stages is None:  # no split within the static bound: the one balanced by compute alone
+        stages = memory_stages(graph, cluster, np.full(caps.size, np.inf))
+        if stages is not None and not simulated_fit(graph, cluster, stages, caps):
+            stages = None
     if stages is not None:
         return stages, "pipeline"
     raise no_fit_error(graph, caps, placer)
@@ -651,6 +685,7 @@ def fit_schedule(graph: DataflowGraph, cluster: Cluster, schedule: Any, placer: 
 
 
 __all__ = [
+    "MEMORY_BASELINE_PLACERS",
     "CappedSimulator",
     "Footprint",
     "MemoryGuard",
@@ -661,11 +696,13 @@ __all__ = [
     "fit_placement",
     "fit_schedule",
     "fits",
+    "fits_one_device",
     "no_fit_error",
     "op_needs",
     "pack",
     "over_cap",
     "repair",
+    "simulated_fit",
     "start_placement",
     "static_bounds",
     "stored_bytes",

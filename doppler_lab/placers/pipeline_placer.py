@@ -1,6 +1,9 @@
 """The ``pipeline`` placer: contiguous stages in topological order, stage i on device i, split
 where the largest stage's compute is smallest with every stage within its device's memory
-(:mod:`doppler_lab.placers.stage_split` says how the split points are chosen)."""
+(:mod:`doppler_lab.placers.stage_split` says how the split points are chosen). Where no split
+keeps every stage within its static bound (every activation resident for the whole run), the
+split balanced by compute alone is taken when its simulated peak fits every device
+(``meta["memory_fit"] = "simulated"``), else the placer says what the graph needs."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from ..hardware.cluster import Cluster
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
-from .memory_fit import MemoryGuard, fit_placement, no_fit_error
+from .memory_fit import MemoryGuard, fit_placement, no_fit_error, simulated_fit
 from .stage_split import StageSplitter
 
 
@@ -31,6 +34,14 @@ class PipelinePlacer:
         cost = CostModel(graph, cluster)
         splitter = StageSplitter(graph, cost.compute, caps)
         got = splitter.best()
+        if got is None and guard.active:
+            # no split keeps every stage within its static bound, which holds every activation
+            # for the whole run: the split balanced by compute alone, when its simulated peak
+            # fits (a model whose activations, not its weights, overflow one device)
+            splitter = StageSplitter(graph, cost.compute, np.full(caps.size, np.inf))
+            got = splitter.best()
+            if got is not None and not simulated_fit(graph, cluster, got[0].clip(0), caps):
+                got = None
         if got is None:
             raise no_fit_error(graph, caps, self.name)
         dev, bottleneck = got

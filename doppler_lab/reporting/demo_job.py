@@ -274,11 +274,18 @@ def step_executor(ctx: DemoContext) -> None:
     ctx.sections.append(("executor", render))
 
 
-#: the model of the import step (a Hugging Face Llama from a config, random weights)
+#: the model of the import step (a Hugging Face Llama from a config, random weights), by
+#: ``quick``: a node per aten op and sizes where the placers differ and use several devices (at
+#: module-scope granularity, or smaller, the graph is a chain every placer keeps on one device)
 IMPORTED_MODEL = {
-    False: "hf-llama:layers=2,hidden=64,heads=4,seq=16",
-    True: "hf-llama:layers=1,hidden=32,heads=2,seq=8",
+    False: "hf-llama:layers=2,hidden=512,heads=8,seq=128,granularity=op",
+    True: "hf-llama:layers=1,hidden=256,heads=4,seq=64,granularity=op",
 }
+
+
+def _devices_used(placement, ops) -> int:  # noqa: ANN001 - a Placement and node ids
+    """How many devices a placement puts the graph's ops on."""
+    return int(len(set(placement.device[ops].tolist())))
 
 
 def step_imported_model(ctx: DemoContext) -> None:
@@ -293,11 +300,15 @@ def step_imported_model(ctx: DemoContext) -> None:
     traces = simulated_traces(graph, "p100x4", placements)
     keys = ("placer", "makespan", "lower_bound", "ratio_lb", "vs_cp")
     s = graph.summary()
+    ops = graph.compute_nodes
     ctx.summary["imported"] = {
         "spec": spec,
         "nodes": s["nodes"],
         "compute_nodes": s["compute_nodes"],
-        "rows": [{k: r[k] for k in keys} for r in rows],
+        "rows": [
+            {**{k: r[k] for k in keys}, "devices_used": _devices_used(placements[r["placer"]], ops)}
+            for r in rows
+        ],
     }
 
     def render(report) -> None:
@@ -306,7 +317,8 @@ def step_imported_model(ctx: DemoContext) -> None:
         report.heading("Bring your own model: an imported Hugging Face Llama")
         report.text(
             f"`{spec}` (random weights) goes through torch.export into a dataflow graph of "
-            f"{s['compute_nodes']} ops (one per contiguous run of one module's aten ops) and "
+            f"{s['compute_nodes']} ops (one per aten op, so that q, k and v projections and the "
+            f"MLP's gate and up projections can run side by side) and "
             f"{s['inputs']} inputs (weights and token ids, stored with the graph). It is placed "
             f"by the Critical Path teacher and by the shipped DOPPLER policy `{IMPORTED_POLICY}` "
             "(trained on a generated Llama layer, never on an imported graph) and simulated on "

@@ -674,6 +674,97 @@ def generalization(s: Mapping[str, Any]) -> Findings:
     return Findings(head, " ".join(text))
 
 
+def memory(s: Mapping[str, Any]) -> Findings:
+    f = s["facts"]
+    rows = s["placers"]
+    v = s["verdict"]
+    fit = [r["placer"] for r in rows if r["fits"]]
+    lost = [r["placer"] for r in rows if r["fits"] is False]
+    head = [
+        _h("peak on one device / its memory", f["one_device_peak_gb"] / f["cap_gb"], "x"),
+        _h("placers that fit", f"{len(fit)} of {len(fit) + len(lost)}"),
+    ]
+    text = [
+        f"The question is whether the placers keep a model too big for one GPU within the "
+        f"devices' memory, and which placement wins as the devices shrink. {s['spec']} needs "
+        f"{format_value(f['one_device_peak_gb'])} GB at its peak on one device "
+        f"({format_value(f['weights_gb'])} GB of weights) against "
+        f"{format_value(f['cap_gb'])} GB per device of {s['cluster']}"
+        + (", so it must be split." if not f["fits_one_device"] else "; it fits on one device.")
+    ]
+    text.append(
+        f"{len(fit)} of {len(fit) + len(lost)} placers fit it"
+        + (f" ({', '.join(lost)} found no placement that fits)." if lost else ".")
+    )
+    holds = None
+    best, zero = v.get("best_baseline_s"), v.get("doppler_s")
+    if zero is not None and best is not None:
+        d = _rel(zero, best)
+        holds = bool(v["doppler_fits"] and v["doppler_no_worse"])
+        head.append(
+            _h("doppler: makespan below the best memory baseline's", d, "%", holds, "no worse")
+        )
+        text.append(
+            f"DOPPLER with its proposals reaches {_t(zero, 's')}, {_below(d)} the best of m-ETF, "
+            f"m-SCT and pipeline ({v['best_baseline']}, {_t(best, 's')}); its winning proposal "
+            f"was {v.get('doppler_winner')}"
+            + (
+                f", and the policy's own rollouts alone reach {_t(v['policy_s'], 's')}."
+                if not is_missing(v.get("policy_s"))
+                else "."
+            )
+        )
+    elif zero is None:
+        holds = False
+        text.append("DOPPLER found no placement that fits.")
+    sweep = s.get("sweep") or []
+    if sweep:
+        changes = [b for b in sweep if b["changed"] and b["best"] != "none fits"]
+        head.append(_h("caps where the best placement changes", len(changes)))
+        fits = [b for b in sweep if b["best"] != "none fits"]
+
+        def who(best: str) -> str:  # tied placers: "a, b" -> "a and b (tied)"
+            names = best.split(", ")
+            return best if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]} (tied)"
+
+        text.append(
+            f"Swept from {format_value(sweep[0]['cap_gb'])} to "
+            f"{format_value(sweep[-1]['cap_gb'])} GB per device, the best placement is "
+            f"{who(sweep[0]['best'])}'s at first"
+            + "".join(f", {who(b['best'])}'s from {format_value(b['cap_gb'])} GB" for b in changes)
+            + (
+                f"; at {format_value(min(b['cap_gb'] for b in sweep if b['best'] == 'none fits'))}"
+                " GB no placer fits."
+                if len(fits) < len(sweep)
+                else "."
+            )
+        )
+        tight = fits[-1]["cap_gb"] if fits else None
+        mine = [
+            c for c in s.get("curve") or []
+            if c["cap_gb"] == tight and c["placer"] == "doppler" and c["fits"]
+        ]  # fmt: skip
+        if mine and "doppler" not in fits[-1]["best"].split(", "):
+            text.append(
+                f"At {format_value(tight)} GB DOPPLER reaches {_t(mine[0]['makespan_s'], 's')}, "
+                f"{_below(mine[0]['makespan_s'], fits[-1]['makespan_s'])} the best "
+                f"({_t(fits[-1]['makespan_s'], 's')})."
+            )
+        if fits:
+            slow = fits[-1]["makespan_s"] / fits[0]["makespan_s"]
+            head.append(
+                _h("best makespan at the smallest cap that fits / at the largest", slow, "x")
+            )
+    text.append(
+        _verdict(
+            holds,
+            "a learned placer with its proposals keeps to the memory caps and places no worse "
+            "than the memory-aware baselines (issue 35)",
+        )
+    )
+    return Findings(head, " ".join(text))
+
+
 #: a notebook's number -> the function that reads its summary
 PAGES: dict[str, Callable[[Mapping[str, Any]], Findings]] = {
     "00": quickstart,
@@ -690,6 +781,7 @@ PAGES: dict[str, Callable[[Mapping[str, Any]], Findings]] = {
     "11": explorer,
     "12": byom,
     "13": generalization,
+    "14": memory,
 }
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -145,8 +146,16 @@ def render_html(
     back_link: str | None = None,
     title: str | None = None,
     banner: str | None = None,
+    assets_dir: str | os.PathLike | None = None,
+    stamp: str | None = None,
 ) -> Path:
-    """Render an executed notebook to HTML with its plotly charts live (no input prompts).
+    """Render an executed notebook to HTML that draws offline (no input prompts).
+
+    Its charts are live: plotly.js is loaded once, in the page's head, from ``assets_dir`` (a
+    site's shared copy) or inline (a page that opens alone); a copy of plotly.js inside the
+    notebook's outputs is dropped. With ``assets_dir`` the page's style sheet (nbconvert's, a
+    quarter of a megabyte) is shared there too. Widgets are drawn by their static view (see
+    :func:`static_widget_outputs`): no widget manager is fetched from the network.
 
     Args:
         executed_notebook: the executed copy.
@@ -154,24 +163,114 @@ def render_html(
         back_link: the index's address, linked in a bar at the top of the page.
         title: the browser title (inline markdown is stripped); default nbconvert's.
         banner: a line shown in that bar, e.g. :data:`~doppler_lab.viz.html.QUICK_BANNER`.
+        assets_dir: a site's folder of shared files (see
+            :func:`~doppler_lab.viz.html.with_shared_assets`); None: a page that holds all.
+        stamp: a muted note at the right of that bar (the code version that made the page).
     """
     nbformat = require("nbformat", "rendering a notebook to HTML")
     require("nbconvert", "rendering a notebook to HTML")
+    from jinja2 import DictLoader
     from nbconvert import HTMLExporter
 
+    from ..viz.html import (
+        markdown_to_text,
+        with_back_link,
+        with_plotly,
+        with_shared_assets,
+        with_title,
+    )
+
     nb = nbformat.read(str(executed_notebook), as_version=4)
-    exporter = HTMLExporter(template_name="lab")
+    static_widget_outputs(nb)
+    drop_plotly_bundles(nb)
+    exporter = HTMLExporter(
+        template_name="lab",
+        extra_loaders=[DictLoader({"doppler_page.html.j2": _OFFLINE_TEMPLATE})],
+        template_file="doppler_page.html.j2",
+    )
     exporter.exclude_input_prompt = True
     exporter.exclude_output_prompt = True
     body, _ = exporter.from_notebook_node(nb)
-    from ..viz.html import markdown_to_text, with_back_link, with_title
-
-    body = with_back_link(body, back_link, banner)
+    if assets_dir is None:
+        body = with_plotly(body)
+    else:
+        body = with_shared_assets(body, assets_dir, Path(html_path).parent)
+    body = with_back_link(body, back_link, banner, stamp)
     if title:
         body = with_title(body, f"{markdown_to_text(title)} · doppler_lab")
     from ..house.atomic import atomic_write
 
     return atomic_write(html_path, body)
+
+
+#: nbconvert's ``lab`` page without what it fetches from CDNs: require.js, MathJax and
+#: mermaid (the notebooks use none of them) and the widget manager (widgets are drawn static)
+_OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
+{% block html_head_js_requirejs %}{% endblock html_head_js_requirejs %}
+{% block html_head_js_mathjax %}{% endblock html_head_js_mathjax %}
+{% block html_head_js_mermaidjs %}{% endblock html_head_js_mermaidjs %}
+{% block jupyter_widgets %}{% endblock jupyter_widgets %}
+"""
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+#: what a page shows for a widget that has no static view of its own
+WIDGET_NOTE = (
+    '<p style="color:#6a737d"><i>An interactive widget: it runs when the notebook is opened '
+    "in JupyterLab.</i></p>"
+)
+_WIDGET_REPR = re.compile(r"^[A-Z]\w*\((children|layout|value|description|outputs|options)=")
+
+
+def static_widget_outputs(nb: Any) -> int:
+    """Draw a notebook's widgets without a widget manager: the saved widget state is dropped
+    (nbconvert would fetch a manager from a CDN to draw it, and the page would be blank
+    offline), and each widget view gives way to the output's other representation, the static
+    view the explorer carries beside its widget (:func:`doppler_lab.viz.widgets.explorer_view`),
+    a progress bar's text; a widget with nothing else to show gets :data:`WIDGET_NOTE`.
+    Changes ``nb`` in place; returns the number of widget views replaced."""
+    nb.metadata.pop("widgets", None)
+    replaced = 0
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data")
+            if not data or WIDGET_VIEW not in data:
+                continue
+            del data[WIDGET_VIEW]
+            replaced += 1
+            plain = data.get("text/plain", "")
+            if not set(data) - {"text/plain"} and (not plain or _WIDGET_REPR.match(plain)):
+                data.pop("text/plain", None)
+                data["text/html"] = WIDGET_NOTE
+    return replaced
+
+
+_MATHJAX_TAG = re.compile(r'<script src="https://[^"]*/mathjax/[^"]*"></script>')
+
+
+def drop_plotly_bundles(nb: Any) -> int:
+    """Remove the outputs that hold plotly.js itself (plotly's ``notebook`` renderer puts the
+    library into a notebook's first chart), so that a page loads it once from where it chooses
+    (:func:`~doppler_lab.viz.html.with_plotly`), and the MathJax that renderer fetches for each
+    chart (the charts use no LaTeX). Changes ``nb`` in place; returns the outputs removed."""
+    from ..viz.html import holds_plotly_bundle
+
+    dropped = 0
+    for cell in nb.cells:
+        outputs = cell.get("outputs")
+        if not outputs:
+            continue
+        kept = [o for o in outputs if not holds_plotly_bundle(_html_of(o))]
+        dropped += len(outputs) - len(kept)
+        for o in kept:
+            text = _html_of(o)
+            if "mathjax" in text:
+                o["data"]["text/html"] = _MATHJAX_TAG.sub("", text)
+        cell.outputs = kept
+    return dropped
+
+
+def _html_of(output: Any) -> str:
+    html = output.get("data", {}).get("text/html", "")
+    return "".join(html) if isinstance(html, list) else html
 
 
 def repo_path(path: str | os.PathLike) -> Path:
@@ -188,17 +287,22 @@ def repo_path(path: str | os.PathLike) -> Path:
 
 
 def setup_notebook(interactive: bool = False) -> None:
-    """Configure plotly for notebooks: live charts in JupyterLab and in rendered HTML reports.
+    """Configure plotly and pandas for the notebooks.
 
-    ``plotly_mimetype`` shows figures in JupyterLab; ``notebook`` embeds plotly.js once per
-    notebook, so the HTML rendered from an executed notebook draws its charts offline.
-    ``interactive`` is accepted for symmetry with the widgets (nothing else changes).
-    pandas shows every row and column of a frame shown as is (the notebooks' tables go through
-    :func:`doppler_lab.viz.tables.tidy`; this keeps any other frame whole too).
+    Figures are shown as plotly's mimetype (JupyterLab draws it) and as HTML for rendered
+    pages. In JupyterLab (``interactive``) that HTML comes from plotly's ``notebook`` renderer,
+    which puts plotly.js into the notebook once, so that any export of it draws offline.
+    Headless runs (papermill: the tests, ``doppler-lab report``) use :data:`PAGE_RENDERER`:
+    each chart's HTML without the library, which :func:`render_html` loads once per page (a
+    site's pages share one copy). pandas shows every row and column of a frame shown as is
+    (the notebooks' tables go through :func:`doppler_lab.viz.tables.tidy`; this keeps any other
+    frame whole too).
     """
     pio = require("plotly.io", "the notebooks' charts")
 
-    pio.renderers.default = "plotly_mimetype+notebook"
+    if PAGE_RENDERER not in pio.renderers:
+        pio.renderers[PAGE_RENDERER] = _page_renderer()
+    pio.renderers.default = f"plotly_mimetype+{'notebook' if interactive else PAGE_RENDERER}"
     import pandas as pd
 
     for option, value in (
@@ -208,3 +312,31 @@ def setup_notebook(interactive: bool = False) -> None:
         ("display.precision", 4),
     ):
         pd.set_option(option, value)
+
+
+#: plotly's renderer of the headless runs: a chart's HTML without plotly.js (nor MathJax)
+PAGE_RENDERER = "doppler_page"
+
+
+def _page_renderer() -> Any:
+    from plotly.io import to_html
+    from plotly.io.base_renderers import MimetypeRenderer
+
+    class PageRenderer(MimetypeRenderer):
+        """A chart as HTML that calls the page's plotly.js (loaded by :func:`render_html`)."""
+
+        def to_mimebundle(self, fig_dict: dict[str, Any]) -> dict[str, str]:
+            return {
+                "text/html": to_html(
+                    fig_dict,
+                    include_plotlyjs=False,
+                    include_mathjax=False,
+                    full_html=False,
+                    default_width="100%",
+                    default_height=525,
+                    config={"displaylogo": False, "responsive": True},
+                    validate=False,
+                )
+            }
+
+    return PageRenderer()

@@ -4,13 +4,21 @@
 its own defaults (a notebook's ``parameters`` cell holds its report-sized settings), or with its
 ``quick`` profile (``--quick``: small settings stored in the notebook's metadata under
 ``doppler_lab.quick``, see :func:`quick_parameters`), or with overrides from a JSON file, and
-writes::
+writes into the site folder (``reports/site``, the copy kept in git; ``reports/quick`` for
+``--quick``)::
 
-    reports/index.html             title, question, key numbers, run time and status per notebook
-    reports/site.json              the same, machine-readable (kept across --only runs)
-    reports/<notebook>/<notebook>.ipynb   the executed copy
-    reports/<notebook>/<notebook>.html    rendered, plotly charts live and offline
-    reports/<notebook>/summary.json       what the notebook recorded
+    index.html                  title, question, headline results, status per notebook
+    site.json                   the same, machine-readable (kept across --only runs)
+    assets/plotly.min.js        plotly.js, once for the whole site (and the pages' style sheet)
+    <notebook>/<notebook>.ipynb the executed copy
+    <notebook>/<notebook>.html  rendered, charts live and offline (plotly.js from assets/)
+    <notebook>/summary.json     what the notebook recorded
+
+Every page and the index carry the code version
+(:func:`~doppler_lab.house.codeversion.code_version`) that made their numbers. A notebook is
+executed again only when its code version, its source or its parameters differ from the run the
+site folder holds (else that run is reused and its page drawn anew); ``rerun`` (``--rerun``)
+executes it anyway.
 
 Key numbers on the index come from ``summary.json``: its ``key_numbers`` mapping when the
 notebook writes one, else a short selection of its flat fields (numbers and short strings, and
@@ -24,6 +32,7 @@ Example:
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import html
 import json
 import os
@@ -31,7 +40,7 @@ import re
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +57,11 @@ QUICK_KEY = "quick"
 STATUSES: tuple[str, ...] = ("ok", "failed", "not run")
 MAX_KEY_NUMBERS = 10
 MAX_STRING = 60
+#: the site folder of ``doppler-lab report`` (kept in git) and of ``--quick`` (not kept)
+DEFAULT_SITE = "reports/site"
+QUICK_SITE = "reports/quick"
+#: the folder of the site's shared files (plotly.js), and a page's way to it
+ASSETS = "assets"
 
 
 # -- notebooks -------------------------------------------------------------------------------------
@@ -253,6 +267,11 @@ class NotebookResult:
         error: the failure, one line (``ExceptionName: message``).
         page: the rendered page, relative to the site folder (None when none was written).
         finished: ISO time stamp of the run.
+        code_version: the code version the notebook ran with (see
+            :func:`~doppler_lab.house.codeversion.code_version`).
+        notebook_digest: the digest of the notebook's cells it ran (:func:`notebook_digest`).
+        reused: this build reused the run (same code version, notebook and parameters) and
+            drew its page anew.
     """
 
     stem: str
@@ -268,6 +287,9 @@ class NotebookResult:
     error: str | None = None
     page: str | None = None
     finished: str | None = None
+    code_version: str | None = None
+    notebook_digest: str | None = None
+    reused: bool = False
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -328,8 +350,16 @@ def run_one(
     folder = out_dir / info.stem
     executed = folder / info.path.name
     page = folder / f"{info.stem}.html"
+    from ..house.codeversion import code_version
+
     result = NotebookResult(
-        info.stem, info.title, info.question, profile=profile, parameters=dict(parameters)
+        info.stem,
+        info.title,
+        info.question,
+        profile=profile,
+        parameters=dict(parameters),
+        code_version=code_version(),
+        notebook_digest=notebook_digest(info.path),
     )
     for stale in (executed, page, folder / "summary.json"):
         stale.unlink(missing_ok=True)
@@ -344,26 +374,80 @@ def run_one(
     except Exception as exc:  # a failing notebook is reported on the index, not fatal
         result.status = "failed"
         result.error = _error_line(exc)
-    if executed.exists():
-        try:
-            render_html(
-                executed,
-                page,
-                back_link="../index.html",
-                title=info.title,
-                banner=_quick_banner() if profile == "quick" else None,
-            )
-            result.page = page.relative_to(out_dir).as_posix()
-        except Exception as exc:  # e.g. a corrupt partial notebook
-            result.status = "failed"
-            result.error = (result.error + "; " if result.error else "") + _error_line(exc)
-    result.seconds = round(time.perf_counter() - t0, 2)
     result.finished = dt.datetime.now().isoformat(timespec="seconds")
+    if executed.exists():
+        draw_page(result, info, out_dir)
+    result.seconds = round(time.perf_counter() - t0, 2)
     return result
 
 
+def draw_page(result: NotebookResult, info: NotebookInfo, out_dir: Path) -> None:
+    """Render ``result``'s executed notebook to its page (plotly.js from the site's assets,
+    the quick banner, the code version); a failure to render is recorded in ``result``."""
+    folder = out_dir / info.stem
+    page = folder / f"{info.stem}.html"
+    try:
+        render_html(
+            folder / info.path.name,
+            page,
+            back_link="../index.html",
+            title=info.title,
+            banner=_quick_banner() if result.profile == "quick" else None,
+            assets_dir=out_dir / ASSETS,
+            stamp=page_stamp(result),
+        )
+        result.page = page.relative_to(out_dir).as_posix()
+    except Exception as exc:  # e.g. a corrupt partial notebook
+        result.status = "failed"
+        result.error = (result.error + "; " if result.error else "") + _error_line(exc)
+
+
+def page_stamp(result: NotebookResult) -> str:
+    """The line a page carries: the code version that made its numbers, and when it ran."""
+    parts = [f"code version `{result.code_version or 'unknown'}`"]
+    if result.finished:
+        parts.append(f"ran {result.finished.replace('T', ' ')[:16]}")
+    return " · ".join(parts)
+
+
+def notebook_digest(path: str | os.PathLike) -> str:
+    """A 12-hex digest of a notebook's cells (their kinds and sources; not outputs or
+    metadata): an edited notebook is run again, a notebook saved with outputs is not."""
+    nbformat = require("nbformat", "reading a notebook")
+    nb = nbformat.read(str(path), as_version=4)
+    h = hashlib.sha256()
+    for cell in nb.cells:
+        h.update(f"{cell.cell_type}\0{cell.source}\0".encode())
+    return h.hexdigest()[:12]
+
+
+def reusable(
+    earlier: NotebookResult | None,
+    info: NotebookInfo,
+    parameters: Mapping[str, Any],
+    profile: str,
+    out_dir: Path,
+) -> bool:
+    """Whether the site folder holds a run of this notebook that a build may reuse: it
+    succeeded with the same code version, the same notebook cells and the same parameters, and
+    its executed copy, ``summary.json`` and page are there."""
+    from ..house.codeversion import code_version
+
+    if earlier is None or earlier.status != "ok" or earlier.page is None:
+        return False
+    folder = out_dir / info.stem
+    kept = (folder / info.path.name, folder / "summary.json", out_dir / earlier.page)
+    return (
+        earlier.code_version == code_version()
+        and earlier.notebook_digest == notebook_digest(info.path)
+        and earlier.parameters == dict(parameters)
+        and earlier.profile == profile
+        and all(p.exists() for p in kept)
+    )
+
+
 def build_site(
-    out_dir: str | os.PathLike = "reports",
+    out_dir: str | os.PathLike | None = None,
     only: Sequence[str] | None = None,
     parameters: Mapping[str, Mapping[str, Any]] | None = None,
     quick: bool = False,
@@ -372,13 +456,15 @@ def build_site(
     timeout_s: int = 3600,
     notebooks_dir: str | os.PathLike | None = None,
     command: str | None = None,
+    rerun: bool = False,
 ) -> Site:
     """Execute the notebooks, render each to HTML, and write ``index.html`` and ``site.json``.
 
     Its parameters are ``doppler-lab report``'s flags, passed through by the command.
 
     Args:
-        out_dir: the site folder.
+        out_dir: the site folder (default :data:`DEFAULT_SITE`, :data:`QUICK_SITE` when
+            ``quick``).
         only: names of the notebooks to run (see :func:`find_notebooks`); default all. The
             index keeps the other notebooks' earlier results found in ``site.json``.
         parameters: per-notebook overrides, applied over the quick profile.
@@ -388,13 +474,15 @@ def build_site(
         timeout_s: limit per notebook cell.
         notebooks_dir: where the notebooks are (default ``notebooks/``).
         command: the command line shown on the index page.
+        rerun: execute every notebook run, even one whose earlier run in ``out_dir`` had the
+            same code version, notebook and parameters (by default that run is reused).
 
     Returns:
         The :class:`Site`; ``site.ok`` is False when a notebook failed.
     """
     from tqdm.auto import tqdm
 
-    out = Path(out_dir).resolve()
+    out = Path(out_dir if out_dir is not None else QUICK_SITE if quick else DEFAULT_SITE).resolve()
     notebooks = find_notebooks(only, notebooks_dir)
     overrides = dict(parameters or {})
     _check_override_names(notebooks, overrides)
@@ -410,6 +498,7 @@ def build_site(
             profile = "custom"
         plans.append((info, {**(params or {}), **extra}, profile))
     out.mkdir(parents=True, exist_ok=True)
+    earlier = {r.stem: r for r in read_site(out)}
     fresh: dict[str, NotebookResult] = {}
     failed = False
     bar = tqdm(plans, desc="notebooks", unit="nb", disable=not progress)
@@ -418,11 +507,18 @@ def build_site(
             fresh[info.stem] = NotebookResult(info.stem, info.title, info.question, profile=profile)
             continue
         bar.set_postfix_str(info.stem)
-        res = run_one(info, out, params, profile, timeout_s, progress=progress)
+        before = earlier.get(info.stem)
+        if not rerun and reusable(before, info, params, profile, out):
+            res = replace(before, title=info.title, question=info.question, reused=True)
+            draw_page(res, info, out)
+            how = "reused (same code version, notebook and parameters; --rerun runs it)"
+        else:
+            res = run_one(info, out, params, profile, timeout_s, progress=progress)
+            how = f"{res.seconds:.1f} s"
         fresh[info.stem] = res
         failed = failed or res.status != "ok"
         if progress:
-            bar.write(f"{res.status:>6}  {info.stem}  {res.seconds:.1f} s" + _tail(res.error))
+            bar.write(f"{res.status:>6}  {info.stem}  {how}" + _tail(res.error))
     bar.close()
     results = _merge(out, fresh, notebooks_dir)
     index = write_index(out, results, command=command)
@@ -650,6 +746,10 @@ def _section(r: NotebookResult) -> str:
         meta.append(f"ran in {_seconds(r.seconds)}")
     if r.finished:
         meta.append(f"on {html.escape(r.finished.replace('T', ' '))}")
+    if r.code_version:
+        meta.append(f"code version <code>{html.escape(r.code_version)}</code>")
+    if r.reused:
+        meta.append("reused by this build (same code version, notebook and parameters)")
     meta.append(html.escape(PROFILE_NAMES.get(r.profile, r.profile)))
     parts.append(f'<p class="meta">{" · ".join(meta)}</p>')
     if r.profile == "quick" and r.status != "not run":
@@ -702,6 +802,21 @@ def _profile_line(results: Sequence[NotebookResult]) -> str:
     return f"built with the {PROFILE_NAMES.get(profile, profile)}"
 
 
+def code_versions_line(results: Sequence[NotebookResult]) -> str:
+    """The index's stamp: the code version that made the pages' numbers (or each version with
+    its count of pages, when pages kept from earlier builds ran with other code)."""
+    counts: dict[str, int] = {}
+    for r in results:
+        if r.status != "not run":
+            key = r.code_version or "unknown"
+            counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return "no pages yet"
+    if len(counts) == 1:
+        return f"code version `{next(iter(counts))}`"
+    return "code versions " + ", ".join(f"`{v}` ({n} pages)" for v, n in counts.items())
+
+
 def _commit() -> str | None:
     try:
         out = subprocess.run(
@@ -728,7 +843,11 @@ def write_index(
     bad = sum(r.status == "failed" for r in results)
     stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     commit = _commit()
-    sub = [f"built {stamp}" + (f" at commit `{commit}`" if commit else ""), _profile_line(results)]
+    sub = [
+        f"built {stamp}" + (f" at commit `{commit}`" if commit else ""),
+        code_versions_line(results),
+        _profile_line(results),
+    ]
     sub.append(
         f"{len(results)} notebooks: {ok} ok, {bad} failed, {len(results) - ok - bad} not run"
     )
@@ -743,17 +862,21 @@ def write_index(
     report.text(
         "Each notebook asks one question about learned device placement (DOPPLER) and answers it "
         "with the package; it was executed headlessly and rendered with its charts live. "
-        "Regenerate with `make reports` (report-sized defaults) or `doppler-lab report --quick`."
+        "Regenerate with `make reports` (report-sized defaults; notebooks whose code version, "
+        "cells and parameters are unchanged are reused) or `doppler-lab report --quick`."
     )
     report.html(_overview(results))
     for r in results:
         report.html(_section(r))
     index = report.write(out / "index.html")
+    from ..house.codeversion import code_version
+
     doc = {
         "format": SITE_FORMAT,
         "version": SITE_VERSION,
         "built": dt.datetime.now().isoformat(timespec="seconds"),
         "commit": commit,
+        "code_version": code_version(),
         "command": command,
         "profile": site_profile(results),
         "notebooks": [asdict(r) for r in results],

@@ -121,6 +121,7 @@ class SearchOutcome:
         rollouts: the policy's rollouts judged (the greedy one included).
         partition_cost: the best partition proposal's makespan (nan without any).
         clustering_cost: the clustering proposal's makespan (nan without it).
+        memory_cost: the best memory baseline's makespan (nan without any).
     """
 
     placement: Placement
@@ -131,6 +132,7 @@ class SearchOutcome:
     rollouts: int
     partition_cost: float = float("nan")
     clustering_cost: float = float("nan")
+    memory_cost: float = float("nan")
 
 
 def cp_rollout_calls(graph: DataflowGraph, num_devices: int) -> int:
@@ -181,6 +183,10 @@ class SearchConfig:
         temperature: annealing temperature relative to the start's makespan.
         mix: weight of the uniform draw in the guided proposal.
         restarts: starts of the ``restarts`` strategy.
+        memory_baselines: judge the memory baselines' placements after the other proposals
+            where the graph does not fit on one device
+            (:func:`~doppler_lab.search.proposals.memory_candidates`), starts of the search like
+            them.
     """
 
     strategy: str = SEARCH_STRATEGIES[0]
@@ -194,14 +200,16 @@ class SearchConfig:
     temperature: float = 0.02
     mix: float = UNIFORM_MIX
     restarts: int = RESTARTS
+    memory_baselines: bool = False
 
     def proposal_set(self, budget: int) -> ProposalSet:
         """The proposals a search of ``budget`` calls judges (:meth:`ProposalSet.for_search
         <doppler_lab.search.proposals.ProposalSet.for_search>`)."""
         samples = default_samples(budget) if self.samples is None else self.samples
         whole = ProposalSet(
-            samples, self.fewer_devices, self.clustering, self.cluster_caps, self.partitions
-        )
+            samples, self.fewer_devices, self.clustering, self.cluster_caps, self.partitions,
+            memory_baselines=self.memory_baselines,
+        )  # fmt: skip
         return whole.for_search(budget)
 
 
@@ -248,6 +256,7 @@ def policy_search(
     devices = np.stack([p.device for p in cands])
     rollout_cost, rollouts = verdict.rollout_cost, props.rollouts
     clustering_cost, partition_cost = verdict.clustering_cost, verdict.partition_cost
+    memory_cost = verdict.memory_cost
     if strategy == "ils-cp":
         start = _cp_rollout_start(sim, cluster, semantics, budget - calls, bar)
         if start is not None:
@@ -298,7 +307,7 @@ def policy_search(
     placement = Placement(best_dev, start.priority, start.placer, dict(start.meta))
     return SearchOutcome(
         placement, best_cost, calls, float(costs[0]), rollout_cost, rollouts, partition_cost,
-        clustering_cost,
+        clustering_cost, memory_cost,
     )  # fmt: skip
 
 

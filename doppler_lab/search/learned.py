@@ -49,6 +49,7 @@ from .budget import SEARCH_STRATEGIES, SearchConfig, SearchOutcome, candidate_so
 from .proposals import (
     CLUSTERING_PROPOSAL,
     FEWER_DEVICES,
+    MEMORY_BASELINES,
     PARTITION_PROPOSALS,
     ProposalSet,
     check_fewer_devices,
@@ -72,7 +73,8 @@ class RolloutResult:
         rollouts: how many of ``costs`` are the policy's rollouts (the rest: heuristic
             proposals).
         clustering: how many of the heuristic proposals are clustering placements (they come
-            first: the clustering and its bounded variants; the rest are partitions).
+            first: the clustering and its bounded variants; then the partitions).
+        memories: how many of them, the last ones, are memory baselines' placements.
     """
 
     placement: Placement
@@ -80,6 +82,7 @@ class RolloutResult:
     best_index: int
     rollouts: int = -1
     clustering: int = 0
+    memories: int = 0
 
     def __post_init__(self) -> None:
         if self.rollouts < 0:
@@ -101,7 +104,13 @@ class RolloutResult:
     @property
     def partition_cost(self) -> float:
         """The best partition proposal (nan without any)."""
-        rest = self.costs[self.rollouts + int(self.clustering) :]
+        rest = self.costs[self.rollouts + int(self.clustering) : len(self.costs) - self.memories]
+        return float(np.min(rest)) if rest.size else float("nan")
+
+    @property
+    def memory_cost(self) -> float:
+        """The best memory baseline's placement (nan without any)."""
+        rest = self.costs[len(self.costs) - self.memories :] if self.memories else self.costs[:0]
         return float(np.min(rest)) if rest.size else float("nan")
 
     @property
@@ -176,7 +185,7 @@ def best_of_rollouts(
     )
     best = verdict.best
     return RolloutResult(props.placements[best], verdict.costs, best, props.rollouts,
-                         props.clusterings)  # fmt: skip
+                         props.clusterings, props.memories)  # fmt: skip
 
 
 class _LearnedPlacer:
@@ -217,6 +226,10 @@ class _LearnedPlacer:
         temperature: PLC's temperature in the sampled rollouts (default: the checkpoint's
             ``sample_temperature``, else 1; see
             :attr:`~doppler_lab.policies.policy_base.PlacementPolicy.sample_temperature`).
+        memory_baselines: judge the memory baselines' placements (m-ETF, m-SCT, ``pipeline``)
+            with the rollouts, with or without a budget, where the graph does not fit on one
+            device (:func:`~doppler_lab.search.proposals.memory_candidates`; default
+            :attr:`default_memory_baselines`; up to 3 simulator calls).
     """
 
     name: ClassVar[str] = ""
@@ -228,6 +241,8 @@ class _LearnedPlacer:
     default_fewer_devices: ClassVar[bool] = False
     #: the clustering proposal judged with the rollouts unless ``clustering`` says otherwise
     default_clustering: ClassVar[bool] = False
+    #: the memory baselines judged with the rollouts unless ``memory_baselines`` says otherwise
+    default_memory_baselines: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -245,6 +260,7 @@ class _LearnedPlacer:
         cluster_moves: bool = True,
         clustering: bool | None = None,
         temperature: float | None = None,
+        memory_baselines: bool | None = None,
     ):
         what = f"placer {self.name!r}: option"
         owner = f"placer {self.name!r}"
@@ -258,6 +274,9 @@ class _LearnedPlacer:
         if clustering is None:
             clustering = self.default_clustering
         clustering = opt(clustering, "bool", "clustering")
+        if memory_baselines is None:
+            memory_baselines = self.default_memory_baselines
+        memory_baselines = opt(memory_baselines, "bool", "memory_baselines")
         if samples is not None:
             samples = opt(samples, "int", "samples", minimum=0, maximum=MAX_BUDGET)
         if partitions is None:
@@ -309,6 +328,7 @@ class _LearnedPlacer:
         self.cluster_moves = cluster_moves
         self.clustering = clustering
         self.temperature = temperature
+        self.memory_baselines = memory_baselines
         self._cache: dict[int, PlacementPolicy] = {}
 
     def _checkpoint(self, checkpoint: str | Path | None) -> Path:
@@ -363,6 +383,7 @@ class _LearnedPlacer:
             self.clustering,
             (),
             self.partitions,
+            memory_baselines=self.memory_baselines,
         )
 
     def search_config(self) -> SearchConfig:
@@ -374,6 +395,7 @@ class _LearnedPlacer:
             clustering=self.clustering,
             fewer_devices=self.fewer_devices,
             cluster_moves=self.cluster_moves,
+            memory_baselines=self.memory_baselines,
         )
 
     def run(
@@ -424,6 +446,7 @@ class _LearnedPlacer:
                 best_cost=out.cost,
                 partition_cost=out.partition_cost,
                 clustering_cost=out.clustering_cost,
+                memory_cost=out.memory_cost,
                 samples=out.rollouts - 1,
                 budget=self.budget,
                 search=self.search,
@@ -438,11 +461,13 @@ class _LearnedPlacer:
                 rollout_cost=res.rollout_cost,
                 partition_cost=res.partition_cost,
                 clustering_cost=res.clustering_cost,
+                memory_cost=res.memory_cost,
                 best_cost=res.best_cost,
                 source=res.source,
                 samples=samples,
-                partitions=len(res.costs) - res.rollouts - int(res.clustering),
+                partitions=len(res.costs) - res.rollouts - int(res.clustering) - res.memories,
                 clusterings=int(res.clustering),
+                memory_baselines=res.memories,
                 # each candidate judged once; the greedy rollout alone is not judged
                 sim_calls=len(res.costs) if len(res.costs) > 1 else 0,
             )
@@ -460,6 +485,7 @@ class DopplerPlacer(_LearnedPlacer):
     default_partitions = PARTITION_PROPOSALS
     default_fewer_devices = FEWER_DEVICES
     default_clustering = CLUSTERING_PROPOSAL
+    default_memory_baselines = MEMORY_BASELINES
 
 
 class PlacetoPlacer(_LearnedPlacer):

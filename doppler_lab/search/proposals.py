@@ -4,7 +4,8 @@ Every learned placement starts from a set of proposals (:class:`ProposalSet`): t
 greedy rollout, ``samples`` sampled rollouts (the last of them greedy rollouts on fewer
 devices when ``fewer_devices`` says so), then the heuristic proposals: the ``clustering``
 placer's placement and its bounded variants (the clustering ladder, ``cluster_caps``), then
-``partitions`` METIS min-cut partitions. :meth:`ProposalSet.build` makes them (no simulator
+``partitions`` METIS min-cut partitions, then, for a graph that does not fit on one device, the
+memory baselines' placements. :meth:`ProposalSet.build` makes them (no simulator
 call; the rollouts are the only draws from the generator), :meth:`ProposalSet.most_calls`
 counts them, and :func:`judge` simulates each once on one simulator: the lowest makespan wins,
 equal makespans go to the proposal that cuts less transfer time, then to the first
@@ -35,10 +36,11 @@ import torch
 
 from ..hardware.cluster import Cluster
 from ..house.deps import available, warn_once
+from ..house.errors import PlacementError
 from ..house.settings import bad_setting
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
-from ..placers.memory_fit import capped
+from ..placers.memory_fit import MEMORY_BASELINE_PLACERS, capped, fits_one_device
 from ..policies.context import GraphContext
 from ..policies.policy_base import PlacementPolicy
 from ..policies.rollout import greedy_and_samples
@@ -74,8 +76,18 @@ CLUSTERING_PROPOSAL = True
 #: placer itself places any size
 CLUSTERING_MAX_OPS = 2000
 
-#: the heuristic proposals judged next to the policy's rollouts (:func:`heuristic_candidates`)
-HEURISTIC_SOURCES = ("clustering", "partition")
+#: ``doppler`` judges the memory baselines' placements
+#: (:data:`~doppler_lab.placers.memory_fit.MEMORY_BASELINE_PLACERS`: m-ETF, m-SCT, ``pipeline``)
+#: where the graph does not fit on one device
+#: (:func:`~doppler_lab.placers.memory_fit.fits_one_device`), what a user splitting a model too
+#: big for one GPU compares against. Without them the policy's rollouts and the other proposals
+#: lost to one of them on 2 of the 4 cases of ``doppler-lab bench memory``
+#: (reports/bench/memory.md, notes); other graphs never place them
+MEMORY_BASELINES = True
+
+#: the heuristic proposals judged next to the policy's rollouts (:func:`heuristic_candidates`,
+#: :func:`memory_candidates`)
+HEURISTIC_SOURCES = ("clustering", "partition", *MEMORY_BASELINE_PLACERS)
 
 
 def check_fewer_devices(
@@ -114,7 +126,8 @@ def fewer_device_counts(num_devices: int, spec: object) -> tuple[int, ...]:
 def candidate_source(index: int, rollouts: int, placement: Placement) -> str:
     """What candidate ``index`` of the proposals is (``rollouts`` of them the policy's, the rest
     heuristic proposals): ``greedy``, ``sample``, ``greedy on K devices``
-    (:func:`policy_candidates`'s rollouts on fewer devices), ``clustering`` or ``partition``."""
+    (:func:`policy_candidates`'s rollouts on fewer devices), ``clustering``, ``partition`` or a
+    memory baseline (``etf``, ``m-sct``, ``pipeline``: :func:`memory_candidates`)."""
     if index >= rollouts:
         return placement.placer if placement.placer in HEURISTIC_SOURCES else "partition"
     used = placement.meta.get("devices_used")
@@ -224,6 +237,31 @@ def heuristic_candidates(
     return out
 
 
+def memory_candidates(
+    graph: DataflowGraph, cluster: Cluster, seen: Sequence[Placement] = ()
+) -> list[Placement]:
+    """The placements of the memory baselines
+    (:data:`~doppler_lab.placers.memory_fit.MEMORY_BASELINE_PLACERS`; deterministic, no draw
+    from a generator) when ``graph`` does not fit on one device of ``cluster``, else none; a
+    baseline that finds nothing that fits is left out, and so is a placement equal to one of
+    ``seen`` or to an earlier baseline's (no simulator call)."""
+    from ..placers import get_placer
+
+    if fits_one_device(graph, cluster):
+        return []
+    known = {p.device.tobytes() for p in seen}
+    out = []
+    for name in MEMORY_BASELINE_PLACERS:
+        try:
+            p = get_placer(name).place(graph, cluster, np.random.default_rng(0))
+        except PlacementError:
+            continue
+        if p.device.tobytes() not in known:
+            known.add(p.device.tobytes())
+            out.append(Placement(p.device, p.priority, name, dict(p.meta)))
+    return out
+
+
 def clustering_count(cands: Sequence[Placement]) -> int:
     """How many of the heuristic proposals ``cands`` (:func:`heuristic_candidates`) are
     clustering placements (they come first)."""
@@ -255,18 +293,20 @@ class Proposals:
             partitions.
         rollouts: how many of them are the policy's rollouts.
         clusterings: how many of the heuristic proposals are clustering placements.
+        memories: how many of them, the last ones, are memory baselines' placements.
     """
 
     placements: list[Placement]
     rollouts: int
     clusterings: int
+    memories: int = 0
 
     def __len__(self) -> int:
         return len(self.placements)
 
     @property
     def heuristics(self) -> list[Placement]:
-        """The heuristic proposals (clusterings, then partitions)."""
+        """The heuristic proposals (clusterings, partitions, then memory baselines)."""
         return self.placements[self.rollouts :]
 
     def source(self, index: int) -> str:
@@ -292,6 +332,8 @@ class ProposalSet:
         partitions: METIS min-cut partitions (equal ones, and ones equal to a clustering,
             once).
         limit: at most this many heuristic proposals, the first ones (None: all).
+        memory_baselines: the memory baselines' placements (:func:`memory_candidates`: only
+            where the graph does not fit on one device), after the partitions.
     """
 
     samples: int = 16
@@ -300,6 +342,7 @@ class ProposalSet:
     cluster_caps: tuple[float, ...] = ()
     partitions: int = 0
     limit: int | None = None
+    memory_baselines: bool = False
 
     def __post_init__(self) -> None:
         check_fewer_devices(self.fewer_devices, "proposal set", "setting")
@@ -320,10 +363,15 @@ class ProposalSet:
             return 0
         return 1 + len(self.cluster_caps)
 
-    def most_calls(self, graph: DataflowGraph | None = None) -> int:
+    def most_calls(self, graph: DataflowGraph | None = None, cluster: Cluster | None = None) -> int:
         """The most simulator calls judging the proposals takes (equal heuristic proposals are
-        judged once, so it may take fewer)."""
+        judged once, so it may take fewer; the memory baselines count unless ``graph`` fits
+        on one device of ``cluster``)."""
         heuristics = self.clusterings(graph) + self.partitions
+        if self.memory_baselines and (
+            graph is None or cluster is None or not fits_one_device(graph, cluster)
+        ):
+            heuristics += len(MEMORY_BASELINE_PLACERS)
         if self.limit is not None:
             heuristics = min(heuristics, max(0, self.limit))
         return 1 + self.samples + heuristics
@@ -331,8 +379,10 @@ class ProposalSet:
     def describe(self, graph: DataflowGraph | None = None) -> str:
         """``1 greedy + S samples + P partitions [+ C clusterings]`` (messages)."""
         k = self.clusterings(graph)
-        return f"1 greedy + {self.samples} samples + {self.partitions} partitions" + (
-            f" + {k} clusterings" if k else ""
+        return (
+            f"1 greedy + {self.samples} samples + {self.partitions} partitions"
+            + (f" + {k} clusterings" if k else "")
+            + (" + the memory baselines" if self.memory_baselines else "")
         )
 
     def for_search(self, budget: int) -> ProposalSet:
@@ -382,13 +432,21 @@ class ProposalSet:
                 graph, cost, cluster.num_devices, self.partitions, self.clustering,
                 self.cluster_caps, self.limit,
             )  # fmt: skip
-        return Proposals([*cands, *extra], rollouts, clustering_count(extra))
+        memory: list[Placement] = []
+        if self.memory_baselines and (self.limit is None or self.limit > len(extra)):
+            memory = memory_candidates(graph, cluster, extra)
+            memory = memory if self.limit is None else memory[: self.limit - len(extra)]
+        return Proposals([*cands, *extra, *memory], rollouts, clustering_count(extra), len(memory))
 
 
 #: the ``doppler`` placer's zero-shot proposals by default: greedy + 16 samples (two of them
-#: greedy rollouts on fewer devices), the clustering and 4 partitions, 22 simulator calls
+#: greedy rollouts on fewer devices), the clustering and 4 partitions, 22 simulator calls (and
+#: the memory baselines, up to 3 more, for a graph that does not fit on one device)
 DOPPLER_PROPOSALS = ProposalSet(
-    fewer_devices=FEWER_DEVICES, clustering=CLUSTERING_PROPOSAL, partitions=PARTITION_PROPOSALS
+    fewer_devices=FEWER_DEVICES,
+    clustering=CLUSTERING_PROPOSAL,
+    partitions=PARTITION_PROPOSALS,
+    memory_baselines=MEMORY_BASELINES,
 )
 
 
@@ -401,12 +459,14 @@ class Verdict:
         best: the winner's index (:func:`proposal_order`).
         rollouts: how many of the proposals are the policy's rollouts (they come first).
         clusterings: how many clustering proposals follow them (then the partitions).
+        memories: how many memory baselines' placements end the proposals.
     """
 
     costs: np.ndarray
     best: int
     rollouts: int
     clusterings: int
+    memories: int = 0
 
     @property
     def rollout_cost(self) -> float:
@@ -428,7 +488,13 @@ class Verdict:
     @property
     def partition_cost(self) -> float:
         """The best partition proposal (nan without any)."""
-        rest = self.costs[self.rollouts + self.clusterings :]
+        rest = self.costs[self.rollouts + self.clusterings : len(self.costs) - self.memories]
+        return float(np.min(rest)) if rest.size else float("nan")
+
+    @property
+    def memory_cost(self) -> float:
+        """The best memory baseline's placement (nan without any)."""
+        rest = self.costs[len(self.costs) - self.memories :] if self.memories else self.costs[:0]
         return float(np.min(rest)) if rest.size else float("nan")
 
 
@@ -472,7 +538,7 @@ def judge(
     costs = parts[0] if len(parts) == 1 else np.concatenate(parts)
     devices = np.stack([p.device for p in proposals.placements])
     best = int(proposal_order(costs, devices, sim.graph, sim.cost)[0])
-    return Verdict(costs, best, proposals.rollouts, proposals.clusterings)
+    return Verdict(costs, best, proposals.rollouts, proposals.clusterings, proposals.memories)
 
 
 __all__ = [
@@ -481,6 +547,7 @@ __all__ = [
     "DOPPLER_PROPOSALS",
     "FEWER_DEVICES",
     "HEURISTIC_SOURCES",
+    "MEMORY_BASELINES",
     "PARTITION_PROPOSALS",
     "ProposalSet",
     "Proposals",
@@ -493,6 +560,7 @@ __all__ = [
     "fewer_device_counts",
     "heuristic_candidates",
     "judge",
+    "memory_candidates",
     "partition_candidates",
     "policy_candidates",
     "proposal_order",

@@ -2,9 +2,11 @@
 
 :func:`compare` places one :class:`Scenario` (workload, cluster, semantics, noise) with two
 placers (:class:`PlacerChoice`) and returns a :class:`Comparison` (metrics table, stacked Gantt
-charts, traces). Episodes stepped decision by decision live in :mod:`doppler_lab.viz.episodes`;
-the widgets that wire controls to both in :mod:`doppler_lab.viz.widgets`. Nothing here imports
-ipywidgets, so notebooks run it headless under papermill and tests call it directly.
+charts, traces), and :func:`snapshot_html` draws a comparison as the explorer shows it, for
+pages without widgets. Episodes stepped decision by decision live in
+:mod:`doppler_lab.viz.episodes`; the widgets that wire controls to both in
+:mod:`doppler_lab.viz.widgets`. Nothing here imports ipywidgets, so notebooks run it headless
+under papermill and tests call it directly.
 
 Example:
     >>> ex = compare(Scenario("chainmm", scale="tiny"), PlacerChoice("round-robin"), PlacerChoice("cp"))
@@ -292,3 +294,102 @@ def compare(
     title = f"{graph.name} on {cluster.name} ({scenario.semantics}{noise})"
     fig = compare_gantt(traces, graph, title=title, time_unit=time_unit_of(graph))
     return Comparison(scenario, graph, cluster, placements, traces, metrics, lb, fig)
+
+
+# -- the explorer's view without widgets ---------------------------------------------------------
+#: the units of the metrics table (notebook 11 and the explorer's widgets show it so)
+METRIC_UNITS: dict[str, str | None] = {
+    "makespan": "s",
+    "makespan_std": "s",
+    "ratio_lb": "x",
+    "utilisation": "%",
+}
+
+
+def metrics_html(cmp: Comparison) -> str:
+    """The metrics table (:func:`~doppler_lab.viz.tables.tidy`) and the second placer's
+    improvement under it, in a box that scrolls sideways rather than overflow."""
+    from .tables import tidy
+
+    seconds = time_unit_of(cmp.graph) == "s"
+    units = {k: v if seconds or v != "s" else None for k, v in METRIC_UNITS.items()}
+    body = tidy(cmp.metrics, units=units).to_html()
+    body += f"<p>second vs first: {cmp.improvement:+.1%} (positive: the second is faster)</p>"
+    return f'<div style="overflow-x:auto;max-width:100%">{body}</div>'
+
+
+def status_line(cmp: Comparison) -> str:
+    """The explorer's line over the table: graph, devices, lower bound (with its unit)."""
+    from ..house.progress import format_time
+
+    lb = format_time(cmp.lower_bound, in_seconds=time_unit_of(cmp.graph) == "s")
+    return (
+        f"{cmp.graph.name}: {cmp.graph.compute_nodes.size} ops on "
+        f"{cmp.cluster.num_devices} devices; lower bound {lb}"
+    )
+
+
+#: the class of the explorer's static view (a test looks for it in rendered pages)
+SNAPSHOT_CLASS = "doppler-explorer-static"
+#: the box that holds a row of controls and wraps them on narrow screens
+WRAP_STYLE = "display:flex;flex-wrap:wrap;gap:4px 18px;align-items:flex-start"
+
+
+def snapshot_html(
+    cmp: Comparison, choices: Sequence[PlacerChoice], episode: str | None = None
+) -> str:
+    """The explorer's view of ``cmp`` as static HTML: the controls' values (wrapping on narrow
+    screens), the status line, the metrics table and the Gantt charts (plotly, drawn by the
+    page's plotly.js), and a line on the episode panel. Exported pages show it where the
+    widgets would be (see :func:`doppler_lab.viz.widgets.explorer_view`)."""
+    import html as _html
+
+    sc = cmp.scenario
+    controls = [
+        ("workload", sc.workload),
+        ("scale", sc.scale),
+        ("cluster", sc.cluster),
+        ("semantics", sc.semantics),
+        ("noise", f"{sc.noise:g}"),
+        ("noise seeds", sc.noise_seeds),
+        ("seed", sc.seed),
+        *((f"placer {i + 1}", c.label) for i, c in enumerate(choices)),
+    ]
+    chips = "".join(
+        f"<span><span style='color:#6a737d'>{_html.escape(k)}</span> "
+        f"<code>{_html.escape(str(v))}</code></span>"
+        for k, v in controls
+    )
+    figure = cmp.figure.to_html(
+        full_html=False,
+        include_plotlyjs=False,
+        include_mathjax=False,
+        default_width="100%",
+        config={"displaylogo": False, "responsive": True},
+    )
+    parts = [
+        f'<div class="{SNAPSHOT_CLASS}">',
+        "<p><b>Explorer</b>: its first view, drawn without widgets (open the notebook in "
+        "JupyterLab to change the controls and step through the episode).</p>",
+        f'<div style="{WRAP_STYLE}">{chips}</div>',
+        f"<p>{_html.escape(status_line(cmp))}</p>",
+        metrics_html(cmp),
+        figure,
+    ]
+    if episode:
+        parts.append(f"<p>{_html.escape(episode)}</p>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+class StaticView:
+    """HTML shown as a notebook cell's output (``_repr_html_``)."""
+
+    def __init__(self, html: str):
+        self.html = html
+
+    def _repr_html_(self) -> str:
+        return self.html
+
+    def __repr__(self) -> str:
+        return "<the placement explorer's static view>"

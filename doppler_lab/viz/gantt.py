@@ -399,15 +399,22 @@ def _panel(
     return _Panel(traces, lanes, span, memory)
 
 
-def _title(trace: Trace, time_unit: str | None = None) -> str:
+def format_span(value: float, time_unit: str | None) -> str:
+    """A time on a chart, in the unit its axis shows: seconds as ``227.9 µs`` / ``1.234 ms``
+    (the axis ticks read ``50µs``), cost units as ``1234 cost units``, no unit as a number."""
     from ..house.progress import format_time
 
-    span = format_time(trace.makespan, in_seconds=time_unit == "s")
-    if time_unit not in ("s", None, "cost units"):
-        span = f"{trace.makespan:.6g} {time_unit}"
-    elif time_unit is None:
-        span = f"{trace.makespan:.6g}"
-    return f"{trace.graph_name} ({trace.semantics}): makespan {span}"
+    if time_unit == "s":
+        return format_time(value).replace(" us", " µs")
+    if time_unit is None:
+        return f"{value:.4g}"
+    return f"{value:.4g} {time_unit}"
+
+
+def _title(trace: Trace, time_unit: str | None = None) -> str:
+    return (
+        f"{trace.graph_name} ({trace.semantics}): makespan {format_span(trace.makespan, time_unit)}"
+    )
 
 
 def resolve_time_unit(
@@ -422,8 +429,12 @@ def resolve_time_unit(
     return "cost units" if graph is not None else None
 
 
-def _axis_title(time_unit: str | None) -> str:
-    return f"time ({time_unit})" if time_unit else "time"
+def _time_axis(time_unit: str | None) -> dict[str, object]:
+    """The time axis: seconds as SI ticks with their unit (``0``, ``50µs``, ``100µs``; plotly
+    picks the prefix), other units in the title."""
+    if time_unit == "s":
+        return {"title": "time (s)", "exponentformat": "SI", "ticksuffix": "s"}
+    return {"title": f"time ({time_unit})" if time_unit else "time"}
 
 
 def gantt(
@@ -483,7 +494,7 @@ def compare_gantt(
         graph: the graph they ran, or one per label (labels without one get none).
         title: figure title.
         **options: ``show_transfers``, ``highlight_critical``, ``color_by``, ``max_ops``,
-            ``time_unit``, as in :func:`gantt`.
+            ``time_unit``, as in :func:`gantt` (``time_unit`` from the first trace and graph).
 
     Returns:
         A figure with one subplot per trace, titled with its label and makespan.
@@ -499,12 +510,18 @@ def compare_gantt(
     panel_options = {k: v for k, v in options.items() if k != "time_unit"}
     legend: set[str] = set()
     panels = []
+    graphs = []
     for label, tr in traces.items():
         g = graph.get(label) if isinstance(graph, Mapping) else graph
+        graphs.append(g)
         panels.append(_panel(tr, g, legend, **panel_options))  # type: ignore[arg-type]
-    subtitles = [f"{label}: makespan {p.makespan:.6g}" for label, p in zip(traces, panels)]
+    first = next(iter(traces.values()))
+    unit = resolve_time_unit(first, graphs[0], options.get("time_unit", "auto"))
+    subtitles = [
+        f"{label}: makespan {format_span(p.makespan, unit)}" for label, p in zip(traces, panels)
+    ]
     color_by = options.get("color_by", "kind")
-    return _assemble(panels, subtitles, title, color_by, options.get("time_unit"), len(legend))
+    return _assemble(panels, subtitles, title, color_by, unit, len(legend))
 
 
 def _assemble(
@@ -556,7 +573,12 @@ def _assemble(
                 fig.add_trace(t, row=row, col=1)
             fig.update_yaxes(title="GB", rangemode="tozero", row=row, col=1)
     fig.update_xaxes(type="linear", rangemode="tozero", showgrid=True)
-    fig.update_xaxes(title=_axis_title(time_unit), row=rows, col=1)
+    fig.update_xaxes(row=rows, col=1, **_time_axis(time_unit))
+    if time_unit == "s":  # every panel's ticks and every hover carry the unit (65.2µs)
+        fig.update_xaxes(exponentformat="SI", ticksuffix="s")
+        for t in fig.data:
+            if t.hovertemplate:
+                t.hovertemplate = t.hovertemplate.replace(":.6g}", ":.4~s}s")
     fig.update_layout(
         title=title,
         barmode="overlay",

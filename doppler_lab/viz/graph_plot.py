@@ -17,7 +17,28 @@ GraphColorBy = Literal["kind", "device"]
 SizeBy = Literal["auto", "flops", "cost", "none"]
 SIZE_BY: tuple[str, ...] = ("auto", "flops", "cost", "none")
 _GL_NODES = 1500  # beyond this many nodes, WebGL traces keep panning smooth
-_LABEL_NODES = 40  # up to this many nodes, names are printed next to them
+_LABEL_NODES = 40  # up to this many ops, their names are printed next to them
+_LABEL_PX = 6.0  # the width of a label's character at its font size (9 px)
+
+
+def short_label(name: str, width: int) -> str:
+    """A node's name as a label of at most ``width`` characters: an imported op's last scope
+    and op (``lm.model.layers.0.self_attn.q_proj/linear`` -> ``q_proj/linear``), cut with an
+    ellipsis when still too long.
+
+    Example:
+        >>> short_label("lm.model.layers.0.self_attn.q_proj/linear", 14)
+        'q_proj/linear'
+        >>> short_label("lm.model.layers.0.post_attention_layernorm/rsqrt_1", 12)
+        'post_attent…'
+        >>> short_label("lm.model.layers.1/add_8", 20)
+        'layers.1/add_8'
+    """
+    scope, _, op = name.rpartition("/")
+    parts = scope.split(".")
+    tail = ".".join(parts[-2:]) if parts[-1].isdigit() else parts[-1]
+    label = f"{tail}/{op}" if scope else name
+    return label if len(label) <= width else label[: max(width - 1, 1)] + "…"
 
 
 def layered_layout(graph: DataflowGraph, sweeps: int = 3) -> tuple[np.ndarray, np.ndarray]:
@@ -148,7 +169,18 @@ def plot_graph(
             graph.is_input, "input (resident)", np.char.add("device ", dev.astype(str))
         ).astype(object)
     cost = graph.node_cost()
-    labels = graph.num_nodes <= _LABEL_NODES
+    # ops are named when there are few: short names, about as wide as two layers' spacing,
+    # above and below their markers by turns (along a layer and across layers), so that
+    # neighbours' labels do not overlap
+    labels = graph.compute_nodes.size <= _LABEL_NODES
+    width = int(max(6, 1.8 * spacing / _LABEL_PX))
+    names = np.array(
+        ["" if graph.is_input[v] else short_label(graph.names[v], width) for v in range(x.size)],
+        dtype=object,
+    )
+    layer = np.unique(x, return_inverse=True)[1]
+    rank = np.floor(y + 0.25).astype(np.int64)  # consecutive within a layer (y steps by 1)
+    position = np.where((rank + layer) % 2 == 0, "top center", "bottom center")
     for grp in sorted(set(group[keep].tolist()), key=_group_order):
         sel = np.flatnonzero(keep & (group == grp))
         custom = np.empty((sel.size, 6), dtype=object)
@@ -167,9 +199,9 @@ def plot_graph(
                 x=x[sel],
                 y=y[sel],
                 mode="markers+text" if labels else "markers",
-                text=custom[:, 0] if labels else None,
-                textposition="top center",
-                textfont=dict(size=9),
+                text=names[sel] if labels else None,
+                textposition=position[sel] if labels else None,
+                textfont=dict(size=9, color="#57606a"),
                 marker=dict(
                     size=np.where(graph.is_input[sel], np.minimum(size[sel], 7.0), size[sel]),
                     color=color,

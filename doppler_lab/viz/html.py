@@ -183,6 +183,7 @@ _BANNER = (
     '<span class="doppler-banner" style="margin-left:16px;padding:2px 10px;border-radius:10px;'
     'background:#fff8c5;color:#7d4e00;border:1px solid #d4a72c;font-weight:600">{text}</span>'
 )
+_STAMP = '<span style="float:right;color:#6a737d">{text}</span>'
 #: the banner of a page built with a notebook's quick profile
 QUICK_BANNER = "quick profile: smoke-test sizes, not the experiment"
 #: the index's longer word on it
@@ -197,16 +198,97 @@ def banner_html(text: str) -> str:
     return _BANNER.format(text=_inline(text))
 
 
-def with_back_link(page: str, href: str | None, banner: str | None = None) -> str:
+def with_back_link(
+    page: str, href: str | None, banner: str | None = None, stamp: str | None = None
+) -> str:
     """``page`` (a whole HTML page) with a bar at the top of its body that stays in view: a
-    link to the index ``href`` (when given) and a ``banner`` (when given, inline markdown)."""
+    link to the index ``href`` (when given), a ``banner`` (when given, inline markdown) and a
+    muted ``stamp`` on the right (when given, inline markdown: the code version that made it)."""
     m = re.search(r"<body[^>]*>", page)
-    if m is None or (href is None and banner is None):
+    if m is None or (href is None and banner is None and stamp is None):
         return page
     content = "" if href is None else _BACK_LINK.format(href=html.escape(href))
     if banner:
         content += banner_html(banner)
+    if stamp:
+        content += _STAMP.format(text=_inline(stamp))
     return page[: m.end()] + _BAR.format(content=content) + page[m.end() :]
+
+
+#: the file name of plotly.js in a report site's ``assets/`` folder
+PLOTLY_ASSET = "plotly.min.js"
+_PLOTLY_BUNDLE = re.compile(r"<script[^>]*>\s*/\*\*?\s*\*?\s*plotly\.js v\d")
+
+
+def plotly_script(src: str | None = None) -> str:
+    """The ``<script>`` that loads plotly.js: from the address ``src`` (a site's shared copy),
+    or the whole library inline (a page that opens alone, offline)."""
+    if src is not None:
+        return f'<script src="{html.escape(src)}" charset="utf-8"></script>'
+    require("plotly.offline", "an HTML page with charts")
+    from plotly.offline import get_plotlyjs
+
+    return f'<script type="text/javascript">{get_plotlyjs()}</script>'
+
+
+def holds_plotly_bundle(text: str) -> bool:
+    """Whether HTML (a page, or one output of a notebook: plotly's ``notebook`` renderer puts
+    the library into a notebook's first chart output) carries plotly.js itself."""
+    return bool(_PLOTLY_BUNDLE.search(text))
+
+
+def with_plotly(page: str, src: str | None = None) -> str:
+    """``page`` with plotly.js loaded once in its head (see :func:`plotly_script`) when it draws
+    a chart and does not carry the library already; else ``page`` as is."""
+    if "Plotly.newPlot" not in page or holds_plotly_bundle(page):
+        return page
+    return page.replace("</head>", plotly_script(src) + "</head>", 1)
+
+
+_HEAD_STYLE = re.compile(r"<style[^>]*>.*?</style>", flags=re.S)
+
+
+def with_shared_assets(page: str, assets_dir: str | Path, page_dir: str | Path) -> str:
+    """``page`` loading its heavy parts from a site's folder of shared files: plotly.js
+    (:func:`write_plotly_asset`; when the page draws a chart) and the style sheets of its head
+    (as one ``notebook-<digest>.css``, written there once), each linked by its path from
+    ``page_dir``."""
+    import hashlib
+    import os
+
+    from ..house.atomic import atomic_write
+
+    folder = Path(assets_dir)
+    href = Path(os.path.relpath(folder, page_dir)).as_posix()
+    end = page.find("</head>")
+    styles = _HEAD_STYLE.findall(page, 0, end) if end > 0 else []
+    if styles:
+        css = "\n".join(re.sub(r"^<style[^>]*>|</style>$", "", s) for s in styles)
+        name = f"notebook-{hashlib.sha256(css.encode()).hexdigest()[:8]}.css"
+        if not (folder / name).exists():
+            atomic_write(folder / name, css)
+        head = _HEAD_STYLE.sub("", page[:end])
+        link = f'<link rel="stylesheet" href="{html.escape(href)}/{name}">'
+        page = head + link + page[end:]
+    if "Plotly.newPlot" in page and not holds_plotly_bundle(page):
+        write_plotly_asset(folder)
+        page = with_plotly(page, f"{href}/{PLOTLY_ASSET}")
+    return page
+
+
+def write_plotly_asset(folder: str | Path) -> Path:
+    """plotly.js as ``folder/plotly.min.js``, the one copy a report site's pages load (written
+    only when missing or different); returns its path."""
+    require("plotly.offline", "a report site with charts")
+    from plotly.offline import get_plotlyjs
+
+    from ..house.atomic import atomic_write
+
+    path = Path(folder) / PLOTLY_ASSET
+    text = get_plotlyjs()
+    if path.exists() and path.stat().st_size == len(text.encode()) and path.read_text() == text:
+        return path
+    return atomic_write(path, text)
 
 
 def with_title(page: str, title: str) -> str:
@@ -373,12 +455,7 @@ class HtmlReport:
 
     def to_html(self) -> str:
         """The whole page as a string."""
-        head_js = ""
-        if self._figures:
-            require("plotly.offline", "an HTML report with charts")
-            from plotly.offline import get_plotlyjs
-
-            head_js = f'<script type="text/javascript">{get_plotlyjs()}</script>'
+        head_js = plotly_script() if self._figures else ""
         top = [f"<h1>{html.escape(self.title, quote=False)}</h1>"]
         if self.subtitle:
             top.append(f'<p class="subtitle">{_inline(self.subtitle)}</p>')
@@ -411,16 +488,21 @@ def write_gantt_html(
     path: str | Path,
     title: str | None = None,
     time_unit: str | None = "auto",
+    subtitle: str | None = None,
 ) -> Path:
-    """Write one self-contained HTML page holding the Gantt chart of ``trace``.
+    """Write one self-contained HTML page holding the Gantt chart of ``trace`` (``subtitle``:
+    the line under the title; default: the makespan, when ``title`` is given).
 
-    ``time_unit="auto"`` labels the axis in seconds for graphs whose costs come from the cost
-    model, and leaves it unlabelled for graphs with explicit costs (the paper's units).
+    ``time_unit="auto"``: seconds for graphs whose costs come from the cost model, cost units
+    for graphs with explicit costs (the paper's files); see
+    :func:`~doppler_lab.viz.gantt.resolve_time_unit`.
     """
-    from .gantt import gantt
+    from .gantt import format_span, gantt, resolve_time_unit
 
-    if time_unit == "auto":
-        time_unit = None if graph is not None and graph.compute_cost is not None else "s"
-    report = HtmlReport(title or f"{trace.graph_name}: makespan {trace.makespan:.6g}")
-    report.figure(gantt(trace, graph, title=title, time_unit=time_unit))
+    unit = resolve_time_unit(trace, graph, time_unit)
+    report = HtmlReport(
+        title or f"{trace.graph_name}: makespan {format_span(trace.makespan, unit)}",
+        subtitle or (f"makespan {format_span(trace.makespan, unit)}" if title else None),
+    )
+    report.figure(gantt(trace, graph, title=title, time_unit=unit))
     return report.write(path)

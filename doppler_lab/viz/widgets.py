@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
 
 from ..hardware.cluster import PRESETS
@@ -45,13 +44,18 @@ from .episodes import (
 from .explorer import (
     PAPER_PREFIX,
     SCALE_CHOICES,
+    SNAPSHOT_CLASS,
     Comparison,
     PlacerChoice,
     Scenario,
+    StaticView,
     build_graph,
     checkpoint_choices,
     compare,
+    metrics_html,
     placement_metrics,
+    snapshot_html,
+    status_line,
     time_unit_of,
     workload_choices,
 )
@@ -60,24 +64,29 @@ __all__ = [
     "PAPER_PREFIX",
     "PLC_VIEWS",
     "SCALE_CHOICES",
+    "SNAPSHOT_CLASS",
     "Comparison",
     "CriticalPathStepper",
     "EpisodePanel",
     "EpisodeStepper",
     "ExplorerWidget",
+    "WithStaticView",
     "PlacerChoice",
     "PlcView",
     "PolicyStepper",
     "Scenario",
+    "StaticView",
     "StepInfo",
     "StepperFactory",
     "build_graph",
     "checkpoint_choices",
     "compare",
+    "explorer_view",
     "explorer_widget",
     "make_stepper",
     "placement_metrics",
     "run_episode",
+    "snapshot_html",
     "step_figure",
     "step_table",
     "steppable_placers",
@@ -95,14 +104,6 @@ def _figure_output(out: Any, fig: go.Figure) -> None:
     bundle = pio.renderers["plotly_mimetype"].to_mimebundle(fig.to_dict())
     bundle["text/plain"] = f"<figure: {fig.layout.title.text or 'plotly'}>"
     out.outputs = ({"output_type": "display_data", "data": bundle, "metadata": {}},)
-
-
-def _metrics_html(metrics: pd.DataFrame, improvement: float | None = None) -> str:
-    """The metrics table as HTML, with the second placer's improvement under it."""
-    body = metrics.to_html(float_format=lambda x: f"{x:.4g}", border=0)
-    if improvement is not None:
-        body += f"<p>second vs first: {improvement:+.1%} (positive: the second is faster)</p>"
-    return body
 
 
 class EpisodePanel:
@@ -127,7 +128,7 @@ class EpisodePanel:
         self.step10_button.on_click(lambda _: self.advance(10))
         self.end_button.on_click(lambda _: self.advance(None))
         buttons = [self.reset_button, self.step_button, self.step10_button, self.end_button]
-        self.widget = w.VBox([w.HBox(buttons), self.info, self.figure])
+        self.widget = w.VBox([w.HBox(buttons, layout=wrapping(w)), self.info, self.figure])
         self.stepper: EpisodeStepper | None = None
         self.last: StepInfo | None = None
         if stepper is not None:
@@ -256,6 +257,7 @@ class ExplorerWidget:
         self.gantt = w.Output()
         self.episode = EpisodePanel()
         self.comparison: Comparison | None = None
+        self._episode_message = ""
         self._updating = False
         for i, dd in enumerate(self.placers):
             dd.observe(lambda change, i=i: self._on_placer(i), names="value")
@@ -273,17 +275,19 @@ class ExplorerWidget:
         if auto_update:
             for c in controls:
                 c.observe(lambda change: self.update(), names="value")
+        column = w.Layout(flex="0 0 auto", margin="0 18px 6px 0")
         columns = [
-            w.VBox([self.workload, self.scale, self.cluster, self.semantics]),
-            w.VBox([self.noise, self.noise_seeds, self.seed]),
+            w.VBox([self.workload, self.scale, self.cluster, self.semantics], layout=column),
+            w.VBox([self.noise, self.noise_seeds, self.seed], layout=column),
             *(
-                w.VBox([p, ck, op])
+                w.VBox([p, ck, op], layout=column)
                 for p, ck, op in zip(self.placers, self.checkpoints, self.options)
             ),
         ]
+        self.controls = w.HBox(columns, layout=wrapping(w))
         self.widget = w.VBox(
             [
-                w.HBox(columns),
+                self.controls,
                 self.status,
                 self.metrics,
                 self.gantt,
@@ -355,33 +359,79 @@ class ExplorerWidget:
             )
             return None
         self.comparison = cmp
-        self.status.value = (
-            f"{html.escape(cmp.graph.name)}: {cmp.graph.compute_nodes.size} ops on "
-            f"{cmp.cluster.num_devices} devices; lower bound {cmp.lower_bound:.4g}"
-        )
-        self.metrics.value = _metrics_html(cmp.metrics, cmp.improvement)
+        self.status.value = html.escape(status_line(cmp))
+        self.metrics.value = metrics_html(cmp)
         _figure_output(self.gantt, cmp.figure)
         self._update_episode(cmp)
         return cmp
 
     def _update_episode(self, cmp: Comparison) -> None:
-        from ..house.errors import DopplerLabError
+        stepper, self._episode_message = episode_stepper(cmp, [self.choice(0), self.choice(1)])
+        self.episode.set_stepper(stepper, self._episode_message)
 
-        choices = [self.choice(0), self.choice(1)]
-        names = steppable_placers()
-        pick = next((c for c in choices if c.name in names), None)
-        if pick is None:
-            self.episode.set_stepper(
-                None,
-                f"neither placer can be stepped; steppable: {', '.join(names)}",
-            )
-            return
-        try:
-            stepper = make_stepper(pick, cmp.graph, cmp.cluster, cmp.scenario.seed)
-        except DopplerLabError as exc:
-            self.episode.set_stepper(None, f"cannot step {pick.label}: {exc}")
-            return
-        self.episode.set_stepper(stepper)
+    def snapshot(self) -> str:
+        """The explorer's current view as static HTML (:func:`snapshot_html`), for pages
+        without a widget manager; the status line alone when the controls give an error."""
+        if self.comparison is None:
+            return f"<p>{self.status.value}</p>"
+        stepper = self.episode.stepper
+        return snapshot_html(
+            self.comparison,
+            [self.choice(0), self.choice(1)],
+            episode_line(stepper) if stepper is not None else self._episode_message,
+        )
+
+
+def wrapping(w: Any) -> Any:
+    """The layout of a row of controls that wraps onto more lines when the page is narrow (the
+    explorer's four columns need about 1400 px side by side)."""
+    return w.Layout(display="flex", flex_flow="row wrap", align_items="flex-start", width="100%")
+
+
+def episode_stepper(
+    cmp: Comparison, choices: list[PlacerChoice]
+) -> tuple[EpisodeStepper | None, str]:
+    """The episode the explorer steps: the first of ``choices`` that can be stepped (see
+    :func:`steppable_placers`); None and why when neither can."""
+    from ..house.errors import DopplerLabError
+
+    names = steppable_placers()
+    pick = next((c for c in choices if c.name in names), None)
+    if pick is None:
+        return None, f"neither placer can be stepped; steppable: {', '.join(names)}"
+    try:
+        return make_stepper(pick, cmp.graph, cmp.cluster, cmp.scenario.seed), ""
+    except DopplerLabError as exc:
+        return None, f"cannot step {pick.label}: {exc}"
+
+
+def episode_line(stepper: EpisodeStepper) -> str:
+    """The episode panel in a line, for the static view."""
+    return (
+        f"Episode panel: {stepper.name}'s {stepper.num_steps} decisions, one step at a time "
+        "(its buttons run in JupyterLab; the step figures above show some of them)."
+    )
+
+
+class WithStaticView:
+    """A widget that carries a static view of itself: displayed, it gives the widget's view and
+    ``html`` (``text/html``) in one output. JupyterLab draws the widget; a page rendered without
+    a widget manager (nbconvert without saved widget state,
+    :func:`~doppler_lab.reporting.notebook_runs.render_html` always) draws the HTML.
+
+    Attributes:
+        widget: the ipywidgets box.
+        html: its static view.
+    """
+
+    def __init__(self, widget: Any, html: str):
+        self.widget = widget
+        self.html = html
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
+        bundle["text/html"] = self.html
+        return bundle
 
 
 def explorer_widget(
@@ -392,3 +442,28 @@ def explorer_widget(
 ) -> Any:
     """The explorer as one ipywidgets box (display it in JupyterLab)."""
     return ExplorerWidget(scenario, first, second, checkpoints_dir).widget
+
+
+def explorer_view(
+    scenario: Scenario,
+    first: PlacerChoice | str,
+    second: PlacerChoice | str,
+    interactive: bool = True,
+    comparison: Comparison | None = None,
+    checkpoints_dir: str | Path | None = None,
+) -> WithStaticView | StaticView:
+    """The explorer for a notebook cell, drawn wherever the notebook is read.
+
+    ``interactive`` (JupyterLab): the widgets (:class:`ExplorerWidget`), carrying the static
+    view of their first state for exported pages (:class:`WithStaticView`). Headless runs
+    (papermill: the tests, ``doppler-lab report``): that static view alone
+    (:func:`snapshot_html` of ``comparison``, computed when not given), so that the page shows
+    the same controls' values, table and Gantt charts where the widgets would be.
+    """
+    if interactive:
+        ex = ExplorerWidget(scenario, first, second, checkpoints_dir)
+        return WithStaticView(ex.widget, ex.snapshot())
+    choices = [c if isinstance(c, PlacerChoice) else PlacerChoice(c) for c in (first, second)]
+    cmp = comparison if comparison is not None else compare(scenario, *choices)
+    stepper, message = episode_stepper(cmp, choices)
+    return StaticView(snapshot_html(cmp, choices, episode_line(stepper) if stepper else message))

@@ -1,9 +1,24 @@
 from __future__ import annotations
 
+import re
+
 import nbformat
 from papermill.translators import PythonTranslator
 
+from doppler_lab.cli import main
 from doppler_lab.reporting.notebook_runs import NOTEBOOKS_DIR, notebook_parameters
+from doppler_lab.viz.widgets import SNAPSHOT_CLASS
+
+#: round robin against the Critical Path teacher on a tiny chainmm, cp stepped
+RR_VS_CP = dict(
+    workload="chainmm",
+    scale="tiny",
+    noise_seeds=2,
+    first="round-robin",
+    second="cp",
+    second_checkpoint="",
+    stepped="cp",
+)
 
 
 def test_placement_explorer_defaults_step_the_learned_policy(run_notebook):
@@ -13,17 +28,7 @@ def test_placement_explorer_defaults_step_the_learned_policy(run_notebook):
 
 
 def test_placement_explorer(run_notebook):
-    s = run_notebook(
-        "11_placement_explorer.ipynb",
-        workload="chainmm",
-        scale="tiny",
-        noise_seeds=2,
-        show_steps="0,3,100000",
-        first="round-robin",
-        second="cp",
-        second_checkpoint="",
-        stepped="cp",
-    )
+    s = run_notebook("11_placement_explorer.ipynb", **RR_VS_CP, show_steps="0,3,100000")
     assert set(s["makespans"]) == {"round-robin", "cp"}
     assert all(m >= s["lower_bound"] * (1 - 1e-9) for m in s["makespans"].values())
     assert all(r >= 1 - 1e-9 for r in s["ratio_lb"].values())
@@ -39,3 +44,26 @@ def test_papermill_reads_every_parameter():
     cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     seen = {p.name for p in PythonTranslator.inspect(cell)}
     assert seen == set(notebook_parameters(NOTEBOOKS_DIR / "11_placement_explorer.ipynb"))
+
+
+def test_explorer_page_draws_offline(run_notebook, tmp_path):
+    """Run as JupyterLab would (the widgets live, their state saved in the notebook, as
+    nbconvert --execute saves it), the rendered page draws the explorer's view with no widget
+    manager and nothing from the network: the controls' values, the table, the Gantt charts;
+    the page's title is the notebook's."""
+    run_notebook("11_placement_explorer.ipynb", **RR_VS_CP, show_steps="0", interactive=True)
+    executed = tmp_path / "11_placement_explorer" / "11_placement_explorer.ipynb"
+    nb = nbformat.read(str(executed), as_version=4)
+    assert nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    # exported as a user would: doppler-lab report --render (render_html)
+    assert main(["report", "--render", str(executed), "--out", str(tmp_path / "page.html")]) == 0
+    page = (tmp_path / "page.html").read_text()
+    cell = page[page.index('id="Interactive-explorer"') :]
+    view = cell[cell.index(SNAPSHOT_CLASS) :]
+    assert "Plotly.newPlot" in view[:200_000]  # the Gantt charts are drawn there
+    assert "round-robin" in view[:50_000] and "makespan (us)" in view[:50_000]
+    assert "widget-view+json" not in page and "widget-state+json" not in page
+    assert "html-manager" not in page and "unpkg" not in page
+    assert not re.search(r'<script[^>]+src="https?://', page)  # nothing fetched
+    assert page.count("plotly.js v") == 1  # a page that opens alone carries plotly.js once
+    assert "<title>Placement explorer: two placers side by side" in page

@@ -25,6 +25,7 @@ from doppler_lab.placers.memory_fit import (
     static_bounds,
 )
 from doppler_lab.placers.pipeline_placer import PipelinePlacer
+from doppler_lab.placers.stage_split import StageSplitter
 from doppler_lab.timing.cost_model import CostModel
 from doppler_lab.timing.memory import static_peak_bound
 from doppler_lab.timing.sim import SEMANTICS, Simulator
@@ -150,14 +151,22 @@ def test_footprint_is_the_static_bound_op_by_op(case, seed):
         fp.assign(int(v), int(np.argmax(room)) if room.any() else 0)
 
 
+def _chain(name: str = "weights", layers: int = 8, weight: float = 10.0, activation: float = 1.0):
+    """A chain of ``layers`` matmuls, each reading a weight of ``weight`` bytes and making an
+    activation of ``activation`` bytes (the input: 1 byte)."""
+    b = GraphBuilder(name)
+    x = b.add_node("x", kind="input", out_bytes=1.0)
+    for i in range(layers):
+        w = b.add_node(f"w{i}", kind="input", out_bytes=weight)
+        x = b.add_node(
+            f"mm{i}", inputs=[x, w], cost=2.0, out_bytes=activation, edge_costs=[1.0, 0.0]
+        )
+    return b.build()
+
+
 def _llama_like():
     """Eight layers of a weight-heavy chain: 8 weights of 10 bytes, activations of 1."""
-    b = GraphBuilder("weights")
-    x = b.add_node("x", kind="input", out_bytes=1.0)
-    for i in range(8):
-        w = b.add_node(f"w{i}", kind="input", out_bytes=10.0)
-        x = b.add_node(f"mm{i}", inputs=[x, w], cost=2.0, out_bytes=1.0, edge_costs=[1.0, 0.0])
-    return b.build()
+    return _chain()
 
 
 @pytest.mark.parametrize("name", sorted(CAPPED))
@@ -285,12 +294,40 @@ def test_pipeline_bottleneck_is_the_least_over_contiguous_splits(seed):
             work.append(cost.compute[ops, s].sum())
         if np.all(bound_of(g, dev, 3) <= caps):
             best = min(best, max(work))
+    capped_c = c.with_memory(caps)
     try:
-        p = PipelinePlacer().place(g, c.with_memory(caps), np.random.default_rng(0))
+        p = PipelinePlacer().place(g, capped_c, np.random.default_rng(0))
     except PlacementError:
         assert math.isinf(best)
         return
+    if math.isinf(best):  # no split within the static bound: the compute-balanced one fits
+        assert p.meta["memory_fit"] == "simulated"
+        assert np.all(np.diff(p.device[comp]) >= 0)
+        assert np.all(peaks(g, capped_c, p.device) <= caps)
+        return
     assert p.meta["bottleneck"] == pytest.approx(best * g.time_scale, rel=1e-6)
+
+
+def _activation_heavy():
+    """A chain whose activations, not its weights, overflow a device: 4 weights of 1 byte,
+    activations of 10 bytes, each freed once its consumer ends."""
+    return _chain("activations", layers=4, weight=1.0, activation=10.0)
+
+
+def test_pipeline_takes_the_balanced_split_when_only_the_simulated_peak_fits():
+    g = _activation_heavy()  # static bound: 45 bytes; simulated peak of 2 stages: 23 and 22
+    c = make_cluster("uniform", 2).with_memory(24.0)
+    assert StageSplitter(g, CostModel(g, c).compute, np.full(2, 24.0)).best() is None
+    p = place("pipeline", g, c)
+    comp = g.topo_order[~g.is_input[g.topo_order]]
+    assert p.device[comp].tolist() == [0, 0, 1, 1] and p.meta["memory_fit"] == "simulated"
+    assert np.all(peaks(g, c, p.device) <= 24.0)
+    # every placer's last resort is the same split (here: one device holds 45 > 24 at once)
+    q = fit_placement(g, c, get_placer("single").place(g, c.with_memory(None), None), "x")
+    assert q.meta["memory_fit"] in ("pipeline", "repaired", "packed")
+    assert np.all(peaks(g, c, q.device) <= 24.0)
+    with pytest.raises(PlacementError, match=r"the static bound\); try more memory$"):
+        place("pipeline", g, make_cluster("uniform", 2).with_memory(21.5))
 
 
 # -- m-SCT -------------------------------------------------------------------------------

@@ -183,6 +183,29 @@ def test_compare_gantt_shares_the_time_axis(mlp: DataflowGraph) -> None:
     assert len(legend) == len(set(legend))  # each kind listed once
     with pytest.raises(ConfigError, match="at least one trace"):
         compare_gantt({})
+
+
+def test_time_units_on_axes_titles_and_hovers(mlp: DataflowGraph) -> None:
+    """Modelled times read as times everywhere: ticks and hovers in SI units (``50µs``),
+    titles in the same unit, never a raw ``6.51993e-05``; compare_gantt picks the unit itself
+    (notebook 04 passes none)."""
+    import re
+
+    traces = {
+        "round robin": simulate(mlp, "p100x4", np.arange(mlp.num_nodes) % 4, semantics="wc"),
+        "single": simulate(mlp, "p100x4", np.zeros(mlp.num_nodes, dtype=int), semantics="wc"),
+    }
+    for fig in (compare_gantt(traces, mlp), gantt(traces["single"], mlp)):
+        axis = fig.layout.xaxis2 if "xaxis2" in fig.layout else fig.layout.xaxis
+        assert axis.title.text == "time (s)" and axis.ticksuffix == "s"
+        assert axis.exponentformat == "SI"
+        texts = [a.text for a in fig.layout.annotations] + [fig.layout.title.text]
+        for text in texts:
+            if text and "makespan" in text:
+                assert re.search(r"makespan \d+(\.\d+)? (µs|ms|s)\b", text), text
+                assert "e-0" not in text
+        hovers = [t.hovertemplate for t in fig.data if t.hovertemplate]
+        assert hovers and all(".6g" not in h for h in hovers)
     with pytest.raises(ConfigError, match="no option 'colour_by'"):
         compare_gantt(traces, mlp, colour_by="device")  # type: ignore[call-arg]
     by_device = compare_gantt(traces, mlp, color_by="device", show_transfers=False)

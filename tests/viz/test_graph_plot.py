@@ -67,3 +67,22 @@ def test_thousands_of_nodes_use_webgl() -> None:
     fig = plot_graph(g)
     assert all(t.type == "scattergl" for t in fig.data)
     assert sum(len(t.x) for t in node_traces(fig)) == 3000
+
+
+def test_labels_are_short_and_take_turns(mlp: DataflowGraph) -> None:
+    """Few ops: each is named by a short label (inputs are not), above and below by turns, so
+    that neighbours do not overlap; many ops: no labels, names on hover."""
+    from doppler_lab.viz.graph_plot import short_label
+
+    small = blocked_mlp(blocks=2, layers=2)
+    assert small.compute_nodes.size <= 40 and small.is_input.any()
+    fig = plot_graph(small)
+    shown = [(text, pos, name) for t in node_traces(fig) for text, pos, name in
+             zip(t.text, t.textposition, (row[0] for row in t.customdata))]  # fmt: skip
+    ops = {small.names[v] for v in small.compute_nodes}
+    assert all((text == "") == (name not in ops) for text, _, name in shown)
+    assert all(len(text) <= 40 for text, _, _ in shown)
+    assert {pos for text, pos, _ in shown if text} == {"top center", "bottom center"}
+    assert short_label("lm.model.layers.0.self_attn.k_proj/linear_1", 20) == "k_proj/linear_1"
+    assert short_label("a" * 30, 8) == "aaaaaaa…"
+    assert all(t.text is None for t in node_traces(plot_graph(mlp)))  # 52 ops

@@ -308,3 +308,36 @@ def test_episode_panel_buttons(graph, cluster):
     assert panel.info.value == "nothing to step"
     panel.step_button.click()  # no stepper: nothing happens
     assert panel.last is None
+
+
+def test_explorer_view_draws_without_widgets():
+    """Headless (papermill, reports): the explorer's first view as static HTML, the same
+    controls' values, table and Gantt charts; plotly.js comes from the page."""
+    from doppler_lab.viz.widgets import SNAPSHOT_CLASS, StaticView, explorer_view
+
+    view = explorer_view(TINY, "round-robin", "cp", interactive=False)
+    assert isinstance(view, StaticView)
+    page = view._repr_html_()
+    assert SNAPSHOT_CLASS in page and "Plotly.newPlot" in page  # the Gantt charts
+    assert "round-robin" in page and "makespan (us)" in page  # the table, with units
+    assert "plotly.js v" not in page  # the library is the page's, loaded once
+    assert "flex-wrap:wrap" in page  # the controls' values wrap on narrow screens
+    assert "decisions, one step at a time" in page  # the episode panel, in a line
+    given = compare(TINY, "round-robin", "cp")
+    assert "makespan 0.0" not in explorer_view(TINY, "round-robin", "cp", False, given).html
+
+
+def test_explorer_widget_carries_its_static_view_and_wraps():
+    """In JupyterLab the widget; in a page without a widget manager the static view (one
+    output, two representations); the controls wrap below ~1400 px."""
+    pytest.importorskip("ipywidgets")
+    from doppler_lab.viz.widgets import SNAPSHOT_CLASS, ExplorerWidget, explorer_view
+
+    shown = explorer_view(TINY, "round-robin", "cp", interactive=True)
+    bundle = shown._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert SNAPSHOT_CLASS in bundle["text/html"] and "Plotly.newPlot" in bundle["text/html"]
+    ex = ExplorerWidget(TINY, "round-robin", "cp")
+    assert ex.controls.layout.flex_flow == "row wrap"
+    assert ex.episode.widget.children[0].layout.flex_flow == "row wrap"
+    assert "overflow-x:auto" in ex.metrics.value  # a wide table scrolls inside its box
