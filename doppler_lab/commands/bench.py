@@ -46,8 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "their proposals (default: with it)",
     )
     g.add_argument(
-        "--groups", help="held-out groups, comma-separated (default generator,cluster,paper,model; "
-        "memory: the memory-bound tasks)"
+        "--groups",
+        help="held-out groups, comma-separated (default generator,cluster,paper,model; "
+        "memory: the memory-bound tasks)",
     )
     g.add_argument(
         "--task",

@@ -20,6 +20,9 @@ from ..house.paths import checkpoint_dirs
 
 #: the shipped general DOPPLER policy (any graph, any device count): ``doppler``'s default
 GENERAL_CHECKPOINT = "doppler/general"
+#: the general policy trained with memory-bound tasks (feature layout ``doppler11``, the memory
+#: headroom): what ``--placer doppler`` without a checkpoint runs where a memory cap can bind
+GENERAL_MEMORY_CHECKPOINT = "doppler/general-memory"
 
 
 def list_checkpoints() -> dict[str, dict[str, Any]]:

@@ -38,11 +38,16 @@ from ..house.runners import torch_threads
 from ..house.settings import check_setting
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
-from ..placers.memory_fit import fit_placement
+from ..placers.memory_fit import MemoryGuard, fit_placement
 from ..policies.checkpoint import load_policy
 from ..policies.context import GraphContext
 from ..policies.policy_base import PlacementPolicy
-from ..policies.pretrained import GENERAL_CHECKPOINT, list_checkpoints, resolve_checkpoint
+from ..policies.pretrained import (
+    GENERAL_CHECKPOINT,
+    GENERAL_MEMORY_CHECKPOINT,
+    list_checkpoints,
+    resolve_checkpoint,
+)
 from ..timing.sim import SEMANTICS, Simulator
 from .adapter import adapt_search
 from .budget import SEARCH_STRATEGIES, SearchConfig, SearchOutcome, candidate_source, policy_search
@@ -235,6 +240,8 @@ class _LearnedPlacer:
     name: ClassVar[str] = ""
     kinds: ClassVar[tuple[str, ...]] = ()
     default_checkpoint: ClassVar[str | None] = None
+    #: the default where a memory cap can bind (when shipped; None: the default everywhere)
+    memory_checkpoint: ClassVar[str | None] = None
     #: partition proposals judged with the rollouts unless ``partitions`` says otherwise
     default_partitions: ClassVar[int] = 0
     #: rollouts on fewer devices unless ``fewer_devices`` says otherwise
@@ -316,6 +323,9 @@ class _LearnedPlacer:
                 )
         self.adapter = None if adapter is None else Path(adapter)
         self.checkpoint = self._checkpoint(checkpoint)
+        self._memory_checkpoint: Path | None = None
+        if checkpoint is None and self.memory_checkpoint in list_checkpoints():
+            self._memory_checkpoint = resolve_checkpoint(self.memory_checkpoint, self.name)
         self.samples = samples
         self.semantics = semantics
         self.noise = float(noise)
@@ -329,7 +339,7 @@ class _LearnedPlacer:
         self.clustering = clustering
         self.temperature = temperature
         self.memory_baselines = memory_baselines
-        self._cache: dict[int, PlacementPolicy] = {}
+        self._cache: dict[tuple[str, int], PlacementPolicy] = {}
 
     def _checkpoint(self, checkpoint: str | Path | None) -> Path:
         if checkpoint is not None:
@@ -348,18 +358,29 @@ class _LearnedPlacer:
             )
         return resolve_checkpoint(self.default_checkpoint, self.name)
 
-    def policy(self, num_devices: int) -> PlacementPolicy:
-        if num_devices not in self._cache:
-            pol, _ = load_policy(self.checkpoint, self.kinds, num_devices, self.allow_device_change)
+    def checkpoint_for(self, graph: DataflowGraph, cluster: Cluster) -> Path:
+        """The checkpoint that places ``graph`` on ``cluster``: the one given, else the
+        default, or :attr:`memory_checkpoint` where a memory cap can bind
+        (:class:`~doppler_lab.placers.memory_fit.MemoryGuard`)."""
+        if self._memory_checkpoint is not None:
+            if MemoryGuard(graph, cluster, self.name, check=False).active:
+                return self._memory_checkpoint
+        return self.checkpoint
+
+    def policy(self, num_devices: int, checkpoint: Path | None = None) -> PlacementPolicy:
+        path = self.checkpoint if checkpoint is None else checkpoint
+        key = (str(path), num_devices)
+        if key not in self._cache:
+            pol, _ = load_policy(path, self.kinds, num_devices, self.allow_device_change)
             if self.temperature is not None:
                 pol.sample_temperature = self.temperature
-            self._cache[num_devices] = pol
-        return self._cache[num_devices]
+            self._cache[key] = pol
+        return self._cache[key]
 
     @contextlib.contextmanager
     def _adapted(self, graph: DataflowGraph, cluster: Cluster) -> Iterator[PlacementPolicy]:
         """The policy for ``cluster``, with the ``adapter`` table set while in use."""
-        policy = self.policy(cluster.num_devices)
+        policy = self.policy(cluster.num_devices, self.checkpoint_for(graph, cluster))
         if self.adapter is None:
             yield policy
             return
@@ -434,7 +455,7 @@ class _LearnedPlacer:
             return self._place(graph, cluster, rng)
 
     def _place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
-        meta: dict[str, Any] = {"checkpoint": str(self.checkpoint)}
+        meta: dict[str, Any] = {"checkpoint": str(self.checkpoint_for(graph, cluster))}
         if self.adapter is not None:
             meta["adapter"] = str(self.adapter)
         if self.budget is not None:
@@ -482,6 +503,7 @@ class DopplerPlacer(_LearnedPlacer):
     name = "doppler"
     kinds = ("dual", "sel-only", "plc-only")
     default_checkpoint = GENERAL_CHECKPOINT
+    memory_checkpoint = GENERAL_MEMORY_CHECKPOINT
     default_partitions = PARTITION_PROPOSALS
     default_fewer_devices = FEWER_DEVICES
     default_clustering = CLUSTERING_PROPOSAL

@@ -201,6 +201,10 @@ def write_readme(dest: str | Path) -> Path:
                 "How it does on held-out graphs and clusters: `doppler-lab bench general` "
                 "(reports/bench/general.md)."
                 if name == "doppler/general"
+                else "`--placer doppler` without `--checkpoint` uses it where a memory cap can "
+                "bind (the graph's tensors exceed the smallest device's memory); elsewhere "
+                "`doppler/general`."
+                if name == "doppler/general-memory"
                 else f"Not the default: `--placer doppler --checkpoint {name}` uses it."
             ),
         ]

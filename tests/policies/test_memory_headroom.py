@@ -103,3 +103,26 @@ def test_widened_general_policy_places_as_before(small_graph, tmp_path, capped):
             small_graph, cluster, make_rng(seed)
         )
         np.testing.assert_array_equal(a.device, b.device)
+
+
+def test_the_default_doppler_placer_runs_the_memory_policy_where_a_cap_binds(small_graph):
+    """``--placer doppler`` without a checkpoint: ``doppler/general-memory`` where a memory cap
+    can bind, ``doppler/general`` elsewhere (placing as that checkpoint does); a checkpoint
+    given is used everywhere."""
+    general = resolve_checkpoint("doppler/general")
+    memory = resolve_checkpoint("doppler/general-memory")
+    opts = dict(samples=2, partitions=0, clustering=False)
+    placer = get_placer("doppler", **opts)
+    free, capped = make_cluster("p100x4"), _capped(small_graph)
+    assert placer.checkpoint_for(small_graph, free) == general
+    assert placer.checkpoint_for(small_graph, capped) == memory
+    a = placer.place(small_graph, free, make_rng(0))
+    b = get_placer("doppler", checkpoint=general, **opts).place(small_graph, free, make_rng(0))
+    np.testing.assert_array_equal(a.device, b.device)
+    assert a.meta["checkpoint"] == str(general)
+    c = placer.place(small_graph, capped, make_rng(0))
+    assert c.meta["checkpoint"] == str(memory)
+    d = get_placer("doppler", checkpoint=memory, **opts).place(small_graph, capped, make_rng(0))
+    np.testing.assert_array_equal(c.device, d.device)
+    given = get_placer("doppler", checkpoint="doppler/general", **opts)
+    assert given.checkpoint_for(small_graph, capped) == general

@@ -416,6 +416,23 @@ def test_the_recorded_commands_train_the_shipped_general_policies_again():
     assert args.sample_temperature == record["sample_temperature"] == 2.0
     assert doc["meta"]["sample_temperature"] == 2.0
 
+    # doppler/general-memory: Stage II alone from doppler/general widened to doppler11
+    command = shipped["doppler/general-memory"]["command"]
+    args = parse(shlex.split(command)[1:])
+    assert args.init == "doppler/general" and args.name == "doppler/general-memory"
+    assert args.imitation_episodes == 0 and args.memory_share == 0.5
+    lr = {"lr": args.lr} if args.lr is not None else {}
+    stages = general_stages(args.imitation_episodes, args.sim_episodes, args.seed, **lr)
+    assert [cfg.stage for cfg in stages] == ["sim"]
+    path = resolve_checkpoint("doppler/general-memory")
+    doc = torch.load(path, map_location="cpu", weights_only=False)
+    assert stages[-1].to_dict() == doc["meta"]["train_config"]
+    assert doc["policy"]["config"]["layout"] == args.layout == "doppler11"
+    record = shipped["doppler/general-memory"]
+    assert record["memory_share"] == args.memory_share
+    assert args.sample_temperature == record["sample_temperature"] == 2.0
+    assert doc["meta"]["sample_temperature"] == 2.0
+
 
 def test_paper_cost_tasks_have_the_papers_cost_convention():
     """``--paper-cost-share``: generator draws become ``paper_costs:`` tasks on uniform devices
