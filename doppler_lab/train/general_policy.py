@@ -147,7 +147,9 @@ class Task:
 #: many times the graph's tensors (all outputs and stored inputs) over the device count, a
 #: cap that binds (the graph does not fit on one device) but leaves a placement that fits
 MEMORY_FACTORS: tuple[float, ...] = (1.25, 1.5, 2.0)
-#: the share of training tasks given a memory cap (:func:`sample_task`)
+#: the share of training tasks given a memory cap (:func:`sample_task`): 0 for the recorded
+#: commands of before; ``doppler/general-memory`` (``doppler11``, the default where a cap can
+#: bind) ran at 0.25 (six recipes and their figures: README, "The general policy", Memory)
 GENERAL_MEMORY_SHARE = 0.0
 
 

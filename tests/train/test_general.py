@@ -420,7 +420,7 @@ def test_the_recorded_commands_train_the_shipped_general_policies_again():
     command = shipped["doppler/general-memory"]["command"]
     args = parse(shlex.split(command)[1:])
     assert args.init == "doppler/general" and args.name == "doppler/general-memory"
-    assert args.imitation_episodes == 0 and args.memory_share == 0.5
+    assert args.imitation_episodes == 0 and args.memory_share == 0.25
     lr = {"lr": args.lr} if args.lr is not None else {}
     stages = general_stages(args.imitation_episodes, args.sim_episodes, args.seed, **lr)
     assert [cfg.stage for cfg in stages] == ["sim"]
