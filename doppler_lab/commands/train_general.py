@@ -90,22 +90,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "the memory headroom); an --init of "
         "a narrower layout is widened to it",
     )
-    p.add_argument(
-        "--paper-cost-share",
-        type=number_arg(minimum=0),
-        default=g.GENERAL_PAPER_COST_SHARE,
-        metavar="F",
-        help="share of the generator tasks given the paper's cost convention (uniform devices, "
-        "paper semantics, transfers 4x the compute)",
-    )
-    p.add_argument(
-        "--memory-share",
-        type=number_arg(minimum=0),
-        default=g.GENERAL_MEMORY_SHARE,
-        metavar="F",
-        help="share of the tasks given a memory cap that binds (1.25-2x the graph's tensors "
-        "over the devices; a doppler11 policy reads each device's headroom)",
-    )
+    for flag, default, what in (
+        (
+            "--paper-cost-share",
+            g.GENERAL_PAPER_COST_SHARE,
+            "share of the generator tasks given the paper's cost convention (uniform devices, "
+            "paper semantics, transfers 4x the compute)",
+        ),
+        (
+            "--memory-share",
+            g.GENERAL_MEMORY_SHARE,
+            "share of the tasks given a memory cap that binds (1.25-2x the graph's tensors "
+            "over the devices; a doppler11 policy reads each device's headroom)",
+        ),
+    ):
+        p.add_argument(flag, type=share_arg, default=default, metavar="F", help=what)
     p.add_argument(
         "--sample-temperature",
         type=number_arg(above=0),
@@ -144,6 +143,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_force_argument(p)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+
+
+def share_arg(text: str) -> float:
+    """An argparse ``type=``: a share in [0, 1]."""
+    value = number_arg(minimum=0)(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be a share in [0, 1], got {text!r}")
+    return value
 
 
 def command_line(args: argparse.Namespace) -> str:
