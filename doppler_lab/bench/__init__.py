@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, str] = {
     "import": "doppler_lab.bench.importing",
     "general": "doppler_lab.bench.general",
     "memory": "doppler_lab.bench.memory_bound",
+    "memory-fidelity": "doppler_lab.bench.memory_fidelity",
 }
 
 __all__ = ["BENCHMARKS", "write_report"]

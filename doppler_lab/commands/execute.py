@@ -6,11 +6,15 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError
 from ..house.progress import format_seconds, format_time, note, show_progress, timer
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
+from ..ir.trace import Trace
+from ..timing.memory import format_bytes
 from ._common import (
     add_graph_argument,
     add_placement_argument,
@@ -74,9 +78,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--dispatch",
-        choices=("fifo", "priority"),
+        choices=("fifo", "priority", "simulated"),
         default="fifo",
-        help="order of ready ops on a device",
+        help="order of ready ops on a device: fifo (by readiness), priority (the placement's), "
+        "or simulated (CPU workers: each device allocates and releases in the order of the "
+        "simulated run, so its peak memory is the simulated peak; not work-conserving)",
     )
     p.add_argument(
         "--seed", type=int_arg(0), default=0, help="input seed and random placements (default 0)"
@@ -152,6 +158,7 @@ def _execute(args: argparse.Namespace, devices: Any) -> int:
         )
         sharing = ex.backend.sharing() if hasattr(ex.backend, "sharing") else None
         forecast = predict_command(args, graph, cluster, placement, sharing)
+        simulated = _simulated_run(args, graph, cluster, placement)
         if args.dry_run:
             if args.json:
                 print_json(forecast)
@@ -167,6 +174,7 @@ def _execute(args: argparse.Namespace, devices: Any) -> int:
             dispatch=args.dispatch,
             keep_outputs=args.check,
             progress=show_progress(args),
+            schedule=_schedule(args, graph, simulated),
         )
         info = ex.backend.describe()
     trace = result.trace
@@ -189,6 +197,7 @@ def _execute(args: argparse.Namespace, devices: Any) -> int:
         "threads_per_device": info.get("threads_per_device"),
         "predicted_s": forecast["predicted_s"],
         **memory_fields(trace, cluster, None),
+        **_predicted_memory(trace, simulated),
     }
     if "cuda_max_memory_allocated_bytes" in trace.meta:
         out["cuda_max_memory_allocated_bytes"] = trace.meta["cuda_max_memory_allocated_bytes"]
@@ -222,6 +231,12 @@ def _execute(args: argparse.Namespace, devices: Any) -> int:
         print(f"  utilisation  {' '.join(f'{u:.0%}' for u in out['utilisation'])}")
         for line in memory_lines(out):
             print(line.replace("(peak/cap", "(measured peak/cap"))
+        if out["peak_memory_gap"] is not None:
+            sim = " ".join(format_bytes(b) for b in out["simulated_peak_memory_bytes"])
+            print(
+                f"  simulated    {sim}  (peak per device; the measured peaks differ by at most "
+                f"{out['peak_memory_gap']:.1%})"
+            )
         if args.check:
             print(
                 f"  outputs      {'match' if out['outputs_match'] else 'DIFFER'} the reference (max abs error {out['max_abs_error']:.3g})"
@@ -229,6 +244,39 @@ def _execute(args: argparse.Namespace, devices: Any) -> int:
         if args.gantt:
             print(f"  gantt        {args.gantt}")
     return 0 if out.get("outputs_match", True) else 1
+
+
+def _simulated_run(
+    args: argparse.Namespace, graph: DataflowGraph, cluster: Cluster, placement: Placement
+) -> Trace:
+    """The simulated run this command is compared with (``wc``, the command's cost model and
+    dispatch rule): its peak memory is the prediction, and ``--dispatch simulated`` replays it."""
+    from ..timing.sim import Simulator
+
+    dispatch = "fifo" if args.dispatch == "simulated" else args.dispatch
+    model = resolve_cost_model(args, graph, cluster)
+    return Simulator(graph, cluster, "wc", cost_model=model).run(placement, dispatch=dispatch)
+
+
+def _schedule(args: argparse.Namespace, graph: DataflowGraph, simulated: Trace) -> Any:
+    """``--dispatch simulated``: the replay of ``simulated``; else ``None``."""
+    if args.dispatch != "simulated":
+        return None
+    from ..executor.replay import ReplaySchedule
+
+    return ReplaySchedule.from_trace(graph, simulated)
+
+
+def _predicted_memory(measured: Trace, simulated: Trace) -> dict[str, Any]:
+    """``simulated_peak_memory_bytes`` per device and ``peak_memory_gap``: the largest
+    ``|measured - simulated| / measured`` over devices (``None`` when nothing was counted)."""
+    sim = simulated.peak_memory_bytes
+    got = measured.peak_memory_bytes
+    if sim is None or got is None or not np.any(np.asarray(got) > 0):
+        return {"simulated_peak_memory_bytes": None, "peak_memory_gap": None}
+    got, sim = np.asarray(got, dtype=np.float64), np.asarray(sim, dtype=np.float64)
+    gap = np.abs(got - sim) / np.maximum(got, 1.0)
+    return {"simulated_peak_memory_bytes": sim.tolist(), "peak_memory_gap": float(gap.max())}
 
 
 def predict_command(

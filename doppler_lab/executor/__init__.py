@@ -15,7 +15,9 @@ returns. Backends (:func:`make_backend`):
 
 Every backend dispatches work-conservingly: an op starts once its inputs are on its device
 and its device is free, ready ops in the order they became ready (ties by node id) or by the
-placement's priority. See :mod:`~doppler_lab.executor.torch_ops` for what each op computes,
+placement's priority. The one exception is chosen: CPU workers can replay a simulated run's
+order instead (dispatch ``simulated``, :mod:`~doppler_lab.executor.replay`), so that the
+measured peak memory is the simulated one. See :mod:`~doppler_lab.executor.torch_ops` for what each op computes,
 :class:`ExecutorCost` for a placement -> measured makespan cost function (Stage III training),
 and :mod:`~doppler_lab.executor.profiling` for calibration.
 

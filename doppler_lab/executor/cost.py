@@ -160,7 +160,8 @@ def predict_execution(
         placement: a device per node.
         runs: warm-up plus timed executions.
         reference: whether a single-device reference run follows (``--check``).
-        dispatch: ``fifo`` or ``priority``.
+        dispatch: ``fifo``, ``priority`` or ``simulated`` (the replay of the FIFO simulation,
+            predicted as that simulation).
         cost_model: measured op times (a profile's :meth:`cost_model`); default: the roofline.
         sharing: which devices share a GPU and the host's time per launch
             (:class:`~doppler_lab.timing.contention.Sharing`; the stream backends' ``sharing``): the
@@ -178,6 +179,8 @@ def predict_execution(
     from ..timing.sim import Simulator
 
     pl = placement if isinstance(placement, Placement) else Placement(np.asarray(placement))
+    if dispatch == "simulated":
+        dispatch = "fifo"
     if sharing is not None and dispatch == "fifo":
         from ..timing.contention import contended_makespan
 

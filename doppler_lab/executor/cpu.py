@@ -13,6 +13,11 @@ the copy's start, each until the device's last reader of it is done and the valu
 it. These are the simulator's memory rules (:mod:`doppler_lab.timing.sim.footprint`), applied
 to what really ran; the bookkeeping happens under the lock the run already takes.
 
+Replay (dispatch ``simulated``, :mod:`.replay`): the queues are a device's turns in a simulated
+run's memory events; workers and copy lanes take an op or a copy only when it is ready and its
+turn, and the operands of a finished op (the sender's buffer of a finished copy) are dropped
+when that event's turn comes (``_play``), so each device's peak is the simulated one.
+
 Copy lanes are the cluster's link resources (``routes[a, b, 0]``; the ``cpu`` preset has one,
 "host memory"), so copies that share a resource are served one after another, as in the ``wc``
 simulator.
@@ -61,6 +66,7 @@ from .backend import (
     tensor_nbytes,
 )
 from .plan import ExecutionPlan, ReadyQueues
+from .replay import COPY_IN, END, START, Turns
 
 _JOIN_S = 0.5  # how long a finished or failed run waits for its workers
 _CLOSE_S = 5.0  # how long closing a backend waits for its idle workers to leave
@@ -223,8 +229,12 @@ class _CpuRun:
         self.lock = threading.Lock()
         self.cvs = [threading.Condition(self.lock) for _ in range(d)]
         self.lane_cvs = [threading.Condition(self.lock) for _ in range(backend.num_lanes)]
-        self.lane_q: list[deque[tuple[int, int, int, tuple[int, ...]]]] = [
-            deque() for _ in range(backend.num_lanes)
+        # a replay (dispatch "simulated") plays each device's turns; else ready ops run at once
+        self.turns = None if plan.schedule is None else Turns(plan, plan.schedule)
+        self.rq = self.turns or ReadyQueues(plan)
+        self.lane_q: list[Any] = [
+            deque() if self.turns is None else self.turns.copy_queue()
+            for _ in range(backend.num_lanes)
         ]
         self.need = plan.need.tolist()
         self.hold = plan.hold.tolist()
@@ -238,7 +248,6 @@ class _CpuRun:
         self.finished = threading.Event()
         self.go = threading.Event()
         self.ready = threading.Barrier(1)
-        self.rq = ReadyQueues(plan)
         # bytes of live tensors per device (resident inputs + the table's values), and the most
         self.size = [0] * n
         self.hint = [int(x) for x in plan.graph.out_bytes]  # an op's size before it returns
@@ -273,6 +282,41 @@ class _CpuRun:
                 self.error = error
             self._stop()
 
+    def _release(self, v: int, d: int) -> None:
+        """Op ``v`` on device ``d`` has ended: drop the operands it was the last reader of."""
+        hold, buf, size, live = self.hold, self.bufs[d], self.size, self.live
+        for u in self.plan.preds[v]:
+            h = hold[u]
+            h[d] -= 1
+            if h[d] == 0:
+                buf[u] = None
+                live[d] -= size[u]
+
+    def _release_sent(self, u: int, a: int) -> None:
+        """A copy of ``u`` out of device ``a`` has ended: drop ``u`` there if it was the last
+        reader."""
+        h = self.hold[u]
+        h[a] -= 1
+        if h[a] == 0:
+            self.bufs[a][u] = None
+            self.live[a] -= self.size[u]
+
+    def _play(self, d: int) -> None:
+        """A replay: play device ``d``'s due dropping events, then wake whoever takes its turn
+        (its worker for an op's start, a copy lane for a copy in)."""
+        turns = self.turns
+        for kind, v, _ in turns.due(d):  # type: ignore[union-attr]
+            if kind == END:
+                self._release(v, d)
+            else:
+                self._release_sent(v, d)
+        h = turns.head(d)  # type: ignore[union-attr]
+        if h is not None:
+            if h[0] == START:
+                self.cvs[d].notify()
+            elif h[0] == COPY_IN:
+                self.lane_cvs[self.backend.lane_of[h[2]][d]].notify()
+
     # -- threads ----------------------------------------------------------------------------
     def _serve(
         self, q: Any, cv: threading.Condition, take: Callable[[], Any], step: Callable[[Any], bool]
@@ -292,10 +336,10 @@ class _CpuRun:
                     return
 
     def _compute(self, d: int) -> None:
-        plan, rq = self.plan, self.rq
-        fns, operands, preds = plan.fns, plan.operands, plan.preds
+        plan, rq, turns = self.plan, self.rq, self.turns
+        fns, operands = plan.fns, plan.operands
         local_succ, sends = plan.local_succ, plan.sends
-        need, hold, buf = self.need, self.hold, self.bufs[d]
+        need, buf = self.need, self.bufs[d]
         size, live, peak, hint = self.size, self.live, self.peak, self.hint
         lane_of, lane_q, lane_cvs = self.backend.lane_of[d], self.lane_q, self.lane_cvs
         lock, push, pop = self.lock, rq.push, rq.pop
@@ -308,6 +352,8 @@ class _CpuRun:
             live[d] += hint[v]  # the output is being made: it counts from the op's start
             if live[d] > peak[d]:
                 peak[d] = live[d]
+            if turns is not None:
+                self._play(d)
             return v
 
         def step(v: int) -> bool:
@@ -341,12 +387,11 @@ class _CpuRun:
                     lane = lane_of[b]
                     lane_q[lane].append((v, d, b, ws))
                     lane_cvs[lane].notify()
-                for u in preds[v]:
-                    h = hold[u]
-                    h[d] -= 1
-                    if h[d] == 0:
-                        buf[u] = None
-                        live[d] -= size[u]
+                if turns is None:
+                    self._release(v, d)
+                else:  # its operands go when its END is the device's turn
+                    turns.finished[v] = 1
+                    self._play(d)
                 self.remaining -= 1
                 if self.remaining == 0:
                     self._stop()
@@ -356,7 +401,7 @@ class _CpuRun:
         self._serve(rq.queues[d], self.cvs[d], take, step)
 
     def _copy(self, lane: int) -> None:
-        bufs, need, hold, cvs = self.bufs, self.need, self.hold, self.cvs
+        bufs, need, cvs, turns = self.bufs, self.need, self.cvs, self.turns
         cq, lock, push = self.lane_q[lane], self.lock, self.rq.push
         transfers = self.transfers
         size, live, peak = self.size, self.live, self.peak
@@ -368,6 +413,8 @@ class _CpuRun:
             live[b] += size[item[0]]  # the copy counts on the receiver from its start
             if live[b] > peak[b]:
                 peak[b] = live[b]
+            if turns is not None:
+                self._play(b)
             return item
 
         def step(item: tuple[int, int, int, tuple[int, ...]]) -> bool:
@@ -399,11 +446,11 @@ class _CpuRun:
                         woke = True
                 if woke:
                     cvs[b].notify()
-                h = hold[u]
-                h[a] -= 1
-                if h[a] == 0:
-                    bufs[a][u] = None
-                    live[a] -= size[u]
+                if turns is None:
+                    self._release_sent(u, a)
+                else:  # the sender's buffer goes when this copy's end is its turn
+                    turns.copied.add((u, b))
+                    self._play(a)
             return True
 
         self._serve(cq, self.lane_cvs[lane], take, step)
@@ -495,6 +542,9 @@ class _CpuRun:
                 f"op {op_label(g, v)} on {self.backend.device_label(d)} still running"
                 for v, d in running
             )
+        elif self.turns is not None:
+            with self.lock:
+                what = self.turns.waiting(g)
         elif waiting:
             v = int(waiting[0])
             what = f"op {op_label(g, v)} on {self.backend.device_label(int(self.plan.device[v]))} never became ready"

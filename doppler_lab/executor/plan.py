@@ -25,7 +25,7 @@ from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from .torch_ops import compile_op, output_nodes
 
-DISPATCH_RULES: tuple[str, ...] = ("fifo", "priority")
+DISPATCH_RULES: tuple[str, ...] = ("fifo", "priority", "simulated")
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,6 +49,8 @@ class ExecutionPlan:
             have 0 readers and are kept.
         outputs: the graph's result nodes.
         initial: per device, the ops ready when the clock starts, ascending ids.
+        schedule: for the ``simulated`` rule, the simulated run to replay
+            (:class:`~doppler_lab.executor.replay.ReplaySchedule`), else ``None``.
     """
 
     graph: DataflowGraph
@@ -65,6 +67,7 @@ class ExecutionPlan:
     hold: np.ndarray
     outputs: np.ndarray
     initial: tuple[tuple[int, ...], ...]
+    schedule: Any = None
 
     @property
     def num_nodes(self) -> int:
@@ -98,6 +101,7 @@ def make_plan(
     num_devices: int,
     dispatch: str = "fifo",
     fns: tuple[Callable[..., Any] | None, ...] | None = None,
+    schedule: Any = None,
 ) -> ExecutionPlan:
     """Precompute an :class:`ExecutionPlan`.
 
@@ -105,9 +109,12 @@ def make_plan(
         graph: an executable graph.
         placement: a device per node (input entries are ignored).
         num_devices: devices of the backend.
-        dispatch: ``fifo`` (ready order, ties by node id) or ``priority`` (the placement's
-            priority, ties by node id).
+        dispatch: ``fifo`` (ready order, ties by node id), ``priority`` (the placement's
+            priority, ties by node id) or ``simulated`` (``schedule``'s order, see
+            :mod:`~doppler_lab.executor.replay`).
         fns: compiled callables to reuse (from an earlier plan of the same graph).
+        schedule: the :class:`~doppler_lab.executor.replay.ReplaySchedule` that ``simulated``
+            replays (checked against the placement).
     """
     check_executable(graph)
     if dispatch not in DISPATCH_RULES:
@@ -116,6 +123,12 @@ def make_plan(
     pl.validate(graph, num_devices)
     if dispatch == "priority" and pl.priority is None:
         raise PlacementError("dispatch='priority' needs a placement with a priority array")
+    if (dispatch == "simulated") != (schedule is not None):
+        raise ConfigError(
+            "dispatch='simulated' needs the simulated run to replay (a ReplaySchedule)"
+            if schedule is None
+            else f"a ReplaySchedule is replayed by dispatch='simulated', not {dispatch!r}"
+        )
     n, d = graph.num_nodes, num_devices
     is_input = graph.is_input
     device = pl.device.copy()
@@ -158,8 +171,8 @@ def make_plan(
         tuple(int(v) for v in graph.compute_nodes if need[v] == 0 and device[v] == k)
         for k in range(d)
     )
-    priority = None if dispatch == "fifo" else np.asarray(pl.priority, dtype=np.float64)
-    return ExecutionPlan(
+    priority = None if dispatch != "priority" else np.asarray(pl.priority, dtype=np.float64)
+    plan = ExecutionPlan(
         graph=graph,
         num_devices=d,
         device=device,
@@ -174,7 +187,11 @@ def make_plan(
         hold=hold,
         outputs=output_nodes(graph),
         initial=initial,
+        schedule=schedule,
     )
+    if schedule is not None:
+        schedule.check(plan)
+    return plan
 
 
 def compile_ops(graph: DataflowGraph) -> tuple[Callable[..., Any] | None, ...]:

@@ -28,6 +28,7 @@ from ..ir.trace import Trace, kind_names
 from .backend import DEFAULT_TIMEOUT_S, Backend, BackendSession, RawRun
 from .factory import make_backend
 from .plan import ExecutionPlan, check_executable, compile_ops, make_plan
+from .replay import ReplaySchedule, simulated_schedule
 
 #: (rtol, atol) for comparing outputs, per dtype: partitioned sums add in another order
 TOLERANCES: dict[str, tuple[float, float]] = {
@@ -145,11 +146,27 @@ class Executor:
         return self.backend.num_devices
 
     def plan(
-        self, placement: Placement | np.ndarray | Sequence[int], dispatch: str = "fifo"
+        self,
+        placement: Placement | np.ndarray | Sequence[int],
+        dispatch: str = "fifo",
+        schedule: ReplaySchedule | None = None,
     ) -> ExecutionPlan:
-        """The execution plan of ``placement`` (validated against the graph and devices)."""
+        """The execution plan of ``placement`` (validated against the graph and devices). For
+        ``dispatch="simulated"`` without a ``schedule``: the replay of ``placement`` simulated on
+        :attr:`cluster` (``wc`` semantics, its roofline)."""
         pl = placement if isinstance(placement, Placement) else Placement(np.asarray(placement))
-        return make_plan(self.graph, pl, self.num_devices, dispatch, fns=self._fns)
+        if dispatch == "simulated":
+            if self.backend.name != "cpu":
+                raise ConfigError(
+                    f"dispatch 'simulated' replays on the cpu backend only; the "
+                    f"{self.backend.name!r} backend takes 'fifo' or 'priority'"
+                )
+            if schedule is None:
+                pl.validate(self.graph, self.num_devices)
+                schedule = simulated_schedule(self.graph, self.cluster, pl)
+        return make_plan(
+            self.graph, pl, self.num_devices, dispatch, fns=self._fns, schedule=schedule
+        )
 
     def _session_(self) -> BackendSession:
         if self._session is None:
@@ -165,6 +182,7 @@ class Executor:
         dispatch: str = "fifo",
         keep_outputs: bool = False,
         progress: bool = False,
+        schedule: ReplaySchedule | None = None,
     ) -> ExecutionResult:
         """Run ``placement`` ``warmup`` times untimed, then ``repeats`` times timed.
 
@@ -172,13 +190,18 @@ class Executor:
             placement: a device per node (and a priority for ``dispatch="priority"``).
             repeats: timed runs (>= 1); the trace is the median one.
             warmup: untimed runs first (allocator, caches, lazy initialisation).
-            dispatch: ``fifo`` (ready order, ties by node id) or ``priority``.
+            dispatch: ``fifo`` (ready order, ties by node id), ``priority`` or ``simulated``
+                (each device allocates and releases in the order of a simulated run, so its
+                peak memory is the simulated one; CPU workers only, see
+                :mod:`~doppler_lab.executor.replay`).
             keep_outputs: return the graph's results of the last run (on the CPU).
             progress: a bar over the runs on stderr.
+            schedule: the simulated run that ``simulated`` replays
+                (:meth:`ReplaySchedule.from_trace`; default: :meth:`plan` simulates one).
         """
         if repeats < 1 or warmup < 0:
             raise ConfigError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
-        plan = self.plan(placement, dispatch)
+        plan = self.plan(placement, dispatch, schedule)
         session = self._session_()
         desc = f"{self.graph.name} on {self.backend.name}"
         gpus = self._cuda_gpus()

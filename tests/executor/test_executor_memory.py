@@ -6,9 +6,11 @@ What is stable and asserted here:
   to the measured trace (same schedule, same rules), within 10% (in practice exactly);
 - on one CPU worker the schedule is the simulator's (FIFO on one device is deterministic), so
   the simulated peak equals the measured one, within 10% (in practice exactly).
-On several workers the peak depends on the schedule, which on real devices differs from the
-cost model's and from run to run: there the simulated peak is a prediction (within 0-20% on
-the generated workloads at scale 0.1; ``doppler-lab execute --json`` reports both sides).
+On several workers the peak depends on the schedule, which under FIFO differs from the cost
+model's and from run to run: there the simulated peak is a prediction (``doppler-lab execute
+--json`` reports both sides; ``doppler-lab bench memory-fidelity`` measures the gaps). The
+``simulated`` dispatch rule replays the simulated order, and its peak equals the simulated one
+(``test_replay.py``).
 """
 
 from __future__ import annotations
