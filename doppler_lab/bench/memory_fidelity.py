@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ..house.deps import require
 from ..house.progress import progress as progress_bar
 from ._report import write_report
 
@@ -118,6 +119,96 @@ def gap_row(simulated: np.ndarray, measured: np.ndarray) -> dict[str, Any]:
     }
 
 
+def measure_workload(
+    spec: str,
+    num_devices: int = 2,
+    runs: int = RUNS,
+    placements: Sequence[str] = PLACEMENTS,
+    bar: Any = None,
+) -> list[dict[str, Any]]:
+    """The rows of one workload (a graph spec): each placement under each rule of
+    :data:`DISPATCH`, ``runs`` runs each on ``num_devices`` CPU workers; each row also keeps
+    every run's peaks (``peaks_mb``, runs x devices) and the simulated ones (``simulated``)."""
+    from ..executor import Executor
+    from ..executor.replay import simulated_schedule
+    from ..workloads.specs import graph_from_spec
+
+    graph = graph_from_spec(spec)
+    rows: list[dict[str, Any]] = []
+    with Executor(graph, "cpu", num_devices=num_devices) as ex:
+        for name in placements:
+            placement = make_placement(name, graph, ex.cluster)
+            schedule = simulated_schedule(graph, ex.cluster, placement)
+            simulated = np.asarray(schedule.trace.peak_memory_bytes, dtype=np.float64)
+            band = noisy_band(graph, ex.cluster, placement)
+            for dispatch in DISPATCH:
+                if bar is not None:
+                    bar.set_postfix_str(f"{spec} {name} {dispatch}")
+                peaks, spans = measure_case(ex, placement, schedule, dispatch, runs)
+                rows.append({
+                    "workload": spec.split(":")[0], "placement": name, "dispatch": dispatch,
+                    **gap_row(simulated, peaks),
+                    **(band_row(band, peaks) if dispatch == "fifo" else {}),
+                    "makespan_ms": round(float(np.median(spans)) * 1e3, 2),
+                    "peaks_mb": np.round(peaks / 1e6, 4).tolist(),
+                    "simulated": np.round(simulated / 1e6, 4).tolist(),
+                })  # fmt: skip
+                if bar is not None:
+                    bar.update(1)
+    return rows
+
+
+def peaks_figure(rows: Sequence[dict[str, Any]], title: str | None = None) -> Any:
+    """Each run's measured peak per device (a box of points per placement, device and rule)
+    against the simulated peak (a dashed line across the device), from
+    :func:`measure_workload`'s rows."""
+    go = require("plotly.graph_objects", "the measured-memory figure")
+
+    from ..viz import series_color
+
+    fig = go.Figure()
+    for i, dispatch in enumerate(DISPATCH):
+        x, y = [], []
+        for r in rows:
+            if r["dispatch"] != dispatch:
+                continue
+            for run_peaks in r["peaks_mb"]:
+                for d, p in enumerate(run_peaks):
+                    x.append(f"{r['placement']} · device {d}")
+                    y.append(p)
+        fig.add_trace(
+            go.Box(
+                x=x, y=y, name=f"measured, {dispatch}", boxpoints="all", jitter=0.4, pointpos=0,
+                marker=dict(color=series_color(i), size=5), line=dict(color=series_color(i)),
+                fillcolor="rgba(0,0,0,0)",
+            )
+        )  # fmt: skip
+    cats: list[str] = []  # the categories in the boxes' order, each with its simulated peak
+    for r in rows:
+        if r["dispatch"] == DISPATCH[0]:
+            cats += [f"{r['placement']} · device {d}" for d in range(len(r["simulated"]))]
+    sims = [p for r in rows if r["dispatch"] == DISPATCH[0] for p in r["simulated"]]
+    for i, p in enumerate(sims):  # a dashed line across the category
+        fig.add_shape(
+            type="line", x0=i - 0.45, x1=i + 0.45, y0=p, y1=p, xref="x", yref="y",
+            line=dict(color="black", width=2, dash="dash"),
+        )  # fmt: skip
+    fig.add_trace(  # the lines' legend entry
+        go.Scatter(
+            x=[cats[0]] if cats else [], y=[sims[0]] if sims else [], mode="lines",
+            name="simulated peak", line=dict(color="black", width=2, dash="dash"),
+        )
+    )  # fmt: skip
+    fig.update_layout(
+        title=title or "Peak memory per device: measured runs against the simulated peak",
+        boxmode="group",
+        yaxis=dict(title="peak of live tensors (MB)"),
+        template="plotly_white",
+        legend=dict(title="run"),
+    )
+    return fig
+
+
 def run(
     out_dir: Path,
     quick: bool = False,
@@ -126,10 +217,6 @@ def run(
     runs: int | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark and write ``memory-fidelity.{json,md}`` into ``out_dir``."""
-    from ..executor import Executor
-    from ..executor.replay import simulated_schedule
-    from ..workloads.specs import graph_from_spec
-
     t_start = time.perf_counter()
     works = QUICK_WORKLOADS if quick else WORKLOADS
     places = QUICK_PLACEMENTS if quick else PLACEMENTS
@@ -142,23 +229,7 @@ def run(
     )  # fmt: skip
     try:
         for w in works:
-            graph = graph_from_spec(f"{w}:scale={scale}")
-            with Executor(graph, "cpu", num_devices=num_devices) as ex:
-                for name in places:
-                    placement = make_placement(name, graph, ex.cluster)
-                    schedule = simulated_schedule(graph, ex.cluster, placement)
-                    simulated = np.asarray(schedule.trace.peak_memory_bytes, dtype=np.float64)
-                    band = noisy_band(graph, ex.cluster, placement)
-                    for dispatch in DISPATCH:
-                        bar.set_postfix_str(f"{w} {name} {dispatch}")
-                        peaks, spans = measure_case(ex, placement, schedule, dispatch, runs)
-                        rows.append({
-                            "workload": w, "placement": name, "dispatch": dispatch,
-                            **gap_row(simulated, peaks),
-                            **(band_row(band, peaks) if dispatch == "fifo" else {}),
-                            "makespan_ms": round(float(np.median(spans)) * 1e3, 2),
-                        })  # fmt: skip
-                        bar.update(1)
+            rows += measure_workload(f"{w}:scale={scale}", num_devices, runs, places, bar)
     finally:
         bar.close()
     summary = summarise(rows)
@@ -237,6 +308,8 @@ __all__ = [
     "gap_row",
     "make_placement",
     "measure_case",
+    "measure_workload",
+    "peaks_figure",
     "noisy_band",
     "run",
     "summarise",

@@ -755,6 +755,21 @@ def memory(s: Mapping[str, Any]) -> Findings:
             head.append(
                 _h("best makespan at the smallest cap that fits / at the largest", slow, "x")
             )
+    measured = s.get("measured") or []
+    replayed = [r["worst_gap"] for r in measured if r["dispatch"] == "simulated"]
+    fifo = [r["worst_gap"] for r in measured if r["dispatch"] == "fifo"]
+    if replayed and fifo:
+        head.append(
+            _h("measured peak against simulated, replayed runs: largest gap", max(replayed), "%",
+               max(replayed) <= 0.10, "<= 10%")
+        )  # fmt: skip
+        text.append(
+            f"Run on CPU workers ({s.get('measured_workload')}), the measured peak of every "
+            f"replayed run (dispatch simulated) is within {_pct(max(replayed))} of the simulated "
+            f"peak on every device; free-running (fifo) runs differ from it by up to "
+            f"{_pct(max(fifo))}, because their schedule is not the simulated one and changes "
+            "from run to run."
+        )
     text.append(
         _verdict(
             holds,

@@ -24,3 +24,8 @@ def test_memory(run_notebook):
     swept = notebook_parameters(NOTEBOOK)["sweep_placers"].split(",")
     assert {c["placer"] for c in s["curve"]} == set(swept)
     assert not s["sweep"][0]["changed"]
+    measured = s["measured"]
+    assert {(r["placement"], r["dispatch"]) for r in measured} == {
+        (p, d) for p in ("cp", "random") for d in ("fifo", "simulated")
+    }
+    assert all(r["worst_gap"] == 0 for r in measured if r["dispatch"] == "simulated")
