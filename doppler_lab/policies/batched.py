@@ -32,9 +32,9 @@ from .doppler import add_placed, head_logits
 from .features import extend_device_features, scale_device_features
 
 # numba's on-disk cache of these kernels is checked against this file alone, while they compile
-# in the kernels they call from features.py, doppler.py and timing/schedule.py: a change there
-# must change this file too, or a cached kernel keeps the old code (layout doppler11: the
-# memory headroom's column 10, written by extend_device_features since then)
+# in the kernels they call from features.py, doppler.py and timing/schedule.py: the cache folder
+# is therefore one per version of every kernel source (doppler_lab.house.jitcache), so a change
+# there compiles these again (a stale cached kernel once left doppler11's column 10 unwritten)
 
 #: how a step chooses: the argmax, a draw from the softmax, or the topological order (SEL)
 GREEDY, SAMPLE, TOPO = 0, 1, 2
