@@ -38,7 +38,7 @@ from ..house.runners import torch_threads
 from ..house.settings import check_setting
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
-from ..placers.memory_fit import MemoryGuard, fit_placement
+from ..placers.memory_fit import cap_can_bind, fit_placement
 from ..policies.checkpoint import load_policy
 from ..policies.context import GraphContext
 from ..policies.policy_base import PlacementPolicy
@@ -361,10 +361,9 @@ class _LearnedPlacer:
     def checkpoint_for(self, graph: DataflowGraph, cluster: Cluster) -> Path:
         """The checkpoint that places ``graph`` on ``cluster``: the one given, else the
         default, or :attr:`memory_checkpoint` where a memory cap can bind
-        (:class:`~doppler_lab.placers.memory_fit.MemoryGuard`)."""
-        if self._memory_checkpoint is not None:
-            if MemoryGuard(graph, cluster, self.name, check=False).active:
-                return self._memory_checkpoint
+        (:func:`~doppler_lab.placers.memory_fit.cap_can_bind`)."""
+        if self._memory_checkpoint is not None and cap_can_bind(graph, cluster):
+            return self._memory_checkpoint
         return self.checkpoint
 
     def policy(self, num_devices: int, checkpoint: Path | None = None) -> PlacementPolicy:
