@@ -646,10 +646,6 @@ def fit_devices(
     if fixed is not None:
         return fixed, "packed"
     stages = memory_stages(graph, cluster, caps)
-    if stages is None:  # no split within the static bound: the one balanced by compute alone
-        stages = memory_stages(graph, cluster, np.full(caps.size, np.inf))
-        if stages is not None and not simulated_fit(graph, cluster, stages, caps):
-            stages = None
     if stages is not None:
         return stages, "pipeline"
     raise no_fit_error(graph, caps, placer)
