@@ -22,7 +22,6 @@ builds, counts and judges every one of these proposal sets).
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +56,7 @@ from .proposals import (
     MEMORY_BASELINES,
     PARTITION_PROPOSALS,
     ProposalSet,
+    Verdict,
     check_fewer_devices,
     judge,
 )
@@ -94,6 +94,14 @@ class RolloutResult:
             object.__setattr__(self, "rollouts", int(len(self.costs)))
 
     @property
+    def verdict(self) -> Verdict:
+        """The costs as the judge's :class:`~doppler_lab.search.proposals.Verdict` (the best
+        of each kind of proposal)."""
+        return Verdict(
+            self.costs, self.best_index, self.rollouts, int(self.clustering), self.memories
+        )
+
+    @property
     def greedy_cost(self) -> float:
         return float(self.costs[0])
 
@@ -104,25 +112,22 @@ class RolloutResult:
     @property
     def rollout_cost(self) -> float:
         """The best of the policy's own rollouts."""
-        return float(np.min(self.costs[: self.rollouts]))
+        return self.verdict.rollout_cost
 
     @property
     def partition_cost(self) -> float:
         """The best partition proposal (nan without any)."""
-        rest = self.costs[self.rollouts + int(self.clustering) : len(self.costs) - self.memories]
-        return float(np.min(rest)) if rest.size else float("nan")
+        return self.verdict.partition_cost
 
     @property
     def memory_cost(self) -> float:
         """The best memory baseline's placement (nan without any)."""
-        rest = self.costs[len(self.costs) - self.memories :] if self.memories else self.costs[:0]
-        return float(np.min(rest)) if rest.size else float("nan")
+        return self.verdict.memory_cost
 
     @property
     def clustering_cost(self) -> float:
         """The best clustering proposal's cost (nan without one)."""
-        k = int(self.clustering)
-        return float(np.min(self.costs[self.rollouts : self.rollouts + k])) if k else math.nan
+        return self.verdict.clustering_cost
 
     @property
     def source(self) -> str:
