@@ -244,6 +244,17 @@ def fits(bound: np.ndarray, caps: np.ndarray) -> np.ndarray | bool:
     return np.all(np.asarray(bound) <= caps, axis=-1)
 
 
+def _can_bind(graph: DataflowGraph, size: np.ndarray, caps: np.ndarray) -> bool:
+    """:func:`cap_can_bind` on the graph's ``size`` (:func:`tensor_bytes`) and ``caps``."""
+    return bool(has_sizes(graph) and size.size and float(size.sum()) > float(caps.min()))
+
+
+def cap_can_bind(graph: DataflowGraph, cluster: Cluster, cap: Any = "device") -> bool:
+    """Whether a memory cap can bind (:attr:`MemoryGuard.active`, without building the guard):
+    the graph has sizes and its tensors all together exceed the smallest cap."""
+    return _can_bind(graph, tensor_bytes(graph), memory_caps(cluster, cap))
+
+
 class MemoryGuard:
     """The caps of one placer's run on one graph and cluster, and the running bound.
 
@@ -258,9 +269,9 @@ class MemoryGuard:
 
     Attributes:
         caps: ``(D,)`` bytes per device (``inf``: none).
-        active: whether a cap can bind: the graph has sizes and its tensors all together
-            exceed the smallest cap. Inactive guards do nothing (placements stay as without
-            caps, to the bit).
+        active: whether a cap can bind (:func:`cap_can_bind`): the graph has sizes and its
+            tensors all together exceed the smallest cap. Inactive guards do nothing
+            (placements stay as without caps, to the bit).
         footprint: the running bound (None when inactive).
     """
 
@@ -277,9 +288,7 @@ class MemoryGuard:
         self.caps = memory_caps(cluster, cap)
         self.num_devices = cluster.num_devices
         size = tensor_bytes(graph)
-        self.active = bool(
-            has_sizes(graph) and size.size and float(size.sum()) > float(self.caps.min())
-        )
+        self.active = _can_bind(graph, size, self.caps)
         self.footprint = Footprint(graph, self.num_devices, size) if self.active else None
         # an op's output and inputs: where the fullest device has room for them, every one has
         self._need = op_needs(graph, size) if self.active else None
@@ -637,10 +646,6 @@ def fit_devices(
     if fixed is not None:
         return fixed, "packed"
     stages = memory_stages(graph, cluster, caps)
-    if stages is None:  # no split within the static bound: the one balanced by compute alone
-        stages = memory_stages(graph, cluster, np.full(caps.size, np.inf))
-        if stages is not None and not simulated_fit(graph, cluster, stages, caps):
-            stages = None
     if stages is not None:
         return stages, "pipeline"
     raise no_fit_error(graph, caps, placer)
@@ -689,6 +694,7 @@ __all__ = [
     "CappedSimulator",
     "Footprint",
     "MemoryGuard",
+    "cap_can_bind",
     "capped",
     "caps_text",
     "check_floor",

@@ -16,8 +16,8 @@ from ..hardware.cluster import Cluster
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
-from .memory_fit import MemoryGuard, fit_placement, no_fit_error, simulated_fit
-from .stage_split import StageSplitter
+from .memory_fit import MemoryGuard, fit_placement, no_fit_error
+from .stage_split import pipeline_split
 
 
 @dataclass(frozen=True)
@@ -31,21 +31,13 @@ class PipelinePlacer:
     def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
         guard = MemoryGuard(graph, cluster, self.name)
         caps = guard.caps if guard.active else np.full(cluster.num_devices, np.inf)
-        cost = CostModel(graph, cluster)
-        splitter = StageSplitter(graph, cost.compute, caps)
-        got = splitter.best()
-        if got is None and guard.active:
-            # no split keeps every stage within its static bound, which holds every activation
-            # for the whole run: the split balanced by compute alone, when its simulated peak
-            # fits (a model whose activations, not its weights, overflow one device)
-            splitter = StageSplitter(graph, cost.compute, np.full(caps.size, np.inf))
-            got = splitter.best()
-            if got is not None and not simulated_fit(graph, cluster, got[0].clip(0), caps):
-                got = None
+        # within the static bound, else balanced by compute alone where its simulated peak fits
+        got = pipeline_split(graph, cluster, caps, CostModel(graph, cluster).compute)
         if got is None:
             raise no_fit_error(graph, caps, self.name)
         dev, bottleneck = got
-        comp = np.asarray(splitter.order, dtype=np.int64)
+        topo = graph.topo_order
+        comp = np.asarray(topo[~graph.is_input[topo]], dtype=np.int64)  # the stages' order
         priority = np.zeros(graph.num_nodes)
         priority[comp] = np.arange(comp.size)
         stages = np.unique(dev[comp]) if comp.size else np.zeros(0, dtype=np.int64)

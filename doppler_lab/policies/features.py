@@ -130,9 +130,6 @@ LAYOUTS: dict[str, FeatureLayout] = {
 #: the device-feature column of the memory headroom (``doppler11``)
 MEMORY_HEADROOM = 10
 
-#: unit-free device feature columns (not divided by the time unit in the ``scaled`` norm)
-_UNIT_FREE = (6, 7, 9, 10)
-
 
 def get_layout(name: str) -> FeatureLayout:
     """The :class:`FeatureLayout` called ``name``."""

@@ -22,7 +22,6 @@ builds, counts and judges every one of these proposal sets).
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +37,7 @@ from ..house.runners import torch_threads
 from ..house.settings import check_setting
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
-from ..placers.memory_fit import MemoryGuard, fit_placement
+from ..placers.memory_fit import cap_can_bind, fit_placement
 from ..policies.checkpoint import load_policy
 from ..policies.context import GraphContext
 from ..policies.policy_base import PlacementPolicy
@@ -57,6 +56,7 @@ from .proposals import (
     MEMORY_BASELINES,
     PARTITION_PROPOSALS,
     ProposalSet,
+    Verdict,
     check_fewer_devices,
     judge,
 )
@@ -94,6 +94,14 @@ class RolloutResult:
             object.__setattr__(self, "rollouts", int(len(self.costs)))
 
     @property
+    def verdict(self) -> Verdict:
+        """The costs as the judge's :class:`~doppler_lab.search.proposals.Verdict` (the best
+        of each kind of proposal)."""
+        return Verdict(
+            self.costs, self.best_index, self.rollouts, int(self.clustering), self.memories
+        )
+
+    @property
     def greedy_cost(self) -> float:
         return float(self.costs[0])
 
@@ -104,25 +112,22 @@ class RolloutResult:
     @property
     def rollout_cost(self) -> float:
         """The best of the policy's own rollouts."""
-        return float(np.min(self.costs[: self.rollouts]))
+        return self.verdict.rollout_cost
 
     @property
     def partition_cost(self) -> float:
         """The best partition proposal (nan without any)."""
-        rest = self.costs[self.rollouts + int(self.clustering) : len(self.costs) - self.memories]
-        return float(np.min(rest)) if rest.size else float("nan")
+        return self.verdict.partition_cost
 
     @property
     def memory_cost(self) -> float:
         """The best memory baseline's placement (nan without any)."""
-        rest = self.costs[len(self.costs) - self.memories :] if self.memories else self.costs[:0]
-        return float(np.min(rest)) if rest.size else float("nan")
+        return self.verdict.memory_cost
 
     @property
     def clustering_cost(self) -> float:
         """The best clustering proposal's cost (nan without one)."""
-        k = int(self.clustering)
-        return float(np.min(self.costs[self.rollouts : self.rollouts + k])) if k else math.nan
+        return self.verdict.clustering_cost
 
     @property
     def source(self) -> str:
@@ -361,10 +366,9 @@ class _LearnedPlacer:
     def checkpoint_for(self, graph: DataflowGraph, cluster: Cluster) -> Path:
         """The checkpoint that places ``graph`` on ``cluster``: the one given, else the
         default, or :attr:`memory_checkpoint` where a memory cap can bind
-        (:class:`~doppler_lab.placers.memory_fit.MemoryGuard`)."""
-        if self._memory_checkpoint is not None:
-            if MemoryGuard(graph, cluster, self.name, check=False).active:
-                return self._memory_checkpoint
+        (:func:`~doppler_lab.placers.memory_fit.cap_can_bind`)."""
+        if self._memory_checkpoint is not None and cap_can_bind(graph, cluster):
+            return self._memory_checkpoint
         return self.checkpoint
 
     def policy(self, num_devices: int, checkpoint: Path | None = None) -> PlacementPolicy:

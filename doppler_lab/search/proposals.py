@@ -238,16 +238,22 @@ def heuristic_candidates(
 
 
 def memory_candidates(
-    graph: DataflowGraph, cluster: Cluster, seen: Sequence[Placement] = ()
+    graph: DataflowGraph,
+    cluster: Cluster,
+    seen: Sequence[Placement] = (),
+    one_device: bool | None = None,
 ) -> list[Placement]:
     """The placements of the memory baselines
     (:data:`~doppler_lab.placers.memory_fit.MEMORY_BASELINE_PLACERS`; deterministic, no draw
     from a generator) when ``graph`` does not fit on one device of ``cluster``, else none; a
     baseline that finds nothing that fits is left out, and so is a placement equal to one of
-    ``seen`` or to an earlier baseline's (no simulator call)."""
+    ``seen`` or to an earlier baseline's (no simulator call). ``one_device``: whether it fits
+    on one device, where the caller has it
+    (:func:`~doppler_lab.placers.memory_fit.fits_one_device`, up to three simulations; None:
+    found here)."""
     from ..placers import get_placer
 
-    if fits_one_device(graph, cluster):
+    if fits_one_device(graph, cluster) if one_device is None else one_device:
         return []
     known = {p.device.tobytes() for p in seen}
     out = []
@@ -363,15 +369,24 @@ class ProposalSet:
             return 0
         return 1 + len(self.cluster_caps)
 
-    def most_calls(self, graph: DataflowGraph | None = None, cluster: Cluster | None = None) -> int:
+    def most_calls(
+        self,
+        graph: DataflowGraph | None = None,
+        cluster: Cluster | None = None,
+        one_device: bool | None = None,
+    ) -> int:
         """The most simulator calls judging the proposals takes (equal heuristic proposals are
         judged once, so it may take fewer; the memory baselines count unless ``graph`` fits
-        on one device of ``cluster``)."""
+        on one device of ``cluster``). ``one_device``: whether it does, where the caller has
+        it (as :func:`memory_candidates` takes it; None: found here)."""
         heuristics = self.clusterings(graph) + self.partitions
-        if self.memory_baselines and (
-            graph is None or cluster is None or not fits_one_device(graph, cluster)
-        ):
-            heuristics += len(MEMORY_BASELINE_PLACERS)
+        if self.memory_baselines:
+            if one_device is None:
+                fits = graph is not None and cluster is not None and fits_one_device(graph, cluster)
+            else:
+                fits = one_device
+            if not fits:
+                heuristics += len(MEMORY_BASELINE_PLACERS)
         if self.limit is not None:
             heuristics = min(heuristics, max(0, self.limit))
         return 1 + self.samples + heuristics
@@ -417,10 +432,12 @@ class ProposalSet:
         cost: CostModel,
         ctx: GraphContext | None = None,
         semantics: str | None = None,
+        one_device: bool | None = None,
     ) -> Proposals:
         """The proposals on ``graph`` (no simulator call): the policy's rollouts (draws from
         ``rng``, :func:`policy_candidates`; ``ctx`` built when None), then the heuristic
-        proposals on ``cost``, the judge's cost model (:func:`heuristic_candidates`)."""
+        proposals on ``cost``, the judge's cost model (:func:`heuristic_candidates`), then the
+        memory baselines' (:func:`memory_candidates`, given ``one_device``)."""
         cands = policy_candidates(
             policy, graph, cluster, self.samples, rng, ctx, semantics,
             fewer_devices=self.device_counts(cluster.num_devices),
@@ -434,7 +451,7 @@ class ProposalSet:
             )  # fmt: skip
         memory: list[Placement] = []
         if self.memory_baselines and (self.limit is None or self.limit > len(extra)):
-            memory = memory_candidates(graph, cluster, extra)
+            memory = memory_candidates(graph, cluster, extra, one_device)
             memory = memory if self.limit is None else memory[: self.limit - len(extra)]
         return Proposals([*cands, *extra, *memory], rollouts, clustering_count(extra), len(memory))
 

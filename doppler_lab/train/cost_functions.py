@@ -17,6 +17,7 @@ from ..house.errors import ConfigError
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
+from ..timing.memory import memory_caps
 from ..timing.sim import Simulator
 
 
@@ -59,11 +60,10 @@ class SimulatorCost:
         self.sim = Simulator(graph, cluster, semantics, noise, cost_model)  # type: ignore[arg-type]
         self.rng = np.random.default_rng(seed)
         self.calls = 0
-        from ..placers.memory_fit import MemoryGuard
+        from ..placers.memory_fit import cap_can_bind
 
-        guard = MemoryGuard(graph, self.sim.cluster, "", check=False)
         #: the memory caps where one can bind (else None: makespans as they are)
-        self.caps = guard.caps if guard.active else None
+        self.caps = memory_caps(self.sim.cluster) if cap_can_bind(graph, self.sim.cluster) else None
 
     def __call__(self, placement: Placement) -> float:
         return float(self.batch([placement])[0])

@@ -29,12 +29,19 @@ def test_only_a_graph_that_does_not_fit_on_one_device_gets_them(small_graph):
     assert fits_one_device(small_graph, free) and memory_candidates(small_graph, free) == []
     assert DOPPLER_PROPOSALS.most_calls(small_graph, free) == 22
     split = _split_cluster(small_graph)
-    assert not fits_one_device(small_graph, split)
+    one = fits_one_device(small_graph, split)
+    assert not one
     cands = memory_candidates(small_graph, split)
     assert 1 <= len(cands) <= len(MEMORY_BASELINE_PLACERS)
     assert {p.placer for p in cands} <= set(MEMORY_BASELINE_PLACERS)
     assert len({p.device.tobytes() for p in cands}) == len(cands)  # equal ones once
     assert DOPPLER_PROPOSALS.most_calls(small_graph, split) == 25
+    # found once, handed to both: the same answers
+    got = memory_candidates(small_graph, split, one_device=one)
+    assert [p.device.tobytes() for p in got] == [p.device.tobytes() for p in cands]
+    assert DOPPLER_PROPOSALS.most_calls(small_graph, split, one_device=one) == 25
+    assert memory_candidates(small_graph, split, one_device=True) == []
+    assert DOPPLER_PROPOSALS.most_calls(small_graph, split, one_device=True) == 22
 
 
 def test_doppler_is_no_worse_than_the_memory_baselines(small_graph):
