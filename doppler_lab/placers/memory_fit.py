@@ -47,7 +47,7 @@ from ..house.errors import PlacementError
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.memory import format_bytes, has_sizes, memory_caps, tensor_bytes
-from .stage_split import memory_stages
+from .stage_split import StageSplitter
 
 
 def _distinct_csr(keys: np.ndarray, vals: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -689,6 +689,39 @@ def fit_schedule(graph: DataflowGraph, cluster: Cluster, schedule: Any, placer: 
         return list_schedule(graph, cost, dev, None, placer=placer, meta=meta)
 
 
+def pipeline_split(
+    graph: DataflowGraph, cluster: Cluster, caps: np.ndarray, compute: np.ndarray | None = None
+) -> tuple[np.ndarray, float] | None:
+    """The ``pipeline`` placer's split under ``caps``: ``(N,)`` stage (device) per node (-1:
+    inputs) and its bottleneck (:meth:`StageSplitter.best`), or None when none fits.
+
+    Where no split keeps every stage within its static bound, which holds every activation
+    for the whole run, the split balanced by compute alone is taken when its simulated peak
+    fits ``caps`` (:func:`simulated_fit`: a model whose
+    activations, not its weights, overflow one device). ``compute``: the cost model's
+    ``(N, D)`` compute times (built from ``cluster`` when None).
+    """
+    if compute is None:
+        from ..timing.cost_model import CostModel
+
+        compute = CostModel(graph, cluster).compute
+    got = StageSplitter(graph, compute, caps).best()
+    if got is None and not np.all(np.isinf(caps)):  # without a cap: the same split again
+        got = StageSplitter(graph, compute, np.full(caps.size, np.inf)).best()
+        if got is not None and not simulated_fit(graph, cluster, got[0].clip(0), caps):
+            got = None
+    return got
+
+
+def memory_stages(graph: DataflowGraph, cluster: Cluster, caps: np.ndarray) -> np.ndarray | None:
+    """``(N,)`` the ``pipeline`` placer's devices under ``caps`` (:func:`pipeline_split`;
+    inputs on their first consumer's device), or None when contiguous stages cannot fit."""
+    got = pipeline_split(graph, cluster, caps)
+    if got is None:
+        return None
+    return Placement(got[0].clip(0), None, "pipeline").with_inputs_filled(graph).device
+
+
 __all__ = [
     "MEMORY_BASELINE_PLACERS",
     "CappedSimulator",
@@ -704,8 +737,10 @@ __all__ = [
     "fits",
     "fits_one_device",
     "no_fit_error",
+    "memory_stages",
     "op_needs",
     "pack",
+    "pipeline_split",
     "over_cap",
     "repair",
     "simulated_fit",

@@ -16,8 +16,7 @@ from ..hardware.cluster import Cluster
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
-from .memory_fit import MemoryGuard, fit_placement, no_fit_error
-from .stage_split import pipeline_split
+from .memory_fit import MemoryGuard, fit_placement, no_fit_error, pipeline_split
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..hardware.cluster import Cluster
 from ..ir.graph import DataflowGraph
-from ..ir.placement import Placement
-from ..timing.cost_model import CostModel
 from ..timing.memory import tensor_bytes
 
 #: bisection of the bottleneck stops at this relative width
@@ -94,37 +91,4 @@ class StageSplitter:
         return dev, hi
 
 
-def pipeline_split(
-    graph: DataflowGraph, cluster: Cluster, caps: np.ndarray, compute: np.ndarray | None = None
-) -> tuple[np.ndarray, float] | None:
-    """The ``pipeline`` placer's split under ``caps``: ``(N,)`` stage (device) per node (-1:
-    inputs) and its bottleneck (:meth:`StageSplitter.best`), or None when none fits.
-
-    Where no split keeps every stage within its static bound, which holds every activation
-    for the whole run, the split balanced by compute alone is taken when its simulated peak
-    fits ``caps`` (:func:`~doppler_lab.placers.memory_fit.simulated_fit`: a model whose
-    activations, not its weights, overflow one device). ``compute``: the cost model's
-    ``(N, D)`` compute times (built from ``cluster`` when None).
-    """
-    from .memory_fit import simulated_fit  # memory_fit imports this module
-
-    if compute is None:
-        compute = CostModel(graph, cluster).compute
-    got = StageSplitter(graph, compute, caps).best()
-    if got is None and not np.all(np.isinf(caps)):  # without a cap: the same split again
-        got = StageSplitter(graph, compute, np.full(caps.size, np.inf)).best()
-        if got is not None and not simulated_fit(graph, cluster, got[0].clip(0), caps):
-            got = None
-    return got
-
-
-def memory_stages(graph: DataflowGraph, cluster: Cluster, caps: np.ndarray) -> np.ndarray | None:
-    """``(N,)`` the ``pipeline`` placer's devices under ``caps`` (:func:`pipeline_split`;
-    inputs on their first consumer's device), or None when contiguous stages cannot fit."""
-    got = pipeline_split(graph, cluster, caps)
-    if got is None:
-        return None
-    return Placement(got[0].clip(0), None, "pipeline").with_inputs_filled(graph).device
-
-
-__all__ = ["StageSplitter", "memory_stages", "pipeline_split"]
+__all__ = ["StageSplitter"]
