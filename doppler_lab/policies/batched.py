@@ -14,7 +14,9 @@ episode's draw cast to the weights' precision (as numpy casts a Python float the
 
 The arrays that travel together are records: :class:`Mode`, :class:`StepBatch`,
 :class:`SelArrays`, :class:`SelDraws`, :class:`PlcScores`, :class:`SelectOut`,
-:class:`PlaceOut`, :class:`PlainRun`. Python passes each as a plain tuple in the field order of
+:class:`PlaceOut`, :class:`PlcHead`, :class:`PlainRun` (and, inside them, the schedule's
+:class:`~doppler_lab.timing.schedule.ScheduleRecord` and
+:class:`~doppler_lab.timing.schedule.BatchArrays`). Python passes each as a plain tuple in the field order of
 its named tuple and the compiled step names it again on entry (as the simulator kernels do,
 :mod:`doppler_lab.timing.sim._kernels`: numba types a plain tuple of arrays in C, a named tuple
 through Python's ``typeof`` on every call).
@@ -27,8 +29,8 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, objmode
 
-from ..timing.schedule import batch_assign, batch_device_features, batch_est
-from .doppler import add_placed, head_logits
+from ..timing.schedule import BatchArrays, batch_assign, batch_device_features, batch_est
+from .doppler import HeadWeights, add_placed, head_logits
 from .features import extend_device_features, scale_device_features
 
 # numba's on-disk cache of these kernels is checked against this file alone, while they compile
@@ -50,8 +52,8 @@ class Mode(NamedTuple):
 class StepBatch(NamedTuple):
     """A :class:`~doppler_lab.timing.schedule.ScheduleBatch` as the compiled steps read it."""
 
-    record: tuple  # the graph and cost arrays (ScheduleBatch.record)
-    arrays: tuple  # the K states' arrays, stacked (ScheduleBatch.arrays)
+    record: tuple  # the graph and cost arrays (ScheduleRecord, ScheduleBatch.record)
+    arrays: tuple  # the K states' arrays, stacked (BatchArrays, ScheduleBatch.arrays)
     estimate: int  # ESTIMATE_CODES of the estimate
     extra: tuple  # the graph's feature_args (doppler9 and doppler10 features)
 
@@ -98,6 +100,16 @@ class PlaceOut(NamedTuple):
     devices: np.ndarray  # (K, T) the device at devices[:, t]
     partial: np.ndarray  # (K, T) the makespan before the step (times the time scale)
     span: np.ndarray  # (K,) the makespan after it
+
+
+class PlcHead(NamedTuple):
+    """The policy's compiled PLC head in a fused rollout (of
+    :class:`~doppler_lab.policies.doppler.PlacedSums`)."""
+
+    weights: tuple  # HeadWeights (PlacedSums.kernel_weights)
+    node_term: np.ndarray  # (n, H) the nodes' first-layer terms
+    emb: np.ndarray  # (n, C) node embeddings
+    sums: np.ndarray  # (K, D, C) each episode's placed-set sums, updated
 
 
 class PlainRun(NamedTuple):
@@ -222,7 +234,7 @@ def _node_state(batch, k, v, est, raw):  # pragma: no cover - compiled
     batch_est(record, arrays, batch.estimate, k, v, est)
     batch_device_features(record, arrays, k, v, est, raw)
     if raw.shape[1] >= 9:
-        extend_device_features(record, batch.extra, v, arrays[0][k], raw)
+        extend_device_features(record, batch.extra, v, BatchArrays(*arrays).device[k], raw)
 
 
 @njit(cache=True)
@@ -261,7 +273,8 @@ def select_step(t, mode, batch, sel, draw, out, pos, time_unit):  # pragma: no c
     mode, batch, sel = Mode(*mode), StepBatch(*batch), SelArrays(*sel)
     draw, out = SelDraws(*draw), SelectOut(*out)
     local = sel.local
-    cand, ncand = batch.arrays[10], batch.arrays[11]
+    states = BatchArrays(*batch.arrays)
+    cand, ncand = states.cand, states.ncand
     for k in range(out.selected.shape[0]):
         v = _select(t, k, mode, sel, cand, ncand, draw)
         if mode.kind != TOPO:
@@ -295,7 +308,7 @@ def place_step(t, mode, batch, selected, est, plc, out, scale):  # pragma: no co
         scale: the graph's time scale.
     """
     mode, batch, plc, out = Mode(*mode), StepBatch(*batch), PlcScores(*plc), PlaceOut(*out)
-    finish = batch.arrays[2]
+    finish = BatchArrays(*batch.arrays).finish
     span = out.span
     for k in range(selected.shape[0]):
         v = selected[k]
@@ -328,18 +341,20 @@ def run_plain(run, batch, sel, sel_table, uniforms, plc, devices):  # pragma: no
         uniforms: ``(T, S)`` every draw of the rollout (float64), in the order the stepped
             rollout draws them: per step, one per sampling episode for SEL (when it samples),
             then one per sampling episode for PLC (when it samples).
-        plc: ``(weights, node_term, emb, sums)`` of the policy's
-            :class:`~doppler_lab.policies.doppler.PlacedSums`.
+        plc: :class:`PlcHead`.
         devices: ``(K, T)`` written: each episode's device per step.
     """
     run, batch, sel = PlainRun(*run), StepBatch(*batch), SelArrays(*sel)
     sel_kind, plc_kind, lead = run.sel_kind, run.plc_kind, run.lead
     sel_mode, plc_mode = Mode(sel_kind, lead), Mode(plc_kind, lead)
     scores, local = sel.scores, sel.local
-    weights, node_term, emb, sums = plc
-    cand, ncand = batch.arrays[10], batch.arrays[11]
+    head = PlcHead(*plc)
+    weights, node_term, emb, sums = head.weights, head.node_term, head.emb, head.sums
+    w = HeadWeights(*weights)
+    states = BatchArrays(*batch.arrays)
+    cand, ncand = states.cand, states.ncand
     k_eps, t_steps = devices.shape
-    ndev, fdim, hidden = sums.shape[1], weights[0].shape[1], weights[2].shape[1]
+    ndev, fdim, hidden = sums.shape[1], w.dev_w_t.shape[1], w.w_dev.shape[1]
     nsel = k_eps - lead if sel_kind == SAMPLE else 0
     sel_buf = np.empty(max(1, k_eps * cand.shape[1]), scores.dtype)
     sel_w = np.empty_like(sel_buf)
@@ -350,8 +365,8 @@ def run_plain(run, batch, sel, sel_table, uniforms, plc, devices):  # pragma: no
     est = np.empty((k_eps, ndev))
     raw = np.empty((k_eps, ndev, fdim))
     norm = np.empty((k_eps, ndev, fdim), dtype=np.float32)
-    scratch = (
-        np.empty((k_eps, ndev, weights[0].shape[0]), dtype=np.float32),
+    scratch = (  # a HeadScratch
+        np.empty((k_eps, ndev, w.dev_w_t.shape[0]), dtype=np.float32),
         np.empty_like(sums),
         np.empty((k_eps, ndev, hidden), dtype=np.float32),
         np.empty((k_eps, ndev, hidden), dtype=np.float32),

@@ -233,28 +233,51 @@ def add_placed(sums, emb, nodes, devices):  # pragma: no cover - compiled
         sums[k, devices[k]] += emb[nodes[k]]
 
 
+class HeadWeights(NamedTuple):
+    """:class:`PlcHeadNumpy`'s weights as :func:`head_logits` reads them (float32; passed as a
+    plain tuple in this field order, :meth:`PlcHeadNumpy.kernel_weights`)."""
+
+    dev_w_t: np.ndarray  # (F, H) the device features' layer, transposed (C-contiguous)
+    dev_b: np.ndarray  # (H,) its bias
+    w_dev: np.ndarray  # (H, H2) the hidden layer's device part
+    w_placed: np.ndarray  # (C, H2) the hidden layer's placed-set part
+    out_w: np.ndarray  # (H2,) the output layer
+    out_b: np.float32  # its bias
+    var_add: np.float32  # the placed-set norm: divide by sqrt(var + var_add) + std_add
+    std_add: np.float32
+
+
+class HeadScratch(NamedTuple):
+    """:func:`head_logits`' work arrays (float32)."""
+
+    hidden: np.ndarray  # (B, D, H) the device features' layer
+    centred: np.ndarray  # (B, D, C) the normalised placed-set sums
+    pre: np.ndarray  # (B, D, H2) the hidden layer
+    placed_term: np.ndarray  # (B, D, H2) its placed-set part
+
+
 @njit(cache=True)
 def head_logits(weights, node_term, rows, feats, placed, scratch, out):  # pragma: no cover
     """:meth:`PlcHeadNumpy.logits` compiled, to the bit: the same BLAS calls
     (:mod:`~doppler_lab.policies.numpy_blas`; only where it is available) and elementwise kernels.
 
     Args:
-        weights: :meth:`PlcHeadNumpy.kernel_weights`.
+        weights: :class:`HeadWeights` (:meth:`PlcHeadNumpy.kernel_weights`).
         node_term, rows, feats, placed: as :meth:`PlcHeadNumpy.logits` (float32, C-contiguous).
-        scratch: ``(B, D, H)`` ``(B, D, C)`` ``(B, D, H2)`` ``(B, D, H2)`` float32 work arrays.
+        scratch: :class:`HeadScratch`.
         out: ``(B, D)`` float32, written: the logits.
     """
-    dev_w_t, dev_b, w_dev, w_placed, out_w, out_b, var_add, std_add = weights
-    a, centred, pre, placed_term = scratch
-    stack_matmul(feats, dev_w_t, a, True)
-    _first_layer(a, dev_b, placed, var_add, std_add, centred)
-    stack_matmul(a, w_dev, pre)
-    stack_matmul(centred, w_placed, placed_term)
-    _hidden(pre, placed_term, node_term, rows)
-    stack_matvec(pre, out_w, out)
+    w, work = HeadWeights(*weights), HeadScratch(*scratch)
+    a, centred, pre = work.hidden, work.centred, work.pre
+    stack_matmul(feats, w.dev_w_t, a, True)
+    _first_layer(a, w.dev_b, placed, w.var_add, w.std_add, centred)
+    stack_matmul(a, w.w_dev, pre)
+    stack_matmul(centred, w.w_placed, work.placed_term)
+    _hidden(pre, work.placed_term, node_term, rows)
+    stack_matvec(pre, w.out_w, out)
     for b in range(out.shape[0]):
         for d in range(out.shape[1]):
-            out[b, d] += out_b
+            out[b, d] += w.out_b
 
 
 class PlcHeadNumpy:
@@ -282,7 +305,8 @@ class PlcHeadNumpy:
         self.out_b = np.float32(plc.out.bias.detach().numpy()[0])
 
     def kernel_weights(self) -> tuple | None:
-        """The weights as :func:`head_logits` takes them, or None where it cannot reproduce
+        """The weights as :func:`head_logits` takes them (a plain tuple in :class:`HeadWeights`'
+        field order), or None where it cannot reproduce
         :meth:`logits` (numpy's BLAS not callable from compiled code, or a layout or width
         for which numpy's products take another BLAS routine)."""
         dev_w_t = self.dev_w.T
@@ -291,8 +315,8 @@ class PlcHeadNumpy:
             return None
         if not all(w.dtype == np.float32 and w.flags.c_contiguous for w in arrays):
             return None
-        return (dev_w_t, self.dev_b, self.w_dev, self.w_placed, self.out_w, self.out_b,
-                self.var_add, self.std_add)  # fmt: skip
+        return tuple(HeadWeights(dev_w_t, self.dev_b, self.w_dev, self.w_placed, self.out_w,
+                                 self.out_b, self.var_add, self.std_add))  # fmt: skip
 
     def __call__(self, node_term: np.ndarray, feats: np.ndarray, placed: np.ndarray) -> np.ndarray:
         return self.logits(node_term, np.arange(node_term.shape[0]), feats, placed)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -48,7 +49,7 @@ from ..house.errors import ConfigError
 from ..ir.graph import DataflowGraph
 from ..placers.clustering import cluster_arrays
 from ..timing.cost_model import CostModel
-from ..timing.schedule import EdgeCosts, ListScheduleState, PredArrays
+from ..timing.schedule import ListScheduleState, graph_parts
 
 NODE_FEATURES: tuple[str, ...] = ("compute", "b_level", "t_level", "in_comm", "out_comm")
 
@@ -283,9 +284,20 @@ def uses_clusters(layout: FeatureLayout) -> bool:
     return "cluster_share" in layout.device
 
 
+class FeatureArgs(NamedTuple):
+    """What :func:`extend_device_features` reads besides the schedule (passed as a plain tuple
+    in this field order, :attr:`GraphFeatures.extra`, and named again on entry)."""
+
+    edge_cost: np.ndarray  # (E,) mean transfer cost of each edge
+    cluster_of: np.ndarray  # (N,) each node's cluster (-1: input; doppler10, else empty)
+    cluster_ptr: np.ndarray  # CSR offsets of each cluster's members (doppler10)
+    members: np.ndarray  # the clusters' members (doppler10)
+    weight: np.ndarray  # (N,) mean compute per node (doppler10)
+
+
 def feature_args(graph: DataflowGraph, cost: CostModel, layout: FeatureLayout) -> tuple:
-    """What :func:`extend_device_features` reads besides the schedule (see
-    :attr:`GraphFeatures.extra`)."""
+    """What :func:`extend_device_features` reads besides the schedule, a plain tuple in
+    :class:`FeatureArgs`' field order (see :attr:`GraphFeatures.extra`)."""
     edge_cost = np.ascontiguousarray(cost.mean_edge_cost, dtype=np.float64)
     if uses_clusters(layout):
         of, ptr, members = cluster_arrays(graph, cost)
@@ -293,7 +305,7 @@ def feature_args(graph: DataflowGraph, cost: CostModel, layout: FeatureLayout) -
     else:
         of, ptr, members = (np.zeros(0, dtype=np.int64),) * 3
         weight = np.zeros(0)
-    return (edge_cost, of, ptr, members, weight)
+    return tuple(FeatureArgs(edge_cost, of, ptr, members, weight))
 
 
 def normalize_device_features(f: np.ndarray, layout: FeatureLayout, time_unit: float) -> np.ndarray:
@@ -429,17 +441,15 @@ def extend_device_features(record, extra, v, device, out):  # pragma: no cover -
     the headroom over it).
 
     Args:
-        record: the graph and cost arrays (:attr:`~doppler_lab.timing.schedule.ListScheduleState.record`;
-            its first ten are read).
-        extra: :func:`feature_args` (:attr:`GraphFeatures.extra`).
+        record: the graph and cost arrays (a
+            :class:`~doppler_lab.timing.schedule.ScheduleRecord`; its first ten fields are read).
+        extra: :class:`FeatureArgs` (:attr:`GraphFeatures.extra`).
         v: the node being placed.
         device: ``(N,)`` current device per node (-1: unassigned).
         out: ``(D, 9)``, ``(D, 10)`` or ``(D, 11)``, written in place.
     """
-    edge_cost = extra[0]
-    preds = PredArrays(record[0], record[1], record[2], record[3])
-    succ_ptr, succ_idx = record[4], record[5]
-    edges = EdgeCosts(record[6], record[7], record[8], record[9])
+    args = FeatureArgs(*extra)
+    preds, succ_ptr, succ_idx, edges = graph_parts(record)
     d = out.shape[0]
     _wait_transfer(v, preds, device, edges, out[:, 5])
     total = 0.0 + _pairwise_sum(out[:, 1], 0, d)  # as numpy adds it (0 + the pairwise sum)
@@ -449,9 +459,10 @@ def extend_device_features(record, extra, v, device, out):  # pragma: no cover -
         lowest = min(lowest, out[i, 4])
     for i in range(d):
         out[i, 7] = 1.0 if out[i, 4] <= lowest * (1 + 1e-9) else 0.0
-    _coproducers(v, succ_ptr, succ_idx, preds, device, edge_cost, out[:, 8])
+    _coproducers(v, succ_ptr, succ_idx, preds, device, args.edge_cost, out[:, 8])
     if out.shape[1] > 9:
-        _cluster_share(v, extra[1], extra[2], extra[3], extra[4], device, out[:, 9])
+        of, ptr, members, weight = args.cluster_of, args.cluster_ptr, args.members, args.weight
+        _cluster_share(v, of, ptr, members, weight, device, out[:, 9])
     if out.shape[1] > 10:
         for i in range(d):
             out[i, 10] = 1.0

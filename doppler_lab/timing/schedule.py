@@ -110,6 +110,58 @@ class WcState(NamedTuple):
     routes: np.ndarray  # (D, D, 2) link resources of each ordered pair (-1: none)
 
 
+class ScheduleRecord(NamedTuple):
+    """A graph and its costs on a cluster as the compiled batch steps read them (raw units).
+
+    Built once per state (:attr:`ListScheduleState.record`) and passed to compiled code as a
+    plain tuple in this field order, named again on entry (:func:`graph_parts`).
+    """
+
+    pred_ptr: np.ndarray  # (N + 1,) offsets of each node's in-edges (PredArrays' four fields)
+    pred_idx: np.ndarray  # producer of each in-edge
+    pred_eid: np.ndarray  # edge id of each in-edge
+    is_input: np.ndarray  # (N,) resident inputs: never sent
+    succ_ptr: np.ndarray  # (N + 1,) offsets of each node's out-edges
+    succ_idx: np.ndarray  # consumer of each out-edge
+    fixed: np.ndarray  # (E,) explicit cost of each edge (EdgeCosts' four fields)
+    nbytes: np.ndarray  # (E,) bytes of each edge
+    lat: np.ndarray  # (D, D) latency
+    inv_bw: np.ndarray  # (D, D) time per byte
+    comp: np.ndarray  # (N, D) compute time of each node on each device
+    routes: np.ndarray  # (D, D, 2) link resources of each ordered pair (-1: none)
+
+
+class BatchArrays(NamedTuple):
+    """The K states of a :class:`ScheduleBatch`, stacked ``(K, ...)``."""
+
+    device: np.ndarray  # (K, N) device of each assigned node (-1: not yet)
+    start: np.ndarray  # (K, N)
+    finish: np.ndarray  # (K, N)
+    comp_on: np.ndarray  # (K, N) compute of each assigned node on its device
+    load: np.ndarray  # (K, D) compute assigned to each device
+    dev_free: np.ndarray  # (K, D) when each device is next free
+    link_free: np.ndarray  # (K, L) when each link resource is next free (wc)
+    arrival: np.ndarray  # (K, N, D) arrival of tensor u on device d (wc; NaN: not sent there)
+    waiting: np.ndarray  # (K, N) compute predecessors each node still waits for
+    frontier: np.ndarray  # (K, N) the candidates, as a mask
+    cand: np.ndarray  # (K, N) each state's candidates, ascending, in cand[k, :ncand[k]]
+    ncand: np.ndarray  # (K,) their number
+    order: np.ndarray  # (K, T) each state's assignment order, in order[k, :count[k]]
+    count: np.ndarray  # (K,) the nodes assigned
+
+
+@njit(inline="always")
+def graph_parts(record):  # pragma: no cover - compiled
+    """A :class:`ScheduleRecord`'s in-edges (:class:`PredArrays`), out-edges (``succ_ptr``,
+    ``succ_idx``) and transfer costs (:class:`EdgeCosts`), from its first ten fields (a record
+    that stops there, as the extended device features' do, serves too)."""
+    pred_ptr, pred_idx, pred_eid, is_input, succ_ptr, succ_idx, fixed, nbytes, lat, inv_bw = record[
+        :10
+    ]
+    preds = PredArrays(pred_ptr, pred_idx, pred_eid, is_input)
+    return preds, succ_ptr, succ_idx, EdgeCosts(fixed, nbytes, lat, inv_bw)
+
+
 class Timeline(NamedTuple):
     """The part of a state the device features read."""
 
@@ -254,27 +306,26 @@ def batch_est(record, arrays, estimate, k, v, out):  # pragma: no cover - compil
     (:meth:`ListScheduleState.est`), written to ``out`` ``(D,)``.
 
     Args:
-        record: :attr:`ListScheduleState.record`.
-        arrays: :attr:`ScheduleBatch.arrays`.
+        record: :class:`ScheduleRecord` (:attr:`ListScheduleState.record`).
+        arrays: :class:`BatchArrays` (:attr:`ScheduleBatch.arrays`).
         estimate: :data:`ESTIMATE_CODES` of the estimate.
     """
-    preds = PredArrays(record[0], record[1], record[2], record[3])
-    edges = EdgeCosts(record[6], record[7], record[8], record[9])
-    device, _, finish, _, _, dev_free, link_free, arrival = arrays[:8]
+    preds, _, _, edges = graph_parts(record)
+    rec, b = ScheduleRecord(*record), BatchArrays(*arrays)
     if estimate == 2:
-        st = WcState(device[k], finish[k], arrival[k], link_free[k], record[11])
-        _wc_est(v, preds, st, edges, dev_free[k], out)
+        st = WcState(b.device[k], b.finish[k], b.arrival[k], b.link_free[k], rec.routes)
+        _wc_est(v, preds, st, edges, b.dev_free[k], out)
     else:
-        _est(v, preds, device[k], finish[k], dev_free[k], edges, out)
+        _est(v, preds, b.device[k], b.finish[k], b.dev_free[k], edges, out)
 
 
 @njit(cache=True)
 def batch_device_features(record, arrays, k, v, est, out):  # pragma: no cover - compiled
     """The five DOPPLER device features of ``v`` in state ``k`` of a :class:`ScheduleBatch`
     (:meth:`ListScheduleState.device_features`), written to columns 0-4 of ``out`` ``(D, F)``."""
-    preds = PredArrays(record[0], record[1], record[2], record[3])
-    device, start, finish, comp_on, load = arrays[:5]
-    row = Timeline(device[k], start[k], finish[k], comp_on[k], load[k])
+    preds = graph_parts(record)[0]
+    b = BatchArrays(*arrays)
+    row = Timeline(b.device[k], b.start[k], b.finish[k], b.comp_on[k], b.load[k])
     _features(v, preds, row, est, out)
 
 
@@ -282,49 +333,46 @@ def batch_device_features(record, arrays, k, v, est, out):  # pragma: no cover -
 def batch_assign(record, arrays, estimate, k, v, d, est):  # pragma: no cover - compiled
     """Put candidate ``v`` on device ``d`` in state ``k`` of a :class:`ScheduleBatch`
     (:meth:`ListScheduleState.assign`, unchecked; ``est``: ``v``'s earliest starts)."""
-    preds = PredArrays(record[0], record[1], record[2], record[3])
-    succ_ptr, succ_idx = record[4], record[5]
-    edges = EdgeCosts(record[6], record[7], record[8], record[9])
-    comp, routes = record[10], record[11]
-    device, start, finish, comp_on, load, dev_free, link_free, arrival = arrays[:8]
-    waiting, frontier, cand, ncand, order, count = arrays[8:]
-    c = comp[v, d]
+    preds, succ_ptr, succ_idx, edges = graph_parts(record)
+    rec, b = ScheduleRecord(*record), BatchArrays(*arrays)
+    c = rec.comp[v, d]
     if estimate == 0:
         s = est[d]
     elif estimate == 2:
-        st = WcState(device[k], finish[k], arrival[k], link_free[k], routes)
-        s = max(dev_free[k, d], _wc_ready(v, d, preds, st, edges, True))
+        st = WcState(b.device[k], b.finish[k], b.arrival[k], b.link_free[k], rec.routes)
+        s = max(b.dev_free[k, d], _wc_ready(v, d, preds, st, edges, True))
     else:
-        s = load[k, d]
-    device[k, v] = d
-    start[k, v] = s
-    finish[k, v] = s + c
-    comp_on[k, v] = c
-    load[k, d] += c
-    dev_free[k, d] = s + c
-    order[k, count[k]] = v
-    count[k] += 1
-    frontier[k, v] = False
-    row = cand[k]
-    m = ncand[k]
+        s = b.load[k, d]
+    b.device[k, v] = d
+    b.start[k, v] = s
+    b.finish[k, v] = s + c
+    b.comp_on[k, v] = c
+    b.load[k, d] += c
+    b.dev_free[k, d] = s + c
+    b.order[k, b.count[k]] = v
+    b.count[k] += 1
+    b.frontier[k, v] = False
+    row = b.cand[k]
+    m = b.ncand[k]
     i = 0
     while row[i] != v:  # v is a candidate
         i += 1
     for j in range(i, m - 1):
         row[j] = row[j + 1]
     m -= 1
+    waiting = b.waiting
     for j in range(succ_ptr[v], succ_ptr[v + 1]):
         w = succ_idx[j]
         waiting[k, w] -= 1
         if waiting[k, w] == 0:
-            frontier[k, w] = True
+            b.frontier[k, w] = True
             i = m  # keep the candidates ascending
             while i > 0 and row[i - 1] > w:
                 row[i] = row[i - 1]
                 i -= 1
             row[i] = w
             m += 1
-    ncand[k] = m
+    b.ncand[k] = m
 
 
 class InputReady:
@@ -407,13 +455,16 @@ class ListScheduleState:
         self._routes = np.ascontiguousarray(cluster.routes, dtype=np.int64)
         self._num_links = max(int(cluster.num_links), 1)
         #: the graph and cost arrays of the compiled batch steps (:class:`ScheduleBatch`)
-        self.record = (
-            *self._preds,
-            graph.succ_ptr,
-            graph.succ_idx,
-            *self._edge_costs,
-            np.ascontiguousarray(self._comp),
-            self._routes,
+        #: (a plain tuple in :class:`ScheduleRecord`'s field order: numba types it in C)
+        self.record = tuple(
+            ScheduleRecord(
+                *self._preds,
+                graph.succ_ptr,
+                graph.succ_idx,
+                *self._edge_costs,
+                np.ascontiguousarray(self._comp),
+                self._routes,
+            )
         )
         # compute predecessors each node still waits for
         self._waiting0 = np.bincount(
@@ -558,10 +609,9 @@ class ScheduleBatch:
     Attributes:
         record: the graph and cost arrays (:attr:`ListScheduleState.record`).
         estimate: :data:`ESTIMATE_CODES` of the estimate.
-        arrays: ``(device, start, finish, comp_on, load, dev_free, link_free, arrival, waiting,
-            frontier, cand, ncand, order, count)``: the states' arrays stacked ``(K, ...)``, each
-            state's candidates ascending in ``cand[k, :ncand[k]]``, its assignment order in
-            ``order[k, :count[k]]``.
+        arrays: :class:`BatchArrays`: the states' arrays stacked ``(K, ...)``, each state's
+            candidates ascending in ``cand[k, :ncand[k]]``, its assignment order in
+            ``order[k, :count[k]]`` (compiled code takes ``tuple(arrays)``).
 
     Raises:
         PlacementError: no states, a state already stepped, or states of different problems.
@@ -597,7 +647,7 @@ class ScheduleBatch:
         self._num_steps = s0.num_assigned + s0._remaining
         order = np.zeros((len(states), self._num_steps), dtype=np.int64)
         count = np.zeros(len(states), dtype=np.int64)
-        self.arrays = (*stacked, cand, ncand, order, count)
+        self.arrays = BatchArrays(*stacked, cand, ncand, order, count)
 
     @property
     def states(self) -> list[ListScheduleState]:
@@ -607,7 +657,7 @@ class ScheduleBatch:
 
     def sync(self) -> None:
         """Bring each state's assignment order and remaining count up to date."""
-        order, count = self.arrays[-2], self.arrays[-1]
+        order, count = self.arrays.order, self.arrays.count
         for k, s in enumerate(self._states):
             c = int(count[k])
             if len(s.order) != c:
