@@ -143,53 +143,54 @@ _RELEASE = 5
 _COMPT = 6
 
 
-@njit(cache=True)
-def paper_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
-    graph, costs, opts, out = _named(graph, costs, opts, out)
-    succ_ptr, succ_idx, indeg, is_input = (
-        graph.succ_ptr,
-        graph.succ_idx,
-        graph.indeg,
-        graph.is_input,
-    )
-    comp_noise, slot_noise, has_noise = opts.comp_noise, opts.slot_noise, opts.has_noise
-    start, end, tr_slot, tr_start, tr_end = (
-        out.start,
-        out.end,
-        out.tr_slot,
-        out.tr_start,
-        out.tr_end,
-    )
-    record = start.shape[0] > 0
-    n = indeg.shape[0]
-    ndev = costs.lat.shape[0]
-    e = succ_idx.shape[0]
-    # same-instant events: a ring buffer large enough for every event that can be pending at
-    # once (one per node, slot and device)
+@njit(inline="always")
+def _event_queues(n, e, ndev):  # pragma: no cover - compiled
+    """The paper kernel's event queues for ``n`` nodes, ``e`` slots and ``ndev`` devices: a
+    ring buffer of same-instant events large enough for every event that can be pending at once
+    (one per node, slot and device; a power of two, with its index mask) and a timed heap
+    (times, sequence numbers, codes)."""
     cap = 16
     while cap < n + e + ndev + 8:
         cap *= 2
-    mask = cap - 1
-    fifo = np.empty(cap, np.int64)
     hcap = n + e + 1
-    ht = np.empty(hcap)
-    hs = np.empty(hcap, np.int64)
-    hc = np.empty(hcap, np.int64)
+    heap = (np.empty(hcap), np.empty(hcap, np.int64), np.empty(hcap, np.int64))
+    return np.empty(cap, np.int64), cap - 1, heap[0], heap[1], heap[2]
+
+
+@njit(inline="always")
+def _node_rows(graph, costs, dev, opts):  # pragma: no cover - compiled
+    """The paper kernel's per-node state packed in one row (device, inputs still pending, next in
+    the device queue, first out-slot: one cache line per node instead of one per array;
+    ``(N + 1, 4)``, the last row closing the slots) and each node's duration ``(N,)``."""
+    n = graph.indeg.shape[0]
     ni = np.empty((n + 1, 4), np.int32)
     dur = np.empty(n)
+    for v in range(n):
+        ni[v, 0] = dev[v]
+        ni[v, 1] = graph.indeg[v]
+        ni[v, 2] = -1
+        ni[v, 3] = graph.succ_ptr[v]
+        c = _compute_time(costs, v, dev[v])
+        dur[v] = c * opts.comp_noise[v] if opts.has_noise else c
+    ni[n, 3] = graph.succ_ptr[n]
+    return ni, dur
+
+
+@njit(cache=True)
+def paper_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
+    graph, costs, opts, out = _named(graph, costs, opts, out)
+    succ_idx, indeg, is_input = graph.succ_idx, graph.indeg, graph.is_input
+    slot_noise, has_noise = opts.slot_noise, opts.has_noise
+    start, end = out.start, out.end
+    tr_slot, tr_start, tr_end = out.tr_slot, out.tr_start, out.tr_end
+    record = start.shape[0] > 0
+    n = indeg.shape[0]
+    ndev = costs.lat.shape[0]
+    fifo, mask, ht, hs, hc = _event_queues(n, succ_idx.shape[0], ndev)
+    ni, dur = _node_rows(graph, costs, dev, opts)
     fh = 0
     ft = 0
     hn = 0
-    # per-node state packed in one row (device, inputs still pending, next in the device queue,
-    # first out-slot): one cache line per node instead of one per array
-    for v in range(n):
-        ni[v, 0] = dev[v]
-        ni[v, 1] = indeg[v]
-        ni[v, 2] = -1
-        ni[v, 3] = succ_ptr[v]
-        c = _compute_time(costs, v, dev[v])
-        dur[v] = c * comp_noise[v] if has_noise else c
-    ni[n, 3] = succ_ptr[n]
     busy = np.zeros(ndev, np.bool_)
     qhead = np.full(ndev, -1, np.int32)
     qtail = np.full(ndev, -1, np.int32)
@@ -611,23 +612,11 @@ def _key_less(t1, r1, t2, r2):  # pragma: no cover - compiled
     return t1 < t2 or (t1 == t2 and r1 < r2)
 
 
-@njit(cache=True)
-def memory_sweep(graph, times, transfers, ndev):  # pragma: no cover - compiled
-    """Peak bytes per device, with the sweep's events.
-
-    Args: ``graph`` (:class:`SweepGraph`), the run's ``times`` (:class:`NodeTimes`) and
-    ``transfers`` (:class:`TransferTimes`), each a plain tuple in its fields' order, and the
-    number of devices ``ndev``.
-
-    Returns ``(peak (D,), base (D,), ev_dev, ev_time, ev_level)``: events sorted by device and
-    time, ``ev_level`` the bytes resident on ``ev_dev`` once the event is applied."""
-    topo_pos, nbytes, succ_ptr, succ_idx = SweepGraph(*graph)
-    dev, start, end = NodeTimes(*times)
-    tr_src, tr_dst_dev, tr_start, tr_end = TransferTimes(*transfers)
-    n = dev.shape[0]
-    nt = tr_src.shape[0]
-    big = 2 * n + 4
-    # each compute node's place in its device's execution order (a global order serves all)
+@njit(inline="always")
+def _execution_rank(start, end, topo_pos):  # pragma: no cover - compiled
+    """Each compute node's place in its device's execution order ``(N,)``: by start, end and
+    topological position (a global order serves every device); 0 for nodes that never ran."""
+    n = start.shape[0]
     ran = 0
     for v in range(n):
         if start[v] == start[v]:
@@ -644,7 +633,14 @@ def memory_sweep(graph, times, transfers, ndev):  # pragma: no cover - compiled
     rank = np.zeros(n, np.int64)
     for i in range(ran):
         rank[comp[i]] = i
-    # transfers by source node
+    return rank
+
+
+@njit(inline="always")
+def _transfers_by_source(tr_src, n):  # pragma: no cover - compiled
+    """The transfers grouped by source node (CSR over ``n`` nodes): ``(tptr, torder)``, the
+    transfers of node u at ``torder[tptr[u]:tptr[u + 1]]`` in their recorded order."""
+    nt = tr_src.shape[0]
     tptr = np.zeros(n + 1, np.int64)
     for k in range(nt):
         tptr[tr_src[k] + 1] += 1
@@ -656,6 +652,59 @@ def memory_sweep(graph, times, transfers, ndev):  # pragma: no cover - compiled
         u = tr_src[k]
         torder[fill[u]] = k
         fill[u] += 1
+    return tptr, torder
+
+
+@njit(inline="always")
+def _levels(events, base):  # pragma: no cover - compiled
+    """The sweep of ``events`` ``(device, time, rank, bytes)`` sorted by (device, time, rank)
+    from each device's ``base``: ``(peak (D,), ev_dev, ev_time, ev_level)``, ``ev_level`` the
+    bytes resident once the event is applied."""
+    e_dev, e_t, e_r, e_b = events
+    ne = e_dev.shape[0]
+    # stable sorts, last key first
+    order = np.argsort(e_r, kind="mergesort")
+    order = order[np.argsort(e_t[order], kind="mergesort")]
+    order = order[np.argsort(e_dev[order], kind="mergesort")]
+    peak = base.copy()
+    ev_dev = np.empty(ne, np.int64)
+    ev_time = np.empty(ne)
+    ev_level = np.empty(ne)
+    level = 0.0
+    last = -1
+    for i in range(ne):
+        k = order[i]
+        d = e_dev[k]
+        if d != last:
+            level = base[d]
+            last = d
+        level += e_b[k]
+        if e_b[k] > 0 and level > peak[d]:
+            peak[d] = level
+        ev_dev[i] = d
+        ev_time[i] = e_t[k]
+        ev_level[i] = level
+    return peak, ev_dev, ev_time, ev_level
+
+
+@njit(cache=True)
+def memory_sweep(graph, times, transfers, ndev):  # pragma: no cover - compiled
+    """Peak bytes per device, with the sweep's events.
+
+    Args: ``graph`` (:class:`SweepGraph`), the run's ``times`` (:class:`NodeTimes`) and
+    ``transfers`` (:class:`TransferTimes`), each a plain tuple in its fields' order, and the
+    number of devices ``ndev``.
+
+    Returns ``(peak (D,), base (D,), ev_dev, ev_time, ev_level)``: events sorted by device and
+    time, ``ev_level`` the bytes resident on ``ev_dev`` once the event is applied."""
+    topo_pos, nbytes, succ_ptr, succ_idx = SweepGraph(*graph)
+    dev, start, end = NodeTimes(*times)
+    tr_src, tr_dst_dev, tr_start, tr_end = TransferTimes(*transfers)
+    n = dev.shape[0]
+    nt = tr_src.shape[0]
+    big = 2 * n + 4
+    rank = _execution_rank(start, end, topo_pos)
+    tptr, torder = _transfers_by_source(tr_src, n)
     base = np.zeros(ndev)
     cap = 2 * (n + nt) + 2
     e_dev = np.empty(cap, np.int64)
@@ -734,26 +783,6 @@ def memory_sweep(graph, times, transfers, ndev):  # pragma: no cover - compiled
             if has_free[d]:
                 e_dev[ne], e_t[ne], e_r[ne], e_b[ne] = d, free_t[d], free_r[d], -b_u
                 ne += 1
-    # sort events by (device, time, rank): stable sorts, last key first
-    order = np.argsort(e_r[:ne], kind="mergesort")
-    order = order[np.argsort(e_t[order], kind="mergesort")]
-    order = order[np.argsort(e_dev[order], kind="mergesort")]
-    peak = base.copy()
-    ev_dev = np.empty(ne, np.int64)
-    ev_time = np.empty(ne)
-    ev_level = np.empty(ne)
-    level = 0.0
-    last = -1
-    for i in range(ne):
-        k = order[i]
-        d = e_dev[k]
-        if d != last:
-            level = base[d]
-            last = d
-        level += e_b[k]
-        if e_b[k] > 0 and level > peak[d]:
-            peak[d] = level
-        ev_dev[i] = d
-        ev_time[i] = e_t[k]
-        ev_level[i] = level
+    events = (e_dev[:ne], e_t[:ne], e_r[:ne], e_b[:ne])
+    peak, ev_dev, ev_time, ev_level = _levels(events, base)
     return peak, base, ev_dev, ev_time, ev_level
