@@ -237,7 +237,7 @@ class HeadWeights(NamedTuple):
     """:class:`PlcHeadNumpy`'s weights as :func:`head_logits` reads them (float32; passed as a
     plain tuple in this field order, :meth:`PlcHeadNumpy.kernel_weights`)."""
 
-    dev_w_t: np.ndarray  # (F, H) the device features' layer, transposed (C-contiguous)
+    dev_w_t: np.ndarray  # (H, F) the device features' layer (products take its transpose)
     dev_b: np.ndarray  # (H,) its bias
     w_dev: np.ndarray  # (H, H2) the hidden layer's device part
     w_placed: np.ndarray  # (C, H2) the hidden layer's placed-set part

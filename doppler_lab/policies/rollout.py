@@ -145,7 +145,6 @@ class Rollout:
         self.greedy_lead = greedy_lead
         self.plc_labeller = plc_labeller if record_teacher else None
         self.num_episodes, self.num_steps = k_eps, t_steps
-        episodes: list[Episode] = [ctx.new_episode() for _ in range(k_eps)]
         self.t = 0
         self.nodes = np.empty((k_eps, t_steps), dtype=np.int64)
         self.devices = np.empty((k_eps, t_steps), dtype=np.int64)
@@ -170,6 +169,8 @@ class Rollout:
             policy, ctx.layout, ndev, k_eps, sel, plc, options, self._mem is not None,
             self.pstate, self.compiled_plain_modes,
         )  # fmt: skip
+        # fresh episodes, handed to the engine (a compiled one stacks their arrays)
+        episodes: list[Episode] = [ctx.new_episode() for _ in range(k_eps)]
         self.engine: RolloutEngine = ENGINES[name](self, episodes)
         self.batched = name != "python"
         self.fused = False
