@@ -153,8 +153,8 @@ def _event_queues(n, e, ndev):  # pragma: no cover - compiled
     while cap < n + e + ndev + 8:
         cap *= 2
     hcap = n + e + 1
-    heap = (np.empty(hcap), np.empty(hcap, np.int64), np.empty(hcap, np.int64))
-    return np.empty(cap, np.int64), cap - 1, heap[0], heap[1], heap[2]
+    fifo = np.empty(cap, np.int64)
+    return fifo, cap - 1, np.empty(hcap), np.empty(hcap, np.int64), np.empty(hcap, np.int64)
 
 
 @njit(inline="always")
