@@ -75,15 +75,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def adapt_config(args: argparse.Namespace):
     """The :class:`~doppler_lab.search.adapter.AdaptConfig` of the command line."""
-    from ..house.settings import dataclass_changes, parse_items
+    from ..house.settings import parse_items
     from ..search.adapter import AdaptConfig
 
     changes = parse_items(args.set, "adapter config")
     for k in changes:
         if k in OWN_FIELDS:
             raise ConfigError(f"--set {k}: use --{k.replace('_', '-')} instead")
-    dataclass_changes(AdaptConfig, changes, "adapter config", exclude=OWN_FIELDS)
-    return AdaptConfig(**{**changes, "episodes": args.episodes})
+    # the adapter's settings and its proposal set's, flat (an unknown one is named)
+    return AdaptConfig.from_dict({**changes, "episodes": args.episodes})
 
 
 def run(args: argparse.Namespace) -> int:

@@ -169,7 +169,7 @@ def test_finetune_settings_merge_and_bad_ones_are_named(capsys):
     cfg = bench.make_config(finetune_set={"lr": 0.5, "temperature": 3.0}, partitions=2)
     acfg = cfg.adapt_config()
     assert (acfg.lr, acfg.temperature, acfg.partitions) == (0.5, 3.0, 2)
-    assert (acfg.episodes, acfg.samples) == (cfg.finetune_episodes, cfg.samples)
+    assert (acfg.episodes, acfg.proposals.samples) == (cfg.finetune_episodes, cfg.samples)
     assert cfg.finetune_train == bench.GeneralBenchConfig().finetune_train
     with pytest.raises(ConfigError, match="'samples', which the bench sets itself"):
         bench.make_config(finetune_set={"samples": 3})
