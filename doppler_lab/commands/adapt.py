@@ -75,14 +75,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def adapt_config(args: argparse.Namespace):
     """The :class:`~doppler_lab.search.adapter.AdaptConfig` of the command line."""
-    from ..house.settings import parse_items
+    from ..house.settings import parse_items, unknown_setting
     from ..search.adapter import AdaptConfig
 
     changes = parse_items(args.set, "adapter config")
+    valid = [k for k in AdaptConfig.setting_names() if k not in OWN_FIELDS]
     for k in changes:
         if k in OWN_FIELDS:
             raise ConfigError(f"--set {k}: use --{k.replace('_', '-')} instead")
-    # the adapter's settings and its proposal set's, flat (an unknown one is named)
+        if k not in valid:
+            raise unknown_setting("adapter config", k, valid)
+    # the adapter's settings and its proposal set's, flat
     return AdaptConfig.from_dict({**changes, "episodes": args.episodes})
 
 
