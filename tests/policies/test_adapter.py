@@ -166,7 +166,13 @@ def test_adapt_config_errors(field, value, match):
 
 def test_adapt_errors(policy, small_graph, cluster4):
     with pytest.raises(ConfigError, match="do not cover the proposals"):
-        adapt(policy, small_graph, cluster4, "paper", AdaptConfig.from_dict(dict(episodes=10, samples=16)))
+        adapt(
+            policy,
+            small_graph,
+            cluster4,
+            "paper",
+            AdaptConfig.from_dict(dict(episodes=10, samples=16)),
+        )
     other = make_policy(PolicyConfig(kind="sel-only", **SMALL), 4, seed=0)
     with pytest.raises(ConfigError, match="no learned PLC to bias"):
         adapt(other, small_graph, cluster4, "paper", AdaptConfig(episodes=30))
@@ -194,7 +200,9 @@ def test_an_interrupted_run_resumes_to_the_same_result(policy, small_graph, clus
                                                        monkeypatch):  # fmt: skip
     import doppler_lab.search.adapter as mod
 
-    cfg = AdaptConfig.from_dict(dict(episodes=70, batch=8, samples=4, partitions=2, cluster_caps=()))
+    cfg = AdaptConfig.from_dict(
+        dict(episodes=70, batch=8, samples=4, partitions=2, cluster_caps=())
+    )
     whole = adapt(policy, small_graph, cluster4, "paper", cfg, seed=7)
     state = tmp_path / "run" / "state.pt"
 

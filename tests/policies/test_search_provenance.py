@@ -126,9 +126,7 @@ def pair():
 
 def _judged(pair, rollouts, heuristics=()):
     graph, cluster = pair
-    props = Proposals(
-        (*rollout_candidates(rollouts), *heuristic_labels(list(heuristics)))
-    )
+    props = Proposals((*rollout_candidates(rollouts), *heuristic_labels(list(heuristics))))
     return judge(Simulator(graph, cluster, "paper"), props)
 
 
