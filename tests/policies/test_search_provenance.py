@@ -229,3 +229,13 @@ def test_place_names_what_produced_the_result(capsys, tmp_path):
     assert main([*argv, "--budget", "40", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["produced_by"].startswith(("search from ", *labels))
+
+
+def test_the_local_search_placer_names_its_start(small_graph, cluster4):
+    p = place("local-search", small_graph, cluster4, seed=1, budget=100, start="single",
+              method="hill")  # fmt: skip
+    assert p.meta["best_makespan"] < p.meta["start_makespan"]
+    assert p.meta.produced_by == "search from single"
+    # a budget of one call: the start's evaluation alone, nothing moved
+    q = place("local-search", small_graph, cluster4, seed=1, budget=1, start="cp", method="ils")
+    assert q.meta.produced_by == "start cp"
