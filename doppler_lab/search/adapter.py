@@ -47,7 +47,7 @@ import torch
 from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError
 from ..house.limits import MAX_BUDGET, MAX_DEVICES, MAX_NODES
-from ..house.settings import check_setting, unknown_setting
+from ..house.settings import check_setting
 from ..house.validate import type_name, want_int, want_str
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
@@ -56,7 +56,15 @@ from ..placers.memory_fit import capped
 from ..policies.checkpoint import save_atomic
 from ..timing.sim import Simulator
 from .budget import SearchConfig, SearchOutcome
-from .proposals import PROTOCOL_SAMPLES, ProposalSet, Verdict, judge
+from .proposals import (
+    PROTOCOL_SAMPLES,
+    ProposalSet,
+    Verdict,
+    config_from_settings,
+    config_settings,
+    judge,
+    proposal_setting_names,
+)
 
 #: the ``format`` field of a saved table
 ADAPTER_FORMAT = "doppler-lab/adapter-1"
@@ -150,7 +158,7 @@ class AdaptConfig:
         """The flat settings :meth:`from_dict` reads: the adapter's own and the proposal
         set's."""
         own = tuple(f.name for f in fields(cls) if f.name != "proposals")
-        return own + tuple(ProposalSet.__dataclass_fields__)
+        return own + proposal_setting_names()
 
     @classmethod
     def from_dict(cls, settings: Mapping[str, Any], owner: str = "adapter config") -> AdaptConfig:
@@ -161,27 +169,12 @@ class AdaptConfig:
         Raises:
             ConfigError: an unknown setting or a bad value (one line naming it).
         """
-        names = cls.setting_names()
-        flat = dict(settings)
-        nested = flat.pop("proposals", None) or {}
-        if isinstance(nested, ProposalSet):
-            nested = nested.to_dict()
-        if not isinstance(nested, Mapping):
-            raise ConfigError(f"{owner}: setting proposals={nested!r}; expected a mapping")
-        for key in flat:
-            if key not in names:
-                raise unknown_setting(owner, str(key), names)
-        own = {f.name for f in fields(cls)}
-        mine = {k: v for k, v in flat.items() if k in own}
-        rest = {k: v for k, v in flat.items() if k not in own}
-        props = ProposalSet.from_settings({**nested, **rest}, owner, base=ADAPT_PROPOSALS)
-        return cls(**mine, proposals=props)
+        return config_from_settings(cls, settings, owner, ADAPT_PROPOSALS)
 
     def to_dict(self) -> dict[str, Any]:
         """The settings, flat (the proposal set's beside the adapter's own, as saved before
         the config held a proposal set, with ``limit`` and ``memory_baselines`` added)."""
-        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "proposals"}
-        return {**own, **self.proposals.to_dict()}
+        return config_settings(self)
 
     def proposal_set(self) -> ProposalSet:
         """The proposals judged first."""

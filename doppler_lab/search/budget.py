@@ -42,7 +42,7 @@ best rollout, and ``calls <= budget`` always.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,7 +50,6 @@ from tqdm.auto import tqdm
 
 from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError
-from ..house.settings import unknown_setting
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..placers.clustering import CLUSTER_CAPS
@@ -78,6 +77,8 @@ from .proposals import (  # the proposals' own names, here since the search came
     clustering_candidates,
     clustering_count,
     clustering_fits,
+    config_from_settings,
+    config_settings,
     default_samples,
     fewer_device_counts,
     heuristic_candidates,
@@ -181,26 +182,11 @@ class SearchConfig:
         Raises:
             ConfigError: an unknown setting or a bad value (one line naming it).
         """
-        own = {f.name for f in fields(cls)}
-        flat = dict(settings)
-        nested = flat.pop("proposals", None) or {}
-        if isinstance(nested, ProposalSet):
-            nested = nested.to_dict()
-        if not isinstance(nested, Mapping):
-            raise ConfigError(f"{owner}: proposals = {nested!r}, expected a mapping of settings")
-        mine = {k: v for k, v in flat.items() if k in own}
-        rest = {k: v for k, v in flat.items() if k not in own}
-        names = ProposalSet.__dataclass_fields__
-        for key in rest:
-            if key not in names:
-                raise unknown_setting(owner, str(key), sorted(own | set(names)))
-        props = ProposalSet.from_settings({**nested, **rest}, owner, base=SEARCH_PROPOSALS)
-        return cls(**mine, proposals=props)
+        return config_from_settings(cls, settings, owner, SEARCH_PROPOSALS)
 
     def to_dict(self) -> dict[str, Any]:
         """The settings, flat (the proposal set's beside the search's own)."""
-        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "proposals"}
-        return {**own, **self.proposals.to_dict()}
+        return config_settings(self)
 
     def proposal_set(self, budget: int) -> ProposalSet:
         """The proposals a search of ``budget`` calls judges (:meth:`ProposalSet.for_search

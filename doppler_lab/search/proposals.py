@@ -585,6 +585,39 @@ class ProposalSet:
         return Proposals((*rollout_candidates(cands), *heuristic_labels([*extra, *memory])))
 
 
+def config_from_settings(
+    cls: Any, settings: Mapping[str, Any], owner: str, base: ProposalSet
+) -> Any:
+    """A config dataclass ``cls`` that holds a ``proposals`` field, from flat ``settings``
+    (its own fields and the proposal set's side by side, as :func:`config_settings` saves
+    them) or with the proposal set's under ``proposals``; those not given are ``base``'s.
+
+    Raises:
+        ConfigError: an unknown setting or a bad value (one line naming it and ``owner``).
+    """
+    own = [f.name for f in fields(cls) if f.name != "proposals"]
+    names = proposal_setting_names()
+    flat = dict(settings)
+    nested = flat.pop("proposals", None) or {}
+    if isinstance(nested, ProposalSet):
+        nested = nested.to_dict()
+    if not isinstance(nested, Mapping):
+        raise bad_setting(owner, "proposals", nested, "a mapping of proposal settings")
+    for key in flat:
+        if key not in own and key not in names:
+            raise unknown_setting(owner, str(key), [*own, *names])
+    mine = {k: v for k, v in flat.items() if k in own}
+    rest = {k: v for k, v in flat.items() if k not in own}
+    return cls(**mine, proposals=ProposalSet.from_settings({**nested, **rest}, owner, base=base))
+
+
+def config_settings(config: Any) -> dict[str, Any]:
+    """The settings of a config that holds a ``proposals`` field, flat: its own, then the
+    proposal set's (:func:`config_from_settings` reads them back)."""
+    own = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "proposals"}
+    return {**own, **config.proposals.to_dict()}
+
+
 def proposal_setting_names() -> tuple[str, ...]:
     """The settings of a :class:`ProposalSet`, by name."""
     return tuple(f.name for f in fields(ProposalSet))
@@ -898,6 +931,8 @@ __all__ = [
     "Winner",
     "check_fewer_devices",
     "checked_proposal_settings",
+    "config_from_settings",
+    "config_settings",
     "clustering_candidates",
     "clustering_count",
     "clustering_fits",
