@@ -92,16 +92,17 @@ class PlacementMeta(Mapping[str, Any]):
 
     def __post_init__(self) -> None:
         extra = dict(self.extra)
-        typed = [k for k in META_FIELDS if k in extra]
-        if typed:
+        if not _META_FIELD_SET.isdisjoint(extra):
+            name = next(k for k in extra if k in _META_FIELD_SET)
             raise PlacementError(
-                f"placement meta: {typed[0]!r} in extra; expected it as the field {typed[0]}"
+                f"placement meta: {name!r} in extra; expected it as the field {name}"
             )
         object.__setattr__(self, "extra", extra)
         keys = list(dict.fromkeys(self.keys_given))
         # typed fields set (e.g. by dataclasses.replace) and extra keys count as given
         have = set(keys)
-        keys += [k for k in META_FIELDS if k not in have and getattr(self, k) is not None]
+        state = vars(self)
+        keys += [k for k in META_FIELDS if state[k] is not None and k not in have]
         keys += [k for k in extra if k not in have]
         keys = [k for k in keys if k in extra or k in _META_FIELD_SET]
         object.__setattr__(self, "keys_given", tuple(keys))
@@ -116,8 +117,8 @@ class PlacementMeta(Mapping[str, Any]):
         """
         if isinstance(meta, PlacementMeta):
             return meta
-        if meta is None:
-            return cls()
+        if meta is None or (isinstance(meta, dict) and not meta):
+            return EMPTY_META
         if not isinstance(meta, Mapping):
             raise PlacementError(
                 f"placement meta is a {type(meta).__name__}; expected a mapping of names to values"
@@ -154,6 +155,12 @@ META_FIELDS: tuple[str, ...] = tuple(
     f.name for f in fields(PlacementMeta) if f.name not in ("extra", "keys_given")
 )
 _META_FIELD_SET = frozenset(META_FIELDS)
+#: the meta of a placement that says nothing (shared: a record never changes)
+EMPTY_META = PlacementMeta()
+
+
+def _empty_meta() -> PlacementMeta:
+    return EMPTY_META
 
 
 @dataclass(frozen=True, eq=False)
@@ -174,7 +181,7 @@ class Placement:
     device: np.ndarray
     priority: np.ndarray | None = None
     placer: str = ""
-    meta: PlacementMeta = field(default_factory=PlacementMeta)
+    meta: PlacementMeta = field(default_factory=_empty_meta)
 
     def __post_init__(self) -> None:
         dev = np.array(self.device)
