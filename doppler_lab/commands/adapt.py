@@ -136,6 +136,7 @@ def _run(args: argparse.Namespace) -> int:
         "best_cost": res.best_cost,
         "gain": 1.0 - res.best_cost / res.start_cost if res.start_cost > 0 else 0.0,
         "source": res.source,
+        "produced_by": res.label,  # the winning proposal's label, or the table from it
         "settle_steps": res.settle_steps,
         "wall_s": wall,
         "adapter": str(out / "adapter.pt"),

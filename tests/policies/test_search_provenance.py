@@ -239,3 +239,16 @@ def test_the_local_search_placer_names_its_start(small_graph, cluster4):
     # a budget of one call: the start's evaluation alone, nothing moved
     q = place("local-search", small_graph, cluster4, seed=1, budget=1, start="cp", method="ils")
     assert q.meta.produced_by == "start cp"
+
+
+def test_the_adapter_names_its_winner(ckpt, small_graph, cluster4):
+    from doppler_lab.search.adapter import adapt
+
+    policy = DopplerPlacer(ckpt).policy(4)
+    cfg = AdaptConfig.from_dict(dict(episodes=40, batch=8, samples=4, partitions=2))
+    out = adapt(policy, small_graph, cluster4, "paper", cfg, seed=0)
+    first = out.verdict.candidates[out.verdict.best]
+    if out.source == "adapter":
+        assert out.label == f"adapter table from {first.label}"
+    else:
+        assert (out.label, out.source) == (first.label, first.source)
