@@ -101,12 +101,12 @@ def test_policy_set_values(key, text):
 
 @FUZZ
 @given(
-    key=st.sampled_from([f.name for f in dataclasses.fields(AdaptConfig)]),
+    key=st.sampled_from(AdaptConfig.setting_names()),
     text=VALUE_TEXT,
 )
 def test_adapt_set_values(key, text):
     try:
-        cfg = AdaptConfig(**parse_items([f"{key}={text}"], "adapter config"))
+        cfg = AdaptConfig.from_dict(parse_items([f"{key}={text}"], "adapter config"))
     except DopplerLabError as exc:
         one_line(exc)
         return

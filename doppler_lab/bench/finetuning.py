@@ -316,11 +316,12 @@ def finetune_note(cfg: GeneralBenchConfig) -> str:
             + ") of the general policy's weights"
         )
     a = cfg.adapt_config()
+    props = a.proposals
     return (
         f"Fine-tuning: the per-instance adapter (doppler_lab.search.adapter, {a.episodes} "
-        f"simulator calls: the placer's proposals, greedy + {a.samples} samples"
-        + (" + the clustering" if a.clustering else "")
-        + f" + up to {a.partitions} partitions, then updates of {a.batch} episodes of a node x device "
+        f"simulator calls: the placer's proposals, greedy + {props.sample_count()} samples"
+        + (" + the clustering" if props.clustering else "")
+        + f" + up to {props.partitions} partitions, then updates of {a.batch} episodes of a node x device "
         f"bias on PLC's logits, the network frozen; settings {a.to_dict()}; "
         f"{cfg.finetune_seeds} seed(s)); the final "
         "policy is the network with its table, settled on the best placement found (column "

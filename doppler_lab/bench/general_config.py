@@ -153,7 +153,7 @@ class GeneralBenchConfig:
                 f"{FINETUNE_METHODS}"
             )
         acfg = self.adapt_config()  # its errors name the bad field
-        need = acfg.proposals()  # on any graph the clustering fits
+        need = acfg.proposal_calls()  # on any graph the clustering fits
         if self.finetune_method == "adapter" and self.finetune_episodes < need:
             raise ConfigError(
                 f"bench general: finetune_episodes = {self.finetune_episodes} do not cover the "
@@ -177,15 +177,15 @@ class GeneralBenchConfig:
                 "(--finetune-episodes, --samples, --partitions, clustering); expected another "
                 "adapter field"
             )
-        known = set(AdaptConfig.__dataclass_fields__)
+        known = set(AdaptConfig.setting_names())
         unknown = sorted(set(self.finetune_adapter) - known)
         if unknown:
             raise ConfigError(
                 f"bench general: finetune_adapter field {unknown[0]!r}, expected one of "
                 f"{sorted(known - fixed)}"
             )
-        return AdaptConfig(
-            **{
+        return AdaptConfig.from_dict(
+            {
                 **self.finetune_adapter,
                 "episodes": self.finetune_episodes,
                 "samples": self.samples,

@@ -75,15 +75,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def adapt_config(args: argparse.Namespace):
     """The :class:`~doppler_lab.search.adapter.AdaptConfig` of the command line."""
-    from ..house.settings import dataclass_changes, parse_items
+    from ..house.settings import parse_items, unknown_setting
     from ..search.adapter import AdaptConfig
 
     changes = parse_items(args.set, "adapter config")
+    valid = [k for k in AdaptConfig.setting_names() if k not in OWN_FIELDS]
     for k in changes:
         if k in OWN_FIELDS:
             raise ConfigError(f"--set {k}: use --{k.replace('_', '-')} instead")
-    dataclass_changes(AdaptConfig, changes, "adapter config", exclude=OWN_FIELDS)
-    return AdaptConfig(**{**changes, "episodes": args.episodes})
+        if k not in valid:
+            raise unknown_setting("adapter config", k, valid)
+    # the adapter's settings and its proposal set's, flat
+    return AdaptConfig.from_dict({**changes, "episodes": args.episodes})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,6 +136,7 @@ def _run(args: argparse.Namespace) -> int:
         "best_cost": res.best_cost,
         "gain": 1.0 - res.best_cost / res.start_cost if res.start_cost > 0 else 0.0,
         "source": res.source,
+        "produced_by": res.label,  # the winning proposal's label, or the table from it
         "settle_steps": res.settle_steps,
         "wall_s": wall,
         "adapter": str(out / "adapter.pt"),

@@ -50,6 +50,17 @@ def exact_line(result: dict[str, Any], semantics: str, in_seconds: bool = True) 
     )
 
 
+def _provenance(result: dict[str, Any], t: Any) -> str:
+    """``the <winner's label>`` and, where another candidate placed otherwise, ``(runner-up:
+    the <its label>, <its makespan>)``."""
+    text = f"the {result['produced_by']}"
+    if result.get("runner_up"):
+        cost = result.get("runner_up_cost")
+        shown = t(cost) if isinstance(cost, int | float) else "n/a"
+        text += f" (runner-up: the {result['runner_up']}, {shown})"
+    return text
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_graph_argument(p)
     from ..placers import available_placers
@@ -192,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
     # which one won
     keys = ("optimal", "bound", "gap", "status", "source", "rollout_cost", "clustering_cost")
     keys += ("memory_fit",)  # not by the static bound: simulated, repaired, packed, pipeline
+    keys += ("produced_by", "runner_up", "runner_up_cost")  # what produced it, what came next
     for key in (*keys, "partition_cost", "memory_cost"):
         if key in placement.meta:
             result[key] = placement.meta[key]
@@ -261,6 +273,8 @@ def run(args: argparse.Namespace) -> int:
             f"  best rollout {t(result['rollout_cost'])}, {', '.join(others)}: the "
             f"{source_label(result['source'])} won"
         )
+    if result.get("produced_by"):
+        print(f"  produced by  {_provenance(result, t)}")
     for key in ("out", "gantt"):
         if key in result:
             print(f"  wrote {result[key]}")

@@ -267,6 +267,8 @@ class LocalSearchPlacer:
             "start_makespan": start_cost,
             "best_makespan": best_cost,
             "semantics": self.semantics,
+            # what produced it: the moves from the start, or the start itself
+            "produced_by": f"{'search from' if best_cost < start_cost else 'start'} {self.start}",
         }
         p = Placement(best, None, self.name, meta).with_inputs_filled(graph)
         return fit_placement(graph, cluster, p, self.name)

@@ -36,7 +36,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -46,16 +47,24 @@ import torch
 from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError
 from ..house.limits import MAX_BUDGET, MAX_DEVICES, MAX_NODES
-from ..house.settings import bad_setting, check_setting
+from ..house.settings import check_setting
 from ..house.validate import type_name, want_int, want_str
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
-from ..placers.clustering import CLUSTER_CAPS, cap_ok
+from ..placers.clustering import CLUSTER_CAPS
 from ..placers.memory_fit import capped
 from ..policies.checkpoint import save_atomic
 from ..timing.sim import Simulator
 from .budget import SearchConfig, SearchOutcome
-from .proposals import ProposalSet, check_fewer_devices, judge
+from .proposals import (
+    PROTOCOL_SAMPLES,
+    ProposalSet,
+    Verdict,
+    config_from_settings,
+    config_settings,
+    judge,
+    proposal_setting_names,
+)
 
 #: the ``format`` field of a saved table
 ADAPTER_FORMAT = "doppler-lab/adapter-1"
@@ -72,10 +81,19 @@ ADAPT_MAXIMA: dict[str, float] = {
     "temperature": 1e3,
     "episodes": MAX_BUDGET,
     "batch": MAX_BUDGET,
-    "samples": MAX_BUDGET,
-    "partitions": MAX_BUDGET,
     "settle_steps": MAX_BUDGET,
 }
+
+#: the adapter's proposals by default: the ``doppler`` placer's (greedy + 16 samples, two of
+#: them greedy rollouts on fewer devices, the clustering and 4 partitions) with the clustering
+#: ladder; without the memory baselines unless asked (``memory_baselines=true``)
+ADAPT_PROPOSALS = ProposalSet(
+    samples=PROTOCOL_SAMPLES,
+    fewer_devices=True,
+    clustering=True,
+    cluster_caps=CLUSTER_CAPS,
+    partitions=4,
+)
 
 
 @dataclass(frozen=True)
@@ -88,16 +106,9 @@ class AdaptConfig:
         lr: Adam learning rate of the table.
         anchor_bias: the table's start on each node's incumbent device (0: zeros).
         imitation: weight of the incumbent's log-likelihood in the loss.
-        samples: sampled rollouts of the proposals (besides the greedy one).
-        partitions: METIS partition proposals.
-        clustering: the ``clustering`` placer's placement as a proposal, as in the ``doppler``
-            placer (:func:`~doppler_lab.search.proposals.heuristic_candidates`).
-        cluster_caps: the work bounds of the bounded clusterings judged beside it (each
-            distinct placement once; :func:`~doppler_lab.placers.clustering.clustering_variants`).
-        fewer_devices: greedy rollouts on fewer devices replace as many of the samples, as in
-            the ``doppler`` placer: ``True`` for the first half of the devices and the first 2,
-            a list of device counts, or ``False``
-            (:func:`~doppler_lab.search.proposals.fewer_device_counts`).
+        proposals: the proposals judged first, as in the ``doppler`` placer
+            (:class:`~doppler_lab.search.proposals.ProposalSet`, default
+            :data:`ADAPT_PROPOSALS`; its ``samples`` None: 16).
         temperature: PLC's sampling temperature during the updates (SEL samples at 1); at least
             0.001 (the logits divided by less overflow).
         reanchor: when a sampled placement beats the incumbent, swap each moved node's table
@@ -105,6 +116,10 @@ class AdaptConfig:
             incumbent with the confidence it had learned.
         settle_steps: at most this many imitation steps on the best placement after the
             budget (no simulator calls), until the greedy rollout reproduces it.
+
+    :meth:`from_dict` builds one from flat settings (``samples=4``, ``partitions=2``: the
+    proposal set's beside the adapter's own), as the command line's ``--set`` and a saved
+    :meth:`to_dict` give them.
     """
 
     episodes: int = 200
@@ -112,11 +127,7 @@ class AdaptConfig:
     lr: float = 1.0
     anchor_bias: float = 10.0
     imitation: float = 4.0
-    samples: int = 16
-    partitions: int = 4
-    clustering: bool = True
-    cluster_caps: tuple[float, ...] = CLUSTER_CAPS
-    fewer_devices: bool | list[int] = True
+    proposals: ProposalSet = field(default=ADAPT_PROPOSALS)
     temperature: float = 2.5
     reanchor: bool = True
     settle_steps: int = 100
@@ -126,10 +137,7 @@ class AdaptConfig:
         for name, kind, bounds in (
             ("episodes", "int", {"minimum": 1}),
             ("batch", "int", {"minimum": 1}),
-            ("samples", "int", {"minimum": 0}),
-            ("partitions", "int", {"minimum": 0}),
             ("settle_steps", "int", {"minimum": 0}),
-            ("clustering", "bool", {}),
             ("reanchor", "bool", {}),
             ("lr", "float", {"above": 0}),
             ("anchor_bias", "float", {"minimum": 0}),
@@ -139,35 +147,43 @@ class AdaptConfig:
             top = ADAPT_MAXIMA.get(name)
             value = check_setting(getattr(self, name), kind, owner, name, maximum=top, **bounds)
             object.__setattr__(self, name, value)
-        check_fewer_devices(self.fewer_devices, owner, "setting")
-        caps = self.cluster_caps
-        if (
-            isinstance(caps, str)
-            or not hasattr(caps, "__iter__")
-            or not all(cap_ok(c) for c in caps)
-        ):
-            raise bad_setting(
-                owner,
-                "cluster_caps",
-                caps,
-                "a list of finite numbers > 0 (shares of a device's part of the work)",
+        if not isinstance(self.proposals, ProposalSet):
+            raise ConfigError(
+                f"{owner}: setting proposals={self.proposals!r}; expected a proposal set "
+                "(or its settings flat: samples, partitions, clustering, ...)"
             )
-        object.__setattr__(self, "cluster_caps", tuple(caps))
+
+    @classmethod
+    def setting_names(cls) -> tuple[str, ...]:
+        """The flat settings :meth:`from_dict` reads: the adapter's own and the proposal
+        set's."""
+        own = tuple(f.name for f in fields(cls) if f.name != "proposals")
+        return own + proposal_setting_names()
+
+    @classmethod
+    def from_dict(cls, settings: Mapping[str, Any], owner: str = "adapter config") -> AdaptConfig:
+        """A config from flat settings (a saved :meth:`to_dict`, before or after it held a
+        proposal set; the command line's ``--set``), or with the proposal set's under
+        ``proposals``; a proposal setting not given is :data:`ADAPT_PROPOSALS`'s.
+
+        Raises:
+            ConfigError: an unknown setting or a bad value (one line naming it).
+        """
+        return config_from_settings(cls, settings, owner, ADAPT_PROPOSALS)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "cluster_caps": list(self.cluster_caps)}
+        """The settings, flat (the proposal set's beside the adapter's own, as saved before
+        the config held a proposal set, with ``limit`` and ``memory_baselines`` added)."""
+        return config_settings(self)
 
     def proposal_set(self) -> ProposalSet:
-        """The proposals judged first (the ``doppler`` placer's, with the clustering ladder of
-        ``cluster_caps``)."""
-        return ProposalSet(
-            self.samples, self.fewer_devices, self.clustering, self.cluster_caps, self.partitions
-        )
+        """The proposals judged first."""
+        return self.proposals
 
-    def proposals(self, graph: DataflowGraph | None = None) -> int:
+    def proposal_calls(self, graph: DataflowGraph | None = None) -> int:
         """The most simulator calls the proposals take on ``graph`` (equal clusterings are
         judged once, so they may take fewer; None: a graph the clustering fits)."""
-        return self.proposal_set().most_calls(graph)
+        return self.proposals.most_calls(graph)
 
 
 @dataclass
@@ -190,6 +206,9 @@ class AdaptResult:
             without any).
         source: where the best placement came from (``greedy``, ``sample``, ``clustering``,
             ``partition`` or ``adapter``).
+        label: what produced it, in words (the winning proposal's label, e.g. ``sample 3``,
+            or ``adapter table from <that label>`` once a sampled episode beat the proposals).
+        verdict: the proposals' costs and labels (None in a run resumed from its state).
         settle_steps: imitation steps after the budget until the greedy rollout reproduced
             the best placement (-1: it did not within ``settle_steps``).
         policy: :func:`policy_digest` of the network the table was trained on.
@@ -209,6 +228,8 @@ class AdaptResult:
     source: str = ""
     settle_steps: int = 0
     policy: str = ""
+    label: str = ""
+    verdict: Verdict | None = None
 
     def save(self, path: str | Path, graph: DataflowGraph, cluster: Cluster, checkpoint: Any):
         """Write the table with what it belongs to (:func:`load_adapter` reads it back)."""
@@ -415,10 +436,10 @@ def adapt(
     bias = torch.zeros((n, d), dtype=torch.float32)
     if saved is None:
         props = wanted.build(policy, graph, cluster, rng, ctx.cost, ctx, semantics)
-        verdict = judge(sim, props)
+        verdict: Verdict | None = judge(sim, props)
         costs, calls, rollouts, i = verdict.costs, len(props), props.rollouts, verdict.best
         best, best_cost, start_cost = props.placements[i], float(costs[i]), float(costs[i])
-        source = props.source(i)
+        source, label = verdict.candidates[i].source, verdict.candidates[i].label
         part_cost = verdict.heuristic_cost
         greedy_cost, rollout_cost = float(costs[0]), verdict.rollout_cost
         if cfg.anchor_bias:
@@ -430,6 +451,7 @@ def adapt(
             incumbent: Episodes = run_episodes(policy, ctx, enc, 1, rng, GREEDY, follow, on_best)
         rows: list[dict[str, float]] = []
     else:
+        verdict = None
         bias.copy_(saved["bias"])
         best = Placement(
             saved["best_device"].numpy(),
@@ -438,6 +460,7 @@ def adapt(
         )
         best_cost, start_cost, calls = saved["best_cost"], saved["start_cost"], saved["calls"]
         source, part_cost = saved["source"], saved["partition_cost"]
+        label = saved.get("label", source)  # states saved before the labels: the source
         greedy_cost, rollout_cost, rollouts = (
             saved["greedy_cost"], saved["rollout_cost"], saved["rollouts"]
         )  # fmt: skip
@@ -459,7 +482,7 @@ def adapt(
             "best_priority": None if best.priority is None else torch.from_numpy(
                 np.array(best.priority, dtype=np.float64)),  # a copy: placements are read-only
             "best_placer": best.placer, "best_cost": best_cost, "start_cost": start_cost,
-            "calls": calls, "source": source, "partition_cost": part_cost,
+            "calls": calls, "source": source, "label": label, "partition_cost": part_cost,
             "greedy_cost": greedy_cost, "rollout_cost": rollout_cost, "rollouts": rollouts,
             "incumbent": incumbent.to_state(), "rows": rows,
             "rng": json.dumps(rng.bit_generator.state),
@@ -484,6 +507,8 @@ def adapt(
                 if cfg.reanchor:
                     _reanchor(bias, best.device[nodes], eps.placements[j].device[nodes])
                 best, best_cost, incumbent = eps.placements[j], float(c[j]), eps.select([j])
+                if source != "adapter":
+                    label = f"adapter table from {label}"
                 source = "adapter"
             opt.zero_grad()
             loss = torch.zeros(())
@@ -513,7 +538,8 @@ def adapt(
         policy.set_node_bias(old)
     return AdaptResult(
         bias.detach().clone(), best, best_cost, start_cost, calls, rows, cfg,
-        greedy_cost, rollout_cost, rollouts, part_cost, source, settled, key["policy"],
+        greedy_cost, rollout_cost, rollouts, part_cost, source, settled, key["policy"], label,
+        verdict,
     )  # fmt: skip
 
 
@@ -545,11 +571,18 @@ def _read_state(path: str | Path, key: dict[str, Any]) -> dict[str, Any] | None:
         raise ConfigError(
             f"adapt state {path}: not an adapter run's state (format {ADAPT_STATE_FORMAT!r})"
         )
-    for field, want in key.items():
-        have = doc["key"].get(field)
+    for name, want in key.items():
+        have = doc["key"].get(name)
+        if name == "config" and isinstance(have, Mapping):  # as loaded: older saves are flat
+            try:
+                same = AdaptConfig.from_dict(have) == AdaptConfig.from_dict(want)
+            except ConfigError:
+                same = False
+            if same:
+                continue
         if have != want:
             raise ConfigError(
-                f"adapt state {path}: written by another run ({field} {have!r}, this run "
+                f"adapt state {path}: written by another run ({name} {have!r}, this run "
                 f"{want!r}); use another file, or delete it to start over"
             )
     return doc
@@ -594,7 +627,7 @@ def adapt_search(
     semantics: str,
     config: SearchConfig | None = None,
     bar: Any = None,
-) -> Any:
+) -> SearchOutcome:
     """The ``doppler`` placer's ``search="adapt"``: the budget spent training a per-instance
     table on PLC's logits (:func:`adapt`, its proposals first, from ``config``'s proposal
     fields: ``samples``, default :class:`AdaptConfig`'s, with ``fewer_devices``, then the
@@ -602,27 +635,16 @@ def adapt_search(
     :meth:`~doppler_lab.search.proposals.ProposalSet.for_adapter`); the best placement it
     simulated."""
     scfg = config or SearchConfig()
-    samples = AdaptConfig.samples if scfg.samples is None else scfg.samples
-    whole = ProposalSet(
-        samples, scfg.fewer_devices, scfg.clustering, scfg.cluster_caps, scfg.partitions
-    )
-    fit = whole.for_adapter(budget, graph)
+    fit = scfg.proposals.for_adapter(budget, graph)
     # no settling: a search returns the best placement simulated, not the policy
-    cfg = AdaptConfig(
-        episodes=budget,
-        samples=fit.samples,
-        partitions=fit.partitions,
-        clustering=fit.clustering,
-        cluster_caps=fit.cluster_caps,
-        settle_steps=0,
-        fewer_devices=scfg.fewer_devices,
-    )
+    cfg = AdaptConfig(episodes=budget, proposals=fit, settle_steps=0)
     out = adapt(policy, graph, cluster, semantics, cfg, seed=rng, pbar=bar)
     best = out.best
     placement = Placement(
         best.device, best.priority, best.placer, {**best.meta, "source": out.source}
     )
-    return SearchOutcome(
-        placement, out.best_cost, out.calls, out.greedy_cost, out.rollout_cost, out.rollouts,
-        out.partition_cost,
-    )  # fmt: skip
+    verdict = out.verdict
+    assert verdict is not None  # a fresh run (no state) keeps its verdict
+    if out.source == "adapter":
+        return verdict.improved(placement, out.best_cost, out.label, out.source, out.calls)
+    return verdict.winner(out.calls, placement)

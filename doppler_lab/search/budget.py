@@ -41,7 +41,9 @@ best rollout, and ``calls <= budget`` always.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -66,12 +68,18 @@ from ..timing.sim import Simulator
 from .proposals import (  # the proposals' own names, here since the search came first
     CLUSTERING_MAX_OPS,
     HEURISTIC_SOURCES,
+    MAX_SAMPLES,
+    SAMPLE_SHARE,
+    Candidate,
     ProposalSet,
-    candidate_source,
+    Winner,
     check_fewer_devices,
     clustering_candidates,
     clustering_count,
     clustering_fits,
+    config_from_settings,
+    config_settings,
+    default_samples,
     fewer_device_counts,
     heuristic_candidates,
     judge,
@@ -83,9 +91,6 @@ from .proposals import (  # the proposals' own names, here since the search came
 SEARCH_STRATEGIES = ("ils", "scan", "anneal", "guided", "restarts", "ils-cp")
 #: ``ils-cp``: the largest share of the budget left after the rollouts that ``cp-rollout`` may take
 CP_ROLLOUT_SHARE = 0.5
-#: rollouts judged before the local moves: this share of the budget, at most ``MAX_SAMPLES``
-SAMPLE_SHARE = 0.25
-MAX_SAMPLES = 64
 #: weight of the uniform draw in the guided proposal's device preferences
 UNIFORM_MIX = 0.5
 #: starts of the ``restarts`` strategy
@@ -101,38 +106,9 @@ def device_preferences(devices: np.ndarray, num_devices: int, mix: float) -> np.
     return (1.0 - mix) * freq / max(k, 1) + mix / num_devices
 
 
-def default_samples(budget: int) -> int:
-    """Sampled rollouts of a budget search: :data:`SAMPLE_SHARE` of it, at most
-    :data:`MAX_SAMPLES`, leaving the greedy rollout one call."""
-    return max(0, min(int(budget * SAMPLE_SHARE), MAX_SAMPLES, budget - 1))
-
-
-@dataclass(frozen=True)
-class SearchOutcome:
-    """What :func:`policy_search` found.
-
-    Attributes:
-        placement: the best placement (the priority of the rollout it started from).
-        cost: its simulated makespan.
-        calls: simulator calls spent (``<= budget``).
-        greedy_cost: the greedy rollout's makespan.
-        rollout_cost: the best rollout's makespan (before the local moves; the policy's
-            rollouts only, without ``ils-cp``'s ``cp-rollout`` start).
-        rollouts: the policy's rollouts judged (the greedy one included).
-        partition_cost: the best partition proposal's makespan (nan without any).
-        clustering_cost: the clustering proposal's makespan (nan without it).
-        memory_cost: the best memory baseline's makespan (nan without any).
-    """
-
-    placement: Placement
-    cost: float
-    calls: int
-    greedy_cost: float
-    rollout_cost: float
-    rollouts: int
-    partition_cost: float = float("nan")
-    clustering_cost: float = float("nan")
-    memory_cost: float = float("nan")
+#: what :func:`policy_search` found: the winner (``search from <start>`` where the local moves
+#: improved on the best proposal), its cost, the calls spent and every proposal's cost
+SearchOutcome = Winner
 
 
 def cp_rollout_calls(graph: DataflowGraph, num_devices: int) -> int:
@@ -155,27 +131,26 @@ def _cp_rollout_start(
     cost = sim.makespan(p)
     if bar is not None:
         bar.update(need)
-    return Placement(p.device, p.priority, p.placer, dict(p.meta)), cost, need
+    return Placement(p.device, p.priority, p.placer, p.meta), cost, need
+
+
+#: a budget search's proposals unless its config says otherwise: greedy + the budget's share of
+#: samples (:func:`default_samples`), the clustering ladder's caps ready for when the
+#: clustering is asked for
+SEARCH_PROPOSALS = ProposalSet(samples=None, cluster_caps=CLUSTER_CAPS)
 
 
 @dataclass(frozen=True)
 class SearchConfig:
     """Settings of a budget search (:func:`policy_search`; the ``adapt`` search,
-    :func:`~doppler_lab.search.adapter.adapt_search`, reads the proposals' fields).
+    :func:`~doppler_lab.search.adapter.adapt_search`, reads its proposals).
 
     Attributes:
         strategy: one of :data:`SEARCH_STRATEGIES`.
-        samples: sampled rollouts (default :func:`default_samples`; at most ``budget - 1``).
-        partitions: METIS partitions judged after the rollouts (as many as the budget leaves
-            room for; equal ones once), starts of the search like them.
-        clustering: judge the ``clustering`` placement and its bounded variants
-            (``cluster_caps``) after the rollouts, before the partitions
-            (:func:`~doppler_lab.search.proposals.heuristic_candidates`), as far as the budget
-            leaves room.
-        cluster_caps: the clustering ladder's work bounds
-            (:data:`~doppler_lab.placers.clustering.CLUSTER_CAPS`).
-        fewer_devices: greedy rollouts on fewer devices replace the last samples: ``True``,
-            ``False`` or device counts (:func:`~doppler_lab.search.proposals.fewer_device_counts`).
+        proposals: the proposals judged before the local moves, starts of the search
+            (:class:`~doppler_lab.search.proposals.ProposalSet`; ``samples`` None: the
+            budget's share, :func:`default_samples`; cut to the budget by
+            :meth:`~doppler_lab.search.proposals.ProposalSet.for_search`).
         cluster_moves: ``ils`` and ``ils-cp`` try
             :class:`~doppler_lab.placers.local_search.ClusterMoves` in their descent (False:
             single-node moves alone).
@@ -183,34 +158,40 @@ class SearchConfig:
         temperature: annealing temperature relative to the start's makespan.
         mix: weight of the uniform draw in the guided proposal.
         restarts: starts of the ``restarts`` strategy.
-        memory_baselines: judge the memory baselines' placements after the other proposals
-            where the graph does not fit on one device
-            (:func:`~doppler_lab.search.proposals.memory_candidates`), starts of the search like
-            them.
     """
 
     strategy: str = SEARCH_STRATEGIES[0]
-    samples: int | None = None
-    partitions: int = 0
-    clustering: bool = False
-    cluster_caps: tuple[float, ...] = CLUSTER_CAPS
-    fewer_devices: bool | tuple[int, ...] = False
+    proposals: ProposalSet = field(default=SEARCH_PROPOSALS)
     cluster_moves: bool = True
     batch: int = 8
     temperature: float = 0.02
     mix: float = UNIFORM_MIX
     restarts: int = RESTARTS
-    memory_baselines: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.proposals, ProposalSet):
+            raise ConfigError(
+                f"search config: proposals = {self.proposals!r}, expected a ProposalSet"
+            )
+
+    @classmethod
+    def from_dict(cls, settings: Mapping[str, Any], owner: str = "search config") -> SearchConfig:
+        """A config from flat settings (its own fields and the proposal set's, as saved by
+        :meth:`to_dict`), or with the proposal set's under ``proposals``.
+
+        Raises:
+            ConfigError: an unknown setting or a bad value (one line naming it).
+        """
+        return config_from_settings(cls, settings, owner, SEARCH_PROPOSALS)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings, flat (the proposal set's beside the search's own)."""
+        return config_settings(self)
 
     def proposal_set(self, budget: int) -> ProposalSet:
         """The proposals a search of ``budget`` calls judges (:meth:`ProposalSet.for_search
         <doppler_lab.search.proposals.ProposalSet.for_search>`)."""
-        samples = default_samples(budget) if self.samples is None else self.samples
-        whole = ProposalSet(
-            samples, self.fewer_devices, self.clustering, self.cluster_caps, self.partitions,
-            memory_baselines=self.memory_baselines,
-        )  # fmt: skip
-        return whole.for_search(budget)
+        return self.proposals.for_search(budget)
 
 
 def policy_search(
@@ -252,20 +233,16 @@ def policy_search(
     props = cfg.proposal_set(budget).build(policy, graph, cluster, rng, sim.cost, ctx, semantics)
     # the device vectors, as the local moves are judged; the rollouts, then the heuristics
     verdict = judge(sim, props, devices_only=True, in_groups=True, bar=bar)
-    cands, costs, calls = list(props.placements), verdict.costs, len(props)
-    devices = np.stack([p.device for p in cands])
-    rollout_cost, rollouts = verdict.rollout_cost, props.rollouts
-    clustering_cost, partition_cost = verdict.clustering_cost, verdict.partition_cost
-    memory_cost = verdict.memory_cost
+    calls = len(props)
     if strategy == "ils-cp":
         start = _cp_rollout_start(sim, cluster, semantics, budget - calls, bar)
         if start is not None:
             p, cost, need = start
-            cands.append(p)
-            devices = np.concatenate([devices, p.device[None, :]])
-            costs = np.append(costs, cost)
+            cand = Candidate(p, "cp-rollout start", "start", p.placer)
+            verdict = verdict.with_start(cand, cost, graph, sim.cost)
             calls += need
-    order = proposal_order(costs, devices, graph, sim.cost)
+    costs, order = verdict.costs, verdict.order
+    devices = np.stack([c.placement.device for c in verdict.candidates])
     ndev = cluster.num_devices
     propose = None
     if strategy == "scan":
@@ -303,12 +280,14 @@ def policy_search(
         calls = found.calls
         if found.cost < best_cost:
             best_i, best_dev, best_cost = i, found.device, found.cost
-    start = cands[best_i]
-    placement = Placement(best_dev, start.priority, start.placer, dict(start.meta))
-    return SearchOutcome(
-        placement, best_cost, calls, float(costs[0]), rollout_cost, rollouts, partition_cost,
-        clustering_cost, memory_cost,
-    )  # fmt: skip
+    start = verdict.candidates[best_i]
+    p = start.placement
+    placement = Placement(best_dev, p.priority, p.placer, p.meta)
+    if best_cost < float(costs[best_i]):
+        return verdict.improved(
+            placement, best_cost, f"search from {start.label}", start.source, calls
+        )
+    return verdict.winner(calls, placement)
 
 
 __all__ = [
@@ -320,9 +299,9 @@ __all__ = [
     "SAMPLE_SHARE",
     "SEARCH_STRATEGIES",
     "UNIFORM_MIX",
+    "SEARCH_PROPOSALS",
     "SearchConfig",
     "SearchOutcome",
-    "candidate_source",
     "check_fewer_devices",
     "clustering_candidates",
     "clustering_count",

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -37,6 +37,7 @@ from ..house.runners import torch_threads
 from ..house.settings import check_setting
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
+from ..placers.clustering import CLUSTER_CAPS
 from ..placers.memory_fit import cap_can_bind, fit_placement
 from ..policies.checkpoint import load_policy
 from ..policies.context import GraphContext
@@ -49,15 +50,16 @@ from ..policies.pretrained import (
 )
 from ..timing.sim import SEMANTICS, Simulator
 from .adapter import adapt_search
-from .budget import SEARCH_STRATEGIES, SearchConfig, SearchOutcome, candidate_source, policy_search
+from .budget import SEARCH_STRATEGIES, SearchConfig, SearchOutcome, policy_search
 from .proposals import (
     CLUSTERING_PROPOSAL,
     FEWER_DEVICES,
     MEMORY_BASELINES,
     PARTITION_PROPOSALS,
+    PROTOCOL_SAMPLES,
     ProposalSet,
     Verdict,
-    check_fewer_devices,
+    Winner,
     judge,
 )
 
@@ -65,75 +67,10 @@ from .proposals import (
 PLACER_SEARCHES: tuple[str, ...] = (*SEARCH_STRATEGIES, "adapt")
 
 
-@dataclass(frozen=True)
-class RolloutResult:
-    """The protocol's candidates and the winner.
-
-    Attributes:
-        placement: the best placement (on ties, the one that cuts the least transfer time,
-            then the first: :func:`~doppler_lab.search.proposals.proposal_order`).
-        costs: ``(1 + samples + proposals,)`` simulated cost of the greedy rollout, of each
-            sample, then of each heuristic proposal (the clusterings, the partitions).
-        best_index: index of the winner in ``costs`` (0: the greedy rollout).
-        rollouts: how many of ``costs`` are the policy's rollouts (the rest: heuristic
-            proposals).
-        clustering: how many of the heuristic proposals are clustering placements (they come
-            first: the clustering and its bounded variants; then the partitions).
-        memories: how many of them, the last ones, are memory baselines' placements.
-    """
-
-    placement: Placement
-    costs: np.ndarray
-    best_index: int
-    rollouts: int = -1
-    clustering: int = 0
-    memories: int = 0
-
-    def __post_init__(self) -> None:
-        if self.rollouts < 0:
-            object.__setattr__(self, "rollouts", int(len(self.costs)))
-
-    @property
-    def verdict(self) -> Verdict:
-        """The costs as the judge's :class:`~doppler_lab.search.proposals.Verdict` (the best
-        of each kind of proposal)."""
-        return Verdict(
-            self.costs, self.best_index, self.rollouts, int(self.clustering), self.memories
-        )
-
-    @property
-    def greedy_cost(self) -> float:
-        return float(self.costs[0])
-
-    @property
-    def best_cost(self) -> float:
-        return float(self.costs[self.best_index])
-
-    @property
-    def rollout_cost(self) -> float:
-        """The best of the policy's own rollouts."""
-        return self.verdict.rollout_cost
-
-    @property
-    def partition_cost(self) -> float:
-        """The best partition proposal (nan without any)."""
-        return self.verdict.partition_cost
-
-    @property
-    def memory_cost(self) -> float:
-        """The best memory baseline's placement (nan without any)."""
-        return self.verdict.memory_cost
-
-    @property
-    def clustering_cost(self) -> float:
-        """The best clustering proposal's cost (nan without one)."""
-        return self.verdict.clustering_cost
-
-    @property
-    def source(self) -> str:
-        """What the winner is: ``greedy``, ``sample``, ``greedy on K devices`` (a rollout on
-        fewer devices), ``clustering`` or ``partition``."""
-        return candidate_source(self.best_index, self.rollouts, self.placement)
+#: the protocol's candidates and the winner (:func:`best_of_rollouts`): the one result type of
+#: the proposals, :class:`~doppler_lab.search.proposals.Winner` (``best_index``, ``costs``,
+#: ``greedy_cost``, ``rollout_cost``, ``best_cost``, ``source``, ``label``, ``runner_up``)
+RolloutResult = Winner
 
 
 @dataclass(frozen=True)
@@ -174,7 +111,7 @@ def best_of_rollouts(
             e.g. :data:`~doppler_lab.search.proposals.DOPPLER_PROPOSALS`).
     """
     if proposals is None:
-        proposals = ProposalSet(16 if samples is None else samples)
+        proposals = ProposalSet(PROTOCOL_SAMPLES if samples is None else samples)
     elif samples is not None:
         raise ConfigError(
             f"best_of_rollouts: samples = {samples!r} and a proposal set; expected the samples "
@@ -185,22 +122,23 @@ def best_of_rollouts(
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     ctx = ctx or GraphContext.for_policy(graph, cluster, policy.config, semantics)
     props = proposals.build(policy, graph, cluster, rng, ctx.cost, ctx, semantics)
-    if len(props) == 1:
-        return RolloutResult(props.placements[0], np.array([np.nan]), 0)
+    if len(props) == 1:  # the greedy rollout alone: not judged
+        return Verdict(props.candidates, np.array([np.nan]), np.array([0])).winner(0)
     # the context's cost model is the simulator's (both CostModel(graph, cluster))
     sim = Simulator(graph, ctx.cluster, semantics, noise, ctx.cost)  # type: ignore[arg-type]
     # (the simulator restores torch's thread count after its parallel kernels itself)
     verdict = judge(
         sim, props, rng=rng if noise > 0 else None, reps=noise_seeds if noise > 0 else 1
     )
-    best = verdict.best
-    return RolloutResult(props.placements[best], verdict.costs, best, props.rollouts,
-                         props.clusterings, props.memories)  # fmt: skip
+    return verdict.winner(len(props))
 
 
 class _LearnedPlacer:
-    """A checkpoint as a placer (see the module docstring). Its attributes stay flat
-    :meth:`__init__` keywords: they are the CLI's ``-o key=value`` options.
+    """A checkpoint as a placer (see the module docstring). Its settings are flat
+    :meth:`__init__` keywords, the CLI's ``-o key=value`` options; those of its proposals
+    (``samples``, ``partitions``, ``fewer_devices``, ``clustering``, ``memory_baselines``)
+    build :attr:`proposals`, or a :class:`~doppler_lab.search.proposals.ProposalSet` is given
+    whole as ``proposals`` (then none of them).
 
     Attributes:
         checkpoint: the policy checkpoint (a path, or a shipped checkpoint's name; ``doppler``
@@ -240,6 +178,13 @@ class _LearnedPlacer:
             with the rollouts, with or without a budget, where the graph does not fit on one
             device (:func:`~doppler_lab.search.proposals.memory_candidates`; default
             :attr:`default_memory_baselines`; up to 3 simulator calls).
+        proposals: the proposal set itself, in place of the options above (its
+            ``cluster_caps``: the ladder a budget search judges; the zero-shot protocol
+            judges the unbounded clustering alone).
+
+    The placer keeps the proposals as :attr:`proposals` (samples None: 16 without a budget,
+    the budget's share with one; the clustering ladder of
+    :data:`~doppler_lab.placers.clustering.CLUSTER_CAPS`).
     """
 
     name: ClassVar[str] = ""
@@ -273,6 +218,7 @@ class _LearnedPlacer:
         clustering: bool | None = None,
         temperature: float | None = None,
         memory_baselines: bool | None = None,
+        proposals: ProposalSet | None = None,
     ):
         what = f"placer {self.name!r}: option"
         owner = f"placer {self.name!r}"
@@ -283,25 +229,34 @@ class _LearnedPlacer:
         if temperature is not None:
             temperature = opt(temperature, "float", "temperature", above=0)
         cluster_moves = opt(cluster_moves, "bool", "cluster_moves")
-        if clustering is None:
-            clustering = self.default_clustering
-        clustering = opt(clustering, "bool", "clustering")
-        if memory_baselines is None:
-            memory_baselines = self.default_memory_baselines
-        memory_baselines = opt(memory_baselines, "bool", "memory_baselines")
-        if samples is not None:
-            samples = opt(samples, "int", "samples", minimum=0, maximum=MAX_BUDGET)
-        if partitions is None:
-            partitions = self.default_partitions
-        partitions = opt(partitions, "int", "partitions", minimum=0, maximum=MAX_BUDGET)
-        if fewer_devices is None:
-            fewer_devices = self.default_fewer_devices and adapter is None
-        elif fewer_devices is not False and adapter is not None:
+        given = {
+            k: v
+            for k, v in (
+                ("samples", samples), ("partitions", partitions), ("fewer_devices", fewer_devices),
+                ("clustering", clustering), ("memory_baselines", memory_baselines),
+            )
+            if v is not None
+        }  # fmt: skip
+        if proposals is not None:
+            if not isinstance(proposals, ProposalSet):
+                raise ConfigError(f"{what} proposals = {proposals!r}, expected a ProposalSet")
+            if given:
+                key = next(iter(given))
+                raise ConfigError(
+                    f"{what} {key} = {given[key]!r} beside proposals; expected it in the "
+                    "proposal set (or the options without proposals)"
+                )
+        else:
+            base = self.default_proposals()
+            if adapter is not None:  # the table is for the whole cluster: no fewer devices
+                base = replace(base, fewer_devices=False)
+            proposals = ProposalSet.from_settings(given, owner, "option", base)
+        fewer = proposals.fewer_devices
+        if adapter is not None and fewer is not False:
             raise ConfigError(
-                f"{what} fewer_devices = {fewer_devices!r} with an adapter: its table is for "
+                f"{what} fewer_devices = {fewer!r} with an adapter: its table is for "
                 "every device of the cluster (expected fewer_devices false or no adapter)"
             )
-        check_fewer_devices(fewer_devices, f"placer {self.name!r}")
         if budget is not None:
             budget = opt(budget, "int", "budget", minimum=1, maximum=MAX_BUDGET)
         noise = opt(noise, "float", "noise", minimum=0, maximum=MAX_NOISE)
@@ -331,19 +286,15 @@ class _LearnedPlacer:
         self._memory_checkpoint: Path | None = None
         if checkpoint is None and self.memory_checkpoint in list_checkpoints():
             self._memory_checkpoint = resolve_checkpoint(self.memory_checkpoint, self.name)
-        self.samples = samples
+        self.proposals = proposals
         self.semantics = semantics
         self.noise = float(noise)
         self.allow_device_change = allow_device_change
         self.budget = budget
         self.search = search
         self.progress = progress
-        self.partitions = partitions
-        self.fewer_devices = fewer_devices
         self.cluster_moves = cluster_moves
-        self.clustering = clustering
         self.temperature = temperature
-        self.memory_baselines = memory_baselines
         self._cache: dict[tuple[str, int], PlacementPolicy] = {}
 
     def _checkpoint(self, checkpoint: str | Path | None) -> Path:
@@ -400,27 +351,28 @@ class _LearnedPlacer:
         finally:
             policy.set_node_bias(None)
 
+    @classmethod
+    def default_proposals(cls) -> ProposalSet:
+        """The placer's proposals where its options leave them (the class defaults)."""
+        return ProposalSet(
+            samples=None,
+            fewer_devices=cls.default_fewer_devices,
+            clustering=cls.default_clustering,
+            cluster_caps=CLUSTER_CAPS,
+            partitions=cls.default_partitions,
+            memory_baselines=cls.default_memory_baselines,
+        )
+
     def proposal_set(self) -> ProposalSet:
         """The proposals judged without a budget (the unbounded clustering alone)."""
-        return ProposalSet(
-            16 if self.samples is None else self.samples,
-            self.fewer_devices,
-            self.clustering,
-            (),
-            self.partitions,
-            memory_baselines=self.memory_baselines,
+        return replace(
+            self.proposals, samples=self.proposals.sample_count(), cluster_caps=(), limit=None
         )
 
     def search_config(self) -> SearchConfig:
-        """The budget search's settings (the proposals' with the clustering ladder)."""
+        """The budget search's settings (the proposals with the clustering ladder)."""
         return SearchConfig(
-            strategy=self.search,
-            samples=self.samples,
-            partitions=self.partitions,
-            clustering=self.clustering,
-            fewer_devices=self.fewer_devices,
-            cluster_moves=self.cluster_moves,
-            memory_baselines=self.memory_baselines,
+            strategy=self.search, proposals=self.proposals, cluster_moves=self.cluster_moves
         )
 
     def run(
@@ -463,39 +415,39 @@ class _LearnedPlacer:
         if self.adapter is not None:
             meta["adapter"] = str(self.adapter)
         if self.budget is not None:
-            out = self.run_search(graph, cluster, rng)
-            p = out.placement
+            won = self.run_search(graph, cluster, rng)
             meta.update(
-                greedy_cost=out.greedy_cost,
-                rollout_cost=out.rollout_cost,
-                best_cost=out.cost,
-                partition_cost=out.partition_cost,
-                clustering_cost=out.clustering_cost,
-                memory_cost=out.memory_cost,
-                samples=out.rollouts - 1,
+                greedy_cost=won.greedy_cost,
+                rollout_cost=won.rollout_cost,
+                best_cost=won.cost,
+                partition_cost=won.partition_cost,
+                clustering_cost=won.clustering_cost,
+                memory_cost=won.memory_cost,
+                samples=won.rollouts - 1,
                 budget=self.budget,
                 search=self.search,
-                sim_calls=out.calls,
+                sim_calls=won.calls,
             )
         else:
-            samples = 16 if self.samples is None else self.samples
-            res = self.run(graph, cluster, rng)
-            p = res.placement
+            won = self.run(graph, cluster, rng)
+            verdict = won.verdict
             meta.update(
-                greedy_cost=res.greedy_cost,
-                rollout_cost=res.rollout_cost,
-                partition_cost=res.partition_cost,
-                clustering_cost=res.clustering_cost,
-                memory_cost=res.memory_cost,
-                best_cost=res.best_cost,
-                source=res.source,
-                samples=samples,
-                partitions=len(res.costs) - res.rollouts - int(res.clustering) - res.memories,
-                clusterings=int(res.clustering),
-                memory_baselines=res.memories,
+                greedy_cost=won.greedy_cost,
+                rollout_cost=won.rollout_cost,
+                partition_cost=won.partition_cost,
+                clustering_cost=won.clustering_cost,
+                memory_cost=won.memory_cost,
+                best_cost=won.best_cost,
+                source=won.source,
+                samples=self.proposals.sample_count(),
+                partitions=verdict.count("partition"),
+                clusterings=verdict.count("clustering"),
+                memory_baselines=verdict.count("memory"),
                 # each candidate judged once; the greedy rollout alone is not judged
-                sim_calls=len(res.costs) if len(res.costs) > 1 else 0,
+                sim_calls=won.calls if won.calls > 1 else 0,
             )
+        meta.update(won.provenance())  # what produced it: the winner's label, the runner-up
+        p = won.placement
         out = Placement(p.device, p.priority, self.name, {**p.meta, **meta})
         return fit_placement(graph, cluster, out, self.name)
 

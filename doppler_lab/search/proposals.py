@@ -11,6 +11,12 @@ counts them, and :func:`judge` simulates each once on one simulator: the lowest 
 equal makespans go to the proposal that cuts less transfer time, then to the first
 (:func:`proposal_order`).
 
+Each proposal is a :class:`Candidate` that carries its label as data (``greedy rollout``,
+``sample 3``, ``greedy rollout on 2 devices``, ``proposal clustering``, ``proposal
+clustering(cap=0.5)``, ``proposal partition 2``, ``memory baseline m-sct``); the judge's
+:class:`Verdict` holds their costs, and a :class:`Winner` says which one won, at what cost, and
+which placed second (a search's winner is ``search from <its start>``).
+
 The callers differ only in the set they ask for:
 
 - the protocol (:func:`~doppler_lab.search.learned.best_of_rollouts`): the policy's rollouts
@@ -27,8 +33,9 @@ The callers differ only in the set they ask for:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -37,7 +44,8 @@ import torch
 from ..hardware.cluster import Cluster
 from ..house.deps import available, warn_once
 from ..house.errors import PlacementError
-from ..house.settings import bad_setting
+from ..house.limits import MAX_BUDGET
+from ..house.settings import bad_setting, check_setting, unknown_setting
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..placers.memory_fit import MEMORY_BASELINE_PLACERS, capped, fits_one_device
@@ -89,6 +97,82 @@ MEMORY_BASELINES = True
 #: :func:`memory_candidates`)
 HEURISTIC_SOURCES = ("clustering", "partition", *MEMORY_BASELINE_PLACERS)
 
+#: a budget search's rollouts judged before the local moves: this share of the budget, at most
+#: ``MAX_SAMPLES`` (:func:`default_samples`)
+SAMPLE_SHARE = 0.25
+MAX_SAMPLES = 64
+
+#: sampled rollouts of the protocol where a proposal set leaves them to the caller (K)
+PROTOCOL_SAMPLES = 16
+
+#: what a :class:`Candidate` is: the policy's rollout, a heuristic proposal (clustering,
+#: partition), a memory baseline's placement, or a search's extra start (``ils-cp``'s
+#: ``cp-rollout`` placement)
+CANDIDATE_KINDS = ("rollout", "clustering", "partition", "memory", "start")
+#: the kinds of the heuristic proposals
+HEURISTIC_KINDS = ("clustering", "partition", "memory")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One placement a learned placer judges, with where it came from.
+
+    Attributes:
+        placement: the placement.
+        label: what it is, in words: ``greedy rollout``, ``sample K``, ``greedy rollout on K
+            devices``, ``proposal clustering`` (``proposal clustering(cap=C)`` for a bounded
+            one), ``proposal partition K``, ``memory baseline NAME``, ``cp-rollout start``.
+        kind: one of :data:`CANDIDATE_KINDS`.
+        source: the short name of its kind that placements have said since before the labels
+            (``greedy``, ``sample``, ``greedy on K devices``, ``clustering``, ``partition``, a
+            memory baseline's name: the ``source`` meta field).
+    """
+
+    placement: Placement
+    label: str
+    kind: str
+    source: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in CANDIDATE_KINDS:
+            raise PlacementError(
+                f"candidate {self.label!r}: kind {self.kind!r}, expected one of {CANDIDATE_KINDS}"
+            )
+
+
+def rollout_candidates(placements: Sequence[Placement]) -> list[Candidate]:
+    """The policy's rollouts (:func:`policy_candidates`: the greedy one first, then the samples,
+    then the greedy rollouts on fewer devices, marked ``meta["devices_used"]``) as candidates."""
+    out = []
+    for i, p in enumerate(placements):
+        used = p.meta.get("devices_used")
+        if used is not None:
+            on = f" on {used} device{'s' if used != 1 else ''}"
+            out.append(Candidate(p, f"greedy rollout{on}", "rollout", f"greedy{on}"))
+        elif i == 0:
+            out.append(Candidate(p, "greedy rollout", "rollout", "greedy"))
+        else:
+            out.append(Candidate(p, f"sample {i}", "rollout", "sample"))
+    return out
+
+
+def heuristic_labels(placements: Sequence[Placement]) -> list[Candidate]:
+    """The heuristic proposals (:func:`heuristic_candidates`: clusterings, then partitions) and
+    the memory baselines' placements (:func:`memory_candidates`) as candidates."""
+    out = []
+    parts = 0
+    for p in placements:
+        if p.placer == "clustering":
+            cap = p.meta.get("cap")
+            label = "proposal clustering" + ("" if cap is None else f"(cap={cap:g})")
+            out.append(Candidate(p, label, "clustering", "clustering"))
+        elif p.placer in MEMORY_BASELINE_PLACERS:
+            out.append(Candidate(p, f"memory baseline {p.placer}", "memory", p.placer))
+        else:
+            parts += 1
+            out.append(Candidate(p, f"proposal partition {parts}", "partition", "partition"))
+    return out
+
 
 def check_fewer_devices(
     spec: object, owner: str = "placer 'doppler'", noun: str = "option"
@@ -121,19 +205,6 @@ def fewer_device_counts(num_devices: int, spec: object) -> tuple[int, ...]:
     if spec is True:
         return tuple(k for k in sorted({num_devices // 2, 2}, reverse=True) if 2 <= k < num_devices)
     return tuple(int(k) for k in dict.fromkeys(spec) if k < num_devices)  # type: ignore[union-attr]
-
-
-def candidate_source(index: int, rollouts: int, placement: Placement) -> str:
-    """What candidate ``index`` of the proposals is (``rollouts`` of them the policy's, the rest
-    heuristic proposals): ``greedy``, ``sample``, ``greedy on K devices``
-    (:func:`policy_candidates`'s rollouts on fewer devices), ``clustering``, ``partition`` or a
-    memory baseline (``etf``, ``m-sct``, ``pipeline``: :func:`memory_candidates`)."""
-    if index >= rollouts:
-        return placement.placer if placement.placer in HEURISTIC_SOURCES else "partition"
-    used = placement.meta.get("devices_used")
-    if used is not None:
-        return f"greedy on {used} device{'s' if used != 1 else ''}"
-    return "greedy" if index == 0 else "sample"
 
 
 def policy_candidates(
@@ -292,32 +363,52 @@ def proposal_order(
 
 @dataclass(frozen=True)
 class Proposals:
-    """The placements of a :class:`ProposalSet` on one graph, in judging order.
+    """The candidates of a :class:`ProposalSet` on one graph, in judging order.
 
     Attributes:
-        placements: the policy's rollouts (greedy first), then the clusterings, then the
-            partitions.
-        rollouts: how many of them are the policy's rollouts.
-        clusterings: how many of the heuristic proposals are clustering placements.
-        memories: how many of them, the last ones, are memory baselines' placements.
+        candidates: the policy's rollouts (greedy first), then the clusterings, then the
+            partitions, then the memory baselines' placements, each with its label.
     """
 
-    placements: list[Placement]
-    rollouts: int
-    clusterings: int
-    memories: int = 0
+    candidates: tuple[Candidate, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "candidates", tuple(self.candidates))
 
     def __len__(self) -> int:
-        return len(self.placements)
+        return len(self.candidates)
+
+    @property
+    def placements(self) -> list[Placement]:
+        return [c.placement for c in self.candidates]
+
+    def count(self, *kinds: str) -> int:
+        """How many candidates are of ``kinds``."""
+        return sum(c.kind in kinds for c in self.candidates)
+
+    @property
+    def rollouts(self) -> int:
+        """How many are the policy's rollouts."""
+        return self.count("rollout")
+
+    @property
+    def clusterings(self) -> int:
+        """How many are clustering proposals."""
+        return self.count("clustering")
+
+    @property
+    def memories(self) -> int:
+        """How many are memory baselines' placements."""
+        return self.count("memory")
 
     @property
     def heuristics(self) -> list[Placement]:
         """The heuristic proposals (clusterings, partitions, then memory baselines)."""
-        return self.placements[self.rollouts :]
+        return [c.placement for c in self.candidates if c.kind in HEURISTIC_KINDS]
 
     def source(self, index: int) -> str:
-        """What proposal ``index`` is (:func:`candidate_source`)."""
-        return candidate_source(index, self.rollouts, self.placements[index])
+        """What proposal ``index`` is (:attr:`Candidate.source`)."""
+        return self.candidates[index].source
 
 
 @dataclass(frozen=True)
@@ -326,8 +417,14 @@ class ProposalSet:
     policy's own protocol, the greedy rollout and 16 samples (:data:`DOPPLER_PROPOSALS`: the
     ``doppler`` placer's).
 
+    Every setting of a proposal set is said here once: the ``doppler`` placer's options, the
+    budget search's :class:`~doppler_lab.search.budget.SearchConfig` and the adapter's
+    :class:`~doppler_lab.search.adapter.AdaptConfig` hold one (:meth:`from_settings` builds one
+    from flat settings, naming a bad or unknown one).
+
     Attributes:
-        samples: sampled rollouts besides the greedy one (K of the protocol).
+        samples: sampled rollouts besides the greedy one (K of the protocol; None: the
+            caller's default, :data:`PROTOCOL_SAMPLES` or a budget search's share).
         fewer_devices: greedy rollouts on fewer devices in place of as many of the last
             samples: ``True`` (the first half of the devices and the first 2), ``False``, or
             device counts (:func:`fewer_device_counts`).
@@ -342,7 +439,7 @@ class ProposalSet:
             where the graph does not fit on one device), after the partitions.
     """
 
-    samples: int = 16
+    samples: int | None = PROTOCOL_SAMPLES
     fewer_devices: bool | tuple[int, ...] = False
     clustering: bool = False
     cluster_caps: tuple[float, ...] = ()
@@ -351,12 +448,42 @@ class ProposalSet:
     memory_baselines: bool = False
 
     def __post_init__(self) -> None:
-        check_fewer_devices(self.fewer_devices, "proposal set", "setting")
-        if isinstance(self.fewer_devices, list):
-            object.__setattr__(self, "fewer_devices", tuple(self.fewer_devices))
-        if self.fewer_devices is None:
-            object.__setattr__(self, "fewer_devices", False)
-        object.__setattr__(self, "cluster_caps", tuple(self.cluster_caps))
+        for key, value in checked_proposal_settings(vars(self), "proposal set").items():
+            object.__setattr__(self, key, value)
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Mapping[str, Any],
+        owner: str = "proposal set",
+        noun: str = "setting",
+        base: ProposalSet | None = None,
+    ) -> ProposalSet:
+        """``base`` (default: the default set) with ``settings`` (flat, by field name: a saved
+        config's, or a placer's options), each checked with ``owner``'s name in the message.
+
+        Raises:
+            ConfigError: an unknown setting, or a bad value (one line naming it).
+        """
+        names = proposal_setting_names()
+        for key in settings:
+            if key not in names:
+                raise unknown_setting(owner, str(key), names, noun)
+        given = {**vars(base or cls()), **settings}
+        return cls(**checked_proposal_settings(given, owner, noun))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as plain values (lists for tuples); :meth:`from_settings` reads them."""
+        fewer = self.fewer_devices
+        return {
+            **vars(self),
+            "fewer_devices": fewer if isinstance(fewer, bool) else list(fewer),
+            "cluster_caps": list(self.cluster_caps),
+        }
+
+    def sample_count(self, default: int = PROTOCOL_SAMPLES) -> int:
+        """The sampled rollouts (``default`` where :attr:`samples` leaves it to the caller)."""
+        return default if self.samples is None else self.samples
 
     def device_counts(self, num_devices: int) -> tuple[int, ...]:
         """The fewer-device counts on a cluster of ``num_devices`` (:func:`fewer_device_counts`)."""
@@ -389,13 +516,13 @@ class ProposalSet:
                 heuristics += len(MEMORY_BASELINE_PLACERS)
         if self.limit is not None:
             heuristics = min(heuristics, max(0, self.limit))
-        return 1 + self.samples + heuristics
+        return 1 + self.sample_count() + heuristics
 
     def describe(self, graph: DataflowGraph | None = None) -> str:
         """``1 greedy + S samples + P partitions [+ C clusterings]`` (messages)."""
         k = self.clusterings(graph)
         return (
-            f"1 greedy + {self.samples} samples + {self.partitions} partitions"
+            f"1 greedy + {self.sample_count()} samples + {self.partitions} partitions"
             + (f" + {k} clusterings" if k else "")
             + (" + the memory baselines" if self.memory_baselines else "")
         )
@@ -404,23 +531,26 @@ class ProposalSet:
         """The set a budget search of ``budget`` calls judges
         (:func:`~doppler_lab.search.budget.policy_search`): at most ``budget - 1`` samples, and
         the heuristic proposals cut to the calls the rollouts leave (the whole ladder built,
-        its first distinct placements kept, then the partitions)."""
-        samples = min(self.samples, budget - 1)
+        its first distinct placements kept, then the partitions, then the memory baselines).
+        :attr:`samples` None: :func:`default_samples` of the budget."""
+        want = default_samples(budget) if self.samples is None else self.samples
+        samples = min(want, budget - 1)
         return replace(self, samples=samples, limit=budget - 1 - samples)
 
     def for_adapter(self, budget: int, graph: DataflowGraph) -> ProposalSet:
         """The set the ``adapt`` search of ``budget`` calls judges
         (:func:`~doppler_lab.search.adapter.adapt_search`): at most ``budget - 1`` samples; then
         the clustering when a call is left, as many caps of its ladder as the calls after it
-        leave (cut before the ladder is built), and the partitions in what remains."""
-        samples = min(self.samples, budget - 1)
+        leave (cut before the ladder is built), the partitions in what remains, and the memory
+        baselines in what is left after them (:attr:`limit`)."""
+        samples = min(self.sample_count(), budget - 1)
         left = budget - 1 - samples
         clustering = self.clustering and clustering_fits(graph) and left >= 1
         caps = self.cluster_caps[: max(0, left - 1)] if clustering else ()
         room = max(0, min(self.partitions, left - (1 + len(caps) if clustering else 0)))
         return replace(
             self, samples=samples, clustering=clustering, cluster_caps=caps, partitions=room,
-            limit=None,
+            limit=left if self.memory_baselines else None,
         )  # fmt: skip
 
     def build(
@@ -439,10 +569,9 @@ class ProposalSet:
         proposals on ``cost``, the judge's cost model (:func:`heuristic_candidates`), then the
         memory baselines' (:func:`memory_candidates`, given ``one_device``)."""
         cands = policy_candidates(
-            policy, graph, cluster, self.samples, rng, ctx, semantics,
+            policy, graph, cluster, self.sample_count(), rng, ctx, semantics,
             fewer_devices=self.device_counts(cluster.num_devices),
         )  # fmt: skip
-        rollouts = len(cands)
         extra: list[Placement] = []
         if self.limit is None or self.limit > 0:
             extra = heuristic_candidates(
@@ -453,7 +582,93 @@ class ProposalSet:
         if self.memory_baselines and (self.limit is None or self.limit > len(extra)):
             memory = memory_candidates(graph, cluster, extra, one_device)
             memory = memory if self.limit is None else memory[: self.limit - len(extra)]
-        return Proposals([*cands, *extra, *memory], rollouts, clustering_count(extra), len(memory))
+        return Proposals((*rollout_candidates(cands), *heuristic_labels([*extra, *memory])))
+
+
+def config_from_settings(
+    cls: Any, settings: Mapping[str, Any], owner: str, base: ProposalSet
+) -> Any:
+    """A config dataclass ``cls`` that holds a ``proposals`` field, from flat ``settings``
+    (its own fields and the proposal set's side by side, as :func:`config_settings` saves
+    them) or with the proposal set's under ``proposals``; those not given are ``base``'s.
+
+    Raises:
+        ConfigError: an unknown setting or a bad value (one line naming it and ``owner``).
+    """
+    own = [f.name for f in fields(cls) if f.name != "proposals"]
+    names = proposal_setting_names()
+    flat = dict(settings)
+    nested = flat.pop("proposals", None) or {}
+    if isinstance(nested, ProposalSet):
+        nested = nested.to_dict()
+    if not isinstance(nested, Mapping):
+        raise bad_setting(owner, "proposals", nested, "a mapping of proposal settings")
+    for key in flat:
+        if key not in own and key not in names:
+            raise unknown_setting(owner, str(key), [*own, *names])
+    mine = {k: v for k, v in flat.items() if k in own}
+    rest = {k: v for k, v in flat.items() if k not in own}
+    return cls(**mine, proposals=ProposalSet.from_settings({**nested, **rest}, owner, base=base))
+
+
+def config_settings(config: Any) -> dict[str, Any]:
+    """The settings of a config that holds a ``proposals`` field, flat: its own, then the
+    proposal set's (:func:`config_from_settings` reads them back)."""
+    own = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "proposals"}
+    return {**own, **config.proposals.to_dict()}
+
+
+def proposal_setting_names() -> tuple[str, ...]:
+    """The settings of a :class:`ProposalSet`, by name."""
+    return tuple(f.name for f in fields(ProposalSet))
+
+
+def checked_proposal_settings(
+    values: Mapping[str, Any], owner: str, noun: str = "setting"
+) -> dict[str, Any]:
+    """The settings of a :class:`ProposalSet` in ``values`` checked (and normalised: lists to
+    tuples, ``fewer_devices`` None to False), the messages naming ``owner``.
+
+    Raises:
+        ConfigError: a bad value (one line naming the setting and what was expected).
+    """
+    from ..placers.clustering import cap_ok
+
+    def opt(key: str, kind: str, **bounds: Any) -> Any:
+        return check_setting(values[key], kind, owner, key, noun, **bounds)
+
+    out = dict(values)
+    out["samples"] = opt("samples", "int | None", minimum=0, maximum=MAX_BUDGET)
+    out["partitions"] = opt("partitions", "int", minimum=0, maximum=MAX_BUDGET)
+    out["limit"] = opt("limit", "int | None", minimum=0, maximum=MAX_BUDGET)
+    out["clustering"] = opt("clustering", "bool")
+    out["memory_baselines"] = opt("memory_baselines", "bool")
+    fewer = values["fewer_devices"]
+    check_fewer_devices(fewer, owner, noun)
+    out["fewer_devices"] = (
+        False
+        if fewer is None
+        else fewer
+        if isinstance(fewer, bool)
+        else tuple(int(k) for k in fewer)  # type: ignore[union-attr]
+    )
+    caps = values["cluster_caps"]
+    if isinstance(caps, str) or not hasattr(caps, "__iter__") or not all(cap_ok(c) for c in caps):
+        raise bad_setting(
+            owner,
+            "cluster_caps",
+            caps,
+            "a list of finite numbers > 0 (shares of a device's part of the work)",
+            noun,
+        )
+    out["cluster_caps"] = tuple(caps)
+    return out
+
+
+def default_samples(budget: int) -> int:
+    """Sampled rollouts of a budget search: :data:`SAMPLE_SHARE` of it, at most
+    :data:`MAX_SAMPLES`, leaving the greedy rollout one call."""
+    return max(0, min(int(budget * SAMPLE_SHARE), MAX_SAMPLES, budget - 1))
 
 
 #: the ``doppler`` placer's zero-shot proposals by default: greedy + 16 samples (two of them
@@ -469,50 +684,188 @@ DOPPLER_PROPOSALS = ProposalSet(
 
 @dataclass(frozen=True)
 class Verdict:
-    """The judge's costs of some :class:`Proposals` and the winner.
+    """The judge's costs of some candidates, each with its label, and their ranking.
 
     Attributes:
-        costs: the simulated makespan of each proposal (a mean over the noise draws).
-        best: the winner's index (:func:`proposal_order`).
-        rollouts: how many of the proposals are the policy's rollouts (they come first).
-        clusterings: how many clustering proposals follow them (then the partitions).
-        memories: how many memory baselines' placements end the proposals.
+        candidates: the candidates judged (:attr:`Proposals.candidates`; a search may add a
+            start of its own).
+        costs: the simulated makespan of each (a mean over the noise draws).
+        order: the indices, best first (:func:`proposal_order`).
     """
 
+    candidates: tuple[Candidate, ...]
     costs: np.ndarray
-    best: int
-    rollouts: int
-    clusterings: int
-    memories: int = 0
+    order: np.ndarray
+
+    @property
+    def best(self) -> int:
+        """The winner's index."""
+        return int(self.order[0])
+
+    def count(self, *kinds: str) -> int:
+        """How many candidates are of ``kinds``."""
+        return sum(c.kind in kinds for c in self.candidates)
+
+    @property
+    def rollouts(self) -> int:
+        """How many of the candidates are the policy's rollouts."""
+        return self.count("rollout")
+
+    def best_cost_of(self, *kinds: str) -> float:
+        """The best cost of the candidates of ``kinds`` (nan without any)."""
+        mask = np.array([c.kind in kinds for c in self.candidates], dtype=bool)
+        return float(np.min(self.costs[mask])) if mask.any() else float("nan")
+
+    @property
+    def greedy_cost(self) -> float:
+        """The policy's greedy rollout (the first candidate)."""
+        return float(self.costs[0])
 
     @property
     def rollout_cost(self) -> float:
         """The best of the policy's rollouts."""
-        return float(np.min(self.costs[: self.rollouts]))
+        return self.best_cost_of("rollout")
 
     @property
     def heuristic_cost(self) -> float:
-        """The best heuristic proposal (nan without any)."""
-        rest = self.costs[self.rollouts :]
-        return float(np.min(rest)) if rest.size else float("nan")
+        """The best heuristic proposal or memory baseline (nan without any)."""
+        return self.best_cost_of(*HEURISTIC_KINDS)
 
     @property
     def clustering_cost(self) -> float:
         """The best clustering proposal (nan without any)."""
-        k = self.clusterings
-        return float(np.min(self.costs[self.rollouts : self.rollouts + k])) if k else float("nan")
+        return self.best_cost_of("clustering")
 
     @property
     def partition_cost(self) -> float:
         """The best partition proposal (nan without any)."""
-        rest = self.costs[self.rollouts + self.clusterings : len(self.costs) - self.memories]
-        return float(np.min(rest)) if rest.size else float("nan")
+        return self.best_cost_of("partition")
 
     @property
     def memory_cost(self) -> float:
         """The best memory baseline's placement (nan without any)."""
-        rest = self.costs[len(self.costs) - self.memories :] if self.memories else self.costs[:0]
-        return float(np.min(rest)) if rest.size else float("nan")
+        return self.best_cost_of("memory")
+
+    def runner_up(self, than: int | None = None) -> int | None:
+        """The best candidate that places otherwise than candidate ``than`` (default: the
+        winner); None when every one places alike."""
+        than = self.best if than is None else than
+        dev = self.candidates[than].placement.device
+        for i in self.order:
+            if not np.array_equal(self.candidates[int(i)].placement.device, dev):
+                return int(i)
+        return None
+
+    def with_start(
+        self, start: Candidate, cost: float, graph: DataflowGraph, model: CostModel
+    ) -> Verdict:
+        """This verdict with one more candidate judged at ``cost`` (a search's own start),
+        ranked again."""
+        cands = (*self.candidates, start)
+        costs = np.append(self.costs, cost)
+        devices = np.stack([c.placement.device for c in cands])
+        return Verdict(cands, costs, proposal_order(costs, devices, graph, model))
+
+    def winner(self, calls: int, placement: Placement | None = None) -> Winner:
+        """The judge's winner as a :class:`Winner` (``calls``: the simulator calls spent;
+        ``placement``: the winner's placement as the caller returns it)."""
+        b, up = self.best, self.runner_up()
+        cand = self.candidates[b]
+        return Winner(
+            cand.placement if placement is None else placement, float(self.costs[b]),
+            cand.label, cand.source, self, calls,
+            None if up is None else self.candidates[up].label,
+            float("nan") if up is None else float(self.costs[up]),
+        )  # fmt: skip
+
+    def improved(
+        self, placement: Placement, cost: float, label: str, source: str, calls: int
+    ) -> Winner:
+        """A placement found after judging (by a search from the candidates) that beat them:
+        the judge's winner is the runner-up."""
+        b = self.best
+        return Winner(
+            placement, float(cost), label, source, self, calls, self.candidates[b].label,
+            float(self.costs[b]),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Winner:
+    """Which candidate won and why: what a learned placer's protocol, budget search or
+    adapter found (:class:`~doppler_lab.search.learned.RolloutResult` and
+    :class:`~doppler_lab.search.budget.SearchOutcome` are this type).
+
+    Attributes:
+        placement: the winning placement.
+        cost: its simulated makespan (nan: the greedy rollout alone, not judged).
+        label: what produced it (:attr:`Candidate.label`; ``search from <start>`` where a
+            search improved on its start, ``adapter table from <start>`` where the adapter
+            did).
+        source: the short name of the winner's kind (:attr:`Candidate.source`; a search's,
+            its start's; ``adapter``).
+        verdict: every candidate judged, with its cost and label.
+        calls: simulator calls spent.
+        runner_up: the label of the best other placement (None: every candidate placed
+            alike).
+        runner_up_cost: its makespan (nan without one).
+    """
+
+    placement: Placement
+    cost: float
+    label: str
+    source: str
+    verdict: Verdict
+    calls: int
+    runner_up: str | None = None
+    runner_up_cost: float = float("nan")
+
+    @property
+    def best_cost(self) -> float:
+        return self.cost
+
+    @property
+    def best_index(self) -> int:
+        """The judge's winner's index among the candidates."""
+        return self.verdict.best
+
+    @property
+    def costs(self) -> np.ndarray:
+        return self.verdict.costs
+
+    @property
+    def rollouts(self) -> int:
+        return self.verdict.rollouts
+
+    @property
+    def greedy_cost(self) -> float:
+        return self.verdict.greedy_cost
+
+    @property
+    def rollout_cost(self) -> float:
+        return self.verdict.rollout_cost
+
+    @property
+    def clustering_cost(self) -> float:
+        return self.verdict.clustering_cost
+
+    @property
+    def partition_cost(self) -> float:
+        return self.verdict.partition_cost
+
+    @property
+    def memory_cost(self) -> float:
+        return self.verdict.memory_cost
+
+    def provenance(self) -> dict[str, Any]:
+        """The placement meta fields that say what produced it (``produced_by``,
+        ``runner_up``, ``runner_up_cost``)."""
+        cost = self.runner_up_cost
+        return {
+            "produced_by": self.label,
+            "runner_up": self.runner_up,
+            "runner_up_cost": None if math.isnan(cost) else cost,
+        }
 
 
 def judge(
@@ -554,31 +907,44 @@ def judge(
             bar.update(len(group))
     costs = parts[0] if len(parts) == 1 else np.concatenate(parts)
     devices = np.stack([p.device for p in proposals.placements])
-    best = int(proposal_order(costs, devices, sim.graph, sim.cost)[0])
-    return Verdict(costs, best, proposals.rollouts, proposals.clusterings, proposals.memories)
+    order = proposal_order(costs, devices, sim.graph, sim.cost)
+    return Verdict(proposals.candidates, costs, order)
 
 
 __all__ = [
+    "CANDIDATE_KINDS",
     "CLUSTERING_MAX_OPS",
     "CLUSTERING_PROPOSAL",
     "DOPPLER_PROPOSALS",
     "FEWER_DEVICES",
+    "HEURISTIC_KINDS",
     "HEURISTIC_SOURCES",
+    "MAX_SAMPLES",
     "MEMORY_BASELINES",
     "PARTITION_PROPOSALS",
+    "PROTOCOL_SAMPLES",
+    "SAMPLE_SHARE",
+    "Candidate",
     "ProposalSet",
     "Proposals",
     "Verdict",
-    "candidate_source",
+    "Winner",
     "check_fewer_devices",
+    "checked_proposal_settings",
+    "config_from_settings",
+    "config_settings",
     "clustering_candidates",
     "clustering_count",
     "clustering_fits",
+    "default_samples",
     "fewer_device_counts",
     "heuristic_candidates",
     "judge",
     "memory_candidates",
     "partition_candidates",
     "policy_candidates",
+    "heuristic_labels",
     "proposal_order",
+    "proposal_setting_names",
+    "rollout_candidates",
 ]

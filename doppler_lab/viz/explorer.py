@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -315,7 +316,22 @@ def metrics_html(cmp: Comparison) -> str:
     units = {k: v if seconds or v != "s" else None for k, v in METRIC_UNITS.items()}
     body = tidy(cmp.metrics, units=units).to_html()
     body += f"<p>second vs first: {cmp.improvement:+.1%} (positive: the second is faster)</p>"
+    made = provenance_line(cmp)
+    if made:
+        body += f"<p>{html.escape(made)}</p>"
     return f'<div style="overflow-x:auto;max-width:100%">{body}</div>'
+
+
+def provenance_line(cmp: Comparison) -> str:
+    """What produced each placement that says so (a learned placer's winning candidate, a
+    search's start: :attr:`~doppler_lab.ir.placement.PlacementMeta.produced_by`), e.g.
+    ``produced by: doppler: the proposal clustering``; empty when none says."""
+    made = [
+        f"{label}: the {p.meta.produced_by}"
+        for label, p in cmp.placements.items()
+        if p.meta.produced_by
+    ]
+    return f"produced by: {'; '.join(made)}" if made else ""
 
 
 def status_line(cmp: Comparison) -> str:

@@ -93,7 +93,7 @@ def test_set_node_bias_errors(policy, small_graph, cluster4):
 
 
 def test_adapt_spends_the_budget_and_keeps_the_best(policy, small_graph, cluster4, tmp_path):
-    cfg = AdaptConfig(episodes=40, batch=8, samples=4, partitions=2)
+    cfg = AdaptConfig.from_dict(dict(episodes=40, batch=8, samples=4, partitions=2))
     out = adapt(policy, small_graph, cluster4, "paper", cfg, seed=5)
     assert out.calls == 40
     assert policy.node_bias is None  # the policy is left as it was
@@ -161,12 +161,18 @@ def test_adapt_spends_the_budget_and_keeps_the_best(policy, small_graph, cluster
 )
 def test_adapt_config_errors(field, value, match):
     with pytest.raises(ConfigError, match=match):
-        AdaptConfig(**{field: value})
+        AdaptConfig.from_dict({field: value})
 
 
 def test_adapt_errors(policy, small_graph, cluster4):
     with pytest.raises(ConfigError, match="do not cover the proposals"):
-        adapt(policy, small_graph, cluster4, "paper", AdaptConfig(episodes=10, samples=16))
+        adapt(
+            policy,
+            small_graph,
+            cluster4,
+            "paper",
+            AdaptConfig.from_dict(dict(episodes=10, samples=16)),
+        )
     other = make_policy(PolicyConfig(kind="sel-only", **SMALL), 4, seed=0)
     with pytest.raises(ConfigError, match="no learned PLC to bias"):
         adapt(other, small_graph, cluster4, "paper", AdaptConfig(episodes=30))
@@ -174,7 +180,7 @@ def test_adapt_errors(policy, small_graph, cluster4):
 
 def test_the_adapt_search_strategy(policy, small_graph, cluster4):
     rng = np.random.default_rng(0)
-    cfg = SearchConfig(partitions=2, fewer_devices=True)
+    cfg = SearchConfig.from_dict(dict(partitions=2, fewer_devices=True))
     out = adapt_search(policy, small_graph, cluster4, 30, rng, "paper", cfg)
     assert out.calls == 30 and out.rollouts == 17
     assert out.cost <= min(out.rollout_cost, out.partition_cost)
@@ -194,7 +200,9 @@ def test_an_interrupted_run_resumes_to_the_same_result(policy, small_graph, clus
                                                        monkeypatch):  # fmt: skip
     import doppler_lab.search.adapter as mod
 
-    cfg = AdaptConfig(episodes=70, batch=8, samples=4, partitions=2, cluster_caps=())
+    cfg = AdaptConfig.from_dict(
+        dict(episodes=70, batch=8, samples=4, partitions=2, cluster_caps=())
+    )
     whole = adapt(policy, small_graph, cluster4, "paper", cfg, seed=7)
     state = tmp_path / "run" / "state.pt"
 
@@ -230,8 +238,8 @@ def test_an_interrupted_run_resumes_to_the_same_result(policy, small_graph, clus
     with pytest.raises(ConfigError, match=r"written by another run \(seed 7, this run 8\)"):
         adapt(policy, small_graph, cluster4, "paper", cfg, seed=8, state=state)
     with pytest.raises(ConfigError, match="written by another run \\(config"):
-        adapt(policy, small_graph, cluster4, "paper", AdaptConfig(episodes=71, batch=8,
-              samples=4, partitions=2), seed=7, state=state)  # fmt: skip
+        adapt(policy, small_graph, cluster4, "paper", AdaptConfig.from_dict(dict(episodes=71,
+              batch=8, samples=4, partitions=2)), seed=7, state=state)  # fmt: skip
     (tmp_path / "bad.pt").write_bytes(b"torn")
     with pytest.raises(ConfigError, match="unreadable"):
         adapt(policy, small_graph, cluster4, "paper", cfg, seed=7, state=tmp_path / "bad.pt")
@@ -239,7 +247,7 @@ def test_an_interrupted_run_resumes_to_the_same_result(policy, small_graph, clus
 
 def test_a_table_is_refused_on_another_network_or_device_count(policy, small_graph, cluster4,
                                                                 tmp_path):  # fmt: skip
-    cfg = AdaptConfig(episodes=30, batch=8, samples=4, partitions=2)
+    cfg = AdaptConfig.from_dict(dict(episodes=30, batch=8, samples=4, partitions=2))
     out = adapt(policy, small_graph, cluster4, "paper", cfg, seed=1)
     path = out.save(tmp_path / "a.pt", small_graph, cluster4, "test")
     with pytest.raises(ConfigError, match="trained for 4 devices, expected the cluster's 8"):
@@ -257,7 +265,7 @@ def test_a_table_is_refused_on_another_graph_of_the_same_name_and_size(
 ):
     import dataclasses
 
-    cfg = AdaptConfig(episodes=30, batch=8, samples=4, partitions=2)
+    cfg = AdaptConfig.from_dict(dict(episodes=30, batch=8, samples=4, partitions=2))
     out = adapt(policy, small_graph, cluster4, "paper", cfg, seed=1)
     path = out.save(tmp_path / "a.pt", small_graph, cluster4, "test")
     names = list(small_graph.names)

@@ -349,8 +349,8 @@ def test_doppler_judges_its_rollouts_on_fewer_devices(ckpt, counted):
         get_placer("doppler", checkpoint=ckpt, fewer_devices="half")
     with pytest.raises(ConfigError, match="with an adapter"):
         get_placer("doppler", checkpoint=ckpt, fewer_devices=True, adapter="a.pt")
-    assert get_placer("doppler", checkpoint=ckpt, adapter="a.pt").fewer_devices is False
-    assert get_placer("doppler", checkpoint=ckpt).fewer_devices is True
+    assert get_placer("doppler", checkpoint=ckpt, adapter="a.pt").proposals.fewer_devices is False
+    assert get_placer("doppler", checkpoint=ckpt).proposals.fewer_devices is True
 
 
 def fan_in(kind: str = "compute"):
@@ -427,8 +427,8 @@ def test_doppler_cluster_moves_option(small_graph, cluster4, ckpt):
     kw = dict(seed=2, checkpoint=ckpt, budget=60, semantics="wc")
     off = place("doppler", small_graph, cluster4, cluster_moves=False, **kw)
     pol = DopplerPlacer(ckpt).policy(4)
-    cfg = SearchConfig(partitions=PARTITION_PROPOSALS, fewer_devices=(2,), cluster_moves=False,
-                       clustering=True)  # fmt: skip
+    cfg = SearchConfig.from_dict(dict(partitions=PARTITION_PROPOSALS, fewer_devices=(2,),
+                                      cluster_moves=False, clustering=True))  # fmt: skip
     out = policy_search(pol, small_graph, cluster4, 60, np.random.default_rng(2), "wc", cfg)
     np.testing.assert_array_equal(off.device, out.placement.device)
     on = place("doppler", small_graph, cluster4, **kw)

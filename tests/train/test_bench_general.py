@@ -168,8 +168,8 @@ def test_finetune_settings_merge_and_bad_ones_are_named(capsys):
     # the adapter (the default): its own fields; the budget and the proposals are the bench's
     cfg = bench.make_config(finetune_set={"lr": 0.5, "temperature": 3.0}, partitions=2)
     acfg = cfg.adapt_config()
-    assert (acfg.lr, acfg.temperature, acfg.partitions) == (0.5, 3.0, 2)
-    assert (acfg.episodes, acfg.samples) == (cfg.finetune_episodes, cfg.samples)
+    assert (acfg.lr, acfg.temperature, acfg.proposals.partitions) == (0.5, 3.0, 2)
+    assert (acfg.episodes, acfg.proposals.samples) == (cfg.finetune_episodes, cfg.samples)
     assert cfg.finetune_train == bench.GeneralBenchConfig().finetune_train
     with pytest.raises(ConfigError, match="'samples', which the bench sets itself"):
         bench.make_config(finetune_set={"samples": 3})
@@ -197,7 +197,7 @@ def test_cli_options_belong_to_bench_general(capsys):
     assert "--skip-clustering is an option of bench general" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="clustering = 'no', expected true or false"):
         bench.GeneralBenchConfig(clustering="no")
-    assert bench.make_config(clustering=False).adapt_config().clustering is False
+    assert bench.make_config(clustering=False).adapt_config().proposals.clustering is False
     with pytest.raises(ConfigError, match="'clustering', which the bench sets itself"):
         bench.make_config(finetune_set={"clustering": False})
 
