@@ -46,12 +46,19 @@ def placer_names(text: str) -> list[str]:
     return names
 
 
+def learned_loaded() -> bool:
+    """Whether the learned placers' module (and so torch) is loaded in this process."""
+    from ..placers.registry import LEARNED_MODULE
+
+    return LEARNED_MODULE in sys.modules
+
+
 def learned_note(name: str, enabled: bool) -> None:
     """One line on stderr before a learned placer first loads (torch and its policy: a few
     seconds); nothing for the other placers or once it is loaded."""
-    from ..placers.registry import LEARNED_MODULE, placer_spec
+    from ..placers.registry import placer_spec
 
-    if placer_spec(name).kind == "learned" and LEARNED_MODULE not in sys.modules:
+    if placer_spec(name).kind == "learned" and not learned_loaded():
         note(f"{name}: loading torch and the learned policy (a few seconds) ...", enabled)
 
 
@@ -123,6 +130,43 @@ def format_table(rows: Sequence[dict[str, str]]) -> list[str]:
     return [line({c: c for c in cols}), *(line(r) for r in rows)]
 
 
+#: ``place``'s placer options: ``(flag, attribute, the placer option it sets)``
+PLACER_FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("--budget", "budget", "budget"),
+    ("--time-limit", "time_limit", "time_limit"),
+    ("--checkpoint", "checkpoint", "checkpoint"),
+)
+
+
+def per_placer_options(args: argparse.Namespace, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Each placer's share of the placer options (``--budget``, ``--time-limit``,
+    ``--checkpoint``, ``-o KEY=VALUE``): the ones it takes, as namespace fields.
+
+    Raises:
+        ConfigError: an option that no placer of the list takes.
+    """
+    from ..placers import placer_options
+
+    takes = {name: set(placer_options(name)) for name in names}
+    own: dict[str, dict[str, Any]] = {name: {"option": []} for name in names}
+    given = [(flag, attr, key) for flag, attr, key in PLACER_FLAGS if getattr(args, attr, None)]
+    given += [(f"-o {item}", None, item.partition("=")[0].strip()) for item in args.option]
+    for flag, attr, key in given:
+        users = [name for name in names if key in takes[name]]
+        if not users:
+            raise ConfigError(
+                f"{flag}: no placer of --placer {args.placer!r} takes {key!r}; expected it for "
+                "at least one of them"
+            )
+        for name in names:
+            if attr is None:
+                if name in users:
+                    own[name]["option"].append(flag[3:])
+            elif name not in users:
+                own[name][attr] = None
+    return own
+
+
 def _run_one(run: Callable[[argparse.Namespace], int], args: argparse.Namespace, name: str):
     """``place --placer NAME --json`` on ``args``' graph: its JSON object."""
     sub = argparse.Namespace(**{**vars(args), "placer": name, "json": True, "gantt": None})
@@ -173,15 +217,20 @@ def run_compare(args: argparse.Namespace, run: Callable[[argparse.Namespace], in
             f"--out writes one placement, and --placer {args.placer!r} names {len(names)}; "
             "give one placer with --out, or use --json for all of them"
         )
+    from ..placers import placer_spec
     from ..workloads.specs import graph_from_spec
 
     graph = graph_from_spec(args.graph)  # once, for every placer
     shown = show_progress(args)
+    for name in names:
+        learned_note(name, shown)
+    own = per_placer_options(args, names)
     results = []
     for i, name in enumerate(names, 1):
-        note(f"placing with {name} ({i} of {len(names)}) ...", shown)
-        learned_note(name, shown)
-        results.append(_run_one(run, argparse.Namespace(**{**vars(args), "graph": graph}), name))
+        if placer_spec(name).kind in ("search", "exact"):  # the ones that may take a while
+            note(f"placing with {name} ({i} of {len(names)}) ...", shown)
+        sub = argparse.Namespace(**{**vars(args), "graph": graph, **own[name]})
+        results.append(_run_one(run, sub, name))
     secs = graph.compute_cost is None
     if args.gantt:
         page = str(_gantt_page(args, graph, results, args.gantt))

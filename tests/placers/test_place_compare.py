@@ -9,6 +9,7 @@ import re
 import pytest
 
 from doppler_lab.cli import main
+from doppler_lab.commands import _compare
 from doppler_lab.commands._compare import column_unit, fixed, format_table, produced_by
 
 TINY = "chainmm:scale=0.05"
@@ -67,10 +68,11 @@ def test_gantt_writes_one_page_with_a_chart_per_placer(capsys, tmp_path):
     assert text.count("<table") == 1
 
 
-def test_doppler_in_a_comparison_says_what_won_and_that_it_loads(capsys):
+def test_doppler_in_a_comparison_says_what_won_and_that_it_loads(capsys, monkeypatch):
+    monkeypatch.setattr(_compare, "learned_loaded", lambda: False)  # as in a fresh process
     code, out, err = _run(capsys, ["place", TINY, "--devices", "2", "--placer", "cp,doppler"])
     assert code == 0
-    assert "placing with doppler (2 of 2) ..." in err
+    assert err.splitlines() == ["doppler: loading torch and the learned policy (a few seconds) ..."]
     single = _single(capsys, "doppler")
     row = out.splitlines()[-1]
     assert row.startswith("doppler") and row.endswith(produced_by(single))
@@ -84,7 +86,8 @@ def test_doppler_in_a_comparison_says_what_won_and_that_it_loads(capsys):
         ("cp,heft,cp", [], "--placer 'cp,heft,cp' names 'cp' twice"),
         ("cp,nope", [], "unknown placer 'nope'"),
         ("cp,heft", ["--out", "p.json"], "--out writes one placement"),
-        ("cp,heft", ["--budget", "10"], "placer 'cp' takes no --budget"),
+        ("cp,heft", ["--budget", "10"], "--budget: no placer of --placer 'cp,heft' takes 'budget'"),
+        ("cp,heft", ["-o", "nosuch=1"], "-o nosuch=1: no placer of --placer 'cp,heft' takes"),
     ],
 )
 def test_bad_lists_are_one_line_errors(capsys, tmp_path, monkeypatch, placers, extra, message):
@@ -129,3 +132,28 @@ def test_a_column_has_one_unit_and_no_exponent():
         "cp              83.22",
         "heft            101.4",
     ]
+
+
+def test_options_go_to_the_placers_that_take_them(capsys):
+    """``--budget`` reaches local-search (its result equals its own run) and not cp; a search
+    placer says on stderr that it is placing."""
+    argv = ["place", TINY, "--devices", "2", "--placer", "cp,local-search", "--budget", "30"]
+    code, out, err = _run(capsys, argv)
+    assert code == 0 and "placing with local-search (2 of 2) ..." in err
+    code, out, _ = _run(capsys, [*argv, "--json"])
+    cp, search = json.loads(out)
+    assert cp == {**_single(capsys, "cp"), "runtime_s": cp["runtime_s"]}
+    code, out, _ = _run(capsys, [*BASE, "--placer", "local-search", "--budget", "30", "--json"])
+    alone = json.loads(out)
+    assert search["options"]["budget"] == 30 and search["placement"] == alone["placement"]
+    assert search["makespan"] == alone["makespan"] and search["sim_calls"] == alone["sim_calls"]
+
+
+def test_a_single_learned_placer_says_it_is_loading_on_stderr_only(capsys, monkeypatch):
+    monkeypatch.setattr(_compare, "learned_loaded", lambda: False)  # as in a fresh process
+    argv = ["place", TINY, "--devices", "2", "--placer", "doppler"]
+    code, out, err = _run(capsys, argv)
+    assert code == 0 and out.startswith("doppler on chainmm (uniform2, wc): makespan ")
+    assert err == "doppler: loading torch and the learned policy (a few seconds) ...\n"
+    code, out, err = _run(capsys, [*argv, "--json"])  # --json: no notes
+    assert code == 0 and err == "" and json.loads(out)["placer"] == "doppler"
