@@ -88,9 +88,12 @@ def fixed(value: float, digits: int = 4) -> str:
 
 
 def produced_by(result: dict[str, Any]) -> str:
-    """What produced a single run's placement, in words: the learned placers' winning proposal,
-    the exact solver's verdict, a memory fit; else the placer itself."""
-    if "source" in result:
+    """What produced a single run's placement, in words: its ``produced_by`` when it has one,
+    else the learned placers' winning proposal, the exact solver's verdict; a memory fit; else
+    the placer itself."""
+    if result.get("produced_by"):  # the placement's own account, where it gives one
+        what = str(result["produced_by"])
+    elif "source" in result:
         what = source_label(result["source"])
     elif "optimal" in result:
         what = "proven optimal" if result["optimal"] else "not proven optimal"

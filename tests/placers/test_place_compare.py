@@ -157,3 +157,15 @@ def test_a_single_learned_placer_says_it_is_loading_on_stderr_only(capsys, monke
     assert err == "doppler: loading torch and the learned policy (a few seconds) ...\n"
     code, out, err = _run(capsys, [*argv, "--json"])  # --json: no notes
     assert code == 0 and err == "" and json.loads(out)["placer"] == "doppler"
+
+
+def test_what_produced_a_result_in_words():
+    assert produced_by({"placer": "cp"}) == "cp placement"
+    assert produced_by({"placer": "doppler", "source": "clustering"}) == "clustering placement"
+    assert produced_by({"placer": "doppler", "source": "greedy"}) == "greedy rollout"
+    assert produced_by({"placer": "exact", "optimal": True}) == "proven optimal"
+    assert produced_by({"placer": "cp", "memory_fit": "repaired"}) == (
+        "cp placement (repaired to fit memory)"
+    )
+    given = {"placer": "doppler", "source": "greedy", "produced_by": "budget search"}
+    assert produced_by(given) == "budget search"
