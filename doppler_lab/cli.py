@@ -34,6 +34,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "import_",
     "simulate",
     "place",
+    "explore",
     "train",
     "train_general",
     "adapt",

@@ -25,6 +25,7 @@ from ._common import (
     resolve_semantics,
     source_label,
 )
+from ._compare import learned_note
 from ._memory import add_memory_cap_argument, memory_fields, memory_lines
 
 NAME = "place"
@@ -66,7 +67,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..placers import available_placers
 
     p.add_argument(
-        "--placer", required=True, metavar="NAME", help=f"one of: {', '.join(available_placers())}"
+        "--placer",
+        required=True,
+        metavar="NAME",
+        help=f"one of: {', '.join(available_placers())}; several, comma-separated "
+        "(cp,heft,doppler), compare them in one table",
     )
     add_cluster_arguments(p)
     add_semantics_argument(
@@ -111,7 +116,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out", metavar="FILE", help="write the placement (JSON, readable by simulate --placement)"
     )
-    p.add_argument("--gantt", metavar="OUT.html", help="write a Gantt chart of the simulated run")
+    p.add_argument(
+        "--gantt",
+        metavar="OUT.html",
+        help="write a Gantt chart of the simulated run (several placers: one chart each, one page)",
+    )
 
 
 def parse_options(pairs: list[str], owner: str = "-o") -> dict[str, Any]:
@@ -157,14 +166,20 @@ def run(args: argparse.Namespace) -> int:
     from ..placers import get_placer, placer_spec
     from ..timing.sim import Simulator
 
+    if "," in args.placer:  # several placers: this function once per placer, one table
+        from ._compare import run_compare
+
+        return run_compare(args, run)
     placer_spec(args.placer)  # unknown names fail before the graph is built
     from ..workloads.specs import graph_from_spec
 
-    graph = graph_from_spec(args.graph)
+    # a comparison builds the graph once and passes it in
+    graph = graph_from_spec(args.graph) if isinstance(args.graph, str) else args.graph
     cluster = resolve_cluster(args, graph)
     if args.memory_cap is not None:  # the placers keep to the devices' memory
         cluster = cluster.with_memory(args.memory_cap)
     args.semantics = resolve_semantics(args, graph)
+    learned_note(args.placer, show_progress(args))
     opts = placer_arguments(args.placer, args)
     placer = get_placer(args.placer, **opts)
     rng = np.random.default_rng(args.seed)

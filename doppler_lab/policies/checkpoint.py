@@ -56,12 +56,13 @@ def make_policy(
     """A freshly initialised policy; the weights depend only on ``seed`` (the global torch RNG
     is left as it was). An ``auto`` estimate becomes the model of ``semantics`` (the simulator
     semantics it will be trained under; ``est`` when None)."""
-    from .doppler import DualPolicy
-    from .gdp import GDP
-    from .placeto import Placeto
-
     config = config.resolved(semantics)
-    cls = {"placeto": Placeto, "gdp": GDP}.get(config.kind, DualPolicy)
+    if config.kind == "gdp":  # GraphSAGE: the one policy that imports torch_geometric
+        from .gdp import GDP as cls
+    elif config.kind == "placeto":
+        from .placeto import Placeto as cls
+    else:
+        from .doppler import DualPolicy as cls
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return cls(config, num_devices)

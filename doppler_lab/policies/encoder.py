@@ -1,5 +1,4 @@
-"""The MPNN graph encoder (PyTorch Geometric): edge-conditioned convolution + GRU, run once per
-episode.
+"""The MPNN graph encoder: edge-conditioned convolution + GRU, run once per episode.
 
 The released code uses an NNConv whose edge network (1 -> 128 -> 128x128) maps each edge's
 feature to a full weight matrix and is re-evaluated at every one of the 6 message-passing steps.
@@ -10,6 +9,11 @@ configurable number of bases K and computes the edge coefficients once per forwa
 the bases in one ``(K + 1) C x C`` matmul per node: ``O((K + 1) C)`` per edge and
 ``O((K + 1) C^2)`` per node, instead of a ``C x C`` matrix built per edge per step. ``edge_mode="nnconv"``
 builds the released form with PyG's :class:`~torch_geometric.nn.NNConv` for comparison.
+
+The ``basis`` form is plain torch (``index_add``, or the compiled sums without autograd), so a
+learned placer's inference never imports ``torch_geometric`` (several seconds of start-up);
+PyG is imported only by the ``nnconv`` form and by the reference path (:mod:`.pyg_reference`),
+which the tests hold the plain form to.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ import torch
 from numba import njit
 from torch import Tensor, nn
 from torch.nn import functional as F
-from torch_geometric.nn import MessagePassing, NNConv
 
 EDGE_MODES: tuple[str, ...] = ("basis", "nnconv")
 
@@ -38,7 +41,7 @@ def _aggregate(x, src, dst, coef, out):  # pragma: no cover - compiled
                 out[r, k, j] += x[s, j] * ck
 
 
-class EdgeConditionedConv(MessagePassing):
+class EdgeConditionedConv(nn.Module):
     """``x'_i = W_r x_i + b + sum_{j -> i} x_j Theta(e_ji)`` with
     ``Theta(e) = B_0 + sum_k phi_k(e) B_k`` and ``phi(e) = relu(W_e e + b_e)``.
 
@@ -54,7 +57,7 @@ class EdgeConditionedConv(MessagePassing):
     """
 
     def __init__(self, channels: int, edge_dim: int, num_bases: int):
-        super().__init__(aggr="add", node_dim=0)
+        super().__init__()
         self.channels = channels
         self.num_bases = num_bases
         self.edge_lin = nn.Linear(edge_dim, num_bases)
@@ -63,7 +66,6 @@ class EdgeConditionedConv(MessagePassing):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        super().reset_parameters()
         self.edge_lin.reset_parameters()
         self.root.reset_parameters()
         bound = 1.0 / math.sqrt(self.channels * (self.num_bases + 1))
@@ -87,8 +89,10 @@ class EdgeConditionedConv(MessagePassing):
         function as PyG message passing (message ``x_j Theta(e)``, sum aggregation)."""
         n, c, k1 = x.shape[0], self.channels, self.num_bases + 1
         if reference:
+            from .pyg_reference import propagate_basis
+
             h = (x @ self.bases).view(-1, k1, c)
-            return self.propagate(edge_index, h=h, coef=coef) + self.root(x)
+            return propagate_basis(h, edge_index, coef) + self.root(x)
         src, dst = edge_index
         if not torch.is_grad_enabled() and x.dtype == coef.dtype == torch.float32 and x.is_cpu:
             # inference: the same sums compiled (no per-edge messages materialised)
@@ -111,9 +115,6 @@ class EdgeConditionedConv(MessagePassing):
         c, k1 = self.channels, self.num_bases + 1
         stacked = self.bases.view(c, k1, c).permute(1, 0, 2).reshape(k1 * c, c)
         return agg @ stacked + self.root(x)
-
-    def message(self, h_j: Tensor, coef: Tensor) -> Tensor:
-        return torch.einsum("ekc,ek->ec", h_j, coef)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.channels}, bases={self.num_bases})"
@@ -157,6 +158,8 @@ class MPNNEncoder(nn.Module):
         if edge_mode == "basis":
             self.conv: nn.Module = EdgeConditionedConv(hidden, edge_dim, num_bases)
         else:
+            from torch_geometric.nn import NNConv
+
             edge_net = nn.Sequential(
                 nn.Linear(edge_dim, edge_hidden), nn.ReLU(), nn.Linear(edge_hidden, hidden * hidden)
             )

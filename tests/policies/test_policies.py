@@ -269,3 +269,49 @@ def test_compiled_inference_aggregation_is_index_add_to_the_bit(ctx, monkeypatch
     with torch.no_grad():
         fast = conv(x, ctx.edge_index, coef)
     assert torch.equal(fast.view(torch.int32), ref.detach().view(torch.int32))
+
+
+def _pyg_encoder_forward(enc: MPNNEncoder, x, edge_index, edge_attr):
+    """``enc``'s forward pass with every step's neighbour sums formed by PyG message passing."""
+    from torch.nn import functional as F
+
+    from doppler_lab.policies.pyg_reference import weighted_sums
+
+    conv = enc.conv
+    h = F.relu(enc.project(x))
+    coef = conv.edge_coefficients(edge_attr)
+    for _ in range(enc.steps):
+        agg = weighted_sums(h, edge_index, coef).reshape(h.shape[0], -1)
+        h = enc.gru(F.relu(conv._combine(h, agg)), h)
+    return F.leaky_relu(h, 0.1)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_plain_torch_encoder_equals_pyg_message_passing_to_the_bit(small_graph, cluster4, grad):
+    """The encoder needs no torch_geometric: the shipped general policy's encoders give PyG's
+    sums and outputs bit for bit, compiled (inference) and by ``index_add`` (training)."""
+    from doppler_lab.policies.checkpoint import load_policy
+    from doppler_lab.policies.pretrained import GENERAL_CHECKPOINT, resolve_checkpoint
+
+    policy, _ = load_policy(resolve_checkpoint(GENERAL_CHECKPOINT), num_devices=4)
+    ctx10 = GraphContext(small_graph, cluster4, policy.config.layout)
+    for enc in (policy.sel.encoder, policy.plc.encoder):
+        with torch.set_grad_enabled(grad):
+            ours = enc(ctx10.x, ctx10.edge_index, ctx10.edge_attr)
+            ref = _pyg_encoder_forward(enc, ctx10.x, ctx10.edge_index, ctx10.edge_attr)
+        assert torch.equal(ours.detach().view(torch.int32), ref.detach().view(torch.int32))
+
+
+def test_encoder_modules_do_not_import_torch_geometric():
+    """The layers a DOPPLER policy is built of import no PyG (a fresh interpreter)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from doppler_lab.policies.checkpoint import make_policy;"
+        "from doppler_lab.policies.policy_config import PolicyConfig;"
+        "make_policy(PolicyConfig(hidden=8), 2); print('torch_geometric' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"
