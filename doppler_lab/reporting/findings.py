@@ -27,9 +27,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..house.errors import ConfigError
+from ..house.stats import PairedStats, judge_claim
 from ..viz.tables import format_value, is_missing
 
-__all__ = ["PAGES", "Findings", "finish", "format_value", "headline_text", "page_findings"]
+__all__ = [
+    "PAGES",
+    "Findings",
+    "finish",
+    "format_value",
+    "headline_text",
+    "judge",
+    "page_findings",
+]
 
 #: "linear" in the scalability page: a fitted exponent of time against nodes at most this
 LINEAR_EXPONENT = 1.2
@@ -120,6 +129,42 @@ def _verdict(holds: bool | None, claim: str) -> str:
         if holds
         else f"This does not support the claim that {claim}."
     )
+
+
+_VERB = {"supports": "supports", "contradicts": "contradicts", "inconclusive": "is inconclusive on"}
+
+
+def judge(
+    differences: Sequence[float] | Any,
+    claim: str,
+    *,
+    direction: int = +1,
+    unit: str | None = None,
+    seed: int = 0,
+) -> tuple[PairedStats, str]:
+    """The verdict on ``claim`` from paired ``differences`` (by seed, graph or interleaved
+    run), for every page: ``supports`` only when the 95% bootstrap interval of their mean
+    excludes zero on the claimed side (``direction`` +1: the claim is that they are positive),
+    ``contradicts`` when it excludes it on the other side, ``inconclusive`` otherwise (and with
+    fewer than :data:`~doppler_lab.house.stats.MIN_PAIRS` pairs). Returns the statistics
+    (their ``verdict``) and a sentence that gives the interval, the Wilcoxon p-value and the
+    effect size.
+
+    Example:
+        >>> st, text = judge([0.02, 0.03, 0.025, 0.04, 0.01, 0.03], "B beats A", unit="%")
+        >>> st.verdict, text.split(":")[0]
+        ('supports', 'Over 6 pairs the difference is 2.583 % (95% interval 1.833 % to 3.333 %; Wilcoxon p = 0.031, effect size d_z = 2.53)')
+    """
+    st = judge_claim(differences, direction=direction, seed=seed)
+    p = "n/a" if st.p_value is None else f"{st.p_value:.2g}"
+    lo, hi = format_value(st.low, unit), format_value(st.high, unit)
+    text = (
+        f"Over {st.n} pairs the difference is {format_value(st.mean, unit)} "
+        f"({st.confidence:.0%} interval {lo} to {hi}; Wilcoxon p = {p}, "
+        f"effect size d_z = {st.effect_size:.2f}): this {_VERB[st.verdict]} the claim that "
+        f"{claim}."
+    )
+    return st, text
 
 
 def _time_unit(semantics: Any) -> str | None:
