@@ -140,6 +140,15 @@ def test_benchmarks_write_their_reports(capsys, tmp_path, name):
             "llama_layer",
             "moe_layer",
         }
+        # its raw measurements beside it: every timed run of every placement, and the
+        # calibration's samples, which refit to the profile
+        from doppler_lab.timing.raw_data import read_raw
+
+        raw = read_raw(tmp_path / "fidelity_raw.json.gz")
+        for r in rows:
+            w = raw["workloads"][r["workload"]]
+            assert len(w["placements"]) == len(w["measured_s"]) == r["placements"]
+        assert raw["calibration"].fit().num_devices == 2
 
 
 def test_execute_against_compares_by_interleaved_pairs(capsys):
