@@ -9,6 +9,11 @@ shuffled order so that drifts in machine load hit every placement alike) and sim
 ``wc`` semantics under three cost models: calibrated (measured op times), calibrated roofline
 only (no per-op table), and the uncalibrated preset. Reported per workload: Spearman rank
 correlation with the measured makespans and the median relative error of the makespan.
+
+The raw measurements go beside the report, ``fidelity_raw.json.gz``
+(:mod:`doppler_lab.timing.raw_data`): the calibration's every op, transfer and dispatch gap, and
+per workload the placements and every timed run's makespan; ``doppler-lab calibrate --from``
+refits the profile from them.
 """
 
 from __future__ import annotations
@@ -74,7 +79,8 @@ def run(
             so the measurement noise, not only the model, limits it).
     """
     from ..executor import make_backend
-    from ..executor.profiling import calibrate, parallel_capacity
+    from ..executor.profiling import measure_calibration, parallel_capacity
+    from ..timing.raw_data import RAW_FILE, write_raw
     from ..timing.sim import Simulator
     from ..workloads.specs import graph_from_spec
 
@@ -86,16 +92,18 @@ def run(
     repeats, warmup = (2, 1) if quick else (3, 1)
     rounds = rounds or (1 if quick else 4)
     try:
-        profile = calibrate(
+        measured_cal = measure_calibration(
             be,
             list(graphs.values()),
             name=f"{be.cluster.name}-bench",
             quick=quick,
             progress=progress,
         )
+        profile = measured_cal.fit()
         if profile_out is not None:
             profile.save(profile_out)
         rows = []
+        raw: dict[str, Any] = {}
         rng = np.random.default_rng(0)
         for name, g in graphs.items():
             pls = fidelity_placements(g, profile.cluster, rng, quick)
@@ -106,6 +114,14 @@ def run(
             )
             measured = np.median(samples, axis=1)
             best = samples.min(axis=1)
+            raw[name] = {
+                "spec": specs[name],
+                "placements": [
+                    {"placer": p.placer, "device": np.asarray(p.device).tolist()} for p in pls
+                ],
+                "measured_s": samples.tolist(),
+                "runs": counts,
+            }
             cost_models = {
                 "calibrated": calibrated,
                 "roofline": profile.cost_model(g, use_op_times=False),
@@ -132,6 +148,14 @@ def run(
             capacity.append(parallel_capacity(be.num_devices))
     finally:
         be.close()
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    raw_path = write_raw(
+        Path(out_dir) / RAW_FILE,
+        "bench fidelity" + (" --quick" if quick else ""),
+        measured_cal,
+        raw,
+        {"passes": {"repeats": repeats, "warmup": warmup, "rounds": rounds}, "capacity": capacity},
+    )
     spear = [r["spearman_calibrated"] for r in rows]
     summary = {
         "backend": be.name,
@@ -189,6 +213,9 @@ def run(
         "CPU devices share the machine's cores and memory bandwidth with each other, with the copy lane "
         "and with any other process (see load_average_1min): the simulator models none of that.",
         f"Profile: dispatch gap {', '.join(f'{g * 1e6:.1f}' for g in profile.dispatch_s)} us per device.",
+        f"Raw measurements (every op of the calibration, every timed run of every placement): "
+        f"{raw_path.name}; `doppler-lab calibrate --from {raw_path.name} --out P.json` refits "
+        "the profile from them.",
         "parallel_capacity: how many of the devices' threads really ran at once (a matmul probe before "
         "and after; the smaller): below the device count, other processes held cores and the measured "
         "makespans of multi-device placements say more about the machine's load than about placement.",

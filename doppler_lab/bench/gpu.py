@@ -8,7 +8,8 @@ Sections (each imports only torch, numba and the package; no plot or notebook st
   generated and imported workloads on ``cuda-shared``, under three cost models: the
   uncalibrated nominal GPU (:mod:`doppler_lab.hardware.gpu_specs`) with sharing, the calibrated profile
   alone (devices independent), and the calibrated profile with sharing
-  (:mod:`doppler_lab.timing.contention`); the raw measurements are kept for replay;
+  (:mod:`doppler_lab.timing.contention`); the raw measurements (the calibration's and every
+  timed run's) are kept for replay and refitting (:mod:`doppler_lab.timing.raw_data`);
 - :func:`stage3_section`: Stage III (RL on the real system) from the shipped general policy;
 - :func:`paper_size_section`: 10k-node Llama graphs under cp and doppler placements.
 
@@ -150,7 +151,7 @@ def fidelity_section(
         spearman,
         workload_row,
     )
-    from ..executor.profiling import calibrate, fit_fill_s, interference_probe
+    from ..executor.profiling import fit_fill_s, interference_probe, measure_calibration
     from ..timing.contention import contended_makespan
     from ..timing.cost_model import CostModel
     from ..timing.sim import Simulator
@@ -159,9 +160,10 @@ def fidelity_section(
     from ..workloads.specs import graph_from_spec
 
     graphs = {k: graph_from_spec(s) for k, s in specs.items()}
-    profile = calibrate(
+    measured_cal = measure_calibration(
         backend, list(graphs.values()), name=f"{backend.cluster.name}-gpu-check", quick=quick
     )
+    profile = measured_cal.fit()
     host_s = float(np.median(profile.dispatch_s)) if profile.dispatch_s else 0.0
     cuda = backend.name == "cuda"
     probe = interference_probe(
@@ -241,6 +243,7 @@ def fidelity_section(
         "summary": summary,
         "probe": probe,
         "raw": raw,
+        "calibration": measured_cal,
         "profile": profile,
         "sharing": sharing.to_dict(),
     }

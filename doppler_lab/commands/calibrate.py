@@ -1,9 +1,12 @@
-"""``doppler-lab calibrate``: measure real devices with the executor and write a profile."""
+"""``doppler-lab calibrate``: measure real devices with the executor and write a profile; or,
+with ``--from``, refit one offline from the raw measurements a ``bench fidelity`` or
+``gpu-check`` run kept (:mod:`doppler_lab.timing.raw_data`)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -24,6 +27,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="where to write the profile (e.g. data/profiles/cpu2.json)",
     )
     add_device_arguments(p)
+    p.add_argument(
+        "--from",
+        dest="raw",
+        metavar="RAW",
+        help="refit the profile from a run's raw measurements (fidelity_raw.json.gz beside a "
+        "bench fidelity or gpu-check report) instead of measuring; no device is used",
+    )
     p.add_argument(
         "--graph",
         action="append",
@@ -59,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
     graphs = [graph_from_spec(s) for s in args.graph]
     if args.bench_workloads:
         graphs += [graph_from_spec(s) for s in CPU_WORKLOADS.values()]
+    if args.raw is not None:
+        return _refit(args, out, graphs)
     backend = make_backend(args.cluster, args.devices, args.threads)
 
     def measure() -> Profile:
@@ -81,7 +93,26 @@ def run(args: argparse.Namespace) -> int:
         finally:
             backend.close()
     profile.save(out)
-    summary = {
+    return _report(args, out, profile, graphs)
+
+
+def _refit(args: argparse.Namespace, out: Path, graphs: list) -> int:
+    """``--from RAW``: the profile refitted from a run's raw calibration measurements."""
+    from ..timing.raw_data import refit_profile
+
+    if args.quick or args.cluster != "cpu" or args.devices is not None:
+        raise ConfigError(
+            "--from refits from the measurements in the file; --cluster, --devices and "
+            "--quick are for measuring"
+        )
+    profile = refit_profile(args.raw, args.name)
+    profile.save(out)
+    return _report(args, out, profile, graphs)
+
+
+def _report(args: argparse.Namespace, out: Path, profile: Any, graphs: list) -> int:
+    """The summary of a written profile (JSON or lines)."""
+    summary: dict[str, Any] = {
         "profile": str(out),
         "name": profile.name,
         "backend": profile.backend,

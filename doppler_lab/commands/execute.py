@@ -11,6 +11,7 @@ import numpy as np
 from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError
 from ..house.progress import format_seconds, format_time, note, show_progress, timer
+from ..house.stats import MIN_PAIRS
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..ir.trace import Trace
@@ -67,7 +68,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int_arg(1, "MAX_REPEATS"),
         default=3,
         metavar="N",
-        help="timed runs; the makespan is their median (default 3)",
+        help="timed runs; the makespan is their median (default 3); with --against, the "
+        "number of interleaved pairs",
+    )
+    p.add_argument(
+        "--against",
+        metavar="PLACEMENT",
+        help="compare --placement (A) with this placement (B, as --placement takes it) by "
+        "paired, interleaved runs (A B A B ...): prints A - B with its 95%% interval and the "
+        "verdict (better, worse or cannot tell; a verdict needs 5 or more --repeats)",
     )
     p.add_argument(
         "--warmup",
@@ -167,6 +176,8 @@ def _execute(args: argparse.Namespace, devices: Any) -> int:
             return 0
         for line in forecast_lines(forecast):
             note(f"execute: {line}", show_progress(args))
+        if args.against is not None:
+            return _compare(args, ex, graph, placement)
         result = ex.run(
             placement,
             repeats=args.repeats,
@@ -246,6 +257,63 @@ def _execute(args: argparse.Namespace, devices: Any) -> int:
     return 0 if out.get("outputs_match", True) else 1
 
 
+def _compare(args: argparse.Namespace, ex: Any, graph: DataflowGraph, placement: Placement) -> int:
+    """``--against``: A (``--placement``) and B by interleaved pairs, and the verdict."""
+    other = [f for f in ("check", "gantt", "trace") if getattr(args, f)]
+    if other or args.dispatch == "simulated":
+        what = f"--{other[0]}" if other else "--dispatch simulated"
+        raise ConfigError(f"--against compares makespans only; {what} is for a single placement")
+    against = resolve_placement(
+        args.against, graph, ex.cluster, seed=args.seed, progress=show_progress(args)
+    )
+    runs = ex.compare(
+        placement,
+        against,
+        pairs=args.repeats,
+        warmup=args.warmup,
+        dispatch=args.dispatch,
+        progress=show_progress(args),
+        seed=args.seed,
+    )
+    st = runs.stats
+    out = {
+        "graph": graph.name,
+        "backend": ex.backend.describe()["backend"],
+        "cluster": ex.cluster.name,
+        "placement": args.placement,
+        "against": args.against,
+        "dispatch": args.dispatch,
+        "pairs": args.repeats,
+        "warmup": args.warmup,
+        "makespans_a": runs.makespans_a_s.tolist(),
+        "makespans_b": runs.makespans_b_s.tolist(),
+        "median_a": float(np.median(runs.makespans_a_s)),
+        "median_b": float(np.median(runs.makespans_b_s)),
+        "difference": st.to_dict(),
+        "verdict": st.verdict,
+    }
+    if args.json:
+        print_json(out)
+        return 0
+    print(
+        f"{graph.name} on {ex.cluster.name} ({ex.cluster.num_devices} {out['backend']} devices): "
+        f"{args.placement} (A) against {args.against} (B), {args.repeats} interleaved pairs"
+    )
+    print(f"  A            {format_time(out['median_a'])}  (median)")
+    print(f"  B            {format_time(out['median_b'])}  (median)")
+    p = "n/a" if st.p_value is None else f"{st.p_value:.3g}"
+    print(
+        f"  A - B        {format_time(st.mean)}  ({st.confidence:.0%} interval "
+        f"{format_time(st.low)} to {format_time(st.high)}; Wilcoxon p {p}; d_z {st.effect_size:.2f})"
+    )
+    why = {"better": "A is faster", "worse": "A is slower"}.get(
+        st.verdict,
+        f"fewer than {MIN_PAIRS} pairs" if st.n < MIN_PAIRS else "the interval holds zero",
+    )
+    print(f"  verdict      {st.verdict} ({why})")
+    return 0
+
+
 def _simulated_run(
     args: argparse.Namespace, graph: DataflowGraph, cluster: Cluster, placement: Placement
 ) -> Trace:
@@ -297,7 +365,7 @@ def predict_command(
             g,
             cluster,
             placement,
-            runs=args.warmup + args.repeats,
+            runs=(args.warmup + args.repeats) * (2 if getattr(args, "against", None) else 1),
             reference=args.check,
             dispatch=args.dispatch,
             cost_model=resolve_cost_model(args, g, cluster),

@@ -7,7 +7,9 @@ the ``gpu`` tests (pytest over ``tests/executor``), dispatch overhead per op on 
 ``cuda-shared:4``, with and without the shared-GPU model), Stage III from the shipped general
 policy, and the 10k-node Llama graphs. A section that fails is recorded in one line and the next
 one runs. Results go to ``--out`` as ``gpu_check.{json,md}``, with the pytest log, the
-calibration profile and the raw fidelity measurements (``fidelity_raw.json``).
+calibration profile and the raw measurements (``fidelity_raw.json.gz``: the calibration's every
+op, transfer and dispatch gap, and every timed run of every fidelity placement;
+``doppler-lab calibrate --from`` refits the profile from it).
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     from ..bench import write_report
     from ..executor import make_backend
     from ..house.codeversion import code_version
-    from ..house.jsonutil import write_json
+    from ..timing.raw_data import RAW_FILE, write_raw
 
     cuda = torch.cuda.is_available()
     if not cuda and not args.allow_cpu:
@@ -179,9 +181,12 @@ def run(args: argparse.Namespace) -> int:
     if f is not None:
         summary["fidelity"] = f["summary"]
         f["profile"].save(out / "profile.json")
-        write_json(
-            out / "fidelity_raw.json",
-            {"probe": f["probe"], "sharing": f["sharing"], "workloads": f["raw"]},
+        write_raw(
+            out / RAW_FILE,
+            "gpu-check",
+            f["calibration"],
+            f["raw"],
+            {"probe": f["probe"], "sharing": f["sharing"], "gpus": summary["gpus"]},
         )
         cols = ["workload", "ops", "placements", "measured_min_ms", "measured_max_ms"]
         for label in ("nominal", "calibrated", "shared"):
@@ -250,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
             "with sharing; calibrated = the calibrated profile, devices independent; shared = "
             "the calibrated profile with shared GPUs and one host dispatcher "
             "(doppler_lab.timing.contention). Spearman per workload (mean) and pooled.",
-            f"Raw measurements for replay: {out / 'fidelity_raw.json'}; profile: "
+            f"Raw measurements for replay and refitting: {out / RAW_FILE}; profile: "
             f"{out / 'profile.json'}; tests: {out / 'gpu_tests.log'}.",
         ],
         command=f"doppler-lab gpu-check --out {args.out}",

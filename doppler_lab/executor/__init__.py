@@ -40,7 +40,7 @@ from .backend import Backend, BackendSession, RawRun
 from .cost import COST_STATS, ExecutorCost
 from .factory import BACKENDS, make_backend
 from .plan import ExecutionPlan, make_plan
-from .runner import ExecutionResult, Executor, execute
+from .runner import ExecutionResult, Executor, PairedRuns, execute
 
 __all__ = [
     "BACKENDS",
@@ -51,6 +51,7 @@ __all__ = [
     "ExecutionResult",
     "Executor",
     "ExecutorCost",
+    "PairedRuns",
     "RawRun",
     "execute",
     "make_backend",

@@ -8,7 +8,8 @@ dispatch path, the copy lanes, the wake-ups, the other devices running at the sa
   each crossing gives the copy's duration and the delay a consumer saw.
 - :func:`op_samples`: graphs (a synthetic sweep of op kinds and shapes, plus any workloads) run
   under random placements; every op's measured duration.
-- :func:`calibrate`: all three, fitted into a :class:`~doppler_lab.timing.calibration.Profile`.
+- :func:`calibrate`: all three, fitted into a :class:`~doppler_lab.timing.calibration.Profile`
+  (:func:`measure_calibration`: the same measurements, kept raw for a later fit).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from tqdm.auto import tqdm
 from ..ir.graph import DataflowGraph, GraphBuilder
 from ..ir.placement import Placement, random_placement
 from ..ir.trace import Trace
-from ..timing.calibration import LinkSample, OpSample, Profile, fit_profile
+from ..timing.calibration import LinkSample, OpSample, Profile
+from ..timing.raw_data import CalibrationRaw
 from .backend import Backend
 from .runner import Executor
 
@@ -226,16 +228,24 @@ def op_samples(
     return out
 
 
-def calibrate(
+def calibrate(backend: Backend, graphs: Sequence[DataflowGraph] = (), **options: Any) -> Profile:
+    """Measure ``backend`` (dispatch, links, op times over a sweep and ``graphs``) and fit a
+    :class:`Profile`: :func:`measure_calibration` (its keywords: ``name``, ``quick``,
+    ``seed``, ``progress``), then its fit."""
+    return measure_calibration(backend, graphs, **options).fit()
+
+
+def measure_calibration(
     backend: Backend,
     graphs: Sequence[DataflowGraph] = (),
     name: str = "",
     quick: bool = False,
     seed: int = 0,
     progress: bool = False,
-) -> Profile:
-    """Measure ``backend`` (dispatch, links, op times over a sweep and ``graphs``) and fit a
-    :class:`Profile`.
+) -> CalibrationRaw:
+    """Measure ``backend`` (dispatch, links, op times over a sweep and ``graphs``), before
+    fitting: keep the result (:func:`~doppler_lab.timing.raw_data.write_raw`) and any later
+    fit can be made offline; :func:`calibrate` fits it at once.
 
     Args:
         backend: the devices.
@@ -272,13 +282,13 @@ def calibrate(
     }
     if backend.name in ("cpu", "dist"):
         meta["parallel_capacity"] = parallel_capacity(backend.num_devices)
-    return fit_profile(
+    return CalibrationRaw(
         name or backend.cluster.name,
         backend.name,
         backend.cluster,
         results["ops"],
         results.get("links", []),
-        results["dispatch"],
+        tuple(results["dispatch"]),
         meta,
     )
 

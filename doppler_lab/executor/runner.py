@@ -22,6 +22,8 @@ from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError
 from ..house.progress import live
 from ..house.progress import progress as show
+from ..house.stats import PairedStats
+from ..house.stats import compare as compare_paired
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..ir.trace import Trace, kind_names
@@ -91,6 +93,21 @@ class ExecutionResult:
     def makespan(self) -> float:
         """Median makespan over the repeats (seconds)."""
         return float(np.median(self.makespans_s))
+
+
+@dataclass(frozen=True, eq=False)
+class PairedRuns:
+    """Two placements measured in turn (:meth:`Executor.compare`).
+
+    Attributes:
+        makespans_a_s, makespans_b_s: the makespans of A's and B's timed runs, pair by pair.
+        stats: the statistics of ``A - B`` and the verdict for A (``better``, ``worse`` or
+            ``cannot tell``; lower makespans are better).
+    """
+
+    makespans_a_s: np.ndarray
+    makespans_b_s: np.ndarray
+    stats: PairedStats
 
 
 class Executor:
@@ -227,6 +244,46 @@ class Executor:
         if outputs is not None:
             outputs = {v: t.detach().to("cpu") for v, t in outputs.items()}
         return ExecutionResult(trace, makespans, outputs)
+
+    def compare(
+        self,
+        a: Placement | np.ndarray | Sequence[int],
+        b: Placement | np.ndarray | Sequence[int],
+        *,
+        pairs: int = 10,
+        warmup: int = 1,
+        dispatch: str = "fifo",
+        progress: bool = False,
+        seed: int = 0,
+    ) -> PairedRuns:
+        """Placement ``a`` against ``b`` by paired, interleaved runs (A B A B ...): slow drift
+        of the machine (load, clocks, caches) falls on both alike, and the verdict comes from
+        the 95% interval of the paired differences (:func:`~doppler_lab.house.stats.compare`).
+
+        Args:
+            a, b: the two placements.
+            pairs: timed runs of each (the number of pairs).
+            warmup: untimed runs of each first (A B A B ...).
+            dispatch: as :meth:`run` (``fifo`` or ``priority``).
+            progress: a bar over the runs on stderr.
+            seed: the bootstrap's seed.
+        """
+        if pairs < 1 or warmup < 0:
+            raise ConfigError(f"pairs must be >= 1 and warmup >= 0, got {pairs} and {warmup}")
+        plans = (self.plan(a, dispatch), self.plan(b, dispatch))
+        session = self._session_()
+        spans: tuple[list[float], list[float]] = ([], [])
+        total = 2 * (warmup + pairs)
+        bar = show(total=total, desc=f"{self.graph.name}: A vs B", enabled=progress, unit="run")
+        with bar, live(bar):
+            for i in range(-warmup, pairs):
+                for k, plan in enumerate(plans):
+                    raw = session.run(plan, self.timeout_s)
+                    if i >= 0:
+                        spans[k].append(raw.makespan_s)
+                    bar.update(1)
+        ma, mb = np.array(spans[0]), np.array(spans[1])
+        return PairedRuns(ma, mb, compare_paired(ma, mb, seed=seed))
 
     def _cuda_gpus(self) -> list[int]:
         """The GPUs of a CUDA stream backend (empty for every other backend)."""

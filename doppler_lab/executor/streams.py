@@ -27,7 +27,22 @@ Host cost: one thread launches every op, so its bookkeeping per op bounds how fa
 can go. What does not change between runs of a plan (events, the calls that record and poll
 them, operand slots, releases, copies) is prepared once per plan (:class:`_Program`) and the
 loop is one function over local variables; ``RawRun.info["host_loop_s"]`` is its wall time
-(``doppler-lab gpu-check`` reports it per op).
+(``doppler-lab gpu-check`` reports it per op). The CUDA calls per op are few:
+
+- one event per op, recorded after it: its start is the later of the previous op's end on
+  its stream and the host's clock when it launched it (measured from the time origin's host
+  clock; the launch reaches the GPU microseconds later), so a trace's starts are as good as
+  the host's launch latency;
+- a stream is made current only when another one is current on that GPU (:meth:`CudaApi.use`):
+  a copy leaves its egress (and ingress) streams current for the next copy, and the next op
+  on that GPU switches back; on shared GPUs the devices of a GPU take turns in starting each
+  pass of the launch loop, so a pass that launches one op per device switches once per GPU,
+  not once per op;
+- ops whose completion nothing waits for (no copies, the device's window not full) are polled
+  together: one query of the newest tells that all before it have completed (a stream runs in
+  order).
+
+``tests/executor/test_stream_calls.py`` counts these calls through a stand-in of the CUDA API.
 
 The ``inline`` backend runs the same dispatcher over synchronous CPU "streams" whose events
 complete after a configurable number of polls: it tests the dispatcher on machines without a GPU
@@ -83,6 +98,9 @@ class StreamApi(abc.ABC):
     shared: bool = False
     #: whether operands, results and copies are checked to live on their device (inline-strict)
     strict: bool = False
+    #: whether ops must :meth:`activate` their device before launching (a copy may leave
+    #: another stream current)
+    switches: bool = False
 
     def activate(self, d: int) -> None:  # noqa: B027 - optional hook
         """Make device ``d``'s compute stream current (when devices share a GPU)."""
@@ -149,6 +167,7 @@ class CudaApi(StreamApi):
     """
 
     kind = "cuda"
+    switches = True
 
     def __init__(self, num_devices: int, gpus: list[int] | None = None):
         super().__init__(num_devices)
@@ -167,8 +186,9 @@ class CudaApi(StreamApi):
         # does, without its two Python layers: cuda-shared switches streams at every launch
         # that changes device)
         self._make_current = [_stream_setter(s) for s in self.compute]
-        # while dispatching: per GPU, the device whose compute stream is current on it
-        self._current: dict[int, int] = {}
+        # while dispatching: per GPU, the stream current on it (a device ``d`` for its compute
+        # stream, ``("egress", d)`` / ``("ingress", d)`` for its copy streams)
+        self._current: dict[int, Any] = {}
 
     def device(self, d: int) -> torch.device:
         return self.devices[d]
@@ -193,13 +213,23 @@ class CudaApi(StreamApi):
         torch.cuda.set_device(self._saved_device)
 
     def activate(self, d: int) -> None:
-        # only when another device's stream is current on this GPU (begin, activate and copy
-        # keep track; the current *device* does not matter: an op runs on its tensors' device,
-        # on that device's current stream, and a constant inside scope(d))
+        # only when another stream is current on this GPU (begin, activate and use keep
+        # track; the current *device* does not matter: an op runs on its tensors' device, on
+        # that device's current stream, and a constant inside scope(d))
         g = self.gpus[d]
         if self._current.get(g) != d:
             self._make_current[d]()
             self._current[g] = d
+
+    def use(self, d: int, lane: str) -> Any:
+        """Make device ``d``'s ``egress`` or ``ingress`` stream current on its GPU (unless it
+        is already); returns the stream."""
+        stream = self.egress[d] if lane == "egress" else self.ingress[d]
+        g, key = self.gpus[d], (lane, d)
+        if self._current.get(g) != key:
+            torch.cuda.set_stream(stream)
+            self._current[g] = key
+        return stream
 
     def scope(self, d: int) -> contextlib.AbstractContextManager[Any]:
         return self.devices[d]  # a torch.device is the default device inside ``with``
@@ -214,27 +244,21 @@ class CudaApi(StreamApi):
         return functools.partial(_event_method(ev, "query"), ev)
 
     def copy(self, x: torch.Tensor, a: int, b: int, ev_start: Any, ev_end: Any) -> torch.Tensor:
-        out = self.egress[a]
-        across = self.gpus[a] != self.gpus[b]
-        torch.cuda.set_stream(out)  # the current stream of a's GPU (b's too when they share it)
-        if across:  # torch's cross-GPU copy barriers with the receiver's current stream
-            torch.cuda.set_stream(self.ingress[b])
-        try:
-            # allocated on the stream that writes it, not on b's compute stream: the caching
-            # allocator hands a block freed on a stream to that stream's next allocation at
-            # once, and kernels queued on b's compute stream may still read that block while
-            # this copy (on another stream) would write it (wrong outputs on a GPU, seen on
-            # 10k-op graphs on cuda-shared)
-            y = torch.empty_like(x, device=self.devices[b])
-            ev_start.record(out)
-            y.copy_(x, non_blocking=True)  # runs on the sender's current stream
-            ev_end.record(out)
-        finally:
-            torch.cuda.set_stream(self.compute[a])
-            self._current[self.gpus[a]] = a
-            if across:
-                torch.cuda.set_stream(self.compute[b])
-                self._current[self.gpus[b]] = b
+        # the copy streams stay current after it (the next copy often needs them again; the
+        # next op on a GPU makes its compute stream current, :meth:`activate`)
+        out = self.use(a, "egress")  # the current stream of a's GPU (b's too when they share it)
+        if self.gpus[a] != self.gpus[b]:
+            # torch's cross-GPU copy barriers with the receiver's current stream
+            self.use(b, "ingress")
+        # allocated on the stream that writes it, not on b's compute stream: the caching
+        # allocator hands a block freed on a stream to that stream's next allocation at
+        # once, and kernels queued on b's compute stream may still read that block while
+        # this copy (on another stream) would write it (wrong outputs on a GPU, seen on
+        # 10k-op graphs on cuda-shared)
+        y = torch.empty_like(x, device=self.devices[b])
+        ev_start.record(out)
+        y.copy_(x, non_blocking=True)  # runs on the sender's current stream
+        ev_end.record(out)
         if x.is_cuda:  # (a host tensor needs no guard against early reuse)
             x.record_stream(out)
         y.record_stream(out)
@@ -440,7 +464,7 @@ class StreamBackend(Backend):
 
 class _EventPool:
     """Timing events per device, reused by every run of a session (creating a CUDA event costs
-    microseconds; a run needs two per op and per transfer)."""
+    microseconds; a run needs one per op and two per transfer)."""
 
     def __init__(self, api: StreamApi):
         self.api = api
@@ -466,9 +490,9 @@ _ASYNC = "failed on the device (asynchronous error; it may come from an earlier 
 
 class _Program:
     """What every run of one plan needs, built once per plan (the session keeps the last one):
-    per op its device, the zero-argument callables that record its start and end events and
-    poll its end (:meth:`StreamApi.recorder`, :meth:`StreamApi.poller`), the reader counts its
-    launch releases, its copies; per copy its events. A run copies only the counts.
+    per op its device, the zero-argument callables that record its end event and poll it
+    (:meth:`StreamApi.recorder`, :meth:`StreamApi.poller`), the reader counts its launch
+    releases, its copies; per copy its events. A run copies only the counts.
 
     Events come from the session's pool in a fixed order (ops, then copies, then the time
     origins), so every run of the plan records the same events; runs never overlap (a run
@@ -484,16 +508,13 @@ class _Program:
         self.plan = plan
         self.device = dev
         self.compute = [int(v) for v in plan.graph.compute_nodes.tolist()]
-        self.ev_start: list[Any] = [None] * n
         self.ev_end: list[Any] = [None] * n
-        self.rec_start: list[Any] = [None] * n
         self.rec_end: list[Any] = [None] * n
         self.done: list[Any] = [None] * n
         for v in self.compute:
             d = dev[v]
-            ev_s, ev_e = take(d), take(d)
-            self.ev_start[v], self.ev_end[v] = ev_s, ev_e
-            self.rec_start[v], self.rec_end[v] = api.recorder(ev_s, d), api.recorder(ev_e, d)
+            ev_e = take(d)
+            self.ev_end[v], self.rec_end[v] = ev_e, api.recorder(ev_e, d)
             self.done[v] = api.poller(ev_e)
         # per op, its copies ``(destination, consumers there, copy index)``, numbered in plan
         # order; per copy its (start, end) events and the poller of its end
@@ -512,6 +533,11 @@ class _Program:
                 self.copy_done.append(api.poller(ev[1]))
             self.sends[u] = tuple(mine)
         self.t0 = [take(k) for k in range(nd)]
+        # per device, the order of the launch loop's passes (shared GPUs: alternately
+        # forwards and backwards, so the device launched last starts the next pass without a
+        # stream switch)
+        ahead = list(range(nd))
+        self.passes = (ahead, ahead[::-1] if api.shared else ahead)
         # how an op gathers its operands from its device's buffers: ``one[v]``, the slot of its
         # only operand (-1 otherwise), or ``gather[v]``, a getter of the tuple of two or more
         # (None for a constant)
@@ -584,6 +610,7 @@ class _StreamRun:
         self.copy_records: list[tuple[int, int, int, int, int]] = []
         self.ready: list[int] = []  # ops in the order they became ready
         self.dispatched: list[int] = []  # ops in the order they were launched
+        self.launch_s = [0.0] * plan.num_nodes  # the host clock when each op was launched
         self.loop_s = 0.0
 
     def _error(self, what: str, v: int, d: int, exc: BaseException) -> ExecutorError:
@@ -599,10 +626,12 @@ class _StreamRun:
         window = self.backend.window
         fns, operands, local_succ = plan.fns, plan.operands, plan.local_succ
         one, gather = prog.one, prog.gather
-        rec_start, rec_end, done = prog.rec_start, prog.rec_end, prog.done
+        rec_end, done = prog.rec_end, prog.done
         frees, sends, ev_copy, copy_done = prog.frees, prog.sends, prog.ev_copy, prog.copy_done
         need, hold = list(prog.need), list(prog.hold)
-        activate = api.activate if api.shared else None
+        launch_s = self.launch_s
+        activate = api.activate if api.switches else None
+        passes, turn = prog.passes, 0
         strict, copy = api.strict, api.copy
         pending, copies, records = self.pending, self.copies, self.copy_records
         now_ready, launched = self.ready.append, self.dispatched.append
@@ -622,7 +651,8 @@ class _StreamRun:
         clock = time.perf_counter
         while remaining:
             progress = False
-            for d in d_range:
+            turn ^= 1
+            for d in passes[turn]:
                 q, pc = queues[d], pending[d]  # (ops in flight: len(pc))
                 if not q or len(pc) >= window:
                     continue
@@ -635,7 +665,7 @@ class _StreamRun:
                             activate(d)
                         if strict:
                             api.check_operands(d, [buf[u] for u in operands[v]], operands[v])
-                        rec_start[v]()
+                        launch_s[v] = clock()
                         u = one[v]
                         if u >= 0:
                             out = fns[v](buf[u])  # type: ignore[misc]
@@ -669,6 +699,22 @@ class _StreamRun:
                             buf[u] = None
             for d in d_range:
                 pc = pending[d]
+                if (
+                    len(pc) > 1
+                    and (len(pc) < window or not queues[d])
+                    and not any(sends[v] for v in pc)
+                ):
+                    # nothing waits for these ops one by one (no copies to issue, no launch
+                    # waiting for a slot): the newest completing tells that all have (one
+                    # stream, in order), one query for them all
+                    v = pc[-1]
+                    try:
+                        if done[v]():
+                            remaining -= len(pc)
+                            pc.clear()
+                            progress = True
+                    except Exception as exc:  # noqa: BLE001 - asynchronous device errors surface here
+                        raise self._error(_ASYNC, pc[0], d, exc) from exc
                 while pc:
                     v = pc[0]
                     try:
@@ -737,10 +783,14 @@ class _StreamRun:
         api.begin()
         try:
             with torch.inference_mode():
-                api.record_origins(prog.t0)
+                # the origins' host clock, taken before they are recorded: inferred starts
+                # then err late (never before the inputs they waited for), by the time the
+                # origins take to reach the devices
                 t = time.perf_counter()
-                self._loop(t + timeout_s)
-                self.loop_s = time.perf_counter() - t
+                api.record_origins(prog.t0)
+                t_loop = time.perf_counter()
+                self._loop(t_loop + timeout_s)
+                self.loop_s = time.perf_counter() - t_loop
         finally:
             api.end()
         busy = api.wait_idle(timeout_s)
@@ -753,8 +803,14 @@ class _StreamRun:
         comp = prog.compute
         start = np.full(n, np.nan)
         end = np.full(n, np.nan)
-        start[comp] = [elapsed(t0[dev[v]], prog.ev_start[v]) for v in comp]
         end[comp] = [elapsed(t0[dev[v]], prog.ev_end[v]) for v in comp]
+        # an op starts when its stream is done with the previous op and its launch is there
+        free = [0.0] * plan.num_devices
+        launch_s = self.launch_s
+        for v in self.dispatched:
+            d = dev[v]
+            start[v] = min(max(free[d], launch_s[v] - t), end[v])
+            free[d] = end[v]
         transfers = []
         link = self.backend.cluster.routes[:, :, 0].tolist()  # the first link of each route
         for u, w, a, b, k in self.copy_records:

@@ -26,10 +26,21 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..house.errors import ConfigError
+from ..house.stats import MIN_PAIRS, PairedStats, judge_claim
 from ..viz.tables import format_value, is_missing
 
-__all__ = ["PAGES", "Findings", "finish", "format_value", "headline_text", "page_findings"]
+__all__ = [
+    "PAGES",
+    "Findings",
+    "finish",
+    "format_value",
+    "headline_text",
+    "judge",
+    "page_findings",
+]
 
 #: "linear" in the scalability page: a fitted exponent of time against nodes at most this
 LINEAR_EXPONENT = 1.2
@@ -120,6 +131,42 @@ def _verdict(holds: bool | None, claim: str) -> str:
         if holds
         else f"This does not support the claim that {claim}."
     )
+
+
+_VERB = {"supports": "supports", "contradicts": "contradicts", "inconclusive": "is inconclusive on"}
+
+
+def judge(
+    differences: Sequence[float] | Any,
+    claim: str,
+    *,
+    direction: int = +1,
+    unit: str | None = None,
+    seed: int = 0,
+) -> tuple[PairedStats, str]:
+    """The verdict on ``claim`` from paired ``differences`` (by seed, graph or interleaved
+    run), for every page: ``supports`` only when the 95% bootstrap interval of their mean
+    excludes zero on the claimed side (``direction`` +1: the claim is that they are positive),
+    ``contradicts`` when it excludes it on the other side, ``inconclusive`` otherwise (and with
+    fewer than :data:`~doppler_lab.house.stats.MIN_PAIRS` pairs). Returns the statistics
+    (their ``verdict``) and a sentence that gives the interval, the Wilcoxon p-value and the
+    effect size.
+
+    Example:
+        >>> st, text = judge([0.02, 0.03, 0.025, 0.04, 0.01, 0.03], "B beats A", unit="%")
+        >>> st.verdict, text.split(":")[0]
+        ('supports', 'Over 6 pairs the difference is 2.583 % (95% interval 1.833 % to 3.333 %; Wilcoxon p = 0.031, effect size d_z = 2.53)')
+    """
+    st = judge_claim(differences, direction=direction, seed=seed)
+    p = "n/a" if st.p_value is None else f"{st.p_value:.2g}"
+    lo, hi = format_value(st.low, unit), format_value(st.high, unit)
+    text = (
+        f"Over {st.n} pairs the difference is {format_value(st.mean, unit)} "
+        f"({st.confidence:.0%} interval {lo} to {hi}; Wilcoxon p = {p}, "
+        f"effect size d_z = {st.effect_size:.2f}): this {_VERB[st.verdict]} the claim that "
+        f"{claim}."
+    )
+    return st, text
 
 
 def _time_unit(semantics: Any) -> str | None:
@@ -387,8 +434,17 @@ def stage3(s: Mapping[str, Any]) -> Findings:
                 else "."
             )  # fmt: skip
         )
-    holds = None if imp is None or loaded else imp > TIE
-    text.append(_verdict(holds, "Stage III on the real system improves on the Stage II policy"))
+    claim = "Stage III on the real system improves on the Stage II policy"
+    runs = s.get("measured_runs") or {}
+    if "stage II" in runs and "stage III" in runs:
+        before, after = (np.asarray(runs[k], dtype=np.float64) for k in ("stage II", "stage III"))
+        st, sentence = judge(before - after, claim, unit="s", seed=int(s.get("seed") or 0))
+        head.append(_h("stage III against stage II (95% interval)", st.verdict))
+        text.append(
+            f"Stage II minus Stage III, paired by measuring round: {sentence[0].lower()}{sentence[1:]}"
+        )
+    else:
+        text.append(_verdict(None, claim))
     return Findings(head, " ".join(text))
 
 
@@ -470,10 +526,50 @@ def training_stages(s: Mapping[str, Any]) -> Findings:
                 )  # fmt: skip
                 + f", the final cost's spread over seeds {_t(c.get('final_std'), 's')}."
             )
-    full = measured.get("I+II+III")
-    holds = None if full is None else full >= max(measured.values()) - TIE
-    text.append(_verdict(holds, "I+II+III beats its subsets"))
+    text.append(_subsets_verdict(s.get("runs") or [], variants, head))
     return Findings(head, " ".join(text))
+
+
+def _subsets_verdict(
+    runs: Sequence[Mapping[str, Any]], variants: Sequence[str], head: list[dict]
+) -> str:
+    """Page 08's verdict: I+II+III against each other variant, paired by training seed
+    (measured makespans), by :func:`judge`; the claim holds only when every subset's
+    verdict supports it."""
+    claim = "I+II+III beats its subsets"
+    by = {(r.get("variant"), r.get("seed")): r.get("measured") for r in runs}
+    full = {seed: x for (v, seed), x in by.items() if v == "I+II+III" and not is_missing(x)}
+    words, parts = [], []
+    for v in variants:
+        if v == "I+II+III":
+            continue
+        seeds = [k for k in full if not is_missing(by.get((v, k)))]
+        if not seeds:
+            continue
+        diff = np.array([by[(v, k)] - full[k] for k in seeds], dtype=np.float64)
+        st, _ = judge(diff, claim, unit="s")
+        words.append(st.verdict)
+        parts.append(
+            f"{v} minus I+II+III {format_value(st.mean, 's')} "
+            f"({format_value(st.low, 's')} to {format_value(st.high, 's')}, {st.n} seeds): "
+            f"{st.verdict}"
+        )
+    if not words:
+        return _verdict(None, claim)
+    word = (
+        "contradicts" if "contradicts" in words
+        else "supports" if set(words) == {"supports"} else "inconclusive"
+    )  # fmt: skip
+    head.append(_h("I+II+III against its subsets (95% intervals)", word))
+    few = (
+        f" (a verdict needs {MIN_PAIRS} or more seeds)"
+        if min(len(full), MIN_PAIRS) < MIN_PAIRS
+        else ""
+    )
+    return (
+        f"Paired by seed, measured, with 95% bootstrap intervals: {'; '.join(parts)}{few}. "
+        f"Together this {_VERB[word]} the claim that {claim}."
+    )
 
 
 def transfer(s: Mapping[str, Any]) -> Findings:

@@ -52,6 +52,7 @@ from ..policies.tensors import as_tensor, flush_denormal
 from ..timing.sim import SEMANTICS, Simulator
 from .cost_functions import CostFunction, SimulatorCost, evaluate_costs, make_executor_cost
 from .metrics import MetricsLog
+from .stage_verdict import VERDICT_PAIRS, greedy_placements, judge_stage, verdict_line
 from .train_config import TrainConfig
 
 METRICS: tuple[str, ...] = (
@@ -276,6 +277,10 @@ class Trainer:
             episode state uses its estimate.
         force: start the stage afresh when neither ``checkpoints/last.pt`` nor
             ``checkpoints/last.prev.pt`` can be read (instead of failing).
+        verdict_pairs: Stage III (``real``) ends by measuring its final greedy placement
+            against its first one in this many interleaved pairs and says whether it is
+            better (:mod:`~doppler_lab.train.stage_verdict`; in ``summary["verdict"]``);
+            0: not.
 
     The arguments after ``out_dir`` stay flat keywords: they are the options :func:`train`
     and :func:`~doppler_lab.train.pipeline.run_pipeline` pass through by name (``**options``).
@@ -296,6 +301,7 @@ class Trainer:
         anchors: Sequence[np.ndarray | None] | None = None,
         semantics: Sequence[str] | None = None,
         force: bool = False,
+        verdict_pairs: int = VERDICT_PAIRS,
     ):
         if not graphs:
             raise ConfigError("training needs at least one graph")
@@ -390,11 +396,16 @@ class Trainer:
         self.best = [math.inf for _ in self.graphs]
         self.elites: list[list[tuple[float, Episodes]]] = [[] for _ in self.graphs]
         self.anchors: list[tuple[float, np.ndarray] | None] = [None for _ in self.graphs]
+        self.verdict_pairs = int(verdict_pairs)
+        #: Stage III's greedy placements at its start (judged against its end's)
+        self.start_placements: list[np.ndarray] | None = None
         keep_rows = None
         if self._resume_doc is not None:
             keep_rows = self._restore(self._resume_doc)
         elif anchors is not None:
             self._set_anchors(anchors)
+        if self._resume_doc is None and config.stage == "real" and self.verdict_pairs > 0:
+            self.start_placements = greedy_placements(self.policy, self.contexts)
         self.columns = metric_columns(config.stage)
         self.log: MetricsLog | None = None
         if self.out_dir is not None:
@@ -499,6 +510,9 @@ class Trainer:
             "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
             "schedulers": {k: s.state_dict() for k, s in self.schedulers.items()},
             "header": json.loads(json.dumps(self.header)),
+            "start_placements": None
+            if self.start_placements is None
+            else [as_tensor(p) for p in self.start_placements],
         }
 
     def _restore(self, doc: dict[str, Any]) -> int:
@@ -523,6 +537,8 @@ class Trainer:
             o.load_state_dict(state["optimizers"][k])
         for k, s in self.schedulers.items():
             s.load_state_dict(state["schedulers"][k])
+        start = state.get("start_placements")  # absent in older checkpoints
+        self.start_placements = None if start is None else [t.numpy() for t in start]
         return int(state["rows"])
 
     def save(
@@ -826,6 +842,15 @@ class Trainer:
             "train_s": self.train_s,
             "final": self.rows[-1] if self.rows else {},
         }
+        if self.start_placements is not None and self.verdict_pairs > 0:
+            final = greedy_placements(self.policy, self.contexts)
+            names = self.header["graphs"]
+            rows = judge_stage(
+                self.cost_fns, names, self.start_placements, final, self.verdict_pairs
+            )
+            summary["verdict"] = rows
+            for row in rows:
+                note(verdict_line(row))
         if self.out_dir is not None:
             ckpt = self.save(self.out_dir / "policy.pt", with_train_state=False)
             summary["checkpoint"] = str(ckpt)

@@ -140,3 +140,29 @@ def test_benchmarks_write_their_reports(capsys, tmp_path, name):
             "llama_layer",
             "moe_layer",
         }
+        # its raw measurements beside it: every timed run of every placement, and the
+        # calibration's samples, which refit to the profile
+        from doppler_lab.timing.raw_data import read_raw
+
+        raw = read_raw(tmp_path / "fidelity_raw.json.gz")
+        for r in rows:
+            w = raw["workloads"][r["workload"]]
+            assert len(w["placements"]) == len(w["measured_s"]) == r["placements"]
+        assert raw["calibration"].fit().num_devices == 2
+
+
+def test_execute_against_compares_by_interleaved_pairs(capsys):
+    rc, out, _ = run_cli(
+        capsys, "execute", TINY, "--devices", "2", "--against", "single", "--repeats", "5", "--json"
+    )
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["placement"] == "round-robin" and doc["against"] == "single"
+    assert len(doc["makespans_a"]) == len(doc["makespans_b"]) == doc["pairs"] == 5
+    d = doc["difference"]
+    assert d["low"] <= d["mean"] <= d["high"] and d["n"] == 5
+    assert doc["verdict"] in ("better", "worse", "cannot tell")
+    rc, out, _ = run_cli(capsys, "execute", TINY, "--devices", "2", "--against", "single")
+    assert rc == 0 and "interleaved pairs" in out and "verdict" in out and "95% interval" in out
+    rc, _, err = run_cli(capsys, "execute", TINY, "--against", "single", "--check")
+    assert rc == 2 and "--against compares makespans only; --check" in err

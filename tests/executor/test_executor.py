@@ -267,3 +267,26 @@ def test_stream_devices_share_one_time_origin(toy, monkeypatch):  # noqa: F811
     with Executor(toy, make_backend("inline", 3), seed=1) as ex:
         for pl in placements(toy, 3, seed=5):
             assert ex.run(pl, warmup=0).trace.check(toy) == []
+
+
+def test_compare_interleaves_a_and_b_and_gives_a_verdict():
+    """A B A B ...: each timed pair is one run of each, in that order, after the warm-ups."""
+    g = toy_graph()
+    a, b = round_robin(g, 2), single_device(g, 2, 0)
+    with Executor(g, "inline", num_devices=2) as ex:
+        session = ex._session_()
+        dev_a = ex.plan(a).device
+        order: list[str] = []
+        real_run = session.run
+
+        def spy(plan, *args, **kwargs):
+            order.append("A" if np.array_equal(plan.device, dev_a) else "B")
+            return real_run(plan, *args, **kwargs)
+
+        session.run = spy  # type: ignore[method-assign]
+        runs = ex.compare(a, b, pairs=3, warmup=1)
+    assert order == ["A", "B"] * 4
+    assert runs.makespans_a_s.shape == runs.makespans_b_s.shape == (3,)
+    assert runs.stats.n == 3 and runs.stats.verdict == "cannot tell"  # too few pairs to judge
+    with pytest.raises(ConfigError, match="pairs"):
+        Executor(g, "inline", num_devices=2).compare(a, b, pairs=0)

@@ -8,6 +8,9 @@ import subprocess
 import sys
 import textwrap
 
+from doppler_lab.timing.calibration import Profile
+from doppler_lab.timing.raw_data import read_raw
+
 #: what the GPU image lacks (device README): gpu-check must not need any of them
 MISSING_ON_GPU_MACHINES = ("plotly", "papermill", "nbconvert", "ortools", "pymetis", "ray")
 
@@ -46,8 +49,11 @@ def test_gpu_check_runs_without_the_notebook_stack(tmp_path):
     for label in ("nominal", "calibrated", "shared"):
         assert -1.0 <= fid[f"{label}_spearman_pooled"] <= 1.0
     assert summary["stage3"]["episodes"] == 2 and summary["stage3"]["greedy_after_ms"] > 0
-    raw = json.loads((tmp_path / "fidelity_raw.json").read_text())
+    raw = read_raw(tmp_path / "fidelity_raw.json.gz")
     assert set(raw["workloads"]) == {"chainmm", "ffnn", "llama_block", "hf-llama"}
     for w in raw["workloads"].values():
         assert len(w["placements"]) >= 12 and len(w["measured_s"]) == len(w["placements"])
+    assert raw["source"] == "gpu-check" and raw["probe"]
     assert (tmp_path / "profile.json").exists() and (tmp_path / "gpu_check.md").exists()
+    # the raw calibration refits the run's profile, number for number
+    assert raw["calibration"].fit().to_dict() == Profile.load(tmp_path / "profile.json").to_dict()

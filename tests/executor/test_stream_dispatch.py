@@ -56,8 +56,9 @@ def test_stream_runs_report_the_host_time_of_their_dispatch_loop():
 
 
 def test_cuda_shared_switches_streams_only_between_devices():
-    """``activate`` makes a device's compute stream current only when another device's is
-    current on that GPU; a copy's restore counts (no GPU needed: the switches are recorded)."""
+    """``activate`` makes a device's compute stream current only when another stream is
+    current on that GPU; a copy leaves its egress stream current, so the next op there switches
+    back (no GPU needed: the switches are recorded)."""
     api = CudaApi.__new__(CudaApi)
     api.gpus = [0, 0, 1, 1]
     switches: list[int] = []
@@ -66,10 +67,11 @@ def test_cuda_shared_switches_streams_only_between_devices():
     for d in (1, 1, 0, 0, 3, 2, 2, 1):
         api.activate(d)
     assert switches == [0, 2, 1]
-    api._current[0] = 0  # a copy from device 0 restored its compute stream
-    api.activate(0)
+    api._current[0] = ("egress", 1)  # a copy from device 1 left its egress stream current
     api.activate(1)
-    assert switches == [0, 2, 1, 1]
+    api.activate(1)
+    api.activate(0)
+    assert switches == [0, 2, 1, 1, 0]
 
 
 def test_event_calls_fall_back_to_the_events_own_methods():

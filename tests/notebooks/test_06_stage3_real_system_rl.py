@@ -57,3 +57,9 @@ def test_stage3_real_system_rl(run_notebook):
     assert set(rows) == {"stage II", "stage III", "cp"}
     assert all(r["runs"] == 2 for r in rows.values())  # same repeats for every placement
     assert 0 < s["parallel_capacity"] <= 2 + 1e-9
+    # every timed run of both policies, paired by round, and the page's verdict from them
+    runs = s["measured_runs"]
+    assert len(runs["stage II"]) == len(runs["stage III"]) == 2
+    verdict = {h["label"]: h["value"] for h in s["headline"]}
+    assert verdict["stage III against stage II (95% interval)"] == "inconclusive"  # 2 pairs
+    assert "paired by measuring round" in s["findings"]

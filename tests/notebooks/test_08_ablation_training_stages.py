@@ -34,3 +34,8 @@ def test_ablation_training_stages(run_notebook):
     stages = {(c["variant"], c["stage"]) for c in s["convergence"]}
     assert stages == {("I+II+III", "real"), ("III", "real"), ("I+II", "sim"), ("II", "sim")}
     assert set(s["key_numbers"]["measured_s"]) == VARIANTS | {"cp", "single"}
+    # the verdict on "I+II+III beats its subsets": each subset paired by seed, with its
+    # interval; two seeds are too few for any verdict
+    verdict = {h["label"]: h["value"] for h in s["headline"]}
+    assert verdict["I+II+III against its subsets (95% intervals)"] == "inconclusive"
+    assert "Paired by seed" in s["findings"] and "a verdict needs 5 or more seeds" in s["findings"]

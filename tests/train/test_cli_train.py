@@ -67,6 +67,37 @@ def test_stage_real_on_cpu_devices(tmp_path):
     )
     assert [row["episode"] for row in r.rows] == [2, 4]
     assert all(row["real/cost_min"] > 0 for row in r.rows)
+    # the stage ends with its verdict: final against start, interleaved pairs, the interval
+    (v,) = r.summary["verdict"]
+    assert v["graph"] == g.name and v["n"] == 10 and v["low"] <= v["mean"] <= v["high"]
+    assert v["verdict"] in ("better", "worse", "cannot tell") and v["start_s"] > 0
+    assert json.loads((tmp_path / "summary.json").read_text())["verdict"][0]["n"] == 10
+
+
+def test_stage_real_keeps_its_start_across_a_resume(tmp_path):
+    """The start placement is in the checkpoint: a resumed Stage III judges against the
+    policy the stage began with, not the one it resumed from."""
+    from doppler_lab.policies.policy_config import PolicyConfig
+    from doppler_lab.train.loop import Trainer
+
+    cfg = preset("real", episodes=4, episodes_per_update=2, repeats=1, checkpoint_every=1)
+    g, cl, pcfg = (
+        build_from_spec(GRAPH),
+        make_cluster("cpu", 2),
+        PolicyConfig(hidden=16, mp_steps=2),
+    )
+
+    def stop_after_one(trainer, row):
+        if trainer.update == 1:
+            raise KeyboardInterrupt
+
+    first = Trainer(cfg, [g], cl, pcfg, tmp_path, progress=False, callbacks=[stop_after_one])
+    start = [p.copy() for p in first.start_placements]
+    with pytest.raises(KeyboardInterrupt):
+        first.run()
+    again = Trainer(cfg, [g], cl, pcfg, tmp_path, progress=False, verdict_pairs=5)
+    assert [p.tolist() for p in again.start_placements] == [p.tolist() for p in start]
+    assert again.run().summary["verdict"][0]["n"] == 5
 
 
 def test_starting_policy_prefers_the_shipped_checkpoint(tmp_path):

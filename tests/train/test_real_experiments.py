@@ -233,4 +233,7 @@ def test_improvement_and_key_numbers(profile, stage3, comparison):
     assert k["episodes"] == 8 and k["placements"] == 3
     assert k["stage2_measured_s"] == t["stage II"] and k["stage3_measured_s"] == t["stage III"]
     assert k["improvement"] == pytest.approx(expected)
+    runs = k.pop("measured_runs")  # every timed run of both policies, paired by position
+    assert runs["stage II"] == comparison.samples["stage II"].tolist()
+    assert len(runs["stage II"]) == len(runs["stage III"]) == int(comparison.table.runs.iloc[0])
     assert all(isinstance(v, int | float) and math.isfinite(v) for v in k.values() if v is not None)

@@ -674,7 +674,8 @@ def real_key_numbers(
 ) -> dict[str, Any]:
     """The flat key numbers of notebook 06: fidelity statistics, the Stage II and Stage III
     policies' measured makespans (side by side), the improvement, Stage III episodes and the
-    machine's parallel capacity."""
+    machine's parallel capacity; ``measured_runs``: every timed run of the two policies, in
+    measuring order (run k of each in the same round: the pairs the page's verdict takes)."""
     t = comparison.table.set_index("label")
     before, after = STAGE_LABELS
     return {
@@ -688,4 +689,5 @@ def real_key_numbers(
         "improvement": improvement(comparison.table),
         "episodes": int(stage3.episodes),
         "parallel_capacity": profile_numbers(profile)["parallel_capacity"],
+        "measured_runs": {k: comparison.samples[k].tolist() for k in (before, after)},
     }
