@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from ..house.errors import ConfigError
 
@@ -105,5 +104,8 @@ class AnchorMatch:
         match."""
         self.counts[k, anchor_device, device] += 1.0
         if self.perm[k, anchor_device] != device:
+            # scipy.optimize costs ~0.5 s to import; only anchored rollouts reach here
+            from scipy.optimize import linear_sum_assignment
+
             rows, cols = linear_sum_assignment(self.counts[k] + self._bias, maximize=True)
             self.perm[k, rows] = cols
