@@ -774,7 +774,7 @@ def memory(s: Mapping[str, Any]) -> Findings:
         _verdict(
             holds,
             "a learned placer with its proposals keeps to the memory caps and places no worse "
-            "than the memory-aware baselines (issue 35)",
+            "than the memory-aware baselines",
         )
     )
     return Findings(head, " ".join(text))

@@ -583,7 +583,6 @@ def tidy_by(
 UNIT_NAMES: dict[str | None, str] = {
     "s": "seconds",
     COST_UNITS: "cost units (graphs with abstract costs: the paper's graphs, random DAGs)",
-    None: "no makespans",
 }
 
 
@@ -593,6 +592,7 @@ def tidy_by_unit(
     unit_column: str = "unit",
     units: Mapping[str, str | None] | None = None,
     caption: str = "makespans in {unit}",
+    summary_caption: str = "rows without makespans (ratios over the others)",
     show: Sequence[str] | None = None,
     **kwargs: Any,
 ) -> Tables:
@@ -608,6 +608,7 @@ def tidy_by_unit(
         unit_column: the column that gives each row's unit.
         units: units of the other columns (as :func:`tidy` takes them).
         caption: each table's caption, formatted with ``unit`` (from :data:`UNIT_NAMES`).
+        summary_caption: the caption of the rows without a unit.
         show: the columns shown at first (those a part lacks are left out).
         kwargs: passed on to :func:`tidy`.
 
