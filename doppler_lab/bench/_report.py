@@ -44,7 +44,8 @@ ABOVE_COLUMNS = re.compile(r"^(?:.*_)?vs_(?:heft|cp_rollout|best_known)$")
 MAKESPAN_COLUMNS = frozenset(
     "makespan std best lower_bound cp heft greedy general general_std policy clustering "
     "partition cp_rollout best_known local_search ils_heft ils_clustering doppler found "
-    "cp_paper_mean cp_paper_best yardstick_mean yardstick_best cp_est_mean cp_est_best".split()
+    "cp_paper_mean cp_paper_best yardstick_mean yardstick_best cp_est_mean cp_est_best "
+    "schedule".split()
 )
 COST_UNITS = "cost units"  # doppler_lab.ir.graph.COST_UNITS (the bench pages need no graph)
 
@@ -157,27 +158,54 @@ def _turned_note(text: str) -> str:
     return text.replace("(> 0: worse than HEFT)", "(> 0: better than HEFT)")
 
 
-def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None) -> str:
-    from ..viz.html import markdown_table
-    from ..viz.tables import tidy_by_unit
+def bench_tables(
+    rows: Sequence[Mapping[str, Any]] | Any,
+    columns: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> Any:
+    """A benchmark table for people (:class:`~doppler_lab.viz.tables.Tables`): one table per
+    makespan unit (:func:`row_time_unit` of each row; :data:`MAKESPAN_COLUMNS` in it), so that
+    each column has one unit and its header names it; rows without makespans (summary rows)
+    in a table of their own. ``rows``: dicts or a DataFrame; ``columns``: which, in order
+    (default: every key); ``kwargs``: passed on to :func:`~doppler_lab.viz.tables.tidy_by_unit`
+    (``show``, ``units``, ``caption``...).
+    """
+    import pandas as pd
 
-    if not rows:
-        return "(no rows)\n"
+    from ..viz.tables import Tables, tidy, tidy_by_unit
+
+    if isinstance(rows, pd.DataFrame):
+        rows = [{k: v for k, v in r.items() if not _missing(v)} for r in rows.to_dict("records")]
     cols = list(columns) if columns else list(dict.fromkeys(k for r in rows for k in r))
     have = {k for r in rows for k in r}
     makespans = [c for c in cols if c in MAKESPAN_COLUMNS and c in have]
-    if not makespans:
-        return markdown_table(rows, cols)
-    units = [row_time_unit(r) for r in rows]
     cols = [c for c in cols if c != "unit"]
+    if not makespans or not rows:
+        frame = pd.DataFrame(list(rows)).reindex(columns=cols)
+        return Tables([tidy(frame, units=kwargs.get("units"), show=kwargs.get("show"))])
+    units = [row_time_unit(r) for r in rows]
     frame_rows = [{**{c: r.get(c) for c in cols}, "unit": u} for r, u in zip(rows, units)]
-    import pandas as pd
-
     frame = pd.DataFrame(frame_rows).reindex(columns=[*cols, "unit"])
-    tables = tidy_by_unit(
-        frame, makespans, caption="Makespans in {unit}.", summary_caption="Summary rows."
+    return tidy_by_unit(frame, makespans, **kwargs)
+
+
+def _missing(v: Any) -> bool:
+    from ..viz.tables import is_missing
+
+    return not isinstance(v, list | dict | tuple) and is_missing(v)
+
+
+def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None) -> str:
+    from ..viz.html import markdown_table
+
+    if not rows:
+        return "(no rows)\n"
+    if not any(c in MAKESPAN_COLUMNS for r in rows for c in r):
+        return markdown_table(rows, columns)
+    tables = bench_tables(
+        rows, columns, caption="Makespans in {unit}.", summary_caption="Summary rows."
     )
-    if len(tables) == 1 and units[0] is not None:
+    if len(tables) == 1 and row_time_unit(rows[0]) is not None:
         return tables.tables[0].to_markdown()
     return tables.to_markdown()
 

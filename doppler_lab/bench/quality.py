@@ -374,10 +374,10 @@ def notebook_config(
 
 
 def quality_frame(rows: Sequence[dict[str, Any]]):
-    """The rows as a pandas frame with the table's columns (and ``group``)."""
+    """The rows as a pandas frame with the table's columns (and ``group``, ``unit``)."""
     pd = require("pandas", "the quality frame")
 
-    return pd.DataFrame([{c: r.get(c) for c in ["group", *COLUMNS]} for r in rows])
+    return pd.DataFrame([{c: r.get(c) for c in ["group", "unit", *COLUMNS]} for r in rows])
 
 
 def extreme_traces(

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..house.errors import ConfigError
-from ..viz.tables import format_value, is_missing
+from ..viz.tables import COST_UNITS, format_value, is_missing
 
 __all__ = ["PAGES", "Findings", "finish", "format_value", "headline_text", "page_findings"]
 
@@ -122,13 +122,18 @@ def _verdict(holds: bool | None, claim: str) -> str:
     )
 
 
-def _time_unit(semantics: Any) -> str | None:
-    """Makespans of generated workloads are seconds; the paper's graphs carry its cost units."""
-    return None if semantics == "paper" else "s"
+def _time_unit(s: Mapping[str, Any]) -> str:
+    """The unit of a summary's makespans: its ``time_unit`` (what the graph's ``time_unit``
+    says: seconds, or cost units for the paper's graphs and random DAGs); a summary without
+    one: cost units under the paper's semantics, else seconds."""
+    unit = s.get("time_unit")
+    if isinstance(unit, str) and unit:
+        return unit
+    return COST_UNITS if s.get("semantics") == "paper" else "s"
 
 
 def _t(v: Any, unit: str | None) -> str:
-    return format_value(v, unit) + ("" if unit else " (cost units)")
+    return format_value(v, unit)
 
 
 def _mean(xs: Iterable[Any]) -> float | None:
@@ -149,7 +154,7 @@ def _span(xs: Sequence[float], unit: str | None = None) -> str:
 # -- the pages -----------------------------------------------------------------------------------
 def quickstart(s: Mapping[str, Any]) -> Findings:
     ms = {k: v for k, v in s["makespans"].items() if not is_missing(v)}
-    unit = _time_unit(s.get("semantics"))
+    unit = _time_unit(s)
     best, worst = min(ms, key=ms.get), max(ms, key=ms.get)
     lb = s["lower_bound"]
     head = [
@@ -571,13 +576,14 @@ def scalability(s: Mapping[str, Any]) -> Findings:
 def explorer(s: Mapping[str, Any]) -> Findings:
     ms = s["makespans"]
     names = list(ms)
-    head = [_h(f"makespan, {n}", v, "s") for n, v in ms.items()]
+    unit = _time_unit(s)
+    head = [_h(f"makespan, {n}", v, unit) for n, v in ms.items()]
     text = [
         f"The question is how two placers differ on one workload. On {s['workload']} "
         f"({s['num_nodes']} nodes) on {s['cluster']} ({s['semantics']} semantics, noise "
         f"{s['noise']:g}), "
         + " and ".join(
-            f"{n} reaches {_t(v, 's')} ({s['ratio_lb'][n]:.2f}x the lower bound)"
+            f"{n} reaches {_t(v, unit)} ({s['ratio_lb'][n]:.2f}x the lower bound)"
             for n, v in ms.items()
         )  # fmt: skip
         + "."

@@ -107,6 +107,17 @@ def _header(name: str, unit: str | None) -> str:
     return f"{name} ({unit})"
 
 
+def _quantity_label(name: Any, units: Mapping[str, str | None]) -> str:
+    """A quantity of a two-column table without the time unit its name carries (its value
+    says the unit it is shown in): ``best_baseline_s`` -> ``best_baseline``."""
+    text = str(name)
+    unit = units[text] if text in units else infer_unit(text)
+    m = _TIME_NAME.match(text.lower())
+    if unit in TIME_UNITS and m and m.group("base") and not m.group("per") and not m.group("tail"):
+        return text[: len(m.group("base"))]
+    return text
+
+
 def is_missing(x: Any) -> bool:
     """None, NaN, pandas' NA and NaT."""
     if x is None or x is pd.NA or x is pd.NaT:
@@ -450,6 +461,10 @@ def tidy(
             cols.append(_Column(name, name, cells, False))
             continue
         cols.append(_format_column(name, values, unit, digits, per_cell))
+    if per_cell and key in names:  # a value shown in ms: its quantity not named ``*_s``
+        i = names.index(key)
+        labels = [_quantity_label(q, units) for q in frame[key].tolist()]
+        cols[i] = dataclasses.replace(cols[i], cells=labels)
     by_name = {c.name: c.header for c in cols}
     if show:
         shown = [by_name[c] for c in show]

@@ -81,7 +81,7 @@ def test_mappings_are_quantity_value_tables_formatted_per_cell():
     t = tidy({"nodes": 24.0, "makespan_s": 0.0125, "workload": "llama_block", "ok": False})
     assert t.frame.to_dict(orient="records") == [
         {"quantity": "nodes", "value": "24"},
-        {"quantity": "makespan_s", "value": "12.5 ms"},
+        {"quantity": "makespan", "value": "12.5 ms"},
         {"quantity": "workload", "value": "llama_block"},
         {"quantity": "ok", "value": "no"},
     ]
@@ -151,3 +151,10 @@ def test_cost_units_are_named_not_scaled_as_times():
     assert "seconds" in tables[0].caption and "cost units" in tables[1].caption
     with pytest.raises(KeyError, match="no column 'unit'"):
         tidy_by_unit([{"cp": 1.0}], ["cp"])
+
+
+def test_a_quantity_shown_in_ms_is_not_named_in_seconds():
+    """A quantity / value table shows ``best_baseline`` = ``12.3 ms``, not ``best_baseline_s``."""
+    t = tidy({"best_baseline_s": 0.0123, "cases": 4, "train_s_per_step": 0.5})
+    assert t.frame["quantity"].tolist() == ["best_baseline", "cases", "train_s_per_step"]
+    assert t.frame["value"].tolist()[0] == "12.3 ms"
