@@ -114,10 +114,43 @@ def public_text(text: str) -> str:
         >>> public_text("CP vs YARDSTICK.md (issue 35, item 6)")
         'CP vs the best known placements'
     """
+    text = _repo_relative(text)
     text = re.sub(r"\s*\((?:see )?issue \d+[^)]*\)", "", text)
     text = re.sub(r"\bissue \d+(?:, item \d+)?\s*", "", text)
     text = re.sub(r"YARDSTICK(?:\.md)?(?:'s)? best known", "the best known", text)
     return re.sub(r"YARDSTICK(?:\.md)?(?:'s)?", "the best known placements", text)
+
+
+#: the repository's top folders: a path through one of them is shown from there
+_REPO_TOPS = ("data", "runs", "reports", "notebooks", "doppler_lab", "tests")
+_ABSOLUTE = re.compile(r"(?<![\w.~-])/(?:[\w.+-]+/)+[\w.+-]*")
+
+
+def _repo_relative(text: str) -> str:
+    """Absolute paths in ``text`` from the repository folder they go through (``data/...``;
+    a record keeps the paths of the machine that measured it), others by their file name."""
+
+    def shown(m: re.Match[str]) -> str:
+        parts = m.group(0).split("/")
+        for i, part in enumerate(parts):
+            if part in _REPO_TOPS:
+                return "/".join(parts[i:])
+        return parts[-1] or m.group(0)
+
+    return _ABSOLUTE.sub(shown, text)
+
+
+def _public_cells(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Rows whose text cells (and mappings or lists, as text) read as :func:`public_text`."""
+    return [
+        {
+            k: public_text(v if isinstance(v, str) else str(v))
+            if isinstance(v, str | dict | list)
+            else v
+            for k, v in r.items()
+        }
+        for r in rows
+    ]
 
 
 def row_time_unit(row: Mapping[str, Any]) -> str | None:
@@ -200,6 +233,7 @@ def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None) -> 
 
     if not rows:
         return "(no rows)\n"
+    rows = _public_cells(rows)
     if not any(c in MAKESPAN_COLUMNS for r in rows for c in r):
         return markdown_table(rows, columns)
     tables = bench_tables(
