@@ -78,9 +78,12 @@ def _text_problems(text: str, paths: Sequence[str]) -> list[str]:
     return out
 
 
-def html_problems(page: str, paths: Sequence[str] = ()) -> list[str]:
+def html_problems(page: str, paths: Sequence[str] = (), allowed: Sequence[str] = ()) -> list[str]:
     """Problems of an HTML page: its tables (``<th>`` / ``<td>`` cells), its visible text,
-    and ``paths`` (the build machine's folders) anywhere in it."""
+    and ``paths`` (the build machine's folders) anywhere in it; ``allowed``: paths the page may
+    show (ones a user gave it as parameters)."""
+    for path in sorted(allowed, key=len, reverse=True):
+        page = page.replace(path, "<given path>") if path else page
     out = [f"a machine path: {p!r}" for p in paths if p and p in page]
     body = re.sub(r"<(script|style)\b.*?</\1>", " ", page, flags=re.S | re.I)
     for table in re.findall(r"<table\b.*?</table>", body, flags=re.S | re.I):
