@@ -650,3 +650,40 @@ def tidy_by_unit(
             tidy(part, units=given, caption=caption.format(unit=name), show=shown, **kwargs)
         )
     return Tables(tables)
+
+
+#: values spanning at least this ratio (two decades) are drawn on a log axis
+LOG_SPAN = 100.0
+
+
+def axis_scale(values: Sequence[float], unit: str | None) -> tuple[float, str | None]:
+    """How a chart draws ``values`` given in ``unit`` so that its axis reads like the tables:
+    ``(factor, shown unit)``; a time in the SI unit that reads best (seconds of 0.02 are drawn
+    as 20 ms), a fraction (``%``) in percent, any other unit as it is.
+
+    Example:
+        >>> axis_scale([0.012, 0.02], "s"), axis_scale([0.1], "%"), axis_scale([1900.0], COST_UNITS)
+        ((1000.0, 'ms'), (100.0, '%'), (1.0, 'cost units'))
+    """
+    if unit in TIME_UNITS:
+        shown = time_unit_for([float(v) * TIME_UNITS[unit] for v in values if _is_number(v)])
+        return TIME_UNITS[unit] / TIME_UNITS[shown], shown
+    if unit == PERCENT:
+        return 100.0, PERCENT
+    return 1.0, unit
+
+
+def axis_type(values: Sequence[float]) -> str:
+    """``log`` when the positive ``values`` span :data:`LOG_SPAN` or more, else ``linear``.
+
+    Example:
+        >>> axis_type([0.5, 80.0]), axis_type([2.0, 3.0, None])
+        ('log', 'linear')
+    """
+    vals = [abs(float(v)) for v in values if _is_number(v) and math.isfinite(float(v)) and v]
+    return "log" if vals and max(vals) / min(vals) >= LOG_SPAN else "linear"
+
+
+def axis_title(name: str, unit: str | None) -> str:
+    """An axis title with its unit, as a table header says it: ``makespan (ms)``."""
+    return _header(name, unit) if unit else name
