@@ -39,7 +39,7 @@ CODE_VERSION_NOTE = (
 #: columns as ``makespan / reference - 1`` (positive: above)
 SIGNS = "below"
 #: columns that older records wrote as ``makespan / reference - 1``
-ABOVE_COLUMNS = re.compile(r"^(?:.*_)?vs_(?:heft|cp_rollout|best_known)$")
+ABOVE_COLUMNS = re.compile(r"^(?:.*_)?vs_(?:heft|cp_rollout|best_known|best_baseline)$")
 #: the names of makespan columns (and their spreads) in the benchmarks' tables: in their row's unit
 MAKESPAN_COLUMNS = frozenset(
     "makespan std best lower_bound cp heft greedy general general_std policy clustering "
@@ -276,7 +276,8 @@ def render_markdown(record: Mapping[str, Any]) -> str:
         notes = [_turned_note(n) for n in notes]
         notes.append(
             "Relative columns say how far below the named reference a makespan is (positive: "
-            "better); this record was written with vs_heft, vs_cp_rollout and vs_best_known as "
+            "better); this record was written with vs_heft, vs_cp_rollout, vs_best_known and "
+            "vs_best_baseline as "
             "makespan / reference - 1, turned on this page."
         )
     if notes:

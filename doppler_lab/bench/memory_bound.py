@@ -318,7 +318,7 @@ def compare_placers(
     best = best_baseline(rows)
     for r in rows:
         ms = r["makespan_s"]
-        r["vs_best_baseline"] = ms / best[1] - 1.0 if (best and ms is not None) else None
+        r["vs_best_baseline"] = 1.0 - ms / best[1] if (best and ms is not None) else None
     return rows, placements
 
 
@@ -617,7 +617,8 @@ def run(out_dir: Path, quick: bool = False, progress: bool = True) -> dict[str, 
         + ("" if len(bound) == len(case_rows) else "; the others are NOT memory-bound"),
         f"Makespans: {SEMANTICS} semantics, no noise, seed 0 for every placer; fits = every "
         "device's simulated peak within its cap; peak_gb = the peak per device (GB); "
-        "vs_best_baseline = makespan / the best of m-ETF, m-SCT and pipeline that fits - 1; "
+        "vs_best_baseline = 1 - makespan / the best of m-ETF, m-SCT and pipeline that fits "
+        "(> 0: below it); "
         "runtime_s = the place call (doppler warmed up once before the first case).",
         f"local-search and doppler-budget: {budget} simulator calls; doppler: the shipped "
         "general policy, greedy + 16 samples with its proposals: the clustering (graphs of at "

@@ -72,8 +72,8 @@ def infer_unit(name: str) -> str | None:
     and ``seconds`` are times, ``vs_*`` / ``*_vs_*`` relative differences (``%``); else None.
 
     Example:
-        >>> [infer_unit(n) for n in ("train_s", "inference_us_per_node", "vs_cp", "nodes")]
-        ['s', 'us', '%', None]
+        >>> [infer_unit(n) for n in ("train_s", "inference_us_per_node", "vs_cp", "nodes", "speedup_vs_single")]
+        ['s', 'us', '%', None, 'x']
     """
     n = str(name).lower()
     if n in ("seconds", "s"):
@@ -85,6 +85,8 @@ def infer_unit(name: str) -> str | None:
     if (m := _TIME_NAME.match(n)) and (m.group("per") or not m.group("tail")):
         unit = m.group("unit")
         return "s" if unit == "seconds" else unit
+    if n.startswith(("speedup_", "ratio_")) and "_vs_" in n:  # speedup_vs_single: a ratio
+        return RATIO
     if n.startswith("vs_") or "_vs_" in n:
         return PERCENT
     return None
