@@ -909,7 +909,9 @@ def write_index(
         f"{len(results)} notebooks: {ok} ok, {bad} failed, {len(results) - ok - bad} not run"
     )
     if command:
-        sub.append(f"`{command}`")
+        from .notebook_runs import without_machine_paths
+
+        sub.append(f"`{without_machine_paths(command, out)}`")
     report = HtmlReport("doppler_lab: experiment reports", subtitle=" · ".join(sub), toc=False)
     report.html(_INDEX_CSS)
     from ..viz.html import QUICK_NOTE, banner_html

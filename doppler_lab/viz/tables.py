@@ -266,6 +266,20 @@ def _format_column(
     return _Column(name, header, [cell(v) for v in values], numeric)
 
 
+def _distinct_headers(cols: list[_Column]) -> list[_Column]:
+    """Columns whose headers would repeat another's once a time suffix is dropped
+    (``greedy_ms`` beside ``greedy``, both in ms) say what they time: ``greedy time (ms)``."""
+    headers = [c.header for c in cols]
+    out = []
+    for c in cols:
+        m = _TIME_NAME.match(c.name.lower())
+        if headers.count(c.header) > 1 and m and m.group("base") and c.header != c.name:
+            base = c.name[: len(m.group("base"))]
+            c = dataclasses.replace(c, header=c.header.replace(base, f"{base} time", 1))
+        out.append(c)
+    return out
+
+
 def _frame_of(data: Any, key: str = "quantity") -> pd.DataFrame:
     if isinstance(data, pd.DataFrame):
         frame = data
@@ -467,6 +481,7 @@ def tidy(
         i = names.index(key)
         labels = [_quantity_label(q, units) for q in frame[key].tolist()]
         cols[i] = dataclasses.replace(cols[i], cells=labels)
+    cols = _distinct_headers(cols)
     by_name = {c.name: c.header for c in cols}
     if show:
         shown = [by_name[c] for c in show]

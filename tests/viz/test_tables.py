@@ -158,3 +158,12 @@ def test_a_quantity_shown_in_ms_is_not_named_in_seconds():
     t = tidy({"best_baseline_s": 0.0123, "cases": 4, "train_s_per_step": 0.5})
     assert t.frame["quantity"].tolist() == ["best_baseline", "cases", "train_s_per_step"]
     assert t.frame["value"].tolist()[0] == "12.3 ms"
+
+
+def test_a_column_name_is_never_repeated_once_its_unit_is_dropped():
+    """``greedy`` (a makespan) and ``greedy_ms`` (the wall time of placing it) both in ms."""
+    t = tidy([{"greedy": 0.0123, "greedy_ms": 4.5, "cp_rollout": 0.02, "cp_rollout_s": 0.5}],
+             units={"greedy": "s", "cp_rollout": "s"})  # fmt: skip
+    assert list(t.frame.columns) == [
+        "greedy (ms)", "greedy time (ms)", "cp_rollout (ms)", "cp_rollout time (ms)"
+    ]  # fmt: skip
