@@ -120,6 +120,30 @@ def test_graph_json_round_trip(tmp_path):
     assert p2.time_scale == paper.time_scale
 
 
+def test_a_graph_knows_its_time_unit_and_saves_it(tmp_path):
+    """Makespans carry their unit from the graph: seconds for generated and imported graphs,
+    cost units for the paper's graphs and random DAGs; saved in JSON, old files get the unit
+    their provenance implies."""
+    from doppler_lab.house.errors import GraphError
+    from doppler_lab.ir.graph import COST_UNITS, DataflowGraph
+    from doppler_lab.workloads.random_dag import random_dag
+
+    g, paper, dag = executable_graph(), read_paper_graph(_write(tmp_path, GOOD)), random_dag(12)
+    assert (g.time_unit, paper.time_unit, dag.time_unit) == ("s", COST_UNITS, COST_UNITS)
+    assert paper.with_costs(paper.compute_cost, paper.edge_cost).time_unit == COST_UNITS
+    for graph in (g, paper, dag):
+        doc = graph_to_dict(graph)
+        assert doc["time_unit"] == graph.time_unit
+        assert load_graph(save_graph(graph, tmp_path / "x.json")).time_unit == graph.time_unit
+        del doc["time_unit"]  # a file written before graphs carried a unit
+        assert graph_from_dict(doc).time_unit == graph.time_unit
+    doc = graph_to_dict(g) | {"time_unit": "ms"}
+    with pytest.raises(FormatError, match="time_unit 'ms'; expected one of"):
+        graph_from_dict(doc, "g.json")
+    with pytest.raises(GraphError, match="time_unit 'hours'"):
+        DataflowGraph(("a",), [5], [1.0], [1.0], [], [], time_unit="hours")
+
+
 def test_json_errors(tmp_path):
     p = tmp_path / "g.json"
     p.write_text("{bad json")

@@ -491,3 +491,39 @@ def test_widgets_are_drawn_static_without_a_manager():
     assert first == {"text/html": "<b>static</b>", "text/plain": "x"}
     assert bare == {"text/html": WIDGET_NOTE}
     assert bar == {"text/plain": "100%| 4/4"}  # a progress bar keeps its text
+
+
+def test_pages_built_from_an_older_version_say_so(notebooks, tmp_path, monkeypatch):
+    """A page kept from a build with other code carries a visible mark (put in when the page is
+    drawn: the pages are static HTML); ``report --refresh`` draws the marks anew, running
+    nothing."""
+    from test_pages import page_problems
+
+    from doppler_lab.house.codeversion import code_version
+
+    out = tmp_path / "site"
+    build_site(out, only=["01"], notebooks_dir=notebooks, progress=False)
+    now, later = code_version(), "f" * 12
+    page = out / "01_works" / "01_works.html"
+    assert "older version" not in page.read_text()
+    assert "older version" not in (out / "index.html").read_text()
+    assert page_problems(page, out) == [] and page_problems(out / "index.html", out) == []
+    monkeypatch.setattr("doppler_lab.house.codeversion.code_version", lambda: later)
+    build_site(out, only=["00"], notebooks_dir=notebooks, keep_going=True, progress=False)
+    mark = f"built from an older version ({now}; code is now {later})"
+    assert mark in page.read_text()  # the kept page, drawn anew with its mark
+    index = (out / "index.html").read_text()
+    assert mark in index and "1 of 2 pages built from an older version" in index
+    assert "doppler-lab report --only 01" in index
+    monkeypatch.undo()  # the code is back at the page's version: --refresh takes the mark off
+    args = ["report", "--notebooks", str(notebooks), "--out", str(out), "--no-progress"]
+    assert main([*args, "--refresh"]) == 0
+    assert "older version" not in page.read_text()
+    assert (
+        f"built from an older version ({later}; code is now {now})"
+        in (out / "index.html").read_text()
+    )  # 00 ran with the other code
+    with pytest.raises(ConfigError, match="no report site to refresh"):
+        from doppler_lab.reporting.site import refresh_site
+
+        refresh_site(tmp_path / "none")

@@ -14,6 +14,7 @@ import numpy as np
 from ..house.deps import require
 from ..house.runners import torch_threads
 from ..train.general_policy import Task
+from ._report import row_time_unit
 from .general_config import (
     TIE_RTOL,
     GeneralBenchConfig,
@@ -90,6 +91,7 @@ def budget_rows(
     rows average the ratio to CP geometrically over the tasks)."""
     cp_of = {z["task"]: float(np.mean(z["cp"])) for z in zero}
     graph_of = {z["task"]: z["graph"] for z in zero}
+    unit_of = {z["task"]: row_time_unit(z) for z in zero}
     by: dict[tuple[str, str], dict[str, list[float]]] = {}
     for r in results:
         if r["makespans"] is not None:
@@ -102,6 +104,7 @@ def budget_rows(
             curve.append(
                 {
                     "task": task,
+                    "unit": unit_of.get(task),
                     "method": method,
                     "sim_calls": int(n),
                     "makespan": m,
@@ -131,7 +134,8 @@ def budget_rows(
         ih = by.get((task, "ils-heft"), {}).get(str(budget))
         ic = by.get((task, "ils-clustering"), {}).get(str(budget))
         dp = by.get((task, "doppler"), {}).get(str(budget))
-        row: dict[str, Any] = {"task": task, "budget": budget, "cp": cp_of.get(task)}
+        row: dict[str, Any] = {"task": task, "unit": unit_of.get(task), "budget": budget}
+        row["cp"] = cp_of.get(task)
         row["local_search"] = float(np.mean(ls)) if ls else None
         row["ils_heft"] = float(np.mean(ih)) if ih else None
         row["ils_clustering"] = float(np.mean(ic)) if ic else None
@@ -216,10 +220,10 @@ def budget_figure(curve: Sequence[Mapping[str, Any]], title: str | None = None):
 
 
 BUDGET_COLUMNS = [
-    "task", "budget", "cp", "local_search", "ils_heft", "ils_clustering", "doppler",
+    "task", "unit", "budget", "cp", "local_search", "ils_heft", "ils_clustering", "doppler",
     "doppler_vs_local_search", "result", "doppler_vs_ils_heft", "doppler_vs_ils_clustering",
     "local_search_vs_best_known", "ils_heft_vs_best_known", "ils_clustering_vs_best_known",
     "doppler_vs_best_known",
 ]  # fmt: skip
 
-CURVE_COLUMNS = ["task", "method", "sim_calls", "makespan", "std", "ratio_cp"]
+CURVE_COLUMNS = ["task", "unit", "method", "sim_calls", "makespan", "std", "ratio_cp"]

@@ -18,6 +18,7 @@ from ..house.deps import require
 from ..house.errors import ConfigError
 from ..house.runners import torch_threads
 from ..train.general_policy import Task
+from ._report import row_time_unit
 from .general_config import (
     MATCH_RTOL,
     GeneralBenchConfig,
@@ -232,6 +233,7 @@ def training_rows(
         graph = mine[0]["graph"]
         z = zero_of.get(task)
         cp = float(np.mean(z["cp"])) if z else None
+        unit = row_time_unit(z or {"task": task, "graph": graph})
         entries: list[tuple[str, list[Mapping[str, Any]]]] = [
             ("fine-tuned", [r for r in mine if r["mode"] == "finetune"]),
             (LONG_METHOD, [r for r in mine if r["mode"] == "finetune-long"]),
@@ -243,6 +245,7 @@ def training_rows(
             rows.append(
                 {
                     "task": task,
+                    "unit": unit,
                     "method": "zero-shot",
                     "episodes": 0,
                     "makespan": zm,
@@ -257,6 +260,7 @@ def training_rows(
             rows.append(
                 {
                     "task": task,
+                    "unit": unit,
                     "method": label,
                     "episodes": rs[0]["episodes"],
                     "makespan": m,
@@ -302,7 +306,7 @@ def long_comparison(training: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 TRAIN_COLUMNS = [
-    "task", "method", "episodes", "makespan", "std", "greedy", "found", "best_known",
+    "task", "unit", "method", "episodes", "makespan", "std", "greedy", "found", "best_known",
     "vs_best_known", "vs_cp", "train_s", "seeds",
 ]  # fmt: skip
 

@@ -367,4 +367,4 @@ def gmean(x: Sequence[float]) -> float:
 
 def vs_known(task_graph: str, makespan: float) -> float | None:
     known = best_known(task_graph)
-    return makespan / known - 1.0 if known else None
+    return 1.0 - makespan / known if known else None

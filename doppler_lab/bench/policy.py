@@ -402,7 +402,7 @@ def _row(
         "std": float(a.std()),
         "best": float(a.min()),
         "ratio_lb": mean / lb,
-        "vs_best_known": mean / known - 1.0 if known else None,
+        "vs_best_known": 1.0 - mean / known if known else None,
         "vs_cp": (cp - mean) / cp if cp else None,
         **extra,
     }
@@ -717,7 +717,7 @@ def run(
             "Search placers (local-search, enumerative) get the learned method's simulator calls "
             "(every training episode, Stage I included, plus the protocol's rollouts).",
             "vs_cp = (cp - makespan) / cp with cp the mean over the same seeds; vs_best_known = "
-            "makespan / YARDSTICK.md best known - 1; ratio_lb = makespan / lower bound.",
+            "1 - makespan / best known; ratio_lb = makespan / lower bound.",
             f"Runs and checkpoints: {root}",
         ],
         command="doppler-lab bench policy" + (" --quick" if quick else ""),

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..house.runners import torch_threads
 from ..train.general_policy import Task
+from ._report import row_time_unit
 from .general_config import (
     GeneralBenchConfig,
     built_task,
@@ -89,6 +90,7 @@ def _zero_shot(cfg: GeneralBenchConfig, task: Task) -> dict[str, Any]:
         "graph": yardstick_name(task),
         "cluster": task.cluster,
         "semantics": sem,
+        "unit": graph.time_unit,
         "nodes": int(graph.compute_nodes.size),
         "devices": int(cluster.num_devices),
         "lower_bound": float(sim.lower_bound()),
@@ -121,6 +123,7 @@ def zero_shot_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
             {
                 "task": r["task"],
                 "group": r["group"],
+                "unit": row_time_unit(r),
                 "nodes": r["nodes"],
                 "devices": r["devices"],
                 "cp": cp,
@@ -138,8 +141,8 @@ def zero_shot_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
                 "policy_vs_cp": (cp - pol) / cp,
                 "ratio_lb": gen / r["lower_bound"],
                 "vs_cp": (cp - gen) / cp,
-                "vs_heft": gen / r["heft"] - 1.0,
-                "vs_cp_rollout": gen / r["cp_rollout"] - 1.0,
+                "vs_heft": 1.0 - gen / r["heft"],
+                "vs_cp_rollout": 1.0 - gen / r["cp_rollout"],
                 "cp_rollout_s": r["cp_rollout_s"],
                 "best_known": best_known(r["graph"]),
                 "vs_best_known": vs_known(r["graph"], gen),
@@ -161,8 +164,8 @@ def zero_shot_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
                 "policy_vs_cp": 1.0 - gmean([r["policy"] / r["cp"] for r in rows]),
                 "ratio_lb": gmean([r["ratio_lb"] for r in rows]),
                 "vs_cp": 1.0 - gmean([r["general"] / r["cp"] for r in rows]),
-                "vs_heft": gmean([r["general"] / r["heft"] for r in rows]) - 1.0,
-                "vs_cp_rollout": gmean([r["general"] / r["cp_rollout"] for r in rows]) - 1.0,
+                "vs_heft": 1.0 - gmean([r["general"] / r["heft"] for r in rows]),
+                "vs_cp_rollout": 1.0 - gmean([r["general"] / r["cp_rollout"] for r in rows]),
                 "ms": float(np.median([r["ms"] for r in rows])),
             }
         )
@@ -170,7 +173,7 @@ def zero_shot_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
 
 
 ZERO_COLUMNS = [
-    "task", "group", "nodes", "devices", "cp", "heft", "greedy", "general", "general_std",
+    "task", "group", "unit", "nodes", "devices", "cp", "heft", "greedy", "general", "general_std",
     "vs_cp", "vs_heft", "policy", "policy_vs_cp", "clustering", "partition", "from_clustering", "from_partition", "from_fewer", "cp_rollout", "vs_cp_rollout", "cp_rollout_s", "ratio_lb", "best_known", "vs_best_known", "cp_vs_best_known", "ms",
     "greedy_ms", "ms_per_250_nodes",
 ]  # fmt: skip

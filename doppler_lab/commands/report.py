@@ -58,6 +58,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--list", action="store_true", help="list the notebooks and their quick profile")
     p.add_argument(
+        "--refresh",
+        action="store_true",
+        help="run no notebook: draw anew the index and the pages whose 'built from an older "
+        "version' marks are out of date (after the code changed)",
+    )
+    p.add_argument(
         "--render",
         metavar="NOTEBOOK",
         help="only render NOTEBOOK (one you ran, e.g. in JupyterLab) to one HTML page that draws "
@@ -74,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         notebook_info,
         quick_parameters,
         read_params_file,
+        version_mark,
     )
 
     if args.timeout < 1:
@@ -85,6 +92,13 @@ def run(args: argparse.Namespace) -> int:
             quick = quick_parameters(path)
             shown = "no quick profile" if quick is None else f"quick: {quick}"
             print(f"{path.stem:34s} {notebook_info(path).title}\n{'':34s} {shown}")
+        return 0
+    if args.refresh:
+        from ..reporting.site import refresh_site
+
+        site = refresh_site(args.out, args.notebooks, command=_command_line(args))
+        stale = [r.stem for r in site.results if r.code_version and version_mark(r)]
+        print(f"wrote {site.index}" + (f"; older version: {', '.join(stale)}" if stale else ""))
         return 0
     overrides = read_params_file(args.params_file) if args.params_file else None
     site = build_site(
@@ -117,7 +131,12 @@ def _command_line(args: argparse.Namespace) -> str:
         parts += ["--notebooks", args.notebooks]
     if args.params_file:
         parts += ["--params-file", args.params_file]
-    flags = (("--quick", args.quick), ("--keep-going", args.keep_going), ("--rerun", args.rerun))
+    flags = (
+        ("--quick", args.quick),
+        ("--keep-going", args.keep_going),
+        ("--rerun", args.rerun),
+        ("--refresh", getattr(args, "refresh", False)),
+    )
     parts += [flag for flag, on in flags if on]
     return " ".join(shlex.quote(p) for p in parts)
 

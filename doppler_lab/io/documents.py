@@ -6,6 +6,7 @@ Every JSON document is an object with ``"format"`` (``doppler_lab.ir.graph``, ``
 document::
 
     {"format": "doppler_lab.graph", "version": 1, "name": "chainmm", "time_scale": 1.0,
+     "time_unit": "s",                                     # or "cost units"
      "meta": {...},
      "nodes": [{"name": "A[0,0]", "kind": "input", "flops": 0, "out_bytes": 4096,
                 "spec": {"kind": "input", "op": "normal", "out_shape": [32, 32], ...},
@@ -54,7 +55,8 @@ from ..house.validate import (
     want_object,
     want_str,
 )
-from ..ir.graph import INPUT, KIND_CODE, NODE_KINDS, DataflowGraph, cost_graph
+from ..ir.graph import COST_UNITS, INPUT, KIND_CODE, NODE_KINDS, DataflowGraph, cost_graph
+from ..ir.graph import TIME_UNITS as GRAPH_TIME_UNITS
 from ..ir.ops import OpSpec
 from ..ir.placement import Placement
 from ..ir.trace import Trace
@@ -121,6 +123,7 @@ def graph_to_dict(graph: DataflowGraph) -> dict[str, Any]:
         "version": FORMAT_VERSION,
         "name": graph.name,
         "time_scale": graph.time_scale,
+        "time_unit": graph.time_unit,
         "meta": dict(graph.meta),
         "nodes": nodes,
         "edges": edges,
@@ -129,7 +132,17 @@ def graph_to_dict(graph: DataflowGraph) -> dict[str, Any]:
 
 #: fields of a graph document and of one node (anything else is an error: a misspelt field
 #: never falls back to a default)
-GRAPH_FIELDS = ("format", "version", "name", "time_scale", "meta", "nodes", "edges")
+GRAPH_FIELDS = ("format", "version", "name", "time_scale", "time_unit", "meta", "nodes", "edges")
+
+
+def default_time_unit(meta: Mapping[str, Any]) -> str:
+    """The time unit of a graph document written before graphs carried one: cost units for
+    the paper's graphs and random DAGs (their provenance in ``meta`` says so), else seconds."""
+    if meta.get("source") == "doppler-paper" or meta.get("generator") == "random_dag":
+        return COST_UNITS
+    return "s"
+
+
 NODE_FIELDS = ("name", "kind", "flops", "out_bytes", "spec", "cost")
 
 
@@ -263,9 +276,19 @@ def graph_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> DataflowG
             time_scale=want_number(doc.get("time_scale", 1.0), "time_scale", fail, above=0),
             name=want_str(doc.get("name", "graph"), "graph name", fail),
             meta=dict(meta),
+            time_unit=_time_unit(doc, meta, fail),
         )
     except GraphError as exc:
         raise fail(str(exc)) from None
+
+
+def _time_unit(doc: Mapping[str, Any], meta: Mapping[str, Any], fail) -> str:
+    if "time_unit" not in doc:
+        return default_time_unit(meta)
+    unit = want_str(doc["time_unit"], "time_unit", fail)
+    if unit not in GRAPH_TIME_UNITS:
+        raise fail(f"time_unit {unit!r}; expected one of {list(GRAPH_TIME_UNITS)}")
+    return unit
 
 
 def save_graph(graph: DataflowGraph, path: str | Path) -> Path:

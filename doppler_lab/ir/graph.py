@@ -10,7 +10,10 @@ node's incoming edges is the order of its operands. Costs come from the cost mod
 Input nodes are never placed or timed: their tensors are resident on every device that consumes
 them when the clock starts (the DOPPLER paper's convention; its released graphs drop them).
 Explicit costs are in raw units; ``time_scale`` converts them to reported time (the paper's
-files use ``1e-10``, so raw integer costs stay exact in the simulator).
+files use ``1e-10``, so raw integer costs stay exact in the simulator). ``time_unit`` says what
+that reported time is: seconds (``"s"``: generated and imported graphs, whose costs come from
+the cost model) or abstract :data:`COST_UNITS` (the paper's graphs and random DAGs); tables,
+chart axes and findings take a makespan's unit from it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,11 @@ from ..house.errors import GraphError
 from ..house.limits import LIMITS, MAX_EDGES, MAX_NODES
 from ..house.validate import show
 from .ops import OpSpec, broadcast_shape
+
+#: the unit of reported time of graphs with abstract costs (the paper's graphs, random DAGs)
+COST_UNITS = "cost units"
+#: the units a graph's reported time can be in
+TIME_UNITS: tuple[str, ...] = ("s", COST_UNITS)
 
 NODE_KINDS: tuple[str, ...] = (
     "input",
@@ -125,6 +133,7 @@ class DataflowGraph:
         compute_cost: explicit compute cost, ``(N,)`` or ``(N, D)``, raw units; or ``None``.
         edge_cost: explicit transfer cost per edge between different devices, raw units; or None.
         time_scale: reported time of one raw cost unit.
+        time_unit: the unit of reported time (makespans): ``"s"`` or :data:`COST_UNITS`.
         name: the graph's name.
         meta: free-form provenance (generator parameters, source file).
         tensors: values that travel with the graph (a :class:`~doppler_lab.io.stored.StoredTensors`:
@@ -144,6 +153,7 @@ class DataflowGraph:
     name: str = "graph"
     meta: Mapping[str, Any] = field(default_factory=dict)
     tensors: Any = None
+    time_unit: str = "s"
 
     # -- construction and validation --------------------------------------------------------
     def __post_init__(self) -> None:
@@ -186,6 +196,10 @@ class DataflowGraph:
             )
         for attr in ("flops", "out_bytes"):
             self._check_costs(getattr(self, attr), attr)
+        if self.time_unit not in TIME_UNITS:
+            raise GraphError(
+                f"graph {self.name!r}: time_unit {self.time_unit!r}; expected one of {TIME_UNITS}"
+            )
         if not (np.isfinite(self.time_scale) and self.time_scale > 0):
             raise GraphError(
                 f"graph {self.name!r}: time_scale {show(self.time_scale)} must be finite and > 0"
@@ -620,6 +634,7 @@ class DataflowGraph:
             name=self.name,
             meta=self.meta,
             tensors=self.tensors,
+            time_unit=self.time_unit,
         )
 
     def __repr__(self) -> str:
@@ -638,10 +653,12 @@ def cost_graph(
     names: Sequence[str] | None = None,
     time_scale: float = 1.0,
     meta: Mapping[str, Any] | None = None,
+    time_unit: str = COST_UNITS,
 ) -> DataflowGraph:
     """A cost-only graph in the paper's style: node v computes for ``compute_cost[v]`` and its
     output costs ``comm_cost[v]`` to move to another device (every out-edge of v costs that).
     ``flops`` and ``out_bytes`` mirror the two costs so structural tools have something to read.
+    Its makespans are in abstract :data:`COST_UNITS` unless ``time_unit`` says seconds.
     """
     comp = np.asarray(compute_cost, dtype=np.float64)
     comm = np.asarray(comm_cost, dtype=np.float64)
@@ -661,6 +678,7 @@ def cost_graph(
         time_scale=time_scale,
         name=name,
         meta=meta or {},
+        time_unit=time_unit,
     )
 
 

@@ -168,7 +168,7 @@ def step_paper_graphs(ctx: DemoContext) -> None:
     def render(report) -> None:
         report.heading("The paper's graphs (paper semantics, 4 devices)")
         report.text(
-            "Makespans in the paper's units; best known from long simulated-annealing searches (YARDSTICK)."
+            "Makespans in the paper's cost units; best known from long simulated-annealing searches."
         )
         report.table(df, caption="baselines vs best known")
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..house.errors import ConfigError
 from ..house.stats import MIN_PAIRS, PairedStats, judge_claim
-from ..viz.tables import format_value, is_missing
+from ..viz.tables import COST_UNITS, format_value, is_missing
 
 __all__ = [
     "PAGES",
@@ -169,13 +169,18 @@ def judge(
     return st, text
 
 
-def _time_unit(semantics: Any) -> str | None:
-    """Makespans of generated workloads are seconds; the paper's graphs carry its cost units."""
-    return None if semantics == "paper" else "s"
+def _time_unit(s: Mapping[str, Any]) -> str:
+    """The unit of a summary's makespans: its ``time_unit`` (what the graph's ``time_unit``
+    says: seconds, or cost units for the paper's graphs and random DAGs); a summary without
+    one: cost units under the paper's semantics, else seconds."""
+    unit = s.get("time_unit")
+    if isinstance(unit, str) and unit:
+        return unit
+    return COST_UNITS if s.get("semantics") == "paper" else "s"
 
 
 def _t(v: Any, unit: str | None) -> str:
-    return format_value(v, unit) + ("" if unit else " (cost units)")
+    return format_value(v, unit)
 
 
 def _mean(xs: Iterable[Any]) -> float | None:
@@ -196,7 +201,7 @@ def _span(xs: Sequence[float], unit: str | None = None) -> str:
 # -- the pages -----------------------------------------------------------------------------------
 def quickstart(s: Mapping[str, Any]) -> Findings:
     ms = {k: v for k, v in s["makespans"].items() if not is_missing(v)}
-    unit = _time_unit(s.get("semantics"))
+    unit = _time_unit(s)
     best, worst = min(ms, key=ms.get), max(ms, key=ms.get)
     lb = s["lower_bound"]
     head = [
@@ -667,13 +672,14 @@ def scalability(s: Mapping[str, Any]) -> Findings:
 def explorer(s: Mapping[str, Any]) -> Findings:
     ms = s["makespans"]
     names = list(ms)
-    head = [_h(f"makespan, {n}", v, "s") for n, v in ms.items()]
+    unit = _time_unit(s)
+    head = [_h(f"makespan, {n}", v, unit) for n, v in ms.items()]
     text = [
         f"The question is how two placers differ on one workload. On {s['workload']} "
         f"({s['num_nodes']} nodes) on {s['cluster']} ({s['semantics']} semantics, noise "
         f"{s['noise']:g}), "
         + " and ".join(
-            f"{n} reaches {_t(v, 's')} ({s['ratio_lb'][n]:.2f}x the lower bound)"
+            f"{n} reaches {_t(v, unit)} ({s['ratio_lb'][n]:.2f}x the lower bound)"
             for n, v in ms.items()
         )  # fmt: skip
         + "."
@@ -870,7 +876,7 @@ def memory(s: Mapping[str, Any]) -> Findings:
         _verdict(
             holds,
             "a learned placer with its proposals keeps to the memory caps and places no worse "
-            "than the memory-aware baselines (issue 35)",
+            "than the memory-aware baselines",
         )
     )
     return Findings(head, " ".join(text))

@@ -195,12 +195,39 @@ def render_html(
         body = with_plotly(body)
     else:
         body = with_shared_assets(body, assets_dir, Path(html_path).parent)
+    recorded = nb.metadata.get("papermill", {}).get("parameters", {}).get("out_dir")
+    body = without_machine_paths(body, Path(executed_notebook).parent, recorded)
     body = with_back_link(body, back_link, banner, stamp)
     if title:
         body = with_title(body, f"{markdown_to_text(title)} · doppler_lab")
     from ..house.atomic import atomic_write
 
     return atomic_write(html_path, body)
+
+
+def without_machine_paths(
+    text: str, out_dir: str | os.PathLike, recorded: str | None = None
+) -> str:
+    """``text`` (a page) without the paths of the machine that built it: the run's folder
+    ``out_dir`` (papermill passes it absolute, and the parameters cell shows it) by its name,
+    and so the folder the run ``recorded`` (where a site moved from), paths in the repository
+    relative to it, the home folder as ``~``.
+
+    Example:
+        >>> without_machine_paths('out_dir = "/srv/x/site/00_q"; /srv/x/site/00_q/a.csv', "/srv/x/site/00_q")
+        'out_dir = "00_q"; 00_q/a.csv'
+    """
+    folder = Path(out_dir).absolute()
+    swaps = [(str(folder), folder.name)]
+    if isinstance(recorded, str) and Path(recorded).is_absolute() and len(recorded) > 1:
+        swaps.append((recorded.rstrip("/"), Path(recorded).name))
+    swaps += [(str(REPO_ROOT) + os.sep, ""), (str(REPO_ROOT), ".")]
+    home = str(Path.home())
+    if len(home) > 1:
+        swaps.append((home + os.sep, "~/"))
+    for path, shown in swaps:
+        text = text.replace(path, shown)
+    return text
 
 
 #: nbconvert's ``lab`` page without what it fetches from CDNs: require.js, MathJax and

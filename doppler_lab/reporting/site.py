@@ -15,7 +15,12 @@ writes into the site folder (``reports/site``, the copy kept in git; ``reports/q
     <notebook>/summary.json     what the notebook recorded
 
 Every page and the index carry the code version
-(:func:`~doppler_lab.house.codeversion.code_version`) that made their numbers. A notebook is
+(:func:`~doppler_lab.house.codeversion.code_version`) that made their numbers, and a page whose
+version differs from the package's carries a visible mark, "built from an older version (X;
+code is now Y)" (:func:`version_mark`). The pages are static HTML, so the mark is put in when a
+page is drawn: a build draws anew every page it keeps from an earlier build whose mark was drawn
+against another code version, and ``refresh`` (``doppler-lab report --refresh``) does only that,
+with the index, without running a notebook. A notebook is
 executed again only when its code version, its source or its parameters differ from the run the
 site folder holds (else that run is reused and its page drawn anew); ``rerun`` (``--rerun``)
 executes it anyway.
@@ -272,6 +277,8 @@ class NotebookResult:
         notebook_digest: the digest of the notebook's cells it ran (:func:`notebook_digest`).
         reused: this build reused the run (same code version, notebook and parameters) and
             drew its page anew.
+        drawn_with: the package's code version when the page was last drawn (its
+            :func:`version_mark` is true of that version).
     """
 
     stem: str
@@ -290,6 +297,7 @@ class NotebookResult:
     code_version: str | None = None
     notebook_digest: str | None = None
     reused: bool = False
+    drawn_with: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -384,22 +392,39 @@ def run_one(
 def draw_page(result: NotebookResult, info: NotebookInfo, out_dir: Path) -> None:
     """Render ``result``'s executed notebook to its page (plotly.js from the site's assets,
     the quick banner, the code version); a failure to render is recorded in ``result``."""
+    from ..house.codeversion import code_version
+
     folder = out_dir / info.stem
     page = folder / f"{info.stem}.html"
+    banners = [_quick_banner() if result.profile == "quick" else None, version_mark(result)]
     try:
         render_html(
             folder / info.path.name,
             page,
             back_link="../index.html",
             title=info.title,
-            banner=_quick_banner() if result.profile == "quick" else None,
+            banner=" · ".join(b for b in banners if b) or None,
             assets_dir=out_dir / ASSETS,
             stamp=page_stamp(result),
         )
         result.page = page.relative_to(out_dir).as_posix()
+        result.drawn_with = code_version()
     except Exception as exc:  # e.g. a corrupt partial notebook
         result.status = "failed"
         result.error = (result.error + "; " if result.error else "") + _error_line(exc)
+
+
+def version_mark(result: NotebookResult) -> str | None:
+    """The mark of a page built from other code than the package's now: ``built from an older
+    version (X; code is now Y)``; None when the versions agree or nothing ran."""
+    from ..house.codeversion import code_version
+
+    now = code_version()
+    if result.status == "not run" or result.code_version == now:
+        return None
+    return (
+        f"built from an older version ({result.code_version or 'not recorded'}; code is now {now})"
+    )
 
 
 def page_stamp(result: NotebookResult) -> str:
@@ -546,18 +571,48 @@ def _merge(
         stem = path.stem
         if stem in fresh:
             results.append(fresh[stem])
-        elif (
+            continue
+        if (
             stem in earlier
             and earlier[stem].status != "not run"
             and (earlier[stem].page is None or (out / earlier[stem].page).exists())
         ):
-            results.append(earlier[stem])
+            kept: NotebookResult | None = earlier[stem]
         else:
+            kept = recovered_result(out, notebook_info(path))
+        if kept is None:
             info = notebook_info(path)
-            results.append(
-                recovered_result(out, info) or NotebookResult(stem, info.title, info.question)
-            )
+            results.append(NotebookResult(stem, info.title, info.question))
+            continue
+        redraw_if_stale(kept, path, out)
+        results.append(kept)
     return results
+
+
+def redraw_if_stale(result: NotebookResult, path: Path, out_dir: Path) -> bool:
+    """Draw a kept page anew (from its executed copy) when its :func:`version_mark` was drawn
+    against another code version than the package's now; returns whether it was drawn."""
+    from ..house.codeversion import code_version
+
+    info = notebook_info(path)
+    if result.drawn_with == code_version() or not (out_dir / info.stem / path.name).exists():
+        return False
+    draw_page(result, info, out_dir)
+    return True
+
+
+def refresh_site(
+    out_dir: str | os.PathLike | None = None,
+    notebooks_dir: str | os.PathLike | None = None,
+    command: str | None = None,
+) -> Site:
+    """Draw the site's pages whose version marks are out of date, and its index, anew from
+    the runs the site folder holds, running no notebook (``doppler-lab report --refresh``)."""
+    out = Path(out_dir if out_dir is not None else DEFAULT_SITE).resolve()
+    if not (out / "site.json").exists():
+        raise ConfigError(f"{out_dir or DEFAULT_SITE}: no report site to refresh (no site.json)")
+    results = _merge(out, {}, notebooks_dir)
+    return Site(out, write_index(out, results, command=command), results, [])
 
 
 def _headline(summary: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
@@ -754,6 +809,8 @@ def _section(r: NotebookResult) -> str:
     parts.append(f'<p class="meta">{" · ".join(meta)}</p>')
     if r.profile == "quick" and r.status != "not run":
         parts.append(f"<p>{banner_html('quick profile: smoke-test sizes')}</p>")
+    if mark := version_mark(r):
+        parts.append(f"<p>{banner_html(mark)}</p>")
     if r.question:
         parts.append(markdown_to_html(r.question))
     if r.error:
@@ -852,13 +909,26 @@ def write_index(
         f"{len(results)} notebooks: {ok} ok, {bad} failed, {len(results) - ok - bad} not run"
     )
     if command:
-        sub.append(f"`{command}`")
+        from .notebook_runs import without_machine_paths
+
+        sub.append(f"`{without_machine_paths(command, out)}`")
     report = HtmlReport("doppler_lab: experiment reports", subtitle=" · ".join(sub), toc=False)
     report.html(_INDEX_CSS)
-    if any(r.profile == "quick" and r.status != "not run" for r in results):
-        from ..viz.html import QUICK_NOTE, banner_html
+    from ..viz.html import QUICK_NOTE, banner_html
 
+    if any(r.profile == "quick" and r.status != "not run" for r in results):
         report.html(f"<p>{banner_html(QUICK_NOTE)}</p>")
+    stale = [r.stem for r in results if version_mark(r)]
+    if stale:
+        from ..house.codeversion import code_version
+
+        report.html(
+            f"<p>{banner_html(f'{len(stale)} of {len(results)} pages built from an older version (code is now `{code_version()}`)')}</p>"
+        )
+        report.text(
+            f"Pages built from an older version show numbers of other code: run them again "
+            f"with `doppler-lab report --only {' '.join(s.partition('_')[0] for s in stale)}`."
+        )
     report.text(
         "Each notebook asks one question about learned device placement (DOPPLER) and answers it "
         "with the package; it was executed headlessly and rendered with its charts live. "

@@ -135,6 +135,7 @@ def learning_curves(
     band: Band = "std",
     show_runs: bool = True,
     title: str | None = None,
+    units: Mapping[str, str | None] | None = None,
 ) -> go.Figure:
     """Learning curves: one panel per metric, runs of a group averaged with a spread band.
 
@@ -152,6 +153,11 @@ def learning_curves(
         band: ``std`` (mean +- one standard deviation over runs), ``minmax`` or ``none``.
         show_runs: draw each run as a faint line under the mean when a series has several.
         title: figure title.
+        units: metric -> the unit of its values (``s``, ``%``, ``cost units``...), drawn as
+            the tables show them (seconds of 0.02 as 20 ms, the unit in the panel's title);
+            default: the frame's ``attrs["units"]`` (what made the curves says, e.g. the
+            graph's time unit for its costs), else what a metric's name implies. A panel
+            whose values span two decades or more has a log axis.
 
     Returns:
         A figure with one subplot per metric on a shared step axis.
@@ -171,6 +177,7 @@ def learning_curves(
                 f"the metrics frame has no numeric column besides {x!r}; columns: {list(frame.columns)}"
             )
     check_columns(frame.columns, metrics, "the metrics frame")
+    frame, panel_titles, axis_types = _scaled_metrics(frame, metrics, units, data)
     groups = list(dict.fromkeys(frame[group].astype(str))) if group else ["all runs"]
     keys = frame[group].astype(str) if group else pd.Series("all runs", index=frame.index)
     cols = 1 if len(metrics) <= 3 else 2
@@ -178,7 +185,7 @@ def learning_curves(
     fig = make_subplots(
         rows=rows,
         cols=cols,
-        subplot_titles=list(metrics),
+        subplot_titles=panel_titles,
         vertical_spacing=min(0.12, 0.5 / rows),
         horizontal_spacing=0.08,
     )
@@ -193,6 +200,7 @@ def learning_curves(
                     series, grp, series_color(g_i), band, show_runs, m_i == 0, metric, x
                 ):
                     fig.add_trace(t, row=r, col=c)
+        fig.update_yaxes(type=axis_types[m_i], row=r, col=c)
     fig.update_xaxes(matches="x", showgrid=True)
     for c in range(1, cols + 1):
         fig.update_xaxes(title=x, row=rows, col=c)
@@ -206,6 +214,35 @@ def learning_curves(
         showlegend=len(groups) > 1 or group is not None,
     )
     return fig
+
+
+def _scaled_metrics(
+    frame: pd.DataFrame,
+    metrics: Sequence[str],
+    units: Mapping[str, str | None] | None,
+    data: Any,
+) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """``frame`` with each metric in the unit its axis shows, the panels' titles (with that
+    unit) and the axes' types (log where the values span decades)."""
+    from .tables import axis_scale, axis_title, axis_type, infer_unit
+
+    if units is None:
+        sources = data.values() if isinstance(data, Mapping) else [data]
+        units = {}
+        for d in sources:
+            if isinstance(d, pd.DataFrame):
+                units = {**units, **d.attrs.get("units", {})}
+    frame = frame.copy()
+    titles, types = [], []
+    for metric in metrics:
+        unit = units[metric] if metric in units else infer_unit(metric)
+        values = pd.to_numeric(frame[metric], errors="coerce")
+        factor, shown = axis_scale(values.dropna().tolist(), unit)
+        if factor != 1.0:
+            frame[metric] = values * factor
+        titles.append(axis_title(metric, shown))
+        types.append(axis_type(pd.to_numeric(frame[metric], errors="coerce").dropna().tolist()))
+    return frame, titles, types
 
 
 def _series_traces(
@@ -288,6 +325,7 @@ def bar_compare(
     title: str | None = None,
     value_title: str | None = None,
     text_format: str = ".3g",
+    unit: str | None = None,
 ) -> go.Figure:
     """Grouped bars of a quality table: ``value`` per ``series`` (method) per ``category`` (graph).
 
@@ -306,10 +344,15 @@ def bar_compare(
         reference_label: its label.
         title, value_title: figure title and value-axis title (default: ``value``).
         text_format: d3 format of the value printed on each bar.
+        unit: the unit of ``value`` (default: what its name implies, e.g. ``seconds``):
+            drawn as the tables show it (seconds of 0.02 as 20 ms), named in the axis title;
+            a log axis where the bars span two decades or more.
 
     Returns:
         A figure with one ``go.Bar`` per series.
     """
+    from .tables import axis_scale, axis_title, axis_type, infer_unit
+
     df = _as_frame(frame)
     check_columns(df.columns, [value, category, series] + ([error] if error else []), "the table")
     cats = list(dict.fromkeys(df[category].astype(str)))
@@ -318,6 +361,8 @@ def bar_compare(
     agg = df.groupby(key, sort=False)[value].agg(["mean", "std", "count"])
     if error:
         agg["std"] = df.groupby(key, sort=False)[error].mean()
+    factor, shown = axis_scale(agg["mean"].dropna().tolist(), unit or infer_unit(value))
+    agg[["mean", "std"]] = agg[["mean", "std"]] * factor
     fig = go.Figure()
     for i, name in enumerate(names):
         rows = agg.xs(name, level=1).reindex(cats)
@@ -344,7 +389,7 @@ def bar_compare(
         )
     if reference is not None:
         fig.add_hline(
-            y=reference,
+            y=reference * factor,
             line=dict(color="#444", dash="dash", width=1),
             annotation_text=reference_label,
             annotation_position="top right",
@@ -353,7 +398,8 @@ def bar_compare(
         title=title,
         barmode="group",
         template="plotly_white",
-        yaxis_title=value_title or value,
+        yaxis_title=value_title or axis_title(value, shown),
+        yaxis_type=axis_type(agg["mean"].dropna().tolist()),
         xaxis_title=category,
         legend=dict(title=series),
         height=420,

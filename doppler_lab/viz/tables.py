@@ -9,7 +9,13 @@ the same way:
   and 1000 (``makespan`` in seconds of 0.0000488 reads ``makespan (us)`` / ``48.77``); a relative
   difference (``units={"vs_cp": "%"}``, or a column named ``vs_*`` / ``*_vs_*``) in percent;
   any other unit is only named (``{"flops": "GFLOP"}``);
-- **3-4 significant figures**, no scientific notation between 1e-4 and 1e15;
+- **3-4 significant figures**, never scientific notation: thousands separators for large
+  numbers, fixed decimals for small ones (a value that rounds to zero at
+  :data:`MAX_DECIMALS` decimals reads ``0``), and times in the SI unit that reads best;
+- **cost units**: makespans of graphs whose costs are abstract (the paper's graphs, random
+  DAGs: ``units={"makespan": COST_UNITS}``) are only named, never scaled as times;
+  :func:`tidy_by_unit` splits rows whose units differ (a ``unit`` column) into one table per
+  unit, so that every column has one unit and its header names it;
 - **integers as integers** (a column whose values are all whole numbers, even when a missing
   value made it a float column);
 - **empty cells** for NaN, None and NA;
@@ -42,7 +48,11 @@ from typing import Any
 import pandas as pd
 
 #: seconds per time unit; a time column is shown in the largest unit its typical value reaches
-TIME_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+TIME_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+#: the unit of makespans of graphs with abstract costs (the paper's graphs, random DAGs)
+COST_UNITS = "cost units"
+#: decimals shown at most: a smaller value reads 0 (never scientific notation)
+MAX_DECIMALS = 10
 PERCENT = "%"
 #: a ratio (``2.000x``)
 RATIO = "x"
@@ -53,28 +63,30 @@ MAX_ROWS = 60
 MAX_KEYS = 2
 
 _TIME_NAME = re.compile(
-    r"^(?P<base>.*?)_(?P<unit>s|ms|us|seconds)(?:_per_(?P<per>[a-z0-9]+))?(?P<tail>_\w+)?$"
+    r"^(?P<base>.*?)_(?P<unit>s|ms|us|ns|seconds)(?:_per_(?P<per>[a-z0-9]+))?(?P<tail>_\w+)?$"
 )
 
 
 def infer_unit(name: str) -> str | None:
-    """The unit a column's name implies: ``*_s`` / ``*_ms`` / ``*_us`` (also ``*_ms_per_node``)
+    """The unit a column's name implies: ``*_s`` / ``*_ms`` / ``*_us`` / ``*_ns`` (also ``*_ms_per_node``)
     and ``seconds`` are times, ``vs_*`` / ``*_vs_*`` relative differences (``%``); else None.
 
     Example:
-        >>> [infer_unit(n) for n in ("train_s", "inference_us_per_node", "vs_cp", "nodes")]
-        ['s', 'us', '%', None]
+        >>> [infer_unit(n) for n in ("train_s", "inference_us_per_node", "vs_cp", "nodes", "speedup_vs_single")]
+        ['s', 'us', '%', None, 'x']
     """
     n = str(name).lower()
     if n in ("seconds", "s"):
         return "s"
-    if n in ("ms", "us"):
+    if n in ("ms", "us", "ns"):
         return n
     if n.endswith("_per_s") or n.endswith("_per_second"):  # a rate (gflops_per_s), not a time
         return None
     if (m := _TIME_NAME.match(n)) and (m.group("per") or not m.group("tail")):
         unit = m.group("unit")
         return "s" if unit == "seconds" else unit
+    if n.startswith(("speedup_", "ratio_")) and "_vs_" in n:  # speedup_vs_single: a ratio
+        return RATIO
     if n.startswith("vs_") or "_vs_" in n:
         return PERCENT
     return None
@@ -85,7 +97,9 @@ def _header(name: str, unit: str | None) -> str:
     (us/node)``; ``vs_cp`` in %: ``vs_cp (%)``."""
     if not unit:
         return name
-    if name.lower() in ("s", "ms", "us", "seconds") and unit in TIME_UNITS:  # named by its unit
+    if (
+        name.lower() in ("s", "ms", "us", "ns", "seconds") and unit in TIME_UNITS
+    ):  # named by its unit
         return name if name.lower() == unit else f"time ({unit})"
     m = _TIME_NAME.match(name.lower())
     if m and unit in TIME_UNITS and m.group("base") and (m.group("per") or not m.group("tail")):
@@ -93,6 +107,17 @@ def _header(name: str, unit: str | None) -> str:
         per = m.group("per")
         return f"{base} ({unit}/{per})" if per else f"{base} ({unit})"
     return f"{name} ({unit})"
+
+
+def _quantity_label(name: Any, units: Mapping[str, str | None]) -> str:
+    """A quantity of a two-column table without the time unit its name carries (its value
+    says the unit it is shown in): ``best_baseline_s`` -> ``best_baseline``."""
+    text = str(name)
+    unit = units[text] if text in units else infer_unit(text)
+    m = _TIME_NAME.match(text.lower())
+    if unit in TIME_UNITS and m and m.group("base") and not m.group("per") and not m.group("tail"):
+        return text[: len(m.group("base"))]
+    return text
 
 
 def is_missing(x: Any) -> bool:
@@ -118,26 +143,29 @@ def _is_number(x: Any) -> bool:
 
 
 def format_number(x: float, digits: int = DIGITS) -> str:
-    """``digits`` significant figures in fixed notation (thousands separated; whole numbers of
-    ``digits`` or more digits rounded to units), scientific only below 1e-4 or from 1e15; a
-    value with fewer significant digits (a setting such as 0.05) is not padded with zeros.
+    """``digits`` significant figures in fixed notation, never scientific (thousands separated;
+    whole numbers of ``digits`` or more digits rounded to units; at most
+    :data:`MAX_DECIMALS` decimals, so that a value below that reads ``0``); a value with fewer
+    significant digits (a setting such as 0.05) is not padded with zeros.
 
     Example:
         >>> [format_number(v) for v in (1.23456, 0.000821, 12345.6, 2.0, 3e-7, -0.5, 0.0004567891)]
-        ['1.235', '0.000821', '12,346', '2', '3.000e-07', '-0.5', '0.0004568']
+        ['1.235', '0.000821', '12,346', '2', '0.0000003', '-0.5', '0.0004568']
+        >>> format_number(2.2e-16), format_number(-4.2e15)
+        ('0', '-4,200,000,000,000,000')
     """
     v = float(x)
     if not math.isfinite(v):
         return "inf" if v > 0 else "-inf" if v < 0 else ""
     a = abs(v)
-    if a == 0:
+    if a < 0.5 * 10.0**-MAX_DECIMALS:
         return "0"
-    if a < 1e-4 or a >= 1e15:
-        return f"{v:.{max(digits - 1, 0)}e}"
-    decimals = digits - 1 - math.floor(math.log10(a))
+    decimals = min(digits - 1 - math.floor(math.log10(a)), MAX_DECIMALS)
     if decimals <= 0:
         return f"{v:,.0f}"
     text = f"{v:,.{decimals}f}"
+    if not text.strip("-0.,"):  # rounds to zero at MAX_DECIMALS decimals
+        return "0"
     if abs(float(f"{v:.{digits}g}") - v) <= 1e-9 * a:  # a short value (0.05): no padding zeros
         text = text.rstrip("0").rstrip(".")
     return text
@@ -157,7 +185,7 @@ def time_unit_for(seconds: Sequence[float]) -> str:
     if not mags:
         return "s"
     mid = mags[(len(mags) - 1) // 2]
-    return "s" if mid >= 1 else "ms" if mid >= 1e-3 else "us"
+    return "s" if mid >= 1 else "ms" if mid >= 1e-3 else "us" if mid >= 1e-6 else "ns"
 
 
 def format_value(value: Any, unit: str | None = None, digits: int = DIGITS) -> str:
@@ -236,6 +264,20 @@ def _format_column(
 
     header = _header(name, shown if (nums or unit not in TIME_UNITS) else unit)
     return _Column(name, header, [cell(v) for v in values], numeric)
+
+
+def _distinct_headers(cols: list[_Column]) -> list[_Column]:
+    """Columns whose headers would repeat another's once a time suffix is dropped
+    (``greedy_ms`` beside ``greedy``, both in ms) say what they time: ``greedy time (ms)``."""
+    headers = [c.header for c in cols]
+    out = []
+    for c in cols:
+        m = _TIME_NAME.match(c.name.lower())
+        if headers.count(c.header) > 1 and m and m.group("base") and c.header != c.name:
+            base = c.name[: len(m.group("base"))]
+            c = dataclasses.replace(c, header=c.header.replace(base, f"{base} time", 1))
+        out.append(c)
+    return out
 
 
 def _frame_of(data: Any, key: str = "quantity") -> pd.DataFrame:
@@ -435,6 +477,11 @@ def tidy(
             cols.append(_Column(name, name, cells, False))
             continue
         cols.append(_format_column(name, values, unit, digits, per_cell))
+    if per_cell and key in names:  # a value shown in ms: its quantity not named ``*_s``
+        i = names.index(key)
+        labels = [_quantity_label(q, units) for q in frame[key].tolist()]
+        cols[i] = dataclasses.replace(cols[i], cells=labels)
+    cols = _distinct_headers(cols)
     by_name = {c.name: c.header for c in cols}
     if show:
         shown = [by_name[c] for c in show]
@@ -562,3 +609,98 @@ def tidy_by(
             )
         )
     return Tables(tables)
+
+
+#: how :func:`tidy_by_unit` names each unit in its tables' captions
+UNIT_NAMES: dict[str | None, str] = {
+    "s": "seconds",
+    COST_UNITS: "cost units (graphs with abstract costs: the paper's graphs, random DAGs)",
+}
+
+
+def tidy_by_unit(
+    data: Any,
+    columns: Sequence[str],
+    unit_column: str = "unit",
+    units: Mapping[str, str | None] | None = None,
+    caption: str = "makespans in {unit}",
+    summary_caption: str = "rows without makespans (ratios over the others)",
+    show: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> Tables:
+    """One :func:`tidy` table per unit of the rows: ``unit_column`` holds each row's unit
+    (``s`` or :data:`COST_UNITS`, what :attr:`DataflowGraph.time_unit
+    <doppler_lab.ir.graph.DataflowGraph.time_unit>` says of the row's graph; missing: a row
+    without makespans) and ``columns`` are in that unit. So every column of every table has one
+    unit and its header names it; the unit column itself is not shown.
+
+    Args:
+        data: the rows (as :func:`tidy` takes them).
+        columns: the columns in the rows' unit (makespans); absent ones are ignored.
+        unit_column: the column that gives each row's unit.
+        units: units of the other columns (as :func:`tidy` takes them).
+        caption: each table's caption, formatted with ``unit`` (from :data:`UNIT_NAMES`).
+        summary_caption: the caption of the rows without a unit.
+        show: the columns shown at first (those a part lacks are left out).
+        kwargs: passed on to :func:`tidy`.
+
+    Example:
+        >>> t = tidy_by_unit([{"g": "a", "makespan": 0.002, "unit": "s"},
+        ...                   {"g": "b", "makespan": 1900.0, "unit": COST_UNITS}], ["makespan"])
+        >>> [list(x.frame.columns) for x in t]
+        [['g', 'makespan (ms)'], ['g', 'makespan (cost units)']]
+    """
+    frame = _frame_of(data)
+    if unit_column not in frame.columns:
+        raise KeyError(
+            f"table has no column {unit_column!r} (unit_column); it has {list(frame.columns)}"
+        )
+    row_units = [None if is_missing(u) else str(u) for u in frame[unit_column].tolist()]
+    tables = []
+    for unit in dict.fromkeys(row_units):
+        part = frame[[u == unit for u in row_units]].drop(columns=[unit_column])
+        part = part.reset_index(drop=True)
+        given = {**dict(units or {}), **{c: unit for c in columns}}
+        shown = [c for c in show if c in part.columns] if show is not None else None
+        name = UNIT_NAMES.get(unit, unit)
+        tables.append(
+            tidy(part, units=given, caption=caption.format(unit=name), show=shown, **kwargs)
+        )
+    return Tables(tables)
+
+
+#: values spanning at least this ratio (two decades) are drawn on a log axis
+LOG_SPAN = 100.0
+
+
+def axis_scale(values: Sequence[float], unit: str | None) -> tuple[float, str | None]:
+    """How a chart draws ``values`` given in ``unit`` so that its axis reads like the tables:
+    ``(factor, shown unit)``; a time in the SI unit that reads best (seconds of 0.02 are drawn
+    as 20 ms), a fraction (``%``) in percent, any other unit as it is.
+
+    Example:
+        >>> axis_scale([0.012, 0.02], "s"), axis_scale([0.1], "%"), axis_scale([1900.0], COST_UNITS)
+        ((1000.0, 'ms'), (100.0, '%'), (1.0, 'cost units'))
+    """
+    if unit in TIME_UNITS:
+        shown = time_unit_for([float(v) * TIME_UNITS[unit] for v in values if _is_number(v)])
+        return TIME_UNITS[unit] / TIME_UNITS[shown], shown
+    if unit == PERCENT:
+        return 100.0, PERCENT
+    return 1.0, unit
+
+
+def axis_type(values: Sequence[float]) -> str:
+    """``log`` when the positive ``values`` span :data:`LOG_SPAN` or more, else ``linear``.
+
+    Example:
+        >>> axis_type([0.5, 80.0]), axis_type([2.0, 3.0, None])
+        ('log', 'linear')
+    """
+    vals = [abs(float(v)) for v in values if _is_number(v) and math.isfinite(float(v)) and v]
+    return "log" if vals and max(vals) / min(vals) >= LOG_SPAN else "linear"
+
+
+def axis_title(name: str, unit: str | None) -> str:
+    """An axis title with its unit, as a table header says it: ``makespan (ms)``."""
+    return _header(name, unit) if unit else name

@@ -38,13 +38,32 @@ def check_findings(summary: dict) -> None:
         assert "/" not in str(h["value"]) or "@" in str(h["value"])  # no file paths
 
 
+def check_page(executed: Path, params: dict) -> None:
+    """The page the report draws of an executed notebook reads right (doppler_lab.reporting.
+    page_checks: no scientific notation in tables, no machine paths, no internal references,
+    one unit per column): the quick site's pages, checked where the notebooks already run."""
+    from doppler_lab.house.paths import REPO_ROOT
+    from doppler_lab.reporting.notebook_runs import render_html
+    from doppler_lab.reporting.page_checks import html_problems
+
+    site = executed.parent.parent
+    page = render_html(executed, executed.with_suffix(".html"), assets_dir=site / "assets")
+    given = [v for v in params.values() if isinstance(v, str) and v.startswith("/")]
+    text = page.read_text(encoding="utf-8")
+    problems = html_problems(text, [str(executed.parent), str(REPO_ROOT)], allowed=given)
+    assert problems == [], f"{executed.name}: " + "; ".join(problems)
+
+
 @pytest.fixture
 def run_notebook(tmp_path: Path):
-    """``run_notebook("00_quickstart.ipynb", **params) -> summary dict`` (its findings checked)."""
+    """``run_notebook("00_quickstart.ipynb", **params) -> summary dict`` (its findings and its
+    rendered page checked)."""
 
     def run(name: str, **params):
-        summary = _run(NOTEBOOKS_DIR / name, tmp_path / Path(name).stem, params, timeout_s=600)
+        out = tmp_path / Path(name).stem
+        summary = _run(NOTEBOOKS_DIR / name, out, params, timeout_s=600)
         check_findings(summary)
+        check_page(out / Path(name).name, params)
         return summary
 
     return run

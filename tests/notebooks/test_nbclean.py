@@ -4,6 +4,7 @@ outputs on commit, and what is committed has none."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from doppler_lab.reporting.notebook_runs import NOTEBOOKS_DIR
 from doppler_lab.house.nbclean import clean_text
+from doppler_lab.reporting.notebook_runs import NOTEBOOKS_DIR
 
 REPO = NOTEBOOKS_DIR.parent
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
@@ -47,8 +48,15 @@ def test_not_a_notebook_is_refused():
 
 
 def _git(*args: str, cwd: Path) -> str:
+    # the filter imports the package these tests import (a relative PYTHONPATH would not)
+    pythonpath = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     return subprocess.run(
-        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+        ["git", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": pythonpath},
     ).stdout
 
 
@@ -95,3 +103,70 @@ def test_what_is_committed_has_no_outputs(path):
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     assert all(not c["outputs"] and c["execution_count"] is None for c in code)
     assert "widgets" not in nb["metadata"]
+
+
+def _small_notebook(source: str) -> str:
+    """A notebook of the house layout (a real one's metadata, markdown and parameters cell)
+    whose code cells are quick: what a kernel writes into it is what matters here."""
+    nb = json.loads(source)
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            tags = cell["metadata"].get("tags", [])
+            cell["source"] = (
+                ["seed = 0  # seed\n", "out_dir = 'x'"]
+                if "parameters" in tags
+                else ["print(1 + 1)"]
+            )
+    return clean_text(json.dumps(nb))
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+@pytest.mark.parametrize("runner", ["nbclient", "papermill"])
+def test_a_notebook_run_in_place_by_a_kernel_leaves_git_status_clean(tmp_path, runner):
+    """Run and saved in place by a real kernel (``jupyter execute --inplace``'s nbclient, or
+    papermill with the notebook as its own output), a notebook reads as unchanged to git in a
+    checkout whose filter is set as ``make venv`` sets it: ``git diff`` is empty, and once git
+    has looked at the file's content (``git add``, which stages nothing) ``git status`` is
+    clean. (Before that, git's status takes a file whose size changed for modified without
+    running the filter: a shortcut of git's that no filter can avoid.)"""
+    import nbformat
+
+    from doppler_lab.reporting.notebook_runs import _kernel_name
+
+    _git("init", "-q", cwd=tmp_path)
+    _git("config", "user.email", "t@example.invalid", cwd=tmp_path)
+    _git("config", "user.name", "t", cwd=tmp_path)
+    _git(
+        "config",
+        "filter.doppler-nbclean.clean",
+        f"{sys.executable} -m doppler_lab.house.nbclean",
+        cwd=tmp_path,
+    )
+    _git("config", "filter.doppler-nbclean.smudge", "cat", cwd=tmp_path)
+    shutil.copy(REPO / ".gitattributes", tmp_path / ".gitattributes")
+    (tmp_path / "notebooks").mkdir()
+    path = tmp_path / "notebooks" / NOTEBOOKS[0].name
+    path.write_text(_small_notebook(NOTEBOOKS[0].read_text(encoding="utf-8")), encoding="utf-8")
+    _git("add", ".", cwd=tmp_path)
+    _git("commit", "-qm", "clean", cwd=tmp_path)
+    if runner == "nbclient":
+        from nbclient import NotebookClient
+
+        nb = nbformat.read(str(path), as_version=4)
+        NotebookClient(nb, kernel_name=_kernel_name(), timeout=120).execute()
+        nbformat.write(nb, str(path))
+    else:
+        import papermill
+
+        papermill.execute_notebook(
+            str(path),
+            str(path),
+            parameters={"seed": 3},
+            kernel_name=_kernel_name(),
+            progress_bar=False,
+        )
+    ran = json.loads(path.read_text(encoding="utf-8"))
+    assert any(c.get("outputs") for c in ran["cells"])  # it did run and save its outputs
+    assert _git("diff", "--stat", cwd=tmp_path) == ""  # the run's traces are all filtered
+    _git("add", "-A", cwd=tmp_path)
+    assert _git("status", "--porcelain", cwd=tmp_path) == ""  # nothing to commit

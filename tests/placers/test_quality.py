@@ -48,9 +48,11 @@ def test_report_rows_and_protocol(tmp_path):
     if "chain_mm_112nodes" in graphs:
         chain = [r for r in rows if r["graph"] == "chain_mm_112nodes"]
         for r in chain:
+            # below the best known: positive is better, like vs_cp
             assert r["vs_best_known"] == pytest.approx(
-                r["makespan"] / YARDSTICK["chain_mm_112nodes"]["best_known"] - 1
+                1 - r["makespan"] / YARDSTICK["chain_mm_112nodes"]["best_known"]
             )
+            assert r["unit"] == "cost units"
         assert "Paper graphs" in (tmp_path / "quality.md").read_text()
 
 

@@ -102,3 +102,35 @@ def test_bar_compare_uses_a_given_error_column() -> None:
     fig = bar_compare(frame, error="sd", reference=None)
     assert [list(b.error_y.array) for b in fig.data] == [[0.02], [0.3]]
     assert not fig.layout.shapes
+
+
+def test_axes_read_in_the_tables_units():
+    """A chart of makespans in seconds draws them as the tables do (ms here), names the unit,
+    and uses a log axis where the values span decades; a graph in cost units is not scaled."""
+    import pandas as pd
+
+    from doppler_lab.viz.curves import bar_compare, learning_curves
+
+    frame = pd.DataFrame(
+        {"episode": [0, 1, 2, 0, 1, 2], "run": [0, 0, 0, 1, 1, 1],
+         "greedy_cost": [0.004, 0.003, 0.002, 0.004, 0.003, 0.002],
+         "loss": [100.0, 1.0, 0.01, 90.0, 2.0, 0.02]}
+    )  # fmt: skip
+    frame.attrs["units"] = {"greedy_cost": "s"}
+    fig = learning_curves(frame, metrics=["greedy_cost", "loss"], smoothing=0.0)
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles == ["greedy_cost (ms)", "loss"]
+    drawn = [
+        v for t in fig.data if t.yaxis == "y" and t.y is not None for v in t.y if v is not None
+    ]
+    assert max(drawn) == 4.0
+    assert fig.layout.yaxis.type == "linear" and fig.layout.yaxis2.type == "log"
+    cost = learning_curves(
+        frame, metrics=["greedy_cost"], smoothing=0.0, units={"greedy_cost": "cost units"}
+    )
+    assert [a.text for a in cost.layout.annotations] == ["greedy_cost (cost units)"]
+    bars = bar_compare(
+        pd.DataFrame({"variant": ["a", "b"], "judge": ["x", "x"], "seconds": [0.02, 0.03]}),
+        value="seconds", category="variant", series="judge", reference=None,
+    )  # fmt: skip
+    assert bars.layout.yaxis.title.text == "time (ms)" and list(bars.data[0].y) == [20.0, 30.0]

@@ -47,7 +47,7 @@ def test_significant_figures_integers_and_missing_values():
     )
     f = t.frame
     assert f["nodes"].tolist() == ["24", "", "1,200"]  # a float column of counts: integers
-    assert f["ratio"].tolist() == ["1.235", "1.234e-05", "10"]  # 4 significant figures
+    assert f["ratio"].tolist() == ["1.235", "0.00001234", "10"]  # 4 significant, never 1.2e-05
     assert f["big"].tolist() == ["123,457", "2.5", ""]
     assert f["x"].tolist() == ["", "", ""] and f["graph"].tolist() == ["a", "b", ""]
     text = repr(t)
@@ -81,7 +81,7 @@ def test_mappings_are_quantity_value_tables_formatted_per_cell():
     t = tidy({"nodes": 24.0, "makespan_s": 0.0125, "workload": "llama_block", "ok": False})
     assert t.frame.to_dict(orient="records") == [
         {"quantity": "nodes", "value": "24"},
-        {"quantity": "makespan_s", "value": "12.5 ms"},
+        {"quantity": "makespan", "value": "12.5 ms"},
         {"quantity": "workload", "value": "llama_block"},
         {"quantity": "ok", "value": "no"},
     ]
@@ -115,4 +115,55 @@ def test_bench_markdown_tables_use_the_same_formatter():
     assert lines[2] == "| a | 1.5 | 4.2 | 3 |  |"
     assert lines[3] == "| b |  |  |  |  |"
     assert markdown_table([]) == "(no rows)\n"
-    assert format_cell(float("nan")) == "" and format_cell(4.877223e-05) == "4.877e-05"
+    assert format_cell(float("nan")) == "" and format_cell(4.877223e-05) == "0.00004877"
+
+
+def test_no_scientific_notation_at_any_magnitude():
+    """Tiny and huge numbers read in fixed notation (issue: 2.78e-17 and 7.7e-05 in tables)."""
+    from doppler_lab.viz.tables import MAX_DECIMALS
+
+    for v in (2.78e-17, -2.22e-16, 7.7e-05, 3e-7, 1.5e15, 4.2e21, -9.9e-11):
+        text = format_number(v)
+        assert "e" not in text.lower(), (v, text)
+    assert format_number(2.78e-17) == "0" and format_number(-2.22e-16) == "0"
+    assert format_number(1.5e15) == "1,500,000,000,000,000"
+    assert len(format_number(1.234e-9).split(".")[1]) <= MAX_DECIMALS
+    assert format_value(4.2e-9, "s") == "4.2 ns" and format_value(-3e-17, "%") == "0 %"
+
+
+def test_cost_units_are_named_not_scaled_as_times():
+    """A makespan in the paper's cost units is never shown as ms (1,900,084 ms for 1,900 units)."""
+    from doppler_lab.viz.tables import COST_UNITS, tidy_by_unit
+
+    assert format_value(1900.084, COST_UNITS) == "1,900 cost units"
+    rows = [
+        {"task": "a", "cp": 0.0021, "vs_cp": 0.1, "unit": "s"},
+        {"task": "paper", "cp": 1900.084, "vs_cp": 0.2, "unit": COST_UNITS},
+        {"task": "b", "cp": 0.0030, "vs_cp": 0.1, "unit": "s"},
+        {"task": "mean", "cp": None, "vs_cp": 0.15, "unit": None},
+    ]
+    tables = list(tidy_by_unit(rows, ["cp"]))
+    heads = [list(t.frame.columns) for t in tables]
+    assert heads == [["task", "cp (ms)", "vs_cp (%)"], ["task", "cp (cost units)", "vs_cp (%)"],
+                     ["task", "cp", "vs_cp (%)"]]  # fmt: skip
+    assert tables[0].frame["cp (ms)"].tolist() == ["2.1", "3"]
+    assert tables[1].frame["cp (cost units)"].tolist() == ["1,900"]
+    assert "seconds" in tables[0].caption and "cost units" in tables[1].caption
+    with pytest.raises(KeyError, match="no column 'unit'"):
+        tidy_by_unit([{"cp": 1.0}], ["cp"])
+
+
+def test_a_quantity_shown_in_ms_is_not_named_in_seconds():
+    """A quantity / value table shows ``best_baseline`` = ``12.3 ms``, not ``best_baseline_s``."""
+    t = tidy({"best_baseline_s": 0.0123, "cases": 4, "train_s_per_step": 0.5})
+    assert t.frame["quantity"].tolist() == ["best_baseline", "cases", "train_s_per_step"]
+    assert t.frame["value"].tolist()[0] == "12.3 ms"
+
+
+def test_a_column_name_is_never_repeated_once_its_unit_is_dropped():
+    """``greedy`` (a makespan) and ``greedy_ms`` (the wall time of placing it) both in ms."""
+    t = tidy([{"greedy": 0.0123, "greedy_ms": 4.5, "cp_rollout": 0.02, "cp_rollout_s": 0.5}],
+             units={"greedy": "s", "cp_rollout": "s"})  # fmt: skip
+    assert list(t.frame.columns) == [
+        "greedy (ms)", "greedy time (ms)", "cp_rollout (ms)", "cp_rollout time (ms)"
+    ]  # fmt: skip

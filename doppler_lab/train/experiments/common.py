@@ -239,3 +239,13 @@ def spec_with(spec: str, **params: Any) -> str:
     from ...workloads.specs import parse_graph_spec
 
     return str(parse_graph_spec(spec).with_params(**params))
+
+
+def with_cost_units(frame: pd.DataFrame, unit: str | None) -> pd.DataFrame:
+    """``frame`` (learning curves) saying the unit of its cost columns (:data:`CURVE_METRICS`: makespans
+    of the graph trained on, in its ``time_unit``; measured ones in seconds) in
+    ``attrs["units"]``, which :func:`~doppler_lab.viz.curves.learning_curves` draws them in;
+    ``unit`` None (curves of graphs in different units) says nothing."""
+    if unit is not None:
+        frame.attrs["units"] = {c: unit for c in CURVE_METRICS if c in frame.columns}
+    return frame

@@ -28,6 +28,7 @@ from .common import (
     measure_placements,
     stage_curve,
     torch_threads,
+    with_cost_units,
 )
 
 #: variants of the stage ablation: which stages run, in order
@@ -398,7 +399,10 @@ def stage_curve_frames(ablation: StageAblation) -> tuple[pd.DataFrame, pd.DataFr
     c = ablation.curves
     sim = c[c.variant.isin(["I", "I+II", "II"]) & (c.stage != "real")]
     real = c[c.stage == "real"]
-    return sim.reset_index(drop=True), real.reset_index(drop=True)
+    return (
+        with_cost_units(sim.reset_index(drop=True), ablation.graph.time_unit),
+        with_cost_units(real.reset_index(drop=True), "s"),  # measured on the devices
+    )
 
 
 def stage_key_numbers(ablation: StageAblation) -> dict[str, Any]:

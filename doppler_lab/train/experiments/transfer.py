@@ -26,6 +26,7 @@ from .common import (
     stage_curve,
     start_point,
     torch_threads,
+    with_cost_units,
 )
 
 
@@ -362,8 +363,11 @@ def run_transfers(
     parts = table.key.str.split(" | ", regex=False)
     table.insert(0, "case", parts.str[0])
     table.insert(1, "label", parts.str[1])
+    units = {t.args[0].time_unit for t in targets}
     return TransferResult(
-        pd.concat(curves, ignore_index=True),
+        with_cost_units(
+            pd.concat(curves, ignore_index=True), units.pop() if len(units) == 1 else None
+        ),
         run_frame,
         table.drop(columns="key"),
         pd.DataFrame(matches),
