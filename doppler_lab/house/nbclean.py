@@ -66,9 +66,18 @@ def main(argv: list[str] | None = None) -> int:
     if not args:  # a git filter: stdin to stdout
         sys.stdout.write(clean_text(sys.stdin.read()))
         return 0
+    if args[0] in ("-h", "--help"):
+        print(
+            "usage: python -m doppler_lab.house.nbclean [NOTEBOOK.ipynb ...]  (none: stdin to stdout)"
+        )
+        return 0
     for name in args:
         path = Path(name)
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            print(f"nbclean: cannot read notebook {name!r}: {exc}", file=sys.stderr)
+            return 2
         cleaned = clean_text(text)
         if cleaned != text:
             from .atomic import atomic_write

@@ -170,3 +170,12 @@ def test_a_notebook_run_in_place_by_a_kernel_leaves_git_status_clean(tmp_path, r
     assert _git("diff", "--stat", cwd=tmp_path) == ""  # the run's traces are all filtered
     _git("add", "-A", cwd=tmp_path)
     assert _git("status", "--porcelain", cwd=tmp_path) == ""  # nothing to commit
+
+
+def test_the_command_names_an_unreadable_notebook_and_prints_its_usage(tmp_path, capsys):
+    from doppler_lab.house.nbclean import main
+
+    assert main([str(tmp_path / "missing.ipynb")]) == 2
+    assert "missing.ipynb" in capsys.readouterr().err
+    assert main(["--help"]) == 0
+    assert "usage:" in capsys.readouterr().out
