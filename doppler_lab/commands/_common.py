@@ -10,7 +10,6 @@ import json
 import math
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -180,11 +179,12 @@ def resolve_placement(
     if spec == "random":
         return random_placement(graph, d, np.random.default_rng(seed))
     if spec.endswith(".json"):
+        from ..house.userfiles import input_file
         from ..io.documents import load_placement
 
-        if not Path(spec).exists():
-            raise PlacementError(f"placement file {spec!r} does not exist")
-        return load_placement(spec, graph).validate(graph, d)
+        return load_placement(input_file(spec, "placement file", PlacementError), graph).validate(
+            graph, d
+        )
     try:
         from ..placers import available_placers, place, placer_options
     except ImportError:

@@ -11,6 +11,7 @@ import numpy as np
 from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError
 from ..house.progress import format_seconds, format_time, note, show_progress, timer
+from ..house.userfiles import add_force_output_argument, guard_outputs, html_page, json_document
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..ir.trace import Trace
@@ -104,6 +105,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--gantt", metavar="OUT.html", help="write an interactive Gantt chart of the median run"
     )
     p.add_argument("--trace", metavar="OUT.json", help="write the measured trace as JSON")
+    add_force_output_argument(p)
     p.add_argument(
         "--dry-run",
         action="store_true",
@@ -116,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     from ..executor.factory import make_backend
     from ..executor.torchrun import TorchrunBackend, coordinate_or_serve, under_torchrun
 
+    guard_outputs(args, {"trace": json_document("doppler_lab.trace"), "gantt": html_page})
     if not under_torchrun() or args.cluster in (
         "cpu",
         "cuda",

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..house.errors import ConfigError, WriteError
 from ..house.progress import format_time, show_progress
+from ..house.userfiles import add_force_output_argument, guard_outputs, html_page, json_document
 from ._common import (
     add_cluster_arguments,
     add_graph_argument,
@@ -101,6 +102,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--out", metavar="FILE", help="write the placement (JSON, readable by simulate --placement)"
     )
     p.add_argument("--gantt", metavar="OUT.html", help="write a Gantt chart of the simulated run")
+    add_force_output_argument(p)
 
 
 def parse_options(pairs: list[str], owner: str = "-o") -> dict[str, Any]:
@@ -147,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
     from ..timing.sim import Simulator
 
     placer_spec(args.placer)  # unknown names fail before the graph is built
+    # never over an input, nor over a file that place did not write (house/userfiles.py)
+    guard_outputs(args, {"out": json_document("doppler_lab.placement"), "gantt": html_page})
     from ..workloads.specs import graph_from_spec
 
     graph = graph_from_spec(args.graph)

@@ -45,6 +45,17 @@ MAX_SECONDS = 7 * 24 * 3600.0
 MAX_BUDGET = 10**9
 #: sigma of the simulator's lognormal duration noise
 MAX_NOISE = 10.0
+#: bytes of a document read whole (graph, cluster, placement, trace, profile JSON; paper
+#: graphs; notebooks' summaries; a run's metrics.csv)
+MAX_FILE_BYTES = 2**32
+#: bytes of a tensor file (checkpoints, stored-weight sidecars, saved programs)
+MAX_TENSOR_FILE_BYTES = 2**36
+#: operations a list-scheduling placer (heft, etf, m-sct, ...) takes on without being asked
+#: (``-o max_ops=N`` raises it; a quadratic scan would take minutes above it)
+MAX_LIST_SCHEDULE_OPS = 50_000
+#: bytes of memory a command may allocate for a model's stored weights (also checked against
+#: the memory available)
+MAX_WEIGHT_BYTES = 2**40
 #: a finite float that leaves room for sums of times (makespans, totals) to stay finite
 MAX_TIME = 1e300
 

@@ -364,11 +364,20 @@ def read_json_file(path: str | Path) -> Any:
         FormatError: the file cannot be read or is not strict JSON.
     """
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise FormatError(f"cannot read: {exc.strerror or exc}", str(p)) from None
-    return parse_json(data, str(p))
+    return parse_json(_read_bytes(p), str(p))
+
+
+def _read_bytes(p: Path) -> bytes:
+    """The bytes of ``p``: a regular file within ``MAX_FILE_BYTES``
+    (:func:`doppler_lab.house.userfiles.read_input_bytes`), else a :class:`FormatError`."""
+    from .userfiles import read_input_bytes
+
+    def fail(msg: str) -> FormatError:
+        exc = FormatError(msg)
+        exc.path = str(p)
+        return exc
+
+    return read_input_bytes(p, "file", fail=fail)
 
 
 def read_text_file(path: str | Path) -> str:
@@ -378,10 +387,7 @@ def read_text_file(path: str | Path) -> str:
         FormatError: the file cannot be read or is not UTF-8.
     """
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise FormatError(f"cannot read: {exc.strerror or exc}", str(p)) from None
+    data = _read_bytes(p)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

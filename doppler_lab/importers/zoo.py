@@ -30,7 +30,6 @@ import inspect
 import re
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +37,7 @@ from ..house.deps import require
 from ..house.errors import ConfigError
 from ..house.limits import MAX_MODEL_LAYERS, MAX_MODEL_SIZE
 from ..house.settings import check_setting, unknown_setting
+from ..house.userfiles import input_file
 from ..house.validate import one_line
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -365,9 +365,7 @@ def _check_params(name: str, params: dict[str, Any]) -> None:
 
 def _load_function(name: str) -> Callable[..., Any]:
     file, _, func = name.rpartition(":")
-    path = Path(file)
-    if not path.is_file():
-        raise ConfigError(f"model file {file!r} does not exist; expected FILE.py:FUNC")
+    path = input_file(file, "model file")
     module_name = f"doppler_lab_user_model_{abs(hash(str(path.resolve())))}"
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     if loader_spec is None or loader_spec.loader is None:
@@ -503,8 +501,7 @@ def import_model(spec: str, **options: Any) -> DataflowGraph:
                 f"{name}: a saved program takes only the import options "
                 f"({', '.join(IMPORT_OPTIONS)}), got {', '.join(params)}"
             )
-        if not Path(name).is_file():
-            raise ConfigError(f"saved program {name!r} does not exist")
+        input_file(name, "saved program", limit="MAX_TENSOR_FILE_BYTES")
         from . import from_exported
 
         return from_exported(name, name=spec.strip(), **options)

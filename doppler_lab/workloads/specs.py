@@ -379,11 +379,10 @@ def graph_from_spec(
         with trust_pt2(trust):
             return import_model(s.body, **import_options)
     if s.kind in ("json", "paper_file"):
+        from ..house.userfiles import input_file
         from ..io.documents import load_graph
 
-        if not Path(s.target).exists():
-            raise ConfigError(f"graph file {s.target!r} does not exist")
-        return load_graph(s.target)
+        return load_graph(input_file(s.target, "graph file"))
     if s.kind == "paper":
         from ..house.paths import paper_graph_path
         from ..io.documents import read_paper_graph
@@ -429,11 +428,10 @@ def cluster_from_spec(spec: str | Cluster, devices: int | None = None) -> Cluste
         raise ClusterError(f"cluster {spec!r}; expected {CLUSTER_FORMS}")
     s = spec.strip()
     if s.endswith(".json"):
+        from ..house.userfiles import input_file
         from ..io.documents import load_cluster  # a cluster JSON or a calibration profile
 
-        if not Path(s).exists():
-            raise ClusterError(f"cluster file {s!r} does not exist")
-        return load_cluster(s)
+        return load_cluster(input_file(s, "cluster file", ClusterError))
     if s == "multihost" or s.startswith("multihost:"):
         return make_cluster(s, devices)
     sized = _SIZED.match(s)

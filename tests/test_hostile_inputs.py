@@ -1,0 +1,260 @@
+"""Hostile and unlucky inputs: nothing of the user's is destroyed without consent, special
+files are refused by name, and each odd input gets one error line (doppler_lab.house.userfiles).
+
+Each case is what a user could type; each fails on the code before its fix."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import doppler_lab.house.limits
+from doppler_lab.cli import main
+from doppler_lab.house.errors import ConfigError, FormatError
+from doppler_lab.house.runfolder import MARKER_NAME
+from doppler_lab.house.userfiles import check_output, input_file, read_input_bytes
+from doppler_lab.house.validate import read_json_file
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def one_error_line(capsys, argv: list[str]) -> str:
+    """Run the CLI; it must exit 2 with one line on stderr and no traceback."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+@pytest.fixture
+def graph_json(tmp_path, capsys) -> Path:
+    path = tmp_path / "G.json"
+    assert main(["workloads", "build", "chainmm:scale=0.05", "--out", str(path)]) == 0
+    capsys.readouterr()
+    return path
+
+
+# -- 1. outputs never destroy an input or a file the command did not write -------------------------
+def test_place_out_over_its_input_graph_is_refused(graph_json, capsys):
+    before = graph_json.read_bytes()
+    err = one_error_line(
+        capsys, ["place", str(graph_json), "--placer", "cp", "--out", str(graph_json)]
+    )
+    assert f"--out {str(graph_json)!r} is the input" in err
+    assert graph_json.read_bytes() == before
+
+
+def test_simulate_trace_over_its_input_graph_is_refused_through_a_link(
+    graph_json, tmp_path, capsys
+):
+    link = tmp_path / "link.json"
+    link.symlink_to(graph_json)
+    before = graph_json.read_bytes()
+    err = one_error_line(capsys, ["simulate", str(graph_json), "--trace", str(graph_json)])
+    assert "--trace" in err and "is the input" in err
+    # a link to the input is the input too (--force never writes over an input)
+    err = one_error_line(capsys, ["simulate", str(link), "--gantt", str(graph_json), "--force"])
+    assert "is the input" in err
+    assert graph_json.read_bytes() == before
+
+
+def test_gantt_and_trace_do_not_overwrite_a_users_file(graph_json, tmp_path, capsys):
+    notes = tmp_path / "notes.html"
+    notes.write_text("my notes")
+    err = one_error_line(capsys, ["simulate", str(graph_json), "--gantt", str(notes)])
+    assert f"--gantt {str(notes)!r} exists and is not a file doppler-lab writes there" in err
+    err = one_error_line(capsys, ["simulate", str(graph_json), "--trace", str(notes)])
+    assert "--trace" in err and "--force" in err
+    assert notes.read_text() == "my notes"
+    # with consent it is replaced
+    assert main(["simulate", str(graph_json), "--gantt", str(notes), "--force"]) == 0
+    assert notes.read_text() != "my notes"
+
+
+def test_outputs_of_the_same_kind_are_replaced(graph_json, tmp_path, capsys):
+    out, page, trace = tmp_path / "p.json", tmp_path / "g.html", tmp_path / "t.json"
+    argv = ["place", str(graph_json), "--placer", "cp", "--out", str(out), "--gantt", str(page)]
+    assert main(argv) == 0
+    assert main(argv) == 0  # its own placement and page: replaced without --force
+    assert main(["simulate", str(graph_json), "--trace", str(trace)]) == 0
+    assert main(["simulate", str(graph_json), "--trace", str(trace)]) == 0
+    # a trace is not a placement: place --out does not take it
+    err = one_error_line(capsys, ["place", str(graph_json), "--placer", "cp", "--out", str(trace)])
+    assert "exists and is not a file doppler-lab writes there" in err
+
+
+def test_an_output_that_is_a_link_or_a_device_is_refused(graph_json, tmp_path, capsys):
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("keep")
+    link = tmp_path / "out.json"
+    link.symlink_to(target)
+    err = one_error_line(capsys, ["place", str(graph_json), "--placer", "cp", "--out", str(link)])
+    assert "is a symbolic link" in err
+    err = one_error_line(
+        capsys, ["place", str(graph_json), "--placer", "cp", "--gantt", "/dev/null"]
+    )
+    assert "'/dev/null' is a character device" in err
+    assert target.read_text() == "keep"
+
+
+def test_two_outputs_on_one_path_are_refused(graph_json, tmp_path, capsys):
+    same = tmp_path / "x.json"
+    err = one_error_line(
+        capsys, ["simulate", str(graph_json), "--trace", str(same), "--gantt", str(same)]
+    )
+    assert "are both" in err
+
+
+def test_import_sidecar_is_never_silently_replaced(tmp_path):
+    from doppler_lab.commands.import_ import guard_graph_outputs
+
+    out = tmp_path / "m.json"
+    sidecar = tmp_path / "m.tensors.pt"
+    sidecar.write_bytes(b"the user's own tensors")
+    args = argparse.Namespace(spec="mlp", out=str(out), force=False)
+    with pytest.raises(
+        ConfigError, match=r"--out's tensors file \(beside .*m\.json\) .*m\.tensors\.pt' exists"
+    ):
+        guard_graph_outputs(args)
+    # beside a graph that import wrote, the sidecar is that graph's: replaced
+    out.write_text(json.dumps({"format": "doppler_lab.graph", "version": 1}))
+    guard_graph_outputs(args)
+    out.write_text("{}")
+    with pytest.raises(ConfigError, match=r"--out .*m\.json' exists"):
+        guard_graph_outputs(args)
+    guard_graph_outputs(argparse.Namespace(spec="mlp", out=str(out), force=True))
+
+
+def test_import_names_its_sidecar(tmp_path, capsys):
+    out = tmp_path / "m.json"
+    argv = ["import", "mlp:layers=1,hidden=8,batch=2,weights=stored", "--out", str(out)]
+    assert main(argv) == 0
+    line = capsys.readouterr().out
+    assert "m.tensors.pt" in line
+    assert main([*argv, "--json"]) == 0  # its own graph and sidecar: replaced, and named
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["tensors_path"].endswith("m.tensors.pt")
+
+
+def test_report_out_is_a_locked_and_marked_run_folder(tmp_path, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("x")
+    err = one_error_line(capsys, ["report", "--out", str(mine), "--only", "00"])
+    assert "did not mark as its run (thesis.tex)" in err
+    link = tmp_path / "link"
+    link.symlink_to(mine)
+    err = one_error_line(capsys, ["report", "--out", str(link), "--only", "00"])
+    assert "is a symbolic link" in err
+    # a site built before the marker existed is report's own: marked, then used
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "site.json").write_text(json.dumps({"format": "doppler_lab.report_site"}))
+    err = one_error_line(capsys, ["report", "--out", str(site), "--only", "no_such_notebook"])
+    assert "no_such_notebook" in err
+    assert json.loads((site / MARKER_NAME).read_text())["command"] == "report"
+
+
+def test_report_folder_in_use_is_refused(tmp_path, capsys):
+    from doppler_lab.house.runfolder import run_folder
+
+    with run_folder(tmp_path / "site", "report"):
+        err = one_error_line(capsys, ["report", "--out", str(tmp_path / "site"), "--only", "00"])
+    assert "is in use by doppler-lab report" in err
+
+
+def test_check_output_rules(tmp_path):
+    new = tmp_path / "new.json"
+    assert check_output(new) == new
+    (tmp_path / "d").mkdir()
+    with pytest.raises(ConfigError, match="is a folder"):
+        check_output(tmp_path / "d", force=True)
+
+
+# -- 2. special files are refused by name, without being opened --------------------------------
+def test_a_fifo_as_a_graph_is_refused_without_hanging(tmp_path):
+    fifo = tmp_path / "g.json"
+    os.mkfifo(fifo)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "doppler_lab.cli", "simulate", str(fifo)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a FIFO given as a graph hangs")
+    assert proc.returncode == 2
+    assert f"graph file {str(fifo)!r} is a FIFO (named pipe); expected a regular file" in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["simulate", "place"])
+def test_a_link_to_dev_zero_is_refused(tmp_path, capsys, command):
+    link = tmp_path / "g.json"
+    link.symlink_to("/dev/zero")
+    extra = ["--placer", "cp"] if command == "place" else []
+    err = one_error_line(capsys, [command, str(link), *extra])
+    assert f"graph file {str(link)!r} is a character device; expected a regular file" in err
+
+
+def test_special_files_as_every_kind_of_input(tmp_path, graph_json, capsys):
+    zero = tmp_path / "zero.json"
+    zero.symlink_to("/dev/zero")
+    for argv, what in (
+        (["simulate", str(graph_json), "--cluster", str(zero)], "cluster file"),
+        (["simulate", str(graph_json), "--placement", str(zero)], "placement file"),
+        (
+            [
+                "place",
+                str(graph_json),
+                "--placer",
+                "doppler",
+                "--checkpoint",
+                str(tmp_path / "z.pt"),
+            ],
+            "checkpoint",
+        ),
+    ):
+        if what == "checkpoint":
+            (tmp_path / "z.pt").symlink_to("/dev/zero")
+        err = one_error_line(capsys, argv)
+        assert what in err and "is a character device" in err, err
+
+
+def test_a_socket_and_a_folder_are_named(tmp_path):
+    sock_path = tmp_path / "s.json"
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(sock_path))
+        with pytest.raises(ConfigError, match="is a socket; expected a regular file"):
+            input_file(sock_path, "graph file")
+    finally:
+        sock.close()
+    with pytest.raises(ConfigError, match="is a folder; expected a regular file"):
+        input_file(tmp_path, "graph file")
+
+
+def test_a_symlink_loop_is_not_called_missing(tmp_path, capsys):
+    loop = tmp_path / "loop.json"
+    loop.symlink_to(loop)
+    err = one_error_line(capsys, ["simulate", str(loop)])
+    assert "is a symbolic link loop" in err
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "gone.json")
+    err = one_error_line(capsys, ["simulate", str(dangling)])
+    assert "is a symbolic link to" in err and "which does not exist" in err
+
+
+def test_readers_check_the_size_limit_before_reading(tmp_path, monkeypatch, graph_json):
+    monkeypatch.setitem(doppler_lab.house.limits.LIMITS, "MAX_FILE_BYTES", 100)
+    with pytest.raises(FormatError, match=r"has [0-9,]+ bytes; the limit is 100 .*MAX_FILE_BYTES"):
+        read_json_file(graph_json)
+    # a file whose size the system does not report is cut at the limit
+    proc_file = Path("/proc/self/status")
+    if proc_file.is_file() and proc_file.stat().st_size == 0:
+        with pytest.raises(ConfigError, match="the limit is 100"):
+            read_input_bytes(proc_file)
