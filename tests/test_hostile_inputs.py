@@ -189,7 +189,9 @@ def test_a_fifo_as_a_graph_is_refused_without_hanging(tmp_path):
     except subprocess.TimeoutExpired:
         pytest.fail("a FIFO given as a graph hangs")
     assert proc.returncode == 2
-    assert f"graph file {str(fifo)!r} is a FIFO (named pipe); expected a regular file" in proc.stderr
+    assert (
+        f"graph file {str(fifo)!r} is a FIFO (named pipe); expected a regular file" in proc.stderr
+    )
 
 
 @pytest.mark.parametrize("command", ["simulate", "place"])
@@ -258,3 +260,161 @@ def test_readers_check_the_size_limit_before_reading(tmp_path, monkeypatch, grap
     if proc_file.is_file() and proc_file.stat().st_size == 0:
         with pytest.raises(ConfigError, match="the limit is 100"):
             read_input_bytes(proc_file)
+
+
+# -- 3. size and progress -----------------------------------------------------------------------
+def test_heft_finds_a_gap_without_scanning_the_whole_timeline():
+    """HEFT was quadratic: each node scanned every busy slot of each device (minutes on a
+    100,000-op chain). A node ready after the slots visits only the slots that can matter."""
+    from doppler_lab.hardware.cluster import make_cluster
+    from doppler_lab.ir.graph import GraphBuilder
+    from doppler_lab.placers.heft import InsertionTimeline
+    from doppler_lab.timing.cost_model import CostModel
+
+    b = GraphBuilder("g")
+    b.add_node("a", cost=1.0)
+    graph = b.build()
+    tl = InsertionTimeline(graph, CostModel(graph, make_cluster("uniform", 1)))
+
+    class Counted(list):
+        seen = 0
+
+        def __getitem__(self, i):
+            Counted.seen += 1
+            return super().__getitem__(i)
+
+        def __iter__(self):
+            for x in super().__iter__():
+                Counted.seen += 1
+                yield x
+
+    tl.busy[0] = Counted((2.0 * i, 2.0 * i + 1.0) for i in range(10_000))
+    assert tl.earliest_start(0, 0, ready=20_000.0) == 20_000.0
+    assert Counted.seen < 100
+    # the gaps still count: one between the slots, one at the start
+    assert tl.earliest_start(0, 0, ready=5.0) == 5.0  # [5, 6) fits between (4, 5) and (6, 7)
+    tl.busy[0] = [(0.5, 1.0), (1.2, 3.0)]
+    assert tl.earliest_start(0, 0, ready=0.0) == 3.0  # no gap of 1.0 before 3
+
+
+def test_a_quadratic_placer_refuses_a_graph_over_its_limit(monkeypatch, capsys):
+    monkeypatch.setitem(doppler_lab.house.limits.LIMITS, "MAX_QUADRATIC_PLACER_OPS", 10)
+    err = one_error_line(capsys, ["place", "chainmm", "--placer", "clustering"])
+    assert "placer 'clustering' on graph 'chainmm': 72 compute ops; the limit is 10" in err
+    assert "MAX_QUADRATIC_PLACER_OPS" in err and "heft, etf, cp" in err
+    err = one_error_line(capsys, ["simulate", "chainmm", "--placement", "m-sct"])
+    assert "placer 'm-sct'" in err
+    assert main(["place", "chainmm", "--placer", "heft", "--json"]) == 0  # no limit for heft
+
+
+def test_a_delayed_timer_is_silent_for_quick_work_and_shows_long_work(capsys, monkeypatch):
+    import doppler_lab.house.progress as progress
+
+    with progress.timer("quick", delay_s=60.0):
+        pass
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(progress, "TICK_S", 0.01)
+    import time
+
+    with progress.timer("slow", delay_s=0.05):
+        time.sleep(0.5)
+    assert "slow: " in capsys.readouterr().err
+
+
+def test_weights_none_allocates_no_large_weight():
+    import torch
+
+    from doppler_lab.importers.weights import params_on_meta
+
+    with params_on_meta():
+        big = torch.nn.Linear(65_536, 65_536, bias=False)  # 16 GiB if it were allocated
+        small = torch.empty(3)
+    assert big.weight.device.type == "meta"
+    assert small.device.type == "cpu"
+
+
+def test_weights_stored_checks_memory_before_allocating(monkeypatch, capsys):
+    import doppler_lab.importers.weights as weights
+
+    monkeypatch.setattr(weights, "available_memory_bytes", lambda: 1000.0)
+    err = one_error_line(capsys, ["import", "mlp:layers=1,hidden=64"])
+    assert "model 'mlp': its stored weights need" in err and "of memory is available" in err
+    assert "weights=none" in err
+    assert main(["import", "mlp:layers=1,hidden=64,weights=none", "--json"]) == 0
+
+
+# -- 4. a user's model code is contained -----------------------------------------------------------
+USER_MODEL = """
+import os, sys
+import torch
+print("module output")
+
+
+class Stop(BaseException):
+    pass
+
+
+class Loud(torch.nn.Module):
+    def forward(self, x):
+        print("forward output")
+        return x * 2
+
+
+def ok():
+    print("function output")
+    os.write(1, b"raw output\\n")
+    return Loud(), (torch.ones(2, 2),)
+
+
+def exit0():
+    sys.exit(0)
+
+
+def hard_exit():
+    os._exit(0)
+
+
+def interrupt():
+    raise KeyboardInterrupt
+
+
+def base():
+    raise Stop("stopped")
+"""
+
+
+@pytest.fixture
+def user_model(tmp_path) -> Path:
+    path = tmp_path / "user_model.py"
+    path.write_text(USER_MODEL)
+    return path
+
+
+def test_user_model_output_goes_to_stderr(user_model, capfd):
+    assert main(["import", f"{user_model}:ok", "--json"]) == 0
+    out, err = capfd.readouterr()
+    doc = json.loads(out)  # stdout is the JSON document alone
+    assert doc["compute_nodes"] == 1
+    for line in ("module output", "function output", "raw output", "forward output"):
+        assert line in err
+
+
+@pytest.mark.parametrize(
+    ("func", "message"),
+    [
+        ("exit0", "called sys.exit(0)"),
+        ("hard_exit", "called os._exit(0)"),
+        ("interrupt", "raised KeyboardInterrupt"),
+        ("base", "raised Stop: stopped"),
+    ],
+)
+def test_user_model_exits_become_one_error_line(user_model, capsys, func, message):
+    assert main(["import", f"{user_model}:{func}", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    # the user's own output, then one error line
+    assert err.splitlines()[-1].endswith(
+        f"{user_model}:{func} {message}; expected it to return"
+        + (" (model, example_args)" if "exit" in message else "")
+    )
+    assert os._exit.__module__ in ("posix", "nt")  # put back

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..house.errors import ConfigError, WriteError
-from ..house.progress import format_time, show_progress
+from ..house.progress import format_time, show_progress, timer
 from ..house.userfiles import add_force_output_argument, guard_outputs, html_page, json_document
 from ._common import (
     add_cluster_arguments,
@@ -145,7 +145,7 @@ def placer_arguments(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from ..io.documents import save_placement
-    from ..placers import get_placer, placer_spec
+    from ..placers import check_placer_size, get_placer, placer_spec
     from ..timing.sim import Simulator
 
     placer_spec(args.placer)  # unknown names fail before the graph is built
@@ -160,14 +160,19 @@ def run(args: argparse.Namespace) -> int:
     args.semantics = resolve_semantics(args, graph)
     opts = placer_arguments(args.placer, args)
     placer = get_placer(args.placer, **opts)
+    check_placer_size(args.placer, graph)
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
     schedule = None
-    if hasattr(placer, "schedule"):
-        schedule = placer.schedule(graph, cluster, rng)
-        placement = schedule.placement
-    else:
-        placement = placer.place(graph, cluster, rng)
+    # a placer without its own bar gets a line counting the seconds once it passes 2 s
+    ticking = show_progress(args) and "progress" not in opts
+    ops = f"{args.placer}: placing {graph.compute_nodes.size:,} ops"
+    with timer(ops, enabled=ticking, delay_s=2.0):
+        if hasattr(placer, "schedule"):
+            schedule = placer.schedule(graph, cluster, rng)
+            placement = schedule.placement
+        else:
+            placement = placer.place(graph, cluster, rng)
     runtime = time.perf_counter() - t0
     placement.validate(graph, cluster.num_devices)
     sim = Simulator(graph, cluster, args.semantics, noise=args.noise)

@@ -50,9 +50,11 @@ MAX_NOISE = 10.0
 MAX_FILE_BYTES = 2**32
 #: bytes of a tensor file (checkpoints, stored-weight sidecars, saved programs)
 MAX_TENSOR_FILE_BYTES = 2**36
-#: operations a list-scheduling placer (heft, etf, m-sct, ...) takes on without being asked
-#: (``-o max_ops=N`` raises it; a quadratic scan would take minutes above it)
-MAX_LIST_SCHEDULE_OPS = 50_000
+#: compute ops of a placer whose time grows with the square of the graph (clustering, m-sct:
+#: about a minute at the limit on 2 cores; heft, etf and cp take seconds on 100,000 ops)
+MAX_QUADRATIC_PLACER_OPS = 20_000
+#: compute ops of cp-rollout (a simulation per critical-path step: minutes at the limit)
+MAX_ROLLOUT_PLACER_OPS = 5_000
 #: bytes of memory a command may allocate for a model's stored weights (also checked against
 #: the memory available)
 MAX_WEIGHT_BYTES = 2**40
