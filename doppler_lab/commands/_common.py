@@ -140,7 +140,7 @@ def resolve_cluster(args: argparse.Namespace, graph: DataflowGraph | None = None
     devices = getattr(args, "devices", None)
     if devices is not None and devices < 1:
         raise ConfigError(f"--devices must be >= 1, got {devices}")
-    if getattr(args, "cluster", None):
+    if getattr(args, "cluster", None) is not None:  # '' is an error, not the default
         return cluster_from_spec(args.cluster, devices)
     explicit = graph is not None and graph.compute_cost is not None
     if explicit or devices is not None:

@@ -53,7 +53,7 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--threads",
-        type=int_arg(1),
+        type=int_arg(1, "MAX_THREADS"),
         metavar="N",
         help="intra-op threads per CPU device (default 1)",
     )

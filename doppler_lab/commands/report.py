@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.out if args.out is not None else QUICK_SITE if args.quick else DEFAULT_SITE
     # one build at a time, and only in a site folder (marked as report's) or a new one
     with run_folder(out, NAME, force=args.force, own=_is_site):
-        site = _build(args, out, overrides)
+        site = _build(args, args.out, overrides)
     print(f"wrote {site.index}")
     if not site.ok:
         print(f"failed or not run: {', '.join(site.failed)}", file=sys.stderr)
@@ -116,7 +116,7 @@ def _is_site(folder: Path) -> bool:
     return (folder / "site.json").is_file() and json_document(SITE_FORMAT)(folder / "site.json")
 
 
-def _build(args: argparse.Namespace, out: str | Path, overrides: Any):
+def _build(args: argparse.Namespace, out: str | None, overrides: Any):
     from ..reporting.site import build_site
 
     return build_site(

@@ -37,6 +37,8 @@ MAX_MODEL_SIZE = 1_000_000
 MAX_MP_STEPS = 64
 #: widths of a policy's layers (``hidden``, ``head_hidden``, ...) and its other sizes
 MAX_POLICY_SIZE = 16_384
+#: intra-op threads per CPU device (``execute --threads``; each is a thread of this process)
+MAX_THREADS = 256
 #: timed runs and warm-up runs of ``execute`` / ``calibrate`` / Stage III
 MAX_REPEATS = 100_000
 #: seconds of any timeout or time limit (one week)
