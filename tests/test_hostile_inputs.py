@@ -530,3 +530,14 @@ def test_a_bad_memory_cap_is_echoed_as_typed(capsys, cap):
 def test_an_empty_cluster_is_not_the_default(capsys, command):
     err = one_error_line(capsys, [command[0], "chainmm", "--cluster", "", *command[1:]])
     assert "cluster ''; expected a preset" in err
+
+
+def test_adapter_files_that_are_devices_are_refused(tmp_path):
+    from doppler_lab.search.adapter import _read_state, load_adapter
+
+    zero = tmp_path / "adapter.pt"
+    zero.symlink_to("/dev/zero")
+    with pytest.raises(ConfigError, match="adapter .* is a character device"):
+        load_adapter(zero, None, None)
+    with pytest.raises(ConfigError, match="adapt state .* is a character device"):
+        _read_state(zero, {})
