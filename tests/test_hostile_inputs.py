@@ -541,3 +541,15 @@ def test_adapter_files_that_are_devices_are_refused(tmp_path):
         load_adapter(zero, None, None)
     with pytest.raises(ConfigError, match="adapt state .* is a character device"):
         _read_state(zero, {})
+
+
+def test_a_site_index_that_is_a_device_or_not_an_object(tmp_path):
+    from doppler_lab.reporting.site import read_site
+
+    (tmp_path / "site.json").symlink_to("/dev/zero")
+    with pytest.raises(FormatError, match="is a character device"):
+        read_site(tmp_path)
+    (tmp_path / "site.json").unlink()
+    (tmp_path / "site.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="is not a report site index"):
+        read_site(tmp_path)
