@@ -197,7 +197,12 @@ def resolve_placement(
             f"or a placer: {', '.join(available_placers())}"
         )
     shown = {"progress": True} if progress and "progress" in placer_options(spec) else {}
-    return place(spec, graph, cluster, seed=seed, **shown)
+    from ..house.progress import timer
+
+    # a placer without its own bar: a line counting the seconds once it passes 2 s
+    ops = f"{spec}: placing {graph.compute_nodes.size:,} ops"
+    with timer(ops, enabled=progress and not shown, delay_s=2.0):
+        return place(spec, graph, cluster, seed=seed, **shown)
 
 
 def print_json(obj: dict[str, Any]) -> None:
