@@ -553,3 +553,17 @@ def test_a_site_index_that_is_a_device_or_not_an_object(tmp_path):
     (tmp_path / "site.json").write_text("[1, 2]")
     with pytest.raises(ConfigError, match="is not a report site index"):
         read_site(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["place", "chainmm", "--placer", "doppler", "--checkpoint", ""],
+        ["adapt", "chainmm", "--checkpoint", "", "--out", "{out}"],
+        ["train", "--graph", "chainmm", "--init", "", "--out", "{out}"],
+    ],
+)
+def test_an_empty_checkpoint_is_not_the_default(tmp_path, capsys, argv):
+    argv = [a.replace("{out}", str(tmp_path / "run")) for a in argv]
+    err = one_error_line(capsys, argv)
+    assert "is empty; expected a checkpoint file or a shipped name" in err

@@ -136,6 +136,8 @@ def placer_arguments(name: str, args: argparse.Namespace) -> dict[str, Any]:
         opts["semantics"] = args.semantics
     if "progress" in accepted and "progress" not in opts:
         opts["progress"] = show_progress(args)
+    if getattr(args, "checkpoint", None) == "":  # not the default policy
+        raise ConfigError("--checkpoint is empty; expected a checkpoint file or a shipped name")
     if getattr(args, "checkpoint", None):
         if "checkpoint" not in accepted:
             raise ConfigError(f"placer {name!r} takes no --checkpoint")

@@ -47,6 +47,10 @@ def resolve_checkpoint(spec: str | Path, family: str | None = None) -> Path:
     With ``family`` (a placer name such as ``doppler``) a bare graph name like ``llama_block``
     also finds the shipped ``doppler/llama_block``.
     """
+    if not str(spec).strip():
+        raise CheckpointError(
+            f"checkpoint {str(spec)!r} is empty; expected a checkpoint file or a shipped name"
+        )
     p = Path(spec)
     if p.suffix == ".pt" or os.path.lexists(p):
         return input_file(p, "checkpoint", CheckpointError, "MAX_TENSOR_FILE_BYTES")
