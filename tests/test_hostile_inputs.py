@@ -567,3 +567,10 @@ def test_an_empty_checkpoint_is_not_the_default(tmp_path, capsys, argv):
     argv = [a.replace("{out}", str(tmp_path / "run")) for a in argv]
     err = one_error_line(capsys, argv)
     assert "is empty; expected a checkpoint file or a shipped name" in err
+
+
+def test_a_params_file_that_is_a_link_loop(tmp_path, capsys):
+    loop = tmp_path / "params.json"
+    loop.symlink_to(loop)
+    err = one_error_line(capsys, ["report", "--params-file", str(loop), "--out", str(tmp_path)])
+    assert "is a symbolic link loop" in err
