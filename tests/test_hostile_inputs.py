@@ -574,3 +574,20 @@ def test_a_params_file_that_is_a_link_loop(tmp_path, capsys):
     loop.symlink_to(loop)
     err = one_error_line(capsys, ["report", "--params-file", str(loop), "--out", str(tmp_path)])
     assert "is a symbolic link loop" in err
+
+
+def test_render_out_never_replaces_its_notebook_or_a_users_file(tmp_path, capsys):
+    import nbformat
+
+    notebook = tmp_path / "nb.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# T")]), notebook)
+    before = notebook.read_bytes()
+    err = one_error_line(capsys, ["report", "--render", str(notebook), "--out", str(notebook)])
+    assert "is the input" in err and notebook.read_bytes() == before
+    mine = tmp_path / "mine.html"
+    mine.write_text("<html>my page</html>")
+    err = one_error_line(capsys, ["report", "--render", str(notebook), "--out", str(mine)])
+    assert "exists and is not a file doppler-lab writes there" in err
+    page = tmp_path / "page.html"
+    assert main(["report", "--render", str(notebook), "--out", str(page)]) == 0
+    assert main(["report", "--render", str(notebook), "--out", str(page)]) == 0  # its own page

@@ -159,5 +159,8 @@ def _render(args: argparse.Namespace) -> int:
     if notebook.suffix != ".ipynb" or not notebook.is_file():
         raise ConfigError(f"--render {args.render}: expected an existing .ipynb file")
     page = Path(args.out) if args.out else notebook.with_suffix(".html")
+    from ..house.userfiles import check_output, html_page
+
+    check_output(page, what="--out", inputs=[notebook], own=html_page, force=args.force)
     print(f"wrote {render_html(notebook, page, title=notebook_info(notebook).title)}")
     return 0

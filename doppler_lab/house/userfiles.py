@@ -172,14 +172,19 @@ def json_document(*formats: str) -> Own:
 HTML_GENERATOR = '<meta name="generator" content="doppler_lab.viz.HtmlReport">'
 
 
+#: the end of the title of a notebook page doppler-lab rendered (``report --render``, the site)
+RENDERED_TITLE_END = "\u00b7 doppler_lab</title>"
+
+
 def html_page(path: Path) -> bool:
-    """An :data:`Own` test: an HTML page doppler-lab wrote (its generator tag near the top)."""
+    """An :data:`Own` test: an HTML page doppler-lab wrote (its generator tag, or a rendered
+    notebook's title, near the top)."""
     try:
         with open(input_file(path), "rb") as fh:
             head = fh.read(4096)
     except (OSError, DopplerLabError):
         return False
-    return HTML_GENERATOR.encode() in head
+    return HTML_GENERATOR.encode() in head or RENDERED_TITLE_END.encode() in head
 
 
 def check_output(
