@@ -26,7 +26,7 @@ from typing import NoReturn
 from .house.errors import DopplerLabError
 from .house.progress import add_progress_argument
 from .house.trust import trust_pt2
-from .house.validate import one_line
+from .house.validate import TerminalText, one_line
 
 # order = order in --help
 COMMAND_MODULES: tuple[str, ...] = (
@@ -140,6 +140,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if sys.stdout.isatty() and not isinstance(sys.stdout, TerminalText):
+        sys.stdout = TerminalText(sys.stdout)  # names from files never drive the terminal
     parser = build_parser(_command_of(argv) or "")
     try:
         args = parser.parse_args(argv)

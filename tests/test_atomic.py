@@ -383,7 +383,7 @@ def test_cli_turns_a_failed_write_into_one_line_and_exit_2(tmp_path, monkeypatch
     out = tmp_path / "chain.json"
     out.write_text("old")
     monkeypatch.setattr(atomic.os, "replace", _fail_replace(errno.ENOSPC))
-    assert main(["workloads", "build", "chainmm", "--out", str(out)]) == 2
+    assert main(["workloads", "build", "chainmm", "--out", str(out), "--force"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and str(out) in err and "no space left" in err
     assert out.read_text() == "old"

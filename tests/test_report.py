@@ -443,6 +443,7 @@ def test_report_command_default_folders(monkeypatch, tmp_path):
         return site_module.Site(tmp_path, tmp_path / "index.html", [], [])
 
     monkeypatch.setattr(site_module, "build_site", fake)
+    monkeypatch.chdir(tmp_path)  # the command locks and marks the default folders
     assert main(["report", "--no-progress"]) == 0
     assert main(["report", "--quick", "--rerun", "--no-progress"]) == 0
     assert seen == [

@@ -10,7 +10,6 @@ import json
 import math
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -141,7 +140,7 @@ def resolve_cluster(args: argparse.Namespace, graph: DataflowGraph | None = None
     devices = getattr(args, "devices", None)
     if devices is not None and devices < 1:
         raise ConfigError(f"--devices must be >= 1, got {devices}")
-    if getattr(args, "cluster", None):
+    if getattr(args, "cluster", None) is not None:  # '' is an error, not the default
         return cluster_from_spec(args.cluster, devices)
     explicit = graph is not None and graph.compute_cost is not None
     if explicit or devices is not None:
@@ -180,11 +179,12 @@ def resolve_placement(
     if spec == "random":
         return random_placement(graph, d, np.random.default_rng(seed))
     if spec.endswith(".json"):
+        from ..house.userfiles import input_file
         from ..io.documents import load_placement
 
-        if not Path(spec).exists():
-            raise PlacementError(f"placement file {spec!r} does not exist")
-        return load_placement(spec, graph).validate(graph, d)
+        return load_placement(input_file(spec, "placement file", PlacementError), graph).validate(
+            graph, d
+        )
     try:
         from ..placers import available_placers, place, placer_options
     except ImportError:
@@ -197,7 +197,12 @@ def resolve_placement(
             f"or a placer: {', '.join(available_placers())}"
         )
     shown = {"progress": True} if progress and "progress" in placer_options(spec) else {}
-    return place(spec, graph, cluster, seed=seed, **shown)
+    from ..house.progress import timer
+
+    # a placer without its own bar: a line counting the seconds once it passes 2 s
+    ops = f"{spec}: placing {graph.compute_nodes.size:,} ops"
+    with timer(ops, enabled=progress and not shown, delay_s=2.0):
+        return place(spec, graph, cluster, seed=seed, **shown)
 
 
 def print_json(obj: dict[str, Any]) -> None:

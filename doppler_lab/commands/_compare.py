@@ -220,9 +220,11 @@ def run_compare(args: argparse.Namespace, run: Callable[[argparse.Namespace], in
             f"--out writes one placement, and --placer {args.placer!r} names {len(names)}; "
             "give one placer with --out, or use --json for all of them"
         )
+    from ..house.userfiles import guard_outputs, html_page
     from ..placers import placer_spec
     from ..workloads.specs import graph_from_spec
 
+    guard_outputs(args, {"gantt": html_page})  # never over an input or a file not ours
     graph = graph_from_spec(args.graph)  # once, for every placer
     shown = show_progress(args)
     for name in names:

@@ -23,8 +23,17 @@ def memory_cap_arg(text: str) -> float:
         return math.inf
     for unit, size in _UNITS.items():
         if t.endswith(unit) and t[: -len(unit)].strip():
-            return number_arg(above=0)(t[: -len(unit)].strip()) * size
-    return number_arg(above=0)(text)
+            try:
+                return number_arg(above=0)(t[: -len(unit)].strip()) * size
+            except argparse.ArgumentTypeError:
+                break  # the message names what was typed, not what is left of it
+    try:
+        return number_arg(above=0)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"must be a number of bytes > 0 with an optional unit (16e9, 16GB, 512MB; units "
+            f"{', '.join(u.upper() for u in _UNITS)}) or none, got {text!r}"
+        ) from None
 
 
 def add_memory_cap_argument(p: argparse.ArgumentParser) -> None:

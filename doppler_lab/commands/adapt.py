@@ -110,7 +110,9 @@ def _run(args: argparse.Namespace) -> int:
     graph = graph_from_spec(args.graph)
     cluster = resolve_cluster(args, graph)
     semantics = resolve_semantics(args, graph)
-    ckpt = resolve_checkpoint(args.checkpoint or GENERAL_CHECKPOINT, "doppler")
+    ckpt = resolve_checkpoint(
+        GENERAL_CHECKPOINT if args.checkpoint is None else args.checkpoint, "doppler"
+    )
     policy, _ = load_policy(ckpt, ("dual", "plc-only"), cluster.num_devices)
     out = Path(args.out)
     t0 = time.perf_counter()

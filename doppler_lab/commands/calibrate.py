@@ -12,6 +12,7 @@ import numpy as np
 
 from ..house.errors import ConfigError
 from ..house.progress import show_progress
+from ..house.userfiles import add_force_output_argument, guard_outputs, json_document
 from ._common import int_arg, print_json
 from .execute import add_device_arguments
 
@@ -27,6 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="where to write the profile (e.g. data/profiles/cpu2.json)",
     )
     add_device_arguments(p)
+    add_force_output_argument(p)
     p.add_argument(
         "--from",
         dest="raw",
@@ -57,11 +59,12 @@ def run(args: argparse.Namespace) -> int:
     from ..executor import make_backend
     from ..executor.profiling import calibrate
     from ..executor.torchrun import TorchrunBackend, coordinate_or_serve
-    from ..timing.calibration import Profile
+    from ..timing.calibration import PROFILE_FORMAT, Profile
 
     out = Path(args.out)
     if out.suffix != ".json":
         raise ConfigError(f"--out {args.out!r}: expected a .json file name")
+    guard_outputs(args, {"out": json_document(PROFILE_FORMAT)})
     if args.devices is not None and args.devices < 1:
         raise ConfigError(f"--devices must be >= 1, got {args.devices}")
     from ..workloads.specs import graph_from_spec

@@ -12,6 +12,7 @@ from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError
 from ..house.progress import format_seconds, format_time, note, show_progress, timer
 from ..house.stats import MIN_PAIRS
+from ..house.userfiles import add_force_output_argument, guard_outputs, html_page, json_document
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..ir.trace import Trace
@@ -53,7 +54,7 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--threads",
-        type=int_arg(1),
+        type=int_arg(1, "MAX_THREADS"),
         metavar="N",
         help="intra-op threads per CPU device (default 1)",
     )
@@ -113,6 +114,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--gantt", metavar="OUT.html", help="write an interactive Gantt chart of the median run"
     )
     p.add_argument("--trace", metavar="OUT.json", help="write the measured trace as JSON")
+    add_force_output_argument(p)
     p.add_argument(
         "--dry-run",
         action="store_true",
@@ -125,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
     from ..executor.factory import make_backend
     from ..executor.torchrun import TorchrunBackend, coordinate_or_serve, under_torchrun
 
+    guard_outputs(args, {"trace": json_document("doppler_lab.trace"), "gantt": html_page})
     if not under_torchrun() or args.cluster in (
         "cpu",
         "cuda",

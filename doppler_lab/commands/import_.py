@@ -11,6 +11,13 @@ import numpy as np
 
 from ..house.errors import ConfigError
 from ..house.progress import show_progress, timer
+from ..house.userfiles import (
+    add_force_output_argument,
+    check_output,
+    guard_outputs,
+    json_document,
+    spec_files,
+)
 from ..ir.graph import NODE_KINDS, DataflowGraph
 from ._common import int_arg, print_json
 
@@ -49,6 +56,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="keep matmul-free scope groups as nodes (default: fold them into their consumer)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_force_output_argument(p)
+
+
+def guard_graph_outputs(args: argparse.Namespace) -> None:
+    """``--out`` and its tensors sidecar (``m.json`` -> ``m.tensors.pt``) may be written: new,
+    or a graph ``import`` wrote before (its sidecar with it), or ``--force``; never an input."""
+    from ..io.stored import sidecar_path
+
+    own_graph = json_document("doppler_lab.graph")
+    guard_outputs(args, {"out": own_graph})
+    if args.out is not None:
+        check_output(
+            sidecar_path(args.out),
+            what=f"--out's tensors file (beside {args.out})",
+            inputs=spec_files(args.spec),
+            own=lambda _: own_graph(Path(args.out)),
+            force=args.force,
+        )
 
 
 def graph_report(graph: DataflowGraph) -> dict[str, Any]:
@@ -75,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out is not None and not args.out.endswith(".json"):
         raise ConfigError(f"--out {args.out!r} must name a .json file")
+    guard_graph_outputs(args)
     # torch.export and its decompositions take seconds a layer: a line counts them
     with timer(f"import {args.spec}", enabled=show_progress(args)):
         graph = graph_from_spec(
@@ -88,11 +114,17 @@ def run(args: argparse.Namespace) -> int:
         from ..io.documents import save_graph
 
         report["path"] = str(save_graph(graph, Path(args.out)))
+        if graph.tensors is not None:
+            from ..io.stored import sidecar_path
+
+            report["tensors_path"] = str(sidecar_path(args.out))
     if args.json:
         print_json(report)
         return 0
     kinds = ", ".join(f"{c} {k}" for k, c in report["nodes_by_kind"].items())
     where = f"wrote {report['path']}: " if args.out is not None else ""
+    if "tensors_path" in report:
+        where = f"wrote {report['path']} (its tensors in {report['tensors_path']}): "
     print(
         f"{where}{graph.name}: {report['nodes']} nodes ({kinds}), {report['edges']} edges, "
         f"depth {report['depth']}"

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from ..house.errors import ConfigError, WriteError
-from ..house.progress import format_time, show_progress
+from ..house.progress import format_time, show_progress, timer
+from ..house.userfiles import add_force_output_argument, guard_outputs, html_page, json_document
 from ._common import (
     add_cluster_arguments,
     add_graph_argument,
@@ -121,6 +122,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="OUT.html",
         help="write a Gantt chart of the simulated run (several placers: one chart each, one page)",
     )
+    add_force_output_argument(p)
 
 
 def parse_options(pairs: list[str], owner: str = "-o") -> dict[str, Any]:
@@ -154,6 +156,8 @@ def placer_arguments(name: str, args: argparse.Namespace) -> dict[str, Any]:
         opts["semantics"] = args.semantics
     if "progress" in accepted and "progress" not in opts:
         opts["progress"] = show_progress(args)
+    if getattr(args, "checkpoint", None) == "":  # not the default policy
+        raise ConfigError("--checkpoint is empty; expected a checkpoint file or a shipped name")
     if getattr(args, "checkpoint", None):
         if "checkpoint" not in accepted:
             raise ConfigError(f"placer {name!r} takes no --checkpoint")
@@ -163,7 +167,7 @@ def placer_arguments(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from ..io.documents import save_placement
-    from ..placers import get_placer, placer_spec
+    from ..placers import check_placer_size, get_placer, placer_spec
     from ..timing.sim import Simulator
 
     if "," in args.placer:  # several placers: this function once per placer, one table
@@ -171,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
 
         return run_compare(args, run)
     placer_spec(args.placer)  # unknown names fail before the graph is built
+    # never over an input, nor over a file that place did not write (house/userfiles.py)
+    guard_outputs(args, {"out": json_document("doppler_lab.placement"), "gantt": html_page})
     from ..workloads.specs import graph_from_spec
 
     # a comparison builds the graph once and passes it in
@@ -182,14 +188,19 @@ def run(args: argparse.Namespace) -> int:
     learned_note(args.placer, show_progress(args))
     opts = placer_arguments(args.placer, args)
     placer = get_placer(args.placer, **opts)
+    check_placer_size(args.placer, graph)
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
     schedule = None
-    if hasattr(placer, "schedule"):
-        schedule = placer.schedule(graph, cluster, rng)
-        placement = schedule.placement
-    else:
-        placement = placer.place(graph, cluster, rng)
+    # a placer without its own bar gets a line counting the seconds once it passes 2 s
+    ticking = show_progress(args) and "progress" not in opts
+    ops = f"{args.placer}: placing {graph.compute_nodes.size:,} ops"
+    with timer(ops, enabled=ticking, delay_s=2.0):
+        if hasattr(placer, "schedule"):
+            schedule = placer.schedule(graph, cluster, rng)
+            placement = schedule.placement
+        else:
+            placement = placer.place(graph, cluster, rng)
     runtime = time.perf_counter() - t0
     placement.validate(graph, cluster.num_devices)
     sim = Simulator(graph, cluster, args.semantics, noise=args.noise)

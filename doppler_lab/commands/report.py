@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from pathlib import Path
+from typing import Any
 
 from ..house.progress import show_progress
+from ..house.runfolder import add_force_argument, run_folder
 from ._common import int_arg
 
 NAME = "report"
@@ -57,6 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "the same code version, notebook cells and parameters (by default that run is reused)",
     )
     p.add_argument("--list", action="store_true", help="list the notebooks and their quick profile")
+    add_force_argument(p)
     p.add_argument(
         "--refresh",
         action="store_true",
@@ -75,7 +79,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..house.errors import ConfigError
     from ..reporting.site import (
-        build_site,
+        DEFAULT_SITE,
+        QUICK_SITE,
         find_notebooks,
         notebook_info,
         quick_parameters,
@@ -101,8 +106,35 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {site.index}" + (f"; older version: {', '.join(stale)}" if stale else ""))
         return 0
     overrides = read_params_file(args.params_file) if args.params_file else None
-    site = build_site(
-        args.out,
+    out = args.out if args.out is not None else QUICK_SITE if args.quick else DEFAULT_SITE
+    # one build at a time, and only in a site folder (marked as report's) or a new one
+    with run_folder(out, NAME, force=args.force, own=_is_site):
+        site = _build(args, args.out, overrides)
+    print(f"wrote {site.index}")
+    if not site.ok:
+        print(f"failed or not run: {', '.join(site.failed)}", file=sys.stderr)
+        if not show_progress(args):  # the progress lines that name the errors were off
+            by_stem = {r.stem: r for r in site.results}
+            for stem in site.failed:
+                if by_stem[stem].error:
+                    print(f"  {stem}: {by_stem[stem].error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _is_site(folder: Path) -> bool:
+    """Whether ``folder`` holds a report site (its ``site.json``) made before the marker."""
+    from ..house.userfiles import json_document
+    from ..reporting.site import SITE_FORMAT
+
+    return (folder / "site.json").is_file() and json_document(SITE_FORMAT)(folder / "site.json")
+
+
+def _build(args: argparse.Namespace, out: str | None, overrides: Any):
+    from ..reporting.site import build_site
+
+    return build_site(
+        out,
         only=args.only,
         parameters=overrides,
         quick=args.quick,
@@ -113,11 +145,6 @@ def run(args: argparse.Namespace) -> int:
         command=_command_line(args),
         rerun=args.rerun,
     )
-    print(f"wrote {site.index}")
-    if not site.ok:
-        print(f"failed or not run: {', '.join(site.failed)}", file=sys.stderr)
-        return 1
-    return 0
 
 
 def _command_line(args: argparse.Namespace) -> str:
@@ -143,8 +170,6 @@ def _command_line(args: argparse.Namespace) -> str:
 
 def _render(args: argparse.Namespace) -> int:
     """``--render``: one executed notebook to one page."""
-    from pathlib import Path
-
     from ..house.errors import ConfigError
     from ..reporting.notebook_runs import render_html
     from ..reporting.site import notebook_info
@@ -153,5 +178,8 @@ def _render(args: argparse.Namespace) -> int:
     if notebook.suffix != ".ipynb" or not notebook.is_file():
         raise ConfigError(f"--render {args.render}: expected an existing .ipynb file")
     page = Path(args.out) if args.out else notebook.with_suffix(".html")
+    from ..house.userfiles import check_output, html_page
+
+    check_output(page, what="--out", inputs=[notebook], own=html_page, force=args.force)
     print(f"wrote {render_html(notebook, page, title=notebook_info(notebook).title)}")
     return 0

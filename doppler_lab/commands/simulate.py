@@ -6,6 +6,7 @@ import argparse
 
 from ..house.errors import ConfigError
 from ..house.progress import format_time, show_progress
+from ..house.userfiles import add_force_output_argument, guard_outputs, html_page, json_document
 from ..timing.sim import Simulator
 from ._common import (
     add_cluster_arguments,
@@ -52,11 +53,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--gantt", metavar="OUT.html", help="write an interactive Gantt chart")
     p.add_argument("--trace", metavar="OUT.json", help="write the trace as JSON")
+    add_force_output_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.noise < 0:
         raise ConfigError(f"--noise must be >= 0, got {args.noise}")
+    guard_outputs(args, {"trace": json_document("doppler_lab.trace"), "gantt": html_page})
     from ..workloads.specs import graph_from_spec
 
     graph = graph_from_spec(args.graph)

@@ -181,7 +181,7 @@ def _run(args: argparse.Namespace) -> int:
     configs = stage_configs(args, "paper" if explicit else "wc")
     pcfg = policy_config(args)
     init = None
-    if args.init:
+    if args.init is not None:  # '' is an error, not "no warm start"
         from ..policies.pretrained import resolve_checkpoint
 
         init = resolve_checkpoint(args.init)

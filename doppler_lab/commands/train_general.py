@@ -213,7 +213,7 @@ def _train(args: argparse.Namespace) -> int:
     from ..train import general_policy as g
 
     init = None
-    if args.init:
+    if args.init is not None:  # '' is an error, not "no warm start"
         from ..policies.pretrained import resolve_checkpoint
 
         init = resolve_checkpoint(args.init)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..house.errors import ConfigError
+from ..house.userfiles import add_force_output_argument, guard_outputs, json_document
 from ._common import print_json
 
 NAME = "workloads"
@@ -38,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     bp.add_argument(
         "--out", required=True, metavar="FILE.json", help="where to write the graph (a .json file)"
     )
+    add_force_output_argument(bp)
 
 
 def _sizes(spec: str) -> dict[str, Any]:
@@ -104,4 +106,5 @@ def _build(name: str, items: list[str], out: str) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.action == "list":
         return _list(args.json)
+    guard_outputs(args, {"out": json_document("doppler_lab.graph")})
     return _build(args.name, args.param, args.out)

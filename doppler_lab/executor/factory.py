@@ -18,10 +18,10 @@ BACKENDS: tuple[str, ...] = ("cpu", "dist", "cuda", "cuda-shared", "inline", "in
 
 def cluster_from_file(path: str | Path) -> Cluster:
     """A cluster from a cluster JSON or a calibration profile JSON."""
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"cluster file {str(path)!r} does not exist")
+    from ..house.userfiles import input_file
     from ..io.documents import load_cluster
+
+    p = input_file(path, "cluster file")
 
     return load_cluster(p)  # cluster JSON or calibration profile
 

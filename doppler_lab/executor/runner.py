@@ -12,6 +12,7 @@ for backends that measure neither (``dist``, ``inline``, ``cuda-shared``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -65,10 +66,13 @@ def compare_outputs(
             return OutputCheck(False, float("inf"), graph.names[v])
         rtol, atol = TOLERANCES.get(graph.specs[v].dtype, (1e-3, 1e-4))  # type: ignore[index, union-attr]
         a, b = out.to(torch.float64), ref.to(torch.float64)
-        err = float((a - b).abs().max()) if a.numel() else 0.0
-        if not torch.allclose(
-            a, b, rtol=rtol, atol=atol * max(1.0, float(b.abs().max()) if b.numel() else 1.0)
-        ):
+        # NaN where the reference has NaN, and the same infinity, are equal values
+        same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+        diff = torch.where(same, 0.0, (a - b).abs()).nan_to_num(nan=math.inf)
+        err = float(diff.max()) if a.numel() else 0.0
+        finite = b[torch.isfinite(b)]
+        scale = max(1.0, float(finite.abs().max())) if finite.numel() else 1.0
+        if not torch.allclose(a, b, rtol=rtol, atol=atol * scale, equal_nan=True):
             ok = False
         if worst is None or err > worst_err:
             worst, worst_err = graph.names[v], err

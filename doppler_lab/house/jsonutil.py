@@ -54,7 +54,7 @@ def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
     from .validate import read_json_file
 
     p = Path(path)
-    if not p.exists():
+    if not os.path.lexists(p):  # a link loop or a dangling link: read_json_file says which
         raise ConfigError(f"{what} {str(p)!r} does not exist")
     try:
         return read_json_file(p)  # strict: no NaN, no key twice, UTF-8

@@ -37,6 +37,8 @@ MAX_MODEL_SIZE = 1_000_000
 MAX_MP_STEPS = 64
 #: widths of a policy's layers (``hidden``, ``head_hidden``, ...) and its other sizes
 MAX_POLICY_SIZE = 16_384
+#: intra-op threads per CPU device (``execute --threads``; each is a thread of this process)
+MAX_THREADS = 256
 #: timed runs and warm-up runs of ``execute`` / ``calibrate`` / Stage III
 MAX_REPEATS = 100_000
 #: seconds of any timeout or time limit (one week)
@@ -45,6 +47,19 @@ MAX_SECONDS = 7 * 24 * 3600.0
 MAX_BUDGET = 10**9
 #: sigma of the simulator's lognormal duration noise
 MAX_NOISE = 10.0
+#: bytes of a document read whole (graph, cluster, placement, trace, profile JSON; paper
+#: graphs; notebooks' summaries; a run's metrics.csv)
+MAX_FILE_BYTES = 2**32
+#: bytes of a tensor file (checkpoints, stored-weight sidecars, saved programs)
+MAX_TENSOR_FILE_BYTES = 2**36
+#: compute ops of a placer whose time grows with the square of the graph (clustering, m-sct:
+#: about a minute at the limit on 2 cores; heft, etf and cp take seconds on 100,000 ops)
+MAX_QUADRATIC_PLACER_OPS = 20_000
+#: compute ops of cp-rollout (a simulation per critical-path step: minutes at the limit)
+MAX_ROLLOUT_PLACER_OPS = 5_000
+#: bytes of memory a command may allocate for a model's stored weights (also checked against
+#: the memory available)
+MAX_WEIGHT_BYTES = 2**40
 #: a finite float that leaves room for sums of times (makespans, totals) to stay finite
 MAX_TIME = 1e300
 

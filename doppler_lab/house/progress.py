@@ -53,6 +53,7 @@ def progress(
     unit: str = "it",
     leave: bool = False,
     bar_format: str | None = None,
+    delay_s: float = 0.0,
 ) -> tqdm:
     """A tqdm bar on stderr over ``iterable`` (or, without one, updated by hand to ``total``).
 
@@ -64,6 +65,7 @@ def progress(
         unit: what one step is (``run``, ``call``, ``step``, ...).
         leave: keep the finished bar on screen.
         bar_format: tqdm's layout of the line (default: tqdm's own).
+        delay_s: show nothing until this many seconds have passed (quick runs stay silent).
     """
     return tqdm(
         iterable,
@@ -75,6 +77,7 @@ def progress(
         file=sys.stderr,
         dynamic_ncols=True,
         bar_format=bar_format,
+        delay=delay_s,
     )
 
 
@@ -96,7 +99,9 @@ def live(bar: tqdm, before: Callable[[], None] | None = None) -> Iterator[tqdm]:
         while not stop.wait(TICK_S):
             if before is not None:
                 before()
-            bar.refresh()
+            if time.time() >= bar.start_t + bar.delay:  # a bar with a delay: not before it
+                bar.refresh()
+                bar.last_print_t = time.time()  # shown: tqdm clears it when it closes
 
     thread = threading.Thread(target=tick, name=f"progress: {bar.desc}", daemon=True)
     thread.start()
@@ -108,9 +113,12 @@ def live(bar: tqdm, before: Callable[[], None] | None = None) -> Iterator[tqdm]:
 
 
 @contextmanager
-def timer(desc: str, total_s: float | None = None, enabled: bool = True) -> Iterator[tqdm]:
+def timer(
+    desc: str, total_s: float | None = None, enabled: bool = True, delay_s: float = 0.0
+) -> Iterator[tqdm]:
     """A line on stderr that counts the seconds while an opaque call runs (a solver, a long
-    reference run), against ``total_s`` (a time limit or a prediction) when known.
+    reference run), against ``total_s`` (a time limit or a prediction) when known; with
+    ``delay_s`` only once the call has run that long.
 
     Example:
         >>> with timer("solve", total_s=1.0, enabled=False):
@@ -118,7 +126,9 @@ def timer(desc: str, total_s: float | None = None, enabled: bool = True) -> Iter
     """
     of = f" of ~{format_seconds(total_s)}" if total_s is not None and total_s > 0 else ""
     t0 = time.perf_counter()
-    with progress(desc=desc, enabled=enabled, unit="s", bar_format="{desc}") as bar:
+    with progress(
+        desc=desc, enabled=enabled, unit="s", bar_format="{desc}", delay_s=delay_s
+    ) as bar:
 
         def show() -> None:
             elapsed = time.perf_counter() - t0
@@ -126,7 +136,8 @@ def timer(desc: str, total_s: float | None = None, enabled: bool = True) -> Iter
             bar.set_description_str(f"{desc}: {shown}{of}", refresh=False)
 
         show()
-        bar.refresh()
+        if not delay_s:
+            bar.refresh()
         with live(bar, before=show):
             yield bar
         show()

@@ -26,7 +26,7 @@ import errno
 import json
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .atomic import atomic_write, write_error
@@ -136,7 +136,9 @@ class _Lock:
         self.fd = None
 
 
-def _check_marker(folder: Path, command: str, force: bool) -> None:
+def _check_marker(
+    folder: Path, command: str, force: bool, own: Callable[[Path], bool] | None = None
+) -> None:
     marker = folder / MARKER_NAME
     theirs = None
     if marker.is_file():
@@ -150,6 +152,8 @@ def _check_marker(folder: Path, command: str, force: bool) -> None:
     others = sorted(p.name for p in folder.iterdir() if p.name not in (LOCK_NAME, MARKER_NAME))
     if not others and theirs is None:
         pass  # a new or empty folder
+    elif theirs is None and own is not None and own(folder):
+        pass  # the command's own folder from before the marker (a report site kept in git)
     elif not force:
         if theirs is not None:
             what = f"holds a run of doppler-lab {theirs}, not of {command}"
@@ -167,19 +171,29 @@ def _check_marker(folder: Path, command: str, force: bool) -> None:
 
 @contextlib.contextmanager
 def run_folder(
-    path: str | os.PathLike, command: str, force: bool = False, mark: bool = True
+    path: str | os.PathLike,
+    command: str,
+    force: bool = False,
+    mark: bool = True,
+    own: Callable[[Path], bool] | None = None,
 ) -> Iterator[Path]:
     """Hold the run folder ``path`` for ``command`` (``"train"``, ``"adapt"``, ...) for the
     block: made if missing, locked against a second writer, checked to be a run of
     ``command`` (or new, or ``force``) and marked as one. See the module docstring.
     ``mark=False``: the lock alone (report folders such as ``demo``'s, which are rewritten
-    whole each time).
+    whole each time). ``own``: recognises an unmarked folder as one ``command`` wrote (it is
+    then marked and used); a symbolic link is refused unless ``force``.
 
     Raises:
         RunFolderError: another process holds the folder, or it is not a run of ``command``.
         WriteError: the folder or its lock cannot be made.
     """
     folder = Path(path)
+    if folder.is_symlink() and not force:
+        raise RunFolderError(
+            f"run folder {folder} is a symbolic link; expected a folder (--out DIR), or --force "
+            "to write where it points"
+        )
     if folder.exists() and not folder.is_dir():
         raise RunFolderError(f"run folder {folder} is a file; expected a folder (--out DIR)")
     try:
@@ -190,7 +204,7 @@ def run_folder(
     lock.acquire()
     try:
         if mark:
-            _check_marker(folder, command, force)
+            _check_marker(folder, command, force, own)
         yield folder
     finally:
         lock.release()

@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import re
@@ -65,9 +66,52 @@ def show(value: Any) -> str:
 
 
 def one_line(text: object, limit: int = 200) -> str:
-    """``text`` (a foreign library's message, say) on one line of at most ``limit`` characters."""
-    flat = " ".join(str(text).split())
+    """``text`` (a foreign library's message, say) on one line of at most ``limit`` characters;
+    control characters (a node name's ``ESC [2J``, a right-to-left override) shown escaped
+    (``\\x1b``), never sent to the terminal.
+
+    Example:
+        >>> one_line("node 'a\\x1b[2J'\\nfailed")
+        "node 'a\\\\x1b[2J' failed"
+    """
+    flat = printable(" ".join(str(text).split()))
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but newline and tab escaped (``\\x1b``)."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() or c in "\n\t" else c.encode("unicode_escape").decode() for c in text
+    )
+
+
+class TerminalText(io.TextIOBase):
+    """A text stream for a terminal: what is written goes to ``stream`` through
+    :func:`printable`, so a name read from a file (a graph's, a node's) cannot move the
+    cursor, clear the screen or reverse the text. ``doppler-lab`` wraps stdout in it when
+    stdout is a terminal; a pipe or a file gets the bytes as they are."""
+
+    def __init__(self, stream: Any):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(printable(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.stream, "encoding", "utf-8")
 
 
 def type_name(value: Any) -> str:
@@ -364,11 +408,20 @@ def read_json_file(path: str | Path) -> Any:
         FormatError: the file cannot be read or is not strict JSON.
     """
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise FormatError(f"cannot read: {exc.strerror or exc}", str(p)) from None
-    return parse_json(data, str(p))
+    return parse_json(_read_bytes(p), str(p))
+
+
+def _read_bytes(p: Path) -> bytes:
+    """The bytes of ``p``: a regular file within ``MAX_FILE_BYTES``
+    (:func:`doppler_lab.house.userfiles.read_input_bytes`), else a :class:`FormatError`."""
+    from .userfiles import read_input_bytes
+
+    def fail(msg: str) -> FormatError:
+        exc = FormatError(msg)
+        exc.path = str(p)
+        return exc
+
+    return read_input_bytes(p, "file", fail=fail)
 
 
 def read_text_file(path: str | Path) -> str:
@@ -378,10 +431,7 @@ def read_text_file(path: str | Path) -> str:
         FormatError: the file cannot be read or is not UTF-8.
     """
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise FormatError(f"cannot read: {exc.strerror or exc}", str(p)) from None
+    data = _read_bytes(p)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

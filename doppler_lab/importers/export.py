@@ -54,10 +54,36 @@ def _check_options(granularity: str, depth: int | None, weights: str = "stored")
 @contextmanager
 def _quiet_torch() -> Iterator[None]:
     """torch 2.13's export pickles its own pytree specs through a check it deprecated itself: a
-    FutureWarning on every import that the user can do nothing about."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-        yield
+    FutureWarning on every import that the user can do nothing about. And torch's loggers are
+    off meanwhile, and what it writes to ``sys.stderr`` is held back until the export succeeds:
+    a failed export printed its partial graph twice (14 lines for a 3-line forward) before the
+    one line that says what failed."""
+    import contextlib
+    import io
+    import logging
+    import sys
+
+    import torch.fx.experimental.symbolic_shapes  # noqa: F401 - its logger exists from here
+
+    loggers = [
+        logger
+        for name, logger in list(logging.root.manager.loggerDict.items())
+        if (name == "torch" or name.startswith("torch.")) and isinstance(logger, logging.Logger)
+    ]
+    was = [logger.disabled for logger in loggers]
+    for logger in loggers:
+        logger.disabled = True
+    held, ok = io.StringIO(), False
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(held):
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+            yield
+        ok = True
+    finally:
+        for logger, disabled in zip(loggers, was):
+            logger.disabled = disabled
+        if ok and held.getvalue():
+            sys.stderr.write(held.getvalue())
 
 
 def import_module(

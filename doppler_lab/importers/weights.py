@@ -26,7 +26,17 @@ from torch import nn
 
 from ..io.stored import MAX_GENERATED_SEED, generated_recipe
 
-__all__ = ["DEFAULT_STD", "fake_parameters", "params_on_meta", "recipe_for", "tensor_seed"]
+__all__ = [
+    "DEFAULT_STD",
+    "LARGE_TENSOR_BYTES",
+    "available_memory_bytes",
+    "check_real_buffers",
+    "check_weight_memory",
+    "fake_parameters",
+    "params_on_meta",
+    "recipe_for",
+    "tensor_seed",
+]
 
 #: std of the generated ``normal`` weights (Hugging Face's default ``initializer_range``)
 DEFAULT_STD = 0.02
@@ -36,7 +46,10 @@ DEFAULT_STD = 0.02
 def params_on_meta() -> Iterator[None]:
     """Within the block, every parameter a module registers goes to the ``meta`` device (its
     initialisation then costs nothing); buffers stay where they are made. A tied parameter
-    (the same object registered twice) stays one object."""
+    (the same object registered twice) stays one object. A tensor made by a factory
+    (``torch.empty``, ...) of over :data:`LARGE_TENSOR_BYTES` is made on ``meta`` at once, so a
+    large weight is never allocated, not even before it is registered
+    (:func:`check_real_buffers` then says if a buffer was among them)."""
     register = nn.Module.register_parameter
 
     def to_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
@@ -47,9 +60,107 @@ def params_on_meta() -> Iterator[None]:
 
     nn.Module.register_parameter = to_meta  # type: ignore[method-assign]
     try:
-        yield
+        with _LargeOnMeta():
+            yield
     finally:
         nn.Module.register_parameter = register  # type: ignore[method-assign]
+
+
+#: a tensor made while building a model with generated weights is made on ``meta`` above this
+LARGE_TENSOR_BYTES = 64 * 2**20
+
+_FACTORIES = (torch.empty, torch.zeros, torch.ones, torch.full, torch.rand, torch.randn)
+
+
+def _factory_bytes(args: tuple, kwargs: dict) -> int:
+    """Bytes of the tensor a factory call (``torch.empty(2, 3)``, ``torch.empty((2, 3))``)
+    makes; 0 when its size cannot be read."""
+    size = args[0] if len(args) == 1 and isinstance(args[0], list | tuple | torch.Size) else args
+    size = kwargs.get("size", size)
+    if not size or not all(isinstance(n, int) for n in size):
+        return 0
+    numel = 1
+    for n in size:
+        numel *= n
+    dtype = kwargs.get("dtype") or torch.get_default_dtype()
+    return numel * torch.empty((), dtype=dtype).element_size()
+
+
+class _LargeOnMeta(torch.overrides.TorchFunctionMode):
+    """Factory calls of over :data:`LARGE_TENSOR_BYTES` with no device make ``meta`` tensors."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = dict(kwargs or {})
+        if (
+            func in _FACTORIES
+            and kwargs.get("device") is None
+            and _factory_bytes(args if func is not torch.full else args[:1], kwargs)
+            > LARGE_TENSOR_BYTES
+        ):
+            kwargs["device"] = "meta"
+        return func(*args, **kwargs)
+
+
+def available_memory_bytes() -> float:
+    """Memory this machine can still give (``MemAvailable``, else free pages; ``inf`` when
+    unknown)."""
+    import os
+
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError, AttributeError):
+        return float("inf")
+
+
+def check_weight_memory(model: nn.Module, what: str) -> int:
+    """The bytes of ``model``'s parameters (built under :func:`params_on_meta`: shapes only),
+    checked against ``MAX_WEIGHT_BYTES`` and the memory available before anything is allocated.
+
+    Raises:
+        ImportModelError: naming the model, the bytes it needs and what there is.
+    """
+    from ..house.errors import ImportModelError
+    from ..house.limits import LIMITS
+    from ..timing.memory import format_bytes
+
+    unique = {id(p): p for p in model.parameters()}
+    need = sum(p.numel() * p.element_size() for p in unique.values())
+    limit, free = LIMITS["MAX_WEIGHT_BYTES"], available_memory_bytes()
+    if need > min(limit, free):
+        why = (
+            f"the limit is {format_bytes(limit)} (doppler_lab.house.limits.MAX_WEIGHT_BYTES)"
+            if need > limit
+            else f"{format_bytes(free)} of memory is available"
+        )
+        raise ImportModelError(
+            f"{what}: its stored weights need {format_bytes(need)}; {why}; expected a smaller "
+            "model, or weights=none (weights generated where they are read, nothing allocated)"
+        )
+    return need
+
+
+def check_real_buffers(model: nn.Module, what: str) -> None:
+    """Raise if a buffer of ``model`` (built under :func:`params_on_meta`) has no values.
+
+    Raises:
+        ImportModelError: naming the buffer and its size.
+    """
+    from ..house.errors import ImportModelError
+
+    for name, buf in model.named_buffers():
+        if buf.device.type == "meta":
+            raise ImportModelError(
+                f"{what}: buffer {name!r} {tuple(buf.shape)} is over "
+                f"{LARGE_TENSOR_BYTES // 2**20} MiB, which weights=none does not allocate; "
+                "expected weights=stored for a model with such buffers"
+            )
 
 
 @contextmanager

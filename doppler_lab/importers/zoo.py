@@ -25,12 +25,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
+import os
 import re
 import sys
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,7 @@ from ..house.deps import require
 from ..house.errors import ConfigError
 from ..house.limits import MAX_MODEL_LAYERS, MAX_MODEL_SIZE
 from ..house.settings import check_setting, unknown_setting
+from ..house.userfiles import input_file
 from ..house.validate import one_line
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -365,9 +367,7 @@ def _check_params(name: str, params: dict[str, Any]) -> None:
 
 def _load_function(name: str) -> Callable[..., Any]:
     file, _, func = name.rpartition(":")
-    path = Path(file)
-    if not path.is_file():
-        raise ConfigError(f"model file {file!r} does not exist; expected FILE.py:FUNC")
+    path = input_file(file, "model file")
     module_name = f"doppler_lab_user_model_{abs(hash(str(path.resolve())))}"
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     if loader_spec is None or loader_spec.loader is None:
@@ -383,6 +383,56 @@ def _load_function(name: str) -> Callable[..., Any]:
     if not callable(fn):
         raise ConfigError(f"model file {file!r} has no function {func!r}")
     return fn
+
+
+class _UserExit(BaseException):
+    """``os._exit`` called by a user's model code (caught by :func:`user_code`)."""
+
+    def __init__(self, code: Any):
+        super().__init__(code)
+        self.code = code
+
+
+@contextlib.contextmanager
+def user_code(what: str) -> Iterator[None]:
+    """Run a user's model code (``FILE.py:FUNC``, a saved program) contained: what it prints
+    goes to stderr (stdout carries only the command's result, ``import --json`` too), and
+    ``sys.exit``, ``os._exit``, ``KeyboardInterrupt`` and other ``BaseException`` exits become
+    one :class:`ConfigError` line naming ``what`` (the command then exits with code 2).
+    Errors of doppler_lab pass through; other exceptions are left to the caller."""
+    sys.stdout.flush()
+    try:  # output written below Python's sys.stdout (C code, os.write(1, ...)) as well
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:
+        saved = None
+    real_exit = os._exit
+
+    def no_exit(code: Any = 0) -> None:
+        raise _UserExit(code)
+
+    os._exit = no_exit  # type: ignore[assignment]
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    except SystemExit as exc:
+        raise ConfigError(
+            f"{what} called sys.exit({exc.code!r}); expected it to return (model, example_args)"
+        ) from None
+    except _UserExit as exc:
+        raise ConfigError(
+            f"{what} called os._exit({exc.code!r}); expected it to return (model, example_args)"
+        ) from None
+    except (Exception, GeneratorExit):
+        raise
+    except BaseException as exc:  # KeyboardInterrupt and the user's own BaseException types
+        raise ConfigError(f"{what} raised {_one_line(exc)}; expected it to return") from None
+    finally:
+        os._exit = real_exit  # type: ignore[assignment]
+        if saved is not None:
+            sys.stderr.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -436,28 +486,33 @@ def _weights(params: dict[str, Any], options: dict[str, Any]) -> str:
 
 
 def _make(name: str, params: dict[str, Any], weights: str = "stored") -> ModelAndArgs:
-    import contextlib
-
     import torch
 
-    from .weights import params_on_meta
+    from .weights import check_real_buffers, check_weight_memory, params_on_meta
 
     # generated weights: parameters on the meta device, nothing allocated or initialised
     build = params_on_meta() if weights == "none" else contextlib.nullcontext()
     if _FILE_SPEC.match(name):
         seed = params.get("seed", 0)
-        with torch.random.fork_rng(devices=[]), build:
+        with torch.random.fork_rng(devices=[]), build, user_code(name):
             torch.manual_seed(seed if isinstance(seed, int) else 0)
-            return _call_user_function(name, params)
-    if name not in MODELS:
-        raise _unknown(name)
-    _check_params(name, params)
-    if params.get("preset"):  # the published sizes, under what the spec sets itself
-        params = {**PRESETS[name][params["preset"]], **params}
-    seed = params.get("seed", 0)
-    with torch.random.fork_rng(devices=[]), build:
-        torch.manual_seed(seed)
-        return MODELS[name](**params)
+            made = _call_user_function(name, params)
+    else:
+        if name not in MODELS:
+            raise _unknown(name)
+        _check_params(name, params)
+        if params.get("preset"):  # the published sizes, under what the spec sets itself
+            params = {**PRESETS[name][params["preset"]], **params}
+        seed = params.get("seed", 0)
+        if weights == "stored":  # their size first, from a build that allocates none of them
+            with torch.random.fork_rng(devices=[]), params_on_meta():
+                check_weight_memory(MODELS[name](**params)[0], f"model {name!r}")
+        with torch.random.fork_rng(devices=[]), build:
+            torch.manual_seed(seed)
+            made = MODELS[name](**params)
+    if weights == "none" and isinstance(made, tuple) and isinstance(made[0], torch.nn.Module):
+        check_real_buffers(made[0], f"model {name!r}")
+    return made
 
 
 def make_model(spec: str) -> ModelAndArgs:
@@ -503,18 +558,20 @@ def import_model(spec: str, **options: Any) -> DataflowGraph:
                 f"{name}: a saved program takes only the import options "
                 f"({', '.join(IMPORT_OPTIONS)}), got {', '.join(params)}"
             )
-        if not Path(name).is_file():
-            raise ConfigError(f"saved program {name!r} does not exist")
+        input_file(name, "saved program", limit="MAX_TENSOR_FILE_BYTES")
         from . import from_exported
 
-        return from_exported(name, name=spec.strip(), **options)
+        with user_code(name):  # torch.export.load can run code stored in the file
+            return from_exported(name, name=spec.strip(), **options)
     options["weights"] = _weights(params, options)
     model, args = _make(name, params, options["weights"])
     from . import from_module
 
-    return from_module(
-        model, args, name=spec.strip(), seed=seed if isinstance(seed, int) else 0, **options
-    )
+    # the export runs the model's forward: a user's code again
+    with user_code(name) if _FILE_SPEC.match(name) else contextlib.nullcontext():
+        return from_module(
+            model, args, name=spec.strip(), seed=seed if isinstance(seed, int) else 0, **options
+        )
 
 
 def describe_models() -> list[dict[str, Any]]:

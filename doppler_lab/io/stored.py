@@ -70,6 +70,9 @@ class StoredTensors:
         import torch
 
         assert self.path is not None
+        from ..house.userfiles import input_file
+
+        input_file(self.path, "the graph's tensors file", FormatError, "MAX_TENSOR_FILE_BYTES")
         try:
             doc = torch.load(self.path, map_location="cpu", weights_only=True)
         except Exception as exc:  # noqa: BLE001 - torch raises many types (UnpicklingError too)

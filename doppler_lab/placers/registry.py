@@ -30,6 +30,7 @@ import numpy as np
 
 from ..hardware.cluster import Cluster
 from ..house.errors import PlacementError
+from ..house.limits import LIMITS
 from ..house.settings import unknown_setting
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
@@ -50,6 +51,8 @@ class PlacerSpec:
         summary: one line for ``--help`` and tables.
         stochastic: the result depends on the seed (tables run it once per seed).
         needs_checkpoint: takes a ``checkpoint`` option (learned policies).
+        max_ops: the limit (:mod:`doppler_lab.house.limits`) on the compute ops it takes, for a
+            placer that would run for many minutes above it (:func:`check_placer_size`).
     """
 
     name: str
@@ -58,6 +61,7 @@ class PlacerSpec:
     summary: str
     stochastic: bool = False
     needs_checkpoint: bool = False
+    max_ops: str | None = None
 
 
 def _spec(name: str, target: str, kind: str, summary: str, **kw: Any) -> tuple[str, PlacerSpec]:
@@ -120,6 +124,7 @@ BUILTIN_PLACERS: Mapping[str, PlacerSpec] = MappingProxyType(
                 f"{_P}.baechi:SctPlacer",
                 "list",
                 "ETF with LP favourite children, small communication times (Baechi m-SCT)",
+                max_ops="MAX_QUADRATIC_PLACER_OPS",
             ),
             _spec(
                 "pipeline",
@@ -134,6 +139,7 @@ BUILTIN_PLACERS: Mapping[str, PlacerSpec] = MappingProxyType(
                 "search",
                 "rollout over deterministic CP: each CP node on the device whose CP completion "
                 "simulates best",
+                max_ops="MAX_ROLLOUT_PLACER_OPS",
             ),
             _spec(
                 "partition",
@@ -147,6 +153,7 @@ BUILTIN_PLACERS: Mapping[str, PlacerSpec] = MappingProxyType(
                 "list",
                 "edge-zeroing clustering (Sarkar 1989), clusters mapped onto the devices; for "
                 "transfer-heavy graphs",
+                max_ops="MAX_QUADRATIC_PLACER_OPS",
             ),
             _spec(
                 "local-search",
@@ -292,6 +299,28 @@ def get_placer(name: str, **options: Any) -> Placer:
     return factory(**options)
 
 
+#: placers that take 100,000 ops in seconds, suggested when a graph is over another's limit
+FAST_PLACERS = ("heft", "etf", "cp")
+
+
+def check_placer_size(name: str, graph: DataflowGraph) -> None:
+    """Refuse a graph over placer ``name``'s size limit (:attr:`PlacerSpec.max_ops`).
+
+    Raises:
+        PlacementError: naming the placer, the graph's compute ops, the limit and faster placers.
+    """
+    limit = placer_spec(name).max_ops
+    ops = int(graph.compute_nodes.size)
+    if limit is None or ops <= LIMITS[limit]:
+        return
+    raise PlacementError(
+        f"placer {name!r} on graph {graph.name!r}: {ops:,} compute ops; the limit is "
+        f"{LIMITS[limit]:,} (doppler_lab.house.limits.{limit}) as its time grows with the square "
+        f"of the ops; expected a smaller graph or a faster placer ({', '.join(FAST_PLACERS)}: "
+        "seconds on 100,000 ops)"
+    )
+
+
 def place(
     name: str,
     graph: DataflowGraph,
@@ -311,5 +340,6 @@ def place(
         [0, 0]
     """
     placer = get_placer(name, **options)
+    check_placer_size(name, graph)
     placement = placer.place(graph, cluster, make_rng(seed))
     return placement.validate(graph, cluster.num_devices)

@@ -113,9 +113,9 @@ def save_checkpoint(
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
     """The raw checkpoint dict of ``path`` (format and version checked)."""
-    p = Path(path)
-    if not p.exists():
-        raise CheckpointError(f"checkpoint {str(p)!r} does not exist")
+    from ..house.userfiles import input_file
+
+    p = input_file(path, "checkpoint", CheckpointError, "MAX_TENSOR_FILE_BYTES")
     try:
         doc = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for foreign files

@@ -12,11 +12,13 @@ was trained: command, episodes, graph, cluster, seed, final metrics).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from ..house.errors import CheckpointError
 from ..house.paths import checkpoint_dirs
+from ..house.userfiles import input_file
 
 #: the shipped general DOPPLER policy (any graph, any device count): ``doppler``'s default
 GENERAL_CHECKPOINT = "doppler/general"
@@ -45,11 +47,13 @@ def resolve_checkpoint(spec: str | Path, family: str | None = None) -> Path:
     With ``family`` (a placer name such as ``doppler``) a bare graph name like ``llama_block``
     also finds the shipped ``doppler/llama_block``.
     """
+    if not str(spec).strip():
+        raise CheckpointError(
+            f"checkpoint {str(spec)!r} is empty; expected a checkpoint file or a shipped name"
+        )
     p = Path(spec)
-    if p.suffix == ".pt" or p.exists():
-        if not p.exists():
-            raise CheckpointError(f"checkpoint {str(p)!r} does not exist")
-        return p
+    if p.suffix == ".pt" or os.path.lexists(p):
+        return input_file(p, "checkpoint", CheckpointError, "MAX_TENSOR_FILE_BYTES")
     shipped = list_checkpoints()
     if str(spec) in shipped:
         return Path(shipped[str(spec)]["path"])

@@ -667,12 +667,15 @@ def recovered_result(out_dir: str | os.PathLike, info: NotebookInfo) -> Notebook
 
 def read_site(out_dir: str | os.PathLike) -> list[NotebookResult]:
     """The results recorded in ``out_dir/site.json`` (empty when there is none)."""
+    from ..house.validate import read_json_file
+
     path = Path(out_dir) / "site.json"
-    if not path.exists():
+    if not os.path.lexists(path):
         return []
-    doc = json.loads(path.read_text())
-    if doc.get("format") != SITE_FORMAT:
-        raise ConfigError(f"{path} is not a report site index (format {doc.get('format')!r})")
+    doc = read_json_file(path)  # a regular file within MAX_FILE_BYTES, strict JSON
+    got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+    if got != SITE_FORMAT:
+        raise ConfigError(f"{path} is not a report site index (format {got!r})")
     return [NotebookResult.from_dict(r) for r in doc.get("notebooks", [])]
 
 

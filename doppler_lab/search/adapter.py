@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -48,6 +49,7 @@ from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError
 from ..house.limits import MAX_BUDGET, MAX_DEVICES, MAX_NODES
 from ..house.settings import check_setting
+from ..house.userfiles import input_file
 from ..house.validate import type_name, want_int, want_str
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
@@ -269,8 +271,9 @@ def load_adapter(
             count (``num_devices``, when given) or network (the saved :func:`policy_digest`).
     """
     path = Path(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise ConfigError(f"adapter {path}: no such file (doppler-lab adapt --out DIR writes one)")
+    input_file(path, "adapter", limit="MAX_TENSOR_FILE_BYTES")  # a FIFO, a device: refused
     try:
         doc = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - a foreign file, named in the message
@@ -559,8 +562,9 @@ def _write_state(path: str | Path, doc: dict[str, Any]) -> None:
 def _read_state(path: str | Path, key: dict[str, Any]) -> dict[str, Any] | None:
     """The saved progress of the run ``key`` at ``path`` (None when there is none yet)."""
     path = Path(path)
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
+    input_file(path, "adapt state", limit="MAX_TENSOR_FILE_BYTES")
     try:
         doc = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - a torn or foreign file, named in the message

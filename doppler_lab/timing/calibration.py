@@ -256,9 +256,9 @@ class Profile:
 
     @classmethod
     def load(cls, path: str | Path) -> Profile:
-        p = Path(path)
-        if not p.exists():
-            raise FormatError("profile file does not exist", str(path))
+        from ..house.userfiles import input_file
+
+        p = input_file(path, "profile file", FormatError)
         return cls.from_dict(read_json_file(p), source=str(path))
 
 

@@ -475,7 +475,11 @@ class Trainer:
         assert self.out_dir is not None
         path = self.out_dir / "config.json"
         if resume and path.exists():
-            saved = json.loads(path.read_text())
+            from ..house.validate import read_json_file
+
+            saved = read_json_file(path)
+            if not isinstance(saved, dict):
+                raise CheckpointError(f"{path}: expected the run's config object")
             for key, value in self.header.items():
                 if key == "init":
                     continue

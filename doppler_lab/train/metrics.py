@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import csv
+import io
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,10 +48,8 @@ class MetricsLog:
         self.path = Path(path)
         self.columns = list(columns)
         self.rows: list[dict[str, Any]] = []
-        if keep_rows is not None and self.path.exists():
-            old = read_rows(self.path)
-            with self.path.open(newline="") as fh:
-                header = next(csv.reader(fh), [])
+        if keep_rows is not None and os.path.lexists(self.path):
+            header, old = _read(self.path, "; move it away to resume without its rows")
             if header != self.columns and not (
                 set(header) <= set(self.columns) and header[:3] == self.columns[:3]
             ):
@@ -83,6 +83,33 @@ class MetricsLog:
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a metrics CSV, numbers parsed, empty cells None."""
-    with Path(path).open(newline="") as fh:
-        return [{k: _parse(v) for k, v in r.items()} for r in csv.DictReader(fh)]
+    """The rows of a metrics CSV, numbers parsed, empty cells None.
+
+    Raises:
+        CheckpointError: the file is not a UTF-8 CSV (one line naming it).
+    """
+    return _read(Path(path))[1]
+
+
+def _read(path: Path, hint: str = "") -> tuple[list[str], list[dict[str, Any]]]:
+    """The header and the rows of the metrics CSV ``path`` (a regular file within
+    ``MAX_FILE_BYTES``, UTF-8; :func:`doppler_lab.house.validate.read_text_file`)."""
+    from ..house.errors import FormatError
+    from ..house.validate import read_text_file
+
+    try:
+        text = read_text_file(path)
+        header = next(csv.reader(io.StringIO(text, newline="")), [])
+        rows = [
+            {k: _parse(v) for k, v in r.items()}
+            for r in csv.DictReader(io.StringIO(text, newline=""))
+        ]
+    except FormatError as exc:
+        raise CheckpointError(
+            f"metrics file {exc}; expected the UTF-8 CSV a run writes{hint}"
+        ) from None
+    except csv.Error as exc:
+        raise CheckpointError(
+            f"metrics file {str(path)!r} is not a CSV ({exc}); expected the CSV a run writes{hint}"
+        ) from None
+    return header, rows

@@ -267,8 +267,19 @@ def split_graph_specs(text: str) -> list[str]:
     return out
 
 
-def _parse(text: str, kinds: Sequence[str] | None = None) -> GraphSpec:
+#: how deep ``model:`` and ``paper_costs:`` may nest (``paper_costs:model:hf-llama`` is 2)
+MAX_SPEC_NESTING = 8
+
+
+def _parse(text: str, kinds: Sequence[str] | None = None, depth: int = 0) -> GraphSpec:
     from ..house.settings import parse_spec
+
+    if depth > MAX_SPEC_NESTING:
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        raise ConfigError(
+            f"graph spec {shown!r} is nested more than {MAX_SPEC_NESTING} deep (model:, "
+            f"paper_costs:); expected at most {MAX_SPEC_NESTING} prefixes"
+        )
 
     if not isinstance(text, str):
         raise ConfigError(f"graph spec {text!r} is not text; expected {GRAPH_FORMS}")
@@ -290,7 +301,7 @@ def _parse(text: str, kinds: Sequence[str] | None = None) -> GraphSpec:
         if prefix == "model":
             if not rest:
                 raise ConfigError(f"graph spec {s!r} names no model; expected model:SPEC")
-            inner = _parse(rest, MODEL_KINDS)
+            inner = _parse(rest, MODEL_KINDS, depth + 1)
             if not inner.is_model:
                 raise ConfigError(
                     f"graph spec {s!r}: {rest!r} is {GRAPH_KINDS[inner.kind]}; expected "
@@ -299,7 +310,7 @@ def _parse(text: str, kinds: Sequence[str] | None = None) -> GraphSpec:
             return GraphSpec(inner.kind, inner.target, inner.params, s, prefix="model")
         if not rest:
             raise ConfigError(f"graph spec {s!r} names no graph; expected paper_costs:SPEC")
-        inner = _parse(rest)
+        inner = _parse(rest, None, depth + 1)
         return GraphSpec("paper_costs", inner.text, {}, s, inner=inner)
     owner = f"model spec {s!r}"
     m = _FUNCTION.match(s)
@@ -379,11 +390,10 @@ def graph_from_spec(
         with trust_pt2(trust):
             return import_model(s.body, **import_options)
     if s.kind in ("json", "paper_file"):
+        from ..house.userfiles import input_file
         from ..io.documents import load_graph
 
-        if not Path(s.target).exists():
-            raise ConfigError(f"graph file {s.target!r} does not exist")
-        return load_graph(s.target)
+        return load_graph(input_file(s.target, "graph file"))
     if s.kind == "paper":
         from ..house.paths import paper_graph_path
         from ..io.documents import read_paper_graph
@@ -429,11 +439,10 @@ def cluster_from_spec(spec: str | Cluster, devices: int | None = None) -> Cluste
         raise ClusterError(f"cluster {spec!r}; expected {CLUSTER_FORMS}")
     s = spec.strip()
     if s.endswith(".json"):
+        from ..house.userfiles import input_file
         from ..io.documents import load_cluster  # a cluster JSON or a calibration profile
 
-        if not Path(s).exists():
-            raise ClusterError(f"cluster file {s!r} does not exist")
-        return load_cluster(s)
+        return load_cluster(input_file(s, "cluster file", ClusterError))
     if s == "multihost" or s.startswith("multihost:"):
         return make_cluster(s, devices)
     sized = _SIZED.match(s)

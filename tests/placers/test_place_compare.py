@@ -68,6 +68,16 @@ def test_gantt_writes_one_page_with_a_chart_per_placer(capsys, tmp_path):
     assert text.count("<table") == 1
 
 
+def test_a_comparison_never_writes_its_page_over_a_users_file(capsys, tmp_path):
+    notes = tmp_path / "notes.html"
+    notes.write_text("my notes")
+    code, _, err = _run(capsys, [*BASE, "--placer", "cp,heft", "--gantt", str(notes)])
+    assert code == 2 and "--gantt" in err and "--force" in err
+    assert notes.read_text() == "my notes"
+    code, _, _ = _run(capsys, [*BASE, "--placer", "cp,heft", "--gantt", str(notes), "--force"])
+    assert code == 0 and notes.read_text() != "my notes"
+
+
 def test_doppler_in_a_comparison_says_what_won_and_that_it_loads(capsys, monkeypatch):
     monkeypatch.setattr(_compare, "learned_loaded", lambda: False)  # as in a fresh process
     code, out, err = _run(capsys, ["place", TINY, "--devices", "2", "--placer", "cp,doppler"])
