@@ -218,7 +218,7 @@ def case_facts(graph: DataflowGraph, cluster: Cluster, semantics: str = SEMANTIC
     """How big the case is: ops, devices, the cap, the stored inputs (weights), every tensor
     once (the static bound of one device), and the simulated peak and makespan of the whole
     graph on one device (``fits_one_device`` False: the case is memory-bound)."""
-    from ..placers.memory_fit import stored_bytes
+    from ..timing.fit import stored_bytes
     from ..timing.sim import Simulator
 
     caps = memory_caps(cluster)

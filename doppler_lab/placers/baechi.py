@@ -1,7 +1,7 @@
 """Memory-aware list schedulers after Baechi (Jeon et al., SoCC 2020): ``etf`` (m-ETF),
 ``m-topo`` and ``m-sct``.
 
-Memory: every placer respects the devices' memory (:mod:`doppler_lab.placers.memory_fit`: the
+Memory: every placer respects the devices' memory (:mod:`doppler_lab.timing.fit`: the
 static bound of :mod:`doppler_lab.timing.memory`, the outputs of the ops on a device, the
 stored inputs they read and one copy of every tensor received there). The cap is the option
 ``memory_cap``: ``"device"`` (default: each device's ``memory_bytes``), bytes (one value for
@@ -26,7 +26,7 @@ all devices or a list per device) or None (no cap).
 A cap no placement can meet (one node alone needs more than any device holds, or the stored
 inputs more than all devices together) raises :class:`PlacementError` up front; a greedy pass
 that finds no device with room goes on and its placement is repaired at the end
-(:func:`~doppler_lab.placers.memory_fit.fit_schedule`), or the placer says that nothing fits.
+(:func:`~doppler_lab.placers.repair.fit_schedule`), or the placer says that nothing fits.
 """
 
 from __future__ import annotations
@@ -41,9 +41,10 @@ from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError, PlacementError
 from ..ir.graph import DataflowGraph
 from ..timing.cost_model import CostModel
+from ..timing.fit import MemoryGuard, static_bounds
 from ..timing.schedule import InputReady, ListScheduleState
-from .memory_fit import MemoryGuard, fit_schedule, static_bounds
 from .placer_base import Schedule, ScheduleToPlacement, list_schedule, make_schedule
+from .repair import fit_schedule
 
 MemoryCap = float | Sequence[float] | str | None
 
@@ -138,7 +139,7 @@ class _MemoryCapped(ScheduleToPlacement):
         cost: CostModel,
         sched: Schedule,
     ) -> Schedule:
-        """``sched`` within the caps (:func:`~doppler_lab.placers.memory_fit.fit_schedule`),
+        """``sched`` within the caps (:func:`~doppler_lab.placers.repair.fit_schedule`),
         with its static bound per device in ``meta["memory_used"]``."""
         cap = resolve_cap(self.memory_cap, cluster, self.name)
         sched = fit_schedule(graph, cluster, sched, self.name, cost, cap)

@@ -42,7 +42,7 @@ The ``doppler`` placer judges its placement next to the policy's rollouts and th
 partitions (its ``clustering`` option) and takes it where it wins.
 
 Memory: a clustering over a device's memory is repaired, ops moved off the over-full device
-(:func:`~doppler_lab.placers.memory_fit.fit_placement`).
+(:func:`~doppler_lab.placers.repair.fit_placement`).
 
 Measured makespans and tuning figures: ``reports/notes/clustering_tuning.md``.
 """
@@ -63,8 +63,8 @@ from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
 from ..timing.heaps import heap_pop, heap_push
-from .memory_fit import fit_placement
 from .placer_base import ties
+from .repair import fit_placement
 
 #: most passes of whole-cluster moves after the mapping (each a k x D sweep; the paper's graphs
 #: need 1-3)

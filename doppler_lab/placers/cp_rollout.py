@@ -17,7 +17,7 @@ It is deterministic; :class:`RolloutLabeller` applies its rule at any episode st
 labels of the general policy's Stage I (``doppler-lab train-general --teacher cp-rollout``).
 
 Memory: the completions ignore the caps; one over a cap simulates as ``inf``
-(:func:`~doppler_lab.placers.memory_fit.capped`), and each step's device is one with room for
+(:func:`~doppler_lab.timing.fit.capped`), and each step's device is one with room for
 the node.
 
 Randomised tie-breaks in the completions made it worse than CP (the completions are then not
@@ -38,6 +38,7 @@ from ..house.progress import progress
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
+from ..timing.fit import MemoryGuard, capped
 from ..timing.schedule import (
     ESTIMATE_CODES,
     Estimate,
@@ -49,8 +50,8 @@ from ..timing.schedule import (
 )
 from ..timing.sim import Simulator
 from .critical_path import CriticalPathTeacher, check_cp_options
-from .memory_fit import MemoryGuard, capped, fit_placement
 from .placer_base import ties
+from .repair import fit_placement
 
 
 @njit(cache=True)

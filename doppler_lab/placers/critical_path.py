@@ -32,10 +32,11 @@ from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
 from ..timing.episode import Episode
+from ..timing.fit import MemoryGuard
 from ..timing.schedule import ESTIMATES, Estimate, ListScheduleState, estimate_for, estimate_name
 from ..timing.sim import SEMANTICS
-from .memory_fit import MemoryGuard, fit_schedule
 from .placer_base import Schedule, ScheduleToPlacement, check_choice, make_schedule, ties
+from .repair import fit_schedule
 
 
 class CPDecision(NamedTuple):
@@ -117,7 +118,7 @@ class CriticalPathTeacher:
                 *candidate* (see :class:`ReleasedCriticalPathPlacer`).
             room: ``room(v)``: the devices with memory for ``v`` (``(D,)`` bool; None: every
                 one); PLC chooses among them
-                (:meth:`~doppler_lab.placers.memory_fit.MemoryGuard.allowed`).
+                (:meth:`~doppler_lab.timing.fit.MemoryGuard.allowed`).
         """
         cand = state.candidates() if candidates is None else np.asarray(candidates, np.int64)
         node_ties = self.node_choices(cand)

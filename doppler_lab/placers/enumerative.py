@@ -10,7 +10,7 @@ device d (for each d), and for k > 1 the round-robin layouts block i -> (i + s) 
 Cost: ``sim`` is the simulated makespan (one simulator call per choice, all choices of a group
 in one batch); ``load`` is the paper's likely objective: the most loaded device's compute plus
 the transfer time of the tensors it receives (no simulator calls). Choices over a device's
-memory cost ``inf`` (:mod:`doppler_lab.placers.memory_fit`).
+memory cost ``inf`` (:mod:`doppler_lab.timing.fit`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from ..house.progress import progress
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
+from ..timing.fit import CappedSimulator, MemoryGuard, capped
 from ..timing.sim import SEMANTICS, Simulator
-from .memory_fit import CappedSimulator, MemoryGuard, capped, fit_placement, start_placement
 from .placer_base import check_choice, check_positive
+from .repair import fit_placement, start_placement
 
 
 def node_groups(graph: DataflowGraph, group: str) -> list[np.ndarray]:

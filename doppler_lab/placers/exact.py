@@ -41,9 +41,10 @@ from ..house.errors import ConfigError, PlacementError
 from ..house.progress import timer
 from ..ir.graph import DataflowGraph
 from ..timing.cost_model import CostModel
+from ..timing.fit import MemoryGuard, no_fit_error
 from ..timing.memory import tensor_bytes
-from .memory_fit import MemoryGuard, fit_schedule, no_fit_error
 from .placer_base import Schedule, ScheduleToPlacement, check_positive, list_schedule
+from .repair import fit_schedule
 
 MAX_NODES_WITHOUT_TIME_LIMIT = 30
 

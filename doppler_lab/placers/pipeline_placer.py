@@ -16,7 +16,8 @@ from ..hardware.cluster import Cluster
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
-from .memory_fit import MemoryGuard, fit_placement, no_fit_error, pipeline_split
+from ..timing.fit import MemoryGuard, no_fit_error
+from .repair import fit_placement, pipeline_split
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Baselines without a model: ``random``, ``round-robin``, ``single``.
 
-Memory: where a device's cap can bind (:class:`~doppler_lab.placers.memory_fit.MemoryGuard`),
+Memory: where a device's cap can bind (:class:`~doppler_lab.timing.fit.MemoryGuard`),
 ``random`` draws each op's device among those with room (in topological order), and
 ``round-robin`` moves an op on to the next device with room; ``single`` raises when the graph
 does not fit its one device.
@@ -17,7 +17,8 @@ from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement, random_placement, round_robin, single_device
-from .memory_fit import MemoryGuard, fit_devices, fit_placement
+from ..timing.fit import MemoryGuard
+from .repair import fit_devices, fit_placement
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ with learned or topological SEL) the K episodes live in one
 (:mod:`doppler_lab.policies.batched`): the same decisions, records and random draws as the
 per-episode loop, which stays for the other modes.
 
-Memory: where a device's cap can bind (:class:`~doppler_lab.placers.memory_fit.MemoryGuard`),
+Memory: where a device's cap can bind (:class:`~doppler_lab.timing.fit.MemoryGuard`),
 each episode keeps its running static bound and PLC chooses among the devices with memory for
 the selected node: its logits are ``-inf`` on the others (the teacher's and a uniform choice
 skip them too) and the rollout runs stepped, not fused; a ``doppler11`` policy reads each
-device's memory headroom from that bound (:meth:`~doppler_lab.placers.memory_fit.MemoryGuard.headroom`).
+device's memory headroom from that bound (:meth:`~doppler_lab.timing.fit.MemoryGuard.headroom`).
 Elsewhere nothing changes, to the bit.
 """
 
@@ -34,8 +34,8 @@ from scipy.optimize import linear_sum_assignment
 
 from ..house.errors import ConfigError, PlacementError
 from ..ir.placement import Placement
-from ..placers.memory_fit import MemoryGuard
 from ..timing.episode import Episode
+from ..timing.fit import MemoryGuard
 from ..timing.schedule import ScheduleBatch
 from .batched import GREEDY as KIND_GREEDY
 from .batched import SAMPLE as KIND_SAMPLE

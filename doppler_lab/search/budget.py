@@ -59,9 +59,9 @@ from ..placers.local_search import (
     neighbours,
     search_devices,
 )
-from ..placers.memory_fit import capped
 from ..policies.context import GraphContext
 from ..policies.policy_base import PlacementPolicy
+from ..timing.fit import capped
 from ..timing.sim import Simulator
 from .proposals import (  # the proposals' own names, here since the search came first
     CLUSTERING_MAX_OPS,
