@@ -25,7 +25,7 @@ from ._common import (
     resolve_semantics,
     source_label,
 )
-from ._memory import add_memory_cap_argument, memory_fields, memory_lines
+from ._memory import add_memory_cap_argument, memory_fields, memory_lines, with_memory_args
 
 NAME = "place"
 HELP = "place a graph with a placer (cp, heft, exact, ...) and simulate the placement"
@@ -151,8 +151,8 @@ def run(args: argparse.Namespace) -> int:
 
     graph = graph_from_spec(args.graph)
     cluster = resolve_cluster(args, graph)
-    if args.memory_cap is not None:  # the placers keep to the devices' memory
-        cluster = cluster.with_memory(args.memory_cap)
+    # the placers keep to the devices' memory, less the runtime reserve
+    cluster = with_memory_args(cluster, args.memory_cap, args.memory_reserve)
     args.semantics = resolve_semantics(args, graph)
     opts = placer_arguments(args.placer, args)
     placer = get_placer(args.placer, **opts)
@@ -183,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         "ratio_to_lower_bound": ratio_to_lower_bound(trace.makespan, lower),
         "runtime_s": runtime,
         "sim_calls": placement.meta.get("sim_calls", 0),
-        **memory_fields(trace, cluster, args.memory_cap),
+        **memory_fields(trace, cluster, args.memory_cap, args.memory_reserve),
     }
     if schedule is not None:
         result["schedule_makespan"] = schedule.makespan
