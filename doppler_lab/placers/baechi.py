@@ -42,6 +42,7 @@ from ..house.errors import ConfigError, PlacementError
 from ..ir.graph import DataflowGraph
 from ..timing.cost_model import CostModel
 from ..timing.fit import MemoryGuard, static_bounds
+from ..timing.memory import memory_caps
 from ..timing.schedule import InputReady, ListScheduleState
 from .placer_base import Schedule, ScheduleToPlacement, list_schedule, make_schedule
 from .repair import fit_schedule
@@ -108,8 +109,8 @@ def resolve_cap(cap: MemoryCap, cluster: Cluster, placer: str) -> np.ndarray:
     d = cluster.num_devices
     if cap is None:
         return np.full(d, np.inf)
-    if isinstance(cap, str):
-        return np.array([dev.memory_bytes for dev in cluster.devices], dtype=np.float64)
+    if isinstance(cap, str):  # each device's memory less its runtime reserve
+        return memory_caps(cluster)
     arr = np.asarray(cap, dtype=np.float64)
     if arr.ndim == 0:
         return np.full(d, float(arr))

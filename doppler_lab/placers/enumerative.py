@@ -25,7 +25,8 @@ from ..house.progress import progress
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
-from ..timing.fit import CappedSimulator, MemoryGuard, capped
+from ..timing.fit import CappedSimulator, capped, caps_bind
+from ..timing.memory import memory_caps
 from ..timing.sim import SEMANTICS, Simulator
 from .placer_base import check_choice, check_positive
 from .repair import fit_placement, start_placement
@@ -174,7 +175,7 @@ class EnumerativePlacer:
 
 def capped_load(graph: DataflowGraph, cluster: Cluster):
     """The memory check of ``cost="load"`` choices (None when no cap can bind)."""
-    guard = MemoryGuard(graph, cluster, EnumerativePlacer.name, check=False)
-    if not guard.active:
+    caps = memory_caps(cluster)
+    if not caps_bind(graph, caps):
         return None
-    return CappedSimulator(Simulator(graph, cluster), guard.caps)
+    return CappedSimulator(Simulator(graph, cluster), caps)

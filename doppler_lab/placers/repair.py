@@ -27,13 +27,14 @@ from ..ir.placement import Placement
 from ..timing.fit import (
     Footprint,
     MemoryGuard,
+    caps_bind,
     check_floor,
     fits,
     no_fit_error,
     simulated_fit,
     static_bounds,
 )
-from ..timing.memory import format_bytes
+from ..timing.memory import format_bytes, memory_caps
 from .stage_split import StageSplitter
 
 
@@ -48,7 +49,7 @@ def start_placement(
     try:
         return place(start, graph, cluster, seed=rng)
     except PlacementError:
-        if not guard.active:
+        if not guard.binds:
             raise
         raise no_fit_error(graph, guard.caps, placer) from None
 
@@ -145,10 +146,9 @@ def fit_devices(
         PlacementError: nothing found fits (:func:`no_fit_error`), or ``device`` does not and
             ``fix`` is False (the devices over their caps, by how much).
     """
-    guard = MemoryGuard(graph, cluster, placer, cap, check=False)
-    if not guard.active:
+    caps = memory_caps(cluster, cap)
+    if not caps_bind(graph, caps):
         return device, None
-    caps = guard.caps
     dev = np.asarray(device, dtype=np.int64)
     if bool(fits(static_bounds(graph, dev[None, :], caps.size)[0], caps)):
         return device, None

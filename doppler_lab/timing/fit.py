@@ -238,6 +238,12 @@ def _can_bind(graph: DataflowGraph, size: np.ndarray, caps: np.ndarray) -> bool:
     return bool(has_sizes(graph) and size.size and float(size.sum()) > float(caps.min()))
 
 
+def caps_bind(graph: DataflowGraph, caps: np.ndarray) -> bool:
+    """Whether ``caps`` (bytes per device) can bind on ``graph``: it has sizes and its tensors
+    all together exceed the smallest cap (:attr:`MemoryGuard.binds`, without building one)."""
+    return _can_bind(graph, tensor_bytes(graph), caps)
+
+
 def cap_can_bind(graph: DataflowGraph, cluster: Cluster, cap: Any = "device") -> bool:
     """Whether a memory cap can bind (:attr:`MemoryGuard.active`, without building the guard):
     the graph has sizes and its tensors all together exceed the smallest cap."""
@@ -257,10 +263,18 @@ class MemoryGuard:
             needs more than the largest device, or more stored inputs than all devices hold).
 
     Attributes:
-        caps: ``(D,)`` bytes per device (``inf``: none).
-        active: whether a cap can bind (:func:`cap_can_bind`): the graph has sizes and its
-            tensors all together exceed the smallest cap. Inactive guards do nothing
-            (placements stay as without caps, to the bit).
+        caps: ``(D,)`` bytes per device (``inf``: none): each device's memory less its runtime
+            reserve (:func:`~doppler_lab.timing.memory.memory_caps`).
+        binds: whether a cap can bind by the static bound (:func:`cap_can_bind`): the graph
+            has sizes and its tensors all together exceed the smallest cap. Where it cannot,
+            every placement fits (the fast first test of the final check).
+        active: whether the placer must keep to the caps while it builds a placement: a cap
+            binds and the whole graph does not fit on the device with the most memory by its
+            simulated peak (:func:`fits_one_device`; liveness, not every tensor for the whole
+            run). Where the model fits one device, a placer has no reason of memory to split
+            it: it places as without caps, and the final check (by the simulated peak) repairs
+            what it splits over a cap. Inactive guards do nothing (placements stay as without
+            caps, to the bit).
         footprint: the running bound (None when inactive).
     """
 
@@ -277,7 +291,8 @@ class MemoryGuard:
         self.caps = memory_caps(cluster, cap)
         self.num_devices = cluster.num_devices
         size = tensor_bytes(graph)
-        self.active = _can_bind(graph, size, self.caps)
+        self.binds = _can_bind(graph, size, self.caps)
+        self.active = self.binds and not _fits_one(graph, cluster, self.caps)
         self.footprint = Footprint(graph, self.num_devices, size) if self.active else None
         # an op's output and inputs: where the fullest device has room for them, every one has
         self._need = op_needs(graph, size) if self.active else None
@@ -466,8 +481,10 @@ def capped(sim: Any, cap: Any = "device") -> Any:
     (:class:`CappedSimulator`), or ``sim`` itself when no cap can bind."""
     if isinstance(sim, CappedSimulator):
         return sim
-    guard = MemoryGuard(sim.graph, sim.cluster, "", cap, check=False)
-    return CappedSimulator(sim, guard.caps) if guard.active else sim
+    caps = memory_caps(sim.cluster, cap)
+    return (
+        CappedSimulator(sim, caps) if _can_bind(sim.graph, tensor_bytes(sim.graph), caps) else sim
+    )
 
 
 def over_cap(sim: Any, device: np.ndarray) -> bool:
@@ -487,19 +504,23 @@ def simulated_fit(graph: DataflowGraph, cluster: Cluster, device: np.ndarray, ca
     return True
 
 
-
-def fits_one_device(graph: DataflowGraph, cluster: Cluster, cap: Any = "device") -> bool:
-    """Whether the whole graph fits on the device with the most memory (its static bound, or
-    its simulated peak under every semantics, as :func:`fit_devices` accepts a placement); True
-    where no cap can bind. False: a model that must be split to run at all."""
-    guard = MemoryGuard(graph, cluster, "", cap, check=False)
-    if not guard.active:
-        return True
-    caps = guard.caps
+def _fits_one(graph: DataflowGraph, cluster: Cluster, caps: np.ndarray) -> bool:
+    """Whether the whole graph fits ``caps`` on the device with the most: its static bound
+    (the fast first test), else its simulated peak under every semantics."""
     dev = np.full(graph.num_nodes, int(np.argmax(caps)), dtype=np.int64)
     if bool(fits(static_bounds(graph, dev[None, :], caps.size)[0], caps)):
         return True
     return simulated_fit(graph, cluster, dev, caps)
+
+
+def fits_one_device(graph: DataflowGraph, cluster: Cluster, cap: Any = "device") -> bool:
+    """Whether the whole graph fits on the device with the most memory (its static bound, or
+    its simulated peak under every semantics, as the final check accepts a placement); True
+    where no cap can bind. False: a model that must be split to run at all."""
+    caps = memory_caps(cluster, cap)
+    if not _can_bind(graph, tensor_bytes(graph), caps):
+        return True
+    return _fits_one(graph, cluster, caps)
 
 
 __all__ = [
@@ -508,6 +529,7 @@ __all__ = [
     "MemoryGuard",
     "cap_can_bind",
     "capped",
+    "caps_bind",
     "caps_text",
     "check_floor",
     "fits",
