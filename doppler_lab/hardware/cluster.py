@@ -308,7 +308,7 @@ class Cluster:
         """
         devices = []
         for dev in self.devices:
-            cap = dev.memory_bytes if memory_bytes == "keep" else memory_bytes
+            cap = dev.memory_bytes if isinstance(memory_bytes, str) else memory_bytes
             cap = math.inf if cap is None else float(cap)  # type: ignore[arg-type]
             devices.append(replace(dev, memory_bytes=cap, memory_reserve_bytes=reserve_bytes))
         if tuple(devices) == self.devices:

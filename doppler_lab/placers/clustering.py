@@ -64,7 +64,6 @@ from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
 from ..timing.heaps import heap_pop, heap_push
 from .placer_base import ties
-from .repair import fit_placement
 
 #: most passes of whole-cluster moves after the mapping (each a k x D sweep; the paper's graphs
 #: need 1-3)
@@ -374,7 +373,7 @@ class ClusteringPlacer:
 
     def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
         dev, meta = clustering_devices(graph, CostModel(graph, cluster), self.cap)
-        return fit_placement(graph, cluster, Placement(dev, None, self.name, meta), self.name)
+        return Placement(dev, None, self.name, meta)  # fitted by the registry
 
 
 #: graphs with more ops get singleton clusters in :func:`cluster_arrays` (the ``doppler10``

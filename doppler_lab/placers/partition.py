@@ -46,7 +46,6 @@ from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
 from ..timing.fit import capped
 from ..timing.sim import SEMANTICS, Simulator
-from .repair import fit_placement
 
 #: (METIS seed, ufactor) of proposal i (cycled, the seed advancing): the load imbalance METIS
 #: may allow is ufactor / 1000 (3% and 10%); both were best on the held-out set of
@@ -289,4 +288,4 @@ class PartitionPlacer:
         meta = {"semantics": self.semantics, "sim_calls": len(props) if len(props) > 1 else 0}
         meta["partitions"] = len(props)
         p = Placement(props[best], None, self.name, meta).with_inputs_filled(graph)
-        return fit_placement(graph, cluster, p, self.name)
+        return p  # fitted by the registry

@@ -272,8 +272,39 @@ def placer_options(name: str) -> list[str]:
     return [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
+class FittedPlacer:
+    """A registered placer whose every placement is fitted to the memory caps once, here
+    (:func:`~doppler_lab.placers.repair.fit_placement`: as it is where it fits by the static
+    bound or the simulated peak, else repaired), so that placers need not finish their own
+    result; everything else (``name``, ``schedule``, options) is the placer's own."""
+
+    def __init__(self, placer: Any) -> None:
+        self._placer = placer
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_placer":  # not set yet (copy, unpickling)
+            raise AttributeError(name)
+        return getattr(self._placer, name)
+
+    def __repr__(self) -> str:
+        return f"FittedPlacer({self._placer!r})"
+
+    @property
+    def placer(self) -> Any:
+        """The placer itself (its result not fitted)."""
+        return self._placer
+
+    def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
+        """The placer's placement, fitted to ``cluster``'s caps."""
+        from .repair import fit_placement
+
+        out = self._placer.place(graph, cluster, rng)
+        return fit_placement(graph, cluster, out, self._placer.name)
+
+
 def get_placer(name: str, **options: Any) -> Placer:
-    """Build placer ``name`` with ``options`` (unknown options raise :class:`ConfigError`).
+    """Build placer ``name`` with ``options`` (unknown options raise :class:`ConfigError`), its
+    results fitted to the memory caps (:class:`FittedPlacer`).
 
     ``timing``, the name of ``estimate`` before 0.2, is still read.
     """
@@ -289,7 +320,7 @@ def get_placer(name: str, **options: Any) -> Placer:
         bad = [k for k in options if k not in known]
         if bad:
             raise unknown_setting(f"placer {name!r}", bad[0], known, "option")
-    return factory(**options)
+    return FittedPlacer(factory(**options))  # type: ignore[return-value]
 
 
 def place(

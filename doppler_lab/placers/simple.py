@@ -18,7 +18,7 @@ from ..house.errors import ConfigError
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement, random_placement, round_robin, single_device
 from ..timing.fit import MemoryGuard
-from .repair import fit_devices, fit_placement
+from .repair import fit_devices
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class RandomPlacer:
             mem.assign(int(v), d)
             dev[v] = d
         p = Placement(dev, placer=self.name).with_inputs_filled(graph)
-        return fit_placement(graph, cluster, p, self.name)
+        return p  # fitted by the registry
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class RoundRobinPlacer:
                 dev[v] = next(d % ndev for d in range(dev[v], dev[v] + ndev) if room[d % ndev])
             mem.assign(int(v), int(dev[v]))
         p = Placement(dev, placer=self.name).with_inputs_filled(graph)
-        return fit_placement(graph, cluster, p, self.name)
+        return p  # fitted by the registry
 
 
 @dataclass(frozen=True)

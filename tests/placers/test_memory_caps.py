@@ -16,7 +16,6 @@ from doppler_lab.house.errors import PlacementError
 from doppler_lab.ir.graph import KIND_CODE, DataflowGraph, GraphBuilder
 from doppler_lab.placers import get_placer, list_schedule, place
 from doppler_lab.placers.baechi import favourite_children
-from doppler_lab.placers.pipeline_placer import PipelinePlacer
 from doppler_lab.placers.repair import fit_placement, repair
 from doppler_lab.placers.stage_split import StageSplitter
 from doppler_lab.timing.cost_model import CostModel
@@ -290,7 +289,7 @@ def test_pipeline_bottleneck_is_the_least_over_contiguous_splits(seed):
             best = min(best, max(work))
     capped_c = c.with_memory(caps)
     try:
-        p = PipelinePlacer().place(g, capped_c, np.random.default_rng(0))
+        p = get_placer("pipeline").place(g, capped_c, np.random.default_rng(0))
     except PlacementError:
         assert math.isinf(best)
         return

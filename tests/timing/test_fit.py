@@ -1,0 +1,133 @@
+"""Memory in the timing wing: the guard judges by liveness, the registry fits every placer's
+result once, and caps keep a runtime reserve per device."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from doppler_lab.hardware.cluster import (
+    RESERVE_FIXED_BYTES,
+    RESERVE_SHARE,
+    Device,
+    make_cluster,
+)
+from doppler_lab.house.errors import ClusterError
+from doppler_lab.ir.graph import GraphBuilder
+from doppler_lab.ir.placement import Placement
+from doppler_lab.placers import get_placer, place
+from doppler_lab.placers.registry import FittedPlacer
+from doppler_lab.timing.fit import MemoryGuard, fits_one_device, static_bounds
+from doppler_lab.timing.memory import memory_caps, memory_reserves
+from doppler_lab.timing.sim import SEMANTICS, Simulator
+
+#: list schedulers that keep a chain on one device when memory does not force a split
+WHOLE = ("cp", "heft", "cpop", "etf", "m-sct")
+#: placers that split by their own rule (equal memory shares, compute-balanced stages)
+SPLIT_BY_DESIGN = ("m-topo", "pipeline")
+
+
+def chain(n: int = 12, out: float = 1e9):
+    """A chain of ``n`` ops, each ``out`` bytes: the static bound on one device is ``n *
+    out``, the simulated peak about two outputs."""
+    b = GraphBuilder("chain")
+    prev = b.add_node("x", kind="input", out_bytes=1e8)
+    for i in range(n):
+        prev = b.add_node(f"v{i}", inputs=[prev], flops=2e12, out_bytes=out)
+    return b.build()
+
+
+@pytest.fixture
+def fitting():
+    """A model whose static bound (12.1 GB) exceeds the 3 GB caps, its simulated peak (2.1 GB)
+    does not: it fits one device."""
+    g = chain()
+    cluster = make_cluster("uniform", 4).with_memory(3e9, 0.0)
+    one = np.zeros(g.num_nodes, dtype=np.int64)
+    assert static_bounds(g, one[None, :], 4)[0, 0] > 3e9
+    assert fits_one_device(g, cluster)
+    return g, cluster
+
+
+def test_guard_binds_but_stays_inactive_where_the_model_fits_one_device(fitting):
+    g, cluster = fitting
+    guard = MemoryGuard(g, cluster, "heft")
+    assert guard.binds and not guard.active
+    tight = make_cluster("uniform", 4).with_memory(2.05e9, 0.0)  # 2.1 GB peak: must split
+    assert MemoryGuard(g, tight, "heft").active
+
+
+@pytest.mark.parametrize("name", WHOLE + SPLIT_BY_DESIGN)
+def test_memory_aware_placers_do_not_split_a_model_that_fits_one_device(fitting, name):
+    g, cluster = fitting
+    p = place(name, g, cluster, seed=0)
+    one = Simulator(g, cluster, "wc").run(np.zeros(g.num_nodes, dtype=np.int64)).makespan
+    comp = g.compute_nodes
+    for s in SEMANTICS:
+        assert np.all(Simulator(g, cluster, s).run(p).peak_memory_bytes <= 3e9)
+    if name in WHOLE:  # before: split over all 4 devices by the static bound
+        assert np.unique(p.device[comp]).size == 1
+    assert Simulator(g, cluster, "wc").run(p).makespan <= 1.1 * one
+
+
+class _AllOnZero:
+    """A placer that ignores memory: every op on device 0."""
+
+    name = "all-on-zero"
+
+    def place(self, graph, cluster, rng):
+        return Placement(np.zeros(graph.num_nodes, dtype=np.int64), placer=self.name)
+
+
+def test_the_registry_fits_what_a_placer_returns():
+    g = chain(3, 1e9)
+    cluster = make_cluster("uniform", 4).with_memory(2.05e9, 0.0)  # 2.1 GB peak on one
+    raw = _AllOnZero().place(g, cluster, np.random.default_rng(0))
+    assert Simulator(g, cluster, "wc").run(raw).peak_memory_bytes[0] > 2.05e9
+    p = FittedPlacer(_AllOnZero()).place(g, cluster, np.random.default_rng(0))
+    assert p.meta["memory_fit"] in ("repaired", "packed", "pipeline")
+    for s in SEMANTICS:
+        assert np.all(Simulator(g, cluster, s).run(p).peak_memory_bytes <= 2.05e9)
+    assert isinstance(get_placer("heft"), FittedPlacer)
+    assert get_placer("heft").name == "heft"
+
+
+def test_default_reserve_of_a_gpu_and_none_on_cpus_or_without_sizes():
+    gpus = make_cluster("uniform", 2).with_memory(32e9)
+    want = RESERVE_FIXED_BYTES + RESERVE_SHARE * 32e9
+    np.testing.assert_allclose(memory_reserves(gpus), [want, want])
+    np.testing.assert_allclose(memory_caps(gpus), [32e9 - want] * 2)
+    assert 31.88e9 > memory_caps(gpus)[0]  # 31.88 GB no longer packs onto a 32 GB V100
+    assert memory_reserves(gpus.with_memory(None)).tolist() == [0.0, 0.0]
+    assert memory_reserves(gpus.with_memory(60e6)).tolist() == [0.0, 0.0]  # not a GPU's size
+    cpu = Device("cpu:0", "cpu", {"float32": 1e11}, memory_bytes=64e9)
+    assert cpu.runtime_reserve() == 0.0
+
+
+def test_explicit_reserve_and_its_errors():
+    c = make_cluster("uniform", 2).with_memory(8e9, 0.5e9)
+    np.testing.assert_allclose(memory_caps(c), [7.5e9, 7.5e9])
+    assert make_cluster("uniform", 2).with_memory(8e9, 0.0).devices[0].runtime_reserve() == 0
+    with pytest.raises(ClusterError, match=r"memory reserve = 9000000000.0, expected bytes >= 0"):
+        make_cluster("uniform", 2).with_memory(8e9, 9e9)
+    with pytest.raises(ClusterError, match="memory reserve = -1"):
+        make_cluster("uniform", 2).with_memory(8e9, -1)
+
+
+def test_reserve_round_trips_through_the_cluster_document():
+    c = make_cluster("uniform", 2).with_memory(8e9, 0.25e9)
+    d = c.devices[0].to_dict()
+    assert d["memory_reserve_bytes"] == 0.25e9
+    assert Device.from_dict(d).runtime_reserve() == 0.25e9
+    assert "memory_reserve_bytes" not in make_cluster("uniform", 2).devices[0].to_dict()
+
+
+def test_old_path_warns_and_holds_both_homes():
+    import importlib
+    import sys
+
+    sys.modules.pop("doppler_lab.placers.memory_fit", None)
+    with pytest.warns(DeprecationWarning, match="timing.fit"):
+        old = importlib.import_module("doppler_lab.placers.memory_fit")
+    assert old.MemoryGuard is MemoryGuard
+    assert callable(old.fit_placement) and callable(old.repair)
