@@ -9,6 +9,12 @@ device against the cap, so that "memory-bound" is measured, not assumed. Every p
 the ``place`` call, or "does not fit" with the placer's one-line error. ``exact`` runs only on
 graphs of at most :data:`EXACT_MAX_OPS` ops and is skipped, with the reason, on larger ones.
 
+:data:`FITS_ONE_CASES` are the other way round: models whose static bound (every tensor live
+for the whole run) exceeds the 8 GB cap but whose simulated peak fits one device; the target of
+issue 44 (:func:`one_device_targets`): every memory-aware placer (:data:`MEMORY_AWARE`) within
+:data:`ONE_DEVICE_SLACK` of the whole graph's makespan on one device there. Caps are each
+device's memory less its runtime reserve (:func:`~doppler_lab.timing.memory.memory_caps`).
+
 The targets of issue 35 (:func:`target_rows`): ``doppler`` (zero-shot, the general policy with
 its proposals) fits every case and is no worse than the best of m-ETF (placer ``etf``), m-SCT
 and ``pipeline`` on at least :data:`TARGET_SHARE` of them; ``doppler --budget 2000`` is no
@@ -34,7 +40,7 @@ from ..house.errors import ConfigError, PlacementError
 from ..house.progress import progress as progress_bar
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
-from ..timing.memory import memory_caps, tensor_bytes
+from ..timing.memory import memory_caps, memory_reserves, tensor_bytes
 from ._report import write_report
 
 #: the memory baselines of the targets, by row label (m-ETF is the placer ``etf``)
@@ -222,11 +228,14 @@ def case_facts(graph: DataflowGraph, cluster: Cluster, semantics: str = SEMANTIC
     from ..timing.sim import Simulator
 
     caps = memory_caps(cluster)
+    reserve = memory_reserves(cluster)
     trace = Simulator(graph, cluster, semantics).run(np.zeros(graph.num_nodes, dtype=np.int64))
     peak = float(trace.peak_memory_bytes[0])
     return {
         "ops": int(graph.compute_nodes.size),
         "devices": int(cluster.num_devices),
+        "memory_gb": _gb(float(caps[0] + reserve[0])),
+        "reserve_gb": float(reserve[0]) / 1e9,
         "cap_gb": _gb(float(caps[0])),
         "weights_gb": stored_bytes(graph) / 1e9,
         "all_tensors_gb": float(tensor_bytes(graph).sum()) / 1e9,
@@ -525,7 +534,8 @@ def cap_figure(rows: Sequence[Mapping[str, Any]], title: str | None = None) -> A
 
 # -- the bench -----------------------------------------------------------------------------------
 CASE_COLUMNS = [
-    "case", "graph", "cluster", "ops", "devices", "cap_gb", "weights_gb", "all_tensors_gb",
+    "case", "graph", "cluster", "ops", "devices", "memory_gb", "reserve_gb", "cap_gb",
+    "weights_gb", "all_tensors_gb",
     "one_device_peak_gb", "fits_one_device", "one_device_makespan_s", "import_s",
 ]  # fmt: skip
 PLACER_COLUMNS = [
@@ -663,6 +673,9 @@ def run(out_dir: Path, quick: bool = False, progress: bool = True) -> dict[str, 
         f"Memory-bound: {len(bound)} of {len(case_rows)} cases do not fit on one device (the "
         "whole graph's simulated peak on device 0 exceeds the cap; case table)"
         + ("" if len(bound) == len(case_rows) else "; the others are NOT memory-bound"),
+        "Caps: each device's memory less its runtime reserve (CUDA context and allocator "
+        "slack: 256 MiB + 2% of a GPU's memory by default; memory_gb, reserve_gb, cap_gb in "
+        "the case table).",
         f"Makespans: {SEMANTICS} semantics, no noise, seed 0 for every placer; fits = every "
         "device's simulated peak within its cap; peak_gb = the peak per device (GB); "
         "vs_best_baseline = makespan / the best of m-ETF, m-SCT and pipeline that fits - 1; "

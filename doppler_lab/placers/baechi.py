@@ -4,8 +4,12 @@
 Memory: every placer respects the devices' memory (:mod:`doppler_lab.timing.fit`: the
 static bound of :mod:`doppler_lab.timing.memory`, the outputs of the ops on a device, the
 stored inputs they read and one copy of every tensor received there). The cap is the option
-``memory_cap``: ``"device"`` (default: each device's ``memory_bytes``), bytes (one value for
-all devices or a list per device) or None (no cap).
+``memory_cap``: ``"device"`` (default: each device's ``memory_bytes`` less its runtime
+reserve), bytes (one value for all devices or a list per device) or None (no cap). Where the
+whole model fits one device by its simulated peak (liveness: an output lives until its last
+consumer ends, not the whole run), no cap binds while they build
+(:attr:`~doppler_lab.timing.fit.MemoryGuard.active`): memory is no reason to split it, and the
+final check judges the result by its simulated peak.
 
 - ``etf`` (m-ETF): at every step, the (ready node, device) pair with the earliest start time
   among devices with room for the node; ties go to the larger b-level, then the lower ids. Times
@@ -25,7 +29,8 @@ all devices or a list per device) or None (no cap).
 
 A cap no placement can meet (one node alone needs more than any device holds, or the stored
 inputs more than all devices together) raises :class:`PlacementError` up front; a greedy pass
-that finds no device with room goes on and its placement is repaired at the end
+that finds no device with room goes on and its placement is repaired at the end by the fit
+the registry applies to every placer's schedule
 (:func:`~doppler_lab.placers.repair.fit_schedule`), or the placer says that nothing fits.
 """
 
@@ -45,7 +50,6 @@ from ..timing.fit import MemoryGuard, static_bounds
 from ..timing.memory import memory_caps
 from ..timing.schedule import InputReady, ListScheduleState
 from .placer_base import Schedule, ScheduleToPlacement, list_schedule, make_schedule
-from .repair import fit_schedule
 
 MemoryCap = float | Sequence[float] | str | None
 
@@ -140,10 +144,8 @@ class _MemoryCapped(ScheduleToPlacement):
         cost: CostModel,
         sched: Schedule,
     ) -> Schedule:
-        """``sched`` within the caps (:func:`~doppler_lab.placers.repair.fit_schedule`),
-        with its static bound per device in ``meta["memory_used"]``."""
-        cap = resolve_cap(self.memory_cap, cluster, self.name)
-        sched = fit_schedule(graph, cluster, sched, self.name, cost, cap)
+        """``sched`` with its static bound per device in ``meta["memory_used"]`` (the registry
+        fits it to the caps, :class:`~doppler_lab.placers.registry.FittedPlacer`)."""
         used = static_bounds(graph, sched.placement.device[None, :], cluster.num_devices)[0]
         return sched.with_meta(memory_used=used.tolist())
 

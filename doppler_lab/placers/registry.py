@@ -295,11 +295,34 @@ class FittedPlacer:
         return self._placer
 
     def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
-        """The placer's placement, fitted to ``cluster``'s caps."""
+        """The placer's placement, fitted to ``cluster``'s caps (a scheduling placer's: the
+        placement of its fitted :meth:`schedule`)."""
         from .repair import fit_placement
 
+        if hasattr(self._placer, "schedule"):
+            return self.schedule(graph, cluster, rng).placement
         out = self._placer.place(graph, cluster, rng)
         return fit_placement(graph, cluster, out, self._placer.name)
+
+    def schedule(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Any:
+        """A scheduling placer's schedule, fitted to the caps
+        (:func:`~doppler_lab.placers.repair.fit_schedule`: itself where it fits, else the list
+        schedule of the fixed placement in its order) under the placer's ``memory_cap`` when it
+        has one; a ``memory_used`` in its meta (the static bound per device) is of the result."""
+        from ..timing.cost_model import CostModel
+        from ..timing.fit import static_bounds
+        from .repair import fit_schedule
+
+        placer = self._placer
+        sched = placer.schedule(graph, cluster, rng)
+        cap = getattr(placer, "memory_cap", "device")
+        fitted = fit_schedule(graph, cluster, sched, placer.name, CostModel(graph, cluster), cap)
+        if "memory_used" in sched.meta and fitted is not sched:
+            dev = fitted.placement.device[None, :]
+            fitted = fitted.with_meta(
+                memory_used=static_bounds(graph, dev, cluster.num_devices)[0].tolist()
+            )
+        return fitted
 
 
 def get_placer(name: str, **options: Any) -> Placer:
