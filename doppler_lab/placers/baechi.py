@@ -165,7 +165,7 @@ class EtfPlacer(_MemoryCapped):
     ) -> Schedule:
         cost = CostModel(graph, cluster)
         mem = self.guard(graph, cluster)
-        state = ListScheduleState(graph, cost, "est")
+        state = ListScheduleState(graph, cost, "est", mem)  # keeps the guard in step
         blevel = cost.b_level()
         d_all = np.arange(cluster.num_devices)
         while not state.done:
@@ -192,7 +192,6 @@ class EtfPlacer(_MemoryCapped):
                 best, best_est = stuck, stuck_est
             assert best is not None
             _, _, v, d = best
-            mem.assign(v, d)
             state.assign(v, d, best_est)
         sched = make_schedule(
             graph, state.device, state.start, state.finish, self.name, "est", state.order
@@ -331,7 +330,7 @@ class SctPlacer(_MemoryCapped):
         cost = CostModel(graph, cluster)
         mem = self.guard(graph, cluster)
         fav, lp_makespan = favourite_children(graph, cost)
-        state = ListScheduleState(graph, cost, "est")
+        state = ListScheduleState(graph, cost, "est", mem)  # keeps the guard in step
         ready = InputReady(graph, cost)
         blevel = cost.b_level()
         ndev = cluster.num_devices
@@ -362,7 +361,6 @@ class SctPlacer(_MemoryCapped):
             pick = strict or loose or free
             assert pick is not None
             v, d = pick[3], pick[4]
-            mem.assign(v, d)
             state.assign(v, d, ests[v])
             last[d] = v
         sched = make_schedule(

@@ -175,7 +175,7 @@ class CPRolloutPlacer:
         # completions over a memory cap simulate as inf; PLC keeps to devices with room
         sim = capped(Simulator(graph, cluster, self.semantics))  # type: ignore[arg-type]
         mem = MemoryGuard(graph, cluster, self.name)
-        state = Episode(graph, cost, estimate)
+        state = Episode(graph, cost, estimate, mem)  # keeps the guard in step
         best_ms, best = np.inf, None
         calls = 0
         steps = int(graph.compute_nodes.size)
@@ -201,7 +201,6 @@ class CPRolloutPlacer:
                 shortest = ties(np.where(room, spans, np.inf), "min", self.tie_rtol)
                 shortest = shortest[room[shortest]]
             d = base if base in shortest else int(shortest[0])
-            mem.assign(v, d)
             state.assign(v, d, est)
         final = state.placement(self.name)
         meta = {"estimate": estimate, "semantics": self.semantics, "sim_calls": calls}

@@ -147,9 +147,9 @@ def _episode(
     """One CP episode; ``released`` reproduces the released candidate list and its bug."""
     cost = CostModel(graph, cluster)
     teacher = CriticalPathTeacher(graph, cost, tie_rtol)
-    state = Episode(graph, cost, estimate)
     mem = MemoryGuard(graph, cluster, placer)
-    room = mem.allowed if mem.active else None
+    state = Episode(graph, cost, estimate, mem)  # keeps the guard in step
+    room = state.allowed if mem.active else None
     legal = [int(v) for v in state.candidates()]  # the released code's candidate list
     decisions: list[CPDecision] = []
     while not state.done:
@@ -158,7 +158,6 @@ def _episode(
         )
         decisions.append(dec)
         v = dec.node
-        mem.assign(v, dec.device)
         state.assign(v, dec.device, dec.est)
         if released:
             legal.remove(v)

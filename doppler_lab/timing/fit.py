@@ -94,6 +94,14 @@ class Footprint:
         out.count = np.zeros_like(self.count)
         return out
 
+    def copy(self) -> Footprint:
+        """An independent copy of the running bound (the graph's arrays shared)."""
+        out = copy.copy(self)
+        out.device = self.device.copy()
+        out.used = self.used.copy()
+        out.count = self.count.copy()
+        return out
+
     @classmethod
     def of(
         cls,
@@ -304,6 +312,12 @@ class MemoryGuard:
         """The same caps with nothing placed (one per episode of a rollout)."""
         out = copy.copy(self)
         out.footprint = None if self.footprint is None else self.footprint.blank()
+        return out
+
+    def copy(self) -> MemoryGuard:
+        """An independent copy, with what is placed so far (the graph's arrays shared)."""
+        out = copy.copy(self)
+        out.footprint = None if self.footprint is None else self.footprint.copy()
         return out
 
     def room(self, v: int) -> np.ndarray | None:

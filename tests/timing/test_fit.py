@@ -131,3 +131,22 @@ def test_old_path_warns_and_holds_both_homes():
         old = importlib.import_module("doppler_lab.placers.memory_fit")
     assert old.MemoryGuard is MemoryGuard
     assert callable(old.fit_placement) and callable(old.repair)
+
+
+def test_the_list_scheduling_state_carries_the_guard():
+    from doppler_lab.timing.cost_model import CostModel
+    from doppler_lab.timing.episode import Episode
+
+    g = chain(4, 1e9)
+    cluster = make_cluster("uniform", 4).with_memory(2.05e9, 0.0)
+    guard = MemoryGuard(g, cluster, "cp")
+    assert guard.active
+    state = Episode(g, CostModel(g, cluster), "est", guard)
+    v = int(state.candidates()[0])
+    state.assign(v, 0)
+    assert guard.footprint.device[v] == 0
+    fork = state.copy()
+    w = int(fork.candidates()[0])
+    fork.assign(w, 1)
+    assert fork.guard.footprint.device[w] == 1 and guard.footprint.device[w] == -1
+    np.testing.assert_array_equal(state.room(w), guard.room(w))
