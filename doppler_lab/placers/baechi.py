@@ -221,6 +221,9 @@ class TopoPlacer(_MemoryCapped):
         weight = graph.out_bytes if total > 0 else cost.mean_compute
         caps = mem.caps if mem.active else np.full(ndev, np.inf)
         share = np.minimum(caps, (total if total > 0 else float(weight.sum())) / ndev)
+        live = 1.0  # the share of Baechi's count that is live at once
+        if mem.binds and not mem.active:  # the model fits one device by its simulated peak
+            live, share = mem.live_share(), mem.caps  # liveness-aware sizes: no reason to split
         device = np.zeros(graph.num_nodes, dtype=np.int64)
         filled = np.zeros(ndev)
         d = 0
@@ -230,7 +233,7 @@ class TopoPlacer(_MemoryCapped):
                 continue
             room = mem.room(v)
             while True:
-                w = shares.need(v, d) if total > 0 else float(weight[v])
+                w = live * shares.need(v, d) if total > 0 else float(weight[v])
                 over = filled[d] > 0 and filled[d] + w > share[d] * (1 + 1e-12)
                 fits_here = room is None or bool(room[d])
                 if d == ndev - 1 or not (over or not fits_here):

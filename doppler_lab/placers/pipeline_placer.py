@@ -3,7 +3,9 @@ where the largest stage's compute is smallest with every stage within its device
 (:mod:`doppler_lab.placers.stage_split` says how the split points are chosen). Where no split
 keeps every stage within its static bound (every activation resident for the whole run), the
 split balanced by compute alone is taken when its simulated peak fits every device
-(``meta["memory_fit"] = "simulated"``), else the placer says what the graph needs."""
+(``meta["memory_fit"] = "simulated"``), else the placer says what the graph needs. Where a cap
+binds by the static bound but the whole model fits the device with the most memory by its
+simulated peak, memory gives no reason for stages: one stage, on that device."""
 
 from __future__ import annotations
 
@@ -31,11 +33,19 @@ class PipelinePlacer:
     def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
         guard = MemoryGuard(graph, cluster, self.name)
         caps = guard.caps if guard.active else np.full(cluster.num_devices, np.inf)
-        # within the static bound, else balanced by compute alone where its simulated peak fits
-        got = pipeline_split(graph, cluster, caps, CostModel(graph, cluster).compute)
-        if got is None:
-            raise no_fit_error(graph, caps, self.name)
-        dev, bottleneck = got
+        compute = CostModel(graph, cluster).compute
+        if guard.binds and not guard.active:
+            # the model fits the device with the most memory by its simulated peak: one stage
+            one = int(np.argmax(guard.caps))
+            dev = np.where(graph.is_input, -1, one)
+            bottleneck = float(compute[graph.compute_nodes, one].sum())
+        else:
+            # within the static bound, else balanced by compute alone where its simulated
+            # peak fits
+            got = pipeline_split(graph, cluster, caps, compute)
+            if got is None:
+                raise no_fit_error(graph, caps, self.name)
+            dev, bottleneck = got
         topo = graph.topo_order
         comp = np.asarray(topo[~graph.is_input[topo]], dtype=np.int64)  # the stages' order
         priority = np.zeros(graph.num_nodes)

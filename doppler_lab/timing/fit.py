@@ -295,6 +295,7 @@ class MemoryGuard:
         check: bool = True,
     ):
         self.graph = graph
+        self._cluster = cluster
         self.placer = placer
         self.caps = memory_caps(cluster, cap)
         self.num_devices = cluster.num_devices
@@ -307,6 +308,24 @@ class MemoryGuard:
         self._smallest = float(self.caps.min())
         if self.active and check:
             check_floor(graph, self.caps, placer)
+
+    def live_share(self) -> float:
+        """The share of the static bound live at once on one device: the whole graph's
+        simulated peak (the largest over the semantics) on the device with the most memory
+        over its static bound there (1 without sizes). A placer that reserves memory per op
+        scales its sizes by it where the model fits one device (m-TOPO's shares)."""
+        from .sim import SEMANTICS, Simulator
+
+        d = int(np.argmax(self.caps))
+        dev = np.full(self.graph.num_nodes, d, dtype=np.int64)
+        bound = float(static_bounds(self.graph, dev[None, :], self.num_devices)[0, d])
+        if bound <= 0:
+            return 1.0
+        peak = max(
+            float(np.asarray(Simulator(self.graph, self._cluster, s).run(dev).peak_memory_bytes)[d])
+            for s in SEMANTICS
+        )
+        return min(peak / bound, 1.0)
 
     def blank(self) -> MemoryGuard:
         """The same caps with nothing placed (one per episode of a rollout)."""

@@ -21,10 +21,9 @@ from doppler_lab.timing.fit import MemoryGuard, fits_one_device, static_bounds
 from doppler_lab.timing.memory import memory_caps, memory_reserves
 from doppler_lab.timing.sim import SEMANTICS, Simulator
 
-#: list schedulers that keep a chain on one device when memory does not force a split
-WHOLE = ("cp", "heft", "cpop", "etf", "m-sct")
-#: placers that split by their own rule (equal memory shares, compute-balanced stages)
-SPLIT_BY_DESIGN = ("m-topo", "pipeline")
+#: memory-aware placers: none splits a chain that fits one device (each split it over all 4
+#: devices by the static bound before)
+WHOLE = ("cp", "heft", "cpop", "etf", "m-topo", "m-sct", "pipeline")
 
 
 def chain(n: int = 12, out: float = 1e9):
@@ -57,7 +56,7 @@ def test_guard_binds_but_stays_inactive_where_the_model_fits_one_device(fitting)
     assert MemoryGuard(g, tight, "heft").active
 
 
-@pytest.mark.parametrize("name", WHOLE + SPLIT_BY_DESIGN)
+@pytest.mark.parametrize("name", WHOLE)
 def test_memory_aware_placers_do_not_split_a_model_that_fits_one_device(fitting, name):
     g, cluster = fitting
     p = place(name, g, cluster, seed=0)
@@ -65,8 +64,7 @@ def test_memory_aware_placers_do_not_split_a_model_that_fits_one_device(fitting,
     comp = g.compute_nodes
     for s in SEMANTICS:
         assert np.all(Simulator(g, cluster, s).run(p).peak_memory_bytes <= 3e9)
-    if name in WHOLE:  # before: split over all 4 devices by the static bound
-        assert np.unique(p.device[comp]).size == 1
+    assert np.unique(p.device[comp]).size == 1
     assert Simulator(g, cluster, "wc").run(p).makespan <= 1.1 * one
 
 
