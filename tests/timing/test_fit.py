@@ -148,3 +148,25 @@ def test_the_list_scheduling_state_carries_the_guard():
     fork.assign(w, 1)
     assert fork.guard.footprint.device[w] == 1 and guard.footprint.device[w] == -1
     np.testing.assert_array_equal(state.room(w), guard.room(w))
+
+
+def test_place_reports_the_reserve_and_rejects_a_bad_one(capsys):
+    import json
+
+    from doppler_lab.cli import main
+
+    argv = ["place", "chainmm:scale=0.1", "--cluster", "p100x4", "--placer", "heft", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    want = RESERVE_FIXED_BYTES + RESERVE_SHARE * 16e9
+    assert out["memory_bytes"] == [16e9] * 4
+    assert out["memory_reserve_bytes"] == pytest.approx([want] * 4)
+    assert main([*argv, "--memory-cap", "8GB", "--memory-reserve", "0.5GB"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["memory_bytes"] == [8e9] * 4 and out["memory_reserve_bytes"] == [0.5e9] * 4
+    assert main([*argv, "--memory-cap", "8GB", "--memory-reserve", "9GB"]) == 2
+    err = capsys.readouterr().err
+    assert "--memory-reserve 9 GB: device" in err and "less than its memory" in err
+    assert err.count("\n") == 1
+    assert main([*argv, "--memory-reserve", "-1"]) == 2
+    assert "--memory-reserve must be >= 0" in capsys.readouterr().err
