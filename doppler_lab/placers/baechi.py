@@ -123,6 +123,15 @@ def resolve_cap(cap: MemoryCap, cluster: Cluster, placer: str) -> np.ndarray:
     return arr.copy()
 
 
+def one_device_schedule(
+    graph: DataflowGraph, cost: CostModel, caps: np.ndarray, placer: str, meta: dict
+) -> Schedule:
+    """The list schedule (topological order, ``est``) of every op on the device with the most
+    memory, with ``meta``."""
+    dev = np.full(graph.num_nodes, int(np.argmax(caps)), dtype=np.int64)
+    return list_schedule(graph, cost, dev, placer=placer, meta=dict(meta))
+
+
 @dataclass(frozen=True)
 class _MemoryCapped(ScheduleToPlacement):
     memory_cap: MemoryCap = "device"
@@ -143,9 +152,17 @@ class _MemoryCapped(ScheduleToPlacement):
         cluster: Cluster,
         cost: CostModel,
         sched: Schedule,
+        mem: MemoryGuard | None = None,
     ) -> Schedule:
         """``sched`` with its static bound per device in ``meta["memory_used"]`` (the registry
-        fits it to the caps, :class:`~doppler_lab.placers.registry.FittedPlacer`)."""
+        fits it to the caps, :class:`~doppler_lab.placers.registry.FittedPlacer`). Where a cap
+        binds but the model fits one device by its simulated peak (``mem``), the whole graph
+        on the device with the most memory when its list schedule is shorter: memory is no
+        reason to split, and the placer's own estimate says whether speed is."""
+        if mem is not None and mem.binds and not mem.active:
+            whole = one_device_schedule(graph, cost, mem.caps, self.name, sched.meta)
+            if whole.makespan < sched.makespan:
+                sched = whole
         used = static_bounds(graph, sched.placement.device[None, :], cluster.num_devices)[0]
         return sched.with_meta(memory_used=used.tolist())
 
@@ -196,7 +213,7 @@ class EtfPlacer(_MemoryCapped):
         sched = make_schedule(
             graph, state.device, state.start, state.finish, self.name, "est", state.order
         )
-        return self.finish(graph, cluster, cost, sched)
+        return self.finish(graph, cluster, cost, sched, mem)
 
 
 @dataclass(frozen=True)
@@ -222,8 +239,9 @@ class TopoPlacer(_MemoryCapped):
         caps = mem.caps if mem.active else np.full(ndev, np.inf)
         share = np.minimum(caps, (total if total > 0 else float(weight.sum())) / ndev)
         live = 1.0  # the share of Baechi's count that is live at once
-        if mem.binds and not mem.active:  # the model fits one device by its simulated peak
-            live, share = mem.live_share(), mem.caps  # liveness-aware sizes: no reason to split
+        if mem.binds and not mem.active:  # the model fits one device by its simulated peak:
+            live = mem.live_share()  # shares of the liveness-aware count, within the caps
+            share = np.minimum(mem.caps, live * total / ndev)
         device = np.zeros(graph.num_nodes, dtype=np.int64)
         filled = np.zeros(ndev)
         d = 0
@@ -248,7 +266,7 @@ class TopoPlacer(_MemoryCapped):
             filled[target] += w
             device[v] = target
         return self.finish(
-            graph, cluster, cost, list_schedule(graph, cost, device, placer=self.name)
+            graph, cluster, cost, list_schedule(graph, cost, device, placer=self.name), mem
         )
 
 
@@ -371,4 +389,4 @@ class SctPlacer(_MemoryCapped):
             {"favourite_children": int((fav >= 0).sum()),
              "lp_makespan": lp_makespan * graph.time_scale},
         )  # fmt: skip
-        return self.finish(graph, cluster, cost, sched)
+        return self.finish(graph, cluster, cost, sched, mem)
