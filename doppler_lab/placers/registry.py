@@ -295,14 +295,26 @@ class FittedPlacer:
         return self._placer
 
     def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
-        """The placer's placement, fitted to ``cluster``'s caps (a scheduling placer's: the
-        placement of its fitted :meth:`schedule`)."""
+        """The placer's placement, fitted to ``cluster``'s caps."""
         from .repair import fit_placement
 
-        if hasattr(self._placer, "schedule"):
-            return self.schedule(graph, cluster, rng).placement
         out = self._placer.place(graph, cluster, rng)
         return fit_placement(graph, cluster, out, self._placer.name)
+
+    @staticmethod
+    def of(placer: Any) -> FittedPlacer:
+        """``placer`` with its results fitted (:class:`FittedScheduler` for a placer that also
+        gives a schedule)."""
+        return FittedScheduler(placer) if hasattr(placer, "schedule") else FittedPlacer(placer)
+
+
+class FittedScheduler(FittedPlacer):
+    """A :class:`FittedPlacer` of a scheduling placer: its schedule is fitted, and its
+    placement is the fitted schedule's."""
+
+    def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
+        """The placement of the fitted :meth:`schedule`."""
+        return self.schedule(graph, cluster, rng).placement
 
     def schedule(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Any:
         """A scheduling placer's schedule, fitted to the caps
@@ -343,7 +355,7 @@ def get_placer(name: str, **options: Any) -> Placer:
         bad = [k for k in options if k not in known]
         if bad:
             raise unknown_setting(f"placer {name!r}", bad[0], known, "option")
-    return FittedPlacer(factory(**options))  # type: ignore[return-value]
+    return FittedPlacer.of(factory(**options))  # type: ignore[return-value]
 
 
 def place(

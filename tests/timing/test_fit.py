@@ -88,6 +88,9 @@ def test_the_registry_fits_what_a_placer_returns():
         assert np.all(Simulator(g, cluster, s).run(p).peak_memory_bytes <= 2.05e9)
     assert isinstance(get_placer("heft"), FittedPlacer)
     assert get_placer("heft").name == "heft"
+    # a schedule only where the placer gives one (``place`` asks ``hasattr(placer, "schedule")``)
+    assert hasattr(get_placer("heft"), "schedule")
+    assert not hasattr(get_placer("pipeline"), "schedule")
 
 
 def test_default_reserve_of_a_gpu_and_none_on_cpus_or_without_sizes():
