@@ -29,7 +29,7 @@ from ..timing.fit import CappedSimulator, capped, caps_bind
 from ..timing.memory import memory_caps
 from ..timing.sim import SEMANTICS, Simulator
 from .placer_base import check_choice, check_positive
-from .repair import start_placement
+from .registry import start_placement
 
 
 def node_groups(graph: DataflowGraph, group: str) -> list[np.ndarray]:

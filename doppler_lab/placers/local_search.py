@@ -34,7 +34,7 @@ from ..ir.trace_path import critical_path
 from ..timing.fit import capped, over_cap
 from ..timing.sim import SEMANTICS, Simulator
 from .placer_base import check_choice, check_positive
-from .repair import start_placement
+from .registry import start_placement
 
 #: ``propose(device, count, rng) -> (count, N)``: candidate placements around ``device``
 Proposal = Callable[[np.ndarray, int, np.random.Generator], np.ndarray]

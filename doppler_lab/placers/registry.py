@@ -33,7 +33,10 @@ from ..house.errors import PlacementError
 from ..house.settings import unknown_setting
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
+from ..timing.cost_model import CostModel
+from ..timing.fit import MemoryGuard, no_fit_error, static_bounds
 from .placer_base import Placer, make_rng
+from .repair import fit_placement, fit_schedule
 
 ENTRY_POINT_GROUP = "doppler_lab.placers"
 LEARNED_MODULE = "doppler_lab.search.learned"
@@ -296,8 +299,6 @@ class FittedPlacer:
 
     def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
         """The placer's placement, fitted to ``cluster``'s caps."""
-        from .repair import fit_placement
-
         out = self._placer.place(graph, cluster, rng)
         return fit_placement(graph, cluster, out, self._placer.name)
 
@@ -321,10 +322,6 @@ class FittedScheduler(FittedPlacer):
         (:func:`~doppler_lab.placers.repair.fit_schedule`: itself where it fits, else the list
         schedule of the fixed placement in its order) under the placer's ``memory_cap`` when it
         has one; a ``memory_used`` in its meta (the static bound per device) is of the result."""
-        from ..timing.cost_model import CostModel
-        from ..timing.fit import static_bounds
-        from .repair import fit_schedule
-
         placer = self._placer
         sched = placer.schedule(graph, cluster, rng)
         cap = getattr(placer, "memory_cap", "device")
@@ -379,3 +376,17 @@ def place(
     placer = get_placer(name, **options)
     placement = placer.place(graph, cluster, make_rng(seed))
     return placement.validate(graph, cluster.num_devices)
+
+
+def start_placement(
+    graph: DataflowGraph, cluster: Cluster, start: str, placer: str, rng: np.random.Generator
+) -> Placement:
+    """The placement a search placer ``placer`` starts from: placer ``start``'s; where no
+    placement fits the caps, the one-line :func:`no_fit_error` in ``placer``'s name."""
+    guard = MemoryGuard(graph, cluster, placer)  # a cap nothing meets: this placer says so
+    try:
+        return place(start, graph, cluster, seed=rng)
+    except PlacementError:
+        if not guard.binds:
+            raise
+        raise no_fit_error(graph, guard.caps, placer) from None

@@ -26,7 +26,6 @@ from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.fit import (
     Footprint,
-    MemoryGuard,
     caps_bind,
     check_floor,
     fits,
@@ -36,22 +35,6 @@ from ..timing.fit import (
 )
 from ..timing.memory import format_bytes, memory_caps
 from .stage_split import StageSplitter
-
-
-def start_placement(
-    graph: DataflowGraph, cluster: Cluster, start: str, placer: str, rng: np.random.Generator
-) -> Placement:
-    """The placement a search placer ``placer`` starts from: placer ``start``'s; where no
-    placement fits the caps, the one-line :func:`no_fit_error` in ``placer``'s name."""
-    from .registry import place
-
-    guard = MemoryGuard(graph, cluster, placer)  # a cap nothing meets: this placer says so
-    try:
-        return place(start, graph, cluster, seed=rng)
-    except PlacementError:
-        if not guard.binds:
-            raise
-        raise no_fit_error(graph, guard.caps, placer) from None
 
 
 # -- repair and the final check --------------------------------------------------------------
@@ -256,5 +239,4 @@ __all__ = [
     "pack",
     "pipeline_split",
     "repair",
-    "start_placement",
 ]
