@@ -173,3 +173,24 @@ def test_place_reports_the_reserve_and_rejects_a_bad_one(capsys):
     assert err.count("\n") == 1
     assert main([*argv, "--memory-reserve", "-1"]) == 2
     assert "--memory-reserve must be >= 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["heft", "etf", "m-sct"])
+def test_list_schedulers_leave_the_runtime_reserve_free(name):
+    """Eight layers of 0.45 GB weights on 3 x 2 GB GPUs: four layers (1.8 GB) fit a device's
+    memory but not its memory less the default reserve (0.308 GB)."""
+    b = GraphBuilder("layers")
+    prev = b.add_node("x", kind="input", out_bytes=1e6)
+    for i in range(8):
+        w = b.add_node(f"w{i}", kind="input", out_bytes=0.45e9)
+        prev = b.add_node(f"l{i}", inputs=[prev, w], flops=1e9, out_bytes=1e6)
+    g = b.build()
+    cluster = make_cluster("uniform", 3).with_memory(2e9)
+    caps = memory_caps(cluster)
+    assert caps[0] == pytest.approx(2e9 - RESERVE_FIXED_BYTES - RESERVE_SHARE * 2e9)
+    p = place(name, g, cluster, seed=0)
+    for s in SEMANTICS:
+        assert np.all(Simulator(g, cluster, s).run(p).peak_memory_bytes <= caps)
+    free = place(name, g, make_cluster("uniform", 3).with_memory(2e9, 0.0), seed=0)
+    peak = Simulator(g, cluster, "wc").run(free).peak_memory_bytes
+    assert peak.max() > caps[0]  # without the reserve the same placer packs into it
