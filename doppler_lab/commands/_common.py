@@ -215,7 +215,7 @@ def source_label(source: str) -> str:
     ``sample`` -> ``sampled rollout``, ``greedy on K devices`` -> ``greedy rollout on K
     devices``, ``clustering`` -> ``clustering placement``, a memory baseline (``etf``,
     ``m-sct``, ``pipeline``) -> ``NAME placement``, ``partition`` as it is."""
-    from ..placers.memory_fit import MEMORY_BASELINE_PLACERS
+    from ..placers.repair import MEMORY_BASELINE_PLACERS
 
     if source == "clustering" or source in MEMORY_BASELINE_PLACERS:
         return f"{source} placement"

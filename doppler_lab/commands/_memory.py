@@ -9,31 +9,43 @@ from typing import Any
 import numpy as np
 
 from ..hardware.cluster import Cluster
+from ..house.errors import ClusterError
 from ..ir.trace import Trace
-from ..timing.memory import format_bytes, memory_caps, memory_report
+from ..timing.memory import format_bytes, memory_report, memory_reserves
 from ._common import number_arg
 
 _UNITS = {"tb": 1e12, "gb": 1e9, "mb": 1e6, "kb": 1e3, "b": 1.0}
 
 
-def memory_cap_arg(text: str) -> float:
-    """``BYTES`` (``16e9``, ``16GB``, ``512MB``: decimal units) or ``none`` (``inf``)."""
+def _bytes_arg(text: str, number: Any, what: str, none: bool = False) -> float:
+    """``text`` as bytes, with an optional decimal unit (``16GB``, ``512MB``), by ``number``;
+    a bad value is named as typed (``16XB``), not as what is left of it."""
     t = text.strip().lower()
-    if t == "none":
-        return math.inf
     for unit, size in _UNITS.items():
         if t.endswith(unit) and t[: -len(unit)].strip():
             try:
-                return number_arg(above=0)(t[: -len(unit)].strip()) * size
+                return number(t[: -len(unit)].strip()) * size
             except argparse.ArgumentTypeError:
-                break  # the message names what was typed, not what is left of it
+                break
     try:
-        return number_arg(above=0)(text)
+        return number(text)
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(
-            f"must be a number of bytes > 0 with an optional unit (16e9, 16GB, 512MB; units "
-            f"{', '.join(u.upper() for u in _UNITS)}) or none, got {text!r}"
+            f"must be a number of bytes {what} with an optional unit (16e9, 16GB, 512MB; units "
+            f"{', '.join(u.upper() for u in _UNITS)}){' or none' if none else ''}, got {text!r}"
         ) from None
+
+
+def memory_cap_arg(text: str) -> float:
+    """``BYTES`` (``16e9``, ``16GB``, ``512MB``: decimal units) or ``none`` (``inf``)."""
+    if text.strip().lower() == "none":
+        return math.inf
+    return _bytes_arg(text, number_arg(above=0), "> 0", none=True)
+
+
+def memory_reserve_arg(text: str) -> float:
+    """``BYTES`` kept free on every device for the runtime (``0.5GB``, ``0``)."""
+    return _bytes_arg(text, number_arg(minimum=0), ">= 0")
 
 
 def add_memory_cap_argument(p: argparse.ArgumentParser) -> None:
@@ -42,15 +54,42 @@ def add_memory_cap_argument(p: argparse.ArgumentParser) -> None:
         type=memory_cap_arg,
         metavar="BYTES|none",
         help="memory of every device (e.g. 16e9 or 16GB; none: unconstrained): the placers "
-        "keep to it and the feasibility check uses it; default: each device's memory_bytes",
+        "keep to it less the runtime reserve and the feasibility check uses it; default: each "
+        "device's memory_bytes",
+    )
+    p.add_argument(
+        "--memory-reserve",
+        type=memory_reserve_arg,
+        metavar="BYTES",
+        help="memory of every device kept free for the runtime (CUDA context, allocator slack; "
+        "e.g. 0.5GB or 0); default: 256 MiB + 2%% of a GPU's memory, none on CPUs",
     )
 
 
-def memory_fields(trace: Trace, cluster: Cluster, cap: float | None) -> dict[str, Any]:
-    """``peak_memory_bytes``, ``memory_bytes`` (the caps) and ``feasible`` (with
-    ``over_memory`` when false) of ``trace`` on ``cluster``; ``cap`` is ``--memory-cap``."""
-    caps = memory_caps(cluster, "device" if cap is None else (None if math.isinf(cap) else cap))
-    return memory_report(trace.peak_memory_bytes, caps)
+def with_memory_args(cluster: Cluster, cap: float | None, reserve: float | None) -> Cluster:
+    """``cluster`` with ``--memory-cap`` and ``--memory-reserve`` applied (each None: unset).
+
+    Raises:
+        ClusterError: a reserve not below a device's memory (one line naming both).
+    """
+    if cap is None and reserve is None:
+        return cluster
+    try:
+        return cluster.with_memory("keep" if cap is None else cap, reserve)
+    except ClusterError as exc:
+        raise ClusterError(f"--memory-reserve {format_bytes(reserve)}: {exc}") from None
+
+
+def memory_fields(
+    trace: Trace, cluster: Cluster, cap: float | None, reserve: float | None = None
+) -> dict[str, Any]:
+    """``peak_memory_bytes``, ``memory_bytes`` (each device's memory), ``memory_reserve_bytes``
+    (kept for the runtime) and ``feasible`` (with ``over_memory`` when false: the peak over the
+    memory less the reserve) of ``trace`` on ``cluster``; ``cap`` is ``--memory-cap`` and
+    ``reserve`` ``--memory-reserve``."""
+    capped = with_memory_args(cluster, cap, reserve)
+    memory = np.array([dev.memory_bytes for dev in capped.devices], dtype=np.float64)
+    return memory_report(trace.peak_memory_bytes, memory, memory_reserves(capped))
 
 
 def memory_lines(fields: dict[str, Any]) -> list[str]:
@@ -62,7 +101,11 @@ def memory_lines(fields: dict[str, Any]) -> list[str]:
     pairs = " ".join(
         f"{format_bytes(p)}/{format_bytes(c)}" for p, c in zip(peaks, caps, strict=True)
     )
-    lines = [f"  memory       {pairs}  (peak/cap per device)"]
+    lines = [f"  memory       {pairs}  (peak/memory per device)"]
+    reserve = fields.get("memory_reserve_bytes") or []
+    if any(r > 0 for r in reserve):
+        kept = " ".join(format_bytes(r) for r in reserve)
+        lines.append(f"  reserve      {kept}  (per device, kept for the runtime)")
     if not fields["feasible"]:
         over = ", ".join(
             f"device {o['device']} by {format_bytes(o['excess_bytes'])}"

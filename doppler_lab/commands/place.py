@@ -27,7 +27,7 @@ from ._common import (
     source_label,
 )
 from ._compare import learned_note
-from ._memory import add_memory_cap_argument, memory_fields, memory_lines
+from ._memory import add_memory_cap_argument, memory_fields, memory_lines, with_memory_args
 
 NAME = "place"
 HELP = "place a graph with a placer (cp, heft, exact, ...) and simulate the placement"
@@ -182,8 +182,8 @@ def run(args: argparse.Namespace) -> int:
     # a comparison builds the graph once and passes it in
     graph = graph_from_spec(args.graph) if isinstance(args.graph, str) else args.graph
     cluster = resolve_cluster(args, graph)
-    if args.memory_cap is not None:  # the placers keep to the devices' memory
-        cluster = cluster.with_memory(args.memory_cap)
+    # the placers keep to the devices' memory, less the runtime reserve
+    cluster = with_memory_args(cluster, args.memory_cap, args.memory_reserve)
     args.semantics = resolve_semantics(args, graph)
     learned_note(args.placer, show_progress(args))
     opts = placer_arguments(args.placer, args)
@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
         "ratio_to_lower_bound": ratio_to_lower_bound(trace.makespan, lower),
         "runtime_s": runtime,
         "sim_calls": placement.meta.get("sim_calls", 0),
-        **memory_fields(trace, cluster, args.memory_cap),
+        **memory_fields(trace, cluster, args.memory_cap, args.memory_reserve),
     }
     if schedule is not None:
         result["schedule_makespan"] = schedule.makespan

@@ -23,7 +23,7 @@ from ._common import (
     resolve_placement,
     resolve_semantics,
 )
-from ._memory import add_memory_cap_argument, memory_fields, memory_lines
+from ._memory import add_memory_cap_argument, memory_fields, memory_lines, with_memory_args
 
 NAME = "simulate"
 HELP = "simulate a placement of a graph (paper, wc or bsp semantics)"
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = resolve_cluster(args, graph)
     semantics = resolve_semantics(args, graph)
     # a placer named by --placement keeps to --memory-cap as well
-    capped = cluster if args.memory_cap is None else cluster.with_memory(args.memory_cap)
+    capped = with_memory_args(cluster, args.memory_cap, args.memory_reserve)
     placement = resolve_placement(
         args.placement, graph, capped, seed=args.seed, progress=show_progress(args)
     )
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         "ratio_to_lower_bound": ratio_to_lower_bound(trace.makespan, lb),
         "num_transfers": trace.num_transfers,
         "utilisation": trace.utilisation().round(4).tolist(),
-        **memory_fields(trace, cluster, args.memory_cap),
+        **memory_fields(trace, cluster, args.memory_cap, args.memory_reserve),
     }
     if args.trace:
         from ..io.documents import save_trace

@@ -36,6 +36,7 @@ from ..house.errors import ClusterError, ConfigError
 from ..house.limits import MAX_LINKS, check_limit
 from ..house.validate import (
     Fail,
+    is_number,
     want_fields,
     want_list,
     want_matrix,
@@ -61,6 +62,11 @@ class Device:
             with ``null``, reads as unconstrained). The memory model's peaks
             (:mod:`doppler_lab.timing.memory`) are checked against it.
         launch_overhead_s: fixed cost per op (kernel launch / dispatch).
+        memory_reserve_bytes: bytes of ``memory_bytes`` kept free for the runtime (CUDA context,
+            the allocator's slack): placements must fit ``memory_bytes`` less this. None: the
+            default of :meth:`runtime_reserve` (:data:`RESERVE_FIXED_BYTES` plus
+            :data:`RESERVE_SHARE` of the memory on a GPU of at least :data:`RESERVE_MIN_MEMORY`
+            bytes, none otherwise).
     """
 
     name: str
@@ -69,6 +75,7 @@ class Device:
     mem_bytes_per_s: float = 500 * GB
     memory_bytes: float = 16 * GB
     launch_overhead_s: float = 5e-6
+    memory_reserve_bytes: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "flops_per_s", dict(self.flops_per_s))
@@ -92,6 +99,26 @@ class Device:
                 f"device {self.name!r}: launch_overhead_s = {self.launch_overhead_s}, expected >= 0"
             )
 
+        r = self.memory_reserve_bytes
+        if r is not None and not (is_number(r) and math.isfinite(r) and 0 <= r < self.memory_bytes):
+            raise ClusterError(
+                f"device {self.name!r}: memory reserve = {r!r}, expected bytes >= 0 and less "
+                f"than its memory ({self.memory_bytes:.4g} bytes)"
+            )
+
+    def runtime_reserve(self) -> float:
+        """Bytes of this device's memory kept for the runtime: ``memory_reserve_bytes`` when
+        given, else on a GPU with at least :data:`RESERVE_MIN_MEMORY` bytes
+        :data:`RESERVE_FIXED_BYTES` (the CUDA context) plus :data:`RESERVE_SHARE` of its memory
+        (the allocator's slack: fragmentation, cached blocks), and 0 on a CPU, a device without
+        a memory size or a smaller one (a test size, not a GPU)."""
+        if self.memory_reserve_bytes is not None:
+            return float(self.memory_reserve_bytes)
+        m = float(self.memory_bytes)
+        if self.kind != "gpu" or not math.isfinite(m) or m < RESERVE_MIN_MEMORY:
+            return 0.0
+        return RESERVE_FIXED_BYTES + RESERVE_SHARE * m
+
     def rate(self, dtype: str) -> float:
         return float(self.flops_per_s.get(dtype, self.flops_per_s["float32"]))
 
@@ -103,7 +130,11 @@ class Device:
             "mem_bytes_per_s": self.mem_bytes_per_s,
             "memory_bytes": self.memory_bytes if np.isfinite(self.memory_bytes) else None,
             "launch_overhead_s": self.launch_overhead_s,
-        }
+        } | (
+            {}
+            if self.memory_reserve_bytes is None
+            else {"memory_reserve_bytes": self.memory_reserve_bytes}
+        )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], what: str = "device") -> Device:
@@ -113,7 +144,9 @@ class Device:
         Raises:
             ClusterError: a missing, unknown or wrongly typed field, naming ``what``.
         """
-        d = want_fields(d, what, ClusterError, DEVICE_FIELDS[:4] + DEVICE_FIELDS[5:], DEVICE_FIELDS)
+        d = want_fields(
+            d, what, ClusterError, DEVICE_FIELDS[:4] + DEVICE_FIELDS[5:6], DEVICE_FIELDS
+        )
         memory = d.get("memory_bytes")
         rates = want_object(d["flops_per_s"], f"{what} flops_per_s", ClusterError)
         return cls(
@@ -134,6 +167,11 @@ class Device:
             launch_overhead_s=want_number(
                 d["launch_overhead_s"], f"{what} launch_overhead_s", ClusterError, minimum=0
             ),
+            memory_reserve_bytes=None
+            if d.get("memory_reserve_bytes") is None
+            else want_number(
+                d["memory_reserve_bytes"], f"{what} memory_reserve_bytes", ClusterError, minimum=0
+            ),
         )
 
 
@@ -145,7 +183,17 @@ DEVICE_FIELDS = (
     "mem_bytes_per_s",
     "memory_bytes",
     "launch_overhead_s",
+    "memory_reserve_bytes",
 )
+#: the runtime reserve of a GPU by default (:meth:`Device.runtime_reserve`): a fixed part for
+#: the CUDA context (256 MiB; 300-500 MB measured on recent drivers, part of it outside the
+#: device's usable memory already) ...
+RESERVE_FIXED_BYTES = float(2**28)
+#: ... plus this share of the device's memory for the caching allocator's slack
+RESERVE_SHARE = 0.02
+#: devices with less memory than this get no default reserve (caps of a few MB in tests and
+#: examples are not GPUs)
+RESERVE_MIN_MEMORY = 1 * GB
 
 
 @dataclass(frozen=True, eq=False)
@@ -246,14 +294,26 @@ class Cluster:
         inv.setflags(write=False)
         return inv
 
-    def with_memory(self, memory_bytes: float | None) -> Cluster:
+    def with_memory(
+        self, memory_bytes: float | None | str = "keep", reserve_bytes: float | None = None
+    ) -> Cluster:
         """The same cluster with every device's ``memory_bytes`` set to ``memory_bytes``
-        (``None`` or ``inf``: unconstrained), e.g. ``--memory-cap``; ``self`` when unchanged."""
-        cap = math.inf if memory_bytes is None else float(memory_bytes)
-        if all(dev.memory_bytes == cap for dev in self.devices):
+        (``None`` or ``inf``: unconstrained; ``"keep"``: each device's own), e.g.
+        ``--memory-cap``, and its runtime reserve to ``reserve_bytes`` (``--memory-reserve``;
+        None: the default of :meth:`Device.runtime_reserve` for the new memory); ``self`` when
+        unchanged.
+
+        Raises:
+            ClusterError: a reserve that is negative or not below a device's memory.
+        """
+        devices = []
+        for dev in self.devices:
+            cap = dev.memory_bytes if isinstance(memory_bytes, str) else memory_bytes
+            cap = math.inf if cap is None else float(cap)  # type: ignore[arg-type]
+            devices.append(replace(dev, memory_bytes=cap, memory_reserve_bytes=reserve_bytes))
+        if tuple(devices) == self.devices:
             return self
-        devices = tuple(replace(dev, memory_bytes=cap) for dev in self.devices)
-        return replace(self, devices=devices)
+        return replace(self, devices=tuple(devices))
 
     def first(self, k: int) -> Cluster:
         """The sub-cluster of devices ``0..k-1`` with their links (the resources they use,

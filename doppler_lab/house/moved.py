@@ -63,6 +63,7 @@ MOVED: dict[str, tuple[str, ...]] = {
             "train.costs": ("train.cost_functions",),
             "placers.base": ("placers.placer_base",),
             "policies.base": ("policies.policy_base",),
+            "placers.memory_fit": ("timing.fit", "placers.repair", "placers.registry"),
         }.items()
     },
 }

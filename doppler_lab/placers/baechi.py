@@ -1,11 +1,15 @@
 """Memory-aware list schedulers after Baechi (Jeon et al., SoCC 2020): ``etf`` (m-ETF),
 ``m-topo`` and ``m-sct``.
 
-Memory: every placer respects the devices' memory (:mod:`doppler_lab.placers.memory_fit`: the
+Memory: every placer respects the devices' memory (:mod:`doppler_lab.timing.fit`: the
 static bound of :mod:`doppler_lab.timing.memory`, the outputs of the ops on a device, the
 stored inputs they read and one copy of every tensor received there). The cap is the option
-``memory_cap``: ``"device"`` (default: each device's ``memory_bytes``), bytes (one value for
-all devices or a list per device) or None (no cap).
+``memory_cap``: ``"device"`` (default: each device's ``memory_bytes`` less its runtime
+reserve), bytes (one value for all devices or a list per device) or None (no cap). Where the
+whole model fits one device by its simulated peak (liveness: an output lives until its last
+consumer ends, not the whole run), no cap binds while they build
+(:attr:`~doppler_lab.timing.fit.MemoryGuard.active`): memory is no reason to split it, and the
+final check judges the result by its simulated peak.
 
 - ``etf`` (m-ETF): at every step, the (ready node, device) pair with the earliest start time
   among devices with room for the node; ties go to the larger b-level, then the lower ids. Times
@@ -25,8 +29,9 @@ all devices or a list per device) or None (no cap).
 
 A cap no placement can meet (one node alone needs more than any device holds, or the stored
 inputs more than all devices together) raises :class:`PlacementError` up front; a greedy pass
-that finds no device with room goes on and its placement is repaired at the end
-(:func:`~doppler_lab.placers.memory_fit.fit_schedule`), or the placer says that nothing fits.
+that finds no device with room goes on and its placement is repaired at the end by the fit
+the registry applies to every placer's schedule
+(:func:`~doppler_lab.placers.repair.fit_schedule`), or the placer says that nothing fits.
 """
 
 from __future__ import annotations
@@ -41,8 +46,9 @@ from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError, PlacementError
 from ..ir.graph import DataflowGraph
 from ..timing.cost_model import CostModel
+from ..timing.fit import MemoryGuard, static_bounds
+from ..timing.memory import memory_caps
 from ..timing.schedule import InputReady, ListScheduleState
-from .memory_fit import MemoryGuard, fit_schedule, static_bounds
 from .placer_base import Schedule, ScheduleToPlacement, list_schedule, make_schedule
 
 MemoryCap = float | Sequence[float] | str | None
@@ -107,14 +113,23 @@ def resolve_cap(cap: MemoryCap, cluster: Cluster, placer: str) -> np.ndarray:
     d = cluster.num_devices
     if cap is None:
         return np.full(d, np.inf)
-    if isinstance(cap, str):
-        return np.array([dev.memory_bytes for dev in cluster.devices], dtype=np.float64)
+    if isinstance(cap, str):  # each device's memory less its runtime reserve
+        return memory_caps(cluster)
     arr = np.asarray(cap, dtype=np.float64)
     if arr.ndim == 0:
         return np.full(d, float(arr))
     if arr.shape != (d,):
         raise ConfigError(f"placer {placer!r}: memory_cap has {arr.size} entries for {d} devices")
     return arr.copy()
+
+
+def one_device_schedule(
+    graph: DataflowGraph, cost: CostModel, caps: np.ndarray, placer: str, meta: dict
+) -> Schedule:
+    """The list schedule (topological order, ``est``) of every op on the device with the most
+    memory, with ``meta``."""
+    dev = np.full(graph.num_nodes, int(np.argmax(caps)), dtype=np.int64)
+    return list_schedule(graph, cost, dev, placer=placer, meta=dict(meta))
 
 
 @dataclass(frozen=True)
@@ -137,11 +152,17 @@ class _MemoryCapped(ScheduleToPlacement):
         cluster: Cluster,
         cost: CostModel,
         sched: Schedule,
+        mem: MemoryGuard | None = None,
     ) -> Schedule:
-        """``sched`` within the caps (:func:`~doppler_lab.placers.memory_fit.fit_schedule`),
-        with its static bound per device in ``meta["memory_used"]``."""
-        cap = resolve_cap(self.memory_cap, cluster, self.name)
-        sched = fit_schedule(graph, cluster, sched, self.name, cost, cap)
+        """``sched`` with its static bound per device in ``meta["memory_used"]`` (the registry
+        fits it to the caps, :class:`~doppler_lab.placers.registry.FittedPlacer`). Where a cap
+        binds but the model fits one device by its simulated peak (``mem``), the whole graph
+        on the device with the most memory when its list schedule is shorter: memory is no
+        reason to split, and the placer's own estimate says whether speed is."""
+        if mem is not None and mem.binds and not mem.active:
+            whole = one_device_schedule(graph, cost, mem.caps, self.name, sched.meta)
+            if whole.makespan < sched.makespan:
+                sched = whole
         used = static_bounds(graph, sched.placement.device[None, :], cluster.num_devices)[0]
         return sched.with_meta(memory_used=used.tolist())
 
@@ -161,7 +182,7 @@ class EtfPlacer(_MemoryCapped):
     ) -> Schedule:
         cost = CostModel(graph, cluster)
         mem = self.guard(graph, cluster)
-        state = ListScheduleState(graph, cost, "est")
+        state = ListScheduleState(graph, cost, "est", mem)  # keeps the guard in step
         blevel = cost.b_level()
         d_all = np.arange(cluster.num_devices)
         while not state.done:
@@ -188,12 +209,11 @@ class EtfPlacer(_MemoryCapped):
                 best, best_est = stuck, stuck_est
             assert best is not None
             _, _, v, d = best
-            mem.assign(v, d)
             state.assign(v, d, best_est)
         sched = make_schedule(
             graph, state.device, state.start, state.finish, self.name, "est", state.order
         )
-        return self.finish(graph, cluster, cost, sched)
+        return self.finish(graph, cluster, cost, sched, mem)
 
 
 @dataclass(frozen=True)
@@ -218,6 +238,10 @@ class TopoPlacer(_MemoryCapped):
         weight = graph.out_bytes if total > 0 else cost.mean_compute
         caps = mem.caps if mem.active else np.full(ndev, np.inf)
         share = np.minimum(caps, (total if total > 0 else float(weight.sum())) / ndev)
+        live = 1.0  # the share of Baechi's count that is live at once
+        if mem.binds and not mem.active:  # the model fits one device by its simulated peak:
+            live = mem.live_share()  # shares of the liveness-aware count, within the caps
+            share = np.minimum(mem.caps, live * total / ndev)
         device = np.zeros(graph.num_nodes, dtype=np.int64)
         filled = np.zeros(ndev)
         d = 0
@@ -227,7 +251,7 @@ class TopoPlacer(_MemoryCapped):
                 continue
             room = mem.room(v)
             while True:
-                w = shares.need(v, d) if total > 0 else float(weight[v])
+                w = live * shares.need(v, d) if total > 0 else float(weight[v])
                 over = filled[d] > 0 and filled[d] + w > share[d] * (1 + 1e-12)
                 fits_here = room is None or bool(room[d])
                 if d == ndev - 1 or not (over or not fits_here):
@@ -242,7 +266,7 @@ class TopoPlacer(_MemoryCapped):
             filled[target] += w
             device[v] = target
         return self.finish(
-            graph, cluster, cost, list_schedule(graph, cost, device, placer=self.name)
+            graph, cluster, cost, list_schedule(graph, cost, device, placer=self.name), mem
         )
 
 
@@ -327,7 +351,7 @@ class SctPlacer(_MemoryCapped):
         cost = CostModel(graph, cluster)
         mem = self.guard(graph, cluster)
         fav, lp_makespan = favourite_children(graph, cost)
-        state = ListScheduleState(graph, cost, "est")
+        state = ListScheduleState(graph, cost, "est", mem)  # keeps the guard in step
         ready = InputReady(graph, cost)
         blevel = cost.b_level()
         ndev = cluster.num_devices
@@ -358,7 +382,6 @@ class SctPlacer(_MemoryCapped):
             pick = strict or loose or free
             assert pick is not None
             v, d = pick[3], pick[4]
-            mem.assign(v, d)
             state.assign(v, d, ests[v])
             last[d] = v
         sched = make_schedule(
@@ -366,4 +389,4 @@ class SctPlacer(_MemoryCapped):
             {"favourite_children": int((fav >= 0).sum()),
              "lp_makespan": lp_makespan * graph.time_scale},
         )  # fmt: skip
-        return self.finish(graph, cluster, cost, sched)
+        return self.finish(graph, cluster, cost, sched, mem)

@@ -42,7 +42,7 @@ The ``doppler`` placer judges its placement next to the policy's rollouts and th
 partitions (its ``clustering`` option) and takes it where it wins.
 
 Memory: a clustering over a device's memory is repaired, ops moved off the over-full device
-(:func:`~doppler_lab.placers.memory_fit.fit_placement`).
+(:func:`~doppler_lab.placers.repair.fit_placement`).
 
 Measured makespans and tuning figures: ``reports/notes/clustering_tuning.md``.
 """
@@ -63,7 +63,6 @@ from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
 from ..timing.heaps import heap_pop, heap_push
-from .memory_fit import fit_placement
 from .placer_base import ties
 
 #: most passes of whole-cluster moves after the mapping (each a k x D sweep; the paper's graphs
@@ -374,7 +373,7 @@ class ClusteringPlacer:
 
     def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
         dev, meta = clustering_devices(graph, CostModel(graph, cluster), self.cap)
-        return fit_placement(graph, cluster, Placement(dev, None, self.name, meta), self.name)
+        return Placement(dev, None, self.name, meta)  # fitted by the registry
 
 
 #: graphs with more ops get singleton clusters in :func:`cluster_arrays` (the ``doppler10``

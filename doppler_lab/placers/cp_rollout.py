@@ -17,7 +17,7 @@ It is deterministic; :class:`RolloutLabeller` applies its rule at any episode st
 labels of the general policy's Stage I (``doppler-lab train-general --teacher cp-rollout``).
 
 Memory: the completions ignore the caps; one over a cap simulates as ``inf``
-(:func:`~doppler_lab.placers.memory_fit.capped`), and each step's device is one with room for
+(:func:`~doppler_lab.timing.fit.capped`), and each step's device is one with room for
 the node.
 
 Randomised tie-breaks in the completions made it worse than CP (the completions are then not
@@ -38,6 +38,7 @@ from ..house.progress import progress
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
+from ..timing.fit import MemoryGuard, capped
 from ..timing.schedule import (
     ESTIMATE_CODES,
     Estimate,
@@ -49,7 +50,6 @@ from ..timing.schedule import (
 )
 from ..timing.sim import Simulator
 from .critical_path import CriticalPathTeacher, check_cp_options
-from .memory_fit import MemoryGuard, capped, fit_placement
 from .placer_base import ties
 
 
@@ -175,7 +175,7 @@ class CPRolloutPlacer:
         # completions over a memory cap simulate as inf; PLC keeps to devices with room
         sim = capped(Simulator(graph, cluster, self.semantics))  # type: ignore[arg-type]
         mem = MemoryGuard(graph, cluster, self.name)
-        state = Episode(graph, cost, estimate)
+        state = Episode(graph, cost, estimate, mem)  # keeps the guard in step
         best_ms, best = np.inf, None
         calls = 0
         steps = int(graph.compute_nodes.size)
@@ -201,7 +201,6 @@ class CPRolloutPlacer:
                 shortest = ties(np.where(room, spans, np.inf), "min", self.tie_rtol)
                 shortest = shortest[room[shortest]]
             d = base if base in shortest else int(shortest[0])
-            mem.assign(v, d)
             state.assign(v, d, est)
         final = state.placement(self.name)
         meta = {"estimate": estimate, "semantics": self.semantics, "sim_calls": calls}
@@ -213,7 +212,7 @@ class CPRolloutPlacer:
             priority = np.zeros(graph.num_nodes)
             priority[order] = np.arange(order.size)
             out = Placement(dev, priority, self.name, meta).with_inputs_filled(graph)
-        return fit_placement(graph, cluster, out, self.name)
+        return out  # fitted by the registry
 
 
 class RolloutLabeller:

@@ -32,10 +32,11 @@ from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
 from ..timing.episode import Episode
+from ..timing.fit import MemoryGuard
 from ..timing.schedule import ESTIMATES, Estimate, ListScheduleState, estimate_for, estimate_name
 from ..timing.sim import SEMANTICS
-from .memory_fit import MemoryGuard, fit_schedule
 from .placer_base import Schedule, ScheduleToPlacement, check_choice, make_schedule, ties
+from .repair import fit_schedule
 
 
 class CPDecision(NamedTuple):
@@ -117,7 +118,7 @@ class CriticalPathTeacher:
                 *candidate* (see :class:`ReleasedCriticalPathPlacer`).
             room: ``room(v)``: the devices with memory for ``v`` (``(D,)`` bool; None: every
                 one); PLC chooses among them
-                (:meth:`~doppler_lab.placers.memory_fit.MemoryGuard.allowed`).
+                (:meth:`~doppler_lab.timing.fit.MemoryGuard.allowed`).
         """
         cand = state.candidates() if candidates is None else np.asarray(candidates, np.int64)
         node_ties = self.node_choices(cand)
@@ -146,9 +147,9 @@ def _episode(
     """One CP episode; ``released`` reproduces the released candidate list and its bug."""
     cost = CostModel(graph, cluster)
     teacher = CriticalPathTeacher(graph, cost, tie_rtol)
-    state = Episode(graph, cost, estimate)
     mem = MemoryGuard(graph, cluster, placer)
-    room = mem.allowed if mem.active else None
+    state = Episode(graph, cost, estimate, mem)  # keeps the guard in step
+    room = state.allowed if mem.active else None
     legal = [int(v) for v in state.candidates()]  # the released code's candidate list
     decisions: list[CPDecision] = []
     while not state.done:
@@ -157,7 +158,6 @@ def _episode(
         )
         decisions.append(dec)
         v = dec.node
-        mem.assign(v, dec.device)
         state.assign(v, dec.device, dec.est)
         if released:
             legal.remove(v)

@@ -10,7 +10,7 @@ device d (for each d), and for k > 1 the round-robin layouts block i -> (i + s) 
 Cost: ``sim`` is the simulated makespan (one simulator call per choice, all choices of a group
 in one batch); ``load`` is the paper's likely objective: the most loaded device's compute plus
 the transfer time of the tensors it receives (no simulator calls). Choices over a device's
-memory cost ``inf`` (:mod:`doppler_lab.placers.memory_fit`).
+memory cost ``inf`` (:mod:`doppler_lab.timing.fit`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,11 @@ from ..house.progress import progress
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
+from ..timing.fit import CappedSimulator, capped, caps_bind
+from ..timing.memory import memory_caps
 from ..timing.sim import SEMANTICS, Simulator
-from .memory_fit import CappedSimulator, MemoryGuard, capped, fit_placement, start_placement
 from .placer_base import check_choice, check_positive
+from .registry import start_placement
 
 
 def node_groups(graph: DataflowGraph, group: str) -> list[np.ndarray]:
@@ -168,12 +170,12 @@ class EnumerativePlacer:
             "objective": cur_cost,
         }
         p = Placement(cur, None, self.name, meta).with_inputs_filled(graph)
-        return fit_placement(graph, cluster, p, self.name)
+        return p  # fitted by the registry
 
 
 def capped_load(graph: DataflowGraph, cluster: Cluster):
     """The memory check of ``cost="load"`` choices (None when no cap can bind)."""
-    guard = MemoryGuard(graph, cluster, EnumerativePlacer.name, check=False)
-    if not guard.active:
+    caps = memory_caps(cluster)
+    if not caps_bind(graph, caps):
         return None
-    return CappedSimulator(Simulator(graph, cluster), guard.caps)
+    return CappedSimulator(Simulator(graph, cluster), caps)

@@ -41,8 +41,8 @@ from ..house.errors import ConfigError, PlacementError
 from ..house.progress import timer
 from ..ir.graph import DataflowGraph
 from ..timing.cost_model import CostModel
+from ..timing.fit import MemoryGuard, no_fit_error
 from ..timing.memory import tensor_bytes
-from .memory_fit import MemoryGuard, fit_schedule, no_fit_error
 from .placer_base import Schedule, ScheduleToPlacement, check_positive, list_schedule
 
 MAX_NODES_WITHOUT_TIME_LIMIT = 30
@@ -312,8 +312,7 @@ class ExactPlacer(ScheduleToPlacement):
         }
         sched = list_schedule(graph, cost, device, order, placer=self.name, meta=meta)
         gap = (sched.makespan - bound) / sched.makespan if sched.makespan > 0 else 0.0
-        sched = sched.with_meta(gap=max(gap, 0.0))
-        return fit_schedule(graph, cluster, sched, self.name, cost)
+        return sched.with_meta(gap=max(gap, 0.0))  # fitted by the registry
 
 
 def _memory_constraints(model, graph: DataflowGraph, m: DelayModel, x: list, caps: np.ndarray):

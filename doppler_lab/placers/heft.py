@@ -13,7 +13,7 @@ model's b-level (mean compute + mean transfer to a sink), the downward rank its 
   ready-first by priority, to their earliest-finish device (insertion-based as well).
 
 Both choose among the devices with memory for the node
-(:class:`~doppler_lab.placers.memory_fit.MemoryGuard`; a critical-path node whose device is
+(:class:`~doppler_lab.timing.fit.MemoryGuard`; a critical-path node whose device is
 full goes to its earliest-finish device with room).
 
 Ties (equal ranks, equal finish times) go to the earlier node in topological order and the
@@ -38,8 +38,8 @@ import numpy as np
 from ..hardware.cluster import Cluster
 from ..ir.graph import DataflowGraph
 from ..timing.cost_model import CostModel
+from ..timing.fit import MemoryGuard
 from ..timing.schedule import InputReady
-from .memory_fit import MemoryGuard, fit_schedule
 from .placer_base import Schedule, ScheduleToPlacement, make_schedule
 
 _RANK_DECIMALS = 9  # ranks equal to 9 significant digits tie (float sums of equal paths differ)
@@ -185,7 +185,7 @@ class HeftPlacer(ScheduleToPlacement):
             d, s = tl.best_device(int(v), _with_room(mem, int(v), devices))
             mem.assign(int(v), d)
             tl.assign(int(v), d, s)
-        return fit_schedule(graph, cluster, tl.schedule(self.name), self.name, cost)
+        return tl.schedule(self.name)  # fitted by the registry
 
 
 @dataclass(frozen=True)
@@ -229,4 +229,4 @@ class CpopPlacer(ScheduleToPlacement):
         sched = tl.schedule(
             self.name, {"critical_path": path.tolist(), "critical_path_device": cp_device}
         )
-        return fit_schedule(graph, cluster, sched, self.name, cost)
+        return sched  # fitted by the registry

@@ -8,7 +8,7 @@ the best of them when it is no worse (``hill``) or by the Metropolis rule with a
 that falls linearly to zero (``anneal``). The best placement seen is returned, so the result is
 never worse than the start. Simulation is deterministic (noise 0) under ``semantics``. A
 placement over a device's memory simulates as ``inf``
-(:func:`~doppler_lab.placers.memory_fit.capped`): moves that break a cap are never taken.
+(:func:`~doppler_lab.timing.fit.capped`): moves that break a cap are never taken.
 
 ``method="ils"`` runs :func:`iterated_search` instead: the iterated local search that the
 ``doppler`` placer's budget search runs from the policy's proposals
@@ -31,9 +31,10 @@ from ..house.progress import progress
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..ir.trace_path import critical_path
+from ..timing.fit import capped, over_cap
 from ..timing.sim import SEMANTICS, Simulator
-from .memory_fit import capped, fit_placement, over_cap, start_placement
 from .placer_base import check_choice, check_positive
+from .registry import start_placement
 
 #: ``propose(device, count, rng) -> (count, N)``: candidate placements around ``device``
 Proposal = Callable[[np.ndarray, int, np.random.Generator], np.ndarray]
@@ -271,7 +272,7 @@ class LocalSearchPlacer:
             "produced_by": f"{'search from' if best_cost < start_cost else 'start'} {self.start}",
         }
         p = Placement(best, None, self.name, meta).with_inputs_filled(graph)
-        return fit_placement(graph, cluster, p, self.name)
+        return p  # fitted by the registry
 
 
 class MoveScan:

@@ -22,8 +22,8 @@ simulator: :class:`PartitionPlacer` keeps the best of a few (seeds and imbalance
 (its ``partitions`` option).
 
 Memory: the placer keeps the best partition whose static bound fits the devices' memory
-(:func:`~doppler_lab.placers.memory_fit.capped`); when none does, the fastest one is repaired
-(ops moved off the over-full device, :func:`~doppler_lab.placers.memory_fit.fit_placement`).
+(:func:`~doppler_lab.timing.fit.capped`); when none does, the fastest one is repaired
+(ops moved off the over-full device, :func:`~doppler_lab.placers.repair.fit_placement`).
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from ..house.validate import want_int
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
+from ..timing.fit import capped
 from ..timing.sim import SEMANTICS, Simulator
-from .memory_fit import capped, fit_placement
 
 #: (METIS seed, ufactor) of proposal i (cycled, the seed advancing): the load imbalance METIS
 #: may allow is ufactor / 1000 (3% and 10%); both were best on the held-out set of
@@ -288,4 +288,4 @@ class PartitionPlacer:
         meta = {"semantics": self.semantics, "sim_calls": len(props) if len(props) > 1 else 0}
         meta["partitions"] = len(props)
         p = Placement(props[best], None, self.name, meta).with_inputs_filled(graph)
-        return fit_placement(graph, cluster, p, self.name)
+        return p  # fitted by the registry

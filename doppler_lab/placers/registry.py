@@ -34,7 +34,10 @@ from ..house.limits import LIMITS
 from ..house.settings import unknown_setting
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
+from ..timing.cost_model import CostModel
+from ..timing.fit import MemoryGuard, no_fit_error, static_bounds
 from .placer_base import Placer, make_rng
+from .repair import fit_placement, fit_schedule
 
 ENTRY_POINT_GROUP = "doppler_lab.placers"
 LEARNED_MODULE = "doppler_lab.search.learned"
@@ -279,8 +282,68 @@ def placer_options(name: str) -> list[str]:
     return [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
+class FittedPlacer:
+    """A registered placer whose every placement is fitted to the memory caps once, here
+    (:func:`~doppler_lab.placers.repair.fit_placement`: as it is where it fits by the static
+    bound or the simulated peak, else repaired), so that placers need not finish their own
+    result; everything else (``name``, ``schedule``, options) is the placer's own."""
+
+    def __init__(self, placer: Any) -> None:
+        self._placer = placer
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_placer":  # not set yet (copy, unpickling)
+            raise AttributeError(name)
+        return getattr(self._placer, name)
+
+    def __repr__(self) -> str:
+        return f"FittedPlacer({self._placer!r})"
+
+    @property
+    def placer(self) -> Any:
+        """The placer itself (its result not fitted)."""
+        return self._placer
+
+    def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
+        """The placer's placement, fitted to ``cluster``'s caps."""
+        out = self._placer.place(graph, cluster, rng)
+        return fit_placement(graph, cluster, out, self._placer.name)
+
+    @staticmethod
+    def of(placer: Any) -> FittedPlacer:
+        """``placer`` with its results fitted (:class:`FittedScheduler` for a placer that also
+        gives a schedule)."""
+        return FittedScheduler(placer) if hasattr(placer, "schedule") else FittedPlacer(placer)
+
+
+class FittedScheduler(FittedPlacer):
+    """A :class:`FittedPlacer` of a scheduling placer: its schedule is fitted, and its
+    placement is the fitted schedule's."""
+
+    def place(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Placement:
+        """The placement of the fitted :meth:`schedule`."""
+        return self.schedule(graph, cluster, rng).placement
+
+    def schedule(self, graph: DataflowGraph, cluster: Cluster, rng: np.random.Generator) -> Any:
+        """A scheduling placer's schedule, fitted to the caps
+        (:func:`~doppler_lab.placers.repair.fit_schedule`: itself where it fits, else the list
+        schedule of the fixed placement in its order) under the placer's ``memory_cap`` when it
+        has one; a ``memory_used`` in its meta (the static bound per device) is of the result."""
+        placer = self._placer
+        sched = placer.schedule(graph, cluster, rng)
+        cap = getattr(placer, "memory_cap", "device")
+        fitted = fit_schedule(graph, cluster, sched, placer.name, CostModel(graph, cluster), cap)
+        if "memory_used" in sched.meta and fitted is not sched:
+            dev = fitted.placement.device[None, :]
+            fitted = fitted.with_meta(
+                memory_used=static_bounds(graph, dev, cluster.num_devices)[0].tolist()
+            )
+        return fitted
+
+
 def get_placer(name: str, **options: Any) -> Placer:
-    """Build placer ``name`` with ``options`` (unknown options raise :class:`ConfigError`).
+    """Build placer ``name`` with ``options`` (unknown options raise :class:`ConfigError`), its
+    results fitted to the memory caps (:class:`FittedPlacer`).
 
     ``timing``, the name of ``estimate`` before 0.2, is still read.
     """
@@ -296,7 +359,7 @@ def get_placer(name: str, **options: Any) -> Placer:
         bad = [k for k in options if k not in known]
         if bad:
             raise unknown_setting(f"placer {name!r}", bad[0], known, "option")
-    return factory(**options)
+    return FittedPlacer.of(factory(**options))  # type: ignore[return-value]
 
 
 #: placers that take 100,000 ops in seconds, suggested when a graph is over another's limit
@@ -343,3 +406,17 @@ def place(
     check_placer_size(name, graph)
     placement = placer.place(graph, cluster, make_rng(seed))
     return placement.validate(graph, cluster.num_devices)
+
+
+def start_placement(
+    graph: DataflowGraph, cluster: Cluster, start: str, placer: str, rng: np.random.Generator
+) -> Placement:
+    """The placement a search placer ``placer`` starts from: placer ``start``'s; where no
+    placement fits the caps, the one-line :func:`no_fit_error` in ``placer``'s name."""
+    guard = MemoryGuard(graph, cluster, placer)  # a cap nothing meets: this placer says so
+    try:
+        return place(start, graph, cluster, seed=rng)
+    except PlacementError:
+        if not guard.binds:
+            raise
+        raise no_fit_error(graph, guard.caps, placer) from None

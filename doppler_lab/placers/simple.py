@@ -1,6 +1,6 @@
 """Baselines without a model: ``random``, ``round-robin``, ``single``.
 
-Memory: where a device's cap can bind (:class:`~doppler_lab.placers.memory_fit.MemoryGuard`),
+Memory: where a device's cap can bind (:class:`~doppler_lab.timing.fit.MemoryGuard`),
 ``random`` draws each op's device among those with room (in topological order), and
 ``round-robin`` moves an op on to the next device with room; ``single`` raises when the graph
 does not fit its one device.
@@ -17,7 +17,8 @@ from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement, random_placement, round_robin, single_device
-from .memory_fit import MemoryGuard, fit_devices, fit_placement
+from ..timing.fit import MemoryGuard
+from .repair import fit_devices
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class RandomPlacer:
             mem.assign(int(v), d)
             dev[v] = d
         p = Placement(dev, placer=self.name).with_inputs_filled(graph)
-        return fit_placement(graph, cluster, p, self.name)
+        return p  # fitted by the registry
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class RoundRobinPlacer:
                 dev[v] = next(d % ndev for d in range(dev[v], dev[v] + ndev) if room[d % ndev])
             mem.assign(int(v), int(dev[v]))
         p = Placement(dev, placer=self.name).with_inputs_filled(graph)
-        return fit_placement(graph, cluster, p, self.name)
+        return p  # fitted by the registry
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Contiguous stages in topological order, balanced by compute within each device's memory: the
 split of the ``pipeline`` placer (:mod:`doppler_lab.placers.pipeline_placer`) and of the memory
-fallback (:func:`doppler_lab.placers.memory_fit.fit_devices`).
+fallback (:func:`doppler_lab.placers.repair.fit_devices`).
 
 How pipeline-parallel splitters choose their split points (GPipe's and PipeDream's
 partitioners, Megatron's uniform layer split with a memory check): the ops, in topological

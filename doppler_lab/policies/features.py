@@ -30,7 +30,7 @@ Feature layouts (recorded in every checkpoint, checked on load):
 - ``doppler11`` (ours): ``doppler10`` plus the memory headroom: the share of the device's memory
   cap still free if the node went there, ``(cap - bound - need) / cap`` clipped to [-1, 1], the
   bound being the running static bound of the placement so far and ``need`` what the node would
-  add (:meth:`~doppler_lab.placers.memory_fit.MemoryGuard.headroom`). 1 on every device where no
+  add (:meth:`~doppler_lab.timing.fit.MemoryGuard.headroom`). 1 on every device where no
   cap can bind (the kernels write 1; a rollout with an active memory guard writes the headroom
   over it), so a widened ``doppler10`` policy places as before on unconstrained graphs.
 """

@@ -13,11 +13,11 @@ per-episode loop, compiled steps over one schedule batch, or one fused compiled 
 once when the rollout is made (:func:`~doppler_lab.policies.engines.choose_engine`, the one
 rule) and equal to the bit.
 
-Memory: where a device's cap can bind (:class:`~doppler_lab.placers.memory_fit.MemoryGuard`),
+Memory: where a device's cap can bind (:class:`~doppler_lab.timing.fit.MemoryGuard`),
 each episode keeps its running static bound and PLC chooses among the devices with memory for
 the selected node: its logits are ``-inf`` on the others (the teacher's and a uniform choice
 skip them too) and the rollout runs stepped, not fused; a ``doppler11`` policy reads each
-device's memory headroom from that bound (:meth:`~doppler_lab.placers.memory_fit.MemoryGuard.headroom`).
+device's memory headroom from that bound (:meth:`~doppler_lab.timing.fit.MemoryGuard.headroom`).
 Elsewhere nothing changes, to the bit.
 """
 
@@ -31,8 +31,8 @@ import torch
 
 from ..house.errors import ConfigError, PlacementError
 from ..ir.placement import Placement
-from ..placers.memory_fit import MemoryGuard
 from ..timing.episode import Episode
+from ..timing.fit import MemoryGuard
 from .actions import GREEDY, SAMPLE, ActionMode, AnchorMatch, choose_action
 from .context import GraphContext
 from .engines import ENGINES, RolloutEngine, acts_by_itself, choose_engine

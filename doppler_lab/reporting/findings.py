@@ -792,6 +792,12 @@ def memory(s: Mapping[str, Any]) -> Findings:
         f"{format_value(f['one_device_peak_gb'])} GB at its peak on one device "
         f"({format_value(f['weights_gb'])} GB of weights) against "
         f"{format_value(f['cap_gb'])} GB per device of {s['cluster']}"
+        + (
+            f" ({format_value(f['memory_gb'])} GB less {format_value(f['reserve_gb'])} GB kept "
+            "for the runtime)"
+            if f.get("reserve_gb")
+            else ""
+        )
         + (", so it must be split." if not f["fits_one_device"] else "; it fits on one device.")
     ]
     text.append(

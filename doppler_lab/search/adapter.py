@@ -54,8 +54,8 @@ from ..house.validate import type_name, want_int, want_str
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..placers.clustering import CLUSTER_CAPS
-from ..placers.memory_fit import capped
 from ..policies.checkpoint import save_atomic
+from ..timing.fit import capped
 from ..timing.sim import Simulator
 from .budget import SearchConfig, SearchOutcome
 from .proposals import (

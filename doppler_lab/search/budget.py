@@ -61,9 +61,9 @@ from ..placers.local_search import (
     neighbours,
     search_devices,
 )
-from ..placers.memory_fit import capped
 from ..policies.context import GraphContext
 from ..policies.policy_base import PlacementPolicy
+from ..timing.fit import capped
 from ..timing.sim import Simulator
 from .proposals import (  # the proposals' own names, here since the search came first
     CLUSTERING_MAX_OPS,
@@ -122,12 +122,14 @@ def _cp_rollout_start(
 ) -> tuple[Placement, float, int] | None:
     """The ``cp-rollout`` placement, its makespan and its calls when they fit in
     :data:`CP_ROLLOUT_SHARE` of the ``left`` calls of the budget (None otherwise)."""
-    from ..placers.cp_rollout import CPRolloutPlacer
+    from ..placers.registry import get_placer
 
     need = cp_rollout_calls(sim.graph, cluster.num_devices)
     if need > CP_ROLLOUT_SHARE * left:
         return None
-    p = CPRolloutPlacer(semantics=semantics).place(sim.graph, cluster, np.random.default_rng(0))
+    p = get_placer("cp-rollout", semantics=semantics).place(
+        sim.graph, cluster, np.random.default_rng(0)
+    )
     cost = sim.makespan(p)
     if bar is not None:
         bar.update(need)

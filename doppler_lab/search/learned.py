@@ -38,7 +38,7 @@ from ..house.settings import check_setting
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..placers.clustering import CLUSTER_CAPS
-from ..placers.memory_fit import cap_can_bind, fit_placement
+from ..placers.repair import fit_placement
 from ..policies.checkpoint import load_policy
 from ..policies.context import GraphContext
 from ..policies.policy_base import PlacementPolicy
@@ -48,6 +48,7 @@ from ..policies.pretrained import (
     list_checkpoints,
     resolve_checkpoint,
 )
+from ..timing.fit import cap_can_bind
 from ..timing.sim import SEMANTICS, Simulator
 from .adapter import adapt_search
 from .budget import SEARCH_STRATEGIES, SearchConfig, SearchOutcome, policy_search
@@ -317,7 +318,7 @@ class _LearnedPlacer:
     def checkpoint_for(self, graph: DataflowGraph, cluster: Cluster) -> Path:
         """The checkpoint that places ``graph`` on ``cluster``: the one given, else the
         default, or :attr:`memory_checkpoint` where a memory cap can bind
-        (:func:`~doppler_lab.placers.memory_fit.cap_can_bind`)."""
+        (:func:`~doppler_lab.timing.fit.cap_can_bind`)."""
         if self._memory_checkpoint is not None and cap_can_bind(graph, cluster):
             return self._memory_checkpoint
         return self.checkpoint

@@ -48,12 +48,13 @@ from ..house.limits import MAX_BUDGET
 from ..house.settings import bad_setting, check_setting, unknown_setting
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
-from ..placers.memory_fit import MEMORY_BASELINE_PLACERS, capped, fits_one_device
+from ..placers.repair import MEMORY_BASELINE_PLACERS
 from ..policies.context import GraphContext
 from ..policies.policy_base import PlacementPolicy
 from ..policies.rollout import greedy_and_samples
 from ..policies.tensors import flush_denormal
 from ..timing.cost_model import CostModel
+from ..timing.fit import capped, fits_one_device
 from ..timing.sim import Simulator
 
 #: ``doppler``'s partition proposals by default: four METIS partitions (two seeds each of 3% and
@@ -85,9 +86,9 @@ CLUSTERING_PROPOSAL = True
 CLUSTERING_MAX_OPS = 2000
 
 #: ``doppler`` judges the memory baselines' placements
-#: (:data:`~doppler_lab.placers.memory_fit.MEMORY_BASELINE_PLACERS`: m-ETF, m-SCT, ``pipeline``)
+#: (:data:`~doppler_lab.placers.repair.MEMORY_BASELINE_PLACERS`: m-ETF, m-SCT, ``pipeline``)
 #: where the graph does not fit on one device
-#: (:func:`~doppler_lab.placers.memory_fit.fits_one_device`), what a user splitting a model too
+#: (:func:`~doppler_lab.timing.fit.fits_one_device`), what a user splitting a model too
 #: big for one GPU compares against. Without them the policy's rollouts and the other proposals
 #: lost to one of them on 2 of the 4 cases of ``doppler-lab bench memory``
 #: (reports/bench/memory.md, notes); other graphs never place them
@@ -315,12 +316,12 @@ def memory_candidates(
     one_device: bool | None = None,
 ) -> list[Placement]:
     """The placements of the memory baselines
-    (:data:`~doppler_lab.placers.memory_fit.MEMORY_BASELINE_PLACERS`; deterministic, no draw
+    (:data:`~doppler_lab.placers.repair.MEMORY_BASELINE_PLACERS`; deterministic, no draw
     from a generator) when ``graph`` does not fit on one device of ``cluster``, else none; a
     baseline that finds nothing that fits is left out, and so is a placement equal to one of
     ``seen`` or to an earlier baseline's (no simulator call). ``one_device``: whether it fits
     on one device, where the caller has it
-    (:func:`~doppler_lab.placers.memory_fit.fits_one_device`, up to three simulations; None:
+    (:func:`~doppler_lab.timing.fit.fits_one_device`, up to three simulations; None:
     found here)."""
     from ..placers import get_placer
 
@@ -886,7 +887,7 @@ def judge(
     are judged) instead of the placements with their priorities. ``in_groups``: the rollouts
     and the heuristic proposals in two simulator batches (a budget search's, whose ``bar``
     moves after each), else one batch. ``bar``: advanced by the calls. A proposal over a
-    device's memory costs ``inf`` (:func:`~doppler_lab.placers.memory_fit.capped`).
+    device's memory costs ``inf`` (:func:`~doppler_lab.timing.fit.capped`).
     """
     sim = capped(sim)  # a proposal over a device's memory costs inf
     groups = (

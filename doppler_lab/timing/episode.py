@@ -36,12 +36,17 @@ Example:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..house.errors import PlacementError
 from ..ir.graph import DataflowGraph
 from .cost_model import CostModel
 from .schedule import Estimate, ListScheduleState
+
+if TYPE_CHECKING:
+    from .fit import MemoryGuard
 
 
 class Episode(ListScheduleState):
@@ -51,6 +56,7 @@ class Episode(ListScheduleState):
         graph: the graph.
         cost_model: its costs on a cluster (raw units).
         estimate: ``"est"``, ``"additive"`` or ``"wc"`` (:mod:`doppler_lab.timing.schedule`).
+        guard: the memory caps, kept in step with every step (None: no caps).
 
     Attributes:
         device: ``(N,)`` the partial placement (-1: not assigned yet; inputs stay -1).
@@ -58,8 +64,14 @@ class Episode(ListScheduleState):
         order: the nodes in the order they were assigned.
     """
 
-    def __init__(self, graph: DataflowGraph, cost_model: CostModel, estimate: Estimate = "est"):
-        super().__init__(graph, cost_model, estimate)
+    def __init__(
+        self,
+        graph: DataflowGraph,
+        cost_model: CostModel,
+        estimate: Estimate = "est",
+        guard: MemoryGuard | None = None,
+    ):
+        super().__init__(graph, cost_model, estimate, guard)
         self.num_steps = int(graph.compute_nodes.size)
 
     @property

@@ -8,7 +8,10 @@ device over time are
   last transfer out ends (an output nothing consumes, a graph output, stays to the end);
 - a received copy from its (first) transfer's start until its last consumer there ends.
 
-A placement is feasible when each device's peak fits its ``memory_bytes``. Sizes are the
+A placement is feasible when each device's peak fits its ``memory_bytes`` less its runtime
+reserve (the CUDA context and the allocator's slack,
+:meth:`~doppler_lab.hardware.cluster.Device.runtime_reserve`: 256 MiB plus 2% of a GPU's
+memory by default, none on CPUs; ``--memory-reserve`` sets it): :func:`memory_caps`. Sizes are the
 graph's ``out_bytes``, except for cost-only graphs (the paper's files, :func:`cost_graph`),
 whose ``out_bytes`` only mirror transfer costs: they have no sizes, and every peak is 0.
 
@@ -82,13 +85,15 @@ def memory_caps(
 
     Args:
         cluster: the devices.
-        cap: ``"device"`` (each device's ``memory_bytes``), ``None`` or ``"none"`` (no cap), one
-            number for every device or one per device.
+        cap: ``"device"`` (each device's ``memory_bytes`` less its runtime reserve,
+            :func:`memory_reserves`), ``None`` or ``"none"`` (no cap), one number for every
+            device or one per device (bytes a placement may use, taken as given).
     """
     d = cluster.num_devices
     if isinstance(cap, str):
         if cap == "device":
-            return np.array([dev.memory_bytes for dev in cluster.devices], dtype=np.float64)
+            memory = np.array([dev.memory_bytes for dev in cluster.devices], dtype=np.float64)
+            return memory - memory_reserves(cluster)
         if cap.lower() != "none":
             raise ConfigError(f"memory cap {cap!r}: expected bytes, 'none' or 'device'")
         cap = None
@@ -104,14 +109,27 @@ def memory_caps(
     return arr
 
 
-def memory_report(peak: np.ndarray | None, caps: np.ndarray) -> dict[str, Any]:
+def memory_reserves(cluster: Cluster) -> np.ndarray:
+    """``(D,)`` bytes of each device's memory kept for the runtime
+    (:meth:`~doppler_lab.hardware.cluster.Device.runtime_reserve`)."""
+    return np.array([dev.runtime_reserve() for dev in cluster.devices], dtype=np.float64)
+
+
+def memory_report(
+    peak: np.ndarray | None, memory: np.ndarray, reserve: np.ndarray | None = None
+) -> dict[str, Any]:
     """The memory fields of a JSON result: ``peak_memory_bytes`` and ``memory_bytes`` (one per
     device; ``null`` for no cap), ``feasible``, and when not, ``over_memory``: the devices whose
-    peak exceeds their cap, with the excess, largest first."""
+    peak exceeds their cap, with the excess, largest first. With ``reserve`` (bytes per device
+    kept for the runtime, ``memory_reserve_bytes``), a device's cap is its ``memory`` less its
+    reserve."""
+    caps = memory if reserve is None else memory - reserve
     out: dict[str, Any] = {
         "peak_memory_bytes": None if peak is None else [float(x) for x in peak],
-        "memory_bytes": [float(c) if math.isfinite(c) else None for c in caps],
+        "memory_bytes": [float(c) if math.isfinite(c) else None for c in memory],
     }
+    if reserve is not None:
+        out["memory_reserve_bytes"] = [float(r) for r in reserve]
     if peak is None:
         out["feasible"] = None
         return out
@@ -141,6 +159,7 @@ __all__ = [
     "has_sizes",
     "memory_caps",
     "memory_report",
+    "memory_reserves",
     "static_peak_bound",
     "tensor_bytes",
 ]

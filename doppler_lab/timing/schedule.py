@@ -39,7 +39,7 @@ them; (5) earliest start of v on d. Input nodes are never assigned (resident eve
 from __future__ import annotations
 
 import copy
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -49,6 +49,9 @@ from ..house.errors import PlacementError
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from .cost_model import CostModel
+
+if TYPE_CHECKING:  # the guard lives beside the simulator (no import at run time)
+    from .fit import MemoryGuard
 
 Estimate = Literal["est", "additive", "wc"]
 ESTIMATES: tuple[str, ...] = ("est", "additive", "wc")
@@ -416,6 +419,8 @@ class ListScheduleState:
         graph: the graph.
         cost_model: its costs on a cluster (raw units).
         estimate: ``"est"``, ``"additive"`` or ``"wc"`` (see the module docstring).
+        guard: the memory caps of the run (:class:`~doppler_lab.timing.fit.MemoryGuard`),
+            kept in step with every :meth:`assign`; :meth:`room` asks it (None: no caps).
 
     Attributes:
         link_free: ``(L,)`` when each link resource of the cluster is next free (``wc``; stays 0
@@ -431,10 +436,17 @@ class ListScheduleState:
         ...     state.assign(v, int(np.argmin(state.est(v))))
     """
 
-    def __init__(self, graph: DataflowGraph, cost_model: CostModel, estimate: Estimate = "est"):
+    def __init__(
+        self,
+        graph: DataflowGraph,
+        cost_model: CostModel,
+        estimate: Estimate = "est",
+        guard: MemoryGuard | None = None,
+    ):
         estimate = estimate_name(estimate)  # type: ignore[assignment]
         if estimate not in ESTIMATES:
             raise PlacementError(f"unknown estimate {estimate!r}; expected one of {ESTIMATES}")
+        self.guard = guard
         self.graph = graph
         self.cost = cost_model
         self.estimate = estimate
@@ -497,6 +509,8 @@ class ListScheduleState:
         out.order = list(self.order)
         out._waiting = self._waiting.copy()
         out._frontier = self._frontier.copy()
+        if self.guard is not None:
+            out.guard = self.guard.copy()
         return out
 
     # -- queries ---------------------------------------------------------------------------
@@ -539,6 +553,15 @@ class ListScheduleState:
         _features(v, self._preds, timeline, self.est(v) if est is None else est, out)
         return out
 
+    def room(self, v: int) -> np.ndarray | None:
+        """``(D,)`` devices with memory for ``v`` by the guard (None: every device)."""
+        return None if self.guard is None else self.guard.room(v)
+
+    def allowed(self, v: int) -> np.ndarray | None:
+        """The guard's :meth:`~doppler_lab.timing.fit.MemoryGuard.allowed` (None: every
+        device)."""
+        return None if self.guard is None else self.guard.allowed(v)
+
     # -- transitions -------------------------------------------------------------------------
     def assign(self, v: int, d: int, est: np.ndarray | None = None) -> None:
         """Put candidate ``v`` on device ``d`` and update the timeline and frontier."""
@@ -570,6 +593,8 @@ class ListScheduleState:
         self.order.append(v)
         self._frontier[v] = False
         self._remaining -= 1
+        if self.guard is not None:
+            self.guard.assign(v, d)
         g = self.graph
         for w in g.succ_idx[g.succ_ptr[v] : g.succ_ptr[v + 1]]:
             self._waiting[w] -= 1

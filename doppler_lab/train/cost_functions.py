@@ -60,7 +60,7 @@ class SimulatorCost:
         self.sim = Simulator(graph, cluster, semantics, noise, cost_model)  # type: ignore[arg-type]
         self.rng = np.random.default_rng(seed)
         self.calls = 0
-        from ..placers.memory_fit import cap_can_bind
+        from ..timing.fit import cap_can_bind
 
         #: the memory caps where one can bind (else None: makespans as they are)
         self.caps = memory_caps(self.sim.cluster) if cap_can_bind(graph, self.sim.cluster) else None
@@ -80,7 +80,7 @@ class SimulatorCost:
         """Makespans of placements over a memory cap (their static bound and their simulated
         peak under this semantics) times :data:`OVER_CAP_PENALTY` and one plus the excess
         over the caps' total: worse than any placement that fits, less so the nearer it is."""
-        from ..placers.memory_fit import static_bounds
+        from ..timing.fit import static_bounds
 
         caps = self.caps
         assert caps is not None

@@ -16,17 +16,10 @@ from doppler_lab.house.errors import PlacementError
 from doppler_lab.ir.graph import KIND_CODE, DataflowGraph, GraphBuilder
 from doppler_lab.placers import get_placer, list_schedule, place
 from doppler_lab.placers.baechi import favourite_children
-from doppler_lab.placers.memory_fit import (
-    Footprint,
-    MemoryGuard,
-    capped,
-    fit_placement,
-    repair,
-    static_bounds,
-)
-from doppler_lab.placers.pipeline_placer import PipelinePlacer
+from doppler_lab.placers.repair import fit_placement, repair
 from doppler_lab.placers.stage_split import StageSplitter
 from doppler_lab.timing.cost_model import CostModel
+from doppler_lab.timing.fit import Footprint, MemoryGuard, capped, static_bounds
 from doppler_lab.timing.memory import static_peak_bound
 from doppler_lab.timing.sim import SEMANTICS, Simulator
 from doppler_lab.workloads import build
@@ -225,7 +218,7 @@ def test_the_capped_judge_accepts_what_the_final_check_accepts(case, seed):
     """A placement over the static bound whose simulated peak fits under every semantics is
     accepted by the final check as ``simulated``: the judge of the searches agrees (else the
     proposals and the budget search throw away placements the placer would have returned)."""
-    from doppler_lab.placers.memory_fit import fit_devices
+    from doppler_lab.placers.repair import fit_devices
 
     g, d, cap = case
     cluster = make_cluster("uniform", d).with_memory(cap)
@@ -296,7 +289,7 @@ def test_pipeline_bottleneck_is_the_least_over_contiguous_splits(seed):
             best = min(best, max(work))
     capped_c = c.with_memory(caps)
     try:
-        p = PipelinePlacer().place(g, capped_c, np.random.default_rng(0))
+        p = get_placer("pipeline").place(g, capped_c, np.random.default_rng(0))
     except PlacementError:
         assert math.isinf(best)
         return

@@ -119,7 +119,7 @@ def test_single_placer_output_is_unchanged(capsys):
     )
     assert lines[2:] == [
         "  own schedule (wc): 53.46 us",
-        "  memory       5.88 MB/none 6.05 MB/none  (peak/cap per device)",
+        "  memory       5.88 MB/none 6.05 MB/none  (peak/memory per device)",
     ]
 
 

@@ -11,8 +11,9 @@ import pytest
 
 from doppler_lab.hardware.cluster import make_cluster
 from doppler_lab.placers import place
-from doppler_lab.placers.memory_fit import MEMORY_BASELINE_PLACERS, capped, fits_one_device
+from doppler_lab.placers.repair import MEMORY_BASELINE_PLACERS
 from doppler_lab.search.proposals import DOPPLER_PROPOSALS, ProposalSet, memory_candidates
+from doppler_lab.timing.fit import capped, fits_one_device
 from doppler_lab.timing.memory import tensor_bytes
 from doppler_lab.timing.sim import SEMANTICS, Simulator
 

@@ -1,36 +1,26 @@
-"""Memory caps in the placers: the running static bound, device masks, repair, the final check.
+"""Memory caps: the running static bound, the guard of a placement being built, the fit check.
 
-Every placer places within the devices' memory: each device's ``memory_bytes`` on the cluster
-it is given (``doppler-lab place --memory-cap`` replaces them, :meth:`Cluster.with_memory
-<doppler_lab.hardware.cluster.Cluster.with_memory>`). What a placer counts is the static bound
-of :func:`~doppler_lab.timing.memory.static_peak_bound`: on each device the stored inputs read
-there, the outputs of the ops placed there and one copy of every tensor received there, an upper
-bound of the simulated peak under any semantics and order. :class:`Footprint` keeps that bound
-while a placement is built op by op (``assign``) or changed (``move``), and says which devices
-have room for an op (``room``).
+Memory is a timing concept (:mod:`doppler_lab.timing.memory`: sizes, the static bound, caps;
+:mod:`doppler_lab.timing.sim.footprint`: the simulated peak). What a placer counts while it
+builds a placement is the static bound of :func:`~doppler_lab.timing.memory.static_peak_bound`:
+on each device the stored inputs read there, the outputs of the ops placed there and one copy of
+every tensor received there, an upper bound of the simulated peak under any semantics and order.
+:class:`Footprint` keeps that bound while a placement is built op by op (``assign``) or changed
+(``move``), and says which devices have room for an op (``room``); :class:`MemoryGuard` holds the
+caps of one placer's run (each device's memory less its runtime reserve,
+:func:`~doppler_lab.timing.memory.memory_caps`).
 
-- list schedulers (``cp``, ``heft``, ``cpop``, ``etf``, ``m-topo``, ``m-sct``) and the learned
-  policies' rollouts (:mod:`doppler_lab.policies.rollout`) skip devices without room;
-- search placers judge placements with :func:`capped` simulators, whose makespan of a placement
-  over a cap is ``inf`` (a move that breaks a cap is never taken);
-- ``exact`` adds the bound to its CP-SAT model; ``partition`` keeps the best feasible of its
-  partitions; ``clustering`` and whatever still breaks a cap is repaired
-  (:func:`repair`: ops moved off the over-full devices, the move that leaves the least excess
-  first).
-
-:func:`fit_placement` is every placer's last step: a placement whose static bound fits, or whose
-simulated peak fits under every semantics, is returned as it is; otherwise it is repaired, else
-replaced by a placement packed by memory alone (:func:`pack`) or the contiguous stages of the
-``pipeline`` placer (:mod:`doppler_lab.placers.stage_split`; where no split keeps within the
-static bound, which holds every activation for the whole run, the split balanced by compute
-alone when its simulated peak fits), else the placer raises one line
-that says the least memory the graph needs (:func:`no_fit_error`). ``meta["memory_fit"]`` says
-which, when it is not the static bound.
+A placement fits when its static bound fits (the fast first test) or else its simulated peak
+fits under every semantics (:func:`simulated_fit`, what the final check measures). Search
+placers judge placements with :func:`capped` simulators, whose makespan of a placement over a
+cap is ``inf``. The repairs of a placement that does not fit, and the one fit the registry
+applies to whatever a placer returns, live with the placers
+(:mod:`doppler_lab.placers.repair`).
 
 A graph without byte sizes (:func:`~doppler_lab.timing.memory.has_sizes` is False: the paper's
 cost-only files) is unconstrained, and so is a graph whose tensors all together fit on the
-smallest device: then :class:`MemoryGuard` is inactive, nothing here runs and every placer
-places exactly as it did without caps.
+smallest device: then :class:`MemoryGuard` is inactive and every placer places exactly as it did
+without caps.
 """
 
 from __future__ import annotations
@@ -46,8 +36,7 @@ from ..hardware.cluster import Cluster
 from ..house.errors import PlacementError
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
-from ..timing.memory import format_bytes, has_sizes, memory_caps, tensor_bytes
-from .stage_split import StageSplitter
+from .memory import format_bytes, has_sizes, memory_caps, tensor_bytes
 
 
 def _distinct_csr(keys: np.ndarray, vals: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -103,6 +92,14 @@ class Footprint:
         out.device = np.full(self.device.size, -1, dtype=np.int64)
         out.used = np.zeros(self.num_devices)
         out.count = np.zeros_like(self.count)
+        return out
+
+    def copy(self) -> Footprint:
+        """An independent copy of the running bound (the graph's arrays shared)."""
+        out = copy.copy(self)
+        out.device = self.device.copy()
+        out.used = self.used.copy()
+        out.count = self.count.copy()
         return out
 
     @classmethod
@@ -249,6 +246,12 @@ def _can_bind(graph: DataflowGraph, size: np.ndarray, caps: np.ndarray) -> bool:
     return bool(has_sizes(graph) and size.size and float(size.sum()) > float(caps.min()))
 
 
+def caps_bind(graph: DataflowGraph, caps: np.ndarray) -> bool:
+    """Whether ``caps`` (bytes per device) can bind on ``graph``: it has sizes and its tensors
+    all together exceed the smallest cap (:attr:`MemoryGuard.binds`, without building one)."""
+    return _can_bind(graph, tensor_bytes(graph), caps)
+
+
 def cap_can_bind(graph: DataflowGraph, cluster: Cluster, cap: Any = "device") -> bool:
     """Whether a memory cap can bind (:attr:`MemoryGuard.active`, without building the guard):
     the graph has sizes and its tensors all together exceed the smallest cap."""
@@ -268,10 +271,18 @@ class MemoryGuard:
             needs more than the largest device, or more stored inputs than all devices hold).
 
     Attributes:
-        caps: ``(D,)`` bytes per device (``inf``: none).
-        active: whether a cap can bind (:func:`cap_can_bind`): the graph has sizes and its
-            tensors all together exceed the smallest cap. Inactive guards do nothing
-            (placements stay as without caps, to the bit).
+        caps: ``(D,)`` bytes per device (``inf``: none): each device's memory less its runtime
+            reserve (:func:`~doppler_lab.timing.memory.memory_caps`).
+        binds: whether a cap can bind by the static bound (:func:`cap_can_bind`): the graph
+            has sizes and its tensors all together exceed the smallest cap. Where it cannot,
+            every placement fits (the fast first test of the final check).
+        active: whether the placer must keep to the caps while it builds a placement: a cap
+            binds and the whole graph does not fit on the device with the most memory by its
+            simulated peak (:func:`fits_one_device`; liveness, not every tensor for the whole
+            run). Where the model fits one device, a placer has no reason of memory to split
+            it: it places as without caps, and the final check (by the simulated peak) repairs
+            what it splits over a cap. Inactive guards do nothing (placements stay as without
+            caps, to the bit).
         footprint: the running bound (None when inactive).
     """
 
@@ -284,11 +295,13 @@ class MemoryGuard:
         check: bool = True,
     ):
         self.graph = graph
+        self._cluster = cluster
         self.placer = placer
         self.caps = memory_caps(cluster, cap)
         self.num_devices = cluster.num_devices
         size = tensor_bytes(graph)
-        self.active = _can_bind(graph, size, self.caps)
+        self.binds = _can_bind(graph, size, self.caps)
+        self.active = self.binds and not _fits_one(graph, cluster, self.caps)
         self.footprint = Footprint(graph, self.num_devices, size) if self.active else None
         # an op's output and inputs: where the fullest device has room for them, every one has
         self._need = op_needs(graph, size) if self.active else None
@@ -296,10 +309,34 @@ class MemoryGuard:
         if self.active and check:
             check_floor(graph, self.caps, placer)
 
+    def live_share(self) -> float:
+        """The share of the static bound live at once on one device: the whole graph's
+        simulated peak (the largest over the semantics) on the device with the most memory
+        over its static bound there (1 without sizes). A placer that reserves memory per op
+        scales its sizes by it where the model fits one device (m-TOPO's shares)."""
+        from .sim import SEMANTICS, Simulator
+
+        d = int(np.argmax(self.caps))
+        dev = np.full(self.graph.num_nodes, d, dtype=np.int64)
+        bound = float(static_bounds(self.graph, dev[None, :], self.num_devices)[0, d])
+        if bound <= 0:
+            return 1.0
+        peak = max(
+            float(np.asarray(Simulator(self.graph, self._cluster, s).run(dev).peak_memory_bytes)[d])
+            for s in SEMANTICS
+        )
+        return min(peak / bound, 1.0)
+
     def blank(self) -> MemoryGuard:
         """The same caps with nothing placed (one per episode of a rollout)."""
         out = copy.copy(self)
         out.footprint = None if self.footprint is None else self.footprint.blank()
+        return out
+
+    def copy(self) -> MemoryGuard:
+        """An independent copy, with what is placed so far (the graph's arrays shared)."""
+        out = copy.copy(self)
+        out.footprint = None if self.footprint is None else self.footprint.copy()
         return out
 
     def room(self, v: int) -> np.ndarray | None:
@@ -477,8 +514,10 @@ def capped(sim: Any, cap: Any = "device") -> Any:
     (:class:`CappedSimulator`), or ``sim`` itself when no cap can bind."""
     if isinstance(sim, CappedSimulator):
         return sim
-    guard = MemoryGuard(sim.graph, sim.cluster, "", cap, check=False)
-    return CappedSimulator(sim, guard.caps) if guard.active else sim
+    caps = memory_caps(sim.cluster, cap)
+    return (
+        CappedSimulator(sim, caps) if _can_bind(sim.graph, tensor_bytes(sim.graph), caps) else sim
+    )
 
 
 def over_cap(sim: Any, device: np.ndarray) -> bool:
@@ -486,93 +525,10 @@ def over_cap(sim: Any, device: np.ndarray) -> bool:
     return isinstance(sim, CappedSimulator) and not bool(sim.fits(device[None, :])[0])
 
 
-def start_placement(
-    graph: DataflowGraph, cluster: Cluster, start: str, placer: str, rng: np.random.Generator
-) -> Placement:
-    """The placement a search placer ``placer`` starts from: placer ``start``'s; where no
-    placement fits the caps, the one-line :func:`no_fit_error` in ``placer``'s name."""
-    from .registry import place
-
-    guard = MemoryGuard(graph, cluster, placer)  # a cap nothing meets: this placer says so
-    try:
-        return place(start, graph, cluster, seed=rng)
-    except PlacementError:
-        if not guard.active:
-            raise
-        raise no_fit_error(graph, guard.caps, placer) from None
-
-
-# -- repair and the final check --------------------------------------------------------------
-def repair(
-    graph: DataflowGraph, device: np.ndarray, caps: np.ndarray, max_moves: int | None = None
-) -> np.ndarray | None:
-    """``device`` with ops moved off over-full devices until every static bound fits, or None.
-
-    Each move takes an op off a device over its cap to another device: the move that leaves the
-    least excess in all (bytes over the caps), then the one that adds the fewest bytes in all
-    (an op whose inputs are already there), then the lowest op and device ids. Every move
-    lowers the excess, so it ends.
-    """
-    fp = Footprint.of(graph, device, caps.size)
-    comp = graph.compute_nodes
-    limit = comp.size * caps.size if max_moves is None else max_moves
-    for _ in range(int(limit)):
-        over = np.maximum(fp.used - caps, 0.0)
-        total = float(over.sum())
-        if total <= 0:
-            out = np.asarray(device, dtype=np.int64).copy()
-            out[comp] = fp.device[comp]
-            return out
-        best: tuple[float, float, int, int] | None = None
-        for v in comp[over[fp.device[comp]] > 0]:
-            a = int(fp.device[v])
-            for b in range(caps.size):
-                if b == a:
-                    continue
-                da, db = fp.move_delta(int(v), b)
-                after = (
-                    total
-                    - over[a]
-                    - over[b]
-                    + max(fp.used[a] + da - caps[a], 0.0)
-                    + max(fp.used[b] + db - caps[b], 0.0)
-                )
-                if after >= total:
-                    continue
-                key = (after, da + db, int(v), b)
-                if best is None or key < best:
-                    best = key
-        if best is None:
-            return None
-        fp.move(best[2], best[3])
-    return None
-
-
-def pack(graph: DataflowGraph, caps: np.ndarray) -> np.ndarray | None:
-    """A placement by memory alone, or None: ops in topological order, each on the device with
-    room where it adds the fewest bytes (ties: the most room left), then :func:`repair`."""
-    fp = Footprint(graph, caps.size)
-    order = graph.topo_order[~graph.is_input[graph.topo_order]]
-    for v in order:
-        after = fp.used + fp.need(int(v))
-        room = after <= caps
-        if room.any():
-            left = np.where(room, caps - after, -np.inf)
-            d = int(np.lexsort((-left, np.where(room, after - fp.used, np.inf)))[0])
-        else:
-            d = int(np.argmin(after - caps))
-        fp.assign(int(v), d)
-    dev = np.zeros(graph.num_nodes, dtype=np.int64)
-    dev[order] = fp.device[order]
-    if bool(fits(fp.used, caps)):
-        return dev
-    return repair(graph, dev, caps)
-
-
 def simulated_fit(graph: DataflowGraph, cluster: Cluster, device: np.ndarray, caps) -> bool:
     """Whether placement ``device`` fits ``caps`` by its simulated peak under every semantics
     (the test of a placement whose static bound does not fit)."""
-    from ..timing.sim import SEMANTICS, Simulator
+    from .sim import SEMANTICS, Simulator
 
     for semantics in SEMANTICS:
         trace = Simulator(graph, cluster, semantics).run(device)
@@ -581,170 +537,40 @@ def simulated_fit(graph: DataflowGraph, cluster: Cluster, device: np.ndarray, ca
     return True
 
 
-#: the memory baselines a learned placer judges as proposals where a graph does not fit on one
-#: device (:func:`doppler_lab.search.proposals.memory_candidates`): Baechi's m-ETF (placer
-#: ``etf``) and m-SCT, and the ``pipeline`` stages
-MEMORY_BASELINE_PLACERS: tuple[str, ...] = ("etf", "m-sct", "pipeline")
-
-
-def fits_one_device(graph: DataflowGraph, cluster: Cluster, cap: Any = "device") -> bool:
-    """Whether the whole graph fits on the device with the most memory (its static bound, or
-    its simulated peak under every semantics, as :func:`fit_devices` accepts a placement); True
-    where no cap can bind. False: a model that must be split to run at all."""
-    guard = MemoryGuard(graph, cluster, "", cap, check=False)
-    if not guard.active:
-        return True
-    caps = guard.caps
+def _fits_one(graph: DataflowGraph, cluster: Cluster, caps: np.ndarray) -> bool:
+    """Whether the whole graph fits ``caps`` on the device with the most: its static bound
+    (the fast first test), else its simulated peak under every semantics."""
     dev = np.full(graph.num_nodes, int(np.argmax(caps)), dtype=np.int64)
     if bool(fits(static_bounds(graph, dev[None, :], caps.size)[0], caps)):
         return True
     return simulated_fit(graph, cluster, dev, caps)
 
 
-def fit_devices(
-    graph: DataflowGraph,
-    cluster: Cluster,
-    device: np.ndarray,
-    placer: str,
-    cap: Any = "device",
-    fix: bool = True,
-) -> tuple[np.ndarray, str | None]:
-    """``device`` when it fits the caps, else its repair or the ``pipeline`` placer's stages
-    (memory first; where no split keeps within the static bound, the split balanced by compute
-    alone when its simulated peak fits), with how it fits: None (its static bound, or no cap
-    can bind), ``"simulated"`` (its simulated peak under every semantics, the static bound does
-    not), ``"repaired"``, ``"packed"`` (:func:`pack`) or ``"pipeline"`` (the devices returned
-    are another placement).
-
-    Raises:
-        PlacementError: nothing found fits (:func:`no_fit_error`), or ``device`` does not and
-            ``fix`` is False (the devices over their caps, by how much).
-    """
-    guard = MemoryGuard(graph, cluster, placer, cap, check=False)
-    if not guard.active:
-        return device, None
-    caps = guard.caps
-    dev = np.asarray(device, dtype=np.int64)
-    if bool(fits(static_bounds(graph, dev[None, :], caps.size)[0], caps)):
-        return device, None
-    if simulated_fit(graph, cluster, dev, caps):
-        return device, "simulated"
-    check_floor(graph, caps, placer)
-    if not fix:
-        bound = static_bounds(graph, dev[None, :], caps.size)[0]
-        over = np.flatnonzero(bound > caps)
-        what = ", ".join(
-            f"device {d} would hold up to {format_bytes(float(bound[d]))} of "
-            f"{format_bytes(float(caps[d]))}"
-            for d in over
-        )
-        raise PlacementError(f"placer {placer!r}: {graph.name!r} does not fit: {what}")
-    fixed = repair(graph, dev, caps)
-    if fixed is not None:
-        return fixed, "repaired"
-    fixed = pack(graph, caps)
-    if fixed is not None:
-        return fixed, "packed"
-    stages = memory_stages(graph, cluster, caps)
-    if stages is not None:
-        return stages, "pipeline"
-    raise no_fit_error(graph, caps, placer)
-
-
-def fit_placement(
-    graph: DataflowGraph, cluster: Cluster, placement: Placement, placer: str, cap: Any = "device"
-) -> Placement:
-    """``placement`` when it fits the caps (:func:`fit_devices`), else the fixed one; where
-    the static bound did not fit, ``meta["memory_fit"]`` says how it fits (``simulated``,
-    ``repaired``, ``packed``, ``pipeline``); the priority is kept."""
-    dev, how = fit_devices(graph, cluster, placement.device, placer, cap)
-    if how is None:
-        return placement
-    meta = {**placement.meta, "memory_fit": how}
-    if how == "simulated":
-        return Placement(placement.device, placement.priority, placement.placer, meta)
-    return Placement(dev, placement.priority, placement.placer, meta).with_inputs_filled(graph)
-
-
-def fit_schedule(graph: DataflowGraph, cluster: Cluster, schedule: Any, placer: str, cost: Any,
-                 cap: Any = "device") -> Any:  # fmt: skip
-    """A :class:`~doppler_lab.placers.placer_base.Schedule` that fits the caps: ``schedule``
-    itself, or the list schedule of the fixed placement in the schedule's order."""
-    from .placer_base import list_schedule
-
-    dev, how = fit_devices(graph, cluster, schedule.placement.device, placer, cap)
-    if how is None:
-        return schedule
-    if how == "simulated":
-        return schedule.with_meta(memory_fit=how)
-    meta = {**schedule.meta, "memory_fit": how}
-    prio = schedule.placement.priority
-    order = None
-    if prio is not None:
-        comp = graph.compute_nodes
-        order = comp[np.argsort(prio[comp], kind="stable")]
-    try:
-        return list_schedule(graph, cost, dev, order, placer=placer, meta=meta)
-    except PlacementError:  # an order that is not topological for the list schedule
-        return list_schedule(graph, cost, dev, None, placer=placer, meta=meta)
-
-
-def pipeline_split(
-    graph: DataflowGraph, cluster: Cluster, caps: np.ndarray, compute: np.ndarray | None = None
-) -> tuple[np.ndarray, float] | None:
-    """The ``pipeline`` placer's split under ``caps``: ``(N,)`` stage (device) per node (-1:
-    inputs) and its bottleneck (:meth:`StageSplitter.best`), or None when none fits.
-
-    Where no split keeps every stage within its static bound, which holds every activation
-    for the whole run, the split balanced by compute alone is taken when its simulated peak
-    fits ``caps`` (:func:`simulated_fit`: a model whose
-    activations, not its weights, overflow one device). ``compute``: the cost model's
-    ``(N, D)`` compute times (built from ``cluster`` when None).
-    """
-    if compute is None:
-        from ..timing.cost_model import CostModel
-
-        compute = CostModel(graph, cluster).compute
-    got = StageSplitter(graph, compute, caps).best()
-    if got is None and not np.all(np.isinf(caps)):  # without a cap: the same split again
-        got = StageSplitter(graph, compute, np.full(caps.size, np.inf)).best()
-        if got is not None and not simulated_fit(graph, cluster, got[0].clip(0), caps):
-            got = None
-    return got
-
-
-def memory_stages(graph: DataflowGraph, cluster: Cluster, caps: np.ndarray) -> np.ndarray | None:
-    """``(N,)`` the ``pipeline`` placer's devices under ``caps`` (:func:`pipeline_split`;
-    inputs on their first consumer's device), or None when contiguous stages cannot fit."""
-    got = pipeline_split(graph, cluster, caps)
-    if got is None:
-        return None
-    return Placement(got[0].clip(0), None, "pipeline").with_inputs_filled(graph).device
+def fits_one_device(graph: DataflowGraph, cluster: Cluster, cap: Any = "device") -> bool:
+    """Whether the whole graph fits on the device with the most memory (its static bound, or
+    its simulated peak under every semantics, as the final check accepts a placement); True
+    where no cap can bind. False: a model that must be split to run at all."""
+    caps = memory_caps(cluster, cap)
+    if not _can_bind(graph, tensor_bytes(graph), caps):
+        return True
+    return _fits_one(graph, cluster, caps)
 
 
 __all__ = [
-    "MEMORY_BASELINE_PLACERS",
     "CappedSimulator",
     "Footprint",
     "MemoryGuard",
     "cap_can_bind",
     "capped",
+    "caps_bind",
     "caps_text",
     "check_floor",
-    "fit_devices",
-    "fit_placement",
-    "fit_schedule",
     "fits",
     "fits_one_device",
     "no_fit_error",
-    "memory_stages",
     "op_needs",
-    "pack",
-    "pipeline_split",
     "over_cap",
-    "repair",
     "simulated_fit",
-    "start_placement",
     "static_bounds",
     "stored_bytes",
 ]
