@@ -278,6 +278,7 @@ def compare_placers(
     semantics: str = SEMANTICS,
     seed: int = 0,
     bar: Any = None,
+    one_device_s: float | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Placement]]:
     """Every run of ``runs`` on ``graph`` and ``cluster``: one row each (makespan under
     ``semantics`` without noise, or None with the one-line error when the placer finds nothing
@@ -291,6 +292,9 @@ def compare_placers(
         semantics: the simulator semantics of the makespans (and of the placers that take one).
         seed: the placers' seed.
         bar: a progress bar advanced once per run.
+        one_device_s: the makespan of the whole graph on one device, where it fits there:
+            each row's ``vs_one_device`` (makespan over it; None without it or where the
+            placement does not fit).
     """
     from ..placers.placer_base import make_rng
     from ..timing.sim import Simulator
@@ -346,6 +350,8 @@ def compare_placers(
     for r in rows:
         ms = r["makespan_s"]
         r["vs_best_baseline"] = 1.0 - ms / best[1] if (best and ms is not None) else None
+        fits = ms is not None and r["fits"] and one_device_s is not None
+        r["vs_one_device"] = ms / one_device_s if fits else None
     return rows, placements
 
 
@@ -652,11 +658,8 @@ def run(out_dir: Path, quick: bool = False, progress: bool = True) -> dict[str, 
             facts = case_facts(graph, cluster)
             case_rows.append({"case": case.name, "graph": case.graph, "cluster": case.cluster,
                               **facts, "import_s": import_s})  # fmt: skip
-            rows, _ = compare_placers(graph, cluster, runs, placers, bar=bar)
             one = facts["one_device_makespan_s"]
-            for r in rows:
-                ms = r["makespan_s"]
-                r["vs_one_device"] = ms / one if (ms is not None and r["fits"]) else None
+            rows, _ = compare_placers(graph, cluster, runs, placers, bar=bar, one_device_s=one)
             tables[case.name] = rows
             if facts["fits_one_device"]:
                 one_device.append(one_device_row(case.name, rows))

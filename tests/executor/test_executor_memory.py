@@ -76,7 +76,7 @@ def test_execute_json_reports_measured_memory(capsys):
     assert len(doc["peak_memory_bytes"]) == 2 and min(doc["peak_memory_bytes"]) > 0
     assert len(doc["memory_bytes"]) == 2 and doc["feasible"] is True
     assert main(["execute", "chainmm:scale=0.01", "--devices", "2"]) == 0
-    assert "measured peak/cap" in capsys.readouterr().out
+    assert "measured peak/memory" in capsys.readouterr().out
 
 
 def test_backends_without_tracking_leave_the_peak_unset():
