@@ -236,6 +236,8 @@ def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None) -> 
     rows = _public_cells(rows)
     if not any(c in MAKESPAN_COLUMNS for r in rows for c in r):
         return markdown_table(rows, columns)
+    if all(row_time_unit(r) is None for r in rows):  # no graph's rows: no unit to split by
+        return markdown_table(rows, columns)  # (e.g. makespans over one device's, per case)
     tables = bench_tables(
         rows, columns, caption="Makespans in {unit}.", summary_caption="Summary rows."
     )
