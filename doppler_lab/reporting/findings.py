@@ -385,7 +385,8 @@ def stage1(s: Mapping[str, Any]) -> Findings:
             + (f" (untrained: {_below(un['vs_cp'])})." if un is not None else ".")
         )
         holds = im["vs_cp"] > -TIE * 2
-    text.append(_verdict(holds, "Stage I brings the policy level with its teacher (within 2%)"))
+    claim = "Stage I brings the policy at least level with its teacher (at most 2% above cp's)"
+    text.append(_verdict(holds, claim))
     return Findings(head, " ".join(text))
 
 
