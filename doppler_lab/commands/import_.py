@@ -19,6 +19,7 @@ from ..house.userfiles import (
     spec_files,
 )
 from ..ir.graph import NODE_KINDS, DataflowGraph
+from ..timing.memory import format_bytes
 from ._common import int_arg, print_json
 
 NAME = "import"
@@ -130,7 +131,16 @@ def run(args: argparse.Namespace) -> int:
         f"depth {report['depth']}"
     )
     print(
-        f"  {report['total_flops']:.4g} flops, {report['output_bytes']:.4g} bytes of op outputs, "
-        f"{report['input_bytes']:.4g} bytes of inputs (parameters, buffers, constants, arguments)"
+        f"  {_flop_text(report['total_flops'])}, {format_bytes(report['output_bytes'])} of op "
+        f"outputs, {format_bytes(report['input_bytes'])} of inputs (parameters, buffers, "
+        "constants, arguments)"
     )
     return 0
+
+
+def _flop_text(flops: float) -> str:
+    """``268.4 MFLOP``: SI-scaled, never in scientific notation (``--json`` keeps the number)."""
+    for prefix, size in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(flops) >= size:
+            return f"{flops / size:.4g} {prefix}FLOP"
+    return f"{flops:.4g} FLOP"

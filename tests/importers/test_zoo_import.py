@@ -189,7 +189,8 @@ def test_import_command_writes_the_graph_and_reads_a_saved_program(graphs, tmp_p
     out = tmp_path / "mlp.json"
     assert main(["import", "mlp", "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert f"wrote {out}" in text and "13 nodes (9 input, 4 program)" in text and "flops" in text
+    assert f"wrote {out}" in text and "13 nodes (9 input, 4 program)" in text and "FLOP" in text
+    assert "e+" not in text and "of op outputs" in text  # SI units, never 2.068e+05
     assert load_graph(out).names == graphs("mlp").names
     model, args = make_model("mlp")
     torch.export.save(torch.export.export(model, args), tmp_path / "mlp.pt2")
