@@ -62,3 +62,21 @@ def test_page_08_judges_the_full_pipeline_against_each_subset_by_seed(
     assert f.headline[-1]["value"] == word
     assert "Paired by seed" in f.text and f"{seeds} seeds" in f.text
     assert ("a verdict needs 5 or more seeds" in f.text) == (seeds < 5)
+
+
+def test_transfer_is_judged_by_the_policy_fine_tuning_ends_with():
+    """Page 09 said '6 of 6' where the fine-tuned policy matched scratch at some point but its
+    final policy matched in 3 of 6: the claim is judged on the final policy."""
+    from doppler_lab.reporting.findings import transfer
+
+    row = {"budget": 100, "seeds": 2, "matched": 2, "episodes_to_match": 0.0,
+           "fraction_of_budget": 0.0, "zero-shot_vs_cp": 0.2, "fine-tuned_vs_cp": 0.2,
+           "scratch_vs_cp": 0.22}  # fmt: skip
+    rows = [{**row, "case": c, "final_matched": f} for c, f in (("a", 0), ("b", 2), ("c", 1))]
+    f = transfer({"transfer": rows, "episodes": 100})
+    assert (
+        "in 6 of 6 seeds" in f.text and "still matches scratch's final makespan in 3 of 6" in f.text
+    )
+    assert "does not support the claim" in f.text
+    every = [{**r, "final_matched": 2} for r in rows]
+    assert "consistent with the claim" in transfer({"transfer": every, "episodes": 100}).text
