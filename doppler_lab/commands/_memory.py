@@ -92,8 +92,9 @@ def memory_fields(
     return memory_report(trace.peak_memory_bytes, memory, memory_reserves(capped))
 
 
-def memory_lines(fields: dict[str, Any]) -> list[str]:
-    """Text lines: peak / cap per device, and the devices over their cap."""
+def memory_lines(fields: dict[str, Any], peak: str = "peak") -> list[str]:
+    """Text lines: peak / cap per device, and the devices over their cap; ``peak`` names the
+    peaks (``"measured peak"`` for a run of the executor)."""
     peaks = fields["peak_memory_bytes"]
     if peaks is None:
         return []
@@ -101,7 +102,7 @@ def memory_lines(fields: dict[str, Any]) -> list[str]:
     pairs = " ".join(
         f"{format_bytes(p)}/{format_bytes(c)}" for p, c in zip(peaks, caps, strict=True)
     )
-    lines = [f"  memory       {pairs}  (peak/memory per device)"]
+    lines = [f"  memory       {pairs}  ({peak}/memory per device)"]
     reserve = fields.get("memory_reserve_bytes") or []
     if any(r > 0 for r in reserve):
         kept = " ".join(format_bytes(r) for r in reserve)

@@ -243,8 +243,8 @@ def _execute(args: argparse.Namespace, devices: Any) -> int:
         )
         print(f"  transfers    {trace.num_transfers}")
         print(f"  utilisation  {' '.join(f'{u:.0%}' for u in out['utilisation'])}")
-        for line in memory_lines(out):
-            print(line.replace("(peak/memory", "(measured peak/memory"))
+        for line in memory_lines(out, peak="measured peak"):
+            print(line)
         if out["peak_memory_gap"] is not None:
             sim = " ".join(format_bytes(b) for b in out["simulated_peak_memory_bytes"])
             print(
