@@ -41,6 +41,7 @@ from ..timing.cost_model import CostModel
 from ..timing.fit import MemoryGuard, capped
 from ..timing.schedule import (
     ESTIMATE_CODES,
+    BatchArrays,
     Estimate,
     ListScheduleState,
     batch_assign,
@@ -56,7 +57,8 @@ from .placer_base import ties
 @njit(cache=True)
 def _complete_rows(record, arrays, estimate, b_level, tie_rtol, est):  # pragma: no cover - compiled
     """Finish every row of a stacked state by the deterministic CP rules (first of ties)."""
-    cand, ncand = arrays[10], arrays[11]
+    b = BatchArrays(*arrays)
+    cand, ncand = b.cand, b.ncand
     ndev = est.size
     for k in range(cand.shape[0]):
         while ncand[k] > 0:
@@ -83,9 +85,10 @@ def _complete_rows(record, arrays, estimate, b_level, tie_rtol, est):  # pragma:
             batch_assign(record, arrays, estimate, k, v, dev, est)
 
 
-def _stack(state: ListScheduleState, rows: int) -> tuple:
+def _stack(state: ListScheduleState, rows: int) -> BatchArrays:
     """``rows`` copies of ``state`` as the stacked arrays of a
-    :class:`~doppler_lab.timing.schedule.ScheduleBatch` (for the compiled steps)."""
+    :class:`~doppler_lab.timing.schedule.ScheduleBatch` (for the compiled steps, which take
+    ``tuple(arrays)``)."""
     names = ("device", "start", "finish", "comp_on", "load", "dev_free", "link_free")
     names += ("arrival", "_waiting", "_frontier")
     stacked = [np.repeat(getattr(state, a)[None], rows, axis=0) for a in names]
@@ -98,7 +101,7 @@ def _stack(state: ListScheduleState, rows: int) -> tuple:
     order = np.zeros((rows, done + state._remaining), dtype=np.int64)
     order[:, :done] = state.order
     count = np.full(rows, done, dtype=np.int64)
-    return (*stacked, cand, ncand, order, count)
+    return BatchArrays(*stacked, cand, ncand, order, count)
 
 
 def device_completions(
@@ -112,12 +115,13 @@ def device_completions(
     (compiled): the completed device maps ``(D, N)`` (inputs -1) and their assignment orders
     ``(D, compute nodes)``. ``state`` is not changed."""
     ndev = state.num_devices
-    arrays = _stack(state, ndev)
+    batch = _stack(state, ndev)
+    arrays = tuple(batch)
     estimate = ESTIMATE_CODES[state.estimate]
     for d in range(ndev):
         batch_assign(state.record, arrays, estimate, d, int(v), d, est)
     _complete_rows(state.record, arrays, estimate, b_level, float(tie_rtol), np.empty(ndev))
-    return arrays[0], arrays[12]
+    return batch.device, batch.order
 
 
 def rollout_device_choices(
