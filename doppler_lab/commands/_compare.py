@@ -62,12 +62,12 @@ def learned_note(name: str, enabled: bool) -> None:
         note(f"{name}: loading torch and the learned policy (a few seconds) ...", enabled)
 
 
-def column_unit(values: Sequence[float], in_seconds: bool) -> tuple[float, str]:
-    """One ``(scale, unit)`` for a column of makespans: the largest of s, ms, us, ns that keeps
-    the smallest finite value at 1 or more; a graph's own ``units`` when its costs are not
-    seconds."""
-    if not in_seconds:
-        return 1.0, "units"
+def column_unit(values: Sequence[float], time_unit: str) -> tuple[float, str]:
+    """One ``(scale, unit)`` for a column of makespans in a graph's ``time_unit``: for seconds
+    the largest of s, ms, us, ns that keeps the smallest finite value at 1 or more; any other
+    unit (the paper's and random graphs' cost units) as it is."""
+    if time_unit != "s":
+        return 1.0, time_unit
     finite = [abs(v) for v in values if math.isfinite(v) and v != 0]
     low = min(finite, default=1.0)
     for scale, unit in SECOND_UNITS:
@@ -103,10 +103,10 @@ def produced_by(result: dict[str, Any]) -> str:
     return f"{what} ({fit} to fit memory)" if fit else what
 
 
-def table_rows(results: Sequence[dict[str, Any]], in_seconds: bool) -> list[dict[str, str]]:
+def table_rows(results: Sequence[dict[str, Any]], time_unit: str) -> list[dict[str, str]]:
     """The comparison table: placer, makespan (one unit, named in the header), ratio to the
     lower bound, the placer's own time (s) and what produced the result."""
-    scale, unit = column_unit([r["makespan"] for r in results], in_seconds)
+    scale, unit = column_unit([r["makespan"] for r in results], time_unit)
     return [
         {
             "placer": r["placer"],
@@ -199,10 +199,9 @@ def _gantt_page(args: argparse.Namespace, graph, results: list[dict[str, Any]], 
         )
         for r in results
     }
-    secs = graph.compute_cost is None
     title = f"{graph.name} on {cluster.name} ({results[0]['semantics']})"
     report = HtmlReport(f"{title}: {', '.join(traces)}")
-    report.table(table_rows(results, secs))
+    report.table(table_rows(results, graph.time_unit))
     report.figure(compare_gantt(traces, graph, title=title))
     return report.write(path)
 
@@ -236,7 +235,6 @@ def run_compare(args: argparse.Namespace, run: Callable[[argparse.Namespace], in
             note(f"placing with {name} ({i} of {len(names)}) ...", shown)
         sub = argparse.Namespace(**{**vars(args), "graph": graph, **own[name]})
         results.append(_run_one(run, sub, name))
-    secs = graph.compute_cost is None
     if args.gantt:
         page = str(_gantt_page(args, graph, results, args.gantt))
         for r in results:
@@ -245,12 +243,12 @@ def run_compare(args: argparse.Namespace, run: Callable[[argparse.Namespace], in
         print_json(results)
         return 0
     first = results[0]
-    scale, unit = column_unit([first["lower_bound"]], secs)
+    scale, unit = column_unit([first["lower_bound"]], graph.time_unit)
     print(
         f"{first['graph']} on {first['cluster']} ({first['semantics']}): lower bound "
         f"{fixed(first['lower_bound'] / scale)} {unit}"
     )
-    for line in format_table(table_rows(results, secs)):
+    for line in format_table(table_rows(results, graph.time_unit)):
         print(line)
     if args.gantt:
         print(f"wrote {results[0]['gantt']}")

@@ -124,9 +124,9 @@ def test_single_placer_output_is_unchanged(capsys):
 
 
 def test_a_column_has_one_unit_and_no_exponent():
-    assert column_unit([0.08322, 0.1014], True) == (1e-3, "ms")
-    assert column_unit([5.3e-5, 2.0], True) == (1e-6, "us")
-    assert column_unit([1900084.0], False) == (1.0, "units")
+    assert column_unit([0.08322, 0.1014], "s") == (1e-3, "ms")
+    assert column_unit([5.3e-5, 2.0], "s") == (1e-6, "us")
+    assert column_unit([1900084.0], "cost units") == (1.0, "cost units")
     assert [fixed(v) for v in (1900084.0, 83.2215, 0.012345, 0.0)] == [
         "1900084",
         "83.22",
@@ -179,3 +179,14 @@ def test_what_produced_a_result_in_words():
     )
     given = {"placer": "doppler", "source": "greedy", "produced_by": "budget search"}
     assert produced_by(given) == "budget search"
+
+
+def test_a_graph_in_cost_units_is_compared_in_cost_units(capsys):
+    """The unit comes from the graph (``time_unit``), not from whether it carries costs."""
+    code, out, err = _run(
+        capsys, ["place", "random_dag", "--devices", "2", "--no-progress", "--placer", "cp,heft"]
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].endswith(" cost units") and "lower bound" in lines[0]
+    assert "makespan (cost units)" in lines[1]
