@@ -32,13 +32,31 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
+from ..hardware.cluster import make_cluster
+from ..house import codeversion
 from ..house.atomic import atomic_copy
+from ..house.codeversion import versioned_key
 from ..house.errors import ConfigError
 from ..house.jsonutil import write_json
-from ..house.paths import BENCH_POLICY_RUNS, REPO_ROOT, bench_checkpoints_dir
+from ..house.paths import (
+    BENCH_POLICY_RUNS,
+    PAPER_GRAPHS_HINT,
+    REPO_ROOT,
+    bench_checkpoints_dir,
+    paper_graphs_dir,
+)
 from ..house.runners import Run, Runner, make_runner
+from ..placers import place
+from ..policies.checkpoint import make_policy
+from ..policies.policy_config import POLICY_PRESETS
 from ..policies.speed import episode_times
+from ..search.learned import best_of_rollouts
+from ..timing.sim import Simulator
+from ..train.pipeline import run_pipeline
+from ..train.train_config import preset
+from ..workloads.specs import cluster_from_spec, graph_from_spec, parse_graph_spec
 from ._report import write_report
 from .quality import PAPER_GRAPHS, WORKLOADS
 from .yardstick import best_known
@@ -127,9 +145,9 @@ class PolicyBenchConfig:
         jobs: training processes in parallel.
         policy: policy-config overrides for every run.
         train: training-config overrides for every Stage II run.
-        method_train: further Stage II overrides per method (the baselines' learning rate:
-            each gets the better of 3e-2 and 3e-3 on the Llama block, seed 0).
-        method_seeds: fewer seeds for a method (Placeto's episodes cost ~15x DOPPLER's).
+        method_train: further Stage II overrides per method (the baselines' learning rate;
+            how it was chosen: reports/notes/bench_notes.md).
+        method_seeds: fewer seeds for a method (Placeto's episodes cost more: reports/notes/bench_notes.md).
         ablation_seeds: seeds of the ablation table's methods.
         workload_seeds: seeds on the generated workloads.
         runs_dir: where the runs are cached (``<runs_dir>_quick`` for ``--quick``).
@@ -192,7 +210,6 @@ class PolicyBenchConfig:
         :mod:`doppler_lab.workloads.specs`: paper graph names, ``paper:NAME``, workload specs):
         the paper graphs and the workloads among them, no ablation table, one job, no search
         placers and no policy or training overrides unless ``settings`` say otherwise."""
-        from ..workloads.specs import parse_graph_spec
 
         specs = [parse_graph_spec(g) for g in graphs]
         chosen: dict[str, Any] = {
@@ -245,8 +262,6 @@ class _Case:
 
 
 def _cases(cfg: PolicyBenchConfig) -> tuple[list[_Case], list[str]]:
-    from ..house.paths import PAPER_GRAPHS_HINT, paper_graphs_dir
-    from ..workloads.specs import graph_from_spec
 
     folder = paper_graphs_dir(cfg.paper_dir)
     cases, notes = [], []
@@ -263,7 +278,6 @@ def _cases(cfg: PolicyBenchConfig) -> tuple[list[_Case], list[str]]:
 
 
 def _load(case: _Case):
-    from ..workloads.specs import cluster_from_spec, graph_from_spec
 
     devices = case.devices if case.cluster == "uniform" else None
     return graph_from_spec(case.spec), cluster_from_spec(case.cluster, devices)
@@ -271,7 +285,6 @@ def _load(case: _Case):
 
 # -- one (graph, method, seed) --------------------------------------------------------------
 def _stages(cfg: PolicyBenchConfig, method: str, semantics: str, seed: int) -> list:
-    from ..train.train_config import preset
 
     spec = METHODS[method]
     common = {"semantics": semantics, "seed": seed}
@@ -290,12 +303,6 @@ def run_case(
     cfg: PolicyBenchConfig, case: _Case, method: str, seed: int, root: Path
 ) -> dict[str, Any]:
     """Train (or resume) and evaluate one (graph, method, seed); cached in ``result.json``."""
-    import torch
-
-    from ..house.codeversion import code_version, versioned_key
-    from ..policies.policy_config import POLICY_PRESETS
-    from ..search.learned import best_of_rollouts
-    from ..train.pipeline import run_pipeline
 
     spec = METHODS[method]
     kind, kind_stages = spec.kind, spec.stages
@@ -337,7 +344,7 @@ def run_case(
         "train_s": train_s,
         "best_seen": min(r.summary["best_cost"][graph.name] for r in results),
         "checkpoint": str(results[-1].checkpoint),
-        "code_version": code_version(),
+        "code_version": codeversion.code_version(),
     }
     write_json(result_path, out)
     return out
@@ -363,8 +370,6 @@ def training_runs(
 
 def _reference_rows(cfg: PolicyBenchConfig, case: _Case, budget: int) -> list[dict[str, Any]]:
     """CP over the seeds and the search placers with ``budget`` simulator calls."""
-    from ..placers import place
-    from ..timing.sim import Simulator
 
     graph, cluster = _load(case)
     sim = Simulator(graph, cluster, case.semantics)  # type: ignore[arg-type]
@@ -409,7 +414,6 @@ def _row(
 
 
 def _lower_bound(case: _Case) -> float:
-    from ..timing.sim import Simulator
 
     g, cl = _load(case)
     return Simulator(g, cl, case.semantics).lower_bound()  # type: ignore[arg-type]
@@ -467,12 +471,6 @@ def quality_tables(
 # -- speed -------------------------------------------------------------------------------
 def speed_rows(cfg: PolicyBenchConfig, paper_case: _Case | None) -> tuple[list, list]:
     """The architecture table (229-node graph) and the per-node scaling table."""
-    import torch
-
-    from ..hardware.cluster import make_cluster
-    from ..policies.checkpoint import make_policy
-    from ..policies.policy_config import POLICY_PRESETS
-    from ..workloads.specs import graph_from_spec
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -636,15 +634,14 @@ def run(
     _export_checkpoints(results, root)
     # speed last, after the training processes are gone; cached for this code version (delete
     # speed.json to remeasure; a file from other code, or from before versions, is remeasured)
-    from ..house.codeversion import code_version
 
     speed_path = root / "speed.json"
     cached = json.loads(speed_path.read_text()) if speed_path.exists() else None
-    if isinstance(cached, dict) and cached.get("code_version") == code_version():
+    if isinstance(cached, dict) and cached.get("code_version") == codeversion.code_version():
         arch, scale = cached["arch"], cached["scale"]
     else:
         arch, scale = speed_rows(cfg, speed_case)
-        speed = {"code_version": code_version(), "arch": arch, "scale": scale}
+        speed = {"code_version": codeversion.code_version(), "arch": arch, "scale": scale}
         write_json(speed_path, speed)
     quality = quality_tables(cfg, [c for c in cases if c.group == "paper"], results, cfg.methods)
     workloads = quality_tables(
