@@ -597,31 +597,7 @@ def run(
     cases, notes = _cases(cfg)
     paper = [c for c in cases if c.group == "paper"]
     speed_case = next((c for c in paper if c.name == SPEED_GRAPH), paper[0] if paper else None)
-    tasks = []
-    for case in cases:
-        seeds = cfg.seeds if case.group == "paper" else cfg.workload_seeds
-        methods = list(cfg.methods if case.group == "paper" else cfg.workload_methods)
-        for m in methods:
-            for s in range(min(seeds, cfg.method_seeds.get(m, seeds))):
-                tasks.append((case, m, s))
-        if case.name in cfg.ablation_graphs:
-            for m in cfg.ablations:
-                for s in range(cfg.ablation_seeds):
-                    tasks.append((case, m, s))
-        if case.name in cfg.design_graphs:
-            for m in cfg.design_ablations:
-                for s in range(cfg.design_seeds):
-                    tasks.append((case, m, s))
-    # cheap and headline cases first, Placeto (the slowest) last
-    first = (
-        tuple(m for m in cfg.methods if m != "placeto")
-        + tuple(cfg.ablations)
-        + tuple(cfg.design_ablations)
-    )
-    order = {m: i for i, m in enumerate(first + ("placeto",))}
-    # a method in several tables (e.g. doppler in the quality and the design tables) trains once
-    tasks = list({(t[0].name, t[1], t[2]): t for t in tasks}.values())
-    tasks.sort(key=lambda t: (order.get(t[1], len(order)), t[0].group != "paper", t[2]))
+    tasks = training_tasks(cfg, cases)
     # one bar over (graph, method, seed) runs; cached runs tick at once
     sweep = make_runner(runner, jobs=cfg.jobs).run(
         case_runs(cfg, tasks, root),
@@ -632,17 +608,8 @@ def run(
     results = sweep.done()
     notes = notes + sweep.notes()
     _export_checkpoints(results, root)
-    # speed last, after the training processes are gone; cached for this code version (delete
-    # speed.json to remeasure; a file from other code, or from before versions, is remeasured)
-
-    speed_path = root / "speed.json"
-    cached = json.loads(speed_path.read_text()) if speed_path.exists() else None
-    if isinstance(cached, dict) and cached.get("code_version") == codeversion.code_version():
-        arch, scale = cached["arch"], cached["scale"]
-    else:
-        arch, scale = speed_rows(cfg, speed_case)
-        speed = {"code_version": codeversion.code_version(), "arch": arch, "scale": scale}
-        write_json(speed_path, speed)
+    # speed last, after the training processes are gone
+    arch, scale = cached_speed_rows(cfg, speed_case, root)
     quality = quality_tables(cfg, [c for c in cases if c.group == "paper"], results, cfg.methods)
     workloads = quality_tables(
         cfg, [c for c in cases if c.group == "workload"], results, cfg.workload_methods
@@ -693,32 +660,82 @@ def run(
             "Design ablations (architecture, features, training)": (design, cols),
         },
         summary=summary,
-        notes=notes
-        + [
-            f"Each learned method: Stage I ({cfg.imitation_episodes} episodes) + Stage II "
-            f"({cfg.episodes - cfg.imitation_episodes}) per graph and seed ({cfg.seeds} seeds); "
-            "II-only: all episodes in Stage II; I-only: Stage I alone.",
-            "Design ablations: shared-encoder (one encoder for SEL and PLC), 1-basis (edge "
-            "messages nearly independent of the edge), released-features (doppler5 layout, "
-            "the released additive estimate), released-arch (width 128, 6 steps, doppler5, paper "
-            "estimate), released-training (the released presets: one episode per update, "
-            "epsilon-greedy around the argmax, lr 1e-3/1e-4, running-mean baseline), no-sil "
-            "(plain REINFORCE), lr1e-3 (Stage II at a thirtieth of our rate), zscore (PLC's "
-            "placed-set sums divided by their standard deviation over the devices, as before "
-            "the fix: its gradient grows as 1 / std and froze Stage II on some graphs).",
-            "Workloads: doppler's episode state (features, CP teacher) uses the estimate of "
-            "the semantics (wc: link resources and one transfer per tensor and device); "
-            "doppler-est-timing keeps est (no links, a transfer per edge), as before.",
-            f"Protocol: the best of the final policy's greedy rollout and {cfg.samples} sampled "
-            "rollouts, by the simulator; never the best placement seen during training.",
-            "Search placers (local-search, enumerative) get the learned method's simulator calls "
-            "(every training episode, Stage I included, plus the protocol's rollouts).",
-            "vs_cp = (cp - makespan) / cp with cp the mean over the same seeds; vs_best_known = "
-            "1 - makespan / best known; ratio_lb = makespan / lower bound.",
-            f"Runs and checkpoints: {root}",
-        ],
+        notes=notes + protocol_notes(cfg, root),
         command="doppler-lab bench policy" + (" --quick" if quick else ""),
     )
+
+
+def training_tasks(cfg: PolicyBenchConfig, cases: list[_Case]) -> list[tuple[_Case, str, int]]:
+    """The (case, method, seed) training runs of every table, each once: cheap and headline
+    methods first, Placeto (the slowest) last."""
+    tasks = []
+    for case in cases:
+        seeds = cfg.seeds if case.group == "paper" else cfg.workload_seeds
+        methods = list(cfg.methods if case.group == "paper" else cfg.workload_methods)
+        for m in methods:
+            for s in range(min(seeds, cfg.method_seeds.get(m, seeds))):
+                tasks.append((case, m, s))
+        if case.name in cfg.ablation_graphs:
+            for m in cfg.ablations:
+                for s in range(cfg.ablation_seeds):
+                    tasks.append((case, m, s))
+        if case.name in cfg.design_graphs:
+            for m in cfg.design_ablations:
+                for s in range(cfg.design_seeds):
+                    tasks.append((case, m, s))
+    # cheap and headline cases first, Placeto (the slowest) last
+    first = (
+        tuple(m for m in cfg.methods if m != "placeto")
+        + tuple(cfg.ablations)
+        + tuple(cfg.design_ablations)
+    )
+    order = {m: i for i, m in enumerate(first + ("placeto",))}
+    # a method in several tables (e.g. doppler in the quality and the design tables) trains once
+    tasks = list({(t[0].name, t[1], t[2]): t for t in tasks}.values())
+    tasks.sort(key=lambda t: (order.get(t[1], len(order)), t[0].group != "paper", t[2]))
+    return tasks
+
+
+def cached_speed_rows(
+    cfg: PolicyBenchConfig, speed_case: _Case | None, root: Path
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """:func:`speed_rows`, cached in ``root/speed.json`` for this code version (delete it to
+    remeasure; a file from other code, or from before versions, is remeasured)."""
+    speed_path = root / "speed.json"
+    cached = json.loads(speed_path.read_text()) if speed_path.exists() else None
+    if isinstance(cached, dict) and cached.get("code_version") == codeversion.code_version():
+        return cached["arch"], cached["scale"]
+    arch, scale = speed_rows(cfg, speed_case)
+    speed = {"code_version": codeversion.code_version(), "arch": arch, "scale": scale}
+    write_json(speed_path, speed)
+    return arch, scale
+
+
+def protocol_notes(cfg: PolicyBenchConfig, root: Path) -> list[str]:
+    """The report's notes on how each table was made."""
+    return [
+        f"Each learned method: Stage I ({cfg.imitation_episodes} episodes) + Stage II "
+        f"({cfg.episodes - cfg.imitation_episodes}) per graph and seed ({cfg.seeds} seeds); "
+        "II-only: all episodes in Stage II; I-only: Stage I alone.",
+        "Design ablations: shared-encoder (one encoder for SEL and PLC), 1-basis (edge "
+        "messages nearly independent of the edge), released-features (doppler5 layout, "
+        "the released additive estimate), released-arch (width 128, 6 steps, doppler5, paper "
+        "estimate), released-training (the released presets: one episode per update, "
+        "epsilon-greedy around the argmax, lr 1e-3/1e-4, running-mean baseline), no-sil "
+        "(plain REINFORCE), lr1e-3 (Stage II at a thirtieth of our rate), zscore (PLC's "
+        "placed-set sums divided by their standard deviation over the devices, as before "
+        "the fix: its gradient grows as 1 / std and froze Stage II on some graphs).",
+        "Workloads: doppler's episode state (features, CP teacher) uses the estimate of "
+        "the semantics (wc: link resources and one transfer per tensor and device); "
+        "doppler-est-timing keeps est (no links, a transfer per edge), as before.",
+        f"Protocol: the best of the final policy's greedy rollout and {cfg.samples} sampled "
+        "rollouts, by the simulator; never the best placement seen during training.",
+        "Search placers (local-search, enumerative) get the learned method's simulator calls "
+        "(every training episode, Stage I included, plus the protocol's rollouts).",
+        "vs_cp = (cp - makespan) / cp with cp the mean over the same seeds; vs_best_known = "
+        "1 - makespan / best known; ratio_lb = makespan / lower bound.",
+        f"Runs and checkpoints: {root}",
+    ]
 
 
 def _export_checkpoints(results: list[dict[str, Any]], root: Path) -> None:
