@@ -18,6 +18,7 @@ for readers (:func:`public_text`).
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import time
@@ -26,10 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from ..house.atomic import atomic_write
 from ..house.codeversion import code_version
+from ..house.errors import ConfigError
 from ..house.jsonutil import read_json, to_jsonable, write_json
+from ..viz.html import markdown_table
+from ..viz.tables import Tables, is_missing, tidy, tidy_by_unit
+from .yardstick import YARDSTICK
 
 CODE_VERSION_NOTE = (
     "digest of the package sources that can change a number (doppler_lab.house.codeversion)"
@@ -51,7 +57,6 @@ COST_UNITS = "cost units"  # doppler_lab.ir.graph.COST_UNITS (the bench pages ne
 
 
 def machine_info() -> dict[str, Any]:
-    import os
 
     info: dict[str, Any] = {
         "python": platform.python_version(),
@@ -62,6 +67,7 @@ def machine_info() -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     try:
+        # imported here, not at the top: optional (the except below)
         import numba
 
         info["numba"] = numba.__version__
@@ -163,7 +169,6 @@ def row_time_unit(row: Mapping[str, Any]) -> str | None:
     label = next((str(row[k]) for k in ("task", "graph", "model") if row.get(k)), "")
     if not label or label in ("geometric mean", "win / tie / loss"):
         return None
-    from .yardstick import YARDSTICK
 
     graph = label.split(" @ ")[0]
     paper = graph.startswith("paper:") or graph in YARDSTICK or row.get("group") == "paper"
@@ -203,9 +208,6 @@ def bench_tables(
     (default: every key); ``kwargs``: passed on to :func:`~doppler_lab.viz.tables.tidy_by_unit`
     (``show``, ``units``, ``caption``...).
     """
-    import pandas as pd
-
-    from ..viz.tables import Tables, tidy, tidy_by_unit
 
     if isinstance(rows, pd.DataFrame):
         rows = [{k: v for k, v in r.items() if not _missing(v)} for r in rows.to_dict("records")]
@@ -234,13 +236,11 @@ def _ratio_names(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | Non
 
 
 def _missing(v: Any) -> bool:
-    from ..viz.tables import is_missing
 
     return not isinstance(v, list | dict | tuple) and is_missing(v)
 
 
 def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None) -> str:
-    from ..viz.html import markdown_table
 
     if not rows:
         return "(no rows)\n"
@@ -259,7 +259,6 @@ def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None) -> 
 
 def render_markdown(record: Mapping[str, Any]) -> str:
     """A benchmark's Markdown page from its JSON record (see the module's docstring)."""
-    from ..viz.html import markdown_table
 
     tables = record.get("tables", {})
     if record.get("signs") != SIGNS:
@@ -310,7 +309,6 @@ def rewrite_page(path: str | Path) -> Path:
 def read_report(path: str | Path) -> dict[str, Any]:
     """A benchmark record written by :func:`write_report`; one written before code versions
     were recorded reads with ``code_version`` ``None``."""
-    from ..house.errors import ConfigError
 
     record = read_json(path, "benchmark record")
     if not isinstance(record, dict) or "benchmark" not in record:

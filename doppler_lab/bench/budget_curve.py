@@ -11,9 +11,14 @@ from typing import Any
 
 import numpy as np
 
+from ..house.codeversion import versioned_key
 from ..house.deps import require
 from ..house.runners import torch_threads
+from ..placers import place
+from ..search.learned import DopplerPlacer
+from ..timing.sim import Simulator
 from ..train.general_policy import Task
+from ..viz import series_color
 from ._report import row_time_unit
 from .general_config import (
     TIE_RTOL,
@@ -38,7 +43,6 @@ ILS_CLUSTERING_OPTIONS: dict[str, str] = {"method": "ils", "start": "clustering"
 
 def doppler_takes_budget() -> bool:
     """Whether the ``doppler`` placer takes a ``budget`` of simulator calls."""
-    from ..search.learned import DopplerPlacer
 
     return "budget" in inspect.signature(DopplerPlacer).parameters
 
@@ -46,7 +50,6 @@ def doppler_takes_budget() -> bool:
 def budget_case(cfg: GeneralBenchConfig, task: Task, method: str, root: str) -> dict[str, Any]:
     """``method`` (one of :data:`BUDGET_METHODS`) with each budget of ``cfg.budgets`` over the
     seeds; ``{"makespans": {budget: [per seed]}}`` (None for doppler without a budget option)."""
-    from ..house.codeversion import versioned_key
 
     if method == "doppler" and not doppler_takes_budget():
         return {"task": task.name, "method": method, "makespans": None}
@@ -58,8 +61,6 @@ def budget_case(cfg: GeneralBenchConfig, task: Task, method: str, root: str) -> 
 
 
 def _budget(cfg: GeneralBenchConfig, task: Task, method: str) -> dict[str, Any]:
-    from ..placers import place
-    from ..timing.sim import Simulator
 
     graph, cluster = built_task(task)
     sim = Simulator(graph, cluster, task.semantics)  # type: ignore[arg-type]
@@ -185,8 +186,6 @@ def budget_figure(curve: Sequence[Mapping[str, Any]], title: str | None = None):
     """Makespan / CP against simulator calls: per task (faint) and the geometric mean over the
     tasks (bold), one colour per method; log-scaled calls."""
     go = require("plotly.graph_objects", "the budget figure")
-
-    from ..viz import series_color
 
     fig = go.Figure()
     methods = list(dict.fromkeys(c["method"] for c in curve))

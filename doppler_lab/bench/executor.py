@@ -29,9 +29,25 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
+from ..executor import Executor, make_backend
+from ..executor.plan import compile_ops
+from ..executor.profiling import (
+    alternating_placement,
+    chain_placement,
+    device_gaps,
+    parallel_capacity,
+    tiny_chain_graph,
+)
+from ..executor.runner import compare_outputs
+from ..executor.torch_ops import evaluate, input_seed, make_input
+from ..ir.placement import round_robin, single_device
+from ..placers import place
+from ..workloads.specs import graph_from_spec
 from ._report import write_report
+from .fidelity import CPU_WORKLOADS, QUICK_WORKLOADS
 
 #: targets of the issue, microseconds per op
 TARGET_US = {"cpu": 30.0, "dist": 30.0, "cuda": 15.0, "cuda-shared": 15.0, "inline": float("inf")}
@@ -39,10 +55,6 @@ TARGET_US = {"cpu": 30.0, "dist": 30.0, "cuda": 15.0, "cuda-shared": 15.0, "inli
 
 def plain_loop_us(backend: Any, graph: Any, repeats: int) -> float:
     """Per-op wall time of a plain loop over ``graph``'s ops on ``backend``'s device 0."""
-    import torch
-
-    from ..executor.plan import compile_ops
-    from ..executor.torch_ops import input_seed, make_input
 
     fns = compile_ops(graph)
     dev = backend.api.device(0) if hasattr(backend, "api") else torch.device("cpu")
@@ -78,13 +90,6 @@ def host_per_op(trace: Any, ops: int) -> dict[str, float]:
 
 def dispatch_overhead(backend: Any, num_ops: int, repeats: int) -> list[dict[str, Any]]:
     """Rows of the dispatch table for ``backend`` (see the module notes)."""
-    from ..executor import Executor
-    from ..executor.profiling import (
-        alternating_placement,
-        chain_placement,
-        device_gaps,
-        tiny_chain_graph,
-    )
 
     rows = []
     d = backend.num_devices
@@ -140,11 +145,6 @@ def workload_rows(
     backend: Any, specs: Sequence[str], repeats: int, progress: bool
 ) -> list[dict[str, Any]]:
     """Each workload under single / round-robin / cp placements: makespans and output checks."""
-    from ..executor import Executor
-    from ..executor.runner import compare_outputs
-    from ..executor.torch_ops import evaluate
-    from ..ir.placement import round_robin, single_device
-    from ..workloads.specs import graph_from_spec
 
     rows = []
     for spec in tqdm(specs, desc=f"workloads ({backend.name})", disable=not progress, leave=False):
@@ -155,10 +155,8 @@ def workload_rows(
             "round-robin": round_robin(g, backend.num_devices),
         }
         try:
-            from ..placers import place
-
             pls["cp"] = place("cp", g, backend.cluster, seed=0)
-        except ImportError:  # pragma: no cover
+        except ImportError:  # pragma: no cover - the cp placer's solver is optional
             pass
         row: dict[str, Any] = {
             "backend": backend.name,
@@ -186,10 +184,6 @@ def run(
 ) -> dict[str, Any]:
     """Run the benchmark on ``backends`` (default: cpu and dist, plus cuda when visible); write
     ``executor.{json,md}``."""
-    import torch
-
-    from ..executor import make_backend
-    from .fidelity import CPU_WORKLOADS, QUICK_WORKLOADS
 
     if backends is None:
         backends = ["cpu", "dist"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -223,8 +217,6 @@ def run(
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     summary["load_average_1min"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     if any(b in ("cpu", "dist") for b in backends):
-        from ..executor.profiling import parallel_capacity
-
         summary["parallel_capacity"] = round(parallel_capacity(2), 2)
     dcols = [
         "backend",

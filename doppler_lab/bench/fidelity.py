@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..executor import make_backend
 from ..executor.fidelity_runs import (
     DISTURBED_SLOWDOWN,
     MAX_RETRIES,
@@ -35,7 +36,11 @@ from ..executor.fidelity_runs import (
     spearman,
     workload_row,
 )
+from ..executor.profiling import measure_calibration, parallel_capacity
 from ..timing.cost_model import CostModel
+from ..timing.raw_data import RAW_FILE, write_raw
+from ..timing.sim import Simulator
+from ..workloads.specs import graph_from_spec
 from ._report import write_report
 
 #: workload -> build spec, sized for CPU worker devices (ms-scale ops on one core)
@@ -74,15 +79,9 @@ def run(
         num_devices: devices (default 2).
         profile_out: also save the calibration profile there.
         progress: show progress bars.
-        rounds: shuffled measuring passes over the placements (default 4, quick 1: on a
-            2-core machine four passes lifted the mean rank correlation from 0.82 to 0.87,
-            so the measurement noise, not only the model, limits it).
+        rounds: shuffled measuring passes over the placements (default 4, quick 1; why:
+            reports/notes/bench_notes.md).
     """
-    from ..executor import make_backend
-    from ..executor.profiling import measure_calibration, parallel_capacity
-    from ..timing.raw_data import RAW_FILE, write_raw
-    from ..timing.sim import Simulator
-    from ..workloads.specs import graph_from_spec
 
     t_start = time.perf_counter()
     be = make_backend(backend, num_devices or 2)

@@ -14,10 +14,18 @@ from typing import Any
 import numpy as np
 
 from ..hardware.cluster import Cluster
+from ..house.codeversion import versioned_key
 from ..house.deps import require
 from ..house.errors import ConfigError
 from ..house.runners import torch_threads
-from ..train.general_policy import Task
+from ..policies.checkpoint import load_policy, make_policy
+from ..policies.pretrained import resolve_checkpoint
+from ..search.adapter import adapt
+from ..search.learned import best_of_rollouts
+from ..train.experiments.common import greedy_makespan, stage_curve, start_point
+from ..train.general_policy import Task, general_policy_config
+from ..train.pipeline import DEFAULT_CURRICULUM_DEVICES, curriculum_plan, run_pipeline
+from ..train.train_config import preset
 from ._report import row_time_unit
 from .general_config import (
     MATCH_RTOL,
@@ -42,7 +50,6 @@ def training_case(
     """Fine-tune the general policy (``mode="finetune"``) or train from fresh weights
     (``"scratch"``) on one task; the protocol's final makespan, the training seconds and the
     curve rows. Resumes in its run folder."""
-    from ..house.codeversion import versioned_key
 
     stages, policy = _training_setup(cfg, task, mode, seed)
     parts: list[Any] = [mode, task.to_dict(), [s.to_dict() for s in stages], cfg.samples]
@@ -61,8 +68,6 @@ def training_case(
 
 
 def _training_setup(cfg: GeneralBenchConfig, task: Task, mode: str, seed: int):
-    from ..train.general_policy import general_policy_config
-    from ..train.train_config import preset
 
     common = {"semantics": task.semantics, "seed": seed}
     if mode == "finetune":
@@ -90,7 +95,6 @@ def _training_setup(cfg: GeneralBenchConfig, task: Task, mode: str, seed: int):
 def _curriculum(mode: str, cluster: Cluster) -> int | None:
     """Training from scratch on more than 4 devices goes through 4 first (``doppler-lab
     train``'s default; :func:`doppler_lab.train.pipeline.curriculum_plan`)."""
-    from ..train.pipeline import DEFAULT_CURRICULUM_DEVICES
 
     if mode == "scratch" and cluster.num_devices > DEFAULT_CURRICULUM_DEVICES:
         return DEFAULT_CURRICULUM_DEVICES
@@ -98,9 +102,6 @@ def _curriculum(mode: str, cluster: Cluster) -> int | None:
 
 
 def _train(cfg, task, mode, seed, stages, policy, run_dir: Path) -> dict[str, Any]:
-    from ..search.learned import best_of_rollouts
-    from ..train.experiments.common import greedy_makespan, stage_curve, start_point
-    from ..train.pipeline import curriculum_plan, run_pipeline
 
     graph, cluster = built_task(task)
     init = None
@@ -109,14 +110,9 @@ def _train(cfg, task, mode, seed, stages, policy, run_dir: Path) -> dict[str, An
         return _adapt(cfg, task, seed, run_dir, labels)
     with torch_threads(1):
         if mode in ("finetune", "finetune-long"):
-            from ..policies.checkpoint import load_policy
-            from ..policies.pretrained import resolve_checkpoint
-
             init = resolve_checkpoint(cfg.checkpoint, "doppler")
             start = load_policy(init, num_devices=cluster.num_devices)[0]
         else:
-            from ..policies.checkpoint import make_policy
-
             start = make_policy(policy, cluster.num_devices, seed, task.semantics)
         first = greedy_makespan(start, graph, cluster, task.semantics)
         results = run_pipeline(
@@ -178,12 +174,6 @@ def _adapt(cfg, task: Task, seed: int, run_dir: Path, labels: dict[str, Any]) ->
     """Fine-tuning by the per-instance adapter (:func:`doppler_lab.search.adapter.adapt`): the
     table is saved in ``run_dir`` (``adapter.pt``); the protocol judges the adapted policy."""
     pd = require("pandas", "the adapter's table")
-
-    from ..policies.checkpoint import load_policy
-    from ..policies.pretrained import resolve_checkpoint
-    from ..search.adapter import adapt
-    from ..search.learned import best_of_rollouts
-    from ..train.experiments.common import greedy_makespan, start_point
 
     graph, cluster = built_task(task)
     acfg = cfg.adapt_config()

@@ -265,31 +265,8 @@ def run(
     write_json(
         root / "bench_config.json", {**asdict(cfg), "tasks": [t.to_dict() for t in res.tasks]}
     )
-    # beside the report, in a folder: reports/bench/*.json are benchmark records
-    data = out_dir / DATA_DIR
-    data.mkdir(parents=True, exist_ok=True)
-    write_json(data / "budget_curve.json", {"budget": cfg.budget, "curve": res.curve})
-    if res.curve:
-        with atomic_writer(data / "budget_curve.html", "w") as fh:
-            budget_figure(res.curve).write_html(fh, include_plotlyjs="cdn")
-    write_json(data / "training_curves.json", {"curves": res.curves})
-    summary: dict[str, Any] = {
-        "checkpoint": cfg.checkpoint,
-        "tasks": len(res.tasks),
-        "wall_s": round(time.perf_counter() - t0, 1),  # of this invocation (cached cases free)
-    }
-    for t in res.targets:
-        mark = {True: "pass", False: "FAIL", None: "not measured"}[t["passed"]]
-        summary[t["target"]] = f"{mark} ({_show(t['value'])}; target {t['threshold']})"
-    for start, label in (("heft", "HEFT"), ("clustering", "the clustering")):
-        policy_adds = ils_comparison(res.budget, start)
-        if policy_adds:
-            summary[
-                f"budget {cfg.budget}: doppler vs the same search from {label} (ils-{start})"
-            ] = policy_adds
-    long = long_comparison(res.training)
-    if long:
-        summary[f"equal episodes: network fine-tuned ({cfg.scratch_episodes}) vs scratch"] = long
+    write_curves(out_dir, cfg, res)
+    summary = run_summary(cfg, res, time.perf_counter() - t0)
     quick_flag = " --quick" if quick else ""
     return write_report(
         out_dir,
@@ -316,70 +293,109 @@ def run(
             ): (res.training, TRAIN_COLUMNS),
         },
         summary=summary,
-        notes=res.notes
-        + [
-            f"Checkpoint: {cfg.checkpoint} ({checkpoint_digest(cfg.checkpoint)}).",
-            f"Tasks: the held-out set of doppler_lab.train.general_policy (groups {', '.join(cfg.groups)})"
-            if not cfg.tasks
-            else "Tasks: the quick set (tiny generated graphs).",
-            f"cp: mean over {cfg.cp_seeds} tie seeds; general: the doppler placer, best of the "
-            f"greedy rollout, {cfg.samples} sampled rollouts"
-            + (", the clustering proposal (placer clustering)" if cfg.clustering else "")
-            + f" and {cfg.partitions} METIS "
-            f"partition proposals (placer partition; equal ones judged once), mean over "
-            f"{cfg.seeds} seeds; of the samples, the last one or two are greedy rollouts on "
-            "the first half of the devices and on 2 (the placer's fewer_devices, on clusters "
-            "of more than 2 devices); policy: the best of the rollouts alone (the same "
-            "rollouts); clustering: the clustering placer alone (deterministic: Sarkar's "
-            "edge-zeroing clustering mapped onto the devices, no simulator call); partition: "
-            "the best partition proposal alone; from_clustering / from_partition / "
-            "from_fewer: seeds whose winner is the clustering / a partition / a rollout on "
-            "fewer devices; "
-            "greedy: the greedy rollout alone. Makespans by the simulator of the task's "
-            "semantics, noise 0.",
-            "ms: median wall milliseconds of the doppler placer's place() call on one torch "
-            "thread (encoder, rollouts, the simulator calls judging them), the placer built and "
-            "called once before (registry lookup, checkpoint load, compilation: once per "
-            "process, not counted); greedy_ms: the same with samples=0. ms_per_250_nodes: ms "
-            "scaled to 250 compute nodes.",
-            "cp_rollout: the rollout over deterministic CP (placer cp-rollout, one run, "
-            "cp_rollout_s seconds; a search of N x D simulator calls, for reference); "
-            "vs_cp_rollout = 1 - makespan / cp_rollout. Every vs_X says how far below X the "
-            "makespan is (> 0: better than X): vs_cp = (cp - makespan) / cp; vs_heft = 1 - "
-            "makespan / heft; vs_best_known = 1 - makespan / best known (paper graphs); the geometric "
-            "mean row holds ratios only (vs_cp = 1 - geometric mean of general / cp; no mean of "
-            "raw makespans, whose scales differ by task).",
-            f"Budget: each placer gets N simulator calls (--budget N), mean over {cfg.seeds} "
-            f"seeds; result: doppler vs local-search (tie within {TIE_RTOL:g} relative). "
-            "ils_heft: the same iterated local search as doppler's, without the policy (placer "
-            "local-search with method=ils, start=heft): what the policy's proposals add; "
-            "doppler_vs_ils_heft = (ils_heft - doppler) / ils_heft (> 0: the policy helps); "
-            "ils_clustering and doppler_vs_ils_clustering: the same from the clustering "
-            "placer's placement (start=clustering), which doppler also judges among its "
-            "proposals. Curve: "
-            f"{', '.join(map(str, cfg.budgets))} calls, geometric mean of makespan / cp over the "
-            f"tasks; figure {DATA_DIR}/budget_curve.html, data {DATA_DIR}/budget_curve.json.",
-            finetune_note(cfg) + "; scratch: Stage I "
-            f"({cfg.scratch_imitation_episodes}) + Stage II "
-            f"({cfg.scratch_episodes - cfg.scratch_imitation_episodes}) from fresh weights of "
-            f"the general architecture; {cfg.train_seeds} seed(s); protocol: best of greedy + "
-            f"{cfg.samples} samples of the final policy (no heuristic proposals; the zero-shot "
-            "row: the general policy's rollouts alone). 'matches': fine-tuned at most "
-            f"{MATCH_RTOL:.0%} worse than scratch. "
-            + (
-                f"'{LONG_METHOD}': Stage II of the general policy's weights for "
-                f"{cfg.scratch_episodes} episodes, as many as scratch (sim preset"
-                + (f", changes {cfg.long_train}" if cfg.long_train else "")
-                + "), judged the same way; found: the best placement sampled on the way. "
-                if cfg.finetune_long
-                else ""
-            )
-            + "Training curves: general/training_curves.json."
-            + (" Skipped (--skip-training)." if cfg.skip_training else ""),
-            f"Runs: {root} (each case's result.json; a rerun skips finished cases).",
-        ],
+        notes=res.notes + report_notes(cfg, root),
         command="doppler-lab bench general" + quick_flag,
     )
+
+
+def write_curves(out_dir: Path, cfg: GeneralBenchConfig, res: GeneralBenchResult) -> None:
+    """The budget curve (data and figure) and the training curves, in ``out_dir/general/``."""
+    # beside the report, in a folder: reports/bench/*.json are benchmark records
+    data = out_dir / DATA_DIR
+    data.mkdir(parents=True, exist_ok=True)
+    write_json(data / "budget_curve.json", {"budget": cfg.budget, "curve": res.curve})
+    if res.curve:
+        with atomic_writer(data / "budget_curve.html", "w") as fh:
+            budget_figure(res.curve).write_html(fh, include_plotlyjs="cdn")
+    write_json(data / "training_curves.json", {"curves": res.curves})
+
+
+def run_summary(cfg: GeneralBenchConfig, res: GeneralBenchResult, wall_s: float) -> dict[str, Any]:
+    """The report's summary: each target's verdict, what the policy adds to the search, the
+    equal-episodes comparison; ``wall_s`` of this invocation (cached cases are free)."""
+    summary: dict[str, Any] = {
+        "checkpoint": cfg.checkpoint,
+        "tasks": len(res.tasks),
+        "wall_s": round(wall_s, 1),  # of this invocation (cached cases free)
+    }
+    for t in res.targets:
+        mark = {True: "pass", False: "FAIL", None: "not measured"}[t["passed"]]
+        summary[t["target"]] = f"{mark} ({_show(t['value'])}; target {t['threshold']})"
+    for start, label in (("heft", "HEFT"), ("clustering", "the clustering")):
+        policy_adds = ils_comparison(res.budget, start)
+        if policy_adds:
+            summary[
+                f"budget {cfg.budget}: doppler vs the same search from {label} (ils-{start})"
+            ] = policy_adds
+    long = long_comparison(res.training)
+    if long:
+        summary[f"equal episodes: network fine-tuned ({cfg.scratch_episodes}) vs scratch"] = long
+    return summary
+
+
+def report_notes(cfg: GeneralBenchConfig, root: Path) -> list[str]:
+    """The report's notes: what each table's columns mean and how they were made."""
+    return [
+        f"Checkpoint: {cfg.checkpoint} ({checkpoint_digest(cfg.checkpoint)}).",
+        f"Tasks: the held-out set of doppler_lab.train.general_policy (groups {', '.join(cfg.groups)})"
+        if not cfg.tasks
+        else "Tasks: the quick set (tiny generated graphs).",
+        f"cp: mean over {cfg.cp_seeds} tie seeds; general: the doppler placer, best of the "
+        f"greedy rollout, {cfg.samples} sampled rollouts"
+        + (", the clustering proposal (placer clustering)" if cfg.clustering else "")
+        + f" and {cfg.partitions} METIS "
+        f"partition proposals (placer partition; equal ones judged once), mean over "
+        f"{cfg.seeds} seeds; of the samples, the last one or two are greedy rollouts on "
+        "the first half of the devices and on 2 (the placer's fewer_devices, on clusters "
+        "of more than 2 devices); policy: the best of the rollouts alone (the same "
+        "rollouts); clustering: the clustering placer alone (deterministic: Sarkar's "
+        "edge-zeroing clustering mapped onto the devices, no simulator call); partition: "
+        "the best partition proposal alone; from_clustering / from_partition / "
+        "from_fewer: seeds whose winner is the clustering / a partition / a rollout on "
+        "fewer devices; "
+        "greedy: the greedy rollout alone. Makespans by the simulator of the task's "
+        "semantics, noise 0.",
+        "ms: median wall milliseconds of the doppler placer's place() call on one torch "
+        "thread (encoder, rollouts, the simulator calls judging them), the placer built and "
+        "called once before (registry lookup, checkpoint load, compilation: once per "
+        "process, not counted); greedy_ms: the same with samples=0. ms_per_250_nodes: ms "
+        "scaled to 250 compute nodes.",
+        "cp_rollout: the rollout over deterministic CP (placer cp-rollout, one run, "
+        "cp_rollout_s seconds; a search of N x D simulator calls, for reference); "
+        "vs_cp_rollout = 1 - makespan / cp_rollout. Every vs_X says how far below X the "
+        "makespan is (> 0: better than X): vs_cp = (cp - makespan) / cp; vs_heft = 1 - "
+        "makespan / heft; vs_best_known = 1 - makespan / best known (paper graphs); the geometric "
+        "mean row holds ratios only (vs_cp = 1 - geometric mean of general / cp; no mean of "
+        "raw makespans, whose scales differ by task).",
+        f"Budget: each placer gets N simulator calls (--budget N), mean over {cfg.seeds} "
+        f"seeds; result: doppler vs local-search (tie within {TIE_RTOL:g} relative). "
+        "ils_heft: the same iterated local search as doppler's, without the policy (placer "
+        "local-search with method=ils, start=heft): what the policy's proposals add; "
+        "doppler_vs_ils_heft = (ils_heft - doppler) / ils_heft (> 0: the policy helps); "
+        "ils_clustering and doppler_vs_ils_clustering: the same from the clustering "
+        "placer's placement (start=clustering), which doppler also judges among its "
+        "proposals. Curve: "
+        f"{', '.join(map(str, cfg.budgets))} calls, geometric mean of makespan / cp over the "
+        f"tasks; figure {DATA_DIR}/budget_curve.html, data {DATA_DIR}/budget_curve.json.",
+        finetune_note(cfg) + "; scratch: Stage I "
+        f"({cfg.scratch_imitation_episodes}) + Stage II "
+        f"({cfg.scratch_episodes - cfg.scratch_imitation_episodes}) from fresh weights of "
+        f"the general architecture; {cfg.train_seeds} seed(s); protocol: best of greedy + "
+        f"{cfg.samples} samples of the final policy (no heuristic proposals; the zero-shot "
+        "row: the general policy's rollouts alone). 'matches': fine-tuned at most "
+        f"{MATCH_RTOL:.0%} worse than scratch. "
+        + (
+            f"'{LONG_METHOD}': Stage II of the general policy's weights for "
+            f"{cfg.scratch_episodes} episodes, as many as scratch (sim preset"
+            + (f", changes {cfg.long_train}" if cfg.long_train else "")
+            + "), judged the same way; found: the best placement sampled on the way. "
+            if cfg.finetune_long
+            else ""
+        )
+        + "Training curves: general/training_curves.json."
+        + (" Skipped (--skip-training)." if cfg.skip_training else ""),
+        f"Runs: {root} (each case's result.json; a rerun skips finished cases).",
+    ]
 
 
 def _show(v: Any) -> str:

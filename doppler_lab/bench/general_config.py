@@ -18,7 +18,11 @@ from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError
 from ..house.jsonutil import write_json
 from ..ir.graph import DataflowGraph
+from ..policies.pretrained import resolve_checkpoint
+from ..search.adapter import AdaptConfig
 from ..train.general_policy import GENERAL_CHECKPOINT, Task, held_out_tasks
+from ..train.train_config import TrainConfig, preset
+from ..workloads.specs import parse_graph_spec
 from .yardstick import best_known
 
 #: the run cache (relative to the working folder; ``_quick`` appended for ``--quick``)
@@ -42,10 +46,8 @@ class GeneralBenchConfig:
         groups: held-out groups (:data:`GROUPS`, or ``memory`` too: :data:`ALL_GROUPS`).
         tasks: explicit tasks instead of the held-out set (tests, quick runs).
         task_filter: keep only the tasks whose name contains one of these (empty: all).
-        seeds: seeds of the sampled rollouts and of the search placers per task (10: the
-            budget search's makespan on the paper's transformer block varies by 8-16 around
-            its mean, so 3 seeds put local search ahead (193.5 vs 202.1) where 10 put it
-            behind (201.7 vs 193.8)).
+        seeds: seeds of the sampled rollouts and of the search placers per task (why 10:
+            reports/notes/bench_notes.md).
         seed: the first seed (of every seed range: CP's ties, rollouts, search, training).
         cp_seeds: tie seeds of the Critical Path teacher.
         samples: sampled rollouts besides the greedy one (protocol: 16).
@@ -57,9 +59,7 @@ class GeneralBenchConfig:
         budget: simulator calls of the budget table.
         curve: simulator-call budgets of the budget curve.
         train_seeds: seeds of the scratch runs and of the network's long fine-tuning.
-        finetune_seeds: seeds of the short fine-tuning runs (cheap: a few seconds each; on the
-            paper's full transformer layer the adapter reaches 123 at one seed of 8 and stays at
-            129.5 at the others, so 2 seeds said pass or fail by which seeds they were).
+        finetune_seeds: seeds of the short fine-tuning runs (cheap; why 8: reports/notes/bench_notes.md).
         finetune_episodes: episodes (simulator calls) of fine-tuning the general policy.
         scratch_episodes: episodes of per-graph training from fresh weights (Stage I + II).
         scratch_imitation_episodes: Stage I's share of ``scratch_episodes``.
@@ -167,7 +167,6 @@ class GeneralBenchConfig:
 
     def adapt_config(self) -> Any:
         """The adapter's settings of a fine-tuning run."""
-        from ..search.adapter import AdaptConfig
 
         fixed = {"episodes", "samples", "partitions", "clustering"}
         bad = sorted(fixed & set(self.finetune_adapter))
@@ -214,7 +213,6 @@ FINETUNE_FIXED: tuple[str, ...] = ("stage", "episodes", "semantics", "seed", "ev
 def _check_finetune_train(changes: Mapping[str, Any]) -> None:
     """Fine-tuning's Stage II changes name :class:`~doppler_lab.train.train_config.TrainConfig`
     fields the bench leaves to the user, with values that field takes."""
-    from ..train.train_config import TrainConfig, preset
 
     if not isinstance(changes, Mapping):
         raise ConfigError(
@@ -332,7 +330,6 @@ def built_task(task: Task) -> tuple[DataflowGraph, Cluster]:
 
 def checkpoint_digest(checkpoint: str | Path) -> str:
     """The checkpoint's path and a digest of its bytes (a retrained policy keys anew)."""
-    from ..policies.pretrained import resolve_checkpoint
 
     path = resolve_checkpoint(checkpoint, "doppler")
     return f"{path.name}:{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
@@ -345,7 +342,6 @@ def slug(text: str) -> str:
 
 def yardstick_name(task: Task) -> str:
     """The YARDSTICK name of a paper task (``paper:NAME``), else the spec."""
-    from ..workloads.specs import parse_graph_spec
 
     spec = parse_graph_spec(task.graph)
     return spec.target if spec.kind == "paper" else task.graph

@@ -24,7 +24,30 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 from tqdm.auto import tqdm
+
+from ..executor import Executor, ExecutorCost
+from ..executor.fidelity_runs import (
+    Passes,
+    measure_placements,
+    median_rel_error,
+    spearman,
+    workload_row,
+)
+from ..executor.profiling import fit_fill_s, interference_probe, measure_calibration
+from ..executor.runner import compare_outputs
+from ..executor.torch_ops import evaluate
+from ..ir.placement import Placement, random_placement, round_robin, single_device
+from ..placers import place
+from ..policies.pretrained import GENERAL_CHECKPOINT, resolve_checkpoint
+from ..timing.contention import Sharing, contended_makespan
+from ..timing.cost_model import CostModel
+from ..timing.sim import Simulator
+from ..train.loop import Trainer
+from ..train.train_config import preset
+from ..workloads.specs import graph_from_spec
+from .executor import dispatch_overhead
 
 #: fidelity workloads on cuda-shared: generated ones and an imported model (ops of tens of
 #: microseconds to milliseconds on a data-centre GPU)
@@ -65,7 +88,6 @@ def dispatch_section(backends: Sequence[Any], num_ops: int = 500) -> dict[str, A
     (the worst row with two or more devices busy at once: what ``host_target_met`` judges
     against ``target_us``).
     """
-    from .executor import dispatch_overhead
 
     rows: list[dict[str, Any]] = []
     for be in backends:
@@ -96,7 +118,6 @@ def dispatch_section(backends: Sequence[Any], num_ops: int = 500) -> dict[str, A
 def sharing_of(backend: Any, host_s: float, fill_s: float) -> Any:
     """The :class:`~doppler_lab.timing.contention.Sharing` of a backend's devices (the stream
     backends' own; CPU workers: separate cores behind one host)."""
-    from ..timing.contention import Sharing
 
     if hasattr(backend, "sharing"):
         return backend.sharing(host_s, fill_s)
@@ -106,8 +127,6 @@ def sharing_of(backend: Any, host_s: float, fill_s: float) -> Any:
 def gpu_placements(graph: Any, cluster: Any, rng: np.random.Generator) -> list[Any]:
     """At least 12 placements of varied quality: single, round-robin, cp, heft, doppler
     (greedy rollout), uniform and skewed random, contiguous blocks, perturbed cp."""
-    from ..ir.placement import Placement, random_placement, round_robin, single_device
-    from ..placers import place
 
     d, n = cluster.num_devices, graph.num_nodes
     out = [single_device(graph, d), round_robin(graph, d)]
@@ -144,20 +163,8 @@ def fidelity_section(
     rounds: int = 2,
 ) -> dict[str, Any]:
     """Calibrate ``backend``, then predict and measure placements of each workload."""
-    from ..executor.fidelity_runs import (
-        Passes,
-        measure_placements,
-        median_rel_error,
-        spearman,
-        workload_row,
-    )
-    from ..executor.profiling import fit_fill_s, interference_probe, measure_calibration
-    from ..timing.contention import contended_makespan
-    from ..timing.cost_model import CostModel
-    from ..timing.sim import Simulator
 
     t0 = time.perf_counter()
-    from ..workloads.specs import graph_from_spec
 
     graphs = {k: graph_from_spec(s) for k, s in specs.items()}
     measured_cal = measure_calibration(
@@ -254,14 +261,8 @@ def stage3_section(
 ) -> dict[str, Any]:
     """Greedy placement of the shipped general policy measured, ``episodes`` of Stage III on
     ``backend``, the greedy placement of the result measured; cp measured beside them."""
-    from ..executor import Executor, ExecutorCost
-    from ..placers import place
-    from ..policies.pretrained import GENERAL_CHECKPOINT, resolve_checkpoint
-    from ..train.loop import Trainer
-    from ..train.train_config import preset
 
     t0 = time.perf_counter()
-    from ..workloads.specs import graph_from_spec
 
     g = graph_from_spec(spec)
     cluster = backend.cluster
@@ -299,7 +300,6 @@ def stage3_section(
 
 
 def _output_check(graph: Any, outputs: Any, ref: Any) -> dict[str, Any]:
-    from ..executor.runner import compare_outputs
 
     if ref is None:
         return {"outputs_match": None}
@@ -333,12 +333,6 @@ def paper_size_section(backend: Any, specs: dict[str, str], check: bool = True) 
     over its ops (while the GPUs are the bottleneck the loop waits on them, so this bounds
     the host's cost per op from above; the dispatch section's tiny ops measure the cost).
     """
-    import torch
-
-    from ..executor import Executor
-    from ..executor.torch_ops import evaluate
-    from ..placers import place
-    from ..workloads.specs import graph_from_spec
 
     rows = []
     for name, spec in specs.items():

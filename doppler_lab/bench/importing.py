@@ -20,12 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..hardware.cluster import Cluster
+from ..importers import from_module
 from ..importers.options import GRANULARITIES
+from ..importers.zoo import make_model
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..ir.trace import Trace
+from ..placers import placer_options, placer_spec
+from ..timing.sim import Simulator
 from ..workloads.specs import cluster_from_spec, graph_from_spec
 from ._report import write_report
 from .quality import Case, evaluate_placer
@@ -66,10 +71,6 @@ def import_scaling_rows(
     threads: int = 1,
 ) -> list[dict[str, Any]]:
     """One row per (layers, granularity): graph sizes, model build time and import time."""
-    import torch
-
-    from ..importers import from_module
-    from ..importers.zoo import make_model
 
     rows = []
     before = torch.get_num_threads()
@@ -133,7 +134,6 @@ def placer_comparison(
         table rows (columns :data:`PLACER_COLUMNS` and more) and the placement of each placer
         (first seed).
     """
-    from ..placers import placer_options, placer_spec
 
     cl = cluster_from_spec(cluster)
     case = Case(graph.name, "model", graph, cl, semantics, noise)
@@ -164,7 +164,6 @@ def simulated_traces(
     semantics: str = "wc",
 ) -> dict[str, Trace]:
     """The simulated trace (no noise) of each placement, by name (for Gantt charts)."""
-    from ..timing.sim import Simulator
 
     sim = Simulator(graph, cluster_from_spec(cluster), semantics)
     return {name: sim.run(p) for name, p in placements.items()}

@@ -40,7 +40,14 @@ from ..house.errors import ConfigError, PlacementError
 from ..house.progress import progress as progress_bar
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
+from ..placers import get_placer, placer_options
+from ..placers.placer_base import make_rng
+from ..timing.fit import stored_bytes
 from ..timing.memory import memory_caps, memory_reserves, tensor_bytes
+from ..timing.sim import Simulator
+from ..viz import series_color
+from ..viz.tables import axis_scale, axis_type
+from ..workloads.specs import cluster_from_spec, graph_from_spec
 from ._report import write_report
 
 #: the memory baselines of the targets, by row label (m-ETF is the placer ``etf``)
@@ -52,8 +59,7 @@ TARGET_SHARE = 0.8
 #: "no worse": a makespan at most the best baseline's times (1 + REL_TOL) (float rounding)
 REL_TOL = 1e-9
 #: ``exact`` (CP-SAT) runs on graphs of at most this many ops; on larger ones a time-limited
-#: solve returns its hint (a 60 s run on the llama2-13b case, 481 ops: FEASIBLE, 13% gap, the
-#: HEFT placement it was given)
+#: solve returns its hint (a measured run: reports/notes/bench_notes.md)
 EXACT_MAX_OPS = 150
 SEMANTICS = "wc"
 #: the bench's first run, before the memory baselines joined doppler's proposals (history: the
@@ -95,7 +101,6 @@ class MemoryCase:
 
     def build(self) -> tuple[DataflowGraph, Cluster]:
         """The graph and the cluster (with the cap, when one is given)."""
-        from ..workloads.specs import cluster_from_spec, graph_from_spec
 
         graph = graph_from_spec(self.graph)
         cluster = cluster_from_spec(self.cluster)
@@ -109,9 +114,9 @@ class MemoryCase:
 CASES: tuple[MemoryCase, ...] = (
     MemoryCase("llama2-13b fp16 / p100x4", "hf-llama:preset=llama2-13b,dtype=float16", "p100x4"),
     MemoryCase("llama3-8b fp32 / v100x8", "hf-llama:preset=llama3-8b,dtype=float32", "v100x8"),
-    # activations bind: 6.2 GB of weights, 8.9 GB at the peak on one device (batch 12 x 1024)
+    # activations bind (figures: reports/notes/bench_notes.md)
     MemoryCase("gpt2-xl b12 / 4 x 8 GB", "hf-gpt2:preset=gpt2-xl,seq=1024,batch=12", "p100x4", 8e9),
-    # Mixtral-8x22B-sized layers (d_model 6144, experts 16384 wide), 13 of them: 87 GB of weights
+    # Mixtral-8x22B-sized layers (d_model 6144, experts 16384 wide), 13 of them
     MemoryCase(
         "moe 13 layers / h100x8",
         "moe_layer:layers=13,d_model=6144,expert_ffn=16384,heads=48",
@@ -119,8 +124,9 @@ CASES: tuple[MemoryCase, ...] = (
     ),
 )
 #: models that fit on one 8 GB device by their simulated peak although their static bound (every
-#: tensor live for the whole run) is 2.7-6.4x the cap: a memory-aware placer has no reason to
-#: split them (the target of issue 44: within :data:`ONE_DEVICE_SLACK` of one device's makespan)
+#: tensor live for the whole run) is several times the cap (reports/notes/bench_notes.md): a
+#: memory-aware placer has no reason to split them (the target of issue 44: within
+#: :data:`ONE_DEVICE_SLACK` of one device's makespan)
 FITS_ONE_CASES: tuple[MemoryCase, ...] = (
     MemoryCase("gpt2-xl b4 / 4 x 8 GB", "hf-gpt2:preset=gpt2-xl,seq=1024,batch=4", "p100x4", 8e9),
     MemoryCase("moe 1 layer / 4 x 8 GB", "moe_layer", "p100x4", 8e9),
@@ -200,7 +206,6 @@ def select_runs(labels: str | Sequence[str], budget: int = 2000) -> tuple[Placer
 def make_placers(runs: Sequence[PlacerRun], semantics: str = SEMANTICS) -> dict[str, Any]:
     """The placer of each run by label (built once: a learned placer loads its checkpoint
     once for every case)."""
-    from ..placers import get_placer, placer_options
 
     out = {}
     for run in runs:
@@ -224,8 +229,6 @@ def case_facts(graph: DataflowGraph, cluster: Cluster, semantics: str = SEMANTIC
     """How big the case is: ops, devices, the cap, the stored inputs (weights), every tensor
     once (the static bound of one device), and the simulated peak and makespan of the whole
     graph on one device (``fits_one_device`` False: the case is memory-bound)."""
-    from ..timing.fit import stored_bytes
-    from ..timing.sim import Simulator
 
     caps = memory_caps(cluster)
     reserve = memory_reserves(cluster)
@@ -296,8 +299,6 @@ def compare_placers(
             each row's ``vs_one_device`` (makespan over it; None without it or where the
             placement does not fit).
     """
-    from ..placers.placer_base import make_rng
-    from ..timing.sim import Simulator
 
     placers = placers if placers is not None else make_placers(runs, semantics)
     caps = memory_caps(cluster)
@@ -506,9 +507,6 @@ def cap_figure(rows: Sequence[Mapping[str, Any]], title: str | None = None) -> A
     from large to small (the devices shrink to the right)."""
     go = require("plotly.graph_objects", "the cap figure")
 
-    from ..viz import series_color
-    from ..viz.tables import axis_scale, axis_type
-
     drawn = [r["makespan_s"] for r in rows if r["fits"] and r["makespan_s"] is not None]
     factor, unit = axis_scale(drawn, "s")  # the unit the tables show these makespans in
     fig = go.Figure()
@@ -625,8 +623,6 @@ def beaten_notes(tables: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]
 def _warm_up(placers: Mapping[str, Any], cluster: Cluster) -> None:
     """One untimed call of each learned placer (torch, the checkpoint, compiled kernels), so
     that the table times placing, not loading."""
-    from ..placers.placer_base import make_rng
-    from ..workloads.specs import graph_from_spec
 
     small = graph_from_spec("llama_block:scale=0.05")
     for label in (DOPPLER,):

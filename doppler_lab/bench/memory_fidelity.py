@@ -28,8 +28,15 @@ from typing import Any
 
 import numpy as np
 
+from ..executor import Executor
+from ..executor.replay import simulated_schedule
 from ..house.deps import require
 from ..house.progress import progress as progress_bar
+from ..ir.placement import random_placement, round_robin
+from ..placers import place
+from ..timing.sim import Simulator
+from ..viz import series_color
+from ..workloads.specs import graph_from_spec
 from ._report import write_report
 
 WORKLOADS: tuple[str, ...] = ("chainmm", "ffnn", "llama_block", "llama_layer", "moe_layer")
@@ -71,20 +78,17 @@ def measure_case(
 
 def make_placement(name: str, graph: Any, cluster: Any) -> Any:
     """``cp``, ``round-robin`` or ``random`` (seed 1) of ``graph`` on ``cluster``."""
-    from ..ir.placement import random_placement, round_robin
 
     if name == "round-robin":
         return round_robin(graph, cluster.num_devices)
     if name == "random":
         return random_placement(graph, cluster.num_devices, np.random.default_rng(1))
-    from ..placers import place
 
     return place(name, graph, cluster, seed=0)
 
 
 def noisy_band(graph: Any, cluster: Any, placement: Any) -> tuple[np.ndarray, np.ndarray]:
     """``(lowest, highest)`` peak per device over :data:`BAND_RUNS` noisy simulations."""
-    from ..timing.sim import Simulator
 
     sim = Simulator(graph, cluster, "wc", noise=BAND_NOISE)
     peaks = np.array([sim.run(placement, seed=s).peak_memory_bytes for s in range(BAND_RUNS)])
@@ -129,9 +133,6 @@ def measure_workload(
     """The rows of one workload (a graph spec): each placement under each rule of
     :data:`DISPATCH`, ``runs`` runs each on ``num_devices`` CPU workers; each row also keeps
     every run's peaks (``peaks_mb``, runs x devices) and the simulated ones (``simulated``)."""
-    from ..executor import Executor
-    from ..executor.replay import simulated_schedule
-    from ..workloads.specs import graph_from_spec
 
     graph = graph_from_spec(spec)
     rows: list[dict[str, Any]] = []
@@ -163,8 +164,6 @@ def peaks_figure(rows: Sequence[dict[str, Any]], title: str | None = None) -> An
     against the simulated peak (a dashed line across the device), from
     :func:`measure_workload`'s rows."""
     go = require("plotly.graph_objects", "the measured-memory figure")
-
-    from ..viz import series_color
 
     fig = go.Figure()
     for i, dispatch in enumerate(DISPATCH):

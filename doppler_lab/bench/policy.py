@@ -32,13 +32,31 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
+from ..hardware.cluster import make_cluster
+from ..house import codeversion
 from ..house.atomic import atomic_copy
+from ..house.codeversion import versioned_key
 from ..house.errors import ConfigError
 from ..house.jsonutil import write_json
-from ..house.paths import BENCH_POLICY_RUNS, REPO_ROOT, bench_checkpoints_dir
+from ..house.paths import (
+    BENCH_POLICY_RUNS,
+    PAPER_GRAPHS_HINT,
+    REPO_ROOT,
+    bench_checkpoints_dir,
+    paper_graphs_dir,
+)
 from ..house.runners import Run, Runner, make_runner
+from ..placers import place
+from ..policies.checkpoint import make_policy
+from ..policies.policy_config import POLICY_PRESETS
 from ..policies.speed import episode_times
+from ..search.learned import best_of_rollouts
+from ..timing.sim import Simulator
+from ..train.pipeline import run_pipeline
+from ..train.train_config import preset
+from ..workloads.specs import cluster_from_spec, graph_from_spec, parse_graph_spec
 from ._report import write_report
 from .quality import PAPER_GRAPHS, WORKLOADS
 from .yardstick import best_known
@@ -127,9 +145,9 @@ class PolicyBenchConfig:
         jobs: training processes in parallel.
         policy: policy-config overrides for every run.
         train: training-config overrides for every Stage II run.
-        method_train: further Stage II overrides per method (the baselines' learning rate:
-            each gets the better of 3e-2 and 3e-3 on the Llama block, seed 0).
-        method_seeds: fewer seeds for a method (Placeto's episodes cost ~15x DOPPLER's).
+        method_train: further Stage II overrides per method (the baselines' learning rate;
+            how it was chosen: reports/notes/bench_notes.md).
+        method_seeds: fewer seeds for a method (Placeto's episodes cost more: reports/notes/bench_notes.md).
         ablation_seeds: seeds of the ablation table's methods.
         workload_seeds: seeds on the generated workloads.
         runs_dir: where the runs are cached (``<runs_dir>_quick`` for ``--quick``).
@@ -192,7 +210,6 @@ class PolicyBenchConfig:
         :mod:`doppler_lab.workloads.specs`: paper graph names, ``paper:NAME``, workload specs):
         the paper graphs and the workloads among them, no ablation table, one job, no search
         placers and no policy or training overrides unless ``settings`` say otherwise."""
-        from ..workloads.specs import parse_graph_spec
 
         specs = [parse_graph_spec(g) for g in graphs]
         chosen: dict[str, Any] = {
@@ -245,8 +262,6 @@ class _Case:
 
 
 def _cases(cfg: PolicyBenchConfig) -> tuple[list[_Case], list[str]]:
-    from ..house.paths import PAPER_GRAPHS_HINT, paper_graphs_dir
-    from ..workloads.specs import graph_from_spec
 
     folder = paper_graphs_dir(cfg.paper_dir)
     cases, notes = [], []
@@ -263,7 +278,6 @@ def _cases(cfg: PolicyBenchConfig) -> tuple[list[_Case], list[str]]:
 
 
 def _load(case: _Case):
-    from ..workloads.specs import cluster_from_spec, graph_from_spec
 
     devices = case.devices if case.cluster == "uniform" else None
     return graph_from_spec(case.spec), cluster_from_spec(case.cluster, devices)
@@ -271,7 +285,6 @@ def _load(case: _Case):
 
 # -- one (graph, method, seed) --------------------------------------------------------------
 def _stages(cfg: PolicyBenchConfig, method: str, semantics: str, seed: int) -> list:
-    from ..train.train_config import preset
 
     spec = METHODS[method]
     common = {"semantics": semantics, "seed": seed}
@@ -290,12 +303,6 @@ def run_case(
     cfg: PolicyBenchConfig, case: _Case, method: str, seed: int, root: Path
 ) -> dict[str, Any]:
     """Train (or resume) and evaluate one (graph, method, seed); cached in ``result.json``."""
-    import torch
-
-    from ..house.codeversion import code_version, versioned_key
-    from ..policies.policy_config import POLICY_PRESETS
-    from ..search.learned import best_of_rollouts
-    from ..train.pipeline import run_pipeline
 
     spec = METHODS[method]
     kind, kind_stages = spec.kind, spec.stages
@@ -337,7 +344,7 @@ def run_case(
         "train_s": train_s,
         "best_seen": min(r.summary["best_cost"][graph.name] for r in results),
         "checkpoint": str(results[-1].checkpoint),
-        "code_version": code_version(),
+        "code_version": codeversion.code_version(),
     }
     write_json(result_path, out)
     return out
@@ -363,8 +370,6 @@ def training_runs(
 
 def _reference_rows(cfg: PolicyBenchConfig, case: _Case, budget: int) -> list[dict[str, Any]]:
     """CP over the seeds and the search placers with ``budget`` simulator calls."""
-    from ..placers import place
-    from ..timing.sim import Simulator
 
     graph, cluster = _load(case)
     sim = Simulator(graph, cluster, case.semantics)  # type: ignore[arg-type]
@@ -409,7 +414,6 @@ def _row(
 
 
 def _lower_bound(case: _Case) -> float:
-    from ..timing.sim import Simulator
 
     g, cl = _load(case)
     return Simulator(g, cl, case.semantics).lower_bound()  # type: ignore[arg-type]
@@ -467,12 +471,6 @@ def quality_tables(
 # -- speed -------------------------------------------------------------------------------
 def speed_rows(cfg: PolicyBenchConfig, paper_case: _Case | None) -> tuple[list, list]:
     """The architecture table (229-node graph) and the per-node scaling table."""
-    import torch
-
-    from ..hardware.cluster import make_cluster
-    from ..policies.checkpoint import make_policy
-    from ..policies.policy_config import POLICY_PRESETS
-    from ..workloads.specs import graph_from_spec
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -599,31 +597,7 @@ def run(
     cases, notes = _cases(cfg)
     paper = [c for c in cases if c.group == "paper"]
     speed_case = next((c for c in paper if c.name == SPEED_GRAPH), paper[0] if paper else None)
-    tasks = []
-    for case in cases:
-        seeds = cfg.seeds if case.group == "paper" else cfg.workload_seeds
-        methods = list(cfg.methods if case.group == "paper" else cfg.workload_methods)
-        for m in methods:
-            for s in range(min(seeds, cfg.method_seeds.get(m, seeds))):
-                tasks.append((case, m, s))
-        if case.name in cfg.ablation_graphs:
-            for m in cfg.ablations:
-                for s in range(cfg.ablation_seeds):
-                    tasks.append((case, m, s))
-        if case.name in cfg.design_graphs:
-            for m in cfg.design_ablations:
-                for s in range(cfg.design_seeds):
-                    tasks.append((case, m, s))
-    # cheap and headline cases first, Placeto (the slowest) last
-    first = (
-        tuple(m for m in cfg.methods if m != "placeto")
-        + tuple(cfg.ablations)
-        + tuple(cfg.design_ablations)
-    )
-    order = {m: i for i, m in enumerate(first + ("placeto",))}
-    # a method in several tables (e.g. doppler in the quality and the design tables) trains once
-    tasks = list({(t[0].name, t[1], t[2]): t for t in tasks}.values())
-    tasks.sort(key=lambda t: (order.get(t[1], len(order)), t[0].group != "paper", t[2]))
+    tasks = training_tasks(cfg, cases)
     # one bar over (graph, method, seed) runs; cached runs tick at once
     sweep = make_runner(runner, jobs=cfg.jobs).run(
         case_runs(cfg, tasks, root),
@@ -634,18 +608,8 @@ def run(
     results = sweep.done()
     notes = notes + sweep.notes()
     _export_checkpoints(results, root)
-    # speed last, after the training processes are gone; cached for this code version (delete
-    # speed.json to remeasure; a file from other code, or from before versions, is remeasured)
-    from ..house.codeversion import code_version
-
-    speed_path = root / "speed.json"
-    cached = json.loads(speed_path.read_text()) if speed_path.exists() else None
-    if isinstance(cached, dict) and cached.get("code_version") == code_version():
-        arch, scale = cached["arch"], cached["scale"]
-    else:
-        arch, scale = speed_rows(cfg, speed_case)
-        speed = {"code_version": code_version(), "arch": arch, "scale": scale}
-        write_json(speed_path, speed)
+    # speed last, after the training processes are gone
+    arch, scale = cached_speed_rows(cfg, speed_case, root)
     quality = quality_tables(cfg, [c for c in cases if c.group == "paper"], results, cfg.methods)
     workloads = quality_tables(
         cfg, [c for c in cases if c.group == "workload"], results, cfg.workload_methods
@@ -696,32 +660,82 @@ def run(
             "Design ablations (architecture, features, training)": (design, cols),
         },
         summary=summary,
-        notes=notes
-        + [
-            f"Each learned method: Stage I ({cfg.imitation_episodes} episodes) + Stage II "
-            f"({cfg.episodes - cfg.imitation_episodes}) per graph and seed ({cfg.seeds} seeds); "
-            "II-only: all episodes in Stage II; I-only: Stage I alone.",
-            "Design ablations: shared-encoder (one encoder for SEL and PLC), 1-basis (edge "
-            "messages nearly independent of the edge), released-features (doppler5 layout, "
-            "the released additive estimate), released-arch (width 128, 6 steps, doppler5, paper "
-            "estimate), released-training (the released presets: one episode per update, "
-            "epsilon-greedy around the argmax, lr 1e-3/1e-4, running-mean baseline), no-sil "
-            "(plain REINFORCE), lr1e-3 (Stage II at a thirtieth of our rate), zscore (PLC's "
-            "placed-set sums divided by their standard deviation over the devices, as before "
-            "the fix: its gradient grows as 1 / std and froze Stage II on some graphs).",
-            "Workloads: doppler's episode state (features, CP teacher) uses the estimate of "
-            "the semantics (wc: link resources and one transfer per tensor and device); "
-            "doppler-est-timing keeps est (no links, a transfer per edge), as before.",
-            f"Protocol: the best of the final policy's greedy rollout and {cfg.samples} sampled "
-            "rollouts, by the simulator; never the best placement seen during training.",
-            "Search placers (local-search, enumerative) get the learned method's simulator calls "
-            "(every training episode, Stage I included, plus the protocol's rollouts).",
-            "vs_cp = (cp - makespan) / cp with cp the mean over the same seeds; vs_best_known = "
-            "1 - makespan / best known; ratio_lb = makespan / lower bound.",
-            f"Runs and checkpoints: {root}",
-        ],
+        notes=notes + protocol_notes(cfg, root),
         command="doppler-lab bench policy" + (" --quick" if quick else ""),
     )
+
+
+def training_tasks(cfg: PolicyBenchConfig, cases: list[_Case]) -> list[tuple[_Case, str, int]]:
+    """The (case, method, seed) training runs of every table, each once: cheap and headline
+    methods first, Placeto (the slowest) last."""
+    tasks = []
+    for case in cases:
+        seeds = cfg.seeds if case.group == "paper" else cfg.workload_seeds
+        methods = list(cfg.methods if case.group == "paper" else cfg.workload_methods)
+        for m in methods:
+            for s in range(min(seeds, cfg.method_seeds.get(m, seeds))):
+                tasks.append((case, m, s))
+        if case.name in cfg.ablation_graphs:
+            for m in cfg.ablations:
+                for s in range(cfg.ablation_seeds):
+                    tasks.append((case, m, s))
+        if case.name in cfg.design_graphs:
+            for m in cfg.design_ablations:
+                for s in range(cfg.design_seeds):
+                    tasks.append((case, m, s))
+    # cheap and headline cases first, Placeto (the slowest) last
+    first = (
+        tuple(m for m in cfg.methods if m != "placeto")
+        + tuple(cfg.ablations)
+        + tuple(cfg.design_ablations)
+    )
+    order = {m: i for i, m in enumerate(first + ("placeto",))}
+    # a method in several tables (e.g. doppler in the quality and the design tables) trains once
+    tasks = list({(t[0].name, t[1], t[2]): t for t in tasks}.values())
+    tasks.sort(key=lambda t: (order.get(t[1], len(order)), t[0].group != "paper", t[2]))
+    return tasks
+
+
+def cached_speed_rows(
+    cfg: PolicyBenchConfig, speed_case: _Case | None, root: Path
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """:func:`speed_rows`, cached in ``root/speed.json`` for this code version (delete it to
+    remeasure; a file from other code, or from before versions, is remeasured)."""
+    speed_path = root / "speed.json"
+    cached = json.loads(speed_path.read_text()) if speed_path.exists() else None
+    if isinstance(cached, dict) and cached.get("code_version") == codeversion.code_version():
+        return cached["arch"], cached["scale"]
+    arch, scale = speed_rows(cfg, speed_case)
+    speed = {"code_version": codeversion.code_version(), "arch": arch, "scale": scale}
+    write_json(speed_path, speed)
+    return arch, scale
+
+
+def protocol_notes(cfg: PolicyBenchConfig, root: Path) -> list[str]:
+    """The report's notes on how each table was made."""
+    return [
+        f"Each learned method: Stage I ({cfg.imitation_episodes} episodes) + Stage II "
+        f"({cfg.episodes - cfg.imitation_episodes}) per graph and seed ({cfg.seeds} seeds); "
+        "II-only: all episodes in Stage II; I-only: Stage I alone.",
+        "Design ablations: shared-encoder (one encoder for SEL and PLC), 1-basis (edge "
+        "messages nearly independent of the edge), released-features (doppler5 layout, "
+        "the released additive estimate), released-arch (width 128, 6 steps, doppler5, paper "
+        "estimate), released-training (the released presets: one episode per update, "
+        "epsilon-greedy around the argmax, lr 1e-3/1e-4, running-mean baseline), no-sil "
+        "(plain REINFORCE), lr1e-3 (Stage II at a thirtieth of our rate), zscore (PLC's "
+        "placed-set sums divided by their standard deviation over the devices, as before "
+        "the fix: its gradient grows as 1 / std and froze Stage II on some graphs).",
+        "Workloads: doppler's episode state (features, CP teacher) uses the estimate of "
+        "the semantics (wc: link resources and one transfer per tensor and device); "
+        "doppler-est-timing keeps est (no links, a transfer per edge), as before.",
+        f"Protocol: the best of the final policy's greedy rollout and {cfg.samples} sampled "
+        "rollouts, by the simulator; never the best placement seen during training.",
+        "Search placers (local-search, enumerative) get the learned method's simulator calls "
+        "(every training episode, Stage I included, plus the protocol's rollouts).",
+        "vs_cp = (cp - makespan) / cp with cp the mean over the same seeds; vs_best_known = "
+        "1 - makespan / best known; ratio_lb = makespan / lower bound.",
+        f"Runs and checkpoints: {root}",
+    ]
 
 
 def _export_checkpoints(results: list[dict[str, Any]], root: Path) -> None:

@@ -1,6 +1,6 @@
 """``doppler-lab bench policy-wc``: DOPPLER against local search at equal simulator calls on the
 generated workloads under the realistic ``wc`` semantics (p100x4), the table of ``bench policy``
-on its own (that benchmark retrains everything, 1.5 CPU hours).
+on its own (that benchmark retrains everything; its cost: reports/notes/bench_notes.md).
 
 Rows per workload, mean over seeds:
 
@@ -24,9 +24,16 @@ from typing import Any
 
 import numpy as np
 
+from ..hardware.cluster import make_cluster
 from ..house.paths import REPO_ROOT
 from ..house.runners import Runner
+from ..placers import place
+from ..policies.pretrained import GENERAL_CHECKPOINT
+from ..timing.sim import Simulator
+from ..workloads.specs import graph_from_spec
 from ._report import write_report
+from .policy import PolicyBenchConfig, ablation_rows
+from .quality import WORKLOADS
 
 #: seeds, episodes and workloads of the full run
 SEEDS = 2
@@ -37,10 +44,6 @@ IMITATION_EPISODES = 400
 def _general_rows(
     rows: list[dict[str, Any]], graphs: tuple[str, ...], seeds: int, checkpoint: str
 ) -> list[dict[str, Any]]:
-    from ..hardware.cluster import make_cluster
-    from ..placers import place
-    from ..timing.sim import Simulator
-    from ..workloads.specs import graph_from_spec
 
     out = []
     for spec in graphs:
@@ -116,9 +119,6 @@ def run(
     """Run (or resume) the benchmark; writes ``policy-wc.{json,md}``. ``checkpoint``: the
     general policy of the ``doppler-general-search`` rows (a path or a shipped name; default
     :data:`~doppler_lab.policies.pretrained.GENERAL_CHECKPOINT`)."""
-    from ..policies.pretrained import GENERAL_CHECKPOINT
-    from .policy import PolicyBenchConfig, ablation_rows
-    from .quality import WORKLOADS
 
     graphs = ("chainmm:matrices=3,scale=0.01",) if quick else tuple(WORKLOADS)
     seeds, episodes, imitation = (1, 48, 16) if quick else (SEEDS, EPISODES, IMITATION_EPISODES)

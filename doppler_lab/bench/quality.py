@@ -30,11 +30,20 @@ import numpy as np
 from ..hardware.cluster import Cluster
 from ..house.deps import require
 from ..house.errors import ConfigError
-from ..house.paths import bench_checkpoints_dir
+from ..house.paths import (
+    PAPER_GRAPHS_HINT,
+    bench_checkpoints_dir,
+    checkpoint_dirs,
+    paper_graph_dirs,
+    paper_graphs_dir,
+)
 from ..house.runners import Run, Runner, make_runner
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
+from ..placers import get_placer, place, placer_options, placer_spec, placer_specs
 from ..timing.sim import Simulator
+from ..workloads.catalog import load_paper_graphs
+from ..workloads.specs import cluster_from_spec, graph_from_spec
 from ._report import write_report
 from .yardstick import YARDSTICK
 
@@ -114,9 +123,6 @@ class Case:
 
 def load_cases(config: QualityConfig) -> tuple[list[Case], list[str]]:
     """The table's graphs and notes about any that are missing."""
-    from ..house.paths import PAPER_GRAPHS_HINT, paper_graph_dirs, paper_graphs_dir
-    from ..workloads.catalog import load_paper_graphs
-    from ..workloads.specs import cluster_from_spec, graph_from_spec
 
     folder = paper_graphs_dir(config.paper_dir)
     paper = load_paper_graphs(folder, config.paper_graphs)
@@ -160,8 +166,6 @@ def _checkpoint_folders(folders: str | Sequence[str]) -> list[Path]:
     out: list[Path] = []
     for f in (folders,) if isinstance(folders, str) else folders:
         if f == "shipped":
-            from ..house.paths import checkpoint_dirs
-
             out += checkpoint_dirs()
         else:
             out.append(Path(f))
@@ -170,7 +174,6 @@ def _checkpoint_folders(folders: str | Sequence[str]) -> list[Path]:
 
 def placer_plan(config: QualityConfig, case: Case) -> list[tuple[str, dict[str, Any]]]:
     """(placer, options) pairs to run on ``case``."""
-    from ..placers import placer_options, placer_specs
 
     specs = placer_specs()
     names = list(config.placers) if config.placers is not None else list(specs)
@@ -207,7 +210,6 @@ def evaluate_placer(
     case: Case, name: str, options: dict[str, Any], seeds: Sequence[int]
 ) -> tuple[dict[str, Any], list[Placement]]:
     """Run placer ``name`` on ``case`` and simulate it at every seed; a table row + placements."""
-    from ..placers import get_placer, placer_spec
 
     stochastic = placer_spec(name).stochastic
     sim = Simulator(case.graph, case.cluster, case.semantics, noise=case.noise)
@@ -292,7 +294,6 @@ def quality_rows(
 
 def cp_yardstick_rows(cases: Sequence[Case], tie_seeds: int = 20) -> list[dict[str, Any]]:
     """CP with the released estimate over ``tie_seeds`` seeds vs YARDSTICK's column."""
-    from ..placers import place
 
     rows = []
     for case in cases:

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..placers import place
+from ..train.general_policy import held_out_tasks
 
 
 def _runs(path: Path) -> list[dict]:
@@ -37,7 +38,6 @@ def probe(
     groups: list[str],
 ) -> list[dict]:
     """Measure every missing run into ``out`` (JSON lines) and return all runs."""
-    from ..train.general_policy import held_out_tasks
 
     done = {(r["task"], r["seed"], r["budget"], r["method"]) for r in _runs(out)}
     with out.open("a") as f:

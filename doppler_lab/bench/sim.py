@@ -25,10 +25,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..hardware.cluster import make_cluster
+from ..house.paths import paper_graphs_dir
+from ..ir.placement import round_robin
 from ..timing.cost_model import CostModel
 from ..timing.sim import Simulator
 from ..timing.sim.reference import simulate_paper_simpy
+from ..workloads import build
 from ..workloads.random_dag import random_dag
+from ..workloads.specs import graph_from_spec
 from ._report import write_report
 
 
@@ -74,7 +78,6 @@ def busy_neighbour() -> Iterator[None]:
 
 def _single_call_rows(calls: int) -> list[dict[str, Any]]:
     """Microseconds per call of one placement, idle and beside a busy neighbour."""
-    from ..workloads import build
 
     layer, cluster, semantics = _layer_graph()
     cases = [(layer, cluster, semantics), (build("llama_layer"), make_cluster("p100x4"), "wc")]
@@ -115,8 +118,6 @@ def _load_average() -> str:
 
 
 def _layer_graph():
-    from ..house.paths import paper_graphs_dir
-    from ..workloads.specs import graph_from_spec
 
     folder = paper_graphs_dir()
     if folder is not None and (folder / "full_transformer_layer_261nodes.txt").exists():
@@ -150,8 +151,6 @@ def _throughput_row(label: str, g, cluster, dev: np.ndarray, simpy_max: int) -> 
 
 
 def run(out_dir: Path, quick: bool = False, progress: bool = True) -> dict[str, Any]:
-    from ..ir.placement import round_robin
-    from ..workloads import build
 
     load_before = _load_average()
     sizes = (100, 1_000, 10_000) if quick else (100, 1_000, 10_000, 100_000)

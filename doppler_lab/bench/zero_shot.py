@@ -10,7 +10,11 @@ from typing import Any
 
 import numpy as np
 
+from ..house.codeversion import versioned_key
 from ..house.runners import torch_threads
+from ..placers import get_placer, place
+from ..placers.placer_base import make_rng
+from ..timing.sim import Simulator
 from ..train.general_policy import Task
 from ._report import row_time_unit
 from .general_config import (
@@ -28,7 +32,6 @@ from .yardstick import best_known
 
 def zero_shot_case(cfg: GeneralBenchConfig, task: Task, root: str) -> dict[str, Any]:
     """CP, HEFT and the general policy (greedy, and greedy + samples, timed) on one task."""
-    from ..house.codeversion import versioned_key
 
     digest = checkpoint_digest(cfg.checkpoint)
     seeds = list(cfg.seed_range)
@@ -41,9 +44,6 @@ def zero_shot_case(cfg: GeneralBenchConfig, task: Task, root: str) -> dict[str, 
 
 
 def _zero_shot(cfg: GeneralBenchConfig, task: Task) -> dict[str, Any]:
-    from ..placers import get_placer, place
-    from ..placers.placer_base import make_rng
-    from ..timing.sim import Simulator
 
     graph, cluster = built_task(task)
     sem = task.semantics

@@ -6,7 +6,7 @@ import argparse
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,12 @@ from ._common import (
 )
 from ._compare import learned_note
 from ._memory import add_memory_cap_argument, memory_fields, memory_lines, with_memory_args
+
+if TYPE_CHECKING:
+    from ..hardware.cluster import Cluster
+    from ..ir.graph import DataflowGraph
+    from ..ir.placement import Placement
+    from ..ir.trace import Trace
 
 NAME = "place"
 HELP = "place a graph with a placer (cp, heft, exact, ...) and simulate the placement"
@@ -166,7 +172,6 @@ def placer_arguments(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..io.documents import save_placement
     from ..placers import check_placer_size, get_placer, placer_spec
     from ..timing.sim import Simulator
 
@@ -233,6 +238,27 @@ def run(args: argparse.Namespace) -> int:
     for key in (*keys, "partition_cost", "memory_cost"):
         if key in placement.meta:
             result[key] = placement.meta[key]
+    _write_outputs(args, result, placement, graph, cluster, trace, lower)
+    if args.json:
+        print_json(result)
+        return 0
+    _print_text(args, result, graph, cluster, schedule, trace, lower, runtime)
+    return 0
+
+
+def _write_outputs(
+    args: argparse.Namespace,
+    result: dict[str, Any],
+    placement: Placement,
+    graph: DataflowGraph,
+    cluster: Cluster,
+    trace: Trace,
+    lower: float,
+) -> None:
+    """``--out`` (the placement document) and ``--gantt`` (the page); their paths into
+    ``result``."""
+    from ..io.documents import save_placement
+
     if args.out:
         try:
             save_placement(placement, args.out, graph, cluster.num_devices)
@@ -257,9 +283,19 @@ def run(args: argparse.Namespace) -> int:
             f"lower bound {format_time(lower, secs)}",
         )
         result["gantt"] = str(page)
-    if args.json:
-        print_json(result)
-        return 0
+
+
+def _print_text(
+    args: argparse.Namespace,
+    result: dict[str, Any],
+    graph: DataflowGraph,
+    cluster: Cluster,
+    schedule: Any,
+    trace: Trace,
+    lower: float,
+    runtime: float,
+) -> None:
+    """The result in words: makespan, lower bound, memory, what produced it, files written."""
     secs = graph.compute_cost is None  # modelled costs are seconds; explicit ones the file's units
 
     def t(x: float) -> str:
@@ -304,4 +340,3 @@ def run(args: argparse.Namespace) -> int:
     for key in ("out", "gantt"):
         if key in result:
             print(f"  wrote {result[key]}")
-    return 0

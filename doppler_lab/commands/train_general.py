@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from types import ModuleType
 
 from ..house.progress import show_progress
 from ._common import int_arg, number_arg, print_json
@@ -22,6 +23,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="run directory (resumed if it holds a run)",
     )
+    _stage_arguments(p, g)
+    _fresh_policy_arguments(p, g)
+    _result_arguments(p, g)
+
+
+def _stage_arguments(p: argparse.ArgumentParser, g: ModuleType) -> None:
+    """The training stages: their episodes, the anchor stage's source, Stage I's teacher,
+    Stage II's learning rate and batch."""
     counts = (
         ("--tasks", 1, g.GENERAL_TASKS, "training tasks in the pool"),
         (
@@ -74,6 +83,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="G",
         help="Stage II: average G tasks' gradients into one optimiser step",
     )
+
+
+def _fresh_policy_arguments(p: argparse.ArgumentParser, g: ModuleType) -> None:
+    """What a fresh policy reads (estimate, feature layout) and the task pool's shares."""
     p.add_argument(
         "--estimate",
         "--timing",  # its name before 0.2
@@ -112,6 +125,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="record in the checkpoint PLC's temperature in its sampled rollouts (the doppler "
         "placer's samples; default 1)",
     )
+
+
+def _result_arguments(p: argparse.ArgumentParser, g: ModuleType) -> None:
+    """Seed, start, and what becomes of the result (ship, name, validate, score, output)."""
     p.add_argument("--seed", type=int_arg(0), default=0, help="seed (task pool, weights, rollouts)")
     p.add_argument("--init", metavar="CKPT", help="start Stage I from a checkpoint")
     p.add_argument(

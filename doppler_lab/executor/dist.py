@@ -25,7 +25,7 @@ import shutil
 import tempfile
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from .backend import Backend, BackendSession, RawRun, executor_error, make_cpu_cluster, op_label
 from .plan import ExecutionPlan
+
+if TYPE_CHECKING:
+    from .plan import ReadyQueues
 
 _START_TIMEOUT_S = 120.0
 
@@ -337,14 +340,7 @@ class WorkerSession:
         g, r = self.graph, self.rank
         plan, bufs = self.pending
         mine = [int(v) for v in g.compute_nodes if plan.device[v] == r]
-        incoming: dict[int, int] = {}  # source -> tensors it will send here
-        consumers: dict[int, tuple[int, ...]] = {}
-        for u, sends in enumerate(plan.sends):
-            for b, ws in sends:
-                if b == r:
-                    a = int(plan.device[u])
-                    incoming[a] = incoming.get(a, 0) + 1
-                    consumers[u] = ws
+        incoming, consumers = _incoming(plan, r)
         lock = threading.Lock()
         cv = threading.Condition(lock)
         rq = ReadyQueues(plan)
@@ -433,17 +429,7 @@ class WorkerSession:
                         if hold[u] == 0:
                             bufs.pop(u, None)
                 if plan.sends[v]:
-                    payload = out.contiguous()
-                    for b, _ in plan.sends[v]:
-                        hdr = torch.tensor(
-                            [float(v), time.perf_counter() - base],
-                            dtype=torch.float64,
-                            device=self.device,
-                        )
-                        sent += [
-                            (hdr, dist.isend(hdr, b, tag=0)),
-                            (payload, dist.isend(payload, b, tag=1)),
-                        ]
+                    sent += self._post_sends(plan, v, out, base)
         for _, work in sent:
             work.wait()
         for t in receivers:
@@ -458,13 +444,58 @@ class WorkerSession:
         return {
             "t0": t0 - base,
             "ops": mine,
-            "start": [start[v] - base for v in mine],
-            "end": [end[v] - base for v in mine],
-            "ready": [rq.ready_seq[v] for v in mine],
-            "launched": [rq.dispatch_seq[v] for v in mine],
+            **_timeline(mine, start, end, rq, base),
             "transfers": [(u, w, a, b, s, e - base) for u, w, a, b, s, e in transfers],
             "outputs": outputs,
         }
+
+    def _post_sends(
+        self, plan: ExecutionPlan, v: int, out: Any, base: float
+    ) -> list[tuple[Any, Any]]:
+        """Post op ``v``'s output to each device that reads it: a header (the op, the post time
+        on this rank's clock) and the tensor, each an ``isend`` kept alive with its buffer."""
+        import torch
+        import torch.distributed as dist
+
+        payload = out.contiguous()
+        sent: list[tuple[Any, Any]] = []
+        for b, _ in plan.sends[v]:
+            hdr = torch.tensor(
+                [float(v), time.perf_counter() - base],
+                dtype=torch.float64,
+                device=self.device,
+            )
+            sent += [
+                (hdr, dist.isend(hdr, b, tag=0)),
+                (payload, dist.isend(payload, b, tag=1)),
+            ]
+        return sent
+
+
+def _incoming(plan: ExecutionPlan, r: int) -> tuple[dict[int, int], dict[int, tuple[int, ...]]]:
+    """What device ``r`` receives: per source device the number of tensors it sends here, and
+    per received tensor its consumers on ``r``."""
+    incoming: dict[int, int] = {}  # source -> tensors it will send here
+    consumers: dict[int, tuple[int, ...]] = {}
+    for u, sends in enumerate(plan.sends):
+        for b, ws in sends:
+            if b == r:
+                a = int(plan.device[u])
+                incoming[a] = incoming.get(a, 0) + 1
+                consumers[u] = ws
+    return incoming, consumers
+
+
+def _timeline(
+    mine: list[int], start: dict, end: dict, rq: ReadyQueues, base: float
+) -> dict[str, list]:
+    """This rank's ops' start and end times (less ``base``) and their ready/launch order."""
+    return {
+        "start": [start[v] - base for v in mine],
+        "end": [end[v] - base for v in mine],
+        "ready": [rq.ready_seq[v] for v in mine],
+        "launched": [rq.dispatch_seq[v] for v in mine],
+    }
 
 
 def make_dist_backend(num_devices: int = 2, threads_per_device: int | None = None) -> DistBackend:

@@ -30,7 +30,7 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -197,79 +197,14 @@ class ExactPlacer(ScheduleToPlacement):
             and m.identical
             and (not mem.active or bool(np.all(mem.caps == mem.caps[0])))
         )
-        horizon = max(m.horizon, 1)
-        model = cp_model.CpModel()
-        start = [model.NewIntVar(0, horizon, f"s{i}") for i in range(n)]
-        end = [model.NewIntVar(0, horizon, f"e{i}") for i in range(n)]
-        x = [[model.NewBoolVar(f"x{i}_{d}") for d in range(ndev)] for i in range(n)]
-        per_device: list[list] = [[] for _ in range(ndev)]
-        for i in range(n):
-            model.AddExactlyOne(x[i])
-            for d in range(ndev):
-                per_device[d].append(
-                    model.NewOptionalIntervalVar(
-                        start[i], int(m.dur[i, d]), end[i], x[i][d], f"iv{i}_{d}"
-                    )
-                )
-            if symmetric:
-                for d in range(i + 1, ndev):
-                    model.Add(x[i][d] == 0)
-            # redundant, for propagation: duration bounds whatever the device
-            model.Add(end[i] >= start[i] + int(m.dur[i].min()))
-            model.Add(end[i] <= start[i] + int(m.dur[i].max()))
-        makespan = model.NewIntVar(0, horizon, "makespan")
-        for d in range(ndev):
-            model.AddNoOverlap(per_device[d])
-            # redundant: a device's load is at most the makespan (tightens the bound)
-            model.Add(sum(int(m.dur[i, d]) * x[i][d] for i in range(n)) <= makespan)
-        model.Add(
-            sum(int(m.dur[i, d]) * x[i][d] for i in range(n) for d in range(ndev))
-            <= ndev * makespan
-        )
-        for k, (u, v) in enumerate(m.edges):
-            model.Add(start[v] >= end[u])
-            delay = m.delay[k]
-            off = delay[~np.eye(ndev, dtype=bool)]
-            if off.size and np.all(off == off[0]):
-                if off[0] > 0:
-                    for d in range(ndev):
-                        model.Add(start[v] >= end[u] + int(off[0])).OnlyEnforceIf(
-                            [x[u][d], x[v][d].Not()]
-                        )
-            else:
-                for a in range(ndev):
-                    for b in range(ndev):
-                        if a != b and delay[a, b] > 0:
-                            model.Add(start[v] >= end[u] + int(delay[a, b])).OnlyEnforceIf(
-                                [x[u][a], x[v][b]]
-                            )
+        model, start, end, x, makespan = _timing_model(cp_model, m, symmetric)
         if mem.active:
             _memory_constraints(model, graph, m, x, mem.caps)
         model.AddMaxEquality(makespan, end)
         model.Minimize(makespan)
-        hint_dev = hs = None
-        if self.hint is not None:
-            from .registry import get_placer
-
-            hint = get_placer(self.hint)
-            try:
-                hs = hint.schedule(graph, cluster, rng)  # type: ignore[attr-defined]
-            except PlacementError:
-                if not mem.active:
-                    raise
-                hs = None  # the heuristic found nothing within the caps: the solver may
-        if hs is not None:
-            hint_dev = hs.placement.device[m.nodes]
-            if symmetric:
-                hint_dev = _relabel(hint_dev)
-            pos = np.empty(graph.num_nodes, dtype=np.int64)
-            pos[hs.order()] = np.arange(hs.order().size)
-            order = np.argsort(pos[m.nodes], kind="stable")
-            hint_start = _hint(m, hint_dev, order)
-            for i in range(n):
-                model.AddHint(start[i], int(hint_start[i]))
-                for d in range(ndev):
-                    model.AddHint(x[i][d], int(hint_dev[i] == d))
+        hint_dev, hint_start = self._add_hint(
+            model, graph, cluster, rng, m, mem, symmetric, start, x
+        )
         solver = cp_model.CpSolver()
         if self.time_limit is not None:
             solver.parameters.max_time_in_seconds = float(self.time_limit)
@@ -313,6 +248,101 @@ class ExactPlacer(ScheduleToPlacement):
         sched = list_schedule(graph, cost, device, order, placer=self.name, meta=meta)
         gap = (sched.makespan - bound) / sched.makespan if sched.makespan > 0 else 0.0
         return sched.with_meta(gap=max(gap, 0.0))  # fitted by the registry
+
+    def _add_hint(
+        self,
+        model: Any,
+        graph: DataflowGraph,
+        cluster: Cluster,
+        rng: np.random.Generator,
+        m: DelayModel,
+        mem: MemoryGuard,
+        symmetric: bool,
+        start: list,
+        x: list,
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The hint heuristic's schedule as the solver's starting point; its devices and starts
+        (None when no hint is set, or it found nothing within the caps)."""
+        hint_dev = hint_start = hs = None
+        if self.hint is not None:
+            from .registry import get_placer
+
+            hint = get_placer(self.hint)
+            try:
+                hs = hint.schedule(graph, cluster, rng)  # type: ignore[attr-defined]
+            except PlacementError:
+                if not mem.active:
+                    raise
+                hs = None  # the heuristic found nothing within the caps: the solver may
+        if hs is not None:
+            hint_dev = hs.placement.device[m.nodes]
+            if symmetric:
+                hint_dev = _relabel(hint_dev)
+            pos = np.empty(graph.num_nodes, dtype=np.int64)
+            pos[hs.order()] = np.arange(hs.order().size)
+            order = np.argsort(pos[m.nodes], kind="stable")
+            hint_start = _hint(m, hint_dev, order)
+            n, ndev = m.dur.shape
+            for i in range(n):
+                model.AddHint(start[i], int(hint_start[i]))
+                for d in range(ndev):
+                    model.AddHint(x[i][d], int(hint_dev[i] == d))
+        return hint_dev, hint_start
+
+
+def _timing_model(
+    cp_model: Any, m: DelayModel, symmetric: bool
+) -> tuple[Any, list, list, list, Any]:
+    """The CP-SAT model of the schedule without memory: one optional interval per op and device,
+    no overlap on a device, each edge's delay when its ends are on different devices, the
+    makespan to minimise; (model, start, end, x, makespan) with ``x[i][d]``: op i on device d."""
+    n, ndev = m.dur.shape
+    horizon = max(m.horizon, 1)
+    model = cp_model.CpModel()
+    start = [model.NewIntVar(0, horizon, f"s{i}") for i in range(n)]
+    end = [model.NewIntVar(0, horizon, f"e{i}") for i in range(n)]
+    x = [[model.NewBoolVar(f"x{i}_{d}") for d in range(ndev)] for i in range(n)]
+    per_device: list[list] = [[] for _ in range(ndev)]
+    for i in range(n):
+        model.AddExactlyOne(x[i])
+        for d in range(ndev):
+            per_device[d].append(
+                model.NewOptionalIntervalVar(
+                    start[i], int(m.dur[i, d]), end[i], x[i][d], f"iv{i}_{d}"
+                )
+            )
+        if symmetric:
+            for d in range(i + 1, ndev):
+                model.Add(x[i][d] == 0)
+        # redundant, for propagation: duration bounds whatever the device
+        model.Add(end[i] >= start[i] + int(m.dur[i].min()))
+        model.Add(end[i] <= start[i] + int(m.dur[i].max()))
+    makespan = model.NewIntVar(0, horizon, "makespan")
+    for d in range(ndev):
+        model.AddNoOverlap(per_device[d])
+        # redundant: a device's load is at most the makespan (tightens the bound)
+        model.Add(sum(int(m.dur[i, d]) * x[i][d] for i in range(n)) <= makespan)
+    model.Add(
+        sum(int(m.dur[i, d]) * x[i][d] for i in range(n) for d in range(ndev)) <= ndev * makespan
+    )
+    for k, (u, v) in enumerate(m.edges):
+        model.Add(start[v] >= end[u])
+        delay = m.delay[k]
+        off = delay[~np.eye(ndev, dtype=bool)]
+        if off.size and np.all(off == off[0]):
+            if off[0] > 0:
+                for d in range(ndev):
+                    model.Add(start[v] >= end[u] + int(off[0])).OnlyEnforceIf(
+                        [x[u][d], x[v][d].Not()]
+                    )
+        else:
+            for a in range(ndev):
+                for b in range(ndev):
+                    if a != b and delay[a, b] > 0:
+                        model.Add(start[v] >= end[u] + int(delay[a, b])).OnlyEnforceIf(
+                            [x[u][a], x[v][b]]
+                        )
+    return model, start, end, x, makespan
 
 
 def _memory_constraints(model, graph: DataflowGraph, m: DelayModel, x: list, caps: np.ndarray):

@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
+from ..bench.importing import IMPORTED_POLICY, placer_comparison, simulated_traces
 from ..bench.yardstick import best_known
 from ..hardware.cluster import make_cluster
 from ..house.jsonutil import write_json
@@ -27,7 +28,11 @@ from ..house.paths import PAPER_GRAPHS_HINT, paper_graphs_dir
 from ..ir.graph import DataflowGraph
 from ..placers import available_placers, place
 from ..timing.sim import Simulator
+from ..train.experiments import FINETUNE_RECIPE, executor_comparison, short_finetune
+from ..viz import HtmlReport, bar_compare, compare_gantt, learning_curves
+from ..workloads import build
 from ..workloads.catalog import GENERATED_WORKLOADS, default_cluster, load_paper_graphs
+from ..workloads.specs import graph_from_spec
 
 BASELINES: tuple[str, ...] = (
     "single", "round-robin", "random", "cp", "heft", "etf", "m-topo", "clustering",
@@ -77,7 +82,6 @@ def _placer_rows(
 
 def step_baselines(ctx: DemoContext) -> None:
     """Every generated workload under the baseline placers, wc semantics on 4 x P100."""
-    from ..workloads import build
 
     cluster = make_cluster("p100x4")
     rows: list[dict] = []
@@ -94,7 +98,6 @@ def step_baselines(ctx: DemoContext) -> None:
     ctx.summary["baselines"] = df.to_dict(orient="records")
 
     def render(report) -> None:
-        from ..viz import bar_compare, compare_gantt
 
         report.heading("Baseline placers on the generated workloads")
         report.text(
@@ -184,8 +187,6 @@ EXECUTOR_WORKLOAD = {False: "chainmm:scale=0.08", True: "chainmm:matrices=3,scal
 def step_training(ctx: DemoContext) -> None:
     """A short DOPPLER Stage II from the shipped checkpoint of the workload (else from a short
     Stage I), against its starting point and the Critical Path teacher."""
-    from ..train.experiments import FINETUNE_RECIPE, short_finetune
-    from ..workloads import build
 
     cluster = make_cluster("p100x4")
     graph = build(TRAIN_WORKLOAD, scale=ctx.scale)
@@ -204,7 +205,6 @@ def step_training(ctx: DemoContext) -> None:
     }
 
     def render(report) -> None:
-        from ..viz import compare_gantt, learning_curves
 
         report.heading("Learning placements: a short DOPPLER training")
         report.text(
@@ -241,8 +241,6 @@ def step_training(ctx: DemoContext) -> None:
 def step_executor(ctx: DemoContext) -> None:
     """A real run on 2 CPU worker devices under two placements: outputs checked against the
     single-device reference, measured against simulated makespans, measured timelines."""
-    from ..train.experiments import executor_comparison
-    from ..workloads.specs import graph_from_spec
 
     graph = graph_from_spec(EXECUTOR_WORKLOAD[ctx.quick])
     res = executor_comparison(
@@ -255,7 +253,6 @@ def step_executor(ctx: DemoContext) -> None:
     }
 
     def render(report) -> None:
-        from ..viz import compare_gantt
 
         report.heading("A real run on CPU worker devices")
         report.text(
@@ -291,8 +288,6 @@ def _devices_used(placement, ops) -> int:  # noqa: ANN001 - a Placement and node
 def step_imported_model(ctx: DemoContext) -> None:
     """A Hugging Face Llama imported through torch.export, placed by the Critical Path teacher
     and the shipped DOPPLER policy, simulated with wc semantics on 4 x P100."""
-    from ..bench.importing import IMPORTED_POLICY, placer_comparison, simulated_traces
-    from ..workloads.specs import graph_from_spec
 
     spec = IMPORTED_MODEL[ctx.quick]
     graph = graph_from_spec(spec)
@@ -312,7 +307,6 @@ def step_imported_model(ctx: DemoContext) -> None:
     }
 
     def render(report) -> None:
-        from ..viz import compare_gantt
 
         report.heading("Bring your own model: an imported Hugging Face Llama")
         report.text(
@@ -355,7 +349,6 @@ def run_demo(
 ) -> Path:
     """Run every step and write ``out_dir/index.html`` and ``out_dir/summary.json`` (with
     progress bars on stderr unless ``progress`` is False)."""
-    from ..viz import HtmlReport
 
     ctx = DemoContext(
         Path(out_dir),

@@ -31,6 +31,7 @@ import numpy as np
 from ..house.errors import ConfigError
 from ..house.stats import MIN_PAIRS, PairedStats, judge_claim
 from ..viz.tables import COST_UNITS, format_value, is_missing
+from .notebook_runs import write_summary
 
 __all__ = [
     "PAGES",
@@ -949,7 +950,6 @@ def finish(page: str, out_dir: str | os.PathLike, summary: Mapping[str, Any]) ->
     """A notebook's last step: write ``summary.json`` with its headline results and findings
     (see :func:`page_findings`) into ``out_dir``, and return the findings (shown as the page's
     last output)."""
-    from .notebook_runs import write_summary
 
     found = page_findings(page, summary)
     write_summary(out_dir, {**summary, **found.to_summary()})

@@ -11,6 +11,7 @@ and ``doppler-lab report`` both go through it.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -19,16 +20,27 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from ..house.atomic import atomic_write
 from ..house.deps import require
 from ..house.errors import ConfigError
+from ..house.jsonutil import write_json
 from ..house.paths import REPO_ROOT
+from ..viz.html import (
+    holds_plotly_bundle,
+    markdown_to_text,
+    with_back_link,
+    with_plotly,
+    with_shared_assets,
+    with_title,
+)
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 
 
 def notebook_parameters(path: str | os.PathLike) -> dict[str, Any]:
     """The defaults in a notebook's ``parameters`` cell (evaluated as Python literals)."""
-    import ast
 
     nbformat = require("nbformat", "reading a notebook's parameters")
     nb = nbformat.read(str(path), as_version=4)
@@ -102,6 +114,7 @@ def run_notebook(
 
 
 def _ipc_kernel_manager() -> type:
+    # imported here, not at the top: an optional dependency, loaded only when used
     from jupyter_client.manager import KernelManager
 
     class IpcKernelManager(KernelManager):
@@ -125,6 +138,7 @@ def __getattr__(name: str) -> Any:
 
 def _kernel_name() -> str:
     """The Jupyter kernel of this interpreter: ``python3`` from ipykernel (sys.executable)."""
+    # imported here, not at the top: an optional dependency, loaded only when used
     from jupyter_client.kernelspec import KernelSpecManager
 
     specs = KernelSpecManager().find_kernel_specs()
@@ -135,7 +149,6 @@ def _kernel_name() -> str:
 
 def write_summary(out_dir: str | os.PathLike, summary: Mapping[str, Any]) -> Path:
     """Write a notebook's ``summary.json`` (numpy values made plain)."""
-    from ..house.jsonutil import write_json
 
     return write_json(Path(out_dir) / "summary.json", dict(summary))
 
@@ -169,16 +182,9 @@ def render_html(
     """
     nbformat = require("nbformat", "rendering a notebook to HTML")
     require("nbconvert", "rendering a notebook to HTML")
+    # imported here, not at the top: an optional dependency, loaded only when used
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
-
-    from ..viz.html import (
-        markdown_to_text,
-        with_back_link,
-        with_plotly,
-        with_shared_assets,
-        with_title,
-    )
 
     nb = nbformat.read(str(executed_notebook), as_version=4)
     static_widget_outputs(nb)
@@ -200,7 +206,6 @@ def render_html(
     body = with_back_link(body, back_link, banner, stamp)
     if title:
         body = with_title(body, f"{markdown_to_text(title)} · doppler_lab")
-    from ..house.atomic import atomic_write
 
     return atomic_write(html_path, body)
 
@@ -278,7 +283,6 @@ def drop_plotly_bundles(nb: Any) -> int:
     library into a notebook's first chart), so that a page loads it once from where it chooses
     (:func:`~doppler_lab.viz.html.with_plotly`), and the MathJax that renderer fetches for each
     chart (the charts use no LaTeX). Changes ``nb`` in place; returns the outputs removed."""
-    from ..viz.html import holds_plotly_bundle
 
     dropped = 0
     for cell in nb.cells:
@@ -330,7 +334,6 @@ def setup_notebook(interactive: bool = False) -> None:
     if PAGE_RENDERER not in pio.renderers:
         pio.renderers[PAGE_RENDERER] = _page_renderer()
     pio.renderers.default = f"plotly_mimetype+{'notebook' if interactive else PAGE_RENDERER}"
-    import pandas as pd
 
     for option, value in (
         ("display.max_columns", None),
@@ -346,6 +349,7 @@ PAGE_RENDERER = "doppler_page"
 
 
 def _page_renderer() -> Any:
+    # imported here, not at the top: an optional dependency, loaded only when used
     from plotly.io import to_html
     from plotly.io.base_renderers import MimetypeRenderer
 

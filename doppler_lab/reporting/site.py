@@ -49,9 +49,31 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
+from ..house import codeversion
 from ..house.deps import require
 from ..house.errors import ConfigError
-from .notebook_runs import NOTEBOOKS_DIR, REPO_ROOT, notebook_parameters, render_html, run_notebook
+from ..house.jsonutil import read_json, write_json
+from ..house.validate import read_json_file
+from ..viz.html import (
+    QUICK_BANNER,
+    QUICK_NOTE,
+    HtmlReport,
+    banner_html,
+    html_table,
+    inline_markdown,
+    markdown_to_html,
+)
+from ..viz.tables import format_value
+from .notebook_runs import (
+    NOTEBOOKS_DIR,
+    REPO_ROOT,
+    notebook_parameters,
+    render_html,
+    run_notebook,
+    without_machine_paths,
+)
 
 SITE_FORMAT = "doppler_lab.report_site"
 SITE_VERSION = 1
@@ -179,7 +201,6 @@ def quick_parameters(path: str | os.PathLike) -> dict[str, Any] | None:
 def read_params_file(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
     """Per-notebook parameter overrides from JSON: ``{"00_quickstart": {"scale": 0.1}, ...}``
     (a key may be any name :func:`find_notebooks` accepts)."""
-    from ..house.jsonutil import read_json
 
     p = Path(path)
     doc = read_json(p, "parameters file")
@@ -358,7 +379,6 @@ def run_one(
     folder = out_dir / info.stem
     executed = folder / info.path.name
     page = folder / f"{info.stem}.html"
-    from ..house.codeversion import code_version
 
     result = NotebookResult(
         info.stem,
@@ -366,7 +386,7 @@ def run_one(
         info.question,
         profile=profile,
         parameters=dict(parameters),
-        code_version=code_version(),
+        code_version=codeversion.code_version(),
         notebook_digest=notebook_digest(info.path),
     )
     for stale in (executed, page, folder / "summary.json"):
@@ -392,7 +412,6 @@ def run_one(
 def draw_page(result: NotebookResult, info: NotebookInfo, out_dir: Path) -> None:
     """Render ``result``'s executed notebook to its page (plotly.js from the site's assets,
     the quick banner, the code version); a failure to render is recorded in ``result``."""
-    from ..house.codeversion import code_version
 
     folder = out_dir / info.stem
     page = folder / f"{info.stem}.html"
@@ -408,7 +427,7 @@ def draw_page(result: NotebookResult, info: NotebookInfo, out_dir: Path) -> None
             stamp=page_stamp(result),
         )
         result.page = page.relative_to(out_dir).as_posix()
-        result.drawn_with = code_version()
+        result.drawn_with = codeversion.code_version()
     except Exception as exc:  # e.g. a corrupt partial notebook
         result.status = "failed"
         result.error = (result.error + "; " if result.error else "") + _error_line(exc)
@@ -417,9 +436,8 @@ def draw_page(result: NotebookResult, info: NotebookInfo, out_dir: Path) -> None
 def version_mark(result: NotebookResult) -> str | None:
     """The mark of a page built from other code than the package's now: ``built from an older
     version (X; code is now Y)``; None when the versions agree or nothing ran."""
-    from ..house.codeversion import code_version
 
-    now = code_version()
+    now = codeversion.code_version()
     if result.status == "not run" or result.code_version == now:
         return None
     return (
@@ -456,14 +474,13 @@ def reusable(
     """Whether the site folder holds a run of this notebook that a build may reuse: it
     succeeded with the same code version, the same notebook cells and the same parameters, and
     its executed copy, ``summary.json`` and page are there."""
-    from ..house.codeversion import code_version
 
     if earlier is None or earlier.status != "ok" or earlier.page is None:
         return False
     folder = out_dir / info.stem
     kept = (folder / info.path.name, folder / "summary.json", out_dir / earlier.page)
     return (
-        earlier.code_version == code_version()
+        earlier.code_version == codeversion.code_version()
         and earlier.notebook_digest == notebook_digest(info.path)
         and earlier.parameters == dict(parameters)
         and earlier.profile == profile
@@ -505,7 +522,6 @@ def build_site(
     Returns:
         The :class:`Site`; ``site.ok`` is False when a notebook failed.
     """
-    from tqdm.auto import tqdm
 
     out = Path(out_dir if out_dir is not None else QUICK_SITE if quick else DEFAULT_SITE).resolve()
     notebooks = find_notebooks(only, notebooks_dir)
@@ -551,7 +567,6 @@ def build_site(
 
 
 def _quick_banner() -> str:
-    from ..viz.html import QUICK_BANNER
 
     return QUICK_BANNER
 
@@ -592,10 +607,12 @@ def _merge(
 def redraw_if_stale(result: NotebookResult, path: Path, out_dir: Path) -> bool:
     """Draw a kept page anew (from its executed copy) when its :func:`version_mark` was drawn
     against another code version than the package's now; returns whether it was drawn."""
-    from ..house.codeversion import code_version
 
     info = notebook_info(path)
-    if result.drawn_with == code_version() or not (out_dir / info.stem / path.name).exists():
+    if (
+        result.drawn_with == codeversion.code_version()
+        or not (out_dir / info.stem / path.name).exists()
+    ):
         return False
     draw_page(result, info, out_dir)
     return True
@@ -667,7 +684,6 @@ def recovered_result(out_dir: str | os.PathLike, info: NotebookInfo) -> Notebook
 
 def read_site(out_dir: str | os.PathLike) -> list[NotebookResult]:
     """The results recorded in ``out_dir/site.json`` (empty when there is none)."""
-    from ..house.validate import read_json_file
 
     path = Path(out_dir) / "site.json"
     if not os.path.lexists(path):
@@ -712,7 +728,6 @@ PROFILE_NAMES = {
 
 
 def _format_value(value: Any) -> str:
-    from ..viz.tables import format_value
 
     return html.escape(format_value(value))
 
@@ -722,7 +737,6 @@ def _status_badge(status: str) -> str:
 
 
 def _title_html(r: NotebookResult) -> str:
-    from ..viz.html import inline_markdown
 
     return inline_markdown(r.title)
 
@@ -758,7 +772,6 @@ def _targets_badge(r: NotebookResult) -> str:
 
 
 def _overview(results: Sequence[NotebookResult]) -> str:
-    from ..viz.html import html_table
 
     rows = (
         f"<td>{_link(r, html.escape(r.stem))}</td><td class='title'>{_title_html(r)}</td>"
@@ -775,7 +788,6 @@ def _overview(results: Sequence[NotebookResult]) -> str:
 
 
 def _headline_boxes(r: NotebookResult) -> str:
-    from ..viz.tables import format_value
 
     boxes = []
     for h in r.headline:
@@ -792,7 +804,6 @@ def _headline_boxes(r: NotebookResult) -> str:
 
 
 def _section(r: NotebookResult) -> str:
-    from ..viz.html import banner_html, markdown_to_html
 
     parts = [f'<section class="nb" id="{html.escape(r.stem)}">']
     parts.append(f"<h2>{_link(r, _title_html(r))}</h2>")
@@ -895,7 +906,6 @@ def write_index(
     out_dir: str | os.PathLike, results: Sequence[NotebookResult], command: str | None = None
 ) -> Path:
     """Write ``index.html`` and ``site.json`` for ``results``; returns the index path."""
-    from ..viz.html import HtmlReport
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -912,21 +922,16 @@ def write_index(
         f"{len(results)} notebooks: {ok} ok, {bad} failed, {len(results) - ok - bad} not run"
     )
     if command:
-        from .notebook_runs import without_machine_paths
-
         sub.append(f"`{without_machine_paths(command, out)}`")
     report = HtmlReport("doppler_lab: experiment reports", subtitle=" · ".join(sub), toc=False)
     report.html(_INDEX_CSS)
-    from ..viz.html import QUICK_NOTE, banner_html
 
     if any(r.profile == "quick" and r.status != "not run" for r in results):
         report.html(f"<p>{banner_html(QUICK_NOTE)}</p>")
     stale = [r.stem for r in results if version_mark(r)]
     if stale:
-        from ..house.codeversion import code_version
-
         report.html(
-            f"<p>{banner_html(f'{len(stale)} of {len(results)} pages built from an older version (code is now `{code_version()}`)')}</p>"
+            f"<p>{banner_html(f'{len(stale)} of {len(results)} pages built from an older version (code is now `{codeversion.code_version()}`)')}</p>"
         )
         report.text(
             f"Pages built from an older version show numbers of other code: run them again "
@@ -942,19 +947,17 @@ def write_index(
     for r in results:
         report.html(_section(r))
     index = report.write(out / "index.html")
-    from ..house.codeversion import code_version
 
     doc = {
         "format": SITE_FORMAT,
         "version": SITE_VERSION,
         "built": dt.datetime.now().isoformat(timespec="seconds"),
         "commit": commit,
-        "code_version": code_version(),
+        "code_version": codeversion.code_version(),
         "command": command,
         "profile": site_profile(results),
         "notebooks": [asdict(r) for r in results],
     }
-    from ..house.jsonutil import write_json
 
     write_json(out / "site.json", doc)
     return index

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import plotly.graph_objects as go
@@ -143,22 +143,7 @@ def plot_graph(
     gl = int(keep.sum()) > _GL_NODES
     scatter = go.Scattergl if gl else go.Scatter
 
-    e = np.flatnonzero(keep[graph.edge_src] & keep[graph.edge_dst])
-    ex = np.full(3 * e.size, None, dtype=object)
-    ey = np.full(3 * e.size, None, dtype=object)
-    ex[0::3], ex[1::3] = x[graph.edge_src[e]], x[graph.edge_dst[e]]
-    ey[0::3], ey[1::3] = y[graph.edge_src[e]], y[graph.edge_dst[e]]
-    traces: list[go.BaseTraceType] = [
-        scatter(
-            x=ex,
-            y=ey,
-            mode="lines",
-            line=dict(color="rgba(120,120,120,0.35)", width=0.8),
-            hoverinfo="skip",
-            name="edges",
-            showlegend=False,
-        )
-    ]
+    traces: list[go.BaseTraceType] = [_edge_trace(graph, x, y, keep, scatter)]
 
     kinds = np.array([graph.kind_name(v) for v in range(graph.num_nodes)], dtype=object)
     if color_by == "kind":
@@ -169,54 +154,11 @@ def plot_graph(
             graph.is_input, "input (resident)", np.char.add("device ", dev.astype(str))
         ).astype(object)
     cost = graph.node_cost()
-    # ops are named when there are few: short names, about as wide as two layers' spacing,
-    # above and below their markers by turns (along a layer and across layers), so that
-    # neighbours' labels do not overlap
-    labels = graph.compute_nodes.size <= _LABEL_NODES
-    width = int(max(6, 1.8 * spacing / _LABEL_PX))
-    names = np.array(
-        ["" if graph.is_input[v] else short_label(graph.names[v], width) for v in range(x.size)],
-        dtype=object,
-    )
-    layer = np.unique(x, return_inverse=True)[1]
-    rank = np.floor(y + 0.25).astype(np.int64)  # consecutive within a layer (y steps by 1)
-    position = np.where((rank + layer) % 2 == 0, "top center", "bottom center")
+    names, position = _node_labels(graph, x, y, spacing)
     for grp in sorted(set(group[keep].tolist()), key=_group_order):
         sel = np.flatnonzero(keep & (group == grp))
-        custom = np.empty((sel.size, 6), dtype=object)
-        custom[:, 0] = np.array(graph.names, dtype=object)[sel]
-        custom[:, 1] = kinds[sel]
-        custom[:, 2] = graph.flops[sel]
-        custom[:, 3] = graph.out_bytes[sel]
-        custom[:, 4] = cost[sel]
-        custom[:, 5] = dev[sel] if dev is not None else ""
-        if grp.startswith("device "):
-            color = series_color(int(grp.split()[1]))
-        else:
-            color = kind_color("input" if grp.startswith("input") else grp)
         traces.append(
-            scatter(
-                x=x[sel],
-                y=y[sel],
-                mode="markers+text" if labels else "markers",
-                text=names[sel] if labels else None,
-                textposition=position[sel] if labels else None,
-                textfont=dict(size=9, color="#57606a"),
-                marker=dict(
-                    size=np.where(graph.is_input[sel], np.minimum(size[sel], 7.0), size[sel]),
-                    color=color,
-                    symbol=np.where(graph.is_input[sel], "diamond", "circle"),
-                    line=dict(width=0.5, color="white"),
-                ),
-                customdata=custom,
-                hovertemplate=(
-                    "<b>%{customdata[0]}</b><br>kind: %{customdata[1]}<br>flops: %{customdata[2]:.4g}"
-                    "<br>out bytes: %{customdata[3]:.4g}<br>cost: %{customdata[4]:.4g}"
-                    + ("<br>device: %{customdata[5]}" if dev is not None else "")
-                    + "<extra></extra>"
-                ),
-                name=grp,
-            )
+            _group_trace(graph, grp, sel, x, y, size, kinds, cost, dev, names, position, scatter)
         )
     fig = go.Figure(data=traces)
     fig.update_layout(
@@ -232,6 +174,95 @@ def plot_graph(
     fig.update_xaxes(title="depth (layer)", showgrid=False, zeroline=False)
     fig.update_yaxes(visible=False, showgrid=False, zeroline=False)
     return fig
+
+
+def _edge_trace(
+    graph: DataflowGraph, x: np.ndarray, y: np.ndarray, keep: np.ndarray, scatter: Any
+) -> go.BaseTraceType:
+    """One line trace for every edge between kept nodes (``None`` breaks the line)."""
+    e = np.flatnonzero(keep[graph.edge_src] & keep[graph.edge_dst])
+    ex = np.full(3 * e.size, None, dtype=object)
+    ey = np.full(3 * e.size, None, dtype=object)
+    ex[0::3], ex[1::3] = x[graph.edge_src[e]], x[graph.edge_dst[e]]
+    ey[0::3], ey[1::3] = y[graph.edge_src[e]], y[graph.edge_dst[e]]
+    return scatter(
+        x=ex,
+        y=ey,
+        mode="lines",
+        line=dict(color="rgba(120,120,120,0.35)", width=0.8),
+        hoverinfo="skip",
+        name="edges",
+        showlegend=False,
+    )
+
+
+def _node_labels(
+    graph: DataflowGraph, x: np.ndarray, y: np.ndarray, spacing: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each node's short name (inputs: none) and where it goes (above or below its marker)."""
+    # ops are named when there are few: short names, about as wide as two layers' spacing,
+    # above and below their markers by turns (along a layer and across layers), so that
+    # neighbours' labels do not overlap
+    width = int(max(6, 1.8 * spacing / _LABEL_PX))
+    names = np.array(
+        ["" if graph.is_input[v] else short_label(graph.names[v], width) for v in range(x.size)],
+        dtype=object,
+    )
+    layer = np.unique(x, return_inverse=True)[1]
+    rank = np.floor(y + 0.25).astype(np.int64)  # consecutive within a layer (y steps by 1)
+    position = np.where((rank + layer) % 2 == 0, "top center", "bottom center")
+    return names, position
+
+
+def _group_trace(
+    graph: DataflowGraph,
+    grp: str,
+    sel: np.ndarray,
+    x: np.ndarray,
+    y: np.ndarray,
+    size: np.ndarray,
+    kinds: np.ndarray,
+    cost: np.ndarray,
+    dev: np.ndarray | None,
+    names: np.ndarray,
+    position: np.ndarray,
+    scatter: Any,
+) -> go.BaseTraceType:
+    """The marker trace of one colour group (a kind or a device), hover data per node."""
+    labels = graph.compute_nodes.size <= _LABEL_NODES
+    custom = np.empty((sel.size, 6), dtype=object)
+    custom[:, 0] = np.array(graph.names, dtype=object)[sel]
+    custom[:, 1] = kinds[sel]
+    custom[:, 2] = graph.flops[sel]
+    custom[:, 3] = graph.out_bytes[sel]
+    custom[:, 4] = cost[sel]
+    custom[:, 5] = dev[sel] if dev is not None else ""
+    if grp.startswith("device "):
+        color = series_color(int(grp.split()[1]))
+    else:
+        color = kind_color("input" if grp.startswith("input") else grp)
+    return scatter(
+        x=x[sel],
+        y=y[sel],
+        mode="markers+text" if labels else "markers",
+        text=names[sel] if labels else None,
+        textposition=position[sel] if labels else None,
+        textfont=dict(size=9, color="#57606a"),
+        marker=dict(
+            size=np.where(graph.is_input[sel], np.minimum(size[sel], 7.0), size[sel]),
+            color=color,
+            symbol=np.where(graph.is_input[sel], "diamond", "circle"),
+            line=dict(width=0.5, color="white"),
+        ),
+        customdata=custom,
+        hovertemplate=(
+            "<b>%{customdata[0]}</b><br>kind: %{customdata[1]}<br>flops: %{customdata[2]:.4g}"
+            "<br>out bytes: %{customdata[3]:.4g}<br>cost: %{customdata[4]:.4g}"
+            + ("<br>device: %{customdata[5]}" if dev is not None else "")
+            + "<extra></extra>"
+        ),
+        name=grp,
+    )
 
 
 def _group_order(group: str) -> tuple[int, int, str]:

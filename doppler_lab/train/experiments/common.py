@@ -11,12 +11,19 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from ...executor import Executor, make_backend
+from ...executor.backend import make_cpu_cluster
+from ...executor.profiling import calibrate as measure
 from ...hardware.cluster import Cluster
 from ...house.errors import ConfigError
 from ...house.runners import torch_threads as torch_threads  # its home; experiments import it here
 from ...ir.graph import DataflowGraph
 from ...ir.placement import Placement
 from ...ir.trace import Trace
+from ...search.learned import best_of_rollouts
+from ...timing.sim import Simulator
+from ...viz.curves import smooth
+from ...workloads.specs import parse_graph_spec
 
 #: metrics copied from a stage's rows into a learning-curve frame
 CURVE_METRICS: tuple[str, ...] = ("cost_mean", "cost_min", "greedy_cost")
@@ -63,8 +70,6 @@ def start_point(cost: float, stage: str, **labels: Any) -> pd.DataFrame:
 
 def greedy_makespan(policy: Any, graph: DataflowGraph, cluster: Cluster, semantics: str) -> float:
     """Simulated makespan of ``policy``'s greedy rollout (no sampling, no search)."""
-    from ...search.learned import best_of_rollouts
-    from ...timing.sim import Simulator
 
     placement = best_of_rollouts(policy, graph, cluster, 0, 0, semantics).placement
     return float(Simulator(graph, cluster, semantics).makespan(placement))  # type: ignore[arg-type]
@@ -102,7 +107,6 @@ def convergence_stats(
         the smoothed curve stays within ``tol`` of ``final``; None if its last point is
         outside) and ``tail_cv`` (std / mean of the raw costs over the second half: jitter).
     """
-    from ...viz.curves import smooth
 
     e = np.asarray(episodes, dtype=np.float64)
     c = np.asarray(costs, dtype=np.float64)
@@ -165,13 +169,10 @@ def cpu_cluster(
     Returns:
         ``(cluster, how)`` where ``how`` says which (and the parallel capacity measured).
     """
-    from ...executor.backend import make_cpu_cluster
 
     base = make_cpu_cluster(devices)
     if not calibrate:
         return base, f"cpu preset, {devices} devices (uncalibrated)"
-    from ...executor import make_backend
-    from ...executor.profiling import calibrate as measure
 
     backend = make_backend(base)
     try:
@@ -201,7 +202,6 @@ def measure_placements(
         Per label every timed makespan (seconds), and the trace of its last run (median repeat
         of the last round).
     """
-    from ...executor import Executor
 
     if repeats < 1 or rounds < 1:
         raise ConfigError(f"repeats and rounds must be >= 1, got {repeats} and {rounds}")
@@ -236,7 +236,6 @@ def spec_with(spec: str, **params: Any) -> str:
     scale=0.1)`` is ``"chainmm:scale=0.1"``."""
     if not params:
         return spec
-    from ...workloads.specs import parse_graph_spec
 
     return str(parse_graph_spec(spec).with_params(**params))
 

@@ -3,6 +3,7 @@ run of two placements checked against the single-device reference."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,10 +11,18 @@ from typing import Any
 
 import pandas as pd
 
+from ...executor import Executor
+from ...executor.backend import make_cpu_cluster
+from ...executor.runner import compare_outputs
+from ...executor.torch_ops import reference_outputs
 from ...hardware.cluster import Cluster
 from ...ir.graph import DataflowGraph
 from ...ir.trace import Trace
-from ..analysis import PolicyRecipe
+from ...placers import place
+from ...timing.sim import Simulator
+from ..analysis import PolicyRecipe, compare_placements, starting_policy
+from ..loop import train as train_stage
+from ..train_config import preset
 from .common import cpu_cluster, greedy_makespan, stage_curve, start_point, torch_threads
 
 
@@ -53,11 +62,6 @@ def short_finetune(
     checkpoint of ``graph`` (``recipe.init="auto"``; else from a Stage I of
     ``recipe.imitation_episodes``), compared with its start and the CP teacher by the protocol
     (``samples`` sampled rollouts). ``out_dir`` holds the runs (a rerun starts afresh)."""
-    import shutil
-
-    from ..analysis import compare_placements, starting_policy
-    from ..loop import train as train_stage
-    from ..train_config import preset
 
     out = Path(out_dir)
     shutil.rmtree(out, ignore_errors=True)
@@ -109,12 +113,6 @@ def executor_comparison(
     """Run ``graph`` on ``devices`` CPU workers under each placer's placement; check the outputs
     against the reference (an imported model's eager outputs, else a single-device run) and
     compare measured with simulated makespans."""
-    from ...executor import Executor
-    from ...executor.backend import make_cpu_cluster
-    from ...executor.runner import compare_outputs
-    from ...executor.torch_ops import reference_outputs
-    from ...placers import place
-    from ...timing.sim import Simulator
 
     cluster, how = cpu_cluster(graph, devices, calibrate, seed)
     calibrated = Simulator(graph, cluster, "wc")

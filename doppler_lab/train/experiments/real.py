@@ -24,15 +24,31 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
+from ...executor import make_backend
+from ...executor.backend import make_cpu_cluster
+from ...executor.fidelity_runs import Passes, fidelity_placements, median_rel_error, spearman
+from ...executor.fidelity_runs import measure_placements as measure_all
+from ...executor.profiling import calibrate
 from ...hardware.cluster import Cluster
 from ...house.deps import require
 from ...house.errors import ConfigError
 from ...ir.graph import DataflowGraph
 from ...ir.placement import Placement
 from ...ir.trace import Trace
+from ...policies.checkpoint import load_policy, read_checkpoint
+from ...policies.context import GraphContext
+from ...policies.pretrained import list_checkpoints, resolve_checkpoint
+from ...policies.rollout import greedy_and_samples
+from ...policies.tensors import flush_denormal
 from ...timing.calibration import Profile
-from ..analysis import PolicyRecipe
+from ...timing.sim import Simulator
+from ...viz import series_color
+from ..analysis import PolicyRecipe, starting_policy
+from ..cost_functions import SimulatorCost, make_executor_cost
+from ..loop import Trainer
+from ..train_config import preset
 from .common import measure_placements, stage_curve, start_point, torch_threads
 
 #: labels of the two policies measured side by side
@@ -60,9 +76,6 @@ def calibrate_workers(
         The fitted :class:`Profile` (``profile.meta["parallel_capacity"]``: how many devices
         really ran at once).
     """
-    from ...executor import make_backend
-    from ...executor.backend import make_cpu_cluster
-    from ...executor.profiling import calibrate
 
     if not isinstance(devices, int) or devices < 1:
         raise ConfigError(f"calibrate_workers devices = {devices!r}, expected an integer >= 1")
@@ -130,7 +143,6 @@ def profile_numbers(profile: Profile) -> dict[str, Any]:
 
 def calibrated_simulator(graph: DataflowGraph, profile: Profile) -> Any:
     """The ``wc`` simulator of ``graph`` on the calibrated devices with measured op times."""
-    from ...timing.sim import Simulator
 
     return Simulator(graph, profile.cluster, "wc", cost_model=profile.cost_model(graph))
 
@@ -157,8 +169,6 @@ class WarmStart:
 def shipped_match(graph: DataflowGraph, num_devices: int) -> str | None:
     """The shipped checkpoint ``doppler/<graph name>`` when it was trained on the same graph
     (name and node count) for ``num_devices`` devices; else None."""
-    from ...policies.checkpoint import read_checkpoint
-    from ...policies.pretrained import list_checkpoints
 
     name = f"doppler/{graph.name}"
     rec = list_checkpoints().get(name)
@@ -193,12 +203,6 @@ def stage2_policy(
             ``sim_episodes``, ``eval_every``, ``seed``, ``policy``, ``train``).
         progress: show progress bars.
     """
-    from ...policies.checkpoint import load_policy
-    from ...policies.pretrained import resolve_checkpoint
-    from ..analysis import starting_policy
-    from ..cost_functions import SimulatorCost
-    from ..loop import Trainer
-    from ..train_config import preset
 
     d = profile.num_devices
     init, imitation_episodes, sim_episodes = (
@@ -241,11 +245,6 @@ def policy_rollouts(
 ) -> list[Placement]:
     """``policy``'s greedy placement and ``samples`` sampled ones, labelled ``<label>-greedy``
     and ``<label>-sample`` (``semantics`` picks a ``task``-timed policy's estimate)."""
-    import torch
-
-    from ...policies.context import GraphContext
-    from ...policies.rollout import greedy_and_samples
-    from ...policies.tensors import flush_denormal
 
     if not isinstance(samples, int) or samples < 0:
         raise ConfigError(f"policy_rollouts samples = {samples!r}, expected an integer >= 0")
@@ -271,7 +270,6 @@ def fidelity_set(
     (:func:`doppler_lab.executor.fidelity_runs.fidelity_placements`: placers, single, round-robin,
     random, skewed, contiguous blocks, perturbed placer outputs; 35 on 2+ devices) and, with a
     ``policy``, its greedy rollout and ``rollouts`` sampled ones."""
-    from ...executor.fidelity_runs import fidelity_placements
 
     rng = np.random.default_rng(seed)
     out = fidelity_placements(graph, cluster, rng)
@@ -313,11 +311,6 @@ def measure_fidelity(
         ``measured_s`` (median of its runs), ``measured_min_s``, ``simulated_calibrated_s``,
         ``simulated_preset_s``; ``attrs["runs"]`` counts the runs (and the retried ones).
     """
-    from ...executor import make_backend
-    from ...executor.backend import make_cpu_cluster
-    from ...executor.fidelity_runs import Passes
-    from ...executor.fidelity_runs import measure_placements as measure_all
-    from ...timing.sim import Simulator
 
     if not placements:
         raise ConfigError("measure_fidelity needs at least one placement; got none")
@@ -362,7 +355,6 @@ def fidelity_stats(frame: pd.DataFrame) -> dict[str, float]:
     """Spearman rank correlation and median relative error of each simulator's makespans
     against the measured ones (the benchmark's statistics): ``spearman_<model>`` and
     ``median_rel_err_<model>`` for ``calibrated`` and ``preset``, and ``placements``."""
-    from ...executor.fidelity_runs import median_rel_error, spearman
 
     need = ["measured_s", *(f"simulated_{m}_s" for m in FIDELITY_MODELS)]
     missing = [c for c in need if c not in frame.columns]
@@ -379,8 +371,6 @@ def fidelity_scatter(frame: pd.DataFrame, title: str | None = None) -> Any:
     """Measured (x) against simulated (y) makespans, one series per simulator, with the
     diagonal (a perfect simulator) and a placement's label on hover; log axes."""
     go = require("plotly.graph_objects", "the fidelity scatter chart")
-
-    from ...viz import series_color
 
     fig = go.Figure()
     lo = float(frame[["measured_s", *(f"simulated_{m}_s" for m in FIDELITY_MODELS)]].min().min())
@@ -471,9 +461,6 @@ def run_stage3(
             :class:`Stage3Options`).
         progress: show a progress bar.
     """
-    from ..cost_functions import make_executor_cost
-    from ..loop import Trainer
-    from ..train_config import preset
 
     o = options or Stage3Options()
     cfg = preset(

@@ -16,6 +16,12 @@ from tqdm.auto import tqdm
 from ...hardware.cluster import Cluster
 from ...house.errors import ConfigError
 from ...ir.graph import DataflowGraph
+from ...ir.placement import round_robin
+from ...policies.checkpoint import make_policy
+from ...policies.policy_config import POLICY_PRESETS
+from ...policies.speed import episode_times
+from ...timing.sim import Simulator
+from ...workloads.specs import cluster_from_spec, graph_from_spec
 from .common import finite_or_none, spec_with, torch_threads
 
 #: method -> policy kind
@@ -25,8 +31,6 @@ SCALING_METHODS: dict[str, str] = {"doppler": "dual", "placeto": "placeto", "gdp
 def _simulate_ms(graph: DataflowGraph, cluster: Cluster, repeats: int, batch: int) -> float:
     """Milliseconds of simulated makespan per episode, ``batch`` placements per call (as in
     a training update)."""
-    from ...ir.placement import round_robin
-    from ...timing.sim import Simulator
 
     sim = Simulator(graph, cluster, "wc")
     pls = [round_robin(graph, cluster.num_devices)] * batch
@@ -80,10 +84,6 @@ def scaling_rows(setup: ScalingSetup | None = None, progress: bool = False) -> l
         ``inference_ms``, ``train_ms``, ``train_batched_ms``, ``simulate_ms`` (the simulated
         makespan of an episode, batched as in a Stage II update), and the per-node microseconds.
     """
-    from ...policies.checkpoint import make_policy
-    from ...policies.policy_config import POLICY_PRESETS
-    from ...policies.speed import episode_times
-    from ...workloads.specs import cluster_from_spec, graph_from_spec
 
     s = setup or ScalingSetup()
     workload, size_param, sizes, methods = s.workload, s.size_param, s.sizes, s.methods

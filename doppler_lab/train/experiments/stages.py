@@ -16,10 +16,19 @@ import pandas as pd
 from ...hardware.cluster import Cluster
 from ...house.codeversion import versioned_key
 from ...house.errors import ConfigError
+from ...house.jsonutil import write_json
 from ...house.runners import Run, Runner, make_runner
 from ...ir.graph import DataflowGraph
-from ...ir.placement import Placement
+from ...ir.placement import Placement, single_device
 from ...ir.trace import Trace
+from ...placers import place
+from ...policies.policy_config import POLICY_PRESETS
+from ...search.learned import best_of_rollouts
+from ...timing.sim import Simulator
+from ...workloads.specs import graph_from_spec
+from ..cost_functions import make_executor_cost
+from ..loop import Trainer, is_finished
+from ..train_config import preset
 from .common import (
     convergence_stats,
     cpu_cluster,
@@ -125,7 +134,6 @@ class StageAblationConfig:
     def stage_configs(self, seed: int) -> dict[str, Any]:
         """The training configuration of each run of one seed: ``I``, ``II`` (after I),
         ``III`` (after II), ``II alone`` and ``III alone``."""
-        from ..train_config import preset
 
         common = {"semantics": "wc", "seed": seed}
         sim = {**common, "eval_every": self.eval_every, **self.sim_train}
@@ -176,7 +184,6 @@ class StageAblation:
 
 def _timed_run(trainer: Any, run_dir: Path) -> tuple[Any, float]:
     """Run a trainer; its wall time is kept in ``wall_s.json`` so a cached run reports it."""
-    from ..loop import is_finished
 
     path = run_dir / "wall_s.json"
     cached = is_finished(run_dir) and path.exists()
@@ -184,8 +191,6 @@ def _timed_run(trainer: Any, run_dir: Path) -> tuple[Any, float]:
     res = trainer.run()
     wall = json.loads(path.read_text()) if cached else time.perf_counter() - t0
     if not cached:
-        from ...house.jsonutil import write_json
-
         write_json(path, wall, indent=None)
     return res, float(wall)
 
@@ -200,8 +205,6 @@ def _train_stage(
     progress: bool = False,
 ) -> tuple[Any, float]:
     """One resumable stage run; Stage III measures on the real devices (executor closed after)."""
-    from ..cost_functions import make_executor_cost
-    from ..loop import Trainer
 
     cost = make_executor_cost(graph, cluster, config.repeats) if config.stage == "real" else None
     try:
@@ -297,12 +300,6 @@ def run_stage_ablation(
     ``I+II`` the first two of ``I+II+III``. CP (one run per seed as its tie seed) and the
     single-device placement are simulated and measured too, for reference.
     """
-    from ...ir.placement import single_device
-    from ...placers import place
-    from ...policies.policy_config import POLICY_PRESETS
-    from ...search.learned import best_of_rollouts
-    from ...timing.sim import Simulator
-    from ...workloads.specs import graph_from_spec
 
     graph = graph_from_spec(config.workload)
     with torch_threads(1):

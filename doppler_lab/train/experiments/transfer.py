@@ -17,7 +17,14 @@ from ...house.codeversion import versioned_key
 from ...house.errors import ConfigError
 from ...house.runners import Run, Runner, make_runner
 from ...ir.graph import DataflowGraph
-from ..analysis import PolicyRecipe
+from ...policies.checkpoint import load_policy, make_policy
+from ...policies.policy_config import POLICY_PRESETS
+from ...policies.pretrained import list_checkpoints
+from ...workloads.specs import cluster_from_spec
+from ..analysis import PolicyRecipe, compare_placements, graph_case, starting_policy
+from ..loop import Trainer
+from ..pipeline import run_pipeline
+from ..train_config import preset
 from .common import (
     episodes_to_reach,
     finite_or_none,
@@ -88,8 +95,6 @@ def case_graph(
     name: str, cluster: str | None = None, paper_graphs_dir: str | None = None
 ) -> tuple[DataflowGraph, Cluster, str]:
     """``graph_case(name)`` with its cluster replaced by the preset ``cluster`` when given."""
-    from ...workloads.specs import cluster_from_spec
-    from ..analysis import graph_case
 
     graph, default, semantics = graph_case(name, paper_graphs_dir)
     return graph, cluster_from_spec(cluster) if cluster else default, semantics
@@ -115,10 +120,6 @@ def source_policy(
     Returns:
         ``(policy, checkpoint, how)``.
     """
-    from ...policies.pretrained import list_checkpoints
-    from ..analysis import starting_policy
-    from ..pipeline import run_pipeline
-    from ..train_config import preset
 
     r = recipe or PolicyRecipe()
     init, imitation_episodes, sim_episodes = r.init, r.imitation_episodes, r.sim_episodes
@@ -186,11 +187,6 @@ def _transfer_seed(
     Its positional arguments are a :class:`~doppler_lab.house.runners.Run`'s ``args`` (a runner
     ships them to a worker; :func:`run_transfers` reads the labels back from them).
     """
-    from ...policies.checkpoint import load_policy, make_policy
-    from ..analysis import compare_placements
-    from ..loop import Trainer
-    from ..pipeline import run_pipeline
-    from ..train_config import preset
 
     sem, seed, d = config.semantics, config.seed, cluster.num_devices
     zero = load_policy(checkpoint, num_devices=d, allow_device_change=True)[0]
@@ -291,8 +287,6 @@ def run_transfers(
         runner: where the (case, seed) runs on the targets go: ``local`` (one after the other
             here), ``ray`` or a :class:`~doppler_lab.house.runners.Runner`; sources train here first.
     """
-    from ...policies.policy_config import POLICY_PRESETS
-    from ..train_config import preset
 
     c = config or TransferConfig()
     episodes, imitation_episodes, seed, seeds = c.episodes, c.imitation_episodes, c.seed, c.seeds
