@@ -373,6 +373,7 @@ def notebook_config(
 
     Its parameters are notebook 03's flat parameters: turning them into the config is its job.
     """
+    from ..placers import split_placer_specs
 
     def names(text: str) -> tuple[str, ...]:
         return tuple(x.strip() for x in text.split(",") if x.strip())
@@ -383,7 +384,8 @@ def notebook_config(
         workloads=tuple(f"{w}:scale={scale}" for w in names(workloads)),
         noise=noise,
         seeds=tuple(range(seed, seed + int(seeds))),
-        placers=names(placers) or None,
+        # placer specs may carry options (doppler:proposals=none,samples=4)
+        placers=tuple(x for x in split_placer_specs(placers) if x) or None,
         search_budget=search_budget,
         exact_time_limit=exact_time_limit,
     )
