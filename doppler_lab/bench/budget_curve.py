@@ -13,6 +13,7 @@ import numpy as np
 
 from ..house.deps import require
 from ..house.runners import torch_threads
+from ..placers.registry import POLICY_ALONE_SPEC
 from ..train.general_policy import Task
 from ._report import row_time_unit
 from .general_config import (
@@ -27,9 +28,13 @@ from .general_config import (
 )
 
 #: the budget part's methods: ``local-search`` (its defaults: annealing from CP), the
-#: ``doppler`` placer's budget search, and that search without the policy from HEFT's
-#: placement (``ils-heft``) and from the clustering's (``ils-clustering``)
-BUDGET_METHODS: tuple[str, ...] = ("local-search", "ils-heft", "ils-clustering", "doppler")
+#: ``doppler`` placer's budget search, that search without the policy from HEFT's
+#: placement (``ils-heft``) and from the clustering's (``ils-clustering``), and the ``doppler``
+#: search from the policy alone (``doppler:proposals=none``: no heuristic proposal among its
+#: starts, :data:`~doppler_lab.placers.registry.POLICY_ALONE_SPEC`)
+BUDGET_METHODS: tuple[str, ...] = (
+    "local-search", "ils-heft", "ils-clustering", "doppler", POLICY_ALONE_SPEC,
+)  # fmt: skip
 #: ``ils-heft``: the ``local-search`` placer running ``doppler``'s iterated local search from HEFT
 ILS_HEFT_OPTIONS: dict[str, str] = {"method": "ils", "start": "heft"}
 #: ``ils-clustering``: the same search from the ``clustering`` placer's placement
@@ -48,17 +53,19 @@ def budget_case(cfg: GeneralBenchConfig, task: Task, method: str, root: str) -> 
     seeds; ``{"makespans": {budget: [per seed]}}`` (None for doppler without a budget option)."""
     from ..house.codeversion import versioned_key
 
-    if method == "doppler" and not doppler_takes_budget():
+    if method in ("doppler", POLICY_ALONE_SPEC) and not doppler_takes_budget():
         return {"task": task.name, "method": method, "makespans": None}
     parts: list[Any] = ["budget", method, task.to_dict(), cfg.budgets, list(cfg.seed_range)]
     if method == "doppler":
         parts += [checkpoint_digest(cfg.checkpoint), cfg.partitions, cfg.clustering]
-    where = Path(root) / "budget" / slug(task.name) / method / versioned_key(*parts)
+    if method == POLICY_ALONE_SPEC:
+        parts += [checkpoint_digest(cfg.checkpoint)]
+    where = Path(root) / "budget" / slug(task.name) / slug(method) / versioned_key(*parts)
     return cached_case(where / "result.json", lambda: _budget(cfg, task, method))
 
 
 def _budget(cfg: GeneralBenchConfig, task: Task, method: str) -> dict[str, Any]:
-    from ..placers import place
+    from ..placers import parse_placer_spec, place
     from ..timing.sim import Simulator
 
     graph, cluster = built_task(task)
@@ -67,6 +74,9 @@ def _budget(cfg: GeneralBenchConfig, task: Task, method: str) -> dict[str, Any]:
     placer = method
     if method == "doppler":
         opts.update(checkpoint=cfg.checkpoint, partitions=cfg.partitions, clustering=cfg.clustering)
+    elif method == POLICY_ALONE_SPEC:
+        placer, alone = parse_placer_spec(method)
+        opts.update(checkpoint=cfg.checkpoint, **alone)
     elif method == "ils-heft":
         placer = "local-search"
         opts.update(ILS_HEFT_OPTIONS)
@@ -134,12 +144,14 @@ def budget_rows(
         ih = by.get((task, "ils-heft"), {}).get(str(budget))
         ic = by.get((task, "ils-clustering"), {}).get(str(budget))
         dp = by.get((task, "doppler"), {}).get(str(budget))
+        alone = by.get((task, POLICY_ALONE_SPEC), {}).get(str(budget))
         row: dict[str, Any] = {"task": task, "unit": unit_of.get(task), "budget": budget}
         row["cp"] = cp_of.get(task)
         row["local_search"] = float(np.mean(ls)) if ls else None
         row["ils_heft"] = float(np.mean(ih)) if ih else None
         row["ils_clustering"] = float(np.mean(ic)) if ic else None
         row["doppler"] = float(np.mean(dp)) if dp else None
+        row["policy_alone"] = float(np.mean(alone)) if alone else None  # doppler's policy alone
         if ls and dp:
             a, b = row["doppler"], row["local_search"]
             rel = (b - a) / b
@@ -151,7 +163,7 @@ def budget_rows(
         if ic and dp:
             ic_mean = row["ils_clustering"]
             row["doppler_vs_ils_clustering"] = (ic_mean - row["doppler"]) / ic_mean
-        for k in ("local_search", "ils_heft", "ils_clustering", "doppler"):
+        for k in ("local_search", "ils_heft", "ils_clustering", "doppler", "policy_alone"):
             if row[k] is not None:
                 row[f"{k}_vs_best_known"] = vs_known(graph_of.get(task, ""), row[k])
         table.append(row)
@@ -221,9 +233,9 @@ def budget_figure(curve: Sequence[Mapping[str, Any]], title: str | None = None):
 
 BUDGET_COLUMNS = [
     "task", "unit", "budget", "cp", "local_search", "ils_heft", "ils_clustering", "doppler",
-    "doppler_vs_local_search", "result", "doppler_vs_ils_heft", "doppler_vs_ils_clustering",
-    "local_search_vs_best_known", "ils_heft_vs_best_known", "ils_clustering_vs_best_known",
-    "doppler_vs_best_known",
+    "policy_alone", "doppler_vs_local_search", "result", "doppler_vs_ils_heft",
+    "doppler_vs_ils_clustering", "local_search_vs_best_known", "ils_heft_vs_best_known",
+    "ils_clustering_vs_best_known", "doppler_vs_best_known", "policy_alone_vs_best_known",
 ]  # fmt: skip
 
 CURVE_COLUMNS = ["task", "unit", "method", "sim_calls", "makespan", "std", "ratio_cp"]
