@@ -72,3 +72,24 @@ def test_a_headline_result_can_name_its_claim():
     )
     assert {r["key"]: r["verdict"] for r in rows}["linear"] == "supports"
     assert {r["key"]: r["verdict"] for r in rows}["placeto-speed"] == "inconclusive"
+
+
+@pytest.mark.parametrize(("power", "verdict"), [(1.0, "supports"), (1.6, "contradicts")])
+def test_page_10_findings_judge_linear_scaling_for_the_claims_table(power, verdict):
+    """Page 10's verdict on linear scaling comes from judge over the local exponents of the
+    fitted range, and lands in the claims table under its claim's key, both ways."""
+    from doppler_lab.reporting.findings import page_findings
+    from doppler_lab.train.experiments import scaling_fit, scaling_key_numbers
+
+    wobble = [1.0, 1.04, 0.97, 1.02, 0.99, 1.03, 0.98, 1.01]
+    rows = [
+        {"method": "doppler", "nodes": n, "inference_ms": w * 1e-3 * n**power,
+         "train_ms": w * 3e-3 * n**power, "inference_us_per_node": w * n ** (power - 1),
+         "train_us_per_node": 3 * w * n ** (power - 1)}
+        for n, w in zip((100, 200, 400, 800, 1600, 3200, 6400, 12800), wobble)
+    ]  # fmt: skip
+    s = {"rows": rows, "fit": scaling_fit(rows), "key_numbers": scaling_key_numbers(rows)}
+    found = page_findings("10_scalability", s)
+    row = {r["key"]: r for r in claim_rows({"10": found.headline})}["linear"]
+    assert row["verdict"] == verdict and "fitted range" in row["numbers"]
+    assert "100-12,800 nodes" in found.text

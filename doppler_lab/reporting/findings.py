@@ -100,8 +100,12 @@ def _h(
     unit: str | None = None,
     passed: bool | None = None,
     target: str | None = None,
+    claim: str | None = None,
 ) -> dict:
-    return {"label": label, "value": value, "unit": unit, "target": target, "passed": passed}
+    """A headline result; ``claim``: the key of the paper's claim whose verdict it holds
+    (:data:`~doppler_lab.reporting.claims.CLAIMS`, the index's claims table)."""
+    out = {"label": label, "value": value, "unit": unit, "target": target, "passed": passed}
+    return out if claim is None else {**out, "claim": claim}
 
 
 # -- phrasing ------------------------------------------------------------------------------------
@@ -458,7 +462,9 @@ def stage3(s: Mapping[str, Any]) -> Findings:
     if "stage II" in runs and "stage III" in runs:
         before, after = (np.asarray(runs[k], dtype=np.float64) for k in ("stage II", "stage III"))
         st, sentence = judge(before - after, claim, unit="s", seed=int(s.get("seed") or 0))
-        head.append(_h("stage III against stage II (95% interval)", st.verdict))
+        head.append(
+            _h("stage III against stage II (95% interval)", st.verdict, claim="sim-to-real")
+        )
         text.append(
             f"Stage II minus Stage III, paired by measuring round: {sentence[0].lower()}{sentence[1:]}"
         )
@@ -736,7 +742,10 @@ def scalability(s: Mapping[str, Any]) -> Findings:
             )
     if words:
         word = _combined(words)
-        head.append(_h("linear scaling: local exponents against the bound (95% intervals)", word))
+        head.append(
+            _h("linear scaling: local exponents against the bound (95% intervals)", word,
+               claim="linear")
+        )  # fmt: skip
         few = f" (a verdict needs {MIN_PAIRS} or more)" if min(steps) < MIN_PAIRS else ""
         text.append(
             f"Step by step between consecutive sizes of the fitted range, with 95% bootstrap "
@@ -749,7 +758,9 @@ def scalability(s: Mapping[str, Any]) -> Findings:
     sps = [x for x in sps if not is_missing(x) and x > 0]
     if sp is not None and sps:
         st, sentence = judge(np.log(sps), "DOPPLER's inference episode is faster than PLACETO's")
-        head.append(_h("faster than PLACETO, by size (95% interval)", st.verdict))
+        head.append(
+            _h("faster than PLACETO, by size (95% interval)", st.verdict, claim="placeto-speed")
+        )
         text.append(
             f"At the {len(sps)} sizes both were timed on, DOPPLER's inference is "
             f"{_span(sps, 'x')} faster than PLACETO's (PLACETO's exponent: "
