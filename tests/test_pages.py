@@ -99,10 +99,10 @@ def page_problems(page: Path, site: Path) -> list[str]:
 
 
 def test_a_ratio_under_a_vs_name_is_drawn_as_a_ratio_and_a_case_table_has_no_unit_line(tmp_path):
-    """bench memory's vs_one_device holds makespan / one device's (1.006), not '% below': the
-    page draws it as ``ratio_vs_one_device (x)``; a per-case table of ratios has no
+    """bench memory's ratio_vs_one_device holds makespan / one device's (1.006), not '% below':
+    the page draws it as ``ratio_vs_one_device (x)``; a per-case table of ratios has no
     'Makespans in ...' caption (it said 'Makespans in None.')."""
-    rows = [{"placer": "cp", "graph": "gpt2", "makespan_s": 1.5, "vs_one_device": 1.006}]
+    rows = [{"placer": "cp", "graph": "gpt2", "makespan_s": 1.5, "ratio_vs_one_device": 1.006}]
     cases = [{"case": "gpt2-xl b4", "cp": 1.0, "cp_devices": 1}]
     write_report(tmp_path, "mem", "Mem", {"Rows": (rows, None), "Cases": (cases, None)})
     page = (tmp_path / "mem.md").read_text()

@@ -224,17 +224,6 @@ def bench_tables(
     return tidy_by_unit(frame, makespans, **kwargs)
 
 
-#: columns of older records that hold a ratio (makespan / reference) under a ``vs_*`` name,
-#: which the pages read as "% below the reference": drawn under a ratio's name (shown as x)
-RATIO_COLUMNS = {"vs_one_device": "ratio_vs_one_device"}
-
-
-def _ratio_names(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None):
-    """``rows`` and ``columns`` with :data:`RATIO_COLUMNS` renamed."""
-    rows = [{RATIO_COLUMNS.get(k, k): v for k, v in r.items()} for r in rows]
-    return rows, None if columns is None else [RATIO_COLUMNS.get(c, c) for c in columns]
-
-
 def _missing(v: Any) -> bool:
 
     return not isinstance(v, list | dict | tuple) and is_missing(v)
@@ -244,7 +233,7 @@ def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None) -> 
 
     if not rows:
         return "(no rows)\n"
-    rows, columns = _ratio_names(_public_cells(rows), columns)
+    rows = _public_cells(rows)
     if not any(c in MAKESPAN_COLUMNS for r in rows for c in r):
         return markdown_table(rows, columns)
     if all(row_time_unit(r) is None for r in rows):  # no graph's rows: no unit to split by

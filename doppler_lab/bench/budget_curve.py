@@ -14,7 +14,8 @@ import numpy as np
 from ..house.codeversion import versioned_key
 from ..house.deps import require
 from ..house.runners import torch_threads
-from ..placers import place
+from ..placers import parse_placer_spec, place
+from ..placers.registry import POLICY_ALONE_SPEC
 from ..search.learned import DopplerPlacer
 from ..timing.sim import Simulator
 from ..train.general_policy import Task
@@ -32,9 +33,13 @@ from .general_config import (
 )
 
 #: the budget part's methods: ``local-search`` (its defaults: annealing from CP), the
-#: ``doppler`` placer's budget search, and that search without the policy from HEFT's
-#: placement (``ils-heft``) and from the clustering's (``ils-clustering``)
-BUDGET_METHODS: tuple[str, ...] = ("local-search", "ils-heft", "ils-clustering", "doppler")
+#: ``doppler`` placer's budget search, that search without the policy from HEFT's
+#: placement (``ils-heft``) and from the clustering's (``ils-clustering``), and the ``doppler``
+#: search from the policy alone (``doppler:proposals=none``: no heuristic proposal among its
+#: starts, :data:`~doppler_lab.placers.registry.POLICY_ALONE_SPEC`)
+BUDGET_METHODS: tuple[str, ...] = (
+    "local-search", "ils-heft", "ils-clustering", "doppler", POLICY_ALONE_SPEC,
+)  # fmt: skip
 #: ``ils-heft``: the ``local-search`` placer running ``doppler``'s iterated local search from HEFT
 ILS_HEFT_OPTIONS: dict[str, str] = {"method": "ils", "start": "heft"}
 #: ``ils-clustering``: the same search from the ``clustering`` placer's placement
@@ -51,12 +56,14 @@ def budget_case(cfg: GeneralBenchConfig, task: Task, method: str, root: str) -> 
     """``method`` (one of :data:`BUDGET_METHODS`) with each budget of ``cfg.budgets`` over the
     seeds; ``{"makespans": {budget: [per seed]}}`` (None for doppler without a budget option)."""
 
-    if method == "doppler" and not doppler_takes_budget():
+    if method in ("doppler", POLICY_ALONE_SPEC) and not doppler_takes_budget():
         return {"task": task.name, "method": method, "makespans": None}
     parts: list[Any] = ["budget", method, task.to_dict(), cfg.budgets, list(cfg.seed_range)]
     if method == "doppler":
         parts += [checkpoint_digest(cfg.checkpoint), cfg.partitions, cfg.clustering]
-    where = Path(root) / "budget" / slug(task.name) / method / versioned_key(*parts)
+    if method == POLICY_ALONE_SPEC:
+        parts += [checkpoint_digest(cfg.checkpoint)]
+    where = Path(root) / "budget" / slug(task.name) / slug(method) / versioned_key(*parts)
     return cached_case(where / "result.json", lambda: _budget(cfg, task, method))
 
 
@@ -68,6 +75,9 @@ def _budget(cfg: GeneralBenchConfig, task: Task, method: str) -> dict[str, Any]:
     placer = method
     if method == "doppler":
         opts.update(checkpoint=cfg.checkpoint, partitions=cfg.partitions, clustering=cfg.clustering)
+    elif method == POLICY_ALONE_SPEC:
+        placer, alone = parse_placer_spec(method)
+        opts.update(checkpoint=cfg.checkpoint, **alone)
     elif method == "ils-heft":
         placer = "local-search"
         opts.update(ILS_HEFT_OPTIONS)
@@ -135,12 +145,14 @@ def budget_rows(
         ih = by.get((task, "ils-heft"), {}).get(str(budget))
         ic = by.get((task, "ils-clustering"), {}).get(str(budget))
         dp = by.get((task, "doppler"), {}).get(str(budget))
+        alone = by.get((task, POLICY_ALONE_SPEC), {}).get(str(budget))
         row: dict[str, Any] = {"task": task, "unit": unit_of.get(task), "budget": budget}
         row["cp"] = cp_of.get(task)
         row["local_search"] = float(np.mean(ls)) if ls else None
         row["ils_heft"] = float(np.mean(ih)) if ih else None
         row["ils_clustering"] = float(np.mean(ic)) if ic else None
         row["doppler"] = float(np.mean(dp)) if dp else None
+        row["policy_alone"] = float(np.mean(alone)) if alone else None  # doppler's policy alone
         if ls and dp:
             a, b = row["doppler"], row["local_search"]
             rel = (b - a) / b
@@ -152,7 +164,7 @@ def budget_rows(
         if ic and dp:
             ic_mean = row["ils_clustering"]
             row["doppler_vs_ils_clustering"] = (ic_mean - row["doppler"]) / ic_mean
-        for k in ("local_search", "ils_heft", "ils_clustering", "doppler"):
+        for k in ("local_search", "ils_heft", "ils_clustering", "doppler", "policy_alone"):
             if row[k] is not None:
                 row[f"{k}_vs_best_known"] = vs_known(graph_of.get(task, ""), row[k])
         table.append(row)
@@ -220,9 +232,9 @@ def budget_figure(curve: Sequence[Mapping[str, Any]], title: str | None = None):
 
 BUDGET_COLUMNS = [
     "task", "unit", "budget", "cp", "local_search", "ils_heft", "ils_clustering", "doppler",
-    "doppler_vs_local_search", "result", "doppler_vs_ils_heft", "doppler_vs_ils_clustering",
-    "local_search_vs_best_known", "ils_heft_vs_best_known", "ils_clustering_vs_best_known",
-    "doppler_vs_best_known",
+    "policy_alone", "doppler_vs_local_search", "result", "doppler_vs_ils_heft",
+    "doppler_vs_ils_clustering", "local_search_vs_best_known", "ils_heft_vs_best_known",
+    "ils_clustering_vs_best_known", "doppler_vs_best_known", "policy_alone_vs_best_known",
 ]  # fmt: skip
 
 CURVE_COLUMNS = ["task", "unit", "method", "sim_calls", "makespan", "std", "ratio_cp"]

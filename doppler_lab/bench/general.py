@@ -374,7 +374,8 @@ def report_notes(cfg: GeneralBenchConfig, root: Path) -> list[str]:
         "doppler_vs_ils_heft = (ils_heft - doppler) / ils_heft (> 0: the policy helps); "
         "ils_clustering and doppler_vs_ils_clustering: the same from the clustering "
         "placer's placement (start=clustering), which doppler also judges among its "
-        "proposals. Curve: "
+        "proposals; policy_alone: the doppler search from the policy's rollouts alone "
+        "(doppler:proposals=none, no heuristic proposal among its starts). Curve: "
         f"{', '.join(map(str, cfg.budgets))} calls, geometric mean of makespan / cp over the "
         f"tasks; figure {DATA_DIR}/budget_curve.html, data {DATA_DIR}/budget_curve.json.",
         finetune_note(cfg) + "; scratch: Stage I "

@@ -296,7 +296,7 @@ def compare_placers(
         seed: the placers' seed.
         bar: a progress bar advanced once per run.
         one_device_s: the makespan of the whole graph on one device, where it fits there:
-            each row's ``vs_one_device`` (makespan over it; None without it or where the
+            each row's ``ratio_vs_one_device`` (makespan over it; None without it or where the
             placement does not fit).
     """
 
@@ -352,7 +352,7 @@ def compare_placers(
         ms = r["makespan_s"]
         r["vs_best_baseline"] = 1.0 - ms / best[1] if (best and ms is not None) else None
         fits = ms is not None and r["fits"] and one_device_s is not None
-        r["vs_one_device"] = ms / one_device_s if fits else None
+        r["ratio_vs_one_device"] = ms / one_device_s if fits else None
     return rows, placements
 
 
@@ -430,7 +430,7 @@ def one_device_row(case: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, An
     out: dict[str, Any] = {"case": case}
     for label in MEMORY_AWARE:
         r = by.get(label, {})
-        out[label] = r.get("vs_one_device")
+        out[label] = r.get("ratio_vs_one_device")
         out[f"{label}_devices"] = r.get("devices_used")
     return out
 
@@ -550,7 +550,7 @@ CASE_COLUMNS = [
 ]  # fmt: skip
 PLACER_COLUMNS = [
     "placer", "makespan_s", "vs_best_baseline", "fits", "peak_gb", "cap_gb", "devices_used",
-    "runtime_s", "sim_calls", "vs_one_device", "note",
+    "runtime_s", "sim_calls", "ratio_vs_one_device", "note",
 ]  # fmt: skip
 VERDICT_COLUMNS = [
     "case", "best_baseline", "best_baseline_s", "doppler_s", "doppler_fits", "doppler_no_worse",

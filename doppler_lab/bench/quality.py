@@ -38,9 +38,17 @@ from ..house.paths import (
     paper_graphs_dir,
 )
 from ..house.runners import Run, Runner, make_runner
+from ..house.settings import parse_spec
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
-from ..placers import get_placer, place, placer_options, placer_spec, placer_specs
+from ..placers import (
+    POLICY_ALONE_SPEC,
+    get_placer,
+    place,
+    placer_options,
+    placer_spec,
+    placer_specs,
+)
 from ..timing.sim import Simulator
 from ..workloads.catalog import load_paper_graphs
 from ..workloads.specs import cluster_from_spec, graph_from_spec
@@ -173,27 +181,33 @@ def _checkpoint_folders(folders: str | Sequence[str]) -> list[Path]:
 
 
 def placer_plan(config: QualityConfig, case: Case) -> list[tuple[str, dict[str, Any]]]:
-    """(placer, options) pairs to run on ``case``."""
+    """(placer, options) pairs to run on ``case``: a placer may be a spec with options
+    (``doppler:proposals=none``); every registered placer by default, the ``doppler`` policy
+    alone (:data:`~doppler_lab.placers.registry.POLICY_ALONE_SPEC`) after ``doppler``."""
 
     specs = placer_specs()
-    names = list(config.placers) if config.placers is not None else list(specs)
+    if config.placers is not None:
+        names = list(config.placers)
+    else:
+        names = [n for s in specs for n in ((s, POLICY_ALONE_SPEC) if s == "doppler" else (s,))]
     plan = []
     for name in names:
-        if name not in specs:
+        base, spec_options = parse_spec(name, f"quality: placer {name!r}", "option")
+        if base not in specs:
             raise ConfigError(
                 f"quality: unknown placer {name!r}; expected one of {', '.join(specs)}"
             )
-        opts: dict[str, Any] = dict(config.options.get(name, {}))
-        if specs[name].needs_checkpoint:
+        opts: dict[str, Any] = {**spec_options, **config.options.get(name, {})}
+        if specs[base].needs_checkpoint:
             found = (
-                find_checkpoint(f, name, case.name) for f in _checkpoint_folders(config.checkpoints)
+                find_checkpoint(f, base, case.name) for f in _checkpoint_folders(config.checkpoints)
             )
             ckpt = next((c for c in found if c is not None), None)
             if ckpt is None:
                 continue
             opts.setdefault("checkpoint", str(ckpt))
             opts.setdefault("semantics", case.semantics)
-        accepted = placer_options(name) if specs[name].kind in ("search", "exact") else []
+        accepted = placer_options(base) if specs[base].kind in ("search", "exact") else []
         if "budget" in accepted:
             opts.setdefault("budget", int(config.search_budget))
         if "passes" in accepted:
@@ -209,11 +223,13 @@ def placer_plan(config: QualityConfig, case: Case) -> list[tuple[str, dict[str, 
 def evaluate_placer(
     case: Case, name: str, options: dict[str, Any], seeds: Sequence[int]
 ) -> tuple[dict[str, Any], list[Placement]]:
-    """Run placer ``name`` on ``case`` and simulate it at every seed; a table row + placements."""
+    """Run placer ``name`` (a name, or a spec: its options are in ``options``) on ``case`` and
+    simulate it at every seed; a table row + placements."""
 
-    stochastic = placer_spec(name).stochastic
+    base = name.partition(":")[0].strip()
+    stochastic = placer_spec(base).stochastic
     sim = Simulator(case.graph, case.cluster, case.semantics, noise=case.noise)
-    placer = get_placer(name, **options)
+    placer = get_placer(base, **options)
     placements: list[Placement] = []
     runtimes: list[float] = []
     makespans: list[float] = []
@@ -233,6 +249,12 @@ def evaluate_placer(
         )
     if "budget" in options:
         note = f"budget {options['budget']} sim calls"
+    # what produced a learned placer's result (its winning candidate), once per distinct one
+    made = list(
+        dict.fromkeys(str(p.meta["produced_by"]) for p in placements if "produced_by" in p.meta)
+    )
+    if made:
+        note = "; ".join(x for x in (note, f"from the {', '.join(made)}") if x)
     row = {
         "graph": case.name,
         "group": case.group,
@@ -249,6 +271,7 @@ def evaluate_placer(
         "runs": len(placements),
         "seeds": list(seeds),
         "note": note,
+        "produced_by": made,
         "options": {k: v for k, v in options.items() if k != "progress"},
     }
     return row, placements
@@ -358,6 +381,7 @@ def notebook_config(
 
     Its parameters are notebook 03's flat parameters: turning them into the config is its job.
     """
+    from ..placers import split_placer_specs
 
     def names(text: str) -> tuple[str, ...]:
         return tuple(x.strip() for x in text.split(",") if x.strip())
@@ -368,7 +392,8 @@ def notebook_config(
         workloads=tuple(f"{w}:scale={scale}" for w in names(workloads)),
         noise=noise,
         seeds=tuple(range(seed, seed + int(seeds))),
-        placers=names(placers) or None,
+        # placer specs may carry options (doppler:proposals=none,samples=4)
+        placers=tuple(x for x in split_placer_specs(placers) if x) or None,
         search_budget=search_budget,
         exact_time_limit=exact_time_limit,
     )

@@ -58,7 +58,7 @@ def _zero_shot(cfg: GeneralBenchConfig, task: Task) -> dict[str, Any]:
     rollout = sim.makespan(place("cp-rollout", graph, cluster, semantics=sem))
     rollout_s = time.perf_counter() - t0
     opts = {"checkpoint": cfg.checkpoint, "semantics": sem}
-    general, policy, parts, sources, greedy_ms, ms = [], [], [], [], [], []
+    general, policy, parts, sources, made, greedy_ms, ms = [], [], [], [], [], [], []
     with torch_threads(1):
         # built and called once untimed: the registry lookup, the checkpoint load, compilation
         greedy = get_placer("doppler", samples=0, partitions=0, clustering=False, **opts)
@@ -83,6 +83,7 @@ def _zero_shot(cfg: GeneralBenchConfig, task: Task) -> dict[str, Any]:
             policy.append(float(p.meta.get("rollout_cost", general[-1])))
             parts.append(float(p.meta.get("partition_cost", np.nan)))
             sources.append(str(p.meta.get("source", "")))
+            made.append(str(p.meta.get("produced_by", "")))  # the winner's label, per seed
     p0 = p0.validate(graph, cluster.num_devices)
     return {
         "task": task.name,
@@ -104,6 +105,7 @@ def _zero_shot(cfg: GeneralBenchConfig, task: Task) -> dict[str, Any]:
         "policy": policy,
         "partition": parts,
         "source": sources,
+        "produced_by": made,
         "greedy_ms": greedy_ms,
         "ms": ms,
     }

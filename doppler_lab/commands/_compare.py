@@ -27,19 +27,20 @@ SECOND_UNITS: tuple[tuple[float, str], ...] = ((1.0, "s"), (1e-3, "ms"), (1e-6, 
 
 
 def placer_names(text: str) -> list[str]:
-    """The placers of ``--placer``: one name, or a comma-separated list (each known and once).
+    """The placers of ``--placer``: one name, or a comma-separated list (each known and once);
+    a name may carry options (``doppler:proposals=none``, :func:`~doppler_lab.placers.registry.parse_placer_spec`).
 
     Raises:
         ConfigError: an empty item or a name given twice.
         PlacementError: an unknown placer (naming the choices).
     """
-    from ..placers import placer_spec
+    from ..placers import parse_placer_spec, split_placer_specs
 
-    names = [part.strip() for part in text.split(",")]
+    names = split_placer_specs(text)
     for name in names:
         if not name:
             raise ConfigError(f"--placer {text!r} has an empty name; expected NAME[,NAME...]")
-        placer_spec(name)
+        parse_placer_spec(name)
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise ConfigError(f"--placer {text!r} names {twice[0]!r} twice; give each placer once")
@@ -56,9 +57,9 @@ def learned_loaded() -> bool:
 def learned_note(name: str, enabled: bool) -> None:
     """One line on stderr before a learned placer first loads (torch and its policy: a few
     seconds); nothing for the other placers or once it is loaded."""
-    from ..placers.registry import placer_spec
+    from ..placers.registry import parse_placer_spec, placer_spec
 
-    if placer_spec(name).kind == "learned" and not learned_loaded():
+    if placer_spec(parse_placer_spec(name)[0]).kind == "learned" and not learned_loaded():
         note(f"{name}: loading torch and the learned policy (a few seconds) ...", enabled)
 
 
@@ -148,9 +149,9 @@ def per_placer_options(args: argparse.Namespace, names: Sequence[str]) -> dict[s
     Raises:
         ConfigError: an option that no placer of the list takes.
     """
-    from ..placers import placer_options
+    from ..placers import parse_placer_spec, placer_options
 
-    takes = {name: set(placer_options(name)) for name in names}
+    takes = {name: set(placer_options(parse_placer_spec(name)[0])) for name in names}
     own: dict[str, dict[str, Any]] = {name: {"option": []} for name in names}
     given = [(flag, attr, key) for flag, attr, key in PLACER_FLAGS if getattr(args, attr, None)]
     given += [(f"-o {item}", None, item.partition("=")[0].strip()) for item in args.option]
@@ -220,7 +221,7 @@ def run_compare(args: argparse.Namespace, run: Callable[[argparse.Namespace], in
             "give one placer with --out, or use --json for all of them"
         )
     from ..house.userfiles import guard_outputs, html_page
-    from ..placers import placer_spec
+    from ..placers import parse_placer_spec, placer_spec
     from ..workloads.specs import graph_from_spec
 
     guard_outputs(args, {"gantt": html_page})  # never over an input or a file not ours
@@ -231,7 +232,10 @@ def run_compare(args: argparse.Namespace, run: Callable[[argparse.Namespace], in
     own = per_placer_options(args, names)
     results = []
     for i, name in enumerate(names, 1):
-        if placer_spec(name).kind in ("search", "exact"):  # the ones that may take a while
+        if placer_spec(parse_placer_spec(name)[0]).kind in (
+            "search",
+            "exact",
+        ):  # the ones that may take a while
             note(f"placing with {name} ({i} of {len(names)}) ...", shown)
         sub = argparse.Namespace(**{**vars(args), "graph": graph, **own[name]})
         results.append(_run_one(run, sub, name))

@@ -77,8 +77,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--placer",
         required=True,
         metavar="NAME",
-        help=f"one of: {', '.join(available_placers())}; several, comma-separated "
-        "(cp,heft,doppler), compare them in one table",
+        help=f"one of: {', '.join(available_placers())}, optionally with options "
+        "(NAME:key=value,...; doppler:proposals=none is the policy alone); several, "
+        "comma-separated (cp,heft,doppler), compare them in one table",
     )
     add_cluster_arguments(p)
     add_semantics_argument(
@@ -139,12 +140,22 @@ def parse_options(pairs: list[str], owner: str = "-o") -> dict[str, Any]:
     return parse_items(pairs, owner, "option")
 
 
-def placer_arguments(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    """The options for placer ``name`` from the command line."""
+def placer_arguments(
+    name: str, args: argparse.Namespace, spec_options: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The options for placer ``name`` from the command line: those of its spec
+    (``--placer NAME:key=value``, ``spec_options``), then ``-o`` and the flags."""
     from ..placers import placer_options
 
     accepted = placer_options(name)
-    opts = parse_options(args.option, f"placer {name!r}")
+    opts = dict(spec_options or {})
+    for key, value in parse_options(args.option, f"placer {name!r}").items():
+        if key in opts:
+            raise ConfigError(
+                f"placer {name!r}: option {key!r} is given in --placer {args.placer!r} and as "
+                "-o; give it once"
+            )
+        opts[key] = value
     for flag, key, value in (
         ("--budget", "budget", args.budget),
         ("--time-limit", "time_limit", args.time_limit),
@@ -172,14 +183,15 @@ def placer_arguments(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..placers import check_placer_size, get_placer, placer_spec
+    from ..placers import check_placer_size, get_placer, parse_placer_spec, split_placer_specs
     from ..timing.sim import Simulator
 
-    if "," in args.placer:  # several placers: this function once per placer, one table
+    if len(split_placer_specs(args.placer)) > 1:  # this function once per placer, one table
         from ._compare import run_compare
 
         return run_compare(args, run)
-    placer_spec(args.placer)  # unknown names fail before the graph is built
+    # unknown names fail before the graph is built; ``NAME:key=value,...`` carries options
+    name, spec_options = parse_placer_spec(args.placer)
     # never over an input, nor over a file that place did not write (house/userfiles.py)
     guard_outputs(args, {"out": json_document("doppler_lab.placement"), "gantt": html_page})
     from ..workloads.specs import graph_from_spec
@@ -190,10 +202,10 @@ def run(args: argparse.Namespace) -> int:
     # the placers keep to the devices' memory, less the runtime reserve
     cluster = with_memory_args(cluster, args.memory_cap, args.memory_reserve)
     args.semantics = resolve_semantics(args, graph)
-    learned_note(args.placer, show_progress(args))
-    opts = placer_arguments(args.placer, args)
-    placer = get_placer(args.placer, **opts)
-    check_placer_size(args.placer, graph)
+    learned_note(name, show_progress(args))
+    opts = placer_arguments(name, args, spec_options)
+    placer = get_placer(name, **opts)
+    check_placer_size(name, graph)
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
     schedule = None

@@ -28,14 +28,17 @@ from .placer_base import Placer, Schedule, SchedulingPlacer, list_schedule
 from .registry import (
     BUILTIN_PLACERS,
     LEARNED_PLACERS,
+    POLICY_ALONE_SPEC,
     PlacerSpec,
     available_placers,
     check_placer_size,
     get_placer,
+    parse_placer_spec,
     place,
     placer_options,
     placer_spec,
     placer_specs,
+    split_placer_specs,
 )
 
 __all__ = [
@@ -45,6 +48,7 @@ __all__ = [
     "CriticalPathPlacer",
     "CriticalPathTeacher",
     "LEARNED_PLACERS",
+    "POLICY_ALONE_SPEC",
     "Placer",
     "PlacerSpec",
     "ReleasedCriticalPathPlacer",
@@ -53,9 +57,11 @@ __all__ = [
     "available_placers",
     "check_placer_size",
     "get_placer",
+    "parse_placer_spec",
     "list_schedule",
     "place",
     "placer_options",
     "placer_spec",
     "placer_specs",
+    "split_placer_specs",
 ]

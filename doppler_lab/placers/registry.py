@@ -31,7 +31,7 @@ import numpy as np
 from ..hardware.cluster import Cluster
 from ..house.errors import PlacementError
 from ..house.limits import LIMITS
-from ..house.settings import unknown_setting
+from ..house.settings import parse_spec, unknown_setting
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
@@ -244,6 +244,38 @@ def placer_specs() -> dict[str, PlacerSpec]:
         specs.update(LEARNED_PLACERS)
     for name, spec in dict(_entry_point_specs()).items():
         specs.setdefault(name, spec)
+    return specs
+
+
+#: the ``doppler`` placer's policy alone as a placer spec (its greedy rollout and samples, no
+#: heuristic proposal: :data:`~doppler_lab.search.proposals.POLICY_ALONE_PROPOSALS`), the
+#: "policy alone" row beside every ``doppler`` row
+POLICY_ALONE_SPEC = "doppler:proposals=none"
+
+
+def parse_placer_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """A placer spec in the one spec grammar, ``NAME`` or ``NAME:key=value,...`` (e.g.
+    ``doppler:proposals=none``, the policy alone), as the placer's name and its options.
+
+    Raises:
+        PlacementError: an unknown placer (naming the choices).
+        ConfigError: an option not of the form ``key=value``, or one given twice.
+    """
+    name, options = parse_spec(spec, f"placer spec {spec.strip()!r}", "option")
+    placer_spec(name)
+    return name, options
+
+
+def split_placer_specs(text: str) -> list[str]:
+    """The placer specs of a comma-separated list (``cp,heft,doppler:proposals=none``): an
+    item ``key=value`` continues the spec before it (``doppler:samples=4,partitions=0`` is
+    one spec); items stripped, empty ones kept (the caller names them)."""
+    specs: list[str] = []
+    for item in (part.strip() for part in text.split(",")):
+        if specs and ":" in specs[-1] and "=" in item and ":" not in item.partition("=")[0]:
+            specs[-1] += f",{item}"
+        else:
+            specs.append(item)
     return specs
 
 

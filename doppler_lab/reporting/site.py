@@ -701,7 +701,10 @@ _INDEX_CSS = """
 .status { display:inline-block; padding:1px 9px; border-radius:10px; font-size:.85em; font-weight:600; }
 .status.ok, .status.met { background:#dafbe1; color:#116329; }
 .status.failed, .status.missed { background:#ffebe9; color:#a40e26; }
-.status.not-run, .status.unmeasured { background:#eaeef2; color:#57606a; }
+.status.not-run, .status.unmeasured, .status.not-tested { background:#eaeef2; color:#57606a; }
+.status.supports { background:#dafbe1; color:#116329; }
+.status.contradicts { background:#ffebe9; color:#a40e26; }
+.status.inconclusive { background:#fff8c5; color:#7d4e00; }
 section.nb { border:1px solid var(--line); border-radius:8px; padding:4px 20px 12px; margin:18px 0; }
 section.nb h2 { border:none; margin-top:.6em; }
 section.nb .meta { color:var(--muted); font-size:.9em; }
@@ -784,6 +787,33 @@ def _overview(results: Sequence[NotebookResult]) -> str:
         "<th>notebook</th><th>title</th><th>status</th><th class='num'>run time</th>"
         "<th>profile</th>"
     )
+    return html_table(head, rows)
+
+
+def site_claims(results: Sequence[NotebookResult]) -> list[dict[str, Any]]:
+    """The paper's claims with the page that tests each, its verdict and its numbers
+    (:func:`~doppler_lab.reporting.claims.claim_rows`), from the headline results of the
+    pages that ran."""
+    from .claims import claim_rows
+
+    ran = {r.stem.partition("_")[0]: r.headline for r in results if r.status == "ok"}
+    return claim_rows(ran)
+
+
+def _claims_table(results: Sequence[NotebookResult], claims: Sequence[Mapping[str, Any]]) -> str:
+    """The index's claims table: claim, the page that tests it (linked), verdict, numbers."""
+    from ..viz.html import html_table
+
+    by_number = {r.stem.partition("_")[0]: r for r in results}
+    rows = []
+    for c in claims:
+        page = by_number.get(c["page"]) if c["page"] else None
+        cell = "" if page is None else _link(page, html.escape(page.stem))
+        rows.append(
+            f"<td class='title'>{html.escape(c['claim'])}</td><td>{cell}</td>"
+            f"<td>{_status_badge(c['verdict'])}</td><td>{html.escape(c['numbers'])}</td>"
+        )
+    head = "<th>claim of the paper</th><th>page</th><th>verdict</th><th>numbers behind it</th>"
     return html_table(head, rows)
 
 
@@ -944,6 +974,16 @@ def write_index(
         "cells and parameters are unchanged are reused) or `doppler-lab report --quick`."
     )
     report.html(_overview(results))
+    claims = site_claims(results)
+    report.html("<h2 id='claims'>The paper's claims</h2>")
+    report.text(
+        "Each claim of the DOPPLER paper, the page that tests it and that page's verdict: "
+        "'supports' only where the 95% interval of the paired differences excludes no "
+        "difference in the claimed direction, 'contradicts' where it excludes it in the other, "
+        "'inconclusive' otherwise (or where the page gives no interval); 'not tested' where no "
+        "page has run it."
+    )
+    report.html(_claims_table(results, claims))
     for r in results:
         report.html(_section(r))
     index = report.write(out / "index.html")
@@ -957,6 +997,7 @@ def write_index(
         "command": command,
         "profile": site_profile(results),
         "notebooks": [asdict(r) for r in results],
+        "claims": claims,
     }
 
     write_json(out / "site.json", doc)

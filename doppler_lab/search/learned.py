@@ -6,8 +6,10 @@ greedy rollout and ``samples`` sampled rollouts from the final policy, judged by
 proposals with them by default: the ``clustering`` placer's placement (:data:`CLUSTERING_PROPOSAL`;
 :mod:`doppler_lab.placers.clustering`) and ``partitions`` METIS min-cut partitions
 (:data:`PARTITION_PROPOSALS`; :mod:`doppler_lab.placers.partition`), which win where transfers
-dominate; ``clustering=false, partitions=0`` is the policy alone. ``samples=0, partitions=0,
-clustering=false`` gives the greedy rollout alone, without any simulator call.
+dominate; ``proposals=none`` is the policy alone
+(:data:`~doppler_lab.search.proposals.POLICY_ALONE_PROPOSALS`: no heuristic proposal, no
+rollout on fewer devices), and ``proposals=none,samples=0`` its greedy rollout alone, without
+any simulator call.
 
 With a ``budget`` (simulator calls) the placer searches instead: the policy's rollouts, then an
 iterated local search from the best of them with the rest of the calls
@@ -38,7 +40,6 @@ from ..house.settings import check_setting
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..placers.clustering import CLUSTER_CAPS
-from ..placers.repair import fit_placement
 from ..policies.checkpoint import load_policy
 from ..policies.context import GraphContext
 from ..policies.policy_base import PlacementPolicy
@@ -62,6 +63,7 @@ from .proposals import (
     Verdict,
     Winner,
     judge,
+    named_proposals,
 )
 
 #: ``search`` values of the learned placers with a budget
@@ -181,7 +183,10 @@ class _LearnedPlacer:
             :attr:`default_memory_baselines`; up to 3 simulator calls).
         proposals: the proposal set itself, in place of the options above (its
             ``cluster_caps``: the ladder a budget search judges; the zero-shot protocol
-            judges the unbounded clustering alone).
+            judges the unbounded clustering alone), or the name of one
+            (:data:`~doppler_lab.search.proposals.NAMED_PROPOSALS`: ``none``, the policy
+            alone, :data:`~doppler_lab.search.proposals.POLICY_ALONE_PROPOSALS`) that the
+            options above then change.
 
     The placer keeps the proposals as :attr:`proposals` (samples None: 16 without a budget,
     the budget's share with one; the clustering ladder of
@@ -219,7 +224,7 @@ class _LearnedPlacer:
         clustering: bool | None = None,
         temperature: float | None = None,
         memory_baselines: bool | None = None,
-        proposals: ProposalSet | None = None,
+        proposals: ProposalSet | str | None = None,
     ):
         what = f"placer {self.name!r}: option"
         owner = f"placer {self.name!r}"
@@ -238,6 +243,10 @@ class _LearnedPlacer:
             )
             if v is not None
         }  # fmt: skip
+        if isinstance(proposals, str):  # a named set (``none``: the policy alone) as the base
+            base = named_proposals(proposals, owner)
+            proposals = ProposalSet.from_settings(given, owner, "option", base)
+            given = {}
         if proposals is not None:
             if not isinstance(proposals, ProposalSet):
                 raise ConfigError(f"{what} proposals = {proposals!r}, expected a ProposalSet")
@@ -449,8 +458,8 @@ class _LearnedPlacer:
             )
         meta.update(won.provenance())  # what produced it: the winner's label, the runner-up
         p = won.placement
-        out = Placement(p.device, p.priority, self.name, {**p.meta, **meta})
-        return fit_placement(graph, cluster, out, self.name)
+        # fitted to the memory caps once, by the registry (FittedPlacer), as every placer's
+        return Placement(p.device, p.priority, self.name, {**p.meta, **meta})
 
 
 class DopplerPlacer(_LearnedPlacer):

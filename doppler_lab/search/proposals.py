@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -681,6 +682,27 @@ DOPPLER_PROPOSALS = ProposalSet(
     partitions=PARTITION_PROPOSALS,
     memory_baselines=MEMORY_BASELINES,
 )
+
+#: the policy alone: its greedy rollout and its samples (16, or a budget search's share), no
+#: rollout on fewer devices and no heuristic proposal (no clustering, partition or memory
+#: baseline); the "policy alone" row beside every ``doppler`` row
+#: (``--placer doppler:proposals=none``)
+POLICY_ALONE_PROPOSALS = ProposalSet(samples=None)
+
+#: the proposal sets a learned placer's option ``proposals`` names (``-o proposals=none``,
+#: ``--placer doppler:proposals=none``): ``none``, the policy alone
+NAMED_PROPOSALS: Mapping[str, ProposalSet] = MappingProxyType({"none": POLICY_ALONE_PROPOSALS})
+
+
+def named_proposals(name: object, owner: str = "proposal set") -> ProposalSet:
+    """The proposal set called ``name`` (:data:`NAMED_PROPOSALS`).
+
+    Raises:
+        ConfigError: an unknown name (one line naming it and the names there are).
+    """
+    if isinstance(name, str) and name in NAMED_PROPOSALS:
+        return NAMED_PROPOSALS[name]
+    raise bad_setting(owner, "proposals", name, f"one of {', '.join(NAMED_PROPOSALS)}", "option")
 
 
 @dataclass(frozen=True)

@@ -196,6 +196,14 @@ class PlacerChoice:
 
         return place(self.name, graph, cluster, seed=seed, **self.placer_options())
 
+    def policy_alone(self) -> PlacerChoice | None:
+        """For a ``doppler`` choice with its proposals: the same placer with the policy
+        alone (``proposals=none``: its rollouts, no heuristic proposal), the row shown beside
+        every ``doppler`` row; None for any other choice."""
+        if self.name != "doppler" or "proposals" in self.options:
+            return None
+        return PlacerChoice(self.name, self.checkpoint, {**self.options, "proposals": "none"})
+
 
 # -- comparison ----------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
@@ -208,7 +216,9 @@ class Comparison:
         placements, traces: by label (the first placer first); traces use the scenario's seed.
         metrics: one row per label: ``makespan`` (mean over the noise seeds), ``makespan_std``,
             ``ratio_lb``, ``transfers``, ``utilisation`` (mean busy fraction of the devices),
-            ``devices_used``.
+            ``devices_used``, ``produced_by`` (a learned placer's winning candidate, else
+            empty); after the two placers, ``<label> (policy alone)`` for a ``doppler`` one
+            (:meth:`PlacerChoice.policy_alone`).
         lower_bound: the makespan lower bound.
         figure: stacked Gantt charts on one time axis.
     """
@@ -282,18 +292,30 @@ def compare(
     sim = Simulator(graph, cluster, scenario.semantics, scenario.noise)  # type: ignore[arg-type]
     lb = sim.lower_bound()
     seeds = range(scenario.seed, scenario.seed + scenario.noise_seeds)
+    labels = _labels(choices)
+    # a doppler row has its policy alone beside it (after the two, which the charts show)
+    runs = list(zip(labels, choices))
+    runs += [
+        (f"{label} (policy alone)", alone)
+        for label, c in zip(labels, choices)
+        if (alone := c.policy_alone()) is not None
+    ]
     placements, traces, rows = {}, {}, {}
-    for label, choice in zip(_labels(choices), choices):
+    for label, choice in runs:
+        if label in rows:  # the same choice twice
+            continue
         pl = choice.place(graph, cluster, scenario.seed)
         tr = sim.run(pl, seed=scenario.seed)
         makespans = np.array([sim.makespan(pl, seed=s) for s in seeds])
         placements[label], traces[label] = pl, tr
         rows[label] = placement_metrics(tr, makespans, lb, graph)
+        rows[label]["produced_by"] = pl.meta.produced_by or ""  # a learned placer's winner
     metrics = pd.DataFrame.from_dict(rows, orient="index")
     metrics.index.name = "placer"
     noise = f", noise {scenario.noise:g}" if scenario.noise else ""
     title = f"{graph.name} on {cluster.name} ({scenario.semantics}{noise})"
-    fig = compare_gantt(traces, graph, title=title, time_unit=time_unit_of(graph))
+    shown = {label: traces[label] for label in labels}
+    fig = compare_gantt(shown, graph, title=title, time_unit=time_unit_of(graph))
     return Comparison(scenario, graph, cluster, placements, traces, metrics, lb, fig)
 
 

@@ -23,6 +23,10 @@ def test_baselines(run_notebook):
     cp = {r["graph"]: r for r in s["rows"] if r["placer"] == "cp"}
     assert all(cp[g]["vs_cp"] == 0 for g in cp)
     assert len(s["gantt"]) == 2 and s["gantt"][0].startswith("best")
+    # every graph with a doppler row (a shipped checkpoint) has the policy alone beside it
+    doppler = {r["graph"] for r in s["rows"] if r["placer"] == "doppler"}
+    alone = {r["graph"] for r in s["rows"] if r["placer"] == "doppler:proposals=none"}
+    assert doppler and alone == doppler
 
 
 def test_baselines_without_paper_files(run_notebook, tmp_path):

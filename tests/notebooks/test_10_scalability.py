@@ -29,5 +29,11 @@ def test_scalability(run_notebook):
             assert math.isfinite(r[key]) and r[key] > 0
         assert r["train_batched_ms"] is None or r["method"] == "doppler"
     assert {f["method"] for f in s["fit"]} == {"doppler", "placeto"}
+    # the fitted range is stated: from where fixed costs stop dominating to the largest size
+    fit = next(f for f in s["fit"] if f["method"] == "doppler")
+    assert fit["inference_fit_from_nodes"] in nodes and fit["fixed_cost_settled"] == 0.1
+    labels = {h["label"]: h["value"] for h in s["headline"]}
+    assert labels["inference: fitted range"].endswith(f"{nodes[-1]:,} nodes")
+    assert "fitted from the first size" in s["findings"]
     assert [sp["nodes"] for sp in s["speedups"]] == [r["nodes"] for r in placeto]
     assert s["key_numbers"]["doppler largest graph nodes"] == nodes[-1]

@@ -23,7 +23,12 @@ RR_VS_CP = dict(
 
 def test_placement_explorer_defaults_step_the_learned_policy(run_notebook):
     s = run_notebook("11_placement_explorer.ipynb", workload="chainmm", scale="tiny", noise_seeds=2)
-    assert set(s["makespans"]) == {"cp", "doppler [llama_block]"}  # CP vs a shipped DOPPLER
+    learned = "doppler [llama_block]"
+    alone = f"{learned} (policy alone)"  # every doppler row has the policy alone beside it
+    assert set(s["makespans"]) == {"cp", learned, alone}  # CP vs a shipped DOPPLER
+    made = {r["placer"]: r["produced_by"] for r in s["metrics"]}
+    assert made["cp"] == "" and made[learned] and made[alone].split()[0] in ("greedy", "sample")
+    assert "policy alone" in s["findings"] and f"{learned}'s result is the" in s["findings"]
     assert s["stepped"] == "doppler [llama_block]" and 0 < s["steps"] < s["num_nodes"]
 
 

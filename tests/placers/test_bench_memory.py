@@ -81,3 +81,15 @@ def test_bench_memory_quick(tmp_path):
     cases = record["tables"]["Cases"]
     assert len(cases) == 2 and not any(c["fits_one_device"] for c in cases)
     assert len(record["tables"]["Targets"]) == 4
+
+
+def test_rows_hold_the_ratio_to_one_device_under_a_ratio_name():
+    """compare_placers writes ``ratio_vs_one_device`` (makespan / the one-device makespan) itself;
+    the report renders it as a ratio without renaming a ``vs_*`` column."""
+    g = graph_from_spec("chainmm:matrices=3,scale=0.001")
+    cluster = make_cluster("p100x4")
+    one = case_facts(g, cluster)["one_device_makespan_s"]
+    rows, _ = compare_placers(g, cluster, (PlacerRun("m-etf", "etf"),), one_device_s=one)
+    (row,) = rows
+    assert "vs_one_device" not in row
+    assert row["ratio_vs_one_device"] == pytest.approx(row["makespan_s"] / one)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -97,6 +98,12 @@ def test_learned_placers_take_the_first_folder_with_a_checkpoint(tmp_path):
         "semantics": "wc",
     }
     assert "gdp" not in plan  # no checkpoint anywhere
+    # every doppler row has the policy alone beside it (the same checkpoint, no proposals)
+    names = [name for name, _ in placer_plan(cfg, cases[0])]
+    assert names[names.index("doppler") + 1] == "doppler:proposals=none"
+    assert plan["doppler:proposals=none"] == {**plan["doppler"], "proposals": "none"}
+    asked = dict(placer_plan(replace(cfg, placers=("cp", "doppler:samples=2")), cases[0]))
+    assert list(asked) == ["cp", "doppler:samples=2"] and asked["doppler:samples=2"]["samples"] == 2
     shipped = dict(placer_plan(QualityConfig(checkpoints=("shipped",)), cases[0]))
     assert shipped["doppler"]["checkpoint"].endswith("doppler/chainmm.pt")
 

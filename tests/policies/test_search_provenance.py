@@ -24,6 +24,8 @@ from doppler_lab.search.budget import SEARCH_PROPOSALS, SearchConfig, policy_sea
 from doppler_lab.search.learned import DopplerPlacer, best_of_rollouts
 from doppler_lab.search.proposals import (
     DOPPLER_PROPOSALS,
+    NAMED_PROPOSALS,
+    POLICY_ALONE_PROPOSALS,
     Proposals,
     ProposalSet,
     heuristic_labels,
@@ -110,6 +112,42 @@ def test_the_learned_placer_builds_its_proposal_set_from_its_options(ckpt):
         get_placer("doppler", checkpoint=ckpt, samples=-1)
     with pytest.raises(ConfigError, match="placer 'doppler' has no option 'sample'"):
         get_placer("doppler", checkpoint=ckpt, sample=4)
+
+
+def test_the_policy_alone_is_one_named_proposal_set(ckpt, small_graph, cluster4):
+    """``proposals=none`` (``--placer doppler:proposals=none``) is POLICY_ALONE_PROPOSALS: the
+    same placement as the four options that spelled it before; options still change it; an
+    unknown name is one line naming the names there are."""
+    alone = get_placer("doppler", checkpoint=ckpt, proposals="none")
+    assert alone.proposals == POLICY_ALONE_PROPOSALS == NAMED_PROPOSALS["none"]
+    assert alone.proposal_set().describe() == "1 greedy + 16 samples + 0 partitions"
+    spelled = dict(clustering=False, partitions=0, memory_baselines=False, fewer_devices=False)
+    before = place("doppler", small_graph, cluster4, seed=3, checkpoint=ckpt, **spelled)
+    after = place("doppler", small_graph, cluster4, seed=3, checkpoint=ckpt, proposals="none")
+    assert after.device.tolist() == before.device.tolist()
+    assert after.meta.produced_by == before.meta.produced_by
+    assert after.meta.produced_by.startswith(("greedy rollout", "sample"))
+    fewer = get_placer("doppler", checkpoint=ckpt, proposals="none", samples=0)
+    assert fewer.proposals == replace(POLICY_ALONE_PROPOSALS, samples=0)
+    with pytest.raises(ConfigError, match="option proposals='all'; expected one of none"):
+        get_placer("doppler", checkpoint=ckpt, proposals="all")
+
+
+def test_place_takes_a_placer_spec_with_options(capsys):
+    """``--placer doppler:proposals=none`` is the policy alone, beside ``doppler`` in one table
+    (``key=value`` items continue the spec before them)."""
+    argv = ["place", "chainmm", "--checkpoint", "chainmm", "--json"]
+    assert main([*argv, "--placer", "doppler:proposals=none,samples=3"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert one["placer"] == "doppler:proposals=none,samples=3"
+    assert one["options"]["proposals"] == "none" and one["options"]["samples"] == 3
+    assert one["produced_by"].startswith(("greedy rollout", "sample"))
+    assert main([*argv, "--placer", "cp,doppler:proposals=none,samples=3"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert [r["placer"] for r in both] == ["cp", "doppler:proposals=none,samples=3"]
+    assert both[1]["makespan"] == one["makespan"]
+    assert main([*argv, "--placer", "doppler:samples=3", "-o", "samples=4"]) == 2
+    assert "option 'samples' is given in --placer" in capsys.readouterr().err
 
 
 # -- each candidate's label and the winner -------------------------------------------------------

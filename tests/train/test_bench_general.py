@@ -78,6 +78,8 @@ def test_quick_run_writes_every_table_and_a_rerun_skips_finished_cases(tmp_path,
         assert adds.endswith(f" of 2; geometric mean of doppler / ils-{start} " + format(
             (budget[0]["doppler"] / budget[0][col] * budget[1]["doppler"] / budget[1][col])
             ** 0.5, ".3f"))  # fmt: skip
+    # and the doppler search from the policy alone (no heuristic proposal among its starts)
+    assert all(r["policy_alone"] > 0 for r in budget[:-1])
     curve = json.loads((out / "general" / "budget_curve.json").read_text())["curve"]
     gm = [c for c in curve if c["task"] == "geometric mean"]
     assert {(c["method"], c["sim_calls"]) for c in gm} == {(m, n) for m in METHODS for n in (5, 10)}
@@ -105,7 +107,7 @@ def test_quick_run_writes_every_table_and_a_rerun_skips_finished_cases(tmp_path,
     assert alone["value"] == pytest.approx(zero[-1]["policy_vs_cp"])
     # a rerun computes nothing: every case's result.json stays as it was
     done = sorted((tmp_path / "runs_quick").rglob("result.json"))
-    assert len(done) == 2 + 2 * 4 + 3  # zero-shot and budget (4 methods) per task, 3 trainings
+    assert len(done) == 2 + 2 * 5 + 3  # zero-shot and budget (5 methods) per task, 3 trainings
     stamps = [p.stat().st_mtime_ns for p in done]
     again = bench.run(tmp_path / "out", quick=True, config=cfg, progress=False)
     assert [p.stat().st_mtime_ns for p in done] == stamps

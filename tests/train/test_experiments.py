@@ -13,6 +13,7 @@ import torch
 from doppler_lab.house.errors import ConfigError
 from doppler_lab.ir.placement import round_robin, single_device
 from doppler_lab.train.experiments import (
+    FIXED_COST_SETTLED,
     STAGE_VARIANTS,
     VARIANT_RUNS,
     PolicyRecipe,
@@ -25,6 +26,7 @@ from doppler_lab.train.experiments import (
     cpu_cluster,
     episodes_to_reach,
     executor_comparison,
+    fitted_from,
     match_row,
     mean_std_table,
     measure_placements,
@@ -331,6 +333,24 @@ def test_scaling_fit_recovers_exponents_and_speedups():
     keys = scaling_key_numbers(rows)
     assert keys["doppler largest graph nodes"] == 10000
     assert keys["inference speed-up over placeto"] == pytest.approx(1000.0)
+
+
+def test_the_scaling_fit_starts_where_fixed_costs_stop_dominating():
+    """time = 50 ms fixed + 0.1 ms per node: the per-node cost falls by >= 10% per doubling up
+    to 3,200 nodes, so the fit starts there and comes close to the linear part (the fit over
+    every size is far below 1, the fixed cost flattening it)."""
+    nodes = [100, 200, 400, 800, 1600, 3200, 6400]
+    rows = [
+        {"method": "doppler", "nodes": n, "inference_ms": 50 + 0.1 * n, "train_ms": 3 * n,
+         "inference_us_per_node": 1e3 * (50 + 0.1 * n) / n, "train_us_per_node": 3e3}
+        for n in nodes
+    ]  # fmt: skip
+    (fit,) = scaling_fit(rows)
+    assert fitted_from([184.1, 130.3, 134.0, 131.7]) == 1 and fitted_from([9, 4, 2]) == 1
+    assert fit["inference_fit_from_nodes"] == 3200 and fit["train_fit_from_nodes"] == 100
+    assert fit["inference_exponent_all_sizes"] < 0.7 < 0.85 < fit["inference_exponent"] < 1.0
+    assert fit["train_exponent"] == pytest.approx(1.0)
+    assert fit["fixed_cost_settled"] == FIXED_COST_SETTLED
 
 
 def test_scaling_rows_small_sizes_and_caps():

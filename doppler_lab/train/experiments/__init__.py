@@ -68,8 +68,10 @@ from .real import (
     stage2_policy,
 )
 from .scaling import (
+    FIXED_COST_SETTLED,
     SCALING_METHODS,
     ScalingSetup,
+    fitted_from,
     scaling_fit,
     scaling_key_numbers,
     scaling_rows,
@@ -150,6 +152,8 @@ __all__ = [
     "run_stage_ablation",
     "run_transfers",
     "scaling_fit",
+    "fitted_from",
+    "FIXED_COST_SETTLED",
     "scaling_key_numbers",
     "scaling_rows",
     "shipped_match",

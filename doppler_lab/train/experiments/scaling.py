@@ -126,20 +126,52 @@ def scaling_rows(setup: ScalingSetup | None = None, progress: bool = False) -> l
     return rows
 
 
+#: the fitted range starts where fixed costs no longer dominate: at the first size from which
+#: the per-node cost falls by less than this share to the next size (a cost that falls faster
+#: is still paying off a fixed part, the encoder's setup and Python's per-call overhead)
+FIXED_COST_SETTLED = 0.10
+
+
+def fitted_from(per_node: Sequence[float], settled: float = FIXED_COST_SETTLED) -> int:
+    """The index (sizes increasing) where the fitted range starts: the first size whose
+    per-node cost the next size's is at least ``1 - settled`` of; at most the second-to-last
+    size, so that two sizes are fitted.
+
+    Example:
+        >>> fitted_from([184.1, 130.3, 134.0, 131.7, 124.6, 167.8, 188.2])
+        1
+    """
+    per = [float(x) for x in per_node]
+    for i in range(len(per) - 1):
+        if per[i + 1] >= (1.0 - settled) * per[i]:
+            return i
+    return max(0, len(per) - 2)
+
+
 def scaling_fit(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per method: the exponent of time ~ nodes^k (least squares on logs; 1 is linear) for
-    inference and training, and the spread of the per-node cost (max / min)."""
+    """Per method, for inference and training: the exponent of time ~ nodes^k (least squares
+    on logs; 1 is linear) over the sizes where fixed costs no longer dominate
+    (:func:`fitted_from`: ``*_fit_from_nodes`` to ``max_nodes``), the exponent over every
+    size (``*_exponent_all_sizes``), and the spread of the per-node cost (max / min)."""
     frame = pd.DataFrame(list(rows))
     out = []
     for m, f in frame.groupby("method", sort=False):
+        f = f.sort_values("nodes")
         rec: dict[str, Any] = {"method": m, "sizes": len(f), "max_nodes": int(f.nodes.max())}
+        rec["fixed_cost_settled"] = FIXED_COST_SETTLED  # the rule that chose the fitted range
         for what in ("inference", "train"):
             per = f[f"{what}_us_per_node"]
-            rec[f"{what}_exponent"] = (
-                float(np.polyfit(np.log(f.nodes), np.log(f[f"{what}_ms"]), 1)[0])
-                if f.nodes.nunique() >= 2
-                else math.nan
-            )
+            start = fitted_from(per.tolist())
+            tail = f.iloc[start:]
+
+            def exponent(g: pd.DataFrame, what: str = what) -> float:
+                if g.nodes.nunique() < 2:
+                    return math.nan
+                return float(np.polyfit(np.log(g.nodes), np.log(g[f"{what}_ms"]), 1)[0])
+
+            rec[f"{what}_exponent"] = exponent(tail)
+            rec[f"{what}_fit_from_nodes"] = int(tail.nodes.min())
+            rec[f"{what}_exponent_all_sizes"] = exponent(f)
             rec[f"{what}_us_per_node_min"] = float(per.min())
             rec[f"{what}_us_per_node_max"] = float(per.max())
             rec[f"{what}_per_node_spread"] = float(per.max() / per.min())
