@@ -13,6 +13,12 @@ where pi is the distribution the episodes were sampled from (scores over the sam
 temperature): trained at temperature 1 but sampled hotter, the policy gradient and
 self-imitation pull the policy towards its own flatter samples every update.
 
+The advantages, the loss and the optimisers' step live in :mod:`doppler_lab.policies.reinforce`
+(shared with the per-instance adapter). ``estimator="ppo"`` replaces the policy-gradient term by
+PPO's clipped surrogate on normalised advantages and takes ``ppo_epochs`` steps per update (the
+first one above, then one per further pass over the same episodes); ``reinforce`` (the default,
+the paper's) is the loss above, one step.
+
 A run directory holds ``config.json`` (the frozen configs), ``metrics.csv``,
 ``checkpoints/last.pt`` (weights, optimisers, schedules, every RNG state, counters; the one
 before it stays as ``checkpoints/last.prev.pt``) and, at the end, ``policy.pt`` and
