@@ -206,3 +206,26 @@ def test_a_bad_estimator_on_the_command_line_is_one_line(argv, tmp_path, capsys)
     assert code == 2 and "\n" not in err
     assert "--estimator" in err and "'trpo'" in err and "'reinforce', 'ppo'" in err
     assert not (tmp_path / argv[-1].rpartition("/")[2]).exists()  # nothing was started
+
+
+def test_bench_learner_sets_ppo_only_where_the_paired_verdict_supports_it(tmp_path):
+    from doppler_lab.bench import BENCHMARKS, learner
+
+    assert BENCHMARKS["learner"] == "doppler_lab.bench.learner"
+    rows = []
+    for seed in range(8):
+        for graph, ppo_gain in (("a", 0.05 + 0.001 * seed), ("b", 0.04)):
+            rows.append({"part": "training", "graph": graph, "seed": seed, "reinforce": 100.0,
+                         "ppo": 100.0 * (1 - ppo_gain), "ppo_gain": ppo_gain,
+                         "ppo_gain_pct": round(100 * ppo_gain, 2)})  # fmt: skip
+            tie = 0.0 if seed % 2 else 0.01 * (-1) ** (seed // 2)  # as often worse as better
+            rows.append({"part": "adapt", "graph": graph, "seed": seed, "reinforce": 10.0,
+                         "ppo": 10.0 * (1 - tie), "ppo_gain": tie,
+                         "ppo_gain_pct": round(100 * tie, 2)})  # fmt: skip
+    seconds = {p: {"reinforce": 1.0, "ppo": 2.0} for p in learner.PARTS}
+    record = learner._write(tmp_path, True, rows, seconds, 32, 48, 8)
+    s = record["summary"]
+    assert (s["training_verdict"], s["default_general"]) == ("supports", "ppo")
+    assert (s["adapt_verdict"], s["default_adapt"]) == ("inconclusive", "reinforce")
+    page = (tmp_path / "learner.md").read_text()
+    assert "e-0" not in page and "e+0" not in page  # no scientific notation
