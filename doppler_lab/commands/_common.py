@@ -105,6 +105,23 @@ def add_cluster_arguments(p: argparse.ArgumentParser, default_help: str = "") ->
     )
 
 
+#: the policy-gradient estimators (:data:`doppler_lab.policies.reinforce.ESTIMATORS`, written
+#: out here so that ``--help`` imports no torch)
+ESTIMATOR_CHOICES = ("reinforce", "ppo")
+
+
+def add_estimator_argument(p: argparse.ArgumentParser, default: str) -> None:
+    """``--estimator``: how the policy-gradient stages update (``default`` says which one runs
+    when it is left out)."""
+    p.add_argument(
+        "--estimator",
+        choices=ESTIMATOR_CHOICES,
+        help="policy-gradient estimator: reinforce (the paper's: one step per batch of "
+        "episodes) or ppo (clipped steps, several passes over each batch, normalised "
+        f"advantages); default {default}",
+    )
+
+
 def add_semantics_argument(p: argparse.ArgumentParser, what: str = "simulator semantics") -> None:
     """``--semantics`` (``what`` opens its help); :func:`resolve_semantics` gives its default."""
     p.add_argument(

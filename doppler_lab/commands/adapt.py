@@ -20,6 +20,7 @@ from ..house.errors import ConfigError
 from ..house.progress import format_time, show_progress
 from ._common import (
     add_cluster_arguments,
+    add_estimator_argument,
     add_graph_argument,
     add_semantics_argument,
     int_arg,
@@ -36,7 +37,7 @@ HELP = (
 )
 
 #: fields of :class:`~doppler_lab.search.adapter.AdaptConfig` the command sets from its own flags
-OWN_FIELDS = ("episodes",)
+OWN_FIELDS = ("episodes", "estimator")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -67,6 +68,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out", required=True, metavar="DIR", help="run folder (resumed if it holds a run)"
     )
+    add_estimator_argument(p, "the adapter's (doppler_lab.search.adapter.ADAPT_ESTIMATOR)")
     from ..house.runfolder import add_force_argument
 
     add_force_argument(p)
@@ -86,7 +88,10 @@ def adapt_config(args: argparse.Namespace):
         if k not in valid:
             raise unknown_setting("adapter config", k, valid)
     # the adapter's settings and its proposal set's, flat
-    return AdaptConfig.from_dict({**changes, "episodes": args.episodes})
+    own = {"episodes": args.episodes}
+    if args.estimator is not None:
+        own["estimator"] = args.estimator
+    return AdaptConfig.from_dict({**changes, **own})
 
 
 def run(args: argparse.Namespace) -> int:

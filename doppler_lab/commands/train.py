@@ -11,6 +11,7 @@ from ..house.errors import ConfigError
 from ..house.progress import show_progress
 from ._common import (
     add_cluster_arguments,
+    add_estimator_argument,
     add_semantics_argument,
     int_arg,
     number_arg,
@@ -107,6 +108,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "8-GPU block, 400 + 3600 episodes, seeds 0-2 reach 0.52 / 0.52 / 0.72 of the Critical "
         "Path's makespan without it and 0.52 each with it; 0: off)",
     )
+    add_estimator_argument(p, "reinforce (the paper's); applies to the sim and real stages")
     from ..house.runfolder import add_force_argument
 
     add_force_argument(p)
@@ -133,7 +135,8 @@ def stage_configs(args: argparse.Namespace, default_semantics: str) -> list:
             common[key] = getattr(args, key)
     common.update(_pairs(args.set, "train config"))
     prefix = "released-" if args.preset == "released" else ""
-    return [preset(prefix + s, **common) for s in stages]
+    own = {} if args.estimator is None else {"estimator": args.estimator}
+    return [preset(prefix + s, **{**common, **({} if s == "imitation" else own)}) for s in stages]
 
 
 def policy_config(args: argparse.Namespace):

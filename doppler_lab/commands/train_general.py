@@ -8,7 +8,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ..house.progress import show_progress
-from ._common import int_arg, number_arg, print_json
+from ._common import add_estimator_argument, int_arg, number_arg, print_json
 
 NAME = "train-general"
 HELP = "train one DOPPLER policy on many graphs and clusters (doppler/general); resumes in --out"
@@ -156,6 +156,7 @@ def _result_arguments(p: argparse.ArgumentParser, g: ModuleType) -> None:
         action="append",
         help="only score checkpoints on the validation pool, no training (repeatable)",
     )
+    add_estimator_argument(p, "the general policy's Stage II (GENERAL_ESTIMATOR)")
     from ..house.runfolder import add_force_argument
 
     add_force_argument(p)
@@ -186,6 +187,7 @@ def command_line(args: argparse.Namespace) -> str:
         ("--label-fraction", "label_fraction", g.GENERAL_LABEL_FRACTION),
         ("--lr", "lr", None),
         ("--graphs-per-step", "graphs_per_step", None),
+        ("--estimator", "estimator", None),
         ("--estimate", "estimate", g.GENERAL_ESTIMATE),
         ("--layout", "layout", g.GENERAL_LAYOUT),
         ("--paper-cost-share", "paper_cost_share", g.GENERAL_PAPER_COST_SHARE),
@@ -236,7 +238,11 @@ def _train(args: argparse.Namespace) -> int:
         init = resolve_checkpoint(args.init)
     changes = {
         k: v
-        for k, v in (("lr", args.lr), ("graphs_per_step", args.graphs_per_step))
+        for k, v in (
+            ("lr", args.lr),
+            ("graphs_per_step", args.graphs_per_step),
+            ("estimator", args.estimator),
+        )
         if v is not None
     }
     recipe = g.GeneralRecipe(

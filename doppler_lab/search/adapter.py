@@ -16,7 +16,9 @@ graph reads, so a high learning rate is safe and the network's judgement of ever
 2. updates of ``batch`` sampled episodes each: the policy gradient of the episodes' costs
    (advantage = the batch mean minus the cost, scaled by the batch's standard deviation) plus
    ``imitation`` times the log-likelihood of the incumbent's own episode (EAS's imitation term:
-   the table learns to reproduce the best placement found so far);
+   the table learns to reproduce the best placement found so far); by default PPO's clipped
+   surrogate with ``ppo_epochs`` steps per batch (``estimator="reinforce"``: one plain
+   policy-gradient step, as before :data:`ADAPT_ESTIMATOR` was chosen);
 3. whatever the budget leaves when a batch would overrun it goes to a last, smaller batch;
 4. settling: imitation steps on the best placement, without simulator calls, until the greedy
    rollout reproduces it (at most ``settle_steps``).
@@ -55,6 +57,15 @@ from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..placers.clustering import CLUSTER_CAPS
 from ..policies.checkpoint import save_atomic
+from ..policies.reinforce import (
+    PPO_CLIP,
+    PPO_EPOCHS,
+    Optimisers,
+    batch_mean_advantages,
+    check_estimator,
+    extra_epochs,
+    surrogate,
+)
 from ..timing.fit import capped
 from ..timing.sim import Simulator
 from .budget import SearchConfig, SearchOutcome
@@ -84,7 +95,16 @@ ADAPT_MAXIMA: dict[str, float] = {
     "episodes": MAX_BUDGET,
     "batch": MAX_BUDGET,
     "settle_steps": MAX_BUDGET,
+    "ppo_epochs": 100,
+    "ppo_clip": 10,
 }
+
+#: the adapter's estimator by default, chosen by ``bench learner`` (reports/bench/learner.md):
+#: on the paper's 4-GPU graphs, 200 calls from the general policy, 8 seeds, PPO's best was
+#: shorter in 7 of 32 pairs and longer in none (all on the two transformer graphs; the others
+#: tie): the paired verdict supports it, though the gain is small (mean 0.003%, at most 0.03%)
+#: and its updates take about twice the time (147 s against 73 s for the 32 runs)
+ADAPT_ESTIMATOR = "ppo"
 
 #: the adapter's proposals by default: the ``doppler`` placer's (greedy + 16 samples, two of
 #: them greedy rollouts on fewer devices, the clustering and 4 partitions) with the clustering
@@ -118,6 +138,10 @@ class AdaptConfig:
             incumbent with the confidence it had learned.
         settle_steps: at most this many imitation steps on the best placement after the
             budget (no simulator calls), until the greedy rollout reproduces it.
+        estimator: how each batch updates the table (:mod:`~doppler_lab.policies.reinforce`):
+            ``reinforce`` (one step) or ``ppo`` (``ppo_epochs`` clipped steps, clip range
+            ``ppo_clip``).
+        ppo_epochs, ppo_clip: PPO's passes over each batch and its clip range.
 
     :meth:`from_dict` builds one from flat settings (``samples=4``, ``partitions=2``: the
     proposal set's beside the adapter's own), as the command line's ``--set`` and a saved
@@ -133,6 +157,9 @@ class AdaptConfig:
     temperature: float = 2.5
     reanchor: bool = True
     settle_steps: int = 100
+    estimator: str = ADAPT_ESTIMATOR
+    ppo_epochs: int = PPO_EPOCHS
+    ppo_clip: float = PPO_CLIP
 
     def __post_init__(self) -> None:
         owner = "adapter config"
@@ -145,10 +172,14 @@ class AdaptConfig:
             ("anchor_bias", "float", {"minimum": 0}),
             ("imitation", "float", {"minimum": 0}),
             ("temperature", "float", {"minimum": 1e-3}),  # logits / 1e-300 overflow
+            ("estimator", "str", {}),
+            ("ppo_epochs", "int", {"minimum": 1}),
+            ("ppo_clip", "float", {"above": 0}),
         ):
             top = ADAPT_MAXIMA.get(name)
             value = check_setting(getattr(self, name), kind, owner, name, maximum=top, **bounds)
             object.__setattr__(self, name, value)
+        check_estimator(self.estimator, owner)
         if not isinstance(self.proposals, ProposalSet):
             raise ConfigError(
                 f"{owner}: setting proposals={self.proposals!r}; expected a proposal set "
@@ -347,6 +378,183 @@ def _reanchor(bias: torch.Tensor, old: np.ndarray, new: np.ndarray) -> None:
             bias[rows, a], bias[rows, b] = vb, va
 
 
+@dataclass
+class _Progress:
+    """What an adapter run has reached: its table, its incumbent and its counters (kept in its
+    state file after the proposals and after every update)."""
+
+    bias: torch.Tensor
+    best: Placement
+    best_cost: float
+    start_cost: float
+    calls: int
+    source: str
+    label: str
+    part_cost: float
+    greedy_cost: float
+    rollout_cost: float
+    rollouts: int
+    incumbent: Any  # the incumbent as an episode of the policy (:class:`Episodes`)
+    rows: list[dict[str, float]]
+    verdict: Verdict | None = None
+
+    def to_state(self, key: dict[str, Any], optim: Optimisers, rng: np.random.Generator):
+        """The state file's record (with the optimiser's moments and the random state)."""
+        best, opt = self.best, optim.optimizers[_TABLE]
+        return {
+            "format": ADAPT_STATE_FORMAT, "key": key, "bias": self.bias.detach().clone(),
+            "opt": opt.state_dict() if opt.state else None,
+            "best_device": torch.from_numpy(np.array(best.device, dtype=np.int64)),
+            "best_priority": None if best.priority is None else torch.from_numpy(
+                np.array(best.priority, dtype=np.float64)),  # a copy: placements are read-only
+            "best_placer": best.placer, "best_cost": self.best_cost,
+            "start_cost": self.start_cost, "calls": self.calls, "source": self.source,
+            "label": self.label, "partition_cost": self.part_cost,
+            "greedy_cost": self.greedy_cost, "rollout_cost": self.rollout_cost,
+            "rollouts": self.rollouts, "incumbent": self.incumbent.to_state(), "rows": self.rows,
+            "rng": json.dumps(rng.bit_generator.state),
+        }  # fmt: skip
+
+    @classmethod
+    def from_state(cls, saved: dict[str, Any]) -> _Progress:
+        """A run's progress from its state file (its key already checked: the table has the
+        run's shape)."""
+        from ..policies.policy_base import Episodes
+
+        bias = saved["bias"].detach().to(torch.float32).clone()
+        best = Placement(
+            saved["best_device"].numpy(),
+            None if saved["best_priority"] is None else saved["best_priority"].numpy(),
+            saved["best_placer"],
+        )
+        return cls(
+            bias, best, saved["best_cost"], saved["start_cost"], saved["calls"], saved["source"],
+            saved.get("label", saved["source"]),  # states saved before the labels: the source
+            saved["partition_cost"], saved["greedy_cost"], saved["rollout_cost"],
+            saved["rollouts"], Episodes.from_state(saved["incumbent"]), list(saved["rows"]),
+        )  # fmt: skip
+
+    def result(self, cfg: AdaptConfig, settled: int, digest: str) -> AdaptResult:
+        return AdaptResult(
+            self.bias.detach().clone(), self.best, self.best_cost, self.start_cost, self.calls,
+            self.rows, cfg, self.greedy_cost, self.rollout_cost, self.rollouts, self.part_cost,
+            self.source, settled, digest, self.label, self.verdict,
+        )  # fmt: skip
+
+
+#: the name of the adapter's one parameter group (its table)
+_TABLE = "table"
+
+
+def _check_adaptable(policy: Any, graph: DataflowGraph, cfg: AdaptConfig) -> None:
+    """Refuse a policy without a learned PLC and a budget that does not cover the proposals."""
+    if getattr(policy, "plc", None) is None or not hasattr(policy, "set_node_bias"):
+        raise ConfigError(
+            f"adapt: a {getattr(policy, 'kind', type(policy).__name__)} policy has no learned "
+            "PLC to bias; expected a DOPPLER dual or plc-only policy"
+        )
+    wanted = cfg.proposal_set()
+    proposals = wanted.most_calls(graph)
+    if cfg.episodes < proposals:
+        raise ConfigError(
+            f"adapt: episodes = {cfg.episodes} do not cover the proposals "
+            f"({wanted.describe(graph)}); expected at least {proposals}"
+        )
+
+
+def _from_proposals(
+    policy: Any,
+    graph: DataflowGraph,
+    cluster: Cluster,
+    semantics: str,
+    ctx: Any,
+    enc: Any,
+    sim: Any,
+    cfg: AdaptConfig,
+    rng: np.random.Generator,
+) -> _Progress:
+    """Judge the proposals; the best is the incumbent, and the table starts on its devices."""
+    from ..policies.policy_base import Episodes
+    from ..policies.rollout import GREEDY, ActionMode, RolloutOptions, run_episodes
+
+    n, d = ctx.num_nodes, ctx.num_devices
+    props = cfg.proposal_set().build(policy, graph, cluster, rng, ctx.cost, ctx, semantics)
+    verdict: Verdict = judge(sim, props)
+    costs, i = verdict.costs, verdict.best
+    best = props.placements[i]
+    bias = torch.zeros((n, d), dtype=torch.float32)
+    if cfg.anchor_bias:
+        bias[torch.arange(n), torch.as_tensor(best.device[ctx.features.nodes])] = float(
+            cfg.anchor_bias
+        )
+    # the incumbent as an episode of the policy (SEL greedy, PLC on its devices): what the
+    # imitation term makes likelier
+    follow = ActionMode(False, 0.0, 1.0, 1.0)  # PLC takes the anchor's devices
+    with torch.no_grad():
+        on_best = RolloutOptions(anchor=best.device)
+        incumbent: Episodes = run_episodes(policy, ctx, enc, 1, rng, GREEDY, follow, on_best)
+    cand = verdict.candidates[i]
+    return _Progress(
+        bias, best, float(costs[i]), float(costs[i]), len(props), cand.source, cand.label,
+        verdict.heuristic_cost, float(costs[0]), verdict.rollout_cost, props.rollouts,
+        incumbent, [], verdict,
+    )  # fmt: skip
+
+
+def _table_step(
+    policy: Any,
+    ctx: Any,
+    enc: Any,
+    episodes: Any,
+    costs: np.ndarray,
+    run: _Progress,
+    optim: Optimisers,
+    cfg: AdaptConfig,
+) -> None:
+    """One update of the table (:mod:`~doppler_lab.policies.reinforce`): the policy gradient
+    of the batch (advantage: the batch mean minus the cost, over the batch's spread) plus
+    ``imitation`` times the incumbent's log-likelihood; REINFORCE one step, PPO
+    ``ppo_epochs`` clipped steps on the same batch."""
+    temps = (1.0, cfg.temperature)
+    n = ctx.num_nodes
+    a = batch_mean_advantages(costs)
+    adv = None if a is None else torch.as_tensor(a, dtype=torch.float32)
+    old = None
+    for _ in range(1 + extra_epochs(cfg.estimator, cfg.ppo_epochs)):
+        optim.zero_grad()
+        loss = torch.zeros(())
+        if adv is not None:
+            terms = policy.log_probs(ctx, enc, episodes, temps)
+            if cfg.estimator == "ppo":  # per action, against the sampling-time probabilities
+                old = terms.plc_logp.detach() if old is None else old
+                gain = surrogate(terms.plc_logp, adv[:, None], old, cfg.ppo_clip).sum(1)
+            else:
+                gain = surrogate(terms.plc_logp.sum(1), adv)
+            loss = loss - gain.mean()
+        if cfg.imitation:
+            terms = policy.log_probs(ctx, enc, run.incumbent, temps)
+            loss = loss - cfg.imitation * terms.plc_logp.sum() / n
+        if not loss.requires_grad:
+            return
+        loss.backward()
+        optim.step(schedule=False)
+
+
+def _take_best(run: _Progress, episodes: Any, costs: np.ndarray, nodes: np.ndarray, cfg) -> int:
+    """Make the batch's best placement the incumbent if it beats it (the table's preference
+    follows when ``reanchor``); returns its index in the batch."""
+    j = int(np.argmin(costs))
+    if costs[j] < run.best_cost:
+        if cfg.reanchor:
+            _reanchor(run.bias, run.best.device[nodes], episodes.placements[j].device[nodes])
+        run.best, run.best_cost = episodes.placements[j], float(costs[j])
+        run.incumbent = episodes.select([j])
+        if run.source != "adapter":
+            run.label = f"adapter table from {run.label}"
+        run.source = "adapter"
+    return j
+
+
 def adapt(
     policy: Any,
     graph: DataflowGraph,
@@ -390,160 +598,83 @@ def adapt(
     """
     from ..house.progress import progress as bar
     from ..policies.context import GraphContext
-    from ..policies.policy_base import Episodes
-    from ..policies.rollout import (
-        GREEDY,
-        SAMPLE,
-        ActionMode,
-        Rollout,
-        RolloutOptions,
-        run_episodes,
-    )
+    from ..policies.rollout import GREEDY, SAMPLE, ActionMode, Rollout, run_episodes
 
     cfg = config or AdaptConfig()
-    if getattr(policy, "plc", None) is None or not hasattr(policy, "set_node_bias"):
-        raise ConfigError(
-            f"adapt: a {getattr(policy, 'kind', type(policy).__name__)} policy has no learned "
-            "PLC to bias; expected a DOPPLER dual or plc-only policy"
-        )
-    wanted = cfg.proposal_set()
-    proposals = wanted.most_calls(graph)
-    if cfg.episodes < proposals:
-        raise ConfigError(
-            f"adapt: episodes = {cfg.episodes} do not cover the proposals "
-            f"({wanted.describe(graph)}); expected at least {proposals}"
-        )
+    _check_adaptable(policy, graph, cfg)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     ctx = GraphContext.for_policy(graph, cluster, policy.config, semantics)
     # placements over a memory cap simulate as inf
     sim = capped(Simulator(graph, ctx.cluster, semantics, 0.0, ctx.cost))  # type: ignore[arg-type]
-    n, d = ctx.num_nodes, ctx.num_devices
     nodes = ctx.features.nodes  # local -> global
-    key = {
+    key = _run_key(policy, graph, ctx, semantics, cfg, seed)
+    old = policy.node_bias
+    policy.set_node_bias(None)
+    with torch.no_grad():
+        enc = policy.encode(ctx)
+    saved = _read_state(state, key) if state is not None else None
+    if saved is None:
+        run = _from_proposals(policy, graph, cluster, semantics, ctx, enc, sim, cfg, rng)
+    else:
+        run = _Progress.from_state(saved)
+        rng.bit_generator.state = json.loads(saved["rng"])
+    run.bias.requires_grad_(True)
+    optim = Optimisers({_TABLE: [run.bias]}, {_TABLE: cfg.lr})
+    if saved is not None and saved["opt"] is not None:
+        optim.optimizers[_TABLE].load_state_dict(saved["opt"])
+    if state is not None and saved is None:
+        _write_state(state, run.to_state(key, optim, rng))
+    own = pbar is None
+    if own:
+        pbar = bar(total=cfg.episodes, desc="adapt", enabled=progress, unit="ep")
+    pbar.update(run.calls)
+    plc = ActionMode(True, 0.0, 0.0, cfg.temperature)
+    try:
+        policy.set_node_bias(run.bias)
+        while run.calls < cfg.episodes:
+            k = min(cfg.batch, cfg.episodes - run.calls)
+            with torch.no_grad():
+                eps = run_episodes(policy, ctx, enc, k, rng, SAMPLE, plc)
+            c = np.asarray(sim.makespans(eps.placements), dtype=np.float64)
+            run.calls += k
+            j = _take_best(run, eps, c, nodes, cfg)
+            _table_step(policy, ctx, enc, eps, c, run, optim, cfg)
+            row = {"calls": run.calls, "cost_mean": float(c.mean()), "cost_min": float(c[j]),
+                   "cost_best": run.best_cost}  # fmt: skip
+            if track_greedy:
+                with torch.no_grad():
+                    g = Rollout(policy, ctx, enc, 1, rng, GREEDY, GREEDY).run_placements()[0]
+                row["greedy_cost"] = float(sim.makespan(g))
+            run.rows.append(row)
+            if state is not None:
+                _write_state(state, run.to_state(key, optim, rng))
+            pbar.update(k)
+        settled = _settle(policy, ctx, enc, run.bias, run.best.device, cfg, rng)
+    finally:
+        if own:
+            pbar.close()
+        policy.set_node_bias(old)
+    return run.result(cfg, settled, key["policy"])
+
+
+def _run_key(
+    policy: Any,
+    graph: DataflowGraph,
+    ctx: Any,
+    semantics: str,
+    cfg: AdaptConfig,
+    seed: int | np.random.Generator,
+) -> dict[str, Any]:
+    """What a state file must have been written by to be resumed by this run."""
+    return {
         "graph": graph.name,
-        "nodes": int(n),
-        "devices": int(d),
+        "nodes": int(ctx.num_nodes),
+        "devices": int(ctx.num_devices),
         "semantics": semantics,
         "config": cfg.to_dict(),
         "policy": policy_digest(policy),
         "seed": None if isinstance(seed, np.random.Generator) else int(seed),
     }
-    old = policy.node_bias
-    policy.set_node_bias(None)
-    with torch.no_grad():
-        enc = policy.encode(ctx)
-    plc = ActionMode(True, 0.0, 0.0, cfg.temperature)
-    temps = (1.0, cfg.temperature)
-    follow = ActionMode(False, 0.0, 1.0, 1.0)  # PLC takes the anchor's devices
-    saved = _read_state(state, key) if state is not None else None
-    bias = torch.zeros((n, d), dtype=torch.float32)
-    if saved is None:
-        props = wanted.build(policy, graph, cluster, rng, ctx.cost, ctx, semantics)
-        verdict: Verdict | None = judge(sim, props)
-        costs, calls, rollouts, i = verdict.costs, len(props), props.rollouts, verdict.best
-        best, best_cost, start_cost = props.placements[i], float(costs[i]), float(costs[i])
-        source, label = verdict.candidates[i].source, verdict.candidates[i].label
-        part_cost = verdict.heuristic_cost
-        greedy_cost, rollout_cost = float(costs[0]), verdict.rollout_cost
-        if cfg.anchor_bias:
-            bias[torch.arange(n), torch.as_tensor(best.device[nodes])] = float(cfg.anchor_bias)
-        # the incumbent as an episode of the policy (SEL greedy, PLC on its devices): what the
-        # imitation term makes likelier
-        with torch.no_grad():
-            on_best = RolloutOptions(anchor=best.device)
-            incumbent: Episodes = run_episodes(policy, ctx, enc, 1, rng, GREEDY, follow, on_best)
-        rows: list[dict[str, float]] = []
-    else:
-        verdict = None
-        bias.copy_(saved["bias"])
-        best = Placement(
-            saved["best_device"].numpy(),
-            None if saved["best_priority"] is None else saved["best_priority"].numpy(),
-            saved["best_placer"],
-        )
-        best_cost, start_cost, calls = saved["best_cost"], saved["start_cost"], saved["calls"]
-        source, part_cost = saved["source"], saved["partition_cost"]
-        label = saved.get("label", source)  # states saved before the labels: the source
-        greedy_cost, rollout_cost, rollouts = (
-            saved["greedy_cost"], saved["rollout_cost"], saved["rollouts"]
-        )  # fmt: skip
-        incumbent = Episodes.from_state(saved["incumbent"])
-        rows = list(saved["rows"])
-        rng.bit_generator.state = json.loads(saved["rng"])
-    bias.requires_grad_(True)
-    opt = torch.optim.Adam([bias], lr=cfg.lr)
-    if saved is not None and saved["opt"] is not None:
-        opt.load_state_dict(saved["opt"])
-
-    def keep() -> None:
-        if state is None:
-            return
-        _write_state(state, {
-            "format": ADAPT_STATE_FORMAT, "key": key, "bias": bias.detach().clone(),
-            "opt": opt.state_dict() if opt.state else None,
-            "best_device": torch.from_numpy(np.array(best.device, dtype=np.int64)),
-            "best_priority": None if best.priority is None else torch.from_numpy(
-                np.array(best.priority, dtype=np.float64)),  # a copy: placements are read-only
-            "best_placer": best.placer, "best_cost": best_cost, "start_cost": start_cost,
-            "calls": calls, "source": source, "label": label, "partition_cost": part_cost,
-            "greedy_cost": greedy_cost, "rollout_cost": rollout_cost, "rollouts": rollouts,
-            "incumbent": incumbent.to_state(), "rows": rows,
-            "rng": json.dumps(rng.bit_generator.state),
-        })  # fmt: skip
-
-    if saved is None:
-        keep()
-    own = pbar is None
-    if own:
-        pbar = bar(total=cfg.episodes, desc="adapt", enabled=progress, unit="ep")
-    pbar.update(calls)
-    try:
-        policy.set_node_bias(bias)
-        while calls < cfg.episodes:
-            k = min(cfg.batch, cfg.episodes - calls)
-            with torch.no_grad():
-                eps = run_episodes(policy, ctx, enc, k, rng, SAMPLE, plc)
-            c = np.asarray(sim.makespans(eps.placements), dtype=np.float64)
-            calls += k
-            j = int(np.argmin(c))
-            if c[j] < best_cost:
-                if cfg.reanchor:
-                    _reanchor(bias, best.device[nodes], eps.placements[j].device[nodes])
-                best, best_cost, incumbent = eps.placements[j], float(c[j]), eps.select([j])
-                if source != "adapter":
-                    label = f"adapter table from {label}"
-                source = "adapter"
-            opt.zero_grad()
-            loss = torch.zeros(())
-            if k > 1 and float(c.std()) > 0:
-                adv = torch.as_tensor((c.mean() - c) / c.std(), dtype=torch.float32)
-                terms = policy.log_probs(ctx, enc, eps, temps)
-                loss = loss - (adv * terms.plc_logp.sum(1)).mean()
-            if cfg.imitation:
-                terms = policy.log_probs(ctx, enc, incumbent, temps)
-                loss = loss - cfg.imitation * terms.plc_logp.sum() / n
-            if loss.requires_grad:
-                loss.backward()
-                opt.step()
-            row = {"calls": calls, "cost_mean": float(c.mean()), "cost_min": float(c[j]),
-                   "cost_best": best_cost}  # fmt: skip
-            if track_greedy:
-                with torch.no_grad():
-                    g = Rollout(policy, ctx, enc, 1, rng, GREEDY, GREEDY).run_placements()[0]
-                row["greedy_cost"] = float(sim.makespan(g))
-            rows.append(row)
-            keep()
-            pbar.update(k)
-        settled = _settle(policy, ctx, enc, bias, best.device, cfg, rng)
-    finally:
-        if own:
-            pbar.close()
-        policy.set_node_bias(old)
-    return AdaptResult(
-        bias.detach().clone(), best, best_cost, start_cost, calls, rows, cfg,
-        greedy_cost, rollout_cost, rollouts, part_cost, source, settled, key["policy"], label,
-        verdict,
-    )  # fmt: skip
 
 
 def policy_digest(policy: Any) -> str:
@@ -578,6 +709,7 @@ def _read_state(path: str | Path, key: dict[str, Any]) -> dict[str, Any] | None:
     for name, want in key.items():
         have = doc["key"].get(name)
         if name == "config" and isinstance(have, Mapping):  # as loaded: older saves are flat
+            have = {"estimator": "reinforce", **have}  # saved before there was a choice
             try:
                 same = AdaptConfig.from_dict(have) == AdaptConfig.from_dict(want)
             except ConfigError:

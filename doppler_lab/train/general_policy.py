@@ -442,7 +442,15 @@ GENERAL_SIM_EPISODES = 12288
 #: (``doppler-lab train-general --seed 1``) trains it again only without the warm-up
 GENERAL_IMITATION_SETTINGS: dict[str, Any] = {"lr_warmup": 0}
 #: Stage II settings of the general policy besides the ``sim`` preset's
-GENERAL_SIM_SETTINGS: dict[str, Any] = {"lr": 1e-2, "lr_warmup": 10, "tempered_loss": True}
+#: Stage II's policy-gradient estimator of the general policy (``bench learner``:
+#: reports/bench/learner.md)
+GENERAL_ESTIMATOR = "reinforce"
+GENERAL_SIM_SETTINGS: dict[str, Any] = {
+    "lr": 1e-2,
+    "lr_warmup": 10,
+    "tempered_loss": True,
+    "estimator": GENERAL_ESTIMATOR,
+}
 
 
 #: Stage "anchor" settings: imitate a search's placement of each task (the ``doppler`` budget

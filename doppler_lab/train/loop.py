@@ -13,6 +13,12 @@ where pi is the distribution the episodes were sampled from (scores over the sam
 temperature): trained at temperature 1 but sampled hotter, the policy gradient and
 self-imitation pull the policy towards its own flatter samples every update.
 
+The advantages, the loss and the optimisers' step live in :mod:`doppler_lab.policies.reinforce`
+(shared with the per-instance adapter). ``estimator="ppo"`` replaces the policy-gradient term by
+PPO's clipped surrogate on normalised advantages and takes ``ppo_epochs`` steps per update (the
+first one above, then one per further pass over the same episodes); ``reinforce`` (the default,
+the paper's) is the loss above, one step.
+
 A run directory holds ``config.json`` (the frozen configs), ``metrics.csv``,
 ``checkpoints/last.pt`` (weights, optimisers, schedules, every RNG state, counters; the one
 before it stays as ``checkpoints/last.prev.pt``) and, at the end, ``policy.pt`` and
@@ -45,8 +51,17 @@ from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..policies.checkpoint import load_policy, make_policy, read_checkpoint, save_checkpoint
 from ..policies.context import GraphContext
-from ..policies.policy_base import Episodes, PlacementPolicy, StepTerms, Temperature
+from ..policies.policy_base import Episodes, PlacementPolicy, Temperature
 from ..policies.policy_config import PolicyConfig
+from ..policies.reinforce import (
+    Baseline,
+    Optimisers,
+    advantages,
+    extra_epochs,
+    normalise,
+    policy_loss,
+    step_logp,
+)
 from ..policies.rollout import GREEDY, ActionMode, RolloutOptions, run_episodes
 from ..policies.tensors import as_tensor, flush_denormal
 from ..timing.sim import SEMANTICS, Simulator
@@ -105,102 +120,8 @@ def lr_factor(schedule: str, final: float, update: int, updates: int, warmup: in
     return ramp
 
 
-@dataclass
-class _Baseline:
-    """Per-graph cost statistics for the baseline."""
-
-    total: float = 0.0
-    count: int = 0
-    ema: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"total": self.total, "count": self.count, "ema": self.ema}
-
-
-def advantages(
-    costs: np.ndarray,
-    state: _Baseline,
-    kind: str,
-    decay: float,
-    norm: str,
-    partial: np.ndarray | None = None,
-    elite_quantile: float = 0.25,
-) -> tuple[np.ndarray, float]:
-    """Advantages (higher = better than the baseline) and the mean baseline.
-
-    ``batch``: each episode's baseline is the mean of the others' costs (needs K >= 2; falls back
-    to ``ema``); ``ema``: a moving average of past batch means (the first batch's mean to
-    start); ``mean``: the running mean of every cost so far, this batch included (released).
-    With ``partial`` ``(K, T)`` (and the batch baseline) step t is judged by the cost added
-    from t on, ``cost - partial[:, t]``, against the other episodes at the same step; the
-    result is then ``(K, T)``, else ``(K,)``. ``state`` is updated.
-
-    ``norm="elite"`` (risk-seeking, any baseline kind, no ``partial``): ``max(q - cost, 0)``
-    over the batch's standard deviation, ``q`` the ``elite_quantile`` quantile of the batch's
-    costs (reported as the baseline).
-    """
-    k = costs.size
-    mean = float(costs.mean())
-    if norm == "elite":
-        q = float(np.quantile(costs, elite_quantile))
-        state.ema = mean if state.ema is None else decay * state.ema + (1 - decay) * mean
-        spread = float(costs.std())
-        return np.maximum(q - costs, 0.0) / (spread + 1e-8 * abs(mean) + 1e-30), q
-    if kind == "batch" and k >= 2:
-        r = costs[:, None] - partial if partial is not None else costs[:, None]
-        if norm == "rank":  # centred ranks: robust to outliers, scale-free
-            r = np.argsort(np.argsort(r, axis=0, kind="stable"), axis=0).astype(np.float64)
-        base = (r.sum(axis=0) - r) / (k - 1)
-        adv = base - r
-        base_mean = mean
-        spread = float(r.std(axis=0).mean())
-        ref = mean
-    else:
-        if kind == "mean":
-            state.total += float(costs.sum())
-            state.count += k
-            ref = state.total / state.count
-        else:
-            ref = mean if state.ema is None else state.ema
-        adv = (ref - costs)[:, None]
-        base_mean = ref
-        spread = float(costs.std())
-    state.ema = mean if state.ema is None else decay * state.ema + (1 - decay) * mean
-    if norm == "relative" or (norm in ("std", "rank") and k < 2):
-        adv = adv / max(ref, 1e-30)
-    elif norm in ("std", "rank"):
-        adv = adv / (spread + 1e-8 * abs(mean) + 1e-30)
-    return (adv[:, 0] if adv.shape[1] == 1 else adv), base_mean
-
-
-def policy_loss(
-    terms: StepTerms, adv: torch.Tensor, config: TrainConfig, anchored: bool = False
-) -> torch.Tensor:
-    """The update's loss for one chunk of episodes (a sum over them; divide by K T outside).
-
-    ``anchored``: PLC's labels are an anchor placement's devices (weight ``sil_coef``).
-
-    Shapes:
-        - input: each term ``(K, T)``, adv ``(K,)`` or ``(K, T)``
-    """
-    logp = [x for x in (terms.sel_logp, terms.plc_logp) if x is not None]
-    t = logp[0].shape[1]
-    disc = config.gamma ** torch.arange(t - 1, -1, -1, dtype=logp[0].dtype)
-    loss = logp[0].new_zeros(())
-    if config.pg_coef:
-        a = adv if adv.dim() == 2 else adv[:, None]
-        loss = loss - config.pg_coef * (a * disc * sum(logp)).sum()
-    ents = [x for x in (terms.sel_entropy, terms.plc_entropy) if x is not None]
-    if config.entropy_coef:
-        loss = loss - config.entropy_coef * sum(e.sum() for e in ents)
-    if anchored:
-        if terms.plc_teacher_ll is not None:
-            loss = loss - config.sil_coef * terms.plc_teacher_ll.sum()
-        return loss
-    tl = [x for x in (terms.sel_teacher_ll, terms.plc_teacher_ll) if x is not None]
-    if config.imitation_coef and tl:
-        loss = loss - config.imitation_coef * sum(x.sum() for x in tl)
-    return loss
+#: the old private name of :class:`~doppler_lab.policies.reinforce.Baseline`
+_Baseline = Baseline
 
 
 @dataclass
@@ -250,6 +171,32 @@ def _run_header(
     if semantics is not None:  # a semantics per graph
         head["semantics"] = list(semantics)
     return head
+
+
+def _clusters_per_graph(
+    graphs: Sequence[DataflowGraph],
+    cluster: Cluster | Sequence[Cluster],
+    semantics: Sequence[str] | None,
+    cost_fns: Sequence[CostFunction] | None,
+) -> list[Cluster]:
+    """One cluster per graph; the per-graph arguments checked against the graphs.
+
+    Raises:
+        ConfigError: no graph, a count that does not match the graphs', an unknown semantics.
+    """
+    if not graphs:
+        raise ConfigError("training needs at least one graph")
+    if semantics is not None and len(semantics) != len(graphs):
+        raise ConfigError(f"{len(semantics)} semantics for {len(graphs)} graphs")
+    if cost_fns is not None and len(cost_fns) != len(graphs):
+        raise ConfigError(f"{len(cost_fns)} cost functions for {len(graphs)} graphs")
+    clusters = [cluster] * len(graphs) if isinstance(cluster, Cluster) else list(cluster)
+    if len(clusters) != len(graphs):
+        raise ConfigError(f"{len(clusters)} clusters for {len(graphs)} graphs")
+    for sem in semantics or ():
+        if sem not in SEMANTICS:
+            raise ConfigError(f"graph semantics {sem!r}, expected one of {SEMANTICS}")
+    return clusters
 
 
 class Trainer:
@@ -303,53 +250,27 @@ class Trainer:
         force: bool = False,
         verdict_pairs: int = VERDICT_PAIRS,
     ):
-        if not graphs:
-            raise ConfigError("training needs at least one graph")
-        if semantics is not None and len(semantics) != len(graphs):
-            raise ConfigError(f"{len(semantics)} semantics for {len(graphs)} graphs")
-        if cost_fns is not None and len(cost_fns) != len(graphs):
-            raise ConfigError(f"{len(cost_fns)} cost functions for {len(graphs)} graphs")
         self.config = config
         self.graphs = list(graphs)
-        clusters = [cluster] * len(self.graphs) if isinstance(cluster, Cluster) else list(cluster)
-        if len(clusters) != len(self.graphs):
-            raise ConfigError(f"{len(clusters)} clusters for {len(self.graphs)} graphs")
-        self.clusters = clusters
-        self.cluster = clusters[0]
+        self.clusters = _clusters_per_graph(self.graphs, cluster, semantics, cost_fns)
+        self.cluster = self.clusters[0]
         self.semantics = list(semantics) if semantics is not None else None
-        for sem in self.semantics or ():
-            if sem not in SEMANTICS:
-                raise ConfigError(f"graph semantics {sem!r}, expected one of {SEMANTICS}")
-        cluster = clusters[0]
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.callbacks = list(callbacks)
         self.progress = progress
         self.init = str(init) if init is not None else None
-        d = cluster.num_devices
+        d = self.cluster.num_devices
         found = self._resume_point(d, force) if self.out_dir is not None else None
-        resume = found is not None
-        if found is not None:
-            self.policy, doc = found
-            self._resume_doc: dict[str, Any] | None = doc
-        else:
-            self._resume_doc = None
-            if init is not None:
-                kinds = None
-                if isinstance(policy, PolicyConfig):
-                    kinds = [policy.kind]
-                self.policy, _ = load_policy(init, kinds, d, allow_device_change)
-            elif isinstance(policy, PlacementPolicy):
-                self.policy = policy
-            else:
-                pcfg = policy or PolicyConfig()
-                self.policy = make_policy(pcfg, d, config.seed, config.semantics)
-        pcfg = self.policy.config
+        self._resume_doc: dict[str, Any] | None = None if found is None else found[1]
+        self.policy = (
+            found[0] if found is not None else self._start_policy(policy, d, allow_device_change)
+        )
         self.header = _run_header(
-            config, pcfg, self.graphs, self.clusters, self.init, self.semantics
+            config, self.policy.config, self.graphs, self.clusters, self.init, self.semantics
         )
         sems = self.semantics or [config.semantics] * len(self.graphs)
         self.contexts = [
-            GraphContext.for_policy(g, c, pcfg, sem)
+            GraphContext.for_policy(g, c, self.policy.config, sem)
             for g, c, sem in zip(self.graphs, self.clusters, sems)
         ]
         seeds = np.random.SeedSequence(config.seed).spawn(1 + len(self.graphs))
@@ -360,45 +281,9 @@ class Trainer:
                 for g, c, s, sem in zip(self.graphs, self.clusters, seeds[1:], sems)
             ]
         self.cost_fns = list(cost_fns)
-        self.labellers: list[Any] = [None] * len(self.graphs)
-        if config.plc_labels == "cp-rollout":
-            from ..placers.cp_rollout import RolloutLabeller
-
-            self.labellers = [
-                RolloutLabeller(Simulator(g, c, sem), ctx.teacher.b_level, config.label_fraction)
-                for g, c, sem, ctx in zip(self.graphs, self.clusters, sems, self.contexts)
-            ]
-        elif config.plc_labels == "cluster":
-            from ..placers.clustering import ClusterLabeller
-
-            self.labellers = [
-                ClusterLabeller(
-                    ctx.graph,
-                    ctx.cost,
-                    ctx.features.extra[1:4] if ctx.features.extra[1].size else None,
-                )
-                for ctx in self.contexts
-            ]
-        groups = self.policy.param_groups()
-        lrs = {"sel": config.lr_sel or config.lr, "plc": config.lr}
-        self.optimizers = {k: torch.optim.Adam(ps, lr=lrs[k]) for k, ps in groups.items()}
-        u = config.steps
-        self.schedulers = {
-            k: torch.optim.lr_scheduler.LambdaLR(
-                opt,
-                lambda i: lr_factor(config.lr_schedule, config.lr_final, i, u, config.lr_warmup),
-            )
-            for k, opt in self.optimizers.items()
-        }
-        self.update = 0
-        self.train_s = 0.0  # wall seconds spent in updates, summed over resumed sessions
-        self.baselines = [_Baseline() for _ in self.graphs]
-        self.best = [math.inf for _ in self.graphs]
-        self.elites: list[list[tuple[float, Episodes]]] = [[] for _ in self.graphs]
-        self.anchors: list[tuple[float, np.ndarray] | None] = [None for _ in self.graphs]
-        self.verdict_pairs = int(verdict_pairs)
-        #: Stage III's greedy placements at its start (judged against its end's)
-        self.start_placements: list[np.ndarray] | None = None
+        self.labellers = self._make_labellers(sems)
+        self.optim = self._make_optimisers()
+        self._fresh_progress(verdict_pairs)
         keep_rows = None
         if self._resume_doc is not None:
             keep_rows = self._restore(self._resume_doc)
@@ -409,11 +294,84 @@ class Trainer:
         self.columns = metric_columns(config.stage)
         self.log: MetricsLog | None = None
         if self.out_dir is not None:
-            self._write_header(resume)
+            self._write_header(found is not None)
             self.log = MetricsLog(self.out_dir / "metrics.csv", self.columns, keep_rows)
         self.rows: list[dict[str, Any]] = list(self.log.rows) if self.log else []
 
     # -- setup -----------------------------------------------------------------------------
+    @property
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """One Adam optimiser per policy half (``sel``, ``plc``)."""
+        return self.optim.optimizers
+
+    @property
+    def schedulers(self) -> dict[str, Any]:
+        """Each optimiser's learning-rate schedule."""
+        return self.optim.schedulers
+
+    def _start_policy(
+        self,
+        policy: PolicyConfig | PlacementPolicy | None,
+        num_devices: int,
+        allow_device_change: bool,
+    ) -> PlacementPolicy:
+        """The policy of a fresh run: ``init``'s, the one given, or new weights from the seed."""
+        if self.init is not None:
+            kinds = [policy.kind] if isinstance(policy, PolicyConfig) else None
+            return load_policy(self.init, kinds, num_devices, allow_device_change)[0]
+        if isinstance(policy, PlacementPolicy):
+            return policy
+        pcfg = policy or PolicyConfig()
+        return make_policy(pcfg, num_devices, self.config.seed, self.config.semantics)
+
+    def _make_labellers(self, sems: Sequence[str]) -> list[Any]:
+        """PLC's imitation labeller per graph (None: the Critical Path rule's labels)."""
+        labels = self.config.plc_labels
+        if labels == "cp-rollout":
+            from ..placers.cp_rollout import RolloutLabeller
+
+            return [
+                RolloutLabeller(
+                    Simulator(g, c, sem), ctx.teacher.b_level, self.config.label_fraction
+                )
+                for g, c, sem, ctx in zip(self.graphs, self.clusters, sems, self.contexts)
+            ]
+        if labels == "cluster":
+            from ..placers.clustering import ClusterLabeller
+
+            return [
+                ClusterLabeller(
+                    ctx.graph,
+                    ctx.cost,
+                    ctx.features.extra[1:4] if ctx.features.extra[1].size else None,
+                )
+                for ctx in self.contexts
+            ]
+        return [None] * len(self.graphs)
+
+    def _make_optimisers(self) -> Optimisers:
+        """One Adam per policy half (SEL at ``lr_sel``), on the stage's schedule."""
+        c = self.config
+        lrs = {"sel": c.lr_sel or c.lr, "plc": c.lr}
+        u = c.steps
+        return Optimisers(
+            self.policy.param_groups(),
+            lrs,
+            lambda i: lr_factor(c.lr_schedule, c.lr_final, i, u, c.lr_warmup),
+        )
+
+    def _fresh_progress(self, verdict_pairs: int) -> None:
+        """The counters, baselines, elites and anchors of a stage at its start."""
+        self.update = 0
+        self.train_s = 0.0  # wall seconds spent in updates, summed over resumed sessions
+        self.baselines = [Baseline() for _ in self.graphs]
+        self.best = [math.inf for _ in self.graphs]
+        self.elites: list[list[tuple[float, Episodes]]] = [[] for _ in self.graphs]
+        self.anchors: list[tuple[float, np.ndarray] | None] = [None for _ in self.graphs]
+        self.verdict_pairs = int(verdict_pairs)
+        #: Stage III's greedy placements at its start (judged against its end's)
+        self.start_placements: list[np.ndarray] | None = None
+
     def _resume_point(
         self, num_devices: int, force: bool
     ) -> tuple[PlacementPolicy, dict[str, Any]] | None:
@@ -511,8 +469,7 @@ class Trainer:
             "best": list(self.best),
             "elites": [[(c, e.to_state()) for c, e in el] for el in self.elites],
             "anchors": [None if a is None else (a[0], as_tensor(a[1])) for a in self.anchors],
-            "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
-            "schedulers": {k: s.state_dict() for k, s in self.schedulers.items()},
+            **self.optim.state_dict(),  # "optimizers" and "schedulers"
             "header": json.loads(json.dumps(self.header)),
             "start_placements": None
             if self.start_placements is None
@@ -537,10 +494,7 @@ class Trainer:
         self.elites = [
             [(float(c), Episodes.from_state(e)) for c, e in el] for el in state["elites"]
         ]
-        for k, o in self.optimizers.items():
-            o.load_state_dict(state["optimizers"][k])
-        for k, s in self.schedulers.items():
-            s.load_state_dict(state["schedulers"][k])
+        self.optim.load_state_dict(state)
         start = state.get("start_placements")  # absent in older checkpoints
         self.start_placements = None if start is None else [t.numpy() for t in start]
         return int(state["rows"])
@@ -612,11 +566,15 @@ class Trainer:
         adv: np.ndarray,
         anchored: bool = False,
         temperature: Temperature = (1.0, 1.0),
+        old: list[torch.Tensor] | None = None,
     ) -> tuple[float, dict[str, float]]:
         """Recompute log-probabilities (chunked for memory-heavy policies) and backpropagate.
 
         ``temperature``: the (SEL, PLC) temperatures the update's episodes were sampled at; the
         policy gradient, self-imitation and entropy terms are those of that distribution.
+        ``old``: PPO's record of each chunk's step log-probabilities at sampling time (filled
+        by the first pass, read by the next ones: the loss is then the clipped surrogate);
+        None: REINFORCE.
         """
         ctx = self.contexts[gi]
         k, t = episodes.num_episodes, episodes.num_steps
@@ -635,7 +593,13 @@ class Trainer:
             rows = slice(lo, min(lo + chunk, k))
             part = episodes if chunk >= k else episodes.select(rows)
             terms = self.policy.log_probs(ctx, enc, part, temperature)
-            loss = policy_loss(terms, as_tensor(adv[rows]).float(), self.config, anchored)
+            before = None
+            if old is not None:  # PPO: the first pass records pi_old, at ratio 1
+                if len(old) <= lo // chunk:
+                    old.append(step_logp(terms).detach())
+                before = old[lo // chunk]
+            adv_rows = as_tensor(adv[rows]).float()
+            loss = policy_loss(terms, adv_rows, self.config, anchored, before)
             loss = loss / (k * t)
             loss.backward(retain_graph=lo + chunk < k)
             total += float(loss.detach())
@@ -669,28 +633,11 @@ class Trainer:
 
     def _average_grads(self, count: int) -> None:
         """Divide the gradients summed over ``count`` updates by ``count`` (their mean)."""
-        if count <= 1:
-            return
-        for opt in self.optimizers.values():
-            for g in opt.param_groups:
-                for p in g["params"]:
-                    if p.grad is not None:
-                        p.grad.div_(count)
+        self.optim.average(count)
 
     def _step(self, schedule: bool = True) -> dict[str, float]:
         """One optimiser step each; returns each optimiser's gradient norm before clipping."""
-        norms = {}
-        for name, opt in self.optimizers.items():
-            params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
-            if self.config.grad_clip > 0 and params:
-                norms[name] = float(torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip))
-            elif params:
-                norms[name] = float(torch.norm(torch.stack([p.grad.norm() for p in params])))
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            if schedule:
-                self.schedulers[name].step()
-        return norms
+        return self.optim.step(self.config.grad_clip, schedule)
 
     def _weights_finite(self) -> bool:
         return all(bool(torch.isfinite(p).all()) for p in self.policy.parameters())
@@ -725,14 +672,11 @@ class Trainer:
 
     def _run(self) -> TrainResult:
         c = self.config
-        k_max = c.episodes_per_update
-        stage = c.stage
-        lr_names = {"sel": "lr_sel", "plc": "lr_plc"}
-        done = min(self.update * k_max, c.episodes)
+        done = min(self.update * c.episodes_per_update, c.episodes)
         bar = tqdm(
             total=c.episodes,
             initial=done,
-            desc=f"{stage} {self.policy.kind}",
+            desc=f"{c.stage} {self.policy.kind}",
             unit="ep",
             disable=not self.progress,
             leave=False,
@@ -740,83 +684,7 @@ class Trainer:
         try:
             while self.update < c.updates:
                 t_update = time.perf_counter()
-                u = self.update
-                gi = u % len(self.graphs)
-                ctx = self.contexts[gi]
-                k = min(k_max, c.episodes - u * k_max)
-                sel_mode, plc_mode, eps, teach = self._modes(u * k_max / c.episodes)
-                lrs = {lr_names[n]: o.param_groups[0]["lr"] for n, o in self.optimizers.items()}
-                anchor = self.anchors[gi] if c.anchor else None
-                if anchor is not None:  # PLC follows the anchor, SEL acts greedily
-                    plc_mode = ActionMode(False, 0.0, 1.0 - eps, plc_mode.temperature)
-                    sel_mode = GREEDY
-                enc = self.policy.encode(ctx)
-                options = RolloutOptions(
-                    record_teacher=c.imitation_coef > 0 or anchor is not None,
-                    anchor=None if anchor is None else anchor[1],
-                    plc_labeller=self.labellers[gi],
-                )
-                episodes = run_episodes(
-                    self.policy, ctx, enc, k, self.rng, sel_mode, plc_mode, options
-                )
-                costs = evaluate_costs(self.cost_fns[gi], episodes.placements)
-                adv, base = advantages(
-                    costs,
-                    self.baselines[gi],
-                    c.baseline,
-                    c.baseline_decay,
-                    c.advantage,
-                    episodes.partial if c.step_baseline else None,
-                    c.elite_quantile,
-                )
-                if c.sil_coef > 0 and not c.anchor:
-                    self._remember(gi, costs, episodes)
-                temps = (
-                    (sel_mode.temperature, plc_mode.temperature) if c.tempered_loss else (1.0, 1.0)
-                )
-                loss, stats = self._terms_and_backward(
-                    gi, enc, episodes, adv, anchor is not None, temps
-                )
-                if not math.isfinite(loss):
-                    self._diverged(u, f"the loss is {loss}")
-                if c.anchor:
-                    self._anchor_update(gi, costs, episodes)
-                norms: dict[str, float] = {}
-                if (u + 1) % c.graphs_per_step == 0 or u + 1 == c.updates:
-                    self._average_grads(u % c.graphs_per_step + 1)
-                    norms = self._step()
-                    if not self._weights_finite():
-                        self._diverged(u, "the policy's weights are no longer finite")
-                if anchor is not None:
-                    self._refit_anchor(gi, episodes, temps)
-                self.best[gi] = min(self.best[gi], float(costs.min()))
-                self.update += 1
-                greedy = None
-                if c.eval_every and (self.update % c.eval_every == 0 or self.update == c.updates):
-                    greedy = self.greedy_cost(gi)
-                metrics = {
-                    "cost_mean": float(costs.mean()),
-                    "cost_min": float(costs.min()),
-                    "cost_best": self.best[gi],
-                    "baseline": base,
-                    "loss": loss,
-                    # the total and per optimiser: one exploding parameter freezes the rest
-                    # of its half under the clip; the per-half norm shows which half
-                    "grad_norm": math.hypot(*norms.values()) if norms else None,
-                    "grad_norm_sel": norms.get("sel"),
-                    "grad_norm_plc": norms.get("plc"),
-                    "epsilon": eps,
-                    "teacher": teach,
-                    "greedy_cost": greedy,
-                    **stats,
-                    **lrs,
-                }
-                row = {
-                    "update": self.update,
-                    "episode": u * k_max + k,
-                    "graph": self.graphs[gi].name,
-                    **{f"{stage}/{m}": v for m, v in metrics.items()},
-                }
+                row, costs, gi = self._one_update()
                 self.rows.append(row)
                 self.train_s += time.perf_counter() - t_update
                 if self.log is not None:
@@ -827,13 +695,115 @@ class Trainer:
                 ):
                     ckpts = self.out_dir / "checkpoints"
                     self.save(ckpts / LAST_CHECKPOINT, keep_previous=ckpts / PREV_CHECKPOINT)
-                bar.update(k)
+                bar.update(costs.size)
                 bar.set_postfix(cost=f"{costs.mean():.4g}", best=f"{self.best[gi]:.4g}")
                 for cb in self.callbacks:
                     cb(self, row)
         finally:
             bar.close()
         return self._finish()
+
+    def _one_update(self) -> tuple[dict[str, Any], np.ndarray, int]:
+        """Roll out, judge and learn from one batch of episodes on the next graph; returns the
+        metrics row, the episodes' costs and the graph's index."""
+        c = self.config
+        k_max = c.episodes_per_update
+        u = self.update
+        gi = u % len(self.graphs)
+        ctx = self.contexts[gi]
+        k = min(k_max, c.episodes - u * k_max)
+        sel_mode, plc_mode, eps, teach = self._modes(u * k_max / c.episodes)
+        lrs = {f"lr_{n}": lr for n, lr in self.optim.rates().items()}
+        anchor = self.anchors[gi] if c.anchor else None
+        if anchor is not None:  # PLC follows the anchor, SEL acts greedily
+            plc_mode = ActionMode(False, 0.0, 1.0 - eps, plc_mode.temperature)
+            sel_mode = GREEDY
+        enc = self.policy.encode(ctx)
+        options = RolloutOptions(
+            record_teacher=c.imitation_coef > 0 or anchor is not None,
+            anchor=None if anchor is None else anchor[1],
+            plc_labeller=self.labellers[gi],
+        )
+        episodes = run_episodes(self.policy, ctx, enc, k, self.rng, sel_mode, plc_mode, options)
+        costs = evaluate_costs(self.cost_fns[gi], episodes.placements)
+        adv, base = advantages(
+            costs,
+            self.baselines[gi],
+            c.baseline,
+            c.baseline_decay,
+            c.advantage,
+            episodes.partial if c.step_baseline else None,
+            c.elite_quantile,
+        )
+        if c.estimator == "ppo":
+            adv = normalise(adv)
+        if c.sil_coef > 0 and not c.anchor:
+            self._remember(gi, costs, episodes)
+        temps = (sel_mode.temperature, plc_mode.temperature) if c.tempered_loss else (1.0, 1.0)
+        old: list[torch.Tensor] | None = [] if c.estimator == "ppo" else None
+        loss, stats = self._terms_and_backward(
+            gi, enc, episodes, adv, anchor is not None, temps, old
+        )
+        if not math.isfinite(loss):
+            self._diverged(u, f"the loss is {loss}")
+        if c.anchor:
+            self._anchor_update(gi, costs, episodes)
+        norms: dict[str, float] = {}
+        if (u + 1) % c.graphs_per_step == 0 or u + 1 == c.updates:
+            self._average_grads(u % c.graphs_per_step + 1)
+            norms = self._step()
+            self._more_epochs(gi, episodes, adv, temps, old)
+            if not self._weights_finite():
+                self._diverged(u, "the policy's weights are no longer finite")
+        if anchor is not None:
+            self._refit_anchor(gi, episodes, temps)
+        self.best[gi] = min(self.best[gi], float(costs.min()))
+        self.update += 1
+        greedy = None
+        if c.eval_every and (self.update % c.eval_every == 0 or self.update == c.updates):
+            greedy = self.greedy_cost(gi)
+        metrics = {
+            "cost_mean": float(costs.mean()),
+            "cost_min": float(costs.min()),
+            "cost_best": self.best[gi],
+            "baseline": base,
+            "loss": loss,
+            # the total and per optimiser: one exploding parameter freezes the rest
+            # of its half under the clip; the per-half norm shows which half
+            "grad_norm": math.hypot(*norms.values()) if norms else None,
+            "grad_norm_sel": norms.get("sel"),
+            "grad_norm_plc": norms.get("plc"),
+            "epsilon": eps,
+            "teacher": teach,
+            "greedy_cost": greedy,
+            **stats,
+            **lrs,
+        }
+        row = {
+            "update": self.update,
+            "episode": u * k_max + k,
+            "graph": self.graphs[gi].name,
+            **{f"{c.stage}/{m}": v for m, v in metrics.items()},
+        }
+        return row, costs, gi
+
+    def _more_epochs(
+        self,
+        gi: int,
+        episodes: Episodes,
+        adv: np.ndarray,
+        temperature: Temperature,
+        old: list[torch.Tensor] | None,
+    ) -> None:
+        """PPO's further passes over the update's episodes, a clipped step each (the schedule
+        stays: it counts updates); nothing for REINFORCE."""
+        u = self.update
+        for _ in range(extra_epochs(self.config.estimator, self.config.ppo_epochs)):
+            enc = self.policy.encode(self.contexts[gi])
+            loss, _ = self._terms_and_backward(gi, enc, episodes, adv, False, temperature, old)
+            if not math.isfinite(loss):
+                self._diverged(u, f"the loss is {loss}")
+            self._step(schedule=False)
 
     def _finish(self) -> TrainResult:
         ckpt = None

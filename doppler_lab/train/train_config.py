@@ -8,6 +8,7 @@ from typing import Any
 from ..house.errors import ConfigError
 from ..house.limits import MAX_BUDGET, MAX_NOISE, MAX_REPEATS
 from ..house.settings import bad_setting, check_dataclass, dataclass_changes
+from ..policies.reinforce import ESTIMATORS, PPO_CLIP, PPO_EPOCHS
 from ..timing.sim import SEMANTICS
 
 STAGES: tuple[str, ...] = ("imitation", "sim", "real")
@@ -96,6 +97,16 @@ class TrainConfig:
         seed: the run's seed (initial weights, rollouts, noise).
         checkpoint_every: updates between checkpoints (the run resumes from the last one).
         eval_every: updates between greedy evaluations (0: never); not counted as episodes.
+        estimator: the policy-gradient estimator (:mod:`~doppler_lab.policies.reinforce`):
+            ``reinforce`` (the paper's, one step per update) or ``ppo`` (the update's advantages
+            normalised, then ``ppo_epochs`` clipped steps on its episodes; needs
+            ``graphs_per_step`` 1 and no anchor mode).
+        ppo_epochs: PPO's passes (optimiser steps) over each update's episodes.
+        ppo_clip: PPO's clip range of the probability ratio.
+
+    :meth:`to_dict` leaves out ``estimator``, ``ppo_epochs`` and ``ppo_clip`` while they are at
+    their defaults, so the saved configuration of every REINFORCE run (its ``config.json``, its
+    checkpoints, the keys that cache it) is what it was before they existed.
     """
 
     stage: str = "sim"
@@ -138,6 +149,9 @@ class TrainConfig:
     seed: int = 0
     checkpoint_every: int = 10
     eval_every: int = 0
+    estimator: str = "reinforce"
+    ppo_epochs: int = PPO_EPOCHS
+    ppo_clip: float = PPO_CLIP
 
     def __post_init__(self) -> None:
         check_dataclass(self, "train config", _RANGES)
@@ -149,6 +163,7 @@ class TrainConfig:
             "advantage": ADVANTAGES,
             "semantics": SEMANTICS,
             "plc_labels": PLC_LABELS,
+            "estimator": ESTIMATORS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -159,6 +174,12 @@ class TrainConfig:
             raise ConfigError(
                 f"train config: anchor mode steps the optimiser within an update; expected "
                 f"graphs_per_step 1, got {self.graphs_per_step}"
+            )
+        if self.estimator == "ppo" and (self.graphs_per_step > 1 or self.anchor):
+            what = "anchor mode" if self.anchor else f"graphs_per_step {self.graphs_per_step}"
+            raise ConfigError(
+                f"train config: estimator 'ppo' steps the optimiser on each update's own "
+                f"episodes; expected graphs_per_step 1 and no anchor mode, got {what}"
             )
         if self.stage == "imitation" and self.imitation_coef == 0:
             raise ConfigError("train config: stage 'imitation' needs imitation_coef > 0")
@@ -178,7 +199,12 @@ class TrainConfig:
         return -(-self.updates // self.graphs_per_step)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The settings (the estimator's left out at their defaults: see the class)."""
+        d = asdict(self)
+        for name, default in _QUIET_DEFAULTS.items():
+            if d[name] == default:
+                del d[name]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
@@ -190,6 +216,13 @@ class TrainConfig:
             **{**self.to_dict(), **dataclass_changes(TrainConfig, changes, "train config")}
         )
 
+
+#: fields :meth:`TrainConfig.to_dict` leaves out at these (their default) values
+_QUIET_DEFAULTS: dict[str, Any] = {
+    "estimator": "reinforce",
+    "ppo_epochs": PPO_EPOCHS,
+    "ppo_clip": PPO_CLIP,
+}
 
 #: bounds of the numeric fields (their types are the annotations')
 _RANGES: dict[str, dict[str, float]] = {
@@ -204,6 +237,8 @@ _RANGES: dict[str, dict[str, float]] = {
             "checkpoint_every",
         )
     },
+    "ppo_epochs": {"minimum": 1, "maximum": 100},
+    "ppo_clip": {"above": 0, "maximum": 10},
     **{k: {"minimum": 0, "maximum": MAX_BUDGET} for k in ("lr_warmup", "eval_every")},
     **{
         k: {"minimum": 0, "maximum": 1}

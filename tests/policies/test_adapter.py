@@ -196,12 +196,13 @@ class _Interrupt(Exception):
     pass
 
 
+@pytest.mark.parametrize("estimator", ["reinforce", "ppo"])
 def test_an_interrupted_run_resumes_to_the_same_result(policy, small_graph, cluster4, tmp_path,
-                                                       monkeypatch):  # fmt: skip
+                                                       monkeypatch, estimator):  # fmt: skip
     import doppler_lab.search.adapter as mod
 
     cfg = AdaptConfig.from_dict(
-        dict(episodes=70, batch=8, samples=4, partitions=2, cluster_caps=())
+        dict(episodes=70, batch=8, samples=4, partitions=2, cluster_caps=(), estimator=estimator)
     )
     whole = adapt(policy, small_graph, cluster4, "paper", cfg, seed=7)
     state = tmp_path / "run" / "state.pt"

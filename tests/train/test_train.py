@@ -59,11 +59,12 @@ class _Stop(Exception):
     pass
 
 
-@pytest.mark.parametrize("stage", ["imitation", "sim", "anchor"])
+@pytest.mark.parametrize("stage", ["imitation", "sim", "anchor", "ppo"])
 def test_resume_after_interruption(tmp_path, graph, cluster, stage):
     cfg = {
         "imitation": preset("imitation", episodes=24, episodes_per_update=4),
         "sim": _sim(sil_coef=0.5, noise=0.1),
+        "ppo": _sim(sil_coef=0.5, noise=0.1, estimator="ppo", ppo_epochs=3),
         "anchor": _sim(
             anchor=True, sil_coef=1.0, sil_epochs=2, epsilon_start=0.1, explore="perturb"
         ),
