@@ -15,7 +15,8 @@ verdict on "PPO beats REINFORCE" is the project's paired judgement
 difference, the Wilcoxon signed-rank test and the effect size): ``supports`` only when the
 interval lies above zero, ``contradicts`` only when it lies below, ``inconclusive`` otherwise.
 The defaults :data:`~doppler_lab.train.general_policy.GENERAL_ESTIMATOR` and
-:data:`~doppler_lab.search.adapter.ADAPT_ESTIMATOR` follow this page (inconclusive: REINFORCE).
+:data:`~doppler_lab.search.adapter.ADAPT_ESTIMATOR` follow this page (:func:`default_estimator`:
+PPO only where the verdict supports it with a mean gain of at least 0.5%).
 """
 
 from __future__ import annotations
@@ -99,6 +100,18 @@ def verdict_text(part: str, gains: Sequence[float]) -> tuple[str, str]:
         f"{st.effect_size:.2f}): {st.verdict} for the claim that {CLAIM.lower()}."
     )
     return st.verdict, text
+
+
+#: the smallest mean gain for which PPO becomes a default: below it a supported but tiny gain
+#: does not pay for updates that take about twice the time (and a changed default stops
+#: earlier runs from resuming under it)
+MIN_PRACTICAL_GAIN = 0.005
+
+
+def default_estimator(verdict: str, mean_gain: float) -> str:
+    """``"ppo"`` where the paired verdict supports it and its mean gain (a fraction) is at
+    least :data:`MIN_PRACTICAL_GAIN`; else ``"reinforce"``."""
+    return "ppo" if verdict == "supports" and mean_gain >= MIN_PRACTICAL_GAIN else "reinforce"
 
 
 def run(out_dir: Path, quick: bool = False, progress: bool = False) -> dict[str, Any]:
@@ -190,8 +203,9 @@ def _write(
         )
         notes.append(text)
     tables["Every pair"] = (per_seed, SEED_COLUMNS)
-    summary["default_general"] = "ppo" if summary["training_verdict"] == "supports" else "reinforce"
-    summary["default_adapt"] = "ppo" if summary["adapt_verdict"] == "supports" else "reinforce"
+    for part, key in (("training", "default_general"), ("adapt", "default_adapt")):
+        gain = float(np.mean([r["ppo_gain"] for r in per_seed if r["part"] == part]))
+        summary[key] = default_estimator(summary[f"{part}_verdict"], gain)
     notes += [
         "Makespans in the paper's cost units (its 4-GPU graphs, uniform devices, paper "
         "semantics). ppo_gain_pct: (REINFORCE - PPO) / REINFORCE per pair, in percent "
@@ -202,8 +216,9 @@ def _write(
         "batch of episodes; REINFORCE: one step. Same seed, same initial weights and "
         "settings otherwise (the sim preset; the adapter's defaults).",
         f"Defaults this page sets: train-general's Stage II {summary['default_general']}, "
-        f"adapt {summary['default_adapt']} (PPO only where the verdict supports it). The "
-        "paper-reproduction stages keep REINFORCE either way.",
+        f"adapt {summary['default_adapt']} (PPO only where the verdict supports it and its "
+        f"mean gain is at least {MIN_PRACTICAL_GAIN:.1%}: its updates take about twice the "
+        "time). The paper-reproduction stages keep REINFORCE either way.",
     ]
     return write_report(
         out_dir,

@@ -184,7 +184,7 @@ def test_ppo_adapter_takes_more_steps_and_stays_valid(graph):
     kw = dict(episodes=40, batch=8, samples=4, partitions=2, anchor_bias=0.0, estimator="reinforce")
     r = adapt(pol, graph, cl, "paper", AdaptConfig.from_dict(kw), seed=5)
     p = adapt(pol, graph, cl, "paper", AdaptConfig.from_dict({**kw, "estimator": "ppo"}), seed=5)
-    assert AdaptConfig().estimator == "ppo"  # the default bench learner chose
+    assert AdaptConfig().estimator == "reinforce"  # the default bench learner chose
     assert p.calls == r.calls == 40 and p.best_cost <= p.start_cost
     assert not torch.equal(p.bias, r.bias)  # the extra clipped steps moved the table further
     assert float(p.bias.abs().sum()) > float(r.bias.abs().sum())
@@ -227,5 +227,8 @@ def test_bench_learner_sets_ppo_only_where_the_paired_verdict_supports_it(tmp_pa
     s = record["summary"]
     assert (s["training_verdict"], s["default_general"]) == ("supports", "ppo")
     assert (s["adapt_verdict"], s["default_adapt"]) == ("inconclusive", "reinforce")
+    assert learner.default_estimator("supports", 0.00003) == "reinforce"  # too small to pay
+    assert learner.default_estimator("supports", 0.01) == "ppo"
+    assert learner.default_estimator("inconclusive", 0.05) == "reinforce"
     page = (tmp_path / "learner.md").read_text()
     assert "e-0" not in page and "e+0" not in page  # no scientific notation
