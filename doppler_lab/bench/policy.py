@@ -41,7 +41,7 @@ from ..house.runners import Run, Runner, make_runner
 from ..policies.speed import episode_times
 from ._report import write_report
 from .quality import PAPER_GRAPHS, WORKLOADS
-from .yardstick import best_known
+from .yardstick import YARDSTICK, best_known
 
 SPEED_GRAPH = "full_transformer_layer_261nodes"
 
@@ -133,6 +133,9 @@ class PolicyBenchConfig:
         ablation_seeds: seeds of the ablation table's methods.
         workload_seeds: seeds on the generated workloads.
         runs_dir: where the runs are cached (``<runs_dir>_quick`` for ``--quick``).
+        learner: the training preset of Stage II (a ``sim`` preset of
+            :data:`~doppler_lab.train.train_config.TRAIN_PRESETS`; the released-training
+            method keeps its own).
     """
 
     paper_graphs: tuple[str, ...] = PAPER_GRAPHS
@@ -170,8 +173,18 @@ class PolicyBenchConfig:
     ablation_seeds: int = 2
     workload_seeds: int = 2
     runs_dir: str = BENCH_POLICY_RUNS
+    learner: str = "sim"
 
     def __post_init__(self) -> None:
+        from ..train.train_config import TRAIN_PRESETS
+
+        learner = TRAIN_PRESETS.get(self.learner)
+        if learner is None or learner.stage != "sim":
+            sims = [k for k, v in TRAIN_PRESETS.items() if v.stage == "sim"]
+            raise ConfigError(
+                f"bench policy: learner {self.learner!r} is not a Stage II training preset; "
+                f"expected one of {sims}"
+            )
         named = self.methods + self.workload_methods + self.ablations + self.design_ablations
         bad = [m for m in named if m not in METHODS]
         if bad:
@@ -255,7 +268,8 @@ def _cases(cfg: PolicyBenchConfig) -> tuple[list[_Case], list[str]]:
         if path is None or not path.exists():
             notes.append(f"paper graph {name} not found: {PAPER_GRAPHS_HINT}")
             continue
-        cases.append(_Case(name, "paper", str(path), "uniform", 4, "paper"))
+        devices = int(YARDSTICK.get(name, {}).get("devices", 4))  # 8 for the 8gpu_* graphs
+        cases.append(_Case(name, "paper", str(path), "uniform", devices, "paper"))
     for spec in cfg.workloads:
         g = graph_from_spec(spec)
         cases.append(_Case(g.name, "workload", spec, "p100x4", 4, cfg.workload_semantics))
@@ -277,12 +291,13 @@ def _stages(cfg: PolicyBenchConfig, method: str, semantics: str, seed: int) -> l
     common = {"semantics": semantics, "seed": seed}
     over = {**common, **cfg.train, **cfg.method_train.get(method, {}), **spec.train}
     prefix = "released-" if spec.released_training else ""
+    learner = "released-sim" if spec.released_training else cfg.learner
     n1 = cfg.imitation_episodes
     imit = preset(prefix + "imitation", episodes=max(n1, 1), **common)
     if spec.stages == "I+II":
-        return [imit, preset(prefix + "sim", **{**over, "episodes": cfg.episodes - n1})]
+        return [imit, preset(learner, **{**over, "episodes": cfg.episodes - n1})]
     if spec.stages == "II":
-        return [preset(prefix + "sim", **{**over, "episodes": cfg.episodes})]
+        return [preset(learner, **{**over, "episodes": cfg.episodes})]
     return [imit]
 
 
@@ -464,6 +479,24 @@ def quality_tables(
     return rows
 
 
+def seed_frame(rows: Sequence[dict[str, Any]], runs: Sequence[dict[str, Any]]) -> Any:
+    """The per-seed results ``runs`` (of :func:`ablation_rows`) as a frame with each seed's
+    ``vs_cp`` (how far below the mean CP makespan of its graph, a fraction) and
+    ``vs_best_known`` (how far below the best known placement; None off the paper's graphs):
+    the points behind each cell's mean and interval."""
+    import pandas as pd
+
+    cp = {r["graph"]: r["makespan"] for r in rows if r["method"] == "cp"}
+    frame = pd.DataFrame(list(runs))
+    if frame.empty:
+        return frame
+    ref = frame.graph.map(cp)
+    known = frame.graph.map(lambda g: best_known(g) or np.nan)
+    return frame.assign(
+        vs_cp=(ref - frame.makespan) / ref, vs_best_known=1.0 - frame.makespan / known
+    )
+
+
 # -- speed -------------------------------------------------------------------------------
 def speed_rows(cfg: PolicyBenchConfig, paper_case: _Case | None) -> tuple[list, list]:
     """The architecture table (229-node graph) and the per-node scaling table."""
@@ -543,13 +576,14 @@ def ablation_rows(
     runner: str | Runner = "local",
     keep_going: bool = False,
     progress: bool = False,
+    jobs: int | None = 1,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Train and evaluate the config's ``methods`` (keys of :data:`METHODS`) on its paper
     graphs and workloads (:meth:`PolicyBenchConfig.of_graphs`) over its ``seeds``; cached per
     (graph, method, seed) under ``out_dir``.
 
-    ``runner`` (``local``, ``ray`` or a :class:`~doppler_lab.house.runners.Runner`) runs the
-    (graph, method, seed) trainings; with ``keep_going`` a failed one is left out (the others'
+    ``runner`` (``local``, ``ray``, ``auto`` or a :class:`~doppler_lab.house.runners.Runner`,
+    with ``jobs`` local processes, None: one per core) runs the (graph, method, seed) trainings; with ``keep_going`` a failed one is left out (the others'
     rows remain), without it the first failure raises :class:`~doppler_lab.house.errors.RunError`.
 
     Returns:
@@ -559,7 +593,7 @@ def ablation_rows(
     cfg, methods = config, config.methods
     cases, _ = _cases(cfg)
     root = Path(out_dir)
-    sweep = make_runner(runner).run(
+    sweep = make_runner(runner, jobs=jobs).run(
         training_runs(cfg, methods, range(cfg.seeds), root),
         desc="training runs",
         progress=progress,

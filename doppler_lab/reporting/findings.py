@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..house.errors import ConfigError
-from ..house.stats import MIN_PAIRS, PairedStats, judge_claim
+from ..house.stats import MIN_PAIRS, PairedStats, judge_claim, paired_differences
 from ..viz.tables import COST_UNITS, format_value, is_missing
 
 __all__ = [
@@ -484,25 +484,39 @@ def dual_policy(s: Mapping[str, Any]) -> Findings:
         + "; ".join(f"{names.get(m, m)} {_below(v)}" for m, v in by.items())
         + "."
     ]
-    dual = by.get("doppler")
-    halves = [by[m] for m in ("sel-only", "plc-only") if m in by]
-    stages = [by[m] for m in ("doppler-II-only", "doppler-I-only") if m in by]
-    if dual is None or not halves:
-        holds = None
-    else:
-        holds = dual >= max(halves) - TIE / 10
+    # each comparison paired by graph and seed: how much shorter the dual policy's makespan is
+    runs = s.get("runs") or []
+    verdicts = []
+    for other in ("sel-only", "plc-only", "doppler-II-only", "doppler-I-only"):
+        d, _ = paired_differences(runs, "doppler", other)
+        if d.size == 0:
+            continue
+        claim = f"the dual policy (Stages I+II) places better than {names[other]}"
+        st, sentence = judge(d, claim, unit="%")
+        head.append(_h(f"dual policy against {names[other]} (95% interval)", st.verdict))
         text.append(
-            "The dual policy "
-            + ("beats or ties" if holds else "is beaten by")
-            + f" the best single half by {_pct(dual - max(halves))}"
-            + (
-                f", and {'beats' if dual >= max(stages) else 'is beaten by'} the best single "
-                f"stage by {_pct(dual - max(stages))}."
-                if stages
-                else "."
-            )
+            f"{names[other]}'s makespan minus the dual policy's, as a fraction of "
+            f"{names[other]}'s, paired by graph and seed: {sentence[0].lower()}{sentence[1:]}"
         )
-    text.append(_verdict(holds, "the dual policy beats learning SEL or PLC alone"))
+        if other in ("sel-only", "plc-only"):
+            verdicts.append(st.verdict)
+    claim = "the dual policy beats learning SEL or PLC alone"
+    if not verdicts:
+        text.append(_verdict(None, claim))
+    else:
+        word = (
+            "contradicts"
+            if "contradicts" in verdicts
+            else "supports"
+            if all(v == "supports" for v in verdicts) and len(verdicts) == 2
+            else "inconclusive"
+        )
+        head.append(_h("dual policy beats both halves (95% intervals)", word))
+        verb = {"supports": "support", "contradicts": "contradict"}.get(word, "are inconclusive on")
+        text.append(
+            f"Together (supported only when it beats both halves), the runs {verb} the claim "
+            f"that {claim}."
+        )
     return Findings(head, " ".join(text))
 
 
