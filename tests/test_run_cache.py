@@ -9,25 +9,10 @@ import os
 from pathlib import Path
 
 import pytest
+from sweeps import TINY_SWEEP as TINY
 
-from doppler_lab.bench.policy import PolicyBenchConfig, run_case, training_runs
+from doppler_lab.bench.policy import run_case, training_runs
 from doppler_lab.house.runners import LocalRunner, Run, make_runner
-
-#: three tiny runs (Stage I 2 episodes, Stage II 6)
-TINY = PolicyBenchConfig(
-    paper_graphs=(),
-    workloads=("chainmm:matrices=3,scale=0.01",),
-    methods=("doppler",),
-    ablations=(),
-    design_ablations=(),
-    seeds=3,
-    episodes=8,
-    imitation_episodes=2,
-    samples=2,
-    jobs=1,
-    policy={"hidden": 8, "mp_steps": 1},
-    train={"episodes_per_update": 2},
-)
 
 
 def _counted(cfg, case, method, seed, root, log: str, stop_at: int | None = None):
