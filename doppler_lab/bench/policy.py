@@ -176,15 +176,9 @@ class PolicyBenchConfig:
     learner: str = "sim"
 
     def __post_init__(self) -> None:
-        from ..train.train_config import TRAIN_PRESETS
+        from ..train.train_config import check_learner
 
-        learner = TRAIN_PRESETS.get(self.learner)
-        if learner is None or learner.stage != "sim":
-            sims = [k for k, v in TRAIN_PRESETS.items() if v.stage == "sim"]
-            raise ConfigError(
-                f"bench policy: learner {self.learner!r} is not a Stage II training preset; "
-                f"expected one of {sims}"
-            )
+        check_learner(self.learner, "bench policy")
         named = self.methods + self.workload_methods + self.ablations + self.design_ablations
         bad = [m for m in named if m not in METHODS]
         if bad:
@@ -601,6 +595,58 @@ def ablation_rows(
     )
     results = sweep.done()
     return quality_tables(cfg, cases, results, methods), results
+
+
+@dataclass(frozen=True)
+class SeedCells:
+    """Trained methods over seeds, cell by cell (what pages 03 and 07 show).
+
+    Attributes:
+        rows: mean per (graph, method) with CP beside (:func:`quality_tables`).
+        runs: every (graph, method, seed) result.
+        points: ``runs`` as a frame with each seed's ``vs_cp`` and ``vs_best_known``
+            (:func:`seed_frame`).
+        cells: per (graph, method): the means of ``vs_cp`` and ``vs_best_known`` over seeds,
+            each with its 95% bootstrap interval (``*_low``, ``*_high``), and ``seeds``.
+        paired: the reference method against each other one, paired by graph and seed
+            (:func:`~doppler_lab.train.experiments.paired_table`).
+    """
+
+    rows: list[dict[str, Any]]
+    runs: list[dict[str, Any]]
+    points: Any
+    cells: Any
+    paired: Any
+
+
+def seed_cells(
+    config: PolicyBenchConfig,
+    out_dir: str | Path,
+    reference: str = "doppler",
+    runner: str | Runner = "local",
+    jobs: int | None = 1,
+    progress: bool = False,
+    keep_going: bool = False,
+) -> SeedCells:
+    """:func:`ablation_rows` (cached per graph, method, seed, settings and code version under
+    ``out_dir``) with each cell's mean, 95% interval and seeds, and ``reference`` against the
+    config's other methods paired by graph and seed. Graphs that are missing give empty
+    frames, not an error."""
+    import pandas as pd
+
+    from ..train.experiments.common import interval_table, paired_table
+
+    rows, runs = ablation_rows(config, out_dir, runner, keep_going, progress, jobs)
+    points = seed_frame(rows, runs)
+    order = list(config.methods)
+    if points.empty:
+        return SeedCells(rows, runs, points, pd.DataFrame(), pd.DataFrame())
+    by = ["graph", "method"]
+    cells = interval_table(points, by, "vs_cp", order=order)
+    known = interval_table(points, by, "vs_best_known", order=order)
+    cells = cells.merge(known.drop(columns="seeds"), on=by, how="left")
+    paired = paired_table(points, reference, [m for m in order if m != reference])
+    return SeedCells(rows, runs, points, cells, paired)
 
 
 def bench_runs_dir() -> Path:

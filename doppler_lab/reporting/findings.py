@@ -348,7 +348,28 @@ def baselines(s: Mapping[str, Any]) -> Findings:
             "the Critical Path teacher leaves room that other placers (and DOPPLER) can take",
         )
     )
-    return Findings(head, " ".join(text))
+    learned_head, learned_text = _learned_placers(s.get("learned") or {})
+    return Findings(head + learned_head, " ".join(text + learned_text))
+
+
+def _learned_placers(learned: Mapping[str, Any]) -> tuple[list[dict], list[str]]:
+    """Page 03's learned placers: DOPPLER against GDP and PLACETO, paired by graph and seed,
+    each verdict by :func:`judge`."""
+    runs = learned.get("runs") or []
+    head, text = [], []
+    for other in dict.fromkeys(r["method"] for r in runs if r.get("method") != "doppler"):
+        d, _ = paired_differences(runs, "doppler", other)
+        if d.size == 0:
+            continue
+        graphs = len({r["graph"] for r in runs if r.get("method") == other})
+        st, sentence = judge(d, f"DOPPLER places better than {other.upper()}", unit="%")
+        head.append(_h(f"doppler against {other} (95% interval)", st.verdict))
+        text.append(
+            f"Trained with the same budget on {graphs} of the paper's graphs, {other.upper()}'s "
+            "makespan minus DOPPLER's, as a fraction of its own, paired by graph and seed: "
+            f"{sentence[0].lower()}{sentence[1:]}"
+        )
+    return head, text
 
 
 def _labels(rows: Sequence[Mapping[str, Any]], key: str = "label") -> dict[str, Mapping]:
@@ -655,6 +676,23 @@ def transfer(s: Mapping[str, Any]) -> Findings:
             f"{r['case']}: zero-shot {_below(r['zero-shot_vs_cp'])} cp, fine-tuned "
             f"{_below(r['fine-tuned_vs_cp'])}, scratch {_below(r['scratch_vs_cp'])}."
         )
+    # paired by case and seed: how much shorter the fine-tuned policy's makespan is than
+    # scratch's with the same budget (the protocol's placements)
+    d, _ = paired_differences(
+        s.get("runs") or [], "fine-tuned", "scratch", key="label", on=("case", "seed")
+    )
+    if d.size:
+        claim = (
+            "fine-tuning a transferred policy ends with better placements than training from "
+            "scratch with the same episode budget"
+        )
+        st, sentence = judge(d, claim, unit="%")
+        head.append(_h("fine-tuned against scratch (95% interval)", st.verdict))
+        text.append(
+            "Scratch's makespan minus the fine-tuned policy's, as a fraction of scratch's, "
+            f"paired by case and seed: {sentence[0].lower()}{sentence[1:]}"
+        )
+        return Findings(head, " ".join(text))
     # the claim is about the policy fine-tuning ends with, so its final match judges it
     holds = None if not seeds else (matched if final is None else final) == seeds
     text.append(
