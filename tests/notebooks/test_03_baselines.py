@@ -17,8 +17,8 @@ TINY = dict(
 )
 
 
-def test_baselines(run_notebook):
-    s = run_notebook("03_baselines.ipynb", **TINY)
+def test_baselines(run_notebook, tmp_path):
+    s = run_notebook("03_baselines.ipynb", **TINY, runs_dir=str(tmp_path / "runs"))
     assert {"cp", "heft", "local-search", "exact"} <= set(s["placers"])
     assert {"chainmm", "llama_block"} <= set(s["graphs"])
     for r in s["rows"]:
@@ -42,7 +42,12 @@ def test_baselines(run_notebook):
 
 def test_baselines_without_paper_files(run_notebook, tmp_path):
     s = run_notebook(
-        "03_baselines.ipynb", **{**TINY, "paper_graphs_dir": str(tmp_path / "nowhere")}
+        "03_baselines.ipynb",
+        **{
+            **TINY,
+            "paper_graphs_dir": str(tmp_path / "nowhere"),
+            "runs_dir": str(tmp_path / "runs"),
+        },
     )
     assert "chain_mm_112nodes" not in s["graphs"] and "chainmm" in s["graphs"]
     assert any("not found" in n for n in s["notes"])
