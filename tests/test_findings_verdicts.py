@@ -113,7 +113,7 @@ def test_page_07_judges_the_dual_policy_against_each_half_by_graph_and_seed(
     gaps: dict, seeds: int, word: str
 ) -> None:
     f = page_findings("07", _ablation_summary(gaps, seeds))
-    assert f.headline[-1]["value"] == word
+    assert f.headline[-1]["value"] == word and f.headline[-1]["claim"] == "dual"
     verb = {"supports": "support", "contradicts": "contradict"}.get(word, "are inconclusive on")
     assert (
         f"the runs {verb} the claim that the dual policy beats learning SEL or PLC alone" in f.text
@@ -145,7 +145,7 @@ def test_page_09_judges_fine_tuned_against_scratch_by_case_and_seed(gap, word) -
            "fraction_of_budget": 0.0, "zero-shot_vs_cp": 0.2, "fine-tuned_vs_cp": 0.2,
            "scratch_vs_cp": 0.2}  # fmt: skip
     f = transfer({"transfer": [{**row, "case": c} for c in ("a", "b")], "runs": runs})
-    assert f.headline[-1]["value"] == word
+    assert f.headline[-1]["value"] == word and f.headline[-1]["claim"] == "transfer"
     verb = "is inconclusive on" if word == "inconclusive" else word
     assert "over 12 pairs" in f.text and f"this {verb} the claim that fine-tuning" in f.text
 
@@ -162,5 +162,9 @@ def test_page_03_judges_doppler_against_gdp_and_placeto_by_graph_and_seed(gaps, 
     assert verdicts == {
         "doppler against gdp (95% interval)": word,
         "doppler against placeto (95% interval)": "inconclusive",
+        "doppler beats gdp and placeto (95% intervals)": "contradicts"
+        if word == "contradicts"
+        else "inconclusive",
     }
+    assert f.headline[-1]["claim"] == "baselines"  # the index's claims table reads it
     assert "paired by graph and seed: over 8 pairs" in f.text

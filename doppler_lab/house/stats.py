@@ -35,6 +35,7 @@ __all__ = [
     "MIN_PAIRS",
     "PairedStats",
     "bootstrap_interval",
+    "combined_verdict",
     "compare",
     "judge_claim",
     "paired_differences",
@@ -267,3 +268,17 @@ def paired_differences(
         diffs.append((vb - va) / vb if relative else vb - va)
         keys.append(k)
     return np.asarray(diffs, dtype=np.float64), keys
+
+
+def combined_verdict(verdicts: Sequence[str]) -> str:
+    """One claim verdict from the verdicts of its parts (e.g. the dual policy against each
+    half): ``contradicts`` when one part does, ``supports`` when every part does (and there
+    is one), else ``inconclusive``.
+
+    Example:
+        >>> combined_verdict(["supports", "inconclusive"]), combined_verdict(["supports"] * 2)
+        ('inconclusive', 'supports')
+    """
+    if "contradicts" in verdicts:
+        return "contradicts"
+    return "supports" if verdicts and set(verdicts) == {"supports"} else "inconclusive"
