@@ -66,3 +66,12 @@ def test_auto_runs_on_local_processes_without_a_ray_cluster(monkeypatch):
     assert isinstance(runner, LocalRunner) and runner.jobs == (os.cpu_count() or 1)
     assert make_runner("auto", jobs=3).jobs == 3
     assert LocalRunner(4).run([Run(abs, (-2,))], progress=False).values == [2]  # one run: no pool
+
+
+def test_auto_joins_the_ray_cluster_ray_address_names(monkeypatch):
+    pytest.importorskip("ray")
+    from doppler_lab.house.runners import RayRunner
+
+    monkeypatch.setenv("RAY_ADDRESS", "head:6379")
+    runner = make_runner("auto", jobs=None)  # nothing is started or joined until it runs
+    assert isinstance(runner, RayRunner) and runner.address == "head:6379"
