@@ -80,3 +80,91 @@ def test_transfer_is_judged_by_the_policy_fine_tuning_ends_with():
     assert "does not support the claim" in f.text
     every = [{**r, "final_matched": 2} for r in rows]
     assert "consistent with the claim" in transfer({"transfer": every, "episodes": 100}).text
+
+
+def _ablation_summary(gaps: dict, seeds: int, graphs=("g1", "g2")) -> dict:
+    """Per (graph, seed) a dual-policy makespan and each other method ``gap`` (a fraction;
+    a list: by seed, in turn) above it, with noise well below the gaps."""
+    rng = np.random.default_rng(7)
+    runs = []
+    for g in graphs:
+        for seed in range(seeds):
+            base = 100.0 * (1 + rng.normal(0.0, 0.05))
+            runs.append({"graph": g, "method": "doppler", "seed": seed, "makespan": base})
+            for m, gap in gaps.items():
+                g_s = gap[seed % len(gap)] if isinstance(gap, list) else gap
+                noisy = base * (1 + g_s + rng.normal(0.0, 0.002))
+                runs.append({"graph": g, "method": m, "seed": seed, "makespan": noisy})
+    methods = ["doppler", *gaps]
+    rows = [{"graph": g, "method": m, "vs_cp": 0.1} for g in graphs for m in methods]
+    return {"rows": rows, "runs": runs}
+
+
+@pytest.mark.parametrize(
+    ("gaps", "seeds", "word"),
+    [
+        ({"sel-only": 0.05, "plc-only": 0.03}, 8, "supports"),
+        ({"sel-only": 0.05, "plc-only": -0.03}, 8, "contradicts"),
+        ({"sel-only": 0.05, "plc-only": [0.04, -0.04]}, 8, "inconclusive"),  # stuck half the time
+        ({"sel-only": 0.05, "plc-only": 0.03}, 2, "inconclusive"),  # 2 graphs x 2 seeds: too few
+    ],
+)
+def test_page_07_judges_the_dual_policy_against_each_half_by_graph_and_seed(
+    gaps: dict, seeds: int, word: str
+) -> None:
+    f = page_findings("07", _ablation_summary(gaps, seeds))
+    assert f.headline[-1]["value"] == word and f.headline[-1]["claim"] == "dual"
+    verb = {"supports": "support", "contradicts": "contradict"}.get(word, "are inconclusive on")
+    assert (
+        f"the runs {verb} the claim that the dual policy beats learning SEL or PLC alone" in f.text
+    )
+    assert f"over {2 * seeds} pairs" in f.text  # paired by graph and seed
+
+
+def test_page_07_without_per_seed_runs_cannot_say() -> None:
+    f = page_findings("07", {"rows": [{"graph": "g", "method": "doppler", "vs_cp": 0.1}]})
+    assert "The run cannot say whether the dual policy beats" in f.text
+
+
+@pytest.mark.parametrize(
+    ("gap", "word"), [(0.04, "supports"), (-0.04, "contradicts"), ([0.04, -0.04], "inconclusive")]
+)
+def test_page_09_judges_fine_tuned_against_scratch_by_case_and_seed(gap, word) -> None:
+    from doppler_lab.reporting.findings import transfer
+
+    rng = np.random.default_rng(9)
+    runs = []
+    for case in ("a", "b"):
+        for seed in range(6):
+            g = gap[seed % 2] if isinstance(gap, list) else gap
+            scratch = 100.0 * (1 + rng.normal(0.0, 0.05))
+            runs.append({"case": case, "seed": seed, "label": "scratch", "makespan": scratch})
+            mine = scratch * (1 - g + rng.normal(0.0, 0.002))
+            runs.append({"case": case, "seed": seed, "label": "fine-tuned", "makespan": mine})
+    row = {"budget": 100, "seeds": 6, "matched": 6, "final_matched": 6, "episodes_to_match": 0.0,
+           "fraction_of_budget": 0.0, "zero-shot_vs_cp": 0.2, "fine-tuned_vs_cp": 0.2,
+           "scratch_vs_cp": 0.2}  # fmt: skip
+    f = transfer({"transfer": [{**row, "case": c} for c in ("a", "b")], "runs": runs})
+    assert f.headline[-1]["value"] == word and f.headline[-1]["claim"] == "transfer"
+    verb = "is inconclusive on" if word == "inconclusive" else word
+    assert "over 12 pairs" in f.text and f"this {verb} the claim that fine-tuning" in f.text
+
+
+@pytest.mark.parametrize(
+    ("gaps", "word"), [({"gdp": 0.05}, "supports"), ({"gdp": -0.05}, "contradicts")]
+)
+def test_page_03_judges_doppler_against_gdp_and_placeto_by_graph_and_seed(gaps, word) -> None:
+    from doppler_lab.reporting.findings import baselines
+
+    runs = _ablation_summary({**gaps, "placeto": [0.04, -0.04]}, 4)["runs"]
+    f = baselines({"per_placer": [], "rows": [], "learned": {"runs": runs}})
+    verdicts = {h["label"]: h["value"] for h in f.headline}
+    assert verdicts == {
+        "doppler against gdp (95% interval)": word,
+        "doppler against placeto (95% interval)": "inconclusive",
+        "doppler beats gdp and placeto (95% intervals)": "contradicts"
+        if word == "contradicts"
+        else "inconclusive",
+    }
+    assert f.headline[-1]["claim"] == "baselines"  # the index's claims table reads it
+    assert "paired by graph and seed: over 8 pairs" in f.text

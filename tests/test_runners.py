@@ -12,27 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from doppler_lab.bench.policy import PolicyBenchConfig, run_case, training_runs
+from doppler_lab.bench.policy import run_case, training_runs
 from doppler_lab.house.errors import ConfigError, RunError
 from doppler_lab.house.runners import LocalRunner, RayRunner, Run, make_runner
 
 ray = pytest.importorskip("ray")
+from sweeps import TINY_SWEEP as TINY  # noqa: E402
 
-#: a tiny sweep: Stage I (2 episodes) + Stage II (8 episodes, 4 updates of 2, a checkpoint each)
-TINY = PolicyBenchConfig(
-    paper_graphs=(),
-    workloads=("chainmm:matrices=3,scale=0.01",),
-    methods=("doppler",),
-    ablations=(),
-    design_ablations=(),
-    seeds=3,
-    episodes=10,
-    imitation_episodes=2,
-    samples=2,
-    jobs=1,
-    policy={"hidden": 16, "mp_steps": 1},
-    train={"episodes_per_update": 2, "checkpoint_every": 1},
-)
 #: what differs between two runs of one configuration: the wall clock and the run directory
 VOLATILE = ("train_s", "checkpoint")
 

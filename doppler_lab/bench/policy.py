@@ -59,7 +59,7 @@ from ..train.train_config import preset
 from ..workloads.specs import cluster_from_spec, graph_from_spec, parse_graph_spec
 from ._report import write_report
 from .quality import PAPER_GRAPHS, WORKLOADS
-from .yardstick import best_known
+from .yardstick import YARDSTICK, best_known
 
 SPEED_GRAPH = "full_transformer_layer_261nodes"
 
@@ -151,6 +151,9 @@ class PolicyBenchConfig:
         ablation_seeds: seeds of the ablation table's methods.
         workload_seeds: seeds on the generated workloads.
         runs_dir: where the runs are cached (``<runs_dir>_quick`` for ``--quick``).
+        learner: the training preset of Stage II (a ``sim`` preset of
+            :data:`~doppler_lab.train.train_config.TRAIN_PRESETS`; the released-training
+            method keeps its own).
     """
 
     paper_graphs: tuple[str, ...] = PAPER_GRAPHS
@@ -188,8 +191,12 @@ class PolicyBenchConfig:
     ablation_seeds: int = 2
     workload_seeds: int = 2
     runs_dir: str = BENCH_POLICY_RUNS
+    learner: str = "sim"
 
     def __post_init__(self) -> None:
+        from ..train.train_config import check_learner
+
+        check_learner(self.learner, "bench policy")
         named = self.methods + self.workload_methods + self.ablations + self.design_ablations
         bad = [m for m in named if m not in METHODS]
         if bad:
@@ -270,7 +277,8 @@ def _cases(cfg: PolicyBenchConfig) -> tuple[list[_Case], list[str]]:
         if path is None or not path.exists():
             notes.append(f"paper graph {name} not found: {PAPER_GRAPHS_HINT}")
             continue
-        cases.append(_Case(name, "paper", str(path), "uniform", 4, "paper"))
+        devices = int(YARDSTICK.get(name, {}).get("devices", 4))  # 8 for the 8gpu_* graphs
+        cases.append(_Case(name, "paper", str(path), "uniform", devices, "paper"))
     for spec in cfg.workloads:
         g = graph_from_spec(spec)
         cases.append(_Case(g.name, "workload", spec, "p100x4", 4, cfg.workload_semantics))
@@ -290,12 +298,13 @@ def _stages(cfg: PolicyBenchConfig, method: str, semantics: str, seed: int) -> l
     common = {"semantics": semantics, "seed": seed}
     over = {**common, **cfg.train, **cfg.method_train.get(method, {}), **spec.train}
     prefix = "released-" if spec.released_training else ""
+    learner = "released-sim" if spec.released_training else cfg.learner
     n1 = cfg.imitation_episodes
     imit = preset(prefix + "imitation", episodes=max(n1, 1), **common)
     if spec.stages == "I+II":
-        return [imit, preset(prefix + "sim", **{**over, "episodes": cfg.episodes - n1})]
+        return [imit, preset(learner, **{**over, "episodes": cfg.episodes - n1})]
     if spec.stages == "II":
-        return [preset(prefix + "sim", **{**over, "episodes": cfg.episodes})]
+        return [preset(learner, **{**over, "episodes": cfg.episodes})]
     return [imit]
 
 
@@ -468,6 +477,24 @@ def quality_tables(
     return rows
 
 
+def seed_frame(rows: Sequence[dict[str, Any]], runs: Sequence[dict[str, Any]]) -> Any:
+    """The per-seed results ``runs`` (of :func:`ablation_rows`) as a frame with each seed's
+    ``vs_cp`` (how far below the mean CP makespan of its graph, a fraction) and
+    ``vs_best_known`` (how far below the best known placement; None off the paper's graphs):
+    the points behind each cell's mean and interval."""
+    import pandas as pd
+
+    cp = {r["graph"]: r["makespan"] for r in rows if r["method"] == "cp"}
+    frame = pd.DataFrame(list(runs))
+    if frame.empty:
+        return frame
+    ref = frame.graph.map(cp)
+    known = frame.graph.map(lambda g: best_known(g) or np.nan)
+    return frame.assign(
+        vs_cp=(ref - frame.makespan) / ref, vs_best_known=1.0 - frame.makespan / known
+    )
+
+
 # -- speed -------------------------------------------------------------------------------
 def speed_rows(cfg: PolicyBenchConfig, paper_case: _Case | None) -> tuple[list, list]:
     """The architecture table (229-node graph) and the per-node scaling table."""
@@ -541,13 +568,14 @@ def ablation_rows(
     runner: str | Runner = "local",
     keep_going: bool = False,
     progress: bool = False,
+    jobs: int | None = 1,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Train and evaluate the config's ``methods`` (keys of :data:`METHODS`) on its paper
     graphs and workloads (:meth:`PolicyBenchConfig.of_graphs`) over its ``seeds``; cached per
     (graph, method, seed) under ``out_dir``.
 
-    ``runner`` (``local``, ``ray`` or a :class:`~doppler_lab.house.runners.Runner`) runs the
-    (graph, method, seed) trainings; with ``keep_going`` a failed one is left out (the others'
+    ``runner`` (``local``, ``ray``, ``auto`` or a :class:`~doppler_lab.house.runners.Runner`,
+    with ``jobs`` local processes, None: one per core) runs the (graph, method, seed) trainings; with ``keep_going`` a failed one is left out (the others'
     rows remain), without it the first failure raises :class:`~doppler_lab.house.errors.RunError`.
 
     Returns:
@@ -557,7 +585,7 @@ def ablation_rows(
     cfg, methods = config, config.methods
     cases, _ = _cases(cfg)
     root = Path(out_dir)
-    sweep = make_runner(runner).run(
+    sweep = make_runner(runner, jobs=jobs).run(
         training_runs(cfg, methods, range(cfg.seeds), root),
         desc="training runs",
         progress=progress,
@@ -565,6 +593,58 @@ def ablation_rows(
     )
     results = sweep.done()
     return quality_tables(cfg, cases, results, methods), results
+
+
+@dataclass(frozen=True)
+class SeedCells:
+    """Trained methods over seeds, cell by cell (what pages 03 and 07 show).
+
+    Attributes:
+        rows: mean per (graph, method) with CP beside (:func:`quality_tables`).
+        runs: every (graph, method, seed) result.
+        points: ``runs`` as a frame with each seed's ``vs_cp`` and ``vs_best_known``
+            (:func:`seed_frame`).
+        cells: per (graph, method): the means of ``vs_cp`` and ``vs_best_known`` over seeds,
+            each with its 95% bootstrap interval (``*_low``, ``*_high``), and ``seeds``.
+        paired: the reference method against each other one, paired by graph and seed
+            (:func:`~doppler_lab.train.experiments.paired_table`).
+    """
+
+    rows: list[dict[str, Any]]
+    runs: list[dict[str, Any]]
+    points: Any
+    cells: Any
+    paired: Any
+
+
+def seed_cells(
+    config: PolicyBenchConfig,
+    out_dir: str | Path,
+    reference: str = "doppler",
+    runner: str | Runner = "local",
+    jobs: int | None = 1,
+    progress: bool = False,
+    keep_going: bool = False,
+) -> SeedCells:
+    """:func:`ablation_rows` (cached per graph, method, seed, settings and code version under
+    ``out_dir``) with each cell's mean, 95% interval and seeds, and ``reference`` against the
+    config's other methods paired by graph and seed. Graphs that are missing give empty
+    frames, not an error."""
+    import pandas as pd
+
+    from ..train.experiments.common import interval_table, paired_table
+
+    rows, runs = ablation_rows(config, out_dir, runner, keep_going, progress, jobs)
+    points = seed_frame(rows, runs)
+    order = list(config.methods)
+    if points.empty:
+        return SeedCells(rows, runs, points, pd.DataFrame(), pd.DataFrame())
+    by = ["graph", "method"]
+    cells = interval_table(points, by, "vs_cp", order=order)
+    known = interval_table(points, by, "vs_best_known", order=order)
+    cells = cells.merge(known.drop(columns="seeds"), on=by, how="left")
+    paired = paired_table(points, reference, [m for m in order if m != reference])
+    return SeedCells(rows, runs, points, cells, paired)
 
 
 def bench_runs_dir() -> Path:

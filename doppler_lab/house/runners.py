@@ -18,6 +18,8 @@ the run's configuration, so both runners give the same results.
   cluster (all cores, or ``num_cpus``), ``address`` joins an existing one (``ray start --head``
   on one host, ``ray start --address HOST:6379`` on the others; the run directories must be on
   a filesystem all hosts share, the driver's working directory is the tasks' too).
+- ``auto`` (:func:`make_runner`): Ray when it is importable and a cluster is up (this process is
+  connected, or ``RAY_ADDRESS`` names one), else ``jobs`` local processes (default: every core).
 
 Example:
     >>> runs = [Run(abs, (-i,), label=f"abs {-i}") for i in range(3)]
@@ -47,12 +49,15 @@ __all__ = [
     "Sweep",
     "add_runner_arguments",
     "make_runner",
+    "ray_cluster_up",
     "runner_from_args",
     "torch_threads",
 ]
 
 #: runner names of ``--runner``
 RUNNERS: tuple[str, ...] = ("local", "ray")
+#: runner names :func:`make_runner` takes: those of ``--runner`` and ``auto``
+RUNNER_NAMES: tuple[str, ...] = (*RUNNERS, "auto")
 #: tries to start a local Ray cluster
 _START_ATTEMPTS = 3
 
@@ -211,7 +216,7 @@ class LocalRunner(Runner):
         self.jobs = jobs
 
     def _results(self, runs: list[Run]) -> Iterator[tuple[int, bool, Any, int]]:
-        if self.jobs == 1:
+        if min(self.jobs, len(runs)) <= 1:
             for i, run in enumerate(runs):
                 running = int(i + 1 < len(runs))  # the next one starts at once
                 try:
@@ -223,7 +228,7 @@ class LocalRunner(Runner):
             return
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-        ex = ProcessPoolExecutor(self.jobs)
+        ex = ProcessPoolExecutor(min(self.jobs, len(runs)))
         try:
             pending = {ex.submit(call_run, run): i for i, run in enumerate(runs)}
             while pending:
@@ -330,20 +335,47 @@ class RayRunner(Runner):
                 ray.cancel(ref, force=True)
 
 
+def ray_cluster_up() -> bool:
+    """Whether Ray is importable and a cluster is up: this process is connected to one, or
+    ``RAY_ADDRESS`` names one (nothing is started or joined here, and Ray is not imported
+    when this process has not imported it: then it cannot be connected)."""
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("ray") is None:
+        return False
+    if os.environ.get("RAY_ADDRESS"):
+        return True
+    ray = sys.modules.get("ray")
+    return ray is not None and bool(ray.is_initialized())
+
+
 def make_runner(
-    name: str | Runner = "local", *, jobs: int = 1, address: str | None = None, **options: Any
+    name: str | Runner = "local",
+    *,
+    jobs: int | None = 1,
+    address: str | None = None,
+    **options: Any,
 ) -> Runner:
-    """A runner by name: ``local`` (``jobs`` processes) or ``ray`` (``address`` or a local
-    cluster; ``options`` go to :class:`RayRunner`)."""
+    """A runner by name: ``local`` (``jobs`` processes), ``ray`` (``address`` or a local
+    cluster; ``options`` go to :class:`RayRunner`) or ``auto`` (Ray when
+    :func:`ray_cluster_up`, joining ``RAY_ADDRESS``; else ``jobs`` local processes).
+    ``jobs`` None: one per core (``os.cpu_count()``)."""
     if isinstance(name, Runner):
         return name
+    if name not in RUNNER_NAMES:
+        raise ConfigError(f"unknown runner {name!r}; expected one of {', '.join(RUNNER_NAMES)}")
+    if jobs is None:
+        jobs = os.cpu_count() or 1
+    if name == "auto":
+        if address or ray_cluster_up():
+            return RayRunner(address or os.environ.get("RAY_ADDRESS"), **options)
+        name = "local"
     if name == "local":
         if address:
             raise ConfigError("--ray-address needs --runner ray; expected no address with local")
         return LocalRunner(jobs)
-    if name == "ray":
-        return RayRunner(address, **options)
-    raise ConfigError(f"unknown runner {name!r}; expected one of {', '.join(RUNNERS)}")
+    return RayRunner(address, **options)
 
 
 def add_runner_arguments(parser: argparse.ArgumentParser) -> None:

@@ -23,7 +23,7 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -35,8 +35,10 @@ __all__ = [
     "MIN_PAIRS",
     "PairedStats",
     "bootstrap_interval",
+    "combined_verdict",
     "compare",
     "judge_claim",
+    "paired_differences",
     "paired_stats",
 ]
 
@@ -220,3 +222,63 @@ def judge_claim(
         raise ConfigError(f"direction = {direction!r}, expected +1 or -1")
     s = paired_stats(differences, **options)  # type: ignore[arg-type]
     return replace(s, verdict=CLAIM_WORDS[s.sign * direction])
+
+
+def paired_differences(
+    records: Sequence[Mapping[str, object]],
+    a: str,
+    b: str,
+    *,
+    key: str = "method",
+    value: str = "makespan",
+    on: Sequence[str] = ("graph", "seed"),
+    relative: bool = True,
+) -> tuple[np.ndarray, list[tuple[object, ...]]]:
+    """The pairs of runs ``a`` and ``b`` (their ``key``, e.g. two methods) that share ``on``
+    (e.g. graph and seed), and per pair how much lower A's ``value`` is than B's: ``(b - a) /
+    b`` with ``relative`` (a fraction of B's, comparable across graphs), else ``b - a``.
+    Positive: A is lower (a shorter makespan). Runs without a partner are left out.
+
+    Returns:
+        The differences and the ``on`` values of each pair, in the order of A's runs.
+
+    Example:
+        >>> runs = [{"method": m, "graph": "g", "seed": s, "makespan": v}
+        ...         for m, s, v in [("a", 0, 9.0), ("b", 0, 10.0), ("a", 1, 8.0), ("b", 1, 10.0)]]
+        >>> paired_differences(runs, "a", "b")[0].tolist()
+        [0.1, 0.2]
+    """
+
+    def pair_key(r: Mapping[str, object]) -> tuple[object, ...]:
+        return tuple(r.get(k) for k in on)
+
+    def number(r: Mapping[str, object]) -> float:
+        v = r.get(value)
+        return math.nan if v is None else float(v)  # type: ignore[arg-type]
+
+    of_b = {pair_key(r): number(r) for r in records if r.get(key) == b}
+    diffs, keys = [], []
+    for r in records:
+        k = pair_key(r)
+        if r.get(key) != a or k not in of_b:
+            continue
+        va, vb = number(r), of_b[k]
+        if not (math.isfinite(va) and math.isfinite(vb)) or (relative and vb == 0):
+            continue
+        diffs.append((vb - va) / vb if relative else vb - va)
+        keys.append(k)
+    return np.asarray(diffs, dtype=np.float64), keys
+
+
+def combined_verdict(verdicts: Sequence[str]) -> str:
+    """One claim verdict from the verdicts of its parts (e.g. the dual policy against each
+    half): ``contradicts`` when one part does, ``supports`` when every part does (and there
+    is one), else ``inconclusive``.
+
+    Example:
+        >>> combined_verdict(["supports", "inconclusive"]), combined_verdict(["supports"] * 2)
+        ('inconclusive', 'supports')
+    """
+    if "contradicts" in verdicts:
+        return "contradicts"
+    return "supports" if verdicts and set(verdicts) == {"supports"} else "inconclusive"

@@ -102,6 +102,8 @@ class PolicyRecipe:
             :class:`~doppler_lab.policies.policy_config.PolicyConfig`, or overrides of the
             ``default`` preset (``hidden``, ``mp_steps``, ...); None: the ``default`` preset.
         train: Stage II training-config overrides.
+        learner: Stage II's training preset (a ``sim`` preset of
+            :data:`~doppler_lab.train.train_config.TRAIN_PRESETS`).
     """
 
     init: str | None = "auto"
@@ -111,6 +113,7 @@ class PolicyRecipe:
     seed: int = 0
     policy: Any = None
     train: Mapping[str, Any] | None = None
+    learner: str = "sim"
 
     def policy_config(self) -> Any:
         """The :class:`~doppler_lab.policies.policy_config.PolicyConfig` of fresh weights."""

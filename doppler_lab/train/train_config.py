@@ -347,3 +347,15 @@ def preset(name: str, **changes: Any) -> TrainConfig:
             f"unknown training preset {name!r}; expected one of {sorted(TRAIN_PRESETS)}"
         )
     return TRAIN_PRESETS[name].replace(**changes)
+
+
+def check_learner(name: str, where: str) -> str:
+    """``name`` when it is a Stage II training preset (a learner: ``sim``, ``released-sim``,
+    ...), else a :class:`ConfigError` naming ``where`` and the presets it could be."""
+    found = TRAIN_PRESETS.get(name)
+    if found is None or found.stage != "sim":
+        sims = [k for k, v in TRAIN_PRESETS.items() if v.stage == "sim"]
+        raise ConfigError(
+            f"{where}: learner {name!r} is not a Stage II training preset; expected one of {sims}"
+        )
+    return name

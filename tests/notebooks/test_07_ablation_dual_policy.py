@@ -8,6 +8,7 @@ TINY = dict(
     samples=2,
     hidden=16,
     mp_steps=2,
+    jobs=1,
 )
 
 
@@ -18,3 +19,10 @@ def test_ablation_dual_policy(run_notebook, tmp_path):
     assert len(s["runs"]) == 5 * 2
     assert len(list((tmp_path / "runs").rglob("result.json"))) == 5 * 2  # cached where asked
     assert all(r["ratio_lb"] >= 1 - 1e-9 for r in s["rows"])
+    # every (graph, method) cell: a mean inside its interval, over its seeds
+    assert len(s["cells"]) == 5 and all(c["seeds"] == 2 for c in s["cells"])
+    assert all(c["vs_cp_low"] <= c["vs_cp"] <= c["vs_cp_high"] for c in s["cells"])
+    assert {p["comparison"] for p in s["paired"]} == {
+        f"doppler vs {m}" for m in ("sel-only", "plc-only", "doppler-II-only", "doppler-I-only")
+    }
+    assert all(p["pairs"] == 2 and p["verdict"] == "inconclusive" for p in s["paired"])

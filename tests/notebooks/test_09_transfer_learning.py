@@ -15,6 +15,7 @@ TINY = dict(
     samples=2,
     hidden=16,
     mp_steps=2,
+    jobs=1,
 )
 
 
@@ -36,3 +37,11 @@ def test_transfer_learning(run_notebook):
         (c, k) for c in s["cases"] for k in ("cp", "zero-shot", "fine-tuned", "scratch")
     }
     assert all(r["ratio_lb"] >= 1 - 1e-9 for r in s["rows"])
+    # each (case, policy) cell: a mean inside its 95% interval over the seeds
+    assert {(c["case"], c["label"]) for c in s["cells"]} == {
+        (c, k) for c in s["cases"] for k in ("zero-shot", "fine-tuned", "scratch")
+    }
+    assert all(c["vs_cp_low"] <= c["vs_cp"] <= c["vs_cp_high"] for c in s["cells"])
+    # fine-tuned against scratch, paired by case and seed: per case and over all cases
+    assert [p["pairs"] for p in s["paired"]] == [2, 2, 4]
+    assert all(p["verdict"] == "inconclusive" for p in s["paired"])  # too few pairs to judge

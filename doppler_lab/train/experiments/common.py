@@ -248,3 +248,84 @@ def with_cost_units(frame: pd.DataFrame, unit: str | None) -> pd.DataFrame:
     if unit is not None:
         frame.attrs["units"] = {c: unit for c in CURVE_METRICS if c in frame.columns}
     return frame
+
+
+def interval_table(
+    frame: pd.DataFrame,
+    by: Sequence[str],
+    value: str,
+    order: Sequence[str] = (),
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Per group of ``by`` (e.g. graph and method), the mean of ``value`` over its rows (the
+    seeds) with its 95% bootstrap interval (:func:`~doppler_lab.house.stats.bootstrap_interval`):
+    columns ``by``, ``value`` (the mean), ``<value>_low``, ``<value>_high`` and ``seeds``. Groups
+    follow ``order`` for the last key when given (e.g. the methods' order)."""
+    from ...house.stats import bootstrap_interval
+
+    recs = []
+    for keys, group in frame.groupby(list(by), sort=False):
+        vals = group[value].dropna().to_numpy(dtype=np.float64)
+        if vals.size == 0:
+            continue
+        low, high = bootstrap_interval(vals, seed=seed)
+        keys = keys if isinstance(keys, tuple) else (keys,)
+        recs.append(
+            {
+                **dict(zip(by, keys, strict=True)),
+                value: float(vals.mean()),
+                f"{value}_low": low,
+                f"{value}_high": high,
+                "seeds": int(vals.size),
+            }
+        )
+    out = pd.DataFrame(recs, columns=[*by, value, f"{value}_low", f"{value}_high", "seeds"])
+    if order:
+        rank = {v: i for i, v in enumerate(order)}
+        last = by[-1]
+        out = out.sort_values(
+            [*by[:-1], last],
+            key=lambda s: s.map(lambda v: rank.get(v, len(rank))) if s.name == last else s,
+            kind="stable",
+        )
+    return out.reset_index(drop=True)
+
+
+def paired_table(
+    runs: pd.DataFrame | Sequence[Mapping[str, Any]],
+    reference: str,
+    others: Sequence[str],
+    *,
+    key: str = "method",
+    value: str = "makespan",
+    on: Sequence[str] = ("graph", "seed"),
+    seed: int = 0,
+) -> pd.DataFrame:
+    """``reference`` against each of ``others``, paired by ``on`` (graph and seed): per
+    comparison the pairs, the mean of ``(other - reference) / other`` (how much lower the
+    reference's ``value`` is, a fraction of the other's; positive: the reference is better),
+    its 95% bootstrap interval, the Wilcoxon signed-rank p-value, the effect size ``d_z`` and
+    the verdict on "the reference is better" (``supports`` / ``contradicts`` /
+    ``inconclusive``, :func:`~doppler_lab.house.stats.judge_claim`, the rule of every page)."""
+    from ...house.stats import judge_claim, paired_differences
+
+    records = runs.to_dict(orient="records") if isinstance(runs, pd.DataFrame) else list(runs)
+    rows = []
+    for other in others:
+        d, _ = paired_differences(records, reference, other, key=key, value=value, on=on)
+        if d.size == 0:
+            continue
+        st = judge_claim(d, direction=+1, seed=seed)
+        rows.append(
+            {
+                "comparison": f"{reference} vs {other}",
+                "pairs": st.n,
+                "lower_by": st.mean,
+                "lower_by_low": st.low,
+                "lower_by_high": st.high,
+                "wilcoxon_p": st.p_value,
+                "effect_size_dz": st.effect_size,
+                "verdict": st.verdict,
+            }
+        )
+    return pd.DataFrame(rows)

@@ -130,7 +130,7 @@ def source_policy(
     common = {"semantics": semantics, "seed": r.seed}
     stages = [
         preset("imitation", episodes=imitation_episodes, **common),
-        preset("sim", **{**common, **dict(r.train or {}), "episodes": sim_episodes}),
+        preset(r.learner, **{**common, **dict(r.train or {}), "episodes": sim_episodes}),
     ]
     policy = r.policy_config()
     results = run_pipeline(stages, [graph], cluster, policy, out_dir, progress=progress)
@@ -253,6 +253,8 @@ class TransferConfig:
         policy: policy-config overrides for policies trained from fresh weights.
         train: Stage II overrides (source, fine-tuning and scratch alike).
         paper_graphs_dir: folder of the paper's graphs, for cases that name them.
+        learner: the Stage II training preset (source, fine-tuning and scratch alike; a
+            ``sim`` preset of :data:`~doppler_lab.train.train_config.TRAIN_PRESETS`).
     """
 
     episodes: int = 2000
@@ -267,6 +269,12 @@ class TransferConfig:
     policy: Mapping[str, Any] | None = None
     train: Mapping[str, Any] | None = None
     paper_graphs_dir: str | None = None
+    learner: str = "sim"
+
+    def __post_init__(self) -> None:
+        from ..train_config import check_learner
+
+        check_learner(self.learner, "transfer")
 
 
 def run_transfers(
@@ -275,6 +283,7 @@ def run_transfers(
     config: TransferConfig | None = None,
     progress: bool = False,
     runner: str | Runner = "local",
+    jobs: int | None = 1,
 ) -> TransferResult:
     """Fine-tune each case's source policy on its target and train from scratch there, with
     the same episode budget on the target; runs cached under ``out_dir``.
@@ -284,8 +293,10 @@ def run_transfers(
         out_dir: run folder (``sources/`` and one folder per case and seed).
         config: the budgets, seeds and overrides (default :class:`TransferConfig`).
         progress: progress bars.
-        runner: where the (case, seed) runs on the targets go: ``local`` (one after the other
-            here), ``ray`` or a :class:`~doppler_lab.house.runners.Runner`; sources train here first.
+        runner: where the (case, seed) runs on the targets go: ``local`` (``jobs`` processes
+            here), ``ray``, ``auto`` (Ray when a cluster is up, else local) or a
+            :class:`~doppler_lab.house.runners.Runner`; sources train here first.
+        jobs: local processes (None: one per core).
     """
 
     c = config or TransferConfig()
@@ -312,7 +323,7 @@ def run_transfers(
                 sg, sc, ssem = case_graph(case.source, case.source_cluster, paper_graphs_dir)
                 key = versioned_key(
                     pcfg,
-                    preset("sim", **overrides),
+                    preset(c.learner, **overrides),
                     source_imitation_episodes,
                     source_sim_episodes,
                     seed,
@@ -325,6 +336,7 @@ def run_transfers(
                     seed=seed,
                     policy=pcfg,
                     train=overrides,
+                    learner=c.learner,
                 )
                 where = out / "sources" / f"{_slug(case.source_label)}-{key}"
                 _, ckpt, how = source_policy(sg, sc, ssem, where, recipe, progress)
@@ -334,7 +346,8 @@ def run_transfers(
             for s in range(seed, seed + seeds):
                 labels = {"case": case.label, "seed": s}
                 rl = preset(
-                    "sim", **{"semantics": sem, "seed": s, "eval_every": eval_every, **overrides}
+                    c.learner,
+                    **{"semantics": sem, "seed": s, "eval_every": eval_every, **overrides},
                 )
                 rl = rl.replace(episodes=episodes)
                 key = versioned_key(pcfg, rl, imitation_episodes, str(ckpt))
@@ -342,7 +355,7 @@ def run_transfers(
                 where = out / _slug(case.label) / f"seed{s}-{key}"
                 label = f"{case.label} seed {s}"
                 targets.append(Run(_transfer_seed, (*args, where, labels, False), label=label))
-        sweep = make_runner(runner).run(targets, desc="transfer runs", progress=progress)
+        sweep = make_runner(runner, jobs=jobs).run(targets, desc="transfer runs", progress=progress)
         for run, (ft_curve, sc_curve, rows) in zip(targets, sweep.values):
             labels = run.args[-2]
             curves += [ft_curve, sc_curve]
