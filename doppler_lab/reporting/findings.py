@@ -738,14 +738,6 @@ def _local_exponents(rows: Sequence[Mapping[str, Any]], what: str, start: int) -
     return [float(x) for x in np.diff(t) / np.diff(n)] if len(pts) >= 2 else []
 
 
-def _combined(words: Sequence[str]) -> str:
-    """One verdict from several: contradicts if one does, supports if all do, else
-    inconclusive."""
-    if "contradicts" in words:
-        return "contradicts"
-    return "supports" if words and set(words) == {"supports"} else "inconclusive"
-
-
 def scalability(s: Mapping[str, Any]) -> Findings:
     k = s.get("key_numbers") or {}
     fit = {r["method"]: r for r in s.get("fit") or []}
@@ -812,7 +804,7 @@ def scalability(s: Mapping[str, Any]) -> Findings:
                 f"{st.mean:.2f} ({st.low:.2f} to {st.high:.2f}): {st.verdict}"
             )
     if words:
-        word = _combined(words)
+        word = combined_verdict(words)
         head.append(
             _h("linear scaling: local exponents against the bound (95% intervals)", word,
                claim="linear")
