@@ -37,7 +37,7 @@ import numpy as np
 
 from ..house.atomic import atomic_copy, atomic_write, atomic_writer
 from ..house.errors import ConfigError
-from ..house.runners import Run, Runner, make_runner
+from ..house.runners import LocalRunner, Run, Runner, make_runner
 from .general_policy import Task, sample_tasks, settle_anchor, task_costs
 
 #: the search's simulator calls per task and round
@@ -251,7 +251,8 @@ def distill(
     graphs, clusters = [g for g, _ in built], [c for _, c in built]
     sems = [t.semantics for t in pool]
     costs = task_costs(pool, built, recipe.seed)
-    run = make_runner(runner, jobs=jobs)
+    # spawned, not forked: the searches of round 2 on run beside a process that trained
+    run = LocalRunner(jobs, "spawn") if runner == "local" else make_runner(runner, jobs=jobs)
     temperature = read_checkpoint(init)["meta"].get("sample_temperature")
     policy = str(init)
     rounds: list[dict[str, Any]] = []
