@@ -236,19 +236,25 @@ def run(
     runner: str | Runner = "local",
     keep_going: bool = False,
     also: Sequence[str] | None = None,
+    checkpoint: str | None = None,
+    seeds: int | None = None,
+    groups: str | None = None,
+    tasks: Sequence[str] | None = None,
     **changes: Any,
 ) -> dict[str, Any]:
     """Run (or resume) the bench and write ``general-alone.{json,md}`` into ``out_dir``.
 
-    ``changes``: :class:`~doppler_lab.bench.general_config.GeneralBenchConfig` fields
-    (``checkpoint``: the policy judged first; ``seeds``, ``groups``, ``tasks``);
+    ``checkpoint`` (the policy judged first), ``seeds``, ``groups``, ``tasks`` and ``changes``:
+    :class:`~doppler_lab.bench.general_config.GeneralBenchConfig` fields, as ``bench general``
+    takes them;
     ``also``: further checkpoints shown beside it (default :data:`SHIPPED_GENERAL`).
     """
-    cfg = make_config(quick, None, **changes)
+    given = {"checkpoint": checkpoint, "seeds": seeds, "groups": groups, "tasks": tasks}
+    cfg = make_config(quick, None, **changes, **{k: v for k, v in given.items() if v is not None})
     names = list(dict.fromkeys([cfg.checkpoint, *(SHIPPED_GENERAL if also is None else also)]))
     for n in names:
         checkpoint_digest(n)  # a missing checkpoint: one error now
-    tasks = bench_tasks(cfg)
+    cases = bench_tasks(cfg)
     root = str(Path(cfg.runs_dir + ("_quick" if quick else "")))
     t0 = time.perf_counter()
     run_ = make_runner(runner)
@@ -260,12 +266,12 @@ def run(
         return s.values
 
     heur = sweep(
-        [Run(heuristics_case, (cfg, t, root), label=f"heuristics {t.name}") for t in tasks],
+        [Run(heuristics_case, (cfg, t, root), label=f"heuristics {t.name}") for t in cases],
         "bench general-alone: heuristics",
     )
     pol = {
         n: sweep(
-            [Run(policy_case, (cfg, t, n, root), label=f"{n} {t.name}") for t in tasks],
+            [Run(policy_case, (cfg, t, n, root), label=f"{n} {t.name}") for t in cases],
             f"bench general-alone: {n}",
         )
         for n in names
@@ -282,7 +288,7 @@ def run(
     )
     summary: dict[str, Any] = {
         "checkpoints": ", ".join(names),
-        "tasks": len(tasks),
+        "tasks": len(cases),
         "seeds": cfg.seeds,
         "wall_s": round(time.perf_counter() - t0, 1),
     }

@@ -354,6 +354,7 @@ def _distill(args: argparse.Namespace) -> int:
         proposals=args.distill_proposals,
         memory_share=args.memory_share,
         paper_cost_share=args.paper_cost_share,
+        **({"sim_lr": args.lr} if args.lr is not None else {}),
     )
     init = resolve_checkpoint(args.init if args.init is not None else g.GENERAL_CHECKPOINT)
     record = dl.distill(
