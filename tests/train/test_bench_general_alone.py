@@ -20,7 +20,7 @@ def test_rows_take_the_per_case_best_and_targets_count_wins_ties_losses():
     heur = [
         _heur("a", clustering=8.0),  # best: clustering 8
         _heur("b", heft=9.0),  # best: heft 9
-        _heur("c", partition=math.nan),  # a heuristic that did not fit is left out
+        _heur("c", partition=math.nan, clustering=math.nan),  # did not fit: left out
         _heur("d"),
     ]
     pol = {
@@ -36,6 +36,7 @@ def test_rows_take_the_per_case_best_and_targets_count_wins_ties_losses():
     assert s["win_share"] == pytest.approx(2 / 3)
     assert s["worst_vs_heft"] == pytest.approx(0.2)  # case c: 12 against HEFT's 10
     assert s["vs_best"] == pytest.approx((7 / 8 * 1.0 * 1.2 * 0.9) ** 0.25)
+    assert s["vs_clustering"] == pytest.approx((7 / 8 * 0.9 * 0.9) ** (1 / 3))  # c left out
     passed = {t["target"]: t["passed"] for t in ga.target_rows("new", s)}
     assert passed["wins against the per-case best (of the cases not tied)"] is True
     assert passed["worst case vs HEFT"] is False
