@@ -142,6 +142,14 @@ def test_without_keep_going_the_first_failure_stops_the_sweep():
     assert sweep.values == [3, None, 4] and sweep.done() == [3, 4]
 
 
+def test_local_processes_can_be_spawned_not_forked():
+    # a process that trained with torch forks workers that die at once: spawn them instead
+    runs = [Run(abs, (-i,), label=f"abs {-i}") for i in range(3)]
+    assert LocalRunner(2, "spawn").run(runs, progress=False).values == [0, 1, 2]
+    with pytest.raises(ConfigError, match="start_method = 'thread', expected fork, spawn"):
+        LocalRunner(2, "thread")
+
+
 def test_make_runner_names():
     assert isinstance(make_runner("local"), LocalRunner)
     assert isinstance(make_runner("ray", address="auto"), RayRunner)

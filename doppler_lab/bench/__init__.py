@@ -17,6 +17,7 @@ BENCHMARKS: dict[str, str] = {
     "fidelity": "doppler_lab.bench.fidelity",
     "import": "doppler_lab.bench.importing",
     "general": "doppler_lab.bench.general",
+    "general-alone": "doppler_lab.bench.general_alone",
     "memory": "doppler_lab.bench.memory_bound",
     "memory-fidelity": "doppler_lab.bench.memory_fidelity",
     "learner": "doppler_lab.bench.learner",

@@ -13,7 +13,7 @@ from ..house.progress import show_progress
 from ..house.runners import add_runner_arguments, runner_from_args
 
 NAME = "bench"
-HELP = "run a benchmark (sim, quality, policy, policy-wc, executor, fidelity, import, general, memory, memory-fidelity, learner) and write reports/bench/NAME.{json,md}"
+HELP = "run a benchmark (sim, quality, policy, policy-wc, executor, fidelity, import, general, general-alone, memory, memory-fidelity, learner) and write reports/bench/NAME.{json,md}"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -86,6 +86,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(doppler_lab.search.adapter.AdaptConfig, e.g. lr=0.5 or temperature=3) or, with "
         "--finetune-method network, a Stage II field (e.g. lr=0.03) (repeatable)",
     )
+    g.add_argument(
+        "--also",
+        action="append",
+        metavar="CKPT",
+        help="bench general-alone: a further checkpoint shown beside --checkpoint (repeatable; "
+        "default: the shipped general policies)",
+    )
     g.add_argument("--skip-training", action="store_true", help="leave out fine-tuning vs scratch")
     g.add_argument(
         "--skip-finetune-long",
@@ -100,7 +107,7 @@ GENERAL_OPTIONS = (
     "checkpoint", "budget", "curve", "seeds", "partitions", "groups", "tasks", "train_seeds",
     "finetune_seeds",
     "finetune_episodes", "scratch_episodes", "finetune_method", "finetune_set", "skip_training",
-    "skip_finetune_long", "skip_clustering",
+    "skip_finetune_long", "skip_clustering", "also",
 )  # fmt: skip
 
 
@@ -134,10 +141,14 @@ def run(args: argparse.Namespace) -> int:
 
         given["finetune_set"] = parse_items(given["finetune_set"], "train config")
     foreign = [k for k in given if k not in accepted] if args.name != "general" else []
+    if args.name == "general" and "also" in given:
+        foreign = ["also"]
     if foreign:
         flag = "--" + foreign[0].replace("_", "-")
         raise ConfigError(
             f"{flag} is an option of bench general; expected none with bench {args.name}"
+            if foreign[0] != "also"
+            else "--also is an option of bench general-alone; expected none with bench general"
         )
     if given.pop("skip_finetune_long", False):
         given["finetune_long"] = False

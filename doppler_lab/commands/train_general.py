@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from ..house.progress import show_progress
 from ._common import add_estimator_argument, int_arg, number_arg, print_json
@@ -157,6 +158,42 @@ def _result_arguments(p: argparse.ArgumentParser, g: ModuleType) -> None:
         help="only score checkpoints on the validation pool, no training (repeatable)",
     )
     add_estimator_argument(p, "the general policy's Stage II (GENERAL_ESTIMATOR)")
+    d = p.add_argument_group("search distillation (expert iteration, --distill ROUNDS)")
+    d.add_argument(
+        "--distill",
+        type=int_arg(1, "MAX_BUDGET"),
+        metavar="ROUNDS",
+        help="instead of Stages I + II: ROUNDS rounds of the budget search from the policy "
+        "(from --init, default doppler/general), Stage I imitating each task's best placement "
+        "found, then Stage II (doppler_lab.train.distill); --tasks, --seed, --memory-share "
+        "and --paper-cost-share set the pool",
+    )
+    from ..train import distill as dl
+
+    for flag, least, default, text in (
+        ("--distill-budget", 1, dl.DISTILL_BUDGET, "simulator calls of each task's search"),
+        (
+            "--distill-imitation-episodes",
+            0,
+            dl.DISTILL_IMITATION_EPISODES,
+            "Stage I episodes per round",
+        ),
+        ("--distill-sim-episodes", 0, dl.DISTILL_SIM_EPISODES, "Stage II episodes per round"),
+        ("--jobs", 1, 1, "local processes of the searches (with --runner local)"),
+    ):
+        d.add_argument(
+            flag, type=int_arg(least, "MAX_BUDGET"), default=default, metavar="N", help=text
+        )
+    d.add_argument(
+        "--no-distill-proposals",
+        dest="distill_proposals",
+        action="store_false",
+        help="the search starts from the policy's rollouts alone (default: also from the "
+        "clustering and 4 METIS partitions)",
+    )
+    from ..house.runners import add_runner_arguments
+
+    add_runner_arguments(d)
     from ..house.runfolder import add_force_argument
 
     add_force_argument(p)
@@ -173,6 +210,7 @@ def share_arg(text: str) -> float:
 
 def command_line(args: argparse.Namespace) -> str:
     """The command that trains this run again (recorded with the shipped checkpoint)."""
+    from ..train import distill as dl
     from ..train import general_policy as g
 
     parts = ["doppler-lab train-general"]
@@ -195,11 +233,21 @@ def command_line(args: argparse.Namespace) -> str:
         ("--sample-temperature", "sample_temperature", None),
         ("--seed", "seed", 0),
         ("--init", "init", None),
+        ("--distill", "distill", None),
+        ("--distill-budget", "distill_budget", dl.DISTILL_BUDGET),
+        (
+            "--distill-imitation-episodes",
+            "distill_imitation_episodes",
+            dl.DISTILL_IMITATION_EPISODES,
+        ),
+        ("--distill-sim-episodes", "distill_sim_episodes", dl.DISTILL_SIM_EPISODES),
         ("--name", "name", g.GENERAL_CHECKPOINT),
     ):
         value = getattr(args, key)
         if value is not None and value != default:
             parts.append(f"{flag} {value}")
+    if getattr(args, "distill", None) and not args.distill_proposals:
+        parts.append("--no-distill-proposals")
     return " ".join(parts)
 
 
@@ -230,6 +278,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace) -> int:
     from ..train import general_policy as g
+
+    if args.distill:
+        return _distill(args)
 
     init = None
     if args.init is not None:  # '' is an error, not "no warm start"
@@ -275,21 +326,77 @@ def _train(args: argparse.Namespace) -> int:
         score = g.validation_score(results[-1].checkpoint, progress=show_progress(args))
         record["validation_ratio_cp"] = round(score["ratio_cp"], 4)
     summary = {"out": str(Path(args.out)), "checkpoint": str(results[-1].checkpoint), **record}
+    lines = [
+        f"general policy: {args.tasks} tasks, {args.imitation_episodes} + "
+        f"{args.anchor_episodes} + {args.sim_episodes} episodes (I, anchor, II), "
+        f"{record['train_s']:.0f} s of updates",
+        f"checkpoint: {summary['checkpoint']}",
+    ]
+    if args.validate:
+        lines.append(f"validation: geometric mean of policy / CP {record['validation_ratio_cp']}")
+    return _ship_and_show(args, summary, record, results[-1].checkpoint, lines)
+
+
+def _ship_and_show(
+    args: argparse.Namespace, summary: dict, record: dict, checkpoint: Any, lines: list[str]
+) -> int:
+    """Ship ``checkpoint`` with ``record`` when ``--ship`` says so, then print the summary
+    (``--json``) or ``lines``."""
+    from types import SimpleNamespace
+
+    from ..train import general_policy as g
+
     if args.ship:
+        done = [SimpleNamespace(checkpoint=checkpoint)]
         summary["shipped"] = str(
-            g.ship_general(results, args.ship, command_line(args), record, args.name)
+            g.ship_general(done, args.ship, command_line(args), record, args.name)
         )
+        lines.append(f"shipped: {summary['shipped']}")
     if args.json:
         print_json(summary)
     else:
-        print(
-            f"general policy: {args.tasks} tasks, {args.imitation_episodes} + "
-            f"{args.anchor_episodes} + {args.sim_episodes} episodes (I, anchor, II), "
-            f"{record['train_s']:.0f} s of updates"
-        )
-        print(f"checkpoint: {summary['checkpoint']}")
-        if args.validate:
-            print(f"validation: geometric mean of policy / CP {record['validation_ratio_cp']}")
-        if args.ship:
-            print(f"shipped: {summary['shipped']}")
+        for line in lines:
+            print(line)
     return 0
+
+
+def _distill(args: argparse.Namespace) -> int:
+    """``--distill ROUNDS``: search distillation (:mod:`doppler_lab.train.distill`)."""
+    from ..house.runners import runner_from_args
+    from ..policies.pretrained import resolve_checkpoint
+    from ..train import distill as dl
+    from ..train import general_policy as g
+
+    recipe = dl.DistillRecipe(
+        rounds=args.distill,
+        tasks=args.tasks,
+        budget=args.distill_budget,
+        imitation_episodes=args.distill_imitation_episodes,
+        sim_episodes=args.distill_sim_episodes,
+        seed=args.seed,
+        proposals=args.distill_proposals,
+        memory_share=args.memory_share,
+        paper_cost_share=args.paper_cost_share,
+        **({"sim_lr": args.lr} if args.lr is not None else {}),
+    )
+    init = resolve_checkpoint(args.init if args.init is not None else g.GENERAL_CHECKPOINT)
+    record = dl.distill(
+        args.out, recipe, init, runner=runner_from_args(args), jobs=args.jobs,
+        progress=show_progress(args),
+    )  # fmt: skip
+    summary = {"out": str(Path(args.out)), **record}
+    if args.sample_temperature is not None:
+        from ..policies.checkpoint import set_sample_temperature
+
+        set_sample_temperature(record["checkpoint"], args.sample_temperature)
+        summary["sample_temperature"] = float(args.sample_temperature)
+    ship = {k: v for k, v in summary.items() if k not in ("out", "checkpoint")}
+    ship["init"] = args.init or g.GENERAL_CHECKPOINT
+    lines = [
+        f"search distillation: {recipe.rounds} round(s) on {record['tasks']} tasks, "
+        f"budget {recipe.budget}, {recipe.imitation_episodes} + {recipe.sim_episodes} "
+        "episodes (I, II) per round",
+        *dl.describe_rounds(record),
+        f"checkpoint: {record['checkpoint']}",
+    ]
+    return _ship_and_show(args, summary, ship, record["checkpoint"], lines)

@@ -210,10 +210,18 @@ class LocalRunner(Runner):
 
     name = "local"
 
-    def __init__(self, jobs: int = 1) -> None:
+    def __init__(self, jobs: int = 1, start_method: str | None = None) -> None:
         if not (isinstance(jobs, int) and jobs >= 1):
             raise ConfigError(f"local runner: jobs = {jobs!r}, expected an integer >= 1")
+        if start_method not in (None, "fork", "spawn", "forkserver"):
+            raise ConfigError(
+                f"local runner: start_method = {start_method!r}, expected fork, spawn or forkserver"
+            )
         self.jobs = jobs
+        #: how the processes start (None: the platform's default); ``spawn`` for a caller that
+        #: has trained in this process: a forked worker of a process whose torch has run
+        #: updates can die at once (measured: every sweep after the first in a training loop)
+        self.start_method = start_method
 
     def _results(self, runs: list[Run]) -> Iterator[tuple[int, bool, Any, int]]:
         if min(self.jobs, len(runs)) <= 1:
@@ -226,9 +234,11 @@ class LocalRunner(Runner):
                 else:
                     yield i, True, value, running
             return
+        import multiprocessing
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-        ex = ProcessPoolExecutor(min(self.jobs, len(runs)))
+        ctx = multiprocessing.get_context(self.start_method) if self.start_method else None
+        ex = ProcessPoolExecutor(min(self.jobs, len(runs)), mp_context=ctx)
         try:
             pending = {ex.submit(call_run, run): i for i, run in enumerate(runs)}
             while pending:

@@ -759,7 +759,6 @@ def train_general(
     """
     import torch
 
-    from .cost_functions import SimulatorCost
     from .loop import Trainer
     from .pipeline import stage_dir
 
@@ -777,8 +776,7 @@ def train_general(
     built = [t.build() for t in pool]
     graphs = [g for g, _ in built]
     clusters = [c for _, c in built]
-    seeds = np.random.SeedSequence([seed, 0xC057]).spawn(len(pool))
-    costs = [SimulatorCost(g, c, t.semantics, 0.0, s) for (g, c), t, s in zip(built, pool, seeds)]
+    costs = task_costs(pool, built, seed)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "tasks.json", json.dumps([t.to_dict() for t in pool], indent=1))
     stages = r.stages()
@@ -819,6 +817,17 @@ def train_general(
         results.append(trainer.run())
         previous = results[-1].checkpoint
     return results
+
+
+def task_costs(
+    pool: Sequence[Task], built: Sequence[tuple[DataflowGraph, Cluster]], seed: int
+) -> list[Any]:
+    """Each task's training cost: its simulated makespan under its semantics, noise-free
+    (:class:`~doppler_lab.train.cost_functions.SimulatorCost`, seeded per task from ``seed``)."""
+    from .cost_functions import SimulatorCost
+
+    seeds = np.random.SeedSequence([seed, 0xC057]).spawn(len(pool))
+    return [SimulatorCost(g, c, t.semantics, 0.0, s) for (g, c), t, s in zip(built, pool, seeds)]
 
 
 def widen_init(init: str | Path, layout: str, out_dir: Path) -> str | Path:
