@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..hardware.cluster import Cluster, Device, links_from_dict
+from ..hardware.host import Host
 from ..house.errors import ClusterError, FormatError
 from ..house.jsonutil import to_jsonable
 from ..house.validate import (
@@ -66,6 +67,7 @@ PROFILE_FIELDS = (
     "op_scale",
     "op_times",
     "meta",
+    "host",
 )
 
 
@@ -136,6 +138,8 @@ class Profile:
         op_times: ``{signature: [seconds per device or None]}`` measured op durations.
         dispatch_s: per device, the executor's gap between two ops (part of launch overhead).
         meta: machine, threads, fit residuals, when.
+        host: the host thread's fitted costs (:class:`~doppler_lab.hardware.host.Host`; None:
+            not measured, the simulator has no host resource).
     """
 
     name: str
@@ -149,6 +153,7 @@ class Profile:
     op_times: Mapping[str, list[float | None]] = field(default_factory=dict)
     dispatch_s: tuple[float, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
+    host: Host | None = None
 
     @property
     def num_devices(self) -> int:
@@ -164,6 +169,7 @@ class Profile:
             latency_s=self.latency_s,
             routes=self.routes,
             link_names=self.link_names,
+            host=self.host,
         )
 
     def cost_model(self, graph: DataflowGraph, use_op_times: bool = True) -> CalibratedCostModel:
@@ -199,7 +205,7 @@ class Profile:
             "op_scale": dict(self.op_scale),
             "op_times": {k: list(v) for k, v in sorted(self.op_times.items())},
             "meta": _finite(to_jsonable(self.meta)),
-        }
+        } | ({} if self.host is None else {"host": self.host.to_dict()})
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], source: str = "<dict>") -> Profile:
