@@ -454,7 +454,8 @@ def fit_host(
     (``launch_s``) and copy issue (``copy_s``) one at a time; the rest of an op's period runs
     on its device, ``capacity`` devices at full speed at once. ``capacity``
     (:func:`~doppler_lab.executor.profiling.parallel_capacity`) is kept where it is below
-    :data:`CAPACITY_SHARE` of the ``D`` devices.
+    :data:`CAPACITY_SHARE` of the ``D`` devices (at least 1: a device alone runs at its
+    calibrated speed).
 
     Launches: with ``D`` independent chains, one a device, a period is the larger of the one
     alone (its device part stretched by ``D / capacity`` when the cores are short) and ``D``
@@ -469,7 +470,9 @@ def fit_host(
     if not probe:
         return None
     d = int(probe.get("devices", 1))
-    cap = None if capacity is None or capacity >= CAPACITY_SHARE * d else float(capacity)
+    # below 1 is the load moving between the probe's two timings: one device alone runs at its
+    # calibrated speed
+    cap = None if capacity is None or capacity >= CAPACITY_SHARE * d else max(1.0, capacity)
     stretch = max(1.0, d / cap) if cap else 1.0
     alone, busy = probe.get("launch_alone_s"), probe.get("launch_busy_s")
     launch = 0.0

@@ -171,6 +171,8 @@ def test_the_fit_keeps_a_short_capacity_and_no_probe_gives_no_host():
     # two devices at 1.2 of 2 cores: a busy period of 2 / 1.2 x alone is the cores, not the host
     assert fit_host({**probe, "launch_busy_s": 8e-6}, capacity=1.2) == Host(parallel_capacity=1.2)
     assert fit_host({**probe, "launch_busy_s": 20e-6}, capacity=1.2).launch_s == 5e-6  # capped
+    # below one device is the load moving between the capacity probe's timings
+    assert fit_host(probe, capacity=0.7) == Host(parallel_capacity=1.0)
 
 
 def test_host_costs_round_trip_in_cluster_and_profile_files(tmp_path):
