@@ -156,6 +156,17 @@ def _machine_summary(cuda: bool) -> dict[str, Any]:
     }
 
 
+def _on_backend(kind: str, num_devices: int, fn: Any) -> Any:
+    """``fn(backend)`` on a fresh ``kind`` backend of ``num_devices`` devices, closed after."""
+    from ..executor import make_backend
+
+    be = make_backend(kind, num_devices)
+    try:
+        return fn(be)
+    finally:
+        be.close()
+
+
 def _shared_kind(cuda: bool) -> str:
     """The backend of the sections that share devices: ``cuda-shared``, or ``cpu`` without CUDA."""
     return "cuda-shared" if cuda else "cpu"
@@ -195,21 +206,19 @@ def _fidelity_step(
     """Calibrated simulator against measured makespans on 4 shared devices; writes the profile
     and the raw measurements beside the report."""
     from ..bench import gpu as sections
-    from ..executor import make_backend
     from ..timing.raw_data import RAW_FILE, write_raw
 
     kind = _shared_kind(cuda)
     print(f"gpu-check: fidelity on {kind}:4 ...", flush=True)
 
-    def fidelity() -> Any:
-        be = make_backend(kind, 4)
-        try:
-            specs = sections.GPU_FIDELITY_WORKLOADS if cuda else sections.CPU_FIDELITY_WORKLOADS
-            return sections.fidelity_section(be, specs, quick=not cuda, progress=shown)
-        finally:
-            be.close()
-
-    f = _section(summary, "fidelity", fidelity)
+    specs = sections.GPU_FIDELITY_WORKLOADS if cuda else sections.CPU_FIDELITY_WORKLOADS
+    f = _section(
+        summary,
+        "fidelity",
+        lambda: _on_backend(
+            kind, 4, lambda be: sections.fidelity_section(be, specs, quick=not cuda, progress=shown)
+        ),
+    )
     if f is None:
         return
     summary["fidelity"] = f["summary"]
@@ -236,20 +245,20 @@ def _stage3_step(
 ) -> None:
     """Stage III from the shipped general policy on 2 shared devices."""
     from ..bench import gpu as sections
-    from ..executor import make_backend
 
     kind = _shared_kind(cuda)
     print(f"gpu-check: Stage III on {kind}:2 ...", flush=True)
 
-    def stage3() -> Any:
-        be = make_backend(kind, 2)
-        try:
-            spec = sections.GPU_FIDELITY_WORKLOADS["hf-llama"] if cuda else "mlp"
-            return sections.stage3_section(be, spec, episodes, out / "stage3", progress=shown)
-        finally:
-            be.close()
-
-    s3 = _section(summary, "stage3", stage3)
+    spec = sections.GPU_FIDELITY_WORKLOADS["hf-llama"] if cuda else "mlp"
+    s3 = _section(
+        summary,
+        "stage3",
+        lambda: _on_backend(
+            kind,
+            2,
+            lambda be: sections.stage3_section(be, spec, episodes, out / "stage3", progress=shown),
+        ),
+    )
     if s3 is not None:
         summary["stage3"] = s3["summary"]
 
@@ -273,20 +282,16 @@ PAPER_SIZE_COLUMNS = [
 def _paper_size_step(cuda: bool, summary: dict[str, Any], tables: dict[str, Any]) -> None:
     """10k-node Llama graphs under cp and doppler placements on 4 shared devices."""
     from ..bench import gpu as sections
-    from ..executor import make_backend
 
     kind = _shared_kind(cuda)
     print(f"gpu-check: paper-sized graphs on {kind}:4 ...", flush=True)
 
-    def paper() -> Any:
-        be = make_backend(kind, 4)
-        try:
-            specs = sections.PAPER_SIZE if cuda else sections.PAPER_SIZE_CPU
-            return sections.paper_size_section(be, specs)
-        finally:
-            be.close()
-
-    p = _section(summary, "paper_size", paper)
+    specs = sections.PAPER_SIZE if cuda else sections.PAPER_SIZE_CPU
+    p = _section(
+        summary,
+        "paper_size",
+        lambda: _on_backend(kind, 4, lambda be: sections.paper_size_section(be, specs)),
+    )
     if p is not None:
         tables["Paper-sized graphs"] = (p["rows"], PAPER_SIZE_COLUMNS)
         summary["paper_size"] = {
