@@ -5,10 +5,11 @@ Sections (each imports only torch, numba and the package; no plot or notebook st
 
 - :func:`dispatch_section`: executor overhead per op on ``cuda`` and ``cuda-shared``;
 - :func:`fidelity_section`: the simulator against measured makespans of >= 12 placements of
-  generated and imported workloads on ``cuda-shared``, under three cost models: the
+  generated and imported workloads on ``cuda-shared``, under four cost models: the
   uncalibrated nominal GPU (:mod:`doppler_lab.hardware.gpu_specs`) with sharing, the calibrated profile
-  alone (devices independent), and the calibrated profile with sharing
-  (:mod:`doppler_lab.timing.contention`); the raw measurements (the calibration's and every
+  alone (devices independent), the calibrated profile with sharing
+  (:mod:`doppler_lab.timing.contention`), and the calibrated profile with its fitted host thread
+  as a resource of the ``wc`` kernel (``host``: :mod:`doppler_lab.hardware.host`); the raw measurements (the calibration's and every
   timed run's) are kept for replay and refitting (:mod:`doppler_lab.timing.raw_data`);
 - :func:`stage3_section`: Stage III (RL on the real system) from the shipped general policy;
 - :func:`paper_size_section`: 10k-node Llama graphs under cp and doppler placements.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -170,7 +172,8 @@ def fidelity_section(
     measured_cal = measure_calibration(
         backend, list(graphs.values()), name=f"{backend.cluster.name}-gpu-check", quick=quick
     )
-    profile = measured_cal.fit()
+    fitted = measured_cal.fit()  # with its host thread (doppler_lab.hardware.host), if it binds
+    profile = replace(fitted, host=None)  # today's model: the host only through the sharing
     host_s = float(np.median(profile.dispatch_s)) if profile.dispatch_s else 0.0
     cuda = backend.name == "cuda"
     probe = interference_probe(
@@ -183,7 +186,8 @@ def fidelity_section(
     nominal_sharing = sharing_of(backend, nominal.devices[0].launch_overhead_s, fill_s)
     rng = np.random.default_rng(0)
     rows, raw = [], {}
-    pooled: dict[str, list[float]] = {"measured": [], "nominal": [], "calibrated": [], "shared": []}
+    labels = ("nominal", "calibrated", "shared", "host")
+    pooled: dict[str, list[float]] = {k: [] for k in ("measured", *labels)}
     for name, g in tqdm(graphs.items(), desc="fidelity", disable=not progress, leave=False):
         pls = gpu_placements(g, profile.cluster, rng)
         cal = profile.cost_model(g)
@@ -200,6 +204,9 @@ def fidelity_section(
             "calibrated": Simulator(g, profile.cluster, "wc", cost_model=cal).makespans(pls),
             "shared": np.array(
                 [contended_makespan(g, profile.cluster, cal, p, sharing) for p in pls]
+            ),
+            "host": Simulator(g, fitted.cluster, "wc", cost_model=fitted.cost_model(g)).makespans(
+                pls
             ),
         }
         row: dict[str, Any] = {
@@ -226,7 +233,7 @@ def fidelity_section(
         }
     m = np.array(pooled["measured"])
     summary: dict[str, Any] = {"backend": f"{backend.name}:{backend.num_devices}"}
-    for label in ("nominal", "calibrated", "shared"):
+    for label in labels:
         p = np.array(pooled[label])
         summary[f"{label}_spearman_pooled"] = round(spearman(p, m), 3)
         summary[f"{label}_spearman_mean"] = round(
@@ -251,7 +258,7 @@ def fidelity_section(
         "probe": probe,
         "raw": raw,
         "calibration": measured_cal,
-        "profile": profile,
+        "profile": fitted,
         "sharing": sharing.to_dict(),
     }
 

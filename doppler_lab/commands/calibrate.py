@@ -134,6 +134,11 @@ def _report(args: argparse.Namespace, out: Path, profile: Any, graphs: list) -> 
         summary["bandwidth_gb_per_s"] = float(
             profile.cluster.bandwidth_bytes_per_s[off].mean() / 1e9
         )
+    if profile.host is not None:
+        h = profile.host
+        summary["host_launch_us"] = round(h.launch_s * 1e6, 2)
+        summary["host_copy_us"] = round(h.copy_s * 1e6, 2)
+        summary["host_parallel_capacity"] = h.parallel_capacity
     capacity = profile.meta.get("parallel_capacity")
     if capacity is not None:
         summary["parallel_capacity"] = round(capacity, 2)

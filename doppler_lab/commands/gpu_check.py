@@ -112,12 +112,6 @@ def _section(summary: dict[str, Any], key: str, fn: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..bench import gpu as sections
-    from ..bench import write_report
-    from ..executor import make_backend
-    from ..house.codeversion import code_version
-    from ..timing.raw_data import RAW_FILE, write_raw
-
     cuda = torch.cuda.is_available()
     if not cuda and not args.allow_cpu:
         raise ConfigError(
@@ -127,7 +121,30 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / "stage3", ignore_errors=True)  # a fresh Stage III run each time
     t0 = time.perf_counter()
-    summary: dict[str, Any] = {
+    summary = _machine_summary(cuda)
+    tables: dict[str, Any] = {}
+    shown = show_progress(args)
+    if not args.skip_tests:
+        print("gpu-check: gpu tests ...", flush=True)
+        with timer("gpu-check: pytest -m gpu", enabled=shown):
+            tests = run_gpu_tests(args.tests, out)
+        summary["tests"] = {k: v for k, v in tests.items() if k != "failed_tests"}
+        summary["failed_tests"] = tests.get("failed_tests", [])
+    _dispatch_step(cuda, summary, tables)
+    _fidelity_step(cuda, out, summary, tables, shown)
+    _stage3_step(cuda, args.episodes, out, summary, shown)
+    if not args.skip_paper_size:
+        _paper_size_step(cuda, summary, tables)
+    return _finish(args, out, summary, tables, t0)
+
+
+def _machine_summary(cuda: bool) -> dict[str, Any]:
+    """The summary's first fields: when, which code, torch and CUDA, the GPUs."""
+    import torch
+
+    from ..house.codeversion import code_version
+
+    return {
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "code_version": code_version(),
         "torch": torch.__version__,
@@ -137,15 +154,29 @@ def run(args: argparse.Namespace) -> int:
         if cuda
         else [],
     }
-    tables: dict[str, Any] = {}
-    shown = show_progress(args)
-    if not args.skip_tests:
-        print("gpu-check: gpu tests ...", flush=True)
-        with timer("gpu-check: pytest -m gpu", enabled=shown):
-            tests = run_gpu_tests(args.tests, out)
-        summary["tests"] = {k: v for k, v in tests.items() if k != "failed_tests"}
-        summary["failed_tests"] = tests.get("failed_tests", [])
-    shared_kind = "cuda-shared" if cuda else "cpu"
+
+
+def _on_backend(kind: str, num_devices: int, fn: Any) -> Any:
+    """``fn(backend)`` on a fresh ``kind`` backend of ``num_devices`` devices, closed after."""
+    from ..executor import make_backend
+
+    be = make_backend(kind, num_devices)
+    try:
+        return fn(be)
+    finally:
+        be.close()
+
+
+def _shared_kind(cuda: bool) -> str:
+    """The backend of the sections that share devices: ``cuda-shared``, or ``cpu`` without CUDA."""
+    return "cuda-shared" if cuda else "cpu"
+
+
+def _dispatch_step(cuda: bool, summary: dict[str, Any], tables: dict[str, Any]) -> None:
+    """Executor overhead per op on ``cuda`` and ``cuda-shared`` (CPU workers without CUDA)."""
+    from ..bench import gpu as sections
+    from ..executor import make_backend
+
     print("gpu-check: dispatch overhead ...", flush=True)
 
     def dispatch() -> Any:
@@ -167,80 +198,115 @@ def run(args: argparse.Namespace) -> int:
             d["rows"],
             ["backend", "case", "ops", "op_us", "overhead_gaps_us", "wall_per_op_us", "hop_us"],
         )
-    print(f"gpu-check: fidelity on {shared_kind}:4 ...", flush=True)
 
-    def fidelity() -> Any:
-        be = make_backend(shared_kind, 4)
-        try:
-            specs = sections.GPU_FIDELITY_WORKLOADS if cuda else sections.CPU_FIDELITY_WORKLOADS
-            return sections.fidelity_section(be, specs, quick=not cuda, progress=shown)
-        finally:
-            be.close()
 
-    f = _section(summary, "fidelity", fidelity)
-    if f is not None:
-        summary["fidelity"] = f["summary"]
-        f["profile"].save(out / "profile.json")
-        write_raw(
-            out / RAW_FILE,
-            "gpu-check",
-            f["calibration"],
-            f["raw"],
-            {"probe": f["probe"], "sharing": f["sharing"], "gpus": summary["gpus"]},
-        )
-        cols = ["workload", "ops", "placements", "measured_min_ms", "measured_max_ms"]
-        for label in ("nominal", "calibrated", "shared"):
-            cols += [f"spearman_{label}", f"mre_{label}"]
-        tables["GPU fidelity"] = (f["rows"], cols + ["nominal_ratio_min", "nominal_ratio_max"])
-        tables["Interference probe"] = (
-            f["probe"],
-            ["n", "devices", "kernel_s", "period_alone_s", "period_all_s"],
-        )
-    print(f"gpu-check: Stage III on {shared_kind}:2 ...", flush=True)
+def _fidelity_step(
+    cuda: bool, out: Path, summary: dict[str, Any], tables: dict[str, Any], shown: bool
+) -> None:
+    """Calibrated simulator against measured makespans on 4 shared devices; writes the profile
+    and the raw measurements beside the report."""
+    from ..bench import gpu as sections
+    from ..timing.raw_data import RAW_FILE, write_raw
 
-    def stage3() -> Any:
-        be = make_backend(shared_kind, 2)
-        try:
-            spec = sections.GPU_FIDELITY_WORKLOADS["hf-llama"] if cuda else "mlp"
-            return sections.stage3_section(be, spec, args.episodes, out / "stage3", progress=shown)
-        finally:
-            be.close()
+    kind = _shared_kind(cuda)
+    print(f"gpu-check: fidelity on {kind}:4 ...", flush=True)
 
-    s3 = _section(summary, "stage3", stage3)
+    specs = sections.GPU_FIDELITY_WORKLOADS if cuda else sections.CPU_FIDELITY_WORKLOADS
+    f = _section(
+        summary,
+        "fidelity",
+        lambda: _on_backend(
+            kind, 4, lambda be: sections.fidelity_section(be, specs, quick=not cuda, progress=shown)
+        ),
+    )
+    if f is None:
+        return
+    summary["fidelity"] = f["summary"]
+    f["profile"].save(out / "profile.json")
+    write_raw(
+        out / RAW_FILE,
+        "gpu-check",
+        f["calibration"],
+        f["raw"],
+        {"probe": f["probe"], "sharing": f["sharing"], "gpus": summary["gpus"]},
+    )
+    cols = ["workload", "ops", "placements", "measured_min_ms", "measured_max_ms"]
+    for label in ("nominal", "calibrated", "shared", "host"):
+        cols += [f"spearman_{label}", f"mre_{label}"]
+    tables["GPU fidelity"] = (f["rows"], cols + ["nominal_ratio_min", "nominal_ratio_max"])
+    tables["Interference probe"] = (
+        f["probe"],
+        ["n", "devices", "kernel_s", "period_alone_s", "period_all_s"],
+    )
+
+
+def _stage3_step(
+    cuda: bool, episodes: int, out: Path, summary: dict[str, Any], shown: bool
+) -> None:
+    """Stage III from the shipped general policy on 2 shared devices."""
+    from ..bench import gpu as sections
+
+    kind = _shared_kind(cuda)
+    print(f"gpu-check: Stage III on {kind}:2 ...", flush=True)
+
+    spec = sections.GPU_FIDELITY_WORKLOADS["hf-llama"] if cuda else "mlp"
+    s3 = _section(
+        summary,
+        "stage3",
+        lambda: _on_backend(
+            kind,
+            2,
+            lambda be: sections.stage3_section(be, spec, episodes, out / "stage3", progress=shown),
+        ),
+    )
     if s3 is not None:
         summary["stage3"] = s3["summary"]
-    if not args.skip_paper_size:
-        print(f"gpu-check: paper-sized graphs on {shared_kind}:4 ...", flush=True)
 
-        def paper() -> Any:
-            be = make_backend(shared_kind, 4)
-            try:
-                specs = sections.PAPER_SIZE if cuda else sections.PAPER_SIZE_CPU
-                return sections.paper_size_section(be, specs)
-            finally:
-                be.close()
 
-        p = _section(summary, "paper_size", paper)
-        if p is not None:
-            tables["Paper-sized graphs"] = (
-                p["rows"],
-                [
-                    "graph",
-                    "nodes",
-                    "placement",
-                    "place_s",
-                    "makespan_ms",
-                    "overhead_per_op_us",
-                    "host_wall_per_op_us",
-                    "transfers",
-                    "outputs_match",
-                    "max_rel_error",
-                    "worst_output",
-                ],
-            )
-            summary["paper_size"] = {
-                f"{r['graph']}/{r['placement']}": r["makespan_ms"] for r in p["rows"]
-            }
+#: the columns of the paper-sized graphs' table
+PAPER_SIZE_COLUMNS = [
+    "graph",
+    "nodes",
+    "placement",
+    "place_s",
+    "makespan_ms",
+    "overhead_per_op_us",
+    "host_wall_per_op_us",
+    "transfers",
+    "outputs_match",
+    "max_rel_error",
+    "worst_output",
+]
+
+
+def _paper_size_step(cuda: bool, summary: dict[str, Any], tables: dict[str, Any]) -> None:
+    """10k-node Llama graphs under cp and doppler placements on 4 shared devices."""
+    from ..bench import gpu as sections
+
+    kind = _shared_kind(cuda)
+    print(f"gpu-check: paper-sized graphs on {kind}:4 ...", flush=True)
+
+    specs = sections.PAPER_SIZE if cuda else sections.PAPER_SIZE_CPU
+    p = _section(
+        summary,
+        "paper_size",
+        lambda: _on_backend(kind, 4, lambda be: sections.paper_size_section(be, specs)),
+    )
+    if p is not None:
+        tables["Paper-sized graphs"] = (p["rows"], PAPER_SIZE_COLUMNS)
+        summary["paper_size"] = {
+            f"{r['graph']}/{r['placement']}": r["makespan_ms"] for r in p["rows"]
+        }
+
+
+def _finish(
+    args: argparse.Namespace, out: Path, summary: dict[str, Any], tables: dict[str, Any], t0: float
+) -> int:
+    """The verdict, the report, its last lines; the exit status (0: every test and section
+    passed)."""
+    from ..bench import write_report
+    from ..timing.raw_data import RAW_FILE
+
     tests_ok = args.skip_tests or (summary["tests"].get("returncode") == 0)
     summary["ok"] = bool(tests_ok and not summary.get("section_errors"))
     summary["seconds"] = round(time.perf_counter() - t0, 1)
@@ -254,7 +320,9 @@ def run(args: argparse.Namespace) -> int:
             "fidelity: nominal = the uncalibrated GPU (published rates, doppler_lab.hardware.gpu_specs) "
             "with sharing; calibrated = the calibrated profile, devices independent; shared = "
             "the calibrated profile with shared GPUs and one host dispatcher "
-            "(doppler_lab.timing.contention). Spearman per workload (mean) and pooled.",
+            "(doppler_lab.timing.contention); host = the calibrated profile with its fitted host "
+            "thread as a resource of the wc simulator (doppler_lab.hardware.host). Spearman per "
+            "workload (mean) and pooled.",
             f"Raw measurements for replay and refitting: {out / RAW_FILE}; profile: "
             f"{out / 'profile.json'}; tests: {out / 'gpu_tests.log'}.",
         ],

@@ -6,6 +6,8 @@ dispatch path, the copy lanes, the wake-ups, the other devices running at the sa
 - :func:`dispatch_gaps`: a chain of tiny ops on one device; the median gap between two ops.
 - :func:`link_samples`: chains that alternate between two devices on tensors of several sizes;
   each crossing gives the copy's duration and the delay a consumer saw.
+- :func:`host_probe`: chains of tiny ops alone and on every device at once, with and without a
+  copy before each op: how the one host thread serialises launches and copy issues.
 - :func:`op_samples`: graphs (a synthetic sweep of op kinds and shapes, plus any workloads) run
   under random placements; every op's measured duration.
 - :func:`calibrate`: all three, fitted into a :class:`~doppler_lab.timing.calibration.Profile`
@@ -149,6 +151,56 @@ def dispatch_gaps(backend: Backend, num_ops: int = 400, repeats: int = 5) -> tup
     return tuple(gaps)
 
 
+def _period(trace: Trace, ops: np.ndarray) -> float:
+    """The median time from one op's start to the next's along ``ops`` (a chain, in order)."""
+    return float(np.median(np.diff(trace.start[ops])))
+
+
+def _chains(graph: DataflowGraph) -> list[np.ndarray]:
+    """The ops of each chain of a :func:`tiny_chain_graph`, in chain order."""
+    by: dict[int, list[int]] = {}
+    for v in graph.compute_nodes:
+        by.setdefault(int(graph.names[v][1:].split("_")[0]), []).append(int(v))
+    return [np.array(by[c]) for c in sorted(by)]
+
+
+def _shifted_placement(graph: DataflowGraph, d: int) -> Placement:
+    """Op ``i`` of chain ``c`` on device ``(c + i) % d``: every op waits for a copy, and every
+    device runs one chain's op at any time."""
+    dev = np.zeros(graph.num_nodes, dtype=np.int64)
+    for c, ops in enumerate(_chains(graph)):
+        dev[ops] = (c + np.arange(ops.size)) % d
+    return Placement(dev, placer="shifted").with_inputs_filled(graph)
+
+
+def host_probe(backend: Backend, num_ops: int = 200, repeats: int = 3) -> dict[str, float]:
+    """How the host thread serialises launches and copy issues: chains of tiny ops, one chain
+    alone and one chain per device at once, each op on one device (launches only) or on the
+    next device (a copy before each op). A host that serves one launch at a time makes the
+    period with every device busy grow to ``devices x`` its time per launch.
+
+    Returns the per-op periods (median start-to-start, seconds): ``launch_alone_s``,
+    ``launch_busy_s``, ``copy_alone_s``, ``copy_busy_s``, and ``devices``.
+    """
+    d = backend.num_devices
+    out: dict[str, float] = {"devices": d}
+    g1 = tiny_chain_graph(num_ops)
+    gd = tiny_chain_graph(num_ops * d, chains=d)
+    runs = (
+        ("launch_alone_s", g1, chain_placement(g1, [0])),
+        ("launch_busy_s", gd, chain_placement(gd, list(range(d)))),
+        ("copy_alone_s", g1, _shifted_placement(g1, d)),
+        ("copy_busy_s", gd, _shifted_placement(gd, d)),
+    )
+    for key, g, pl in runs:
+        if d < 2 and key.startswith("copy"):
+            continue
+        with Executor(g, backend) as ex:
+            t = ex.run(pl, repeats=repeats, warmup=1).trace
+        out[key] = float(np.median([_period(t, ops) for ops in _chains(g)]))
+    return out
+
+
 def link_samples(
     backend: Backend,
     sizes: Sequence[int] = (1, 1 << 12, 1 << 16, 1 << 19),
@@ -259,6 +311,7 @@ def measure_calibration(
     results: dict[str, Any] = {}
     rep = 2 if quick else 3
     steps.append(("dispatch", lambda: dispatch_gaps(backend, 100 if quick else 400, rep)))
+    steps.append(("host", lambda: host_probe(backend, 100 if quick else 200, rep)))
     if backend.num_devices > 1:
         sizes = (1, 1 << 14) if quick else (1, 1 << 12, 1 << 16, 1 << 19)
         steps.append(("links", lambda: link_samples(backend, sizes, 6 if quick else 16, rep)))
@@ -290,6 +343,7 @@ def measure_calibration(
         results.get("links", []),
         tuple(results["dispatch"]),
         meta,
+        results["host"],
     )
 
 

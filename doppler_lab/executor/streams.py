@@ -618,11 +618,37 @@ class _StreamRun:
 
     def _loop(self, deadline: float) -> None:
         """Launch ready ops (up to ``window`` in flight per device), poll completions, issue
-        copies, until every op has completed. One function with everything it touches in
-        local variables: it runs once per op and its bookkeeping is the host's cost per op."""
+        copies, until every op has completed. The parts (:meth:`_loop_parts`) are built once
+        per run with everything they touch in their own scope: they run once per op and their
+        bookkeeping is the host's cost per op."""
+        launch, complete, land = self._loop_parts()
+        passes, turn = self.prog.passes, 0
+        d_range = range(self.plan.num_devices)
+        remaining = self.plan.num_ops
+        clock = time.perf_counter
+        while remaining:
+            progress = False
+            turn ^= 1
+            for d in passes[turn]:
+                progress |= launch(d)
+            for d in d_range:
+                n = complete(d)
+                if n:
+                    remaining -= n
+                    progress = True
+                progress |= land(d)
+            if not progress and clock() > deadline:
+                raise self._timeout()
+
+    def _loop_parts(
+        self,
+    ) -> tuple[Callable[[int], bool], Callable[[int], int], Callable[[int], bool]]:
+        """The host loop's three steps for one device ``d``: ``launch(d)`` its ready ops (up to
+        the window; True if any), ``complete(d)`` the ops it has finished, issuing their
+        copies (how many), ``land(d)`` the copies out of it that have arrived, making their
+        consumers ready (True if any)."""
         api, plan, prog, bufs = self.api, self.plan, self.prog, self.bufs
         nd = plan.num_devices
-        d_range = range(nd)
         window = self.backend.window
         fns, operands, local_succ = plan.fns, plan.operands, plan.local_succ
         one, gather = prog.one, prog.gather
@@ -631,140 +657,153 @@ class _StreamRun:
         need, hold = list(prog.need), list(prog.hold)
         launch_s = self.launch_s
         activate = api.activate if api.switches else None
-        passes, turn = prog.passes, 0
         strict, copy = api.strict, api.copy
         pending, copies, records = self.pending, self.copies, self.copy_records
-        now_ready, launched = self.ready.append, self.dispatched.append
-        fifo, prio = plan.priority is None, prog.prio
-        heappush, heappop = heapq.heappush, heapq.heappop
-        # ready ops per device: FIFO by readiness (ties: ops made ready by one event are pushed
-        # in node-id order), or a heap on (priority, node id) (plan.ReadyQueues' rules)
-        queues: list[Any] = [deque() if fifo else [] for _ in d_range]
-        for d in d_range:
-            for v in plan.initial[d]:
-                now_ready(v)
-                if fifo:
-                    queues[d].append(v)
-                else:
-                    heappush(queues[d], (prio[v], v))  # type: ignore[index]
-        remaining = plan.num_ops
+        launched = self.dispatched.append
         clock = time.perf_counter
-        while remaining:
-            progress = False
-            turn ^= 1
-            for d in passes[turn]:
-                q, pc = queues[d], pending[d]  # (ops in flight: len(pc))
-                if not q or len(pc) >= window:
-                    continue
-                buf = bufs[d]
-                while q and len(pc) < window:
-                    v = q.popleft() if fifo else heappop(q)[1]
-                    launched(v)
-                    try:
-                        if activate is not None:
-                            activate(d)
-                        if strict:
-                            api.check_operands(d, [buf[u] for u in operands[v]], operands[v])
-                        launch_s[v] = clock()
-                        u = one[v]
-                        if u >= 0:
-                            out = fns[v](buf[u])  # type: ignore[misc]
-                        elif gather[v] is not None:
-                            out = fns[v](*gather[v](buf))  # type: ignore[misc]
-                        else:  # a constant: made on the op's device, not the host
-                            with api.scope(d):
-                                out = fns[v]()  # type: ignore[misc]
-                        rec_end[v]()
-                        if strict:
-                            api.check_result(d, out)
-                    except Exception as exc:  # noqa: BLE001 - every failure is reported
-                        raise self._error(failure_verb(exc), v, d, exc) from exc
-                    buf[v] = out
-                    out = None  # no reference outlives the releases below
-                    pc.append(v)
-                    progress = True
-                    for w in local_succ[v]:
-                        c = need[w] - 1
-                        need[w] = c
-                        if not c:
-                            now_ready(w)
-                            if fifo:
-                                q.append(w)
-                            else:
-                                heappush(q, (prio[w], w))  # type: ignore[index]
-                    for u, i in frees[v]:
-                        c = hold[i] - 1
-                        hold[i] = c
-                        if not c:
-                            buf[u] = None
-            for d in d_range:
-                pc = pending[d]
-                if (
-                    len(pc) > 1
-                    and (len(pc) < window or not queues[d])
-                    and not any(sends[v] for v in pc)
-                ):
-                    # nothing waits for these ops one by one (no copies to issue, no launch
-                    # waiting for a slot): the newest completing tells that all have (one
-                    # stream, in order), one query for them all
-                    v = pc[-1]
-                    try:
-                        if done[v]():
-                            remaining -= len(pc)
-                            pc.clear()
-                            progress = True
-                    except Exception as exc:  # noqa: BLE001 - asynchronous device errors surface here
-                        raise self._error(_ASYNC, pc[0], d, exc) from exc
-                while pc:
-                    v = pc[0]
-                    try:
-                        if not done[v]():
-                            break
-                    except Exception as exc:  # noqa: BLE001 - asynchronous device errors surface here
-                        raise self._error(_ASYNC, v, d, exc) from exc
-                    pc.popleft()
-                    remaining -= 1
-                    progress = True
-                    if sends[v]:  # its copies start once it has completed
-                        x = bufs[d][v]
-                        for b, ws, k in sends[v]:
-                            ev_s, ev_e = ev_copy[k]
-                            try:
-                                y = copy(x, d, b, ev_s, ev_e)
-                            except Exception as exc:  # noqa: BLE001
-                                what = f"could not be copied to {self.backend.device_label(b)}"
-                                raise self._error(what, v, d, exc) from exc
-                            bufs[b][v] = y
-                            records.append((v, ws[0], d, b, k))
-                            copies[d].append((v, b, k, ws))
-                        x = y = None
-                cc = copies[d]
-                while cc:
-                    u, b, k, ws = cc[0]
-                    try:
-                        if not copy_done[k]():
-                            break
-                    except Exception as exc:  # noqa: BLE001
-                        raise self._error(_ASYNC, u, d, exc) from exc
-                    cc.popleft()
-                    progress = True
-                    qb = queues[b]
-                    for w in ws:
-                        c = need[w] - 1
-                        need[w] = c
-                        if not c:
-                            now_ready(w)
-                            if fifo:
-                                qb.append(w)
-                            else:
-                                heappush(qb, (prio[w], w))  # type: ignore[index]
-                    i = u * nd + d
+        queues, make_ready, pop = self._ready_queues()
+
+        def launch(d: int) -> bool:
+            q, pc = queues[d], pending[d]  # (ops in flight: len(pc))
+            if not q or len(pc) >= window:
+                return False
+            buf = bufs[d]
+            while q and len(pc) < window:
+                v = pop(q)
+                launched(v)
+                try:
+                    if activate is not None:
+                        activate(d)
+                    if strict:
+                        api.check_operands(d, [buf[u] for u in operands[v]], operands[v])
+                    launch_s[v] = clock()
+                    u = one[v]
+                    if u >= 0:
+                        out = fns[v](buf[u])  # type: ignore[misc]
+                    elif gather[v] is not None:
+                        out = fns[v](*gather[v](buf))  # type: ignore[misc]
+                    else:  # a constant: made on the op's device, not the host
+                        with api.scope(d):
+                            out = fns[v]()  # type: ignore[misc]
+                    rec_end[v]()
+                    if strict:
+                        api.check_result(d, out)
+                except Exception as exc:  # noqa: BLE001 - every failure is reported
+                    raise self._error(failure_verb(exc), v, d, exc) from exc
+                buf[v] = out
+                out = None  # no reference outlives the releases below
+                pc.append(v)
+                for w in local_succ[v]:
+                    c = need[w] - 1
+                    need[w] = c
+                    if not c:
+                        make_ready(q, w)
+                for u, i in frees[v]:
                     c = hold[i] - 1
                     hold[i] = c
                     if not c:
-                        bufs[d][u] = None
-            if not progress and clock() > deadline:
-                raise self._timeout()
+                        buf[u] = None
+            return True
+
+        def complete(d: int) -> int:
+            pc = pending[d]
+            n = 0
+            if (
+                len(pc) > 1
+                and (len(pc) < window or not queues[d])
+                and not any(sends[v] for v in pc)
+            ):
+                # nothing waits for these ops one by one (no copies to issue, no launch
+                # waiting for a slot): the newest completing tells that all have (one
+                # stream, in order), one query for them all
+                try:
+                    if done[pc[-1]]():
+                        n = len(pc)
+                        pc.clear()
+                except Exception as exc:  # noqa: BLE001 - asynchronous device errors surface here
+                    raise self._error(_ASYNC, pc[0], d, exc) from exc
+            while pc:
+                v = pc[0]
+                try:
+                    if not done[v]():
+                        break
+                except Exception as exc:  # noqa: BLE001 - asynchronous device errors surface here
+                    raise self._error(_ASYNC, v, d, exc) from exc
+                pc.popleft()
+                n += 1
+                if sends[v]:  # its copies start once it has completed
+                    x = bufs[d][v]
+                    for b, ws, k in sends[v]:
+                        ev_s, ev_e = ev_copy[k]
+                        try:
+                            y = copy(x, d, b, ev_s, ev_e)
+                        except Exception as exc:  # noqa: BLE001
+                            what = f"could not be copied to {self.backend.device_label(b)}"
+                            raise self._error(what, v, d, exc) from exc
+                        bufs[b][v] = y
+                        records.append((v, ws[0], d, b, k))
+                        copies[d].append((v, b, k, ws))
+                    x = y = None
+            return n
+
+        def land(d: int) -> bool:
+            cc = copies[d]
+            landed = False
+            while cc:
+                u, b, k, ws = cc[0]
+                try:
+                    if not copy_done[k]():
+                        break
+                except Exception as exc:  # noqa: BLE001
+                    raise self._error(_ASYNC, u, d, exc) from exc
+                cc.popleft()
+                landed = True
+                qb = queues[b]
+                for w in ws:
+                    c = need[w] - 1
+                    need[w] = c
+                    if not c:
+                        make_ready(qb, w)
+                i = u * nd + d
+                c = hold[i] - 1
+                hold[i] = c
+                if not c:
+                    bufs[d][u] = None
+            return landed
+
+        return launch, complete, land
+
+    def _ready_queues(self) -> tuple[list[Any], Callable[[Any, int], None], Callable[[Any], int]]:
+        """The ready ops per device, holding each device's first ops; ``make_ready(q, v)``,
+        which makes op ``v`` ready in queue ``q``, and ``pop(q)``, which takes the next: FIFO
+        by readiness (ties: ops made ready by one event are pushed in node-id order), or a
+        heap on (priority, node id) (plan.ReadyQueues' rules)."""
+        plan, prio = self.plan, self.prog.prio
+        now_ready = self.ready.append
+        if plan.priority is None:
+
+            def make_ready(q: Any, v: int) -> None:
+                now_ready(v)
+                q.append(v)
+
+            pop: Callable[[Any], int] = deque.popleft
+        else:
+            heappush, heappop = heapq.heappush, heapq.heappop
+
+            def make_ready(q: Any, v: int) -> None:
+                now_ready(v)
+                heappush(q, (prio[v], v))  # type: ignore[index]
+
+            def pop(q: Any) -> int:
+                return heappop(q)[1]
+
+        queues: list[Any] = [
+            deque() if plan.priority is None else [] for _ in range(plan.num_devices)
+        ]
+        for d in range(plan.num_devices):
+            for v in plan.initial[d]:
+                make_ready(queues[d], v)
+        return queues, make_ready, pop
 
     def _timeout(self) -> ExecutorError:
         g = self.plan.graph

@@ -1,6 +1,8 @@
 """Hardware: devices, clusters and their links (:mod:`~doppler_lab.hardware.cluster`), the
-transfer rule (:mod:`~doppler_lab.hardware.rules`) and published GPU peaks
-(:mod:`~doppler_lab.hardware.gpu_specs`). The face re-exports the cluster module.
+transfer rule (:mod:`~doppler_lab.hardware.rules`), the host thread behind the devices
+(:mod:`~doppler_lab.hardware.host`) and published GPU peaks
+(:mod:`~doppler_lab.hardware.gpu_specs`). The face re-exports the cluster module and
+:class:`~doppler_lab.hardware.host.Host`.
 """
 
 from .cluster import (
@@ -23,6 +25,7 @@ from .cluster import (
     parse_multihost,
     switch_routes,
 )
+from .host import Host
 
 __all__ = [
     "GB",
@@ -31,6 +34,7 @@ __all__ = [
     "DEVICE_FIELDS",
     "Cluster",
     "CLUSTER_FIELDS",
+    "Host",
     "host_memory_bytes",
     "links_from_dict",
     "switch_routes",

@@ -44,6 +44,7 @@ from ..house.validate import (
     want_object,
     want_str,
 )
+from .host import Host, host_from
 
 GB = 1e9
 
@@ -208,6 +209,8 @@ class Cluster:
         routes: ``(D, D, 2)`` link-resource ids each transfer occupies (-1: none); ``None`` gives
             every ordered pair its own resource.
         link_names: a label per resource id.
+        host: the host thread's costs (:class:`~doppler_lab.hardware.host.Host`); ``None``
+            (every preset): the simulator has no host resource.
     """
 
     name: str
@@ -216,9 +219,14 @@ class Cluster:
     latency_s: np.ndarray
     routes: np.ndarray | None = None
     link_names: tuple[str, ...] = ()
+    host: Host | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
+        if self.host is not None and not isinstance(self.host, Host):
+            raise ClusterError(
+                f"cluster {self.name!r}: host is {type(self.host).__name__}, expected a Host or None"
+            )
         set_(self, "devices", tuple(self.devices))
         d = len(self.devices)
         if d == 0:
@@ -335,6 +343,7 @@ class Cluster:
             self.latency_s[:k, :k],
             routes,
             tuple(self.link_names[i] for i in used),
+            self.host,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -349,7 +358,7 @@ class Cluster:
             "latency_s": self.latency_s.tolist(),
             "routes": self.routes.tolist(),
             "link_names": list(self.link_names),
-        }
+        } | ({} if self.host is None else {"host": self.host.to_dict()})
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Cluster:
@@ -371,13 +380,14 @@ CLUSTER_FIELDS = ("name", "devices", "bandwidth_bytes_per_s", "latency_s") + (
     "link_names",
     "format",
     "version",
+    "host",
 )
 
 
 def links_from_dict(d: Mapping[str, Any], what: str, fail: Fail) -> dict[str, Any]:
     """The checked ``devices``, ``bandwidth_bytes_per_s``, ``latency_s``, ``routes`` and
-    ``link_names`` of a cluster (or calibration profile) document, as :class:`Cluster` keywords;
-    ``name`` must be a string."""
+    ``link_names`` of a cluster (or calibration profile) document, and its optional ``host``, as
+    :class:`Cluster` keywords; ``name`` must be a string."""
     want_str(d["name"], f"{what} name", fail)
     devs = want_list(d["devices"], f"{what} devices", fail)
     check_limit(len(devs), "MAX_DEVICES", f"{what}: the number of devices", fail)
@@ -400,6 +410,7 @@ def links_from_dict(d: Mapping[str, Any], what: str, fail: Fail) -> dict[str, An
             want_str(x, f"{what} link_names[{i}]", fail)
             for i, x in enumerate(want_list(d.get("link_names", []), f"{what} link_names", fail))
         ),
+        "host": host_from(d, what, fail),
     }
 
     def __repr__(self) -> str:

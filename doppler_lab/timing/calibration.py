@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..hardware.cluster import Cluster, Device, links_from_dict
+from ..hardware.host import Host
 from ..house.errors import ClusterError, FormatError
 from ..house.jsonutil import to_jsonable
 from ..house.validate import (
@@ -66,6 +67,7 @@ PROFILE_FIELDS = (
     "op_scale",
     "op_times",
     "meta",
+    "host",
 )
 
 
@@ -136,6 +138,8 @@ class Profile:
         op_times: ``{signature: [seconds per device or None]}`` measured op durations.
         dispatch_s: per device, the executor's gap between two ops (part of launch overhead).
         meta: machine, threads, fit residuals, when.
+        host: the host thread's fitted costs (:class:`~doppler_lab.hardware.host.Host`; None:
+            not measured, the simulator has no host resource).
     """
 
     name: str
@@ -149,6 +153,7 @@ class Profile:
     op_times: Mapping[str, list[float | None]] = field(default_factory=dict)
     dispatch_s: tuple[float, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
+    host: Host | None = None
 
     @property
     def num_devices(self) -> int:
@@ -164,6 +169,7 @@ class Profile:
             latency_s=self.latency_s,
             routes=self.routes,
             link_names=self.link_names,
+            host=self.host,
         )
 
     def cost_model(self, graph: DataflowGraph, use_op_times: bool = True) -> CalibratedCostModel:
@@ -199,7 +205,7 @@ class Profile:
             "op_scale": dict(self.op_scale),
             "op_times": {k: list(v) for k, v in sorted(self.op_times.items())},
             "meta": _finite(to_jsonable(self.meta)),
-        }
+        } | ({} if self.host is None else {"host": self.host.to_dict()})
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], source: str = "<dict>") -> Profile:
@@ -431,6 +437,101 @@ def op_time_table(
     }
 
 
+#: the periods of a host probe (:func:`~doppler_lab.executor.profiling.host_probe`), seconds
+HOST_PROBE_FIELDS = ("launch_alone_s", "launch_busy_s", "copy_alone_s", "copy_busy_s")
+#: a period with every device busy this much above what the cores explain is host-bound
+HOST_TOLERANCE = 0.15
+#: a measured parallel capacity below this share of the devices slows the devices in the model
+CAPACITY_SHARE = 0.95
+
+
+def fit_host(
+    probe: Mapping[str, float], capacity: float | None = None, routes: np.ndarray | None = None
+) -> Host | None:
+    """The host thread's costs from a host probe, and the devices' parallel capacity.
+
+    The model (:class:`~doppler_lab.hardware.host.Host`): one host thread serves every launch
+    (``launch_s``) and copy issue (``copy_s``) one at a time; the rest of an op's period runs
+    on its device, ``capacity`` devices at full speed at once. ``capacity``
+    (:func:`~doppler_lab.executor.profiling.parallel_capacity`) is kept where it is below
+    :data:`CAPACITY_SHARE` of the ``D`` devices (at least 1: a device alone runs at its
+    calibrated speed).
+
+    Launches: with ``D`` independent chains, one a device, a period is the larger of the one
+    alone (its device part stretched by ``D / capacity`` when the cores are short) and ``D``
+    launches; so where the busy period exceeds what the cores explain (by
+    :data:`HOST_TOLERANCE`), ``launch_s = busy / D``, else the host does not bind there and the
+    cost is 0 (the measurements only bound it). Copies: the ``copy_s`` whose simulated probe
+    (``D`` chains hopping from device to device, on the links ``routes``) has the measured busy
+    period (bisection; 0 where the period is already explained without it).
+
+    Returns ``None`` without a probe (the host is not modelled), else the :class:`Host`.
+    """
+    if not probe:
+        return None
+    d = int(probe.get("devices", 1))
+    # below 1 is the load moving between the probe's two timings: one device alone runs at its
+    # calibrated speed
+    cap = None if capacity is None or capacity >= CAPACITY_SHARE * d else max(1.0, capacity)
+    stretch = max(1.0, d / cap) if cap else 1.0
+    alone, busy = probe.get("launch_alone_s"), probe.get("launch_busy_s")
+    launch = 0.0
+    if alone is not None and busy is not None and busy > alone * stretch * (1 + HOST_TOLERANCE):
+        launch = min(busy / d, alone)
+    copy = 0.0
+    q1, qd = probe.get("copy_alone_s"), probe.get("copy_busy_s")
+    if d > 1 and alone is not None and q1 is not None and qd is not None and q1 > alone:
+
+        def period(c: float) -> float:
+            return _copy_probe_period(alone, q1, Host(launch, c, cap), d, routes)
+
+        lo, hi = 0.0, q1 - alone
+        if period(lo) < qd * (1 - 1e-9):
+            if period(hi) <= qd:
+                lo = hi
+            for _ in range(40):
+                mid = 0.5 * (lo + hi)
+                lo, hi = (mid, hi) if period(mid) <= qd else (lo, mid)
+            copy = lo
+    return Host(launch_s=launch, copy_s=copy, parallel_capacity=cap)
+
+
+def _copy_probe_period(
+    alone_launch: float,
+    alone_copy: float,
+    host: Host,
+    d: int,
+    routes: np.ndarray | None,
+    hops: int = 40,
+) -> float:
+    """The simulated busy period of the host probe's copy chains (``d`` chains, op ``i`` of
+    chain ``c`` on device ``(c + i) % d``): each op costs ``alone_launch`` and each copy what
+    remains of ``alone_copy`` once the op and the copy's issue are taken off."""
+    from ..ir.graph import GraphBuilder
+    from .sim import Simulator
+
+    us = 1e-6  # raw units of the probe graph
+    rest = max(alone_copy - alone_launch - host.copy_s, 0.0) / us
+    b = GraphBuilder("host-probe")
+    chains, dev = [], []
+    for c in range(d):
+        ops: list[int] = []
+        for i in range(hops):
+            ins = ops[-1:]
+            ops.append(
+                b.add_node(
+                    f"c{c}_{i}", cost=alone_launch / us, inputs=ins, edge_costs=[rest] * len(ins)
+                )
+            )
+            dev.append((c + i) % d)
+        chains.append(ops)
+    g = b.build(time_scale=us)
+    devices = tuple(Device(f"d{i}", launch_overhead_s=0.0) for i in range(d))
+    cluster = Cluster("host-probe", devices, np.ones((d, d)), np.zeros((d, d)), routes, (), host)
+    tr = Simulator(g, cluster, "wc").run(np.array(dev))
+    return float(np.median([np.median(np.diff(tr.start[ops])) for ops in chains]))
+
+
 def fit_profile(
     name: str,
     backend: str,
@@ -439,11 +540,18 @@ def fit_profile(
     link_samples: Iterable[LinkSample],
     dispatch_s: tuple[float, ...],
     meta: Mapping[str, Any] | None = None,
+    host_probe: Mapping[str, float] | None = None,
 ) -> Profile:
-    """A :class:`Profile` fitted to measurements on the devices of ``base``."""
+    """A :class:`Profile` fitted to measurements on the devices of ``base`` (with a host where
+    ``host_probe`` measured one: :func:`fit_host`)."""
     ops = list(op_samples)
     devices, op_scale, report = fit_devices(base.devices, ops, dispatch_s)
     bw, lat = fit_links(link_samples, base.num_devices, dispatch_s)
+    capacity = (meta or {}).get("parallel_capacity")
+    cap = capacity if isinstance(capacity, int | float) else None
+    host = fit_host(host_probe or {}, cap, base.routes)
+    if host is not None:
+        report = {**report, "host": host.to_dict(), "host_probe": dict(host_probe or {})}
     return Profile(
         name=name,
         backend=backend,
@@ -456,6 +564,7 @@ def fit_profile(
         op_times=op_time_table(ops, base.num_devices),
         dispatch_s=tuple(dispatch_s),
         meta={**dict(meta or {}), "fit": report, "op_samples": len(ops)},
+        host=host,
     )
 
 

@@ -32,7 +32,7 @@ import numpy as np
 from ..hardware.cluster import Cluster
 from ..house.errors import ClusterError, FormatError
 from ..house.jsonutil import to_jsonable
-from ..house.validate import parse_json, show
+from ..house.validate import is_int, parse_json, show, want_fields, want_number
 from .calibration import LinkSample, OpSample, Profile, _finite, fit_profile
 
 RAW_FORMAT = "doppler_lab.raw"
@@ -53,6 +53,9 @@ class CalibrationRaw:
         link_samples: every transfer.
         dispatch_s: per device, the executor's gap between two ops.
         meta: machine, threads, when (the fit adds its report).
+        host_probe: the host thread's periods
+            (:func:`~doppler_lab.executor.profiling.host_probe`; empty: not measured, and the
+            fit gives no host).
     """
 
     name: str
@@ -62,6 +65,7 @@ class CalibrationRaw:
     link_samples: Sequence[LinkSample]
     dispatch_s: tuple[float, ...]
     meta: Mapping[str, Any] = field(default_factory=dict)
+    host_probe: Mapping[str, float] = field(default_factory=dict)
 
     def fit(self, name: str | None = None) -> Profile:
         """The profile these measurements give (:func:`~.calibration.fit_profile`)."""
@@ -73,6 +77,7 @@ class CalibrationRaw:
             self.link_samples,
             self.dispatch_s,
             self.meta,
+            self.host_probe,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -107,7 +112,7 @@ class CalibrationRaw:
                 "delay_s": [s.delay_s for s in links],
             },
             "meta": _finite(to_jsonable(dict(self.meta))),
-        }
+        } | ({"host_probe": dict(self.host_probe)} if self.host_probe else {})
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], source: str = "<dict>") -> CalibrationRaw:
@@ -158,6 +163,7 @@ class CalibrationRaw:
             link_samples=link_samples,
             dispatch_s=tuple(float(x) for x in dispatch),
             meta=dict(_field(d, "meta", dict, source)),
+            host_probe=_host_probe(d.get("host_probe", {}), source),
         )
 
 
@@ -239,6 +245,20 @@ def refit_profile(path: str | Path, name: str | None = None) -> Profile:
 
 
 # -- checks ----------------------------------------------------------------------------------
+def _host_probe(d: Any, source: str) -> dict[str, float]:
+    """The checked ``host_probe`` record: its periods (seconds) and device count."""
+    from .calibration import HOST_PROBE_FIELDS
+
+    def fail(msg: str) -> FormatError:
+        return FormatError(f"raw {msg}", source)
+
+    d = want_fields(d, "host_probe", fail, (), ("devices", *HOST_PROBE_FIELDS))
+    out = {k: want_number(v, f"host_probe {k}", fail, minimum=0) for k, v in d.items()}
+    if out and (not is_int(d.get("devices")) or out["devices"] < 1):
+        raise fail(f"host_probe devices is {show(d.get('devices'))}; expected an integer >= 1")
+    return out
+
+
 def _field(d: Mapping[str, Any], key: str, kind: type, source: str) -> Any:
     if not isinstance(d, Mapping) or key not in d:
         raise FormatError(f"raw calibration has no {key!r}", source)

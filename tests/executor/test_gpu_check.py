@@ -46,7 +46,7 @@ def test_gpu_check_runs_without_the_notebook_stack(tmp_path):
     summary = report["summary"]
     assert summary["ok"] and "section_errors" not in summary
     fid = summary["fidelity"]
-    for label in ("nominal", "calibrated", "shared"):
+    for label in ("nominal", "calibrated", "shared", "host"):
         assert -1.0 <= fid[f"{label}_spearman_pooled"] <= 1.0
     assert summary["stage3"]["episodes"] == 2 and summary["stage3"]["greedy_after_ms"] > 0
     raw = read_raw(tmp_path / "fidelity_raw.json.gz")

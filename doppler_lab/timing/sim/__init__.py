@@ -12,7 +12,10 @@ Three semantics:
   and lognormal duration noise. A tensor goes once to each consuming device; transfers that
   share a link resource are served one after another in issue order. An idle device starts the
   ready op with the smallest (ready time, node id), or the smallest (priority, node id) with
-  ``dispatch="priority"``.
+  ``dispatch="priority"``. Where the cluster has a host with costs
+  (:class:`~doppler_lab.hardware.host.Host`: a calibrated profile or a cluster file), one host
+  thread launches every op and issues every copy, one at a time, and devices beyond its
+  parallel capacity slow each other; without one (every preset) nothing changes.
 - ``bsp``: level-synchronous with barriers (compute phase, then communication phase, per level).
 
 :meth:`Simulator.run` also records each device's peak resident bytes on the trace
@@ -27,6 +30,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Literal
 
 import numba
@@ -63,6 +67,11 @@ def _keep_torch_threads(run):
     finally:
         if torch.get_num_threads() != before:
             torch.set_num_threads(before)
+
+
+def _with_host(host: tuple, graph: tuple, costs: tuple, dev, opts: tuple, out: tuple):
+    """:func:`~._kernels.wc_host_kernel` with its host first (the kernels' call order)."""
+    return K.wc_host_kernel(graph, costs, dev, opts, out, host)
 
 
 class Simulator:
@@ -132,6 +141,11 @@ class Simulator:
             level_order=np.ascontiguousarray(order),
             level_ptr=level_ptr,
         )
+        # the host resource (wc only): None on every preset; its launch comes off the op's time
+        host = self.cost.host_costs() if semantics == "wc" else None
+        if host is not None:
+            launch, issue, capacity = (float(x) for x in host)
+            comp = np.maximum(comp - launch, 0.0)
         self._cost_arrays = K.CostArrays(
             # identical devices: one column (the kernels read column 0), less memory traffic
             comp=np.ascontiguousarray(comp[:, :1] if (comp == comp[:, :1]).all() else comp),
@@ -142,6 +156,7 @@ class Simulator:
             routes=np.ascontiguousarray(self.cluster.routes),
             n_links=self.cluster.num_links,
         )
+        self._host = None if host is None else tuple(K.HostCosts(launch, issue, capacity))
         self._ones_n = np.ones((1, g.num_nodes))
         self._ones_e = np.ones((1, g.num_edges))
         self._no_priority = np.zeros((1, g.num_nodes))
@@ -151,6 +166,8 @@ class Simulator:
             K.RunOptions(self._ones_n[0], self._ones_e[0], False, self._no_priority[0], False, True)
         )
         self._kernel = {"paper": K.paper_kernel, "wc": K.wc_kernel, "bsp": K.bsp_kernel}[semantics]
+        if self._host is not None:  # the host binds: its kernel, with the host's costs bound
+            self._kernel = partial(_with_host, self._host)
         # makespan-only runs: paper records nothing; wc and bsp reuse one set of buffers (a
         # kernel holds the GIL from filling them to its last read: no two calls share them)
         self._scratch = tuple(
@@ -373,6 +390,8 @@ class Simulator:
             out = _keep_torch_threads(
                 lambda: K.paper_batch(ga, ca, devs, opts, min(len(devs), numba.get_num_threads()))
             )
+        elif self.semantics == "wc" and self._host is not None:
+            out = _keep_torch_threads(lambda: K.wc_host_batch(ga, ca, devs, opts, self._host))
         elif self.semantics == "wc":
             out = _keep_torch_threads(lambda: K.wc_batch(ga, ca, devs, opts))
         else:

@@ -307,10 +307,41 @@ def paper_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
 # tensor is sent once to each other device that consumes it; a transfer occupies every link
 # resource on its route for its whole duration, and transfers sharing a resource run one after
 # another in the order they were issued (FIFO serialisation).
+# With a host (``has_host``, doppler_lab.hardware.host): one host thread launches every op and
+# issues every copy, one at a time in the order the kernel reaches them (an instant's copies
+# before its launches; launches in device order): an op starts on its device once its launch
+# ends, a copy takes its link once issued; an op that starts while more than ``capacity``
+# devices are busy (itself included) is slowed by busy / capacity. At zero costs and no
+# capacity every time is the same as without the host, to the bit.
+
+
+class HostCosts(NamedTuple):
+    """The host resource of a ``wc`` run (:func:`wc_host_kernel`), raw units."""
+
+    launch: float  # host time per op launch (the caller takes it off comp)
+    copy: float  # host time per copy issued
+    capacity: float  # devices computing at full speed at once (0: all)
+
+
+#: the host of :func:`wc_kernel`: none (its branches are compiled away)
+_NO_HOST = (False, 0.0, 0.0, 0.0)
 
 
 @njit(cache=True)
 def wc_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
+    return _wc_run(graph, costs, dev, opts, out, _NO_HOST)
+
+
+@njit(cache=True)
+def wc_host_kernel(graph, costs, dev, opts, out, host):  # pragma: no cover - compiled
+    """:func:`wc_kernel` with the host resource ``host`` (:class:`HostCosts` as a plain tuple)."""
+    return _wc_run(graph, costs, dev, opts, out, (True, host[0], host[1], host[2]))
+
+
+@njit(inline="always")
+def _wc_run(graph, costs, dev, opts, out, host):  # pragma: no cover - compiled
+    """The ``wc`` kernel; ``host`` = (binds, launch, copy issue, capacity), a constant
+    ``(False, ...)`` in :func:`wc_kernel` so that the host's branches are compiled away."""
     graph, costs, opts, out = _named(graph, costs, opts, out)
     succ_ptr, succ_idx, slot_src = graph.succ_ptr, graph.succ_idx, graph.slot_src
     indeg, is_input = graph.indeg, graph.is_input
@@ -351,6 +382,9 @@ def wc_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
             d = dev[v]
             key = priority[v] if use_priority else 0.0
             rn[d] = heap_push(rk1, rk2, rp, base[d], rn[d], key, v, v)
+    has_host, host_launch, host_copy, capacity = host
+    host_free = 0.0  # the host thread is free from then on
+    nbusy = 0
     now = 0.0
     while True:
         # dispatch idle devices
@@ -359,12 +393,21 @@ def wc_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
                 v = rp[base[d]]
                 rn[d] = heap_pop(rk1, rk2, rp, base[d], rn[d])
                 busy[d] = True
-                start[v] = now
                 seq += 1
                 dur = _compute_time(costs, v, d)
                 if has_noise:
                     dur *= comp_noise[v]
-                hn = heap_push(ht, hs, hc, 0, hn, now + dur, seq, v * 2)
+                if has_host:  # the launch takes the host first; shared cores slow the op
+                    t0 = max(now, host_free) + host_launch
+                    host_free = t0
+                    nbusy += 1
+                    if capacity > 0 and nbusy > capacity:
+                        dur *= nbusy / capacity
+                    start[v] = t0
+                    hn = heap_push(ht, hs, hc, 0, hn, t0 + dur, seq, v * 2)
+                else:
+                    start[v] = now
+                    hn = heap_push(ht, hs, hc, 0, hn, now + dur, seq, v * 2)
         if hn == 0:
             break
         now = ht[0]
@@ -376,6 +419,8 @@ def wc_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
                 a = dev[x]
                 end[x] = now
                 busy[a] = False
+                if has_host:
+                    nbusy -= 1
                 for k in range(succ_ptr[x], succ_ptr[x + 1]):
                     w = succ_idx[k]
                     b = dev[w]
@@ -393,7 +438,11 @@ def wc_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
                     if has_noise:
                         dur *= slot_noise[k]
                     r1 = routes[a, b, 0]
-                    s, f = reserve_route(link_free, r1, routes[a, b, 1], now, dur)
+                    ready = now
+                    if has_host:  # the host issues the copy before it takes its link
+                        ready = max(now, host_free) + host_copy
+                        host_free = ready
+                    s, f = reserve_route(link_free, r1, routes[a, b, 1], ready, dur)
                     tr_slot[ntr] = k
                     tr_start[ntr] = s
                     tr_end[ntr] = f
@@ -545,6 +594,18 @@ def paper_batch(graph, costs, devs, opts, nchunks):  # pragma: no cover - compil
 
 @njit(cache=True, parallel=True)
 def wc_batch(graph, costs, devs, opts):  # pragma: no cover - compiled
+    return _wc_batch_run(graph, costs, devs, opts, _NO_HOST)
+
+
+@njit(cache=True, parallel=True)
+def wc_host_batch(graph, costs, devs, opts, host):  # pragma: no cover - compiled
+    """:func:`wc_batch` with the host resource ``host`` (:class:`HostCosts`, a plain tuple)."""
+    return _wc_batch_run(graph, costs, devs, opts, (True, host[0], host[1], host[2]))
+
+
+@njit(inline="always")
+def _wc_batch_run(graph, costs, devs, opts, host):  # pragma: no cover - compiled
+    """The ``wc`` batch; ``host`` as in :func:`_wc_run`."""
     opts = RunOptions(*opts)
     k = devs.shape[0]
     n = devs.shape[1]
@@ -552,7 +613,7 @@ def wc_batch(graph, costs, devs, opts):  # pragma: no cover - compiled
     result = np.empty(k)
     for i in prange(k):
         out = _new_buffers(n, e)
-        m, _ = wc_kernel(graph, costs, devs[i], _batch_row(opts, i), out)
+        m, _ = _wc_run(graph, costs, devs[i], _batch_row(opts, i), out, host)
         result[i] = m
     return result
 
