@@ -20,7 +20,7 @@ def _backend(name="cpu", d=2):
 def test_a_loaded_machine_is_measured_again_then_given_up(monkeypatch):
     seen = iter([0.9, 1.2, 1.7, 1.9])
     slept = []
-    monkeypatch.setattr("doppler_lab.executor.profiling.parallel_capacity", lambda d: next(seen))
+    monkeypatch.setattr(fidelity, "parallel_capacity", lambda d: next(seen))
     monkeypatch.setattr(fidelity.time, "sleep", slept.append)
     assert fidelity._wait_for_capacity(_backend(), 3) == [0.9, 1.2, 1.7]
     assert slept == [fidelity.CAPACITY_WAIT_S] * 2
