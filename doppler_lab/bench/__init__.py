@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, str] = {
     "general": "doppler_lab.bench.general",
     "memory": "doppler_lab.bench.memory_bound",
     "memory-fidelity": "doppler_lab.bench.memory_fidelity",
+    "stuck": "doppler_lab.bench.stuck",
 }
 
 __all__ = ["BENCHMARKS", "write_report"]

@@ -57,6 +57,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=number_arg(above=0), help="learning rate (both optimisers)")
     p.add_argument("--seed", type=int_arg(0), help="seed (weights, rollouts, noise); default 0")
     p.add_argument(
+        "--sel-temperature-end",
+        type=number_arg(minimum=0),
+        metavar="T",
+        help="RL stages (sim, real): SEL's sampling temperature falls linearly from its start "
+        "(1) to T over the stage (default: constant; see bench stuck)",
+    )
+    p.add_argument(
         "--out", required=True, metavar="DIR", help="run directory (resumed if it holds a run)"
     )
     p.add_argument(
@@ -133,7 +140,10 @@ def stage_configs(args: argparse.Namespace, default_semantics: str) -> list:
             common[key] = getattr(args, key)
     common.update(_pairs(args.set, "train config"))
     prefix = "released-" if args.preset == "released" else ""
-    return [preset(prefix + s, **common) for s in stages]
+    rl: dict[str, Any] = {}
+    if getattr(args, "sel_temperature_end", None) is not None:
+        rl["sel_temperature_end"] = args.sel_temperature_end
+    return [preset(prefix + s, **common, **(rl if s != "imitation" else {})) for s in stages]
 
 
 def policy_config(args: argparse.Namespace):

@@ -46,6 +46,10 @@ class TrainConfig:
         explore: ``sample`` (act by sampling the policy), ``greedy`` (its argmax, epsilon: a
             uniform action; released) or ``perturb`` (its argmax, epsilon: a sample from it).
         sel_temperature: SEL's sampling temperature (0: greedy selection while PLC explores).
+        sel_temperature_end: SEL's temperature at the end (linear in between; None: constant,
+            as before). Lowering it over Stage II lets the dual policy's SEL settle on an order:
+            sampled at a constant 1 it stays near uniform over the frontier while PLC sharpens
+            (see ``bench stuck``).
         plc_temperature: PLC's sampling temperature at the start.
         plc_temperature_end: ... at the end (linear in between; None: constant).
         tempered_loss: the losses (policy gradient, self-imitation, anchor refit) use the
@@ -113,6 +117,7 @@ class TrainConfig:
     teacher_end: float = 0.0
     explore: str = "sample"
     sel_temperature: float = 1.0
+    sel_temperature_end: float | None = None
     plc_temperature: float = 1.0
     plc_temperature_end: float | None = None
     tempered_loss: bool = False
@@ -223,6 +228,7 @@ _RANGES: dict[str, dict[str, float]] = {
             "grad_clip",
             "sil_coef",
             "sel_temperature",
+            "sel_temperature_end",
             "plc_temperature",
             "plc_temperature_end",
         )
