@@ -21,6 +21,7 @@ BENCHMARKS: dict[str, str] = {
     "memory": "doppler_lab.bench.memory_bound",
     "memory-fidelity": "doppler_lab.bench.memory_fidelity",
     "learner": "doppler_lab.bench.learner",
+    "stuck": "doppler_lab.bench.stuck",
 }
 
 __all__ = ["BENCHMARKS", "write_report"]

@@ -13,7 +13,7 @@ from ..house.progress import show_progress
 from ..house.runners import add_runner_arguments, runner_from_args
 
 NAME = "bench"
-HELP = "run a benchmark (sim, quality, policy, policy-wc, executor, fidelity, import, general, general-alone, memory, memory-fidelity, learner) and write reports/bench/NAME.{json,md}"
+HELP = "run a benchmark (sim, quality, policy, policy-wc, executor, fidelity, import, general, general-alone, memory, memory-fidelity, learner, stuck) and write reports/bench/NAME.{json,md}"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -58,6 +58,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=number_arg(above=0), help="learning rate (both optimisers)")
     p.add_argument("--seed", type=int_arg(0), help="seed (weights, rollouts, noise); default 0")
     p.add_argument(
+        "--sel-temperature-end",
+        type=number_arg(minimum=0),
+        metavar="T",
+        help="RL stages (sim, real): SEL's sampling temperature falls linearly from its start "
+        "(1) to T over the stage (default: constant; see bench stuck)",
+    )
+    p.add_argument(
         "--out", required=True, metavar="DIR", help="run directory (resumed if it holds a run)"
     )
     p.add_argument(
@@ -135,7 +142,9 @@ def stage_configs(args: argparse.Namespace, default_semantics: str) -> list:
             common[key] = getattr(args, key)
     common.update(_pairs(args.set, "train config"))
     prefix = "released-" if args.preset == "released" else ""
-    own = {} if args.estimator is None else {"estimator": args.estimator}
+    own: dict[str, Any] = {} if args.estimator is None else {"estimator": args.estimator}
+    if getattr(args, "sel_temperature_end", None) is not None:
+        own["sel_temperature_end"] = args.sel_temperature_end
     return [preset(prefix + s, **{**common, **({} if s == "imitation" else own)}) for s in stages]
 
 

@@ -106,6 +106,12 @@ def _lerp(a: float, b: float, f: float) -> float:
     return a + (b - a) * f
 
 
+def temperature_at(start: float, end: float | None, frac: float) -> float:
+    """A sampling temperature ``frac`` of the way through a stage: linear from ``start`` to
+    ``end`` (None: constant ``start``)."""
+    return start if end is None else _lerp(start, end, frac)
+
+
 def lr_factor(schedule: str, final: float, update: int, updates: int, warmup: int = 0) -> float:
     """Multiplier of the initial learning rate at ``update`` (0-based) of ``updates``, ramped up
     linearly over the first ``w`` updates (``(update + 1) / (w + 1)``), ``w = warmup`` but at most
@@ -533,9 +539,9 @@ class Trainer:
         teach = _lerp(c.teacher_start, c.teacher_end, frac)
         greedy = c.explore != "sample"
         perturb = c.explore == "perturb"
-        t_end = c.plc_temperature if c.plc_temperature_end is None else c.plc_temperature_end
-        plc_t = _lerp(c.plc_temperature, t_end, frac)
-        sel = ActionMode(greedy, eps, teach, c.sel_temperature, perturb)
+        plc_t = temperature_at(c.plc_temperature, c.plc_temperature_end, frac)
+        sel_t = temperature_at(c.sel_temperature, c.sel_temperature_end, frac)
+        sel = ActionMode(greedy, eps, teach, sel_t, perturb)
         plc = ActionMode(greedy, eps, teach, plc_t, perturb)
         return sel, plc, eps, teach
 

@@ -47,6 +47,10 @@ class TrainConfig:
         explore: ``sample`` (act by sampling the policy), ``greedy`` (its argmax, epsilon: a
             uniform action; released) or ``perturb`` (its argmax, epsilon: a sample from it).
         sel_temperature: SEL's sampling temperature (0: greedy selection while PLC explores).
+        sel_temperature_end: SEL's temperature at the end (linear in between; None: constant,
+            as before). Lowering it over Stage II lets the dual policy's SEL settle on an order:
+            sampled at a constant 1 it stays near uniform over the frontier while PLC sharpens
+            (see ``bench stuck``).
         plc_temperature: PLC's sampling temperature at the start.
         plc_temperature_end: ... at the end (linear in between; None: constant).
         tempered_loss: the losses (policy gradient, self-imitation, anchor refit) use the
@@ -104,9 +108,10 @@ class TrainConfig:
         ppo_epochs: PPO's passes (optimiser steps) over each update's episodes.
         ppo_clip: PPO's clip range of the probability ratio.
 
-    :meth:`to_dict` leaves out ``estimator``, ``ppo_epochs`` and ``ppo_clip`` while they are at
-    their defaults, so the saved configuration of every REINFORCE run (its ``config.json``, its
-    checkpoints, the keys that cache it) is what it was before they existed.
+    :meth:`to_dict` leaves out ``estimator``, ``ppo_epochs``, ``ppo_clip`` and
+    ``sel_temperature_end`` while they are at their defaults, so the saved configuration of
+    every run that does not use them (its ``config.json``, its checkpoints, the keys that cache
+    it) is what it was before they existed, and such runs resume.
     """
 
     stage: str = "sim"
@@ -124,6 +129,7 @@ class TrainConfig:
     teacher_end: float = 0.0
     explore: str = "sample"
     sel_temperature: float = 1.0
+    sel_temperature_end: float | None = None
     plc_temperature: float = 1.0
     plc_temperature_end: float | None = None
     tempered_loss: bool = False
@@ -199,7 +205,7 @@ class TrainConfig:
         return -(-self.updates // self.graphs_per_step)
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings (the estimator's left out at their defaults: see the class)."""
+        """The settings (the newer ones left out at their defaults: see the class)."""
         d = asdict(self)
         for name, default in _QUIET_DEFAULTS.items():
             if d[name] == default:
@@ -222,6 +228,7 @@ _QUIET_DEFAULTS: dict[str, Any] = {
     "estimator": "reinforce",
     "ppo_epochs": PPO_EPOCHS,
     "ppo_clip": PPO_CLIP,
+    "sel_temperature_end": None,
 }
 
 #: bounds of the numeric fields (their types are the annotations')
@@ -258,6 +265,7 @@ _RANGES: dict[str, dict[str, float]] = {
             "grad_clip",
             "sil_coef",
             "sel_temperature",
+            "sel_temperature_end",
             "plc_temperature",
             "plc_temperature_end",
         )
