@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +169,6 @@ def _wait_for_capacity(backend: Any, tries: int) -> list[float]:
 def _host_models(profile: Any) -> dict[str, Any]:
     """The profile as today's model (no host) and with its fitted host, whole and in parts
     (the launch and copy costs alone; the parallel capacity alone)."""
-    from dataclasses import replace
 
     host = profile.host
     models = {"calibrated": replace(profile, host=None), "host": profile}

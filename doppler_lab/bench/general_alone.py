@@ -26,8 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from ..house.codeversion import versioned_key
 from ..house.errors import PlacementError
 from ..house.runners import Run, Runner, make_runner, torch_threads
+from ..house.stats import paired_stats
+from ..placers import get_placer, place
+from ..placers.placer_base import make_rng
+from ..timing.sim import Simulator
 from ..train.general_policy import GENERAL_CHECKPOINT, Task
 from ._report import write_report
 from .general_config import (
@@ -66,14 +71,11 @@ def _makespan(sim: Any, place: Any) -> float:
 
 def heuristics_case(cfg: GeneralBenchConfig, task: Task, root: str) -> dict[str, Any]:
     """The heuristics' makespans on one task (cached)."""
-    from ..house.codeversion import versioned_key
 
     key = versioned_key("alone-heuristics", task.to_dict(), cfg.seed, cfg.cp_seeds)
     where = Path(root) / "alone" / "heuristics" / slug(task.name) / key / "result.json"
 
     def compute() -> dict[str, Any]:
-        from ..placers import place
-        from ..timing.sim import Simulator
 
         graph, cluster = built_task(task)
         sem = task.semantics
@@ -95,7 +97,6 @@ def heuristics_case(cfg: GeneralBenchConfig, task: Task, root: str) -> dict[str,
 def policy_case(cfg: GeneralBenchConfig, task: Task, checkpoint: str, root: str) -> dict[str, Any]:
     """The policy alone (greedy + ``samples`` samples, no proposals) on one task, one
     makespan per seed (cached)."""
-    from ..house.codeversion import versioned_key
 
     digest = checkpoint_digest(checkpoint)
     seeds = list(cfg.seed_range)
@@ -103,9 +104,6 @@ def policy_case(cfg: GeneralBenchConfig, task: Task, checkpoint: str, root: str)
     where = Path(root) / "alone" / "policy" / slug(task.name) / key / "result.json"
 
     def compute() -> dict[str, Any]:
-        from ..placers import get_placer
-        from ..placers.placer_base import make_rng
-        from ..timing.sim import Simulator
 
         graph, cluster = built_task(task)
         sim = Simulator(graph, cluster, task.semantics)  # type: ignore[arg-type]
@@ -206,7 +204,6 @@ def target_rows(name: str, s: dict[str, Any]) -> list[dict[str, Any]]:
 def paired_vs(rows: Sequence[dict[str, Any]], name: str, reference: str) -> dict[str, Any] | None:
     """``name`` against ``reference`` paired by case: the mean of log(name / reference) with its
     bootstrap interval (:func:`~doppler_lab.house.stats.paired_stats`), as percentages."""
-    from ..house.stats import paired_stats
 
     pairs = [
         (r[name], r[reference]) for r in rows if np.isfinite(r[name]) and np.isfinite(r[reference])

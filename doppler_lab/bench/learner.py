@@ -27,12 +27,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..house.errors import ConfigError
 from ..house.paths import PAPER_GRAPHS_HINT, paper_graphs_dir
 from ..house.progress import progress as progress_bar
 from ..house.stats import judge_claim
+from ..policies.checkpoint import load_policy
+from ..policies.policy_config import PolicyConfig
+from ..policies.pretrained import GENERAL_CHECKPOINT, resolve_checkpoint
+from ..search.adapter import AdaptConfig, adapt
+from ..search.learned import best_of_rollouts
+from ..train.loop import train
+from ..train.train_config import preset
 from ..viz.tables import format_value
+from ..workloads.catalog import PAPER_GRAPH_NAMES, default_cluster, load_paper_graphs
 from ._report import write_report
 
 ESTIMATORS: tuple[str, str] = ("reinforce", "ppo")
@@ -52,10 +61,6 @@ SEED_COLUMNS = ["part", "graph", "seed", "reinforce", "ppo", "ppo_gain_pct"]
 
 def _trained(graph: Any, cluster: Any, estimator: str, seed: int, episodes: int) -> float:
     """Best of greedy + :data:`SAMPLES` of a fresh policy after Stage II with ``estimator``."""
-    from ..policies.policy_config import PolicyConfig
-    from ..search.learned import best_of_rollouts
-    from ..train.loop import train
-    from ..train.train_config import preset
 
     cfg = preset("sim", episodes=episodes, estimator=estimator, seed=seed)
     result = train(cfg, [graph], cluster, PolicyConfig(), progress=False)
@@ -64,7 +69,6 @@ def _trained(graph: Any, cluster: Any, estimator: str, seed: int, episodes: int)
 
 def _adapted(policy: Any, graph: Any, cluster: Any, estimator: str, seed: int, calls: int) -> float:
     """The best makespan the adapter finds with ``estimator`` in ``calls`` simulator calls."""
-    from ..search.adapter import AdaptConfig, adapt
 
     cfg = AdaptConfig(episodes=calls, estimator=estimator)
     return float(adapt(policy, graph, cluster, "paper", cfg, seed=seed).best_cost)
@@ -121,11 +125,6 @@ def run(out_dir: Path, quick: bool = False, progress: bool = False) -> dict[str,
     Raises:
         ConfigError: the paper's graphs are not found.
     """
-    import torch
-
-    from ..policies.checkpoint import load_policy
-    from ..policies.pretrained import GENERAL_CHECKPOINT, resolve_checkpoint
-    from ..workloads.catalog import PAPER_GRAPH_NAMES, default_cluster, load_paper_graphs
 
     graphs = load_paper_graphs(
         paper_graphs_dir(), PAPER_GRAPH_NAMES[:2] if quick else PAPER_GRAPH_NAMES

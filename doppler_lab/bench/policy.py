@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from ..hardware.cluster import make_cluster
@@ -54,8 +55,9 @@ from ..policies.policy_config import POLICY_PRESETS
 from ..policies.speed import episode_times
 from ..search.learned import best_of_rollouts
 from ..timing.sim import Simulator
+from ..train.experiments.common import interval_table, paired_table
 from ..train.pipeline import run_pipeline
-from ..train.train_config import preset
+from ..train.train_config import check_learner, preset
 from ..workloads.specs import cluster_from_spec, graph_from_spec, parse_graph_spec
 from ._report import write_report
 from .quality import PAPER_GRAPHS, WORKLOADS
@@ -194,7 +196,6 @@ class PolicyBenchConfig:
     learner: str = "sim"
 
     def __post_init__(self) -> None:
-        from ..train.train_config import check_learner
 
         check_learner(self.learner, "bench policy")
         named = self.methods + self.workload_methods + self.ablations + self.design_ablations
@@ -482,7 +483,6 @@ def seed_frame(rows: Sequence[dict[str, Any]], runs: Sequence[dict[str, Any]]) -
     ``vs_cp`` (how far below the mean CP makespan of its graph, a fraction) and
     ``vs_best_known`` (how far below the best known placement; None off the paper's graphs):
     the points behind each cell's mean and interval."""
-    import pandas as pd
 
     cp = {r["graph"]: r["makespan"] for r in rows if r["method"] == "cp"}
     frame = pd.DataFrame(list(runs))
@@ -630,9 +630,6 @@ def seed_cells(
     ``out_dir``) with each cell's mean, 95% interval and seeds, and ``reference`` against the
     config's other methods paired by graph and seed. Graphs that are missing give empty
     frames, not an error."""
-    import pandas as pd
-
-    from ..train.experiments.common import interval_table, paired_table
 
     rows, runs = ablation_rows(config, out_dir, runner, keep_going, progress, jobs)
     points = seed_frame(rows, runs)

@@ -48,6 +48,7 @@ from ..placers import (
     placer_options,
     placer_spec,
     placer_specs,
+    split_placer_specs,
 )
 from ..timing.sim import Simulator
 from ..workloads.catalog import load_paper_graphs
@@ -381,7 +382,6 @@ def notebook_config(
 
     Its parameters are notebook 03's flat parameters: turning them into the config is its job.
     """
-    from ..placers import split_placer_specs
 
     def names(text: str) -> tuple[str, ...]:
         return tuple(x.strip() for x in text.split(",") if x.strip())

@@ -30,6 +30,7 @@ from ..house.errors import ConfigError
 from ..house.runners import Run, Runner, make_runner
 from ..house.stats import bootstrap_interval
 from ._report import write_report
+from .policy import PolicyBenchConfig, _cases, run_case
 from .yardstick import best_known
 
 #: the paper's 4-GPU graphs
@@ -247,7 +248,6 @@ def stage_diagnostics(metrics_csv: str | Path, stage: str = "sim") -> dict[str, 
 
 def _stuck_case(cfg: Any, case: Any, method: str, seed: int, root: str) -> dict[str, Any]:
     """One run of ``bench policy`` (cached) and its Stage II diagnostics."""
-    from .policy import run_case
 
     res = run_case(cfg, case, method, seed, Path(root))
     run_dir = Path(res["checkpoint"]).parents[1]
@@ -256,7 +256,6 @@ def _stuck_case(cfg: Any, case: Any, method: str, seed: int, root: str) -> dict[
 
 
 def _policy_config(cfg: StuckBenchConfig, arm: str) -> Any:
-    from .policy import PolicyBenchConfig
 
     return PolicyBenchConfig.of_graphs(
         list(cfg.graphs),
@@ -285,7 +284,6 @@ def run(
     keep_going: bool = False,
 ) -> dict[str, Any]:
     """Run (or resume) the benchmark and write ``stuck.json`` / ``stuck.md``."""
-    from .policy import _cases
 
     cfg = config or (quick_config() if quick else StuckBenchConfig())
     root = Path(cfg.runs_dir)

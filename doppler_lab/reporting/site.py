@@ -66,6 +66,7 @@ from ..viz.html import (
     markdown_to_html,
 )
 from ..viz.tables import format_value
+from .claims import claim_rows
 from .notebook_runs import (
     NOTEBOOKS_DIR,
     REPO_ROOT,
@@ -794,7 +795,6 @@ def site_claims(results: Sequence[NotebookResult]) -> list[dict[str, Any]]:
     """The paper's claims with the page that tests each, its verdict and its numbers
     (:func:`~doppler_lab.reporting.claims.claim_rows`), from the headline results of the
     pages that ran."""
-    from .claims import claim_rows
 
     ran = {r.stem.partition("_")[0]: r.headline for r in results if r.status == "ok"}
     return claim_rows(ran)
@@ -802,7 +802,6 @@ def site_claims(results: Sequence[NotebookResult]) -> list[dict[str, Any]]:
 
 def _claims_table(results: Sequence[NotebookResult], claims: Sequence[Mapping[str, Any]]) -> str:
     """The index's claims table: claim, the page that tests it (linked), verdict, numbers."""
-    from ..viz.html import html_table
 
     by_number = {r.stem.partition("_")[0]: r for r in results}
     rows = []

@@ -17,6 +17,7 @@ from ...executor.profiling import calibrate as measure
 from ...hardware.cluster import Cluster
 from ...house.errors import ConfigError
 from ...house.runners import torch_threads as torch_threads  # its home; experiments import it here
+from ...house.stats import bootstrap_interval, judge_claim, paired_differences
 from ...ir.graph import DataflowGraph
 from ...ir.placement import Placement
 from ...ir.trace import Trace
@@ -261,7 +262,6 @@ def interval_table(
     seeds) with its 95% bootstrap interval (:func:`~doppler_lab.house.stats.bootstrap_interval`):
     columns ``by``, ``value`` (the mean), ``<value>_low``, ``<value>_high`` and ``seeds``. Groups
     follow ``order`` for the last key when given (e.g. the methods' order)."""
-    from ...house.stats import bootstrap_interval
 
     recs = []
     for keys, group in frame.groupby(list(by), sort=False):
@@ -307,7 +307,6 @@ def paired_table(
     its 95% bootstrap interval, the Wilcoxon signed-rank p-value, the effect size ``d_z`` and
     the verdict on "the reference is better" (``supports`` / ``contradicts`` /
     ``inconclusive``, :func:`~doppler_lab.house.stats.judge_claim`, the rule of every page)."""
-    from ...house.stats import judge_claim, paired_differences
 
     records = runs.to_dict(orient="records") if isinstance(runs, pd.DataFrame) else list(runs)
     rows = []

@@ -24,7 +24,7 @@ from ...workloads.specs import cluster_from_spec
 from ..analysis import PolicyRecipe, compare_placements, graph_case, starting_policy
 from ..loop import Trainer
 from ..pipeline import run_pipeline
-from ..train_config import preset
+from ..train_config import check_learner, preset
 from .common import (
     episodes_to_reach,
     finite_or_none,
@@ -272,7 +272,6 @@ class TransferConfig:
     learner: str = "sim"
 
     def __post_init__(self) -> None:
-        from ..train_config import check_learner
 
         check_learner(self.learner, "transfer")
 
