@@ -4,7 +4,7 @@ a checkpoint each) on a small chain of matrix products, three seeds."""
 
 from __future__ import annotations
 
-from doppler_lab.bench.policy import PolicyBenchConfig
+from doppler_lab.lab.bench.policy import PolicyBenchConfig
 
 TINY_SWEEP = PolicyBenchConfig(
     paper_graphs=(),

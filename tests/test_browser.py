@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from doppler_lab.reporting.site import build_site
+from doppler_lab.lab.reporting.site import build_site
 
 pytestmark = pytest.mark.browser
 

@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from doppler_lab.reporting.claims import CLAIMS, NOT_TESTED, claim_rows
-from doppler_lab.reporting.findings import judge
-from doppler_lab.reporting.page_checks import html_problems
-from doppler_lab.reporting.site import NotebookResult, write_index
+from doppler_lab.lab.reporting.claims import CLAIMS, NOT_TESTED, claim_rows
+from doppler_lab.lab.reporting.findings import judge
+from doppler_lab.lab.reporting.page_checks import html_problems
+from doppler_lab.lab.reporting.site import NotebookResult, write_index
 
 
 def _verdict(diffs):
@@ -78,8 +78,8 @@ def test_a_headline_result_can_name_its_claim():
 def test_page_10_findings_judge_linear_scaling_for_the_claims_table(power, verdict):
     """Page 10's verdict on linear scaling comes from judge over the local exponents of the
     fitted range, and lands in the claims table under its claim's key, both ways."""
-    from doppler_lab.reporting.findings import page_findings
-    from doppler_lab.train.experiments import scaling_fit, scaling_key_numbers
+    from doppler_lab.lab.experiments import scaling_fit, scaling_key_numbers
+    from doppler_lab.lab.reporting.findings import page_findings
 
     wobble = [1.0, 1.04, 0.97, 1.02, 0.99, 1.03, 0.98, 1.01]
     rows = [

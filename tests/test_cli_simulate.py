@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from doppler_lab.bench.yardstick import lower_bound
 from doppler_lab.cli import main
 from doppler_lab.io.documents import save_placement
 from doppler_lab.ir.placement import Placement
+from doppler_lab.lab.bench.yardstick import lower_bound
 
 from paper_graphs import paper_graph_path
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from doppler_lab.bench._report import read_report, write_report
 from doppler_lab.house import codeversion
 from doppler_lab.house.codeversion import code_version, strip_comments_and_docstrings, versioned_key
 from doppler_lab.house.errors import ConfigError
 from doppler_lab.house.jsonutil import config_key
 from doppler_lab.house.paths import REPO_ROOT
+from doppler_lab.lab.bench._report import read_report, write_report
 
 SOURCE = '''"""Module docstring."""
 
@@ -90,7 +90,7 @@ def test_reports_carry_the_version_and_old_reports_still_read(tmp_path):
 
 
 def test_bench_policy_runs_are_reused_only_by_the_same_code(tmp_path, monkeypatch):
-    from doppler_lab.bench import policy as bench
+    from doppler_lab.lab.bench import policy as bench
 
     cfg = bench.PolicyBenchConfig(
         paper_graphs=(),

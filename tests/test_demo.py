@@ -7,7 +7,7 @@ import json
 import pytest
 
 from doppler_lab.cli import main
-from doppler_lab.reporting.demo_job import STEPS
+from doppler_lab.lab.reporting.demo_job import STEPS
 
 
 @pytest.fixture(scope="module")

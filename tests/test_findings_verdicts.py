@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from doppler_lab.reporting.findings import page_findings
+from doppler_lab.lab.reporting.findings import page_findings
 
 
 def _stage3_summary(shift: float) -> dict:
@@ -67,7 +67,7 @@ def test_page_08_judges_the_full_pipeline_against_each_subset_by_seed(
 def test_transfer_is_judged_by_the_policy_fine_tuning_ends_with():
     """Page 09 said '6 of 6' where the fine-tuned policy matched scratch at some point but its
     final policy matched in 3 of 6: the claim is judged on the final policy."""
-    from doppler_lab.reporting.findings import transfer
+    from doppler_lab.lab.reporting.findings import transfer
 
     row = {"budget": 100, "seeds": 2, "matched": 2, "episodes_to_match": 0.0,
            "fraction_of_budget": 0.0, "zero-shot_vs_cp": 0.2, "fine-tuned_vs_cp": 0.2,
@@ -130,7 +130,7 @@ def test_page_07_without_per_seed_runs_cannot_say() -> None:
     ("gap", "word"), [(0.04, "supports"), (-0.04, "contradicts"), ([0.04, -0.04], "inconclusive")]
 )
 def test_page_09_judges_fine_tuned_against_scratch_by_case_and_seed(gap, word) -> None:
-    from doppler_lab.reporting.findings import transfer
+    from doppler_lab.lab.reporting.findings import transfer
 
     rng = np.random.default_rng(9)
     runs = []
@@ -154,7 +154,7 @@ def test_page_09_judges_fine_tuned_against_scratch_by_case_and_seed(gap, word) -
     ("gaps", "word"), [({"gdp": 0.05}, "supports"), ({"gdp": -0.05}, "contradicts")]
 )
 def test_page_03_judges_doppler_against_gdp_and_placeto_by_graph_and_seed(gaps, word) -> None:
-    from doppler_lab.reporting.findings import baselines
+    from doppler_lab.lab.reporting.findings import baselines
 
     runs = _ablation_summary({**gaps, "placeto": [0.04, -0.04]}, 4)["runs"]
     f = baselines({"per_placer": [], "rows": [], "learned": {"runs": runs}})

@@ -439,7 +439,7 @@ def test_resuming_with_a_metrics_file_that_is_not_utf8(tmp_path):
 
 def test_report_without_progress_still_says_why_a_notebook_failed(tmp_path, monkeypatch, capsys):
     import doppler_lab.commands.report as report
-    from doppler_lab.reporting.site import NotebookResult, Site
+    from doppler_lab.lab.reporting.site import NotebookResult, Site
 
     failed = NotebookResult("03_x", "t", "q", status="failed", error="ValueError: bad scale")
 
@@ -548,7 +548,7 @@ def test_adapter_files_that_are_devices_are_refused(tmp_path):
 
 
 def test_a_site_index_that_is_a_device_or_not_an_object(tmp_path):
-    from doppler_lab.reporting.site import read_site
+    from doppler_lab.lab.reporting.site import read_site
 
     (tmp_path / "site.json").symlink_to("/dev/zero")
     with pytest.raises(FormatError, match="is a character device"):

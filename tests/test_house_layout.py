@@ -52,3 +52,28 @@ def test_old_module_paths_still_import(old: str) -> None:
 def test_cost_model_names_its_new_home() -> None:
     with pytest.raises(ImportError, match="doppler_lab.timing.cost_model import CostModel"):
         from doppler_lab.hardware import CostModel  # noqa: F401
+
+
+def test_only_the_commands_import_the_lab() -> None:
+    """The experiment wing (``lab/``) sits just under ``commands/``: no module of the library
+    imports it, lazily or not (its old paths are in ``MOVED``)."""
+    import ast
+
+    bad = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).parts
+        if rel[0] in ("lab", "commands"):
+            continue
+        here = ["doppler_lab", *rel[:-1]]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = here[: len(here) - node.level + 1] if node.level else []
+                names = [".".join(base + ([node.module] if node.module else []))]
+                names += [f"{names[0]}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            if any(n == "doppler_lab.lab" or n.startswith("doppler_lab.lab.") for n in names):
+                bad.append(f"{'/'.join(rel)}:{node.lineno}")
+    assert bad == [], "the library imports the lab wing: " + ", ".join(bad)

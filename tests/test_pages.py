@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from doppler_lab.bench._report import read_report, render_markdown, write_report
 from doppler_lab.house.paths import REPO_ROOT
-from doppler_lab.reporting.page_checks import html_problems, markdown_problems
+from doppler_lab.lab.bench._report import read_report, render_markdown, write_report
+from doppler_lab.lab.reporting.page_checks import html_problems, markdown_problems
 
 BENCH = REPO_ROOT / "reports" / "bench"
 BENCH_PAGES = sorted(BENCH.rglob("*.md"))
@@ -83,7 +83,7 @@ def test_bench_tables_split_by_unit_and_turn_older_signs(tmp_path):
 
 def test_pages_show_no_machine_path_in_the_parameters_cell(tmp_path):
     """papermill passes ``out_dir`` absolute; the page shows the folder by its name."""
-    from doppler_lab.reporting.notebook_runs import without_machine_paths
+    from doppler_lab.lab.reporting.notebook_runs import without_machine_paths
 
     folder = tmp_path / "site" / "00_x"
     text = f'out_dir = "{folder}"\nrun = "{folder}/runs/a"\nsrc = "{REPO_ROOT}/notebooks/n.ipynb"'

@@ -12,8 +12,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from doppler_lab.cli import main
 from doppler_lab.house.errors import ConfigError
-from doppler_lab.reporting.notebook_runs import NOTEBOOKS_DIR
-from doppler_lab.reporting.site import (
+from doppler_lab.lab.reporting.notebook_runs import NOTEBOOKS_DIR
+from doppler_lab.lab.reporting.site import (
     build_site,
     find_notebooks,
     key_numbers,
@@ -29,7 +29,7 @@ def _notebook(folder: Path, stem: str, body: str, quick: dict | None = None) -> 
     nb = new_notebook(
         cells=[
             new_markdown_cell(f"# Title of {stem}\n\n**Question.** Does {stem}\nwork?\n\nMore."),
-            new_code_cell("from doppler_lab.reporting.notebook_runs import write_summary"),
+            new_code_cell("from doppler_lab.lab.reporting.notebook_runs import write_summary"),
             new_code_cell(
                 'value = 1.5  # a number\nseed = 0  # seed\ninteractive = True  # widgets\nout_dir = "."  # output',
                 metadata={"tags": ["parameters"]},
@@ -231,7 +231,7 @@ def test_report_command(notebooks, tmp_path, capsys):
 def test_notebooks_run_their_kernel_over_ipc_not_tcp():
     """No kernel port on the network, and no 'running over TCP without encryption' warning
     once per notebook of a report."""
-    from doppler_lab.reporting.notebook_runs import IpcKernelManager
+    from doppler_lab.lab.reporting.notebook_runs import IpcKernelManager
 
     assert IpcKernelManager().transport == "ipc"
 
@@ -239,8 +239,8 @@ def test_notebooks_run_their_kernel_over_ipc_not_tcp():
 # -- pages people read: findings, headline cards, titles, the quick banner --------------------------
 def test_every_notebook_ends_with_its_findings():
     """Each notebook's last cell is ``finish("<its stem>", ...)``, and each has a findings
-    function (doppler_lab.reporting.findings.PAGES)."""
-    from doppler_lab.reporting.findings import PAGES
+    function (doppler_lab.lab.reporting.findings.PAGES)."""
+    from doppler_lab.lab.reporting.findings import PAGES
 
     stems = [p.stem for p in find_notebooks()]
     assert sorted(PAGES) == sorted(s.partition("_")[0] for s in stems)
@@ -306,7 +306,7 @@ def test_index_cards_pages_and_titles(tmp_path):
 
 
 def test_findings_show_in_the_notebook_and_the_summary(tmp_path):
-    from doppler_lab.reporting.findings import finish
+    from doppler_lab.lab.reporting.findings import finish
 
     summary = {
         "workload": "llama_block",
@@ -330,7 +330,7 @@ def test_findings_show_in_the_notebook_and_the_summary(tmp_path):
 # -- the shipped site: plotly.js once, the code version on every page, runs reused --------------
 FIGURE = (
     "import plotly.graph_objects as go\n"
-    "from doppler_lab.reporting.notebook_runs import setup_notebook\n"
+    "from doppler_lab.lab.reporting.notebook_runs import setup_notebook\n"
     "setup_notebook(interactive)\n"
     "go.Figure(go.Bar(x=[1, 2], y=[3, value]))"
 )
@@ -373,7 +373,7 @@ def test_pages_load_plotly_once_from_the_site(tmp_path):
 def test_a_build_reuses_runs_of_the_same_code_parameters_and_notebook(
     notebooks, tmp_path, monkeypatch
 ):
-    import doppler_lab.reporting.site as site_module
+    import doppler_lab.lab.reporting.site as site_module
 
     out = tmp_path / "site"
     first = build_site(out, only=["01"], notebooks_dir=notebooks, quick=True, progress=False)
@@ -434,7 +434,7 @@ def test_a_build_reuses_runs_of_the_same_code_parameters_and_notebook(
 
 def test_report_command_default_folders(monkeypatch, tmp_path):
     """``doppler-lab report`` builds reports/site (kept in git), ``--quick`` reports/quick."""
-    import doppler_lab.reporting.site as site_module
+    import doppler_lab.lab.reporting.site as site_module
 
     seen = []
 
@@ -466,7 +466,11 @@ def test_render_command_checks_its_notebook(tmp_path, capsys):
 def test_widgets_are_drawn_static_without_a_manager():
     """A rendered page never fetches a widget manager: saved widget state is dropped, a widget
     view gives way to the output's static view, a widget with none gets a note."""
-    from doppler_lab.reporting.notebook_runs import WIDGET_NOTE, WIDGET_VIEW, static_widget_outputs
+    from doppler_lab.lab.reporting.notebook_runs import (
+        WIDGET_NOTE,
+        WIDGET_VIEW,
+        static_widget_outputs,
+    )
 
     view = {WIDGET_VIEW: {"model_id": "m1", "version_major": 2, "version_minor": 0}}
     nb = new_notebook(
@@ -525,6 +529,6 @@ def test_pages_built_from_an_older_version_say_so(notebooks, tmp_path, monkeypat
         in (out / "index.html").read_text()
     )  # 00 ran with the other code
     with pytest.raises(ConfigError, match="no report site to refresh"):
-        from doppler_lab.reporting.site import refresh_site
+        from doppler_lab.lab.reporting.site import refresh_site
 
         refresh_site(tmp_path / "none")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from sweeps import TINY_SWEEP as TINY
 
-from doppler_lab.bench.policy import run_case, training_runs
 from doppler_lab.house.runners import LocalRunner, Run, make_runner
+from doppler_lab.lab.bench.policy import run_case, training_runs
 
 
 def _counted(cfg, case, method, seed, root, log: str, stop_at: int | None = None):

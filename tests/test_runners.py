@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from doppler_lab.bench.policy import run_case, training_runs
 from doppler_lab.house.errors import ConfigError, RunError
 from doppler_lab.house.runners import LocalRunner, RayRunner, Run, make_runner
+from doppler_lab.lab.bench.policy import run_case, training_runs
 
 ray = pytest.importorskip("ray")
 from sweeps import TINY_SWEEP as TINY  # noqa: E402

@@ -119,7 +119,7 @@ def test_the_pages_one_verdict_both_ways_and_inconclusive(
 ) -> None:
     """Synthetic paired results (seed by seed): a method better by 0.3, worse by 0.3, or equal
     under noise; the page's sentence carries the interval and the verdict."""
-    from doppler_lab.reporting.findings import judge
+    from doppler_lab.lab.reporting.findings import judge
 
     a, b = _pairs(shift, n=10, seed=7)
     st, text = judge(a - b, "the method improves on its baseline", unit="s")

@@ -7,10 +7,10 @@ import importlib
 import inspect
 from pathlib import Path
 
-from ..bench import BENCHMARKS
 from ..house.errors import ConfigError
 from ..house.progress import show_progress
 from ..house.runners import add_runner_arguments, runner_from_args
+from ..lab.bench import BENCHMARKS
 
 NAME = "bench"
 HELP = "run a benchmark (sim, quality, policy, policy-wc, executor, fidelity, import, general, general-alone, memory, memory-fidelity, learner, stuck) and write reports/bench/NAME.{json,md}"

@@ -55,10 +55,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..bench.fidelity import CPU_WORKLOADS
     from ..executor import make_backend
     from ..executor.profiling import calibrate
     from ..executor.torchrun import TorchrunBackend, coordinate_or_serve
+    from ..lab.bench.fidelity import CPU_WORKLOADS
     from ..timing.calibration import PROFILE_FORMAT, Profile
 
     out = Path(args.out)

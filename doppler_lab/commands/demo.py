@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..house.runfolder import run_folder
-    from ..reporting.demo_job import run_demo
+    from ..lab.reporting.demo_job import run_demo
 
     if not args.scale > 0:
         raise ConfigError(f"--scale must be > 0, got {args.scale}")

@@ -71,7 +71,7 @@ def explorer_notebook() -> Path:
     Raises:
         ConfigError: the notebooks are not here (a package installed without its repository).
     """
-    from ..reporting.notebook_runs import NOTEBOOKS_DIR
+    from ..lab.reporting.notebook_runs import NOTEBOOKS_DIR
 
     path = NOTEBOOKS_DIR / f"{EXPLORER}.ipynb"
     if not path.is_file():
@@ -174,7 +174,7 @@ def has_browser() -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..reporting.notebook_runs import notebook_parameters
+    from ..lab.reporting.notebook_runs import notebook_parameters
     from ._common import print_json
 
     source = explorer_notebook()

@@ -1,7 +1,7 @@
 """``doppler-lab gpu-check``: the GPU tests and the GPU figures, on a machine with CUDA.
 
 One command, sized to finish within 8 minutes on one GPU, that imports only torch, numba, PyG,
-transformers and pytest (no plot or notebook stack). Sections (:mod:`doppler_lab.bench.gpu`):
+transformers and pytest (no plot or notebook stack). Sections (:mod:`doppler_lab.lab.bench.gpu`):
 the ``gpu`` tests (pytest over ``tests/executor``), dispatch overhead per op on ``cuda`` and
 ``cuda-shared``, GPU fidelity (calibrated simulator against measured makespans on
 ``cuda-shared:4``, with and without the shared-GPU model), Stage III from the shipped general
@@ -174,8 +174,8 @@ def _shared_kind(cuda: bool) -> str:
 
 def _dispatch_step(cuda: bool, summary: dict[str, Any], tables: dict[str, Any]) -> None:
     """Executor overhead per op on ``cuda`` and ``cuda-shared`` (CPU workers without CUDA)."""
-    from ..bench import gpu as sections
     from ..executor import make_backend
+    from ..lab.bench import gpu as sections
 
     print("gpu-check: dispatch overhead ...", flush=True)
 
@@ -205,7 +205,7 @@ def _fidelity_step(
 ) -> None:
     """Calibrated simulator against measured makespans on 4 shared devices; writes the profile
     and the raw measurements beside the report."""
-    from ..bench import gpu as sections
+    from ..lab.bench import gpu as sections
     from ..timing.raw_data import RAW_FILE, write_raw
 
     kind = _shared_kind(cuda)
@@ -244,7 +244,7 @@ def _stage3_step(
     cuda: bool, episodes: int, out: Path, summary: dict[str, Any], shown: bool
 ) -> None:
     """Stage III from the shipped general policy on 2 shared devices."""
-    from ..bench import gpu as sections
+    from ..lab.bench import gpu as sections
 
     kind = _shared_kind(cuda)
     print(f"gpu-check: Stage III on {kind}:2 ...", flush=True)
@@ -281,7 +281,7 @@ PAPER_SIZE_COLUMNS = [
 
 def _paper_size_step(cuda: bool, summary: dict[str, Any], tables: dict[str, Any]) -> None:
     """10k-node Llama graphs under cp and doppler placements on 4 shared devices."""
-    from ..bench import gpu as sections
+    from ..lab.bench import gpu as sections
 
     kind = _shared_kind(cuda)
     print(f"gpu-check: paper-sized graphs on {kind}:4 ...", flush=True)
@@ -304,7 +304,7 @@ def _finish(
 ) -> int:
     """The verdict, the report, its last lines; the exit status (0: every test and section
     passed)."""
-    from ..bench import write_report
+    from ..lab.bench import write_report
     from ..timing.raw_data import RAW_FILE
 
     tests_ok = args.skip_tests or (summary["tests"].get("returncode") == 0)

@@ -78,7 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..house.errors import ConfigError
-    from ..reporting.site import (
+    from ..lab.reporting.site import (
         DEFAULT_SITE,
         QUICK_SITE,
         find_notebooks,
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{path.stem:34s} {notebook_info(path).title}\n{'':34s} {shown}")
         return 0
     if args.refresh:
-        from ..reporting.site import refresh_site
+        from ..lab.reporting.site import refresh_site
 
         site = refresh_site(args.out, args.notebooks, command=_command_line(args))
         stale = [r.stem for r in site.results if r.code_version and version_mark(r)]
@@ -125,13 +125,13 @@ def run(args: argparse.Namespace) -> int:
 def _is_site(folder: Path) -> bool:
     """Whether ``folder`` holds a report site (its ``site.json``) made before the marker."""
     from ..house.userfiles import json_document
-    from ..reporting.site import SITE_FORMAT
+    from ..lab.reporting.site import SITE_FORMAT
 
     return (folder / "site.json").is_file() and json_document(SITE_FORMAT)(folder / "site.json")
 
 
 def _build(args: argparse.Namespace, out: str | None, overrides: Any):
-    from ..reporting.site import build_site
+    from ..lab.reporting.site import build_site
 
     return build_site(
         out,
@@ -171,8 +171,8 @@ def _command_line(args: argparse.Namespace) -> str:
 def _render(args: argparse.Namespace) -> int:
     """``--render``: one executed notebook to one page."""
     from ..house.errors import ConfigError
-    from ..reporting.notebook_runs import render_html
-    from ..reporting.site import notebook_info
+    from ..lab.reporting.notebook_runs import render_html
+    from ..lab.reporting.site import notebook_info
 
     notebook = Path(args.render)
     if notebook.suffix != ".ipynb" or not notebook.is_file():

@@ -1,5 +1,5 @@
 """Simulator fidelity, the pieces shared by ``doppler-lab bench fidelity`` and the Stage III
-experiments (:mod:`doppler_lab.train.experiments.real`): placements of varied quality, measuring
+experiments (:mod:`doppler_lab.lab.experiments.real`): placements of varied quality, measuring
 them on real devices (shuffled rounds, disturbed runs taken again), and the agreement of
 simulated and measured makespans (Spearman rank correlation, median relative error).
 """

@@ -18,11 +18,11 @@ replaced file keeps its mode. ``keep_previous`` keeps the old content under anot
 (training's ``last.prev.pt``). The only files written otherwise (``tests/test_atomic.py`` lists
 them, with their reasons, and fails on any other write) are journals that are appended to
 (``metrics.csv``, whose rows after the last checkpoint a resumed run drops and rewrites, and the
-JSON lines of ``python -m doppler_lab.bench.search_probe``); the download staging folder of
+JSON lines of ``python -m doppler_lab.lab.bench.search_probe``); the download staging folder of
 :mod:`doppler_lab.io.datasets`, whose checked files are then copied in atomically; a run
 folder's lock file (:mod:`doppler_lab.house.runfolder`), written in place under its lock; the
 executed copy of a notebook, which papermill rewrites after every cell
-(:mod:`doppler_lab.reporting.notebook_runs`); and the rendezvous folder of the ``dist``
+(:mod:`doppler_lab.lab.reporting.notebook_runs`); and the rendezvous folder of the ``dist``
 executor's worker processes.
 """
 

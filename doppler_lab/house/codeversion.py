@@ -35,15 +35,15 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]  # doppler_lab/, above house/
 EXCLUDED: tuple[str, ...] = (
     "commands/",
     "viz/",
-    "reporting/",
+    "lab/reporting/",
     "cli.py",
     "house/codeversion.py",
     "house/errors.py",
     "house/moved.py",
     "house/paths.py",
     "io/datasets.py",
-    "bench/yardstick.py",
-    "bench/_report.py",
+    "lab/bench/yardstick.py",
+    "lab/bench/_report.py",
 )
 
 

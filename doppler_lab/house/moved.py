@@ -19,6 +19,48 @@ from collections.abc import Sequence
 
 _P = "doppler_lab."
 
+#: the experiment code's wing (issue 44): bench/, reporting/, train/experiments/ and
+#: timing/studies.py moved under lab/; old module -> new module
+_LAB_MOVES: dict[str, str] = {
+    "bench": "lab.bench",
+    "bench._report": "lab.bench._report",
+    "bench.budget_curve": "lab.bench.budget_curve",
+    "bench.executor": "lab.bench.executor",
+    "bench.fidelity": "lab.bench.fidelity",
+    "bench.finetuning": "lab.bench.finetuning",
+    "bench.general": "lab.bench.general",
+    "bench.general_alone": "lab.bench.general_alone",
+    "bench.general_config": "lab.bench.general_config",
+    "bench.gpu": "lab.bench.gpu",
+    "bench.importing": "lab.bench.importing",
+    "bench.learner": "lab.bench.learner",
+    "bench.memory_bound": "lab.bench.memory_bound",
+    "bench.memory_fidelity": "lab.bench.memory_fidelity",
+    "bench.policy": "lab.bench.policy",
+    "bench.policy_wc": "lab.bench.policy_wc",
+    "bench.quality": "lab.bench.quality",
+    "bench.search_probe": "lab.bench.search_probe",
+    "bench.sim": "lab.bench.sim",
+    "bench.stuck": "lab.bench.stuck",
+    "bench.yardstick": "lab.bench.yardstick",
+    "bench.zero_shot": "lab.bench.zero_shot",
+    "reporting": "lab.reporting",
+    "reporting.claims": "lab.reporting.claims",
+    "reporting.demo_job": "lab.reporting.demo_job",
+    "reporting.findings": "lab.reporting.findings",
+    "reporting.notebook_runs": "lab.reporting.notebook_runs",
+    "reporting.page_checks": "lab.reporting.page_checks",
+    "reporting.site": "lab.reporting.site",
+    "timing.studies": "lab.studies",
+    "train.experiments": "lab.experiments",
+    "train.experiments.common": "lab.experiments.common",
+    "train.experiments.demo_stages": "lab.experiments.demo_stages",
+    "train.experiments.real": "lab.experiments.real",
+    "train.experiments.scaling": "lab.experiments.scaling",
+    "train.experiments.stages": "lab.experiments.stages",
+    "train.experiments.transfer": "lab.experiments.transfer",
+}
+
 #: old module -> new module(s); a module whose content was split names every part
 MOVED: dict[str, tuple[str, ...]] = {
     **{
@@ -53,12 +95,12 @@ MOVED: dict[str, tuple[str, ...]] = {
             "policies.config": ("policies.policy_config",),
             "train.config": ("train.train_config",),
             "train.general": ("train.general_policy",),
-            "train.experiments.demo": ("train.experiments.demo_stages",),
-            "report": ("reporting.site",),
-            "experiments": ("reporting.notebook_runs",),
-            "demo": ("reporting.demo_job",),
-            "yardstick": ("bench.yardstick",),
-            "analysis": ("workloads.catalog", "timing.studies"),
+            "train.experiments.demo": ("lab.experiments.demo_stages",),
+            "report": ("lab.reporting.site",),
+            "experiments": ("lab.reporting.notebook_runs",),
+            "demo": ("lab.reporting.demo_job",),
+            "yardstick": ("lab.bench.yardstick",),
+            "analysis": ("workloads.catalog", "lab.studies"),
             "importers.costs": ("importers.flop_counts",),
             "train.costs": ("train.cost_functions",),
             "placers.base": ("placers.placer_base",),
@@ -66,6 +108,7 @@ MOVED: dict[str, tuple[str, ...]] = {
             "placers.memory_fit": ("timing.fit", "placers.repair", "placers.registry"),
         }.items()
     },
+    **{_P + old: (_P + new,) for old, new in _LAB_MOVES.items()},
 }
 
 

@@ -103,7 +103,7 @@ ADAPT_MAXIMA: dict[str, float] = {
 #: on the paper's 4-GPU graphs, 200 calls from the general policy, 8 seeds, PPO's best was
 #: shorter in 7 of 32 pairs and longer in none: the paired verdict supports PPO, but its mean
 #: gain (0.003%) is far below the 0.5% the bench asks of a default whose updates take twice
-#: the time (:func:`~doppler_lab.bench.learner.default_estimator`), so REINFORCE stays
+#: the time (:func:`~doppler_lab.lab.bench.learner.default_estimator`), so REINFORCE stays
 ADAPT_ESTIMATOR = "reinforce"
 
 #: the adapter's proposals by default: the ``doppler`` placer's (greedy + 16 samples, two of

@@ -9,7 +9,6 @@
   twin), semantics ``paper``, ``wc`` and ``bsp``;
 - :mod:`~doppler_lab.timing.heaps`: the binary heap that compiled clocks share (the simulator
   kernels, the clustering placer's timing model);
-- :mod:`~doppler_lab.timing.studies`: the simulator studies of the notebooks.
 
 The transfer rule is the cluster's (:mod:`doppler_lab.hardware.rules`). No torch.
 """

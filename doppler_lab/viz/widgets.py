@@ -417,7 +417,7 @@ class WithStaticView:
     """A widget that carries a static view of itself: displayed, it gives the widget's view and
     ``html`` (``text/html``) in one output. JupyterLab draws the widget; a page rendered without
     a widget manager (nbconvert without saved widget state,
-    :func:`~doppler_lab.reporting.notebook_runs.render_html` always) draws the HTML.
+    :func:`~doppler_lab.lab.reporting.notebook_runs.render_html` always) draws the HTML.
 
     Attributes:
         widget: the ipywidgets box.

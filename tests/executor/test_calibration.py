@@ -7,13 +7,13 @@ import json
 import numpy as np
 import pytest
 
-from doppler_lab.bench.fidelity import fidelity_placements, median_rel_error, spearman
 from doppler_lab.executor.backend import make_cpu_cluster
 from doppler_lab.executor.profiling import calibrate
 from doppler_lab.house.errors import FormatError
 from doppler_lab.ir.graph import GraphBuilder
 from doppler_lab.ir.ops import OpSpec
 from doppler_lab.ir.placement import round_robin
+from doppler_lab.lab.bench.fidelity import fidelity_placements, median_rel_error, spearman
 from doppler_lab.timing.calibration import (
     LinkSample,
     OpSample,

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from doppler_lab.bench import fidelity
 from doppler_lab.hardware.cluster import make_cluster
 from doppler_lab.hardware.host import Host
+from doppler_lab.lab.bench import fidelity
 from doppler_lab.timing.calibration import Profile
 
 

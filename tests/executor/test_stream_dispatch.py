@@ -38,7 +38,7 @@ def test_a_plan_is_prepared_once_and_copies_record_their_senders_events():
 
 
 def test_stream_runs_report_the_host_time_of_their_dispatch_loop():
-    from doppler_lab.bench.gpu import dispatch_section
+    from doppler_lab.lab.bench.gpu import dispatch_section
 
     g = toy_graph(layers=2)
     with Executor(g, make_backend("inline", 2)) as ex:

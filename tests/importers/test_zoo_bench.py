@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from doppler_lab.bench.importing import linear_fit, llama_spec
 from doppler_lab.cli import main
+from doppler_lab.lab.bench.importing import linear_fit, llama_spec
 
 
 def test_linear_fit_and_spec():

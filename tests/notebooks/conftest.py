@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from doppler_lab.reporting.notebook_runs import NOTEBOOKS_DIR
-from doppler_lab.reporting.notebook_runs import run_notebook as _run
+from doppler_lab.lab.reporting.notebook_runs import NOTEBOOKS_DIR
+from doppler_lab.lab.reporting.notebook_runs import run_notebook as _run
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -25,7 +25,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def check_findings(summary: dict) -> None:
-    """Every notebook ends with findings (doppler_lab.reporting.findings.finish): a paragraph and
+    """Every notebook ends with findings (doppler_lab.lab.reporting.findings.finish): a paragraph and
     headline results that read as results (labels, values with units; no paths or raw keys)."""
     text = summary.get("findings")
     assert isinstance(text, str) and len(text) > 80 and text.startswith("The question is")
@@ -40,12 +40,12 @@ def check_findings(summary: dict) -> None:
 
 
 def check_page(executed: Path, params: dict) -> None:
-    """The page the report draws of an executed notebook reads right (doppler_lab.reporting.
+    """The page the report draws of an executed notebook reads right (doppler_lab.lab.reporting.
     page_checks: no scientific notation in tables, no machine paths, no internal references,
     one unit per column): the quick site's pages, checked where the notebooks already run."""
     from doppler_lab.house.paths import REPO_ROOT
-    from doppler_lab.reporting.notebook_runs import render_html
-    from doppler_lab.reporting.page_checks import html_problems
+    from doppler_lab.lab.reporting.notebook_runs import render_html
+    from doppler_lab.lab.reporting.page_checks import html_problems
 
     site = executed.parent.parent
     page = render_html(executed, executed.with_suffix(".html"), assets_dir=site / "assets")

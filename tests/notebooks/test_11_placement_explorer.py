@@ -6,7 +6,7 @@ import nbformat
 from papermill.translators import PythonTranslator
 
 from doppler_lab.cli import main
-from doppler_lab.reporting.notebook_runs import NOTEBOOKS_DIR, notebook_parameters
+from doppler_lab.lab.reporting.notebook_runs import NOTEBOOKS_DIR, notebook_parameters
 from doppler_lab.viz.widgets import SNAPSHOT_CLASS
 
 #: round robin against the Critical Path teacher on a tiny chainmm, cp stepped

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from doppler_lab.bench.general import BUDGET_METHODS, doppler_takes_budget
+from doppler_lab.lab.bench.general import BUDGET_METHODS, doppler_takes_budget
 from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
 from doppler_lab.train.general_policy import general_policy_config
 

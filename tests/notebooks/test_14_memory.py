@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from doppler_lab.reporting.notebook_runs import NOTEBOOKS_DIR, notebook_parameters
-from doppler_lab.reporting.site import quick_parameters
+from doppler_lab.lab.reporting.notebook_runs import NOTEBOOKS_DIR, notebook_parameters
+from doppler_lab.lab.reporting.site import quick_parameters
 
 NOTEBOOK = NOTEBOOKS_DIR / "14_memory.ipynb"
 #: the notebook's quick profile (what ``doppler-lab report --quick`` runs)

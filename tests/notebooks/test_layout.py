@@ -8,9 +8,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from doppler_lab.reporting.notebook_runs import NOTEBOOKS_DIR, notebook_parameters
 from doppler_lab.house.nbclean import clean_text
-from doppler_lab.reporting.site import METADATA_KEY, QUICK_KEY, quick_parameters
+from doppler_lab.lab.reporting.notebook_runs import NOTEBOOKS_DIR, notebook_parameters
+from doppler_lab.lab.reporting.site import METADATA_KEY, QUICK_KEY, quick_parameters
 
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 TESTS = Path(__file__).parent

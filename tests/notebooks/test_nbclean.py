@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from doppler_lab.house.nbclean import clean_text
-from doppler_lab.reporting.notebook_runs import NOTEBOOKS_DIR
+from doppler_lab.lab.reporting.notebook_runs import NOTEBOOKS_DIR
 
 REPO = NOTEBOOKS_DIR.parent
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
@@ -131,7 +131,7 @@ def test_a_notebook_run_in_place_by_a_kernel_leaves_git_status_clean(tmp_path, r
     running the filter: a shortcut of git's that no filter can avoid.)"""
     import nbformat
 
-    from doppler_lab.reporting.notebook_runs import _kernel_name
+    from doppler_lab.lab.reporting.notebook_runs import _kernel_name
 
     _git("init", "-q", cwd=tmp_path)
     _git("config", "user.email", "t@example.invalid", cwd=tmp_path)

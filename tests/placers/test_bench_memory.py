@@ -7,7 +7,9 @@ import json
 
 import pytest
 
-from doppler_lab.bench.memory_bound import (
+from doppler_lab.cli import main
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.lab.bench.memory_bound import (
     PlacerRun,
     best_by_cap,
     cap_sweep,
@@ -16,8 +18,6 @@ from doppler_lab.bench.memory_bound import (
     target_rows,
     verdict_row,
 )
-from doppler_lab.cli import main
-from doppler_lab.hardware.cluster import make_cluster
 from doppler_lab.timing.memory import tensor_bytes
 from doppler_lab.workloads.specs import graph_from_spec
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from doppler_lab.bench.yardstick import YARDSTICK
 from doppler_lab.hardware.cluster import make_cluster
 from doppler_lab.io.documents import read_paper_graph
 from doppler_lab.ir.graph import GraphBuilder
+from doppler_lab.lab.bench.yardstick import YARDSTICK
 from doppler_lab.placers import CriticalPathPlacer, CriticalPathTeacher, get_placer, place
 from doppler_lab.timing.cost_model import CostModel
 from doppler_lab.timing.schedule import ListScheduleState

@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from doppler_lab.bench.quality import (
+from doppler_lab.house.errors import ConfigError
+from doppler_lab.lab.bench.quality import (
     QualityConfig,
     find_checkpoint,
     load_cases,
@@ -15,8 +16,7 @@ from doppler_lab.bench.quality import (
     quality_rows,
     run,
 )
-from doppler_lab.bench.yardstick import YARDSTICK
-from doppler_lab.house.errors import ConfigError
+from doppler_lab.lab.bench.yardstick import YARDSTICK
 
 TINY = QualityConfig(
     paper_graphs=("chain_mm_112nodes",),

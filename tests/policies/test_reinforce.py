@@ -209,9 +209,9 @@ def test_a_bad_estimator_on_the_command_line_is_one_line(argv, tmp_path, capsys)
 
 
 def test_bench_learner_sets_ppo_only_where_the_paired_verdict_supports_it(tmp_path):
-    from doppler_lab.bench import BENCHMARKS, learner
+    from doppler_lab.lab.bench import BENCHMARKS, learner
 
-    assert BENCHMARKS["learner"] == "doppler_lab.bench.learner"
+    assert BENCHMARKS["learner"] == "doppler_lab.lab.bench.learner"
     rows = []
     for seed in range(8):
         for graph, ppo_gain in (("a", 0.05 + 0.001 * seed), ("b", 0.04)):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from doppler_lab.bench.yardstick import YARDSTICK
 from doppler_lab.hardware.cluster import make_cluster
 from doppler_lab.io.documents import read_paper_graph
 from doppler_lab.ir.graph import GraphBuilder
 from doppler_lab.ir.placement import round_robin, single_device
+from doppler_lab.lab.bench.yardstick import YARDSTICK
 from doppler_lab.timing.cost_model import CostModel
 from doppler_lab.timing.sim import Simulator, simulate
 from doppler_lab.timing.sim.reference import simulate_paper_simpy

@@ -9,9 +9,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from doppler_lab.bench import general as bench
 from doppler_lab.cli import main
 from doppler_lab.house.errors import ConfigError
+from doppler_lab.lab.bench import general as bench
 from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
 from doppler_lab.train.general_policy import Task, general_policy_config
 

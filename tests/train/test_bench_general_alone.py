@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from doppler_lab.bench import general_alone as ga
 from doppler_lab.cli import main
+from doppler_lab.lab.bench import general_alone as ga
 
 
 def _heur(task, **spans):

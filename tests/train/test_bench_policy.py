@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from doppler_lab.bench import policy as bench
 from doppler_lab.house.errors import ConfigError
+from doppler_lab.lab.bench import policy as bench
 from doppler_lab.policies.checkpoint import load_policy
 
 

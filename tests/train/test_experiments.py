@@ -1,4 +1,4 @@
-"""The experiment helpers of notebooks 08-10 and the demo (doppler_lab.train.experiments)."""
+"""The experiment helpers of notebooks 08-10 and the demo (doppler_lab.lab.experiments)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 from doppler_lab.house.errors import ConfigError
 from doppler_lab.ir.placement import round_robin, single_device
-from doppler_lab.train.experiments import (
+from doppler_lab.lab.experiments import (
     FIXED_COST_SETTLED,
     STAGE_VARIANTS,
     VARIANT_RUNS,
@@ -44,7 +44,7 @@ from doppler_lab.train.experiments import (
     torch_threads,
     transfer_table,
 )
-from doppler_lab.train.experiments.stages import _needed_runs
+from doppler_lab.lab.experiments.stages import _needed_runs
 from doppler_lab.workloads import build_from_spec
 
 SMALL = {"hidden": 16, "head_hidden": 16, "mp_steps": 2, "num_bases": 4}

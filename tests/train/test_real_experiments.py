@@ -1,4 +1,4 @@
-"""Notebook 06's helpers (doppler_lab.train.experiments.real): calibration tables, the Stage II
+"""Notebook 06's helpers (doppler_lab.lab.experiments.real): calibration tables, the Stage II
 warm start, simulator fidelity, Stage III on CPU workers, the side-by-side measurement."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import pytest
 
 from doppler_lab.house.errors import ConfigError
 from doppler_lab.ir.placement import Placement, round_robin, single_device
-from doppler_lab.placers import place
-from doppler_lab.train.experiments import (
+from doppler_lab.lab.experiments import (
     STAGE_LABELS,
     PolicyRecipe,
     SideBySideOptions,
@@ -35,6 +34,7 @@ from doppler_lab.train.experiments import (
     side_by_side,
     stage2_policy,
 )
+from doppler_lab.placers import place
 from doppler_lab.workloads import build_from_spec
 
 SMALL = {"hidden": 16, "head_hidden": 16, "mp_steps": 2, "num_bases": 4}

@@ -7,7 +7,9 @@ import csv
 import pytest
 import torch
 
-from doppler_lab.bench.stuck import (
+from doppler_lab.hardware.cluster import make_cluster
+from doppler_lab.house.errors import ConfigError
+from doppler_lab.lab.bench.stuck import (
     StuckBenchConfig,
     cell_rows,
     failure_rates,
@@ -15,8 +17,6 @@ from doppler_lab.bench.stuck import (
     paired_change,
     stage_diagnostics,
 )
-from doppler_lab.hardware.cluster import make_cluster
-from doppler_lab.house.errors import ConfigError
 from doppler_lab.policies.policy_config import PolicyConfig
 from doppler_lab.train import Trainer, preset, read_rows, train
 from doppler_lab.train.loop import temperature_at
