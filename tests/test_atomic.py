@@ -172,7 +172,7 @@ def test_the_checkpoint_writer_is_atomic(tmp_path, monkeypatch):
 RAW_WRITES_ALLOWED = {
     ("train/metrics.py", "open 'a'"): "metrics.csv, a journal appended row by row (resume "
     "drops the rows after the last checkpoint and rewrites the file atomically)",
-    ("bench/search_probe.py", "open 'a'"): "the probe's JSON lines, appended run by run",
+    ("lab/bench/search_probe.py", "open 'a'"): "the probe's JSON lines, appended run by run",
     ("io/datasets.py", "tempfile.mkdtemp"): "the download staging folder; checked files are "
     "then copied in with atomic_copy",
     ("io/datasets.py", "open 'wb'"): "a file of that staging folder",
@@ -180,7 +180,7 @@ RAW_WRITES_ALLOWED = {
     "its lock",
     ("cli.py", "os.open"): "os.devnull",
     ("placers/partition.py", "os.open"): "os.devnull",
-    ("reporting/notebook_runs.py", "execute_notebook"): "papermill writes the executed copy "
+    ("lab/reporting/notebook_runs.py", "execute_notebook"): "papermill writes the executed copy "
     "after every cell (a failed run's cells stay readable); it records its own path in the "
     "notebook, so a temporary name would show there",
     ("executor/dist.py", "tempfile.mkdtemp"): "the worker processes' rendezvous folder",
