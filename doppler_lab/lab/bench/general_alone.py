@@ -111,10 +111,7 @@ def policy_case(cfg: GeneralBenchConfig, task: Task, checkpoint: str, root: str)
             "doppler",
             checkpoint=checkpoint,
             samples=cfg.samples,
-            partitions=0,
-            clustering=False,
-            fewer_devices=False,
-            memory_baselines=False,
+            proposals="none",  # the policy alone (search.proposals.POLICY_ALONE_PROPOSALS)
             semantics=task.semantics,
         )
         with torch_threads(1):

@@ -44,6 +44,7 @@ from ...ir.placement import Placement
 from ...placers import (
     POLICY_ALONE_SPEC,
     get_placer,
+    parse_placer_spec,
     place,
     placer_options,
     placer_spec,
@@ -227,7 +228,7 @@ def evaluate_placer(
     """Run placer ``name`` (a name, or a spec: its options are in ``options``) on ``case`` and
     simulate it at every seed; a table row + placements."""
 
-    base = name.partition(":")[0].strip()
+    base = parse_placer_spec(name)[0]  # a spec's options are already in ``options``
     stochastic = placer_spec(base).stochastic
     sim = Simulator(case.graph, case.cluster, case.semantics, noise=case.noise)
     placer = get_placer(base, **options)
