@@ -646,22 +646,36 @@ class _StreamRun:
         """The host loop's three steps for one device ``d``: ``launch(d)`` its ready ops (up to
         the window; True if any), ``complete(d)`` the ops it has finished, issuing their
         copies (how many), ``land(d)`` the copies out of it that have arrived, making their
-        consumers ready (True if any)."""
+        consumers ready (True if any). They share the ready queues and the counts of inputs
+        each op still needs (``need``) and of consumers each buffer still has (``hold``)."""
+        need, hold = list(self.prog.need), list(self.prog.hold)
+        queues, make_ready, pop = self._ready_queues()
+        return (
+            self._launch_step(queues, make_ready, pop, need, hold),
+            self._complete_step(queues),
+            self._land_step(queues, make_ready, need, hold),
+        )
+
+    def _launch_step(
+        self,
+        queues: list[Any],
+        make_ready: Callable[[Any, int], None],
+        pop: Callable[[Any], int],
+        need: list[int],
+        hold: list[int],
+    ) -> Callable[[int], bool]:
+        """``launch(d)``: launch device ``d``'s ready ops up to the window, make its local
+        consumers ready and free the buffers no one needs any more (True if any launched)."""
         api, plan, prog, bufs = self.api, self.plan, self.prog, self.bufs
-        nd = plan.num_devices
         window = self.backend.window
         fns, operands, local_succ = plan.fns, plan.operands, plan.local_succ
-        one, gather = prog.one, prog.gather
-        rec_end, done = prog.rec_end, prog.done
-        frees, sends, ev_copy, copy_done = prog.frees, prog.sends, prog.ev_copy, prog.copy_done
-        need, hold = list(prog.need), list(prog.hold)
+        one, gather, rec_end, frees = prog.one, prog.gather, prog.rec_end, prog.frees
         launch_s = self.launch_s
         activate = api.activate if api.switches else None
-        strict, copy = api.strict, api.copy
-        pending, copies, records = self.pending, self.copies, self.copy_records
+        strict = api.strict
+        pending = self.pending
         launched = self.dispatched.append
         clock = time.perf_counter
-        queues, make_ready, pop = self._ready_queues()
 
         def launch(d: int) -> bool:
             q, pc = queues[d], pending[d]  # (ops in flight: len(pc))
@@ -705,6 +719,17 @@ class _StreamRun:
                         buf[u] = None
             return True
 
+        return launch
+
+    def _complete_step(self, queues: list[Any]) -> Callable[[int], int]:
+        """``complete(d)``: take device ``d``'s finished ops off its in-flight list, in order,
+        and issue their copies to the devices that consume them (how many finished)."""
+        prog, bufs = self.prog, self.bufs
+        window = self.backend.window
+        done, sends, ev_copy = prog.done, prog.sends, prog.ev_copy
+        copy = self.api.copy
+        pending, copies, records = self.pending, self.copies, self.copy_records
+
         def complete(d: int) -> int:
             pc = pending[d]
             n = 0
@@ -746,6 +771,20 @@ class _StreamRun:
                     x = y = None
             return n
 
+        return complete
+
+    def _land_step(
+        self,
+        queues: list[Any],
+        make_ready: Callable[[Any, int], None],
+        need: list[int],
+        hold: list[int],
+    ) -> Callable[[int], bool]:
+        """``land(d)``: take the copies out of device ``d`` that have arrived, in order, make
+        their consumers ready and free the source buffers no one needs (True if any landed)."""
+        nd, bufs = self.plan.num_devices, self.bufs
+        copy_done, copies = self.prog.copy_done, self.copies
+
         def land(d: int) -> bool:
             cc = copies[d]
             landed = False
@@ -771,7 +810,7 @@ class _StreamRun:
                     bufs[d][u] = None
             return landed
 
-        return launch, complete, land
+        return land
 
     def _ready_queues(self) -> tuple[list[Any], Callable[[Any, int], None], Callable[[Any], int]]:
         """The ready ops per device, holding each device's first ops; ``make_ready(q, v)``,

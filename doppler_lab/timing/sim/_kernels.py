@@ -339,6 +339,39 @@ def wc_host_kernel(graph, costs, dev, opts, out, host):  # pragma: no cover - co
 
 
 @njit(inline="always")
+def _wc_ready_heaps(graph, dev, opts, ndev):  # pragma: no cover - compiled
+    """The per-device ready heaps of a ``wc`` run, holding the ops with no compute inputs: keys,
+    ids and payloads in one array each, a segment per device sized by the ops placed there
+    (``base``), and each heap's length ``rn``; returns ``(rk1, rk2, rp, base, rn)``."""
+    n = graph.indeg.shape[0]
+    count = np.zeros(ndev + 1, np.int64)
+    for v in range(n):
+        if not graph.is_input[v]:
+            count[dev[v] + 1] += 1
+    base = np.cumsum(count)
+    rk1 = np.empty(n + 1)
+    rk2 = np.empty(n + 1, np.int64)
+    rp = np.empty(n + 1, np.int64)
+    rn = np.zeros(ndev, np.int64)
+    for v in range(n):
+        if not graph.is_input[v] and graph.indeg[v] == 0:
+            d = dev[v]
+            key = opts.priority[v] if opts.use_priority else 0.0
+            rn[d] = heap_push(rk1, rk2, rp, base[d], rn[d], key, v, v)
+    return rk1, rk2, rp, base, rn
+
+
+@njit(inline="always")
+def _latest_end(end, is_input):  # pragma: no cover - compiled
+    """The makespan: the latest end of a compute op."""
+    makespan = 0.0
+    for v in range(end.shape[0]):
+        if not is_input[v] and end[v] > makespan:
+            makespan = end[v]
+    return makespan
+
+
+@njit(inline="always")
 def _wc_run(graph, costs, dev, opts, out, host):  # pragma: no cover - compiled
     """The ``wc`` kernel; ``host`` = (binds, launch, copy issue, capacity), a constant
     ``(False, ...)`` in :func:`wc_kernel` so that the host's branches are compiled away."""
@@ -359,29 +392,14 @@ def _wc_run(graph, costs, dev, opts, out, host):  # pragma: no cover - compiled
     hc = np.empty(hcap, np.int64)
     hn = 0
     seq = 0
-    # ready heaps per device, segments sized by the number of nodes placed there
-    count = np.zeros(ndev + 1, np.int64)
-    for v in range(n):
-        if not is_input[v]:
-            count[dev[v] + 1] += 1
-    base = np.cumsum(count)
-    rk1 = np.empty(n + 1)
-    rk2 = np.empty(n + 1, np.int64)
-    rp = np.empty(n + 1, np.int64)
-    rn = np.zeros(ndev, np.int64)
+    rk1, rk2, rp, base, rn = _wc_ready_heaps(graph, dev, opts, ndev)
     busy = np.zeros(ndev, np.bool_)
     arrived = np.zeros(n, np.int64)
     link_free = np.zeros(max(costs.n_links, 1))
     sent_stamp = np.full(ndev, -1, np.int64)
     ntr = 0
-    for v in range(n):
-        start[v] = np.nan
-        end[v] = np.nan
-    for v in range(n):
-        if not is_input[v] and indeg[v] == 0:
-            d = dev[v]
-            key = priority[v] if use_priority else 0.0
-            rn[d] = heap_push(rk1, rk2, rp, base[d], rn[d], key, v, v)
+    start[:] = np.nan
+    end[:] = np.nan
     has_host, host_launch, host_copy, capacity = host
     host_free = 0.0  # the host thread is free from then on
     nbusy = 0
@@ -468,11 +486,7 @@ def _wc_run(graph, costs, dev, opts, out, host):  # pragma: no cover - compiled
                     if arrived[w] == indeg[w]:
                         key = priority[w] if use_priority else now
                         rn[b] = heap_push(rk1, rk2, rp, base[b], rn[b], key, w, w)
-    makespan = 0.0
-    for v in range(n):
-        if not is_input[v] and end[v] > makespan:
-            makespan = end[v]
-    return makespan, ntr
+    return _latest_end(end, is_input), ntr
 
 
 # --------------------------------------------------------------------------------------------
