@@ -88,3 +88,60 @@ def test_calibrate_from_a_bad_file_is_one_line(tmp_path, capsys):
     assert main(["calibrate", "--from", str(tmp_path / "x.json"), "--out", "p.json"]) == 2
     err = capsys.readouterr().err
     assert "not a raw measurements file" in err and len(err.strip().splitlines()) == 1
+
+
+def test_bench_fidelity_rescores_kept_measurements(tmp_path, capsys):
+    """``bench fidelity --from RAW`` measures nothing: the kept placements and runs are scored
+    under today's models, the same every time, with the run's own capacity and counts."""
+    out = tmp_path / "a"
+    assert main(["bench", "fidelity", "--from", str(RAW), "--out", str(out)]) == 0
+    got = json.loads((out / "fidelity.json").read_text())
+    raw = read_raw(RAW)
+    assert got["summary"]["rescored_from"] == RAW.name
+    assert got["summary"]["measured_on"] == raw["calibration"].meta["date"]
+    assert got["summary"]["parallel_capacity_measured"] == [round(c, 2) for c in raw["capacity"]]
+    assert got["command"] == f"doppler-lab bench fidelity --from {RAW.name}"
+    report = json.loads((DATA / "fidelity_quick_report.json").read_text())
+    want = {r["workload"]: r for r in report["tables"]["Per workload"]}
+    rows = got["tables"]["Per workload"]
+    assert [r["workload"] for r in rows] == list(raw["workloads"])
+    for row in rows:
+        w = want[row["workload"]]
+        for k in ("placements", "runs", "discarded_runs", "measured_min_ms", "measured_max_ms"):
+            assert row[k] == pytest.approx(w[k], abs=1e-3), k
+        assert 0.0 <= row["spearman_ceiling"] <= 1.0
+        assert -1.0 <= row["spearman_calibrated"] <= 1.0
+    assert got["notes"][0].startswith("Re-scored: nothing was measured")
+    again = tmp_path / "b"
+    assert main(["bench", "fidelity", "--from", str(RAW), "--out", str(again)]) == 0
+    rows_again = json.loads((again / "fidelity.json").read_text())["tables"]["Per workload"]
+    assert rows_again == rows
+
+
+def test_bench_fidelity_from_a_file_without_workloads_is_one_line(tmp_path, capsys):
+    cal = read_raw(RAW)["calibration"]
+    only_cal = write_raw(tmp_path / "cal.json.gz", "calibrate", cal, {})
+    assert main(["bench", "fidelity", "--from", str(only_cal), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not the raw file of a bench fidelity run" in err and len(err.splitlines()) == 1
+    doc = read_raw(RAW)
+    w = dict(next(iter(doc["workloads"].values())))
+    w["measured_s"] = w["measured_s"][:-1]
+    short = write_raw(tmp_path / "short.json.gz", "bench fidelity", cal, {"chainmm": w})
+    assert main(["bench", "fidelity", "--from", str(short), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "'chainmm'" in err and "expected one per placement" in err
+    assert main(["bench", "sim", "--from", str(RAW), "--out", str(tmp_path)]) == 2
+    assert "--from is an option of bench fidelity" in capsys.readouterr().err
+
+
+def test_the_noise_ceiling_reads_how_repeatable_the_measurements_are():
+    from doppler_lab.executor.fidelity_runs import noise_ceiling
+
+    rng = np.random.default_rng(3)
+    truth = np.linspace(1.0, 2.0, 30)[:, None]
+    assert noise_ceiling(np.repeat(truth, 12, axis=1)) == 1.0  # no noise: a perfect model ranks all
+    small = noise_ceiling(truth + rng.normal(0, 0.02, (30, 12)))
+    large = noise_ceiling(truth + rng.normal(0, 0.5, (30, 12)))
+    assert 0.97 < small <= 1.0 and large < small
+    assert np.isnan(noise_ceiling(truth)) and np.isnan(noise_ceiling(np.ones((2, 5))))

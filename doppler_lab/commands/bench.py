@@ -100,6 +100,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="leave out fine-tuning the network for as many episodes as scratch (the "
         "equal-episodes comparison beside the short fine-tuning)",
     )
+    f = p.add_argument_group("bench fidelity")
+    f.add_argument(
+        "--from",
+        dest="from_raw",
+        metavar="RAW",
+        help="measure nothing: score today's simulator models on the measurements kept by an "
+        "earlier run (its fidelity_raw.json.gz), on any machine",
+    )
 
 
 #: options of ``bench general`` (None / False: not given)
@@ -107,8 +115,10 @@ GENERAL_OPTIONS = (
     "checkpoint", "budget", "curve", "seeds", "partitions", "groups", "tasks", "train_seeds",
     "finetune_seeds",
     "finetune_episodes", "scratch_episodes", "finetune_method", "finetune_set", "skip_training",
-    "skip_finetune_long", "skip_clustering", "also",
+    "skip_finetune_long", "skip_clustering", "also", "from_raw",
 )  # fmt: skip
+#: the benchmark each option of GENERAL_OPTIONS belongs to, where it is not bench general
+OPTION_OF = {"also": "general-alone", "from_raw": "fidelity"}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -140,15 +150,15 @@ def run(args: argparse.Namespace) -> int:
         from ..house.settings import parse_items
 
         given["finetune_set"] = parse_items(given["finetune_set"], "train config")
-    foreign = [k for k in given if k not in accepted] if args.name != "general" else []
-    if args.name == "general" and "also" in given:
-        foreign = ["also"]
+    if args.name == "general":  # (its --skip-* options are turned into run's below)
+        foreign = [k for k in given if OPTION_OF.get(k, "general") != "general"]
+    else:
+        foreign = [k for k in given if k not in accepted]
     if foreign:
-        flag = "--" + foreign[0].replace("_", "-")
+        flag = "--" + {"from_raw": "from"}.get(foreign[0], foreign[0].replace("_", "-"))
         raise ConfigError(
-            f"{flag} is an option of bench general; expected none with bench {args.name}"
-            if foreign[0] != "also"
-            else "--also is an option of bench general-alone; expected none with bench general"
+            f"{flag} is an option of bench {OPTION_OF.get(foreign[0], 'general')}; expected "
+            f"none with bench {args.name}"
         )
     if given.pop("skip_finetune_long", False):
         given["finetune_long"] = False

@@ -172,6 +172,36 @@ def measure_placements(
     return np.array(per, dtype=np.float64), counts
 
 
+def noise_ceiling(
+    samples: np.ndarray, rng: np.random.Generator | None = None, splits: int = 200
+) -> float:
+    """The Spearman correlation a perfect model could expect against these measurements.
+
+    ``samples`` ``(placements, runs)``: every measured makespan. The runs of each placement are
+    split in two random halves, the medians of the halves are rank-correlated over the
+    placements (the split-half reliability, mean over ``splits`` splits, Spearman-Brown
+    corrected to all runs), and the ceiling is its square root (the correlation of a noisy
+    measure with its own noise-free value). Below about 0.9, the measurements themselves cannot
+    confirm a Spearman target of 0.9; above it, what a model misses is the model's. NaN with
+    fewer than 2 runs or 3 placements.
+    """
+    x = np.asarray(samples, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 3 or x.shape[1] < 2:
+        return float("nan")
+    rng = np.random.default_rng(0) if rng is None else rng
+    half = x.shape[1] // 2
+    rs = []
+    for _ in range(splits):
+        order = rng.permuted(np.tile(np.arange(x.shape[1]), (x.shape[0], 1)), axis=1)
+        a = np.median(np.take_along_axis(x, order[:, :half], axis=1), axis=1)
+        b = np.median(np.take_along_axis(x, order[:, half:], axis=1), axis=1)
+        rs.append(spearman(a, b))
+    r = float(np.nanmean(rs))
+    if not np.isfinite(r) or r <= 0:
+        return 0.0 if np.isfinite(r) else float("nan")
+    return float(np.sqrt(2 * r / (1 + r)))
+
+
 def workload_row(
     name: str, spec: str, graph: DataflowGraph, placements: int, measured: np.ndarray
 ) -> dict[str, Any]:

@@ -29,6 +29,7 @@ import os
 import time
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -41,12 +42,15 @@ from ...executor.fidelity_runs import (
     fidelity_placements,
     measure_placements,
     median_rel_error,
+    noise_ceiling,
     spearman,
     workload_row,
 )
 from ...executor.profiling import measure_calibration, parallel_capacity
+from ...house.errors import FormatError
+from ...ir.placement import Placement
 from ...timing.cost_model import CostModel
-from ...timing.raw_data import RAW_FILE, write_raw
+from ...timing.raw_data import RAW_FILE, read_raw, write_raw
 from ...timing.sim import Simulator
 from ...workloads.specs import graph_from_spec
 from ._report import write_report
@@ -89,6 +93,7 @@ def run(
     profile_out: str | Path | None = None,
     progress: bool = True,
     rounds: int | None = None,
+    from_raw: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark and write ``fidelity.{json,md}`` into ``out_dir``.
 
@@ -101,8 +106,13 @@ def run(
         progress: show progress bars.
         rounds: shuffled measuring passes over the placements (default 4, quick 1; why:
             reports/notes/bench_notes.md).
+        from_raw: measure nothing: score today's models on the measurements of an earlier
+            run kept in this raw file (its calibration refitted, its placements and timed
+            runs, its parallel capacity), so a change of the model is judged on the same
+            measurements, on any machine.
     """
-
+    if from_raw is not None:
+        return _rescore(Path(out_dir), Path(from_raw), profile_out)
     t_start = time.perf_counter()
     be = make_backend(backend, num_devices or 2)
     specs = QUICK_WORKLOADS if quick else CPU_WORKLOADS
@@ -147,6 +157,65 @@ def run(
         summary=summary,
         notes=_notes(summary, passes, profile, raw_path.name),
         command=f"doppler-lab bench fidelity{' --quick' if quick else ''}",
+    )
+
+
+def _rescore(out_dir: Path, raw_path: Path, profile_out: str | Path | None) -> dict[str, Any]:
+    """``run(from_raw=...)``: today's models scored on the measurements kept in ``raw_path``."""
+    t_start = time.perf_counter()
+    doc = read_raw(raw_path)
+    cal = doc.get("calibration")
+    workloads = doc.get("workloads")
+    if cal is None or not isinstance(workloads, dict) or not workloads:
+        raise FormatError(
+            "not the raw file of a bench fidelity run (expected its calibration and its "
+            "measured workloads)",
+            str(raw_path),
+        )
+    profile = cal.fit()
+    if profile_out is not None:
+        profile.save(profile_out)
+    rows = []
+    for name, w in workloads.items():
+        try:
+            spec, samples = w["spec"], np.array(w["measured_s"], dtype=np.float64)
+            g = graph_from_spec(spec)
+            pls = [
+                Placement(np.asarray(p["device"], dtype=np.int64), placer=str(p["placer"]))
+                for p in w["placements"]
+            ]
+            counts = w["runs"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FormatError(
+                f"workload {name!r} is not a fidelity record ({exc})", str(raw_path)
+            ) from None
+        if samples.ndim != 2 or samples.shape[0] != len(pls):
+            raise FormatError(
+                f"workload {name!r}: {samples.shape[0] if samples.ndim else 0} rows of measured "
+                f"runs, expected one per placement ({len(pls)})",
+                str(raw_path),
+            )
+        rows.append(_workload_record(name, spec, g, pls, samples, counts, profile, cal.base))
+    passes = Passes(**doc.get("passes", {"repeats": 0, "warmup": 0, "rounds": 0}))
+    measured_on = SimpleNamespace(name=cal.backend, num_devices=cal.base.num_devices)
+    summary = _summary(rows, measured_on, list(doc.get("capacity") or []), profile, t_start)
+    summary["rescored_from"] = raw_path.name
+    summary["measured_on"] = cal.meta.get("date")
+    notes = [
+        f"Re-scored: nothing was measured by this run. The measurements are those of "
+        f"{raw_path.name} ({doc.get('source', 'bench fidelity')}, {cal.meta.get('date', '?')}): "
+        "its calibration refitted with today's fit, its placements simulated under today's "
+        "models; 'seconds' is the re-scoring's own time.",
+        *_notes(summary, passes, profile, raw_path.name),
+    ]
+    return write_report(
+        out_dir,
+        "fidelity",
+        "Simulator fidelity against the real executor (re-scored from kept measurements)",
+        {"Per workload": (rows, COLUMNS)},
+        summary=summary,
+        notes=notes,
+        command=f"doppler-lab bench fidelity --from {raw_path.name}",
     )
 
 
@@ -195,22 +264,37 @@ def _measure_workload(
     samples, counts = measure_placements(
         g, be, pls, passes, rng, progress, expected=profile.cost_model(g).compute
     )
-    measured = np.median(samples, axis=1)
     raw = {
         "spec": spec,
         "placements": [{"placer": p.placer, "device": np.asarray(p.device).tolist()} for p in pls],
         "measured_s": samples.tolist(),
         "runs": counts,
     }
+    return _workload_record(name, spec, g, pls, samples, counts, profile, be.cluster), raw
+
+
+def _workload_record(
+    name: str,
+    spec: str,
+    g: Any,
+    pls: list,
+    samples: np.ndarray,
+    counts: dict[str, int],
+    profile: Any,
+    preset: Any,
+) -> dict[str, Any]:
+    """One workload's table row from its measured runs ``samples`` ``(placements, runs)``."""
+    measured = np.median(samples, axis=1)
     row: dict[str, Any] = {
         **workload_row(name, spec, g, len(pls), measured),
         "coverage": profile.coverage(g),
         "runs": counts["runs"],
         "discarded_runs": counts["discarded"],
         "kept_disturbed_runs": counts["kept_disturbed"],
+        "spearman_ceiling": noise_ceiling(samples),
     }
-    row.update(_scores(g, pls, measured, samples.min(axis=1), profile, be.cluster))
-    return row, raw
+    row.update(_scores(g, pls, measured, samples.min(axis=1), profile, preset))
+    return row
 
 
 def _scores(
@@ -278,6 +362,7 @@ COLUMNS = [
     "placements",
     "measured_min_ms",
     "measured_max_ms",
+    "spearman_ceiling",
     "spearman_calibrated",
     "mre_calibrated",
     "spearman_host",
@@ -338,6 +423,10 @@ def _notes(summary: dict[str, Any], passes: Passes, profile: Any, raw_name: str)
         "preset = uncalibrated cluster preset.",
         f"Host fitted: {fitted}. Host probe (per-op periods of tiny-op chains): {shown or '-'}.",
         "mre = median over placements of |simulated - measured| / measured.",
+        "spearman_ceiling: the Spearman a perfect model could expect against these measurements "
+        "(split-half reliability of the measured medians over random halves of each placement's "
+        "runs, Spearman-Brown corrected, square root): where it is well above a model's Spearman, "
+        "what the model misses is the model's, not the measurements' noise.",
         "*_best: against the fastest of a placement's runs instead of their median (the run least "
         "disturbed by other processes; useful when the machine's load comes and goes).",
         f"A run whose ops took over {DISTURBED_SLOWDOWN}x their calibrated time (median over ops) "
