@@ -6,7 +6,7 @@ record it wrote. Benchmarks report numbers; tests never assert wall time.
 
 from __future__ import annotations
 
-from ._report import write_report
+from typing import Any
 
 BENCHMARKS: dict[str, str] = {
     "sim": "doppler_lab.lab.bench.sim",
@@ -25,3 +25,13 @@ BENCHMARKS: dict[str, str] = {
 }
 
 __all__ = ["BENCHMARKS", "write_report"]
+
+
+def __getattr__(name: str) -> Any:
+    """``write_report`` on first use: the report writer loads pandas and the plotting stack,
+    which every command would pay for at start (the CLI's parser reads :data:`BENCHMARKS`)."""
+    if name == "write_report":
+        from ._report import write_report
+
+        return write_report
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
