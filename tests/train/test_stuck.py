@@ -81,6 +81,61 @@ def test_paired_change_pairs_by_graph_and_seed():
     results += [_r("g", "dual", s, (100.0 + s) * 0.9, arm="fix") for s in range(4)]
     (row,) = paired_change(mark_failures(results))
     assert row["pairs"] == 4 and row["change"] == pytest.approx(-0.1)
+    assert (row["arm"], row["against"], row["verdict"]) == ("fix", "today", "better")
+    # every other arm against the base, each with the interval's verdict
+    results += [_r("g", "dual", s, 100.0 + s + (1 if s % 2 else -1), arm="short") for s in range(4)]
+    rows = {r["arm"]: r for r in paired_change(mark_failures(results))}
+    assert (
+        rows["short"]["verdict"] == "cannot tell"
+        and rows["short"]["low"] < 0 < rows["short"]["high"]
+    )
+    worse = {r["arm"]: r for r in paired_change(mark_failures(results), base="fix")}
+    assert worse["today"]["verdict"] == "worse" and worse["today"]["against"] == "fix"
+
+
+def test_seeds_all_stuck_at_one_place_fail_against_the_best_known():
+    """A cell whose seeds all stop at the teacher's 84.18 on the FFNN (best known 56.696) has
+    no failure by its own best, but every seed fails against the best known placement."""
+    results = [_r("ffnn_192nodes", "dual", s, 84.18) for s in range(4)]
+    results += [_r("ffnn_192nodes", "dual", s, 56.70, arm="short") for s in range(4)]
+    marked = mark_failures(results)
+    assert not any(m["failed"] for m in marked)
+    rates = {r["arm"]: r for r in failure_rates(marked)}
+    assert rates["today"]["failures"] == 0 and rates["today"]["failures_above_known"] == 4
+    assert rates["short"]["failures_above_known"] == 0
+    assert marked[0]["above_known"] == pytest.approx(84.18 / 56.696 - 1)
+    other = failure_rates(mark_failures([_r("not_a_paper_graph", "dual", 0, 1.0)] * 2))
+    assert other[0]["failures_above_known"] is None
+
+
+def test_an_arm_gives_stage_one_its_share_of_the_budget():
+    from doppler_lab.lab.bench.stuck import ARMS, SHORT_IMITATION_SHARE, _policy_config
+    from doppler_lab.lab.bench.stuck_split import SPLIT_CONFIG
+
+    today = _policy_config(SPLIT_CONFIG, "today")
+    short = _policy_config(SPLIT_CONFIG, "short-imitation")
+    assert (today.episodes, today.imitation_episodes) == (4000, 2000)  # the paper's split
+    assert (short.episodes, short.imitation_episodes) == (4000, 400)
+    assert short.imitation_episodes == round(SHORT_IMITATION_SHARE * 4000)
+    assert _policy_config(SPLIT_CONFIG, "fix").train == ARMS["fix"].train
+    with pytest.raises(ConfigError, match="'long'.*today, fix, short-imitation"):
+        StuckBenchConfig(arms=("today", "long"))
+
+
+def test_bench_stuck_split_quick_pairs_the_two_arms(tmp_path, monkeypatch):
+    from doppler_lab.lab.bench import stuck_split
+
+    monkeypatch.chdir(tmp_path)
+    record = stuck_split.run(tmp_path / "out", quick=True, progress=False)
+    assert (tmp_path / "out" / "stuck-split.md").exists()
+    rates = {r["arm"] for r in record["tables"]["Failure rate per arm and variant"]}
+    assert rates == {"today", "short-imitation"}
+    (pair,) = record["tables"]["Each arm against today, paired by graph and seed (arm / today - 1)"]
+    assert pair["pairs"] == 2 and pair["verdict"] in ("better", "worse", "cannot tell")
+    seeds = record["tables"]["Per seed, with Stage II diagnostics"]
+    assert {(r["arm"], r["seed"]) for r in seeds} == {
+        (a, s) for a in ("today", "short-imitation") for s in (0, 1)
+    }
 
 
 def test_stage_diagnostics_read_the_stage_curves(tmp_path):

@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, str] = {
     "memory-fidelity": "doppler_lab.lab.bench.memory_fidelity",
     "learner": "doppler_lab.lab.bench.learner",
     "stuck": "doppler_lab.lab.bench.stuck",
+    "stuck-split": "doppler_lab.lab.bench.stuck_split",
 }
 
 __all__ = ["BENCHMARKS", "write_report"]

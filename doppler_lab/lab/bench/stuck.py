@@ -4,8 +4,10 @@ A seed *fails* when its final makespan (the experiment protocol: best of the fin
 greedy rollout and ``samples`` sampled rollouts) ends more than ``threshold`` (5%) above the best
 seed of its cell, a cell being one (graph, variant, arm). Variants: the dual policy (learned SEL
 and PLC), SEL-only (PLC by the Critical Path rule) and PLC-only (SEL by the rule), trained as
-``bench policy`` trains them (Stage I imitation, then Stage II in the simulator). Arms: ``today``
-(the Stage II preset as it is) and ``fix`` (the preset with :data:`FIX` on top).
+``bench policy`` trains them (Stage I imitation, then Stage II in the simulator). Arms
+(:data:`ARMS`): ``today`` (the Stage II preset as it is), ``fix`` (the preset with :data:`FIX`
+on top) and ``short-imitation`` (Stage I ends after a tenth of the budget; ``bench
+stuck-split``, :mod:`~doppler_lab.lab.bench.stuck_split`, runs it at the paper's budget).
 
 Every (graph, variant, seed, arm) is one :func:`~doppler_lab.lab.bench.policy.run_case`, cached in its
 own resumable run directory under ``runs_dir`` (keyed by configuration and code version), so an
@@ -44,6 +46,33 @@ GRAPHS: tuple[str, ...] = (
 VARIANTS: dict[str, str] = {"dual": "doppler", "sel-only": "sel-only", "plc-only": "plc-only"}
 #: the Stage II settings of the ``fix`` arm (on top of the ``sim`` preset)
 FIX: dict[str, Any] = {"sel_temperature_end": 0.25}
+#: the Stage I share of the episode budget in the ``short-imitation`` arm (the workbench's own
+#: recipe: 400 of 4000 episodes, the ``imitation`` preset's length)
+SHORT_IMITATION_SHARE = 0.1
+
+
+@dataclass(frozen=True)
+class Arm:
+    """How one arm trains, against the configuration's own settings.
+
+    Attributes:
+        imitation_share: Stage I's share of the episode budget (None: the configuration's
+            ``imitation_episodes``).
+        train: Stage II settings on top of the ``sim`` preset.
+    """
+
+    imitation_share: float | None = None
+    train: dict[str, Any] = field(default_factory=dict)
+
+
+#: the arms a configuration can name: ``today`` (the preset as it is), ``fix`` (SEL's
+#: temperature schedule, :data:`FIX`) and ``short-imitation`` (Stage I ends after
+#: :data:`SHORT_IMITATION_SHARE` of the budget; Stage II has the rest)
+ARMS: dict[str, Arm] = {
+    "today": Arm(),
+    "fix": Arm(train=dict(FIX)),
+    "short-imitation": Arm(imitation_share=SHORT_IMITATION_SHARE),
+}
 #: a seed fails when it ends more than this fraction above its cell's best seed
 THRESHOLD = 0.05
 
@@ -55,7 +84,7 @@ class StuckBenchConfig:
     Attributes:
         graphs: paper graph names (4 devices, paper semantics).
         variants: keys of :data:`VARIANTS`.
-        arms: ``today`` and/or ``fix``.
+        arms: names of :data:`ARMS` (the first is the one the others are paired against).
         seeds: training seeds per cell.
         episodes: episodes per run (Stage I + Stage II).
         imitation_episodes: Stage I's share.
@@ -85,10 +114,10 @@ class StuckBenchConfig:
                 f"bench stuck: variant {bad[0] if bad else None!r}; expected some of "
                 f"{', '.join(VARIANTS)}"
             )
-        bad = [a for a in self.arms if a not in ("today", "fix")]
+        bad = [a for a in self.arms if a not in ARMS]
         if bad or not self.arms:
             raise ConfigError(
-                f"bench stuck: arm {bad[0] if bad else None!r}; expected today and/or fix"
+                f"bench stuck: arm {bad[0] if bad else None!r}; expected some of {', '.join(ARMS)}"
             )
         if self.seeds < 2:
             raise ConfigError(f"bench stuck: seeds = {self.seeds}, expected at least 2")
@@ -116,7 +145,10 @@ def mark_failures(
 ) -> list[dict[str, Any]]:
     """Each result with its cell's best (``cell_best``), its distance above it (``above_best``,
     a fraction) and ``failed`` (above by more than ``threshold``); a cell is a (graph, variant,
-    arm) (a result without ``arm`` is in the arm ``""``)."""
+    arm) (a result without ``arm`` is in the arm ``""``). Also against the best known placement
+    of a paper graph (``above_known``, ``failed_above_known``; None elsewhere): a cell whose seeds
+    are all stuck at the same place has no failure by its own best, but every seed above the
+    best known."""
     best: dict[tuple[str, str, str], float] = {}
     for r in results:
         key = (r["graph"], r["variant"], r.get("arm", ""))
@@ -125,7 +157,18 @@ def mark_failures(
     for r in results:
         b = best[(r["graph"], r["variant"], r.get("arm", ""))]
         above = float(r["makespan"]) / b - 1.0
-        out.append({**r, "cell_best": b, "above_best": above, "failed": above > threshold})
+        known = best_known(r["graph"])
+        above_known = float(r["makespan"]) / known - 1.0 if known else None
+        out.append(
+            {
+                **r,
+                "cell_best": b,
+                "above_best": above,
+                "failed": above > threshold,
+                "above_known": above_known,
+                "failed_above_known": None if above_known is None else above_known > threshold,
+            }
+        )
     return out
 
 
@@ -147,6 +190,9 @@ def failure_rates(marked: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         mine = [r for r in marked if r.get("arm", "") == arm and r["variant"] == variant]
         fails = [1.0 if r["failed"] else 0.0 for r in mine]
         rate, low, high = interval(fails)
+        vs_known = [
+            1.0 if r["failed_above_known"] else 0.0 for r in mine if r.get("above_known") is not None
+        ]
         rows.append(
             {
                 "arm": arm,
@@ -157,6 +203,8 @@ def failure_rates(marked: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "rate_low": low,
                 "rate_high": high,
                 "mean_above_best": float(np.mean([r["above_best"] for r in mine])),
+                "failures_above_known": int(sum(vs_known)) if vs_known else None,
+                "rate_above_known": float(np.mean(vs_known)) if vs_known else None,
             }
         )
     return rows
@@ -194,23 +242,36 @@ def cell_rows(marked: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def paired_change(marked: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per variant: the relative makespan change fix / today - 1, paired by (graph, seed), with
-    its 95% interval (negative: the fix ends lower)."""
-    today = {(r["graph"], r["variant"], r["seed"]): r for r in marked if r.get("arm") == "today"}
+def paired_change(marked: Sequence[Mapping[str, Any]], base: str = "today") -> list[dict[str, Any]]:
+    """Per other arm and variant: the relative makespan change arm / ``base`` - 1, paired by
+    (graph, seed), with its 95% interval (negative: the arm ends lower) and the verdict the
+    interval gives (``better``, ``worse`` or ``cannot tell``)."""
+    ref = {(r["graph"], r["variant"], r["seed"]): r for r in marked if r.get("arm") == base}
     rows = []
-    for variant in dict.fromkeys(r["variant"] for r in marked):
-        d = [
-            float(r["makespan"]) / float(today[k]["makespan"]) - 1.0
-            for r in marked
-            if r.get("arm") == "fix" and r["variant"] == variant
-            if (k := (r["graph"], r["variant"], r["seed"])) in today
-        ]
-        if d:
-            mean, low, high = interval(d)
-            rows.append(
-                {"variant": variant, "pairs": len(d), "change": mean, "low": low, "high": high}
-            )
+    arms = [a for a in dict.fromkeys(r.get("arm") for r in marked) if a != base]
+    for arm in arms:
+        for variant in dict.fromkeys(r["variant"] for r in marked):
+            d = [
+                float(r["makespan"]) / float(ref[k]["makespan"]) - 1.0
+                for r in marked
+                if r.get("arm") == arm and r["variant"] == variant
+                if (k := (r["graph"], r["variant"], r["seed"])) in ref
+            ]
+            if d:
+                mean, low, high = interval(d)
+                verdict = "better" if high < 0 else "worse" if low > 0 else "cannot tell"
+                rows.append(
+                    {
+                        "arm": arm,
+                        "against": base,
+                        "variant": variant,
+                        "pairs": len(d),
+                        "change": mean,
+                        "low": low,
+                        "high": high,
+                        "verdict": verdict,
+                    }
+                )
     return rows
 
 
@@ -256,16 +317,21 @@ def _stuck_case(cfg: Any, case: Any, method: str, seed: int, root: str) -> dict[
 
 
 def _policy_config(cfg: StuckBenchConfig, arm: str) -> Any:
-
+    spec = ARMS[arm]
+    imitation = (
+        cfg.imitation_episodes
+        if spec.imitation_share is None
+        else round(spec.imitation_share * cfg.episodes)
+    )
     return PolicyBenchConfig.of_graphs(
         list(cfg.graphs),
         methods=[VARIANTS[v] for v in cfg.variants],
         seeds=cfg.seeds,
         episodes=cfg.episodes,
-        imitation_episodes=cfg.imitation_episodes,
+        imitation_episodes=imitation,
         samples=cfg.samples,
         policy=dict(cfg.policy),
-        train=dict(FIX) if arm == "fix" else {},
+        train=dict(spec.train),
     )
 
 
@@ -284,8 +350,42 @@ def run(
     keep_going: bool = False,
 ) -> dict[str, Any]:
     """Run (or resume) the benchmark and write ``stuck.json`` / ``stuck.md``."""
-
     cfg = config or (quick_config() if quick else StuckBenchConfig())
+    return run_arms(
+        out_dir,
+        cfg,
+        "stuck",
+        "Training that does not get stuck: failure rate per variant",
+        "doppler-lab bench stuck" + (" --quick" if quick else ""),
+        progress=progress,
+        runner=runner,
+        keep_going=keep_going,
+    )
+
+
+def _arm_text(cfg: StuckBenchConfig, arm: str) -> str:
+    spec = _policy_config(cfg, arm)
+    changes = ", ".join(f"{k}={v}" for k, v in ARMS[arm].train.items())
+    return (
+        f"{arm}: Stage I {spec.imitation_episodes} + Stage II "
+        f"{spec.episodes - spec.imitation_episodes} episodes, the sim preset"
+        + (f" with {changes}" if changes else " as it is")
+    )
+
+
+def run_arms(
+    out_dir: Path,
+    cfg: StuckBenchConfig,
+    name: str,
+    title: str,
+    command: str,
+    progress: bool = True,
+    runner: str | Runner = "local",
+    keep_going: bool = False,
+) -> dict[str, Any]:
+    """Train every (arm, graph, variant, seed) of ``cfg`` (cached runs are read back) and write
+    ``NAME.json`` / ``NAME.md``: failure rates, each arm against the first paired by graph and
+    seed, the cells and every seed with its Stage II diagnostics."""
     root = Path(cfg.runs_dir)
     root.mkdir(parents=True, exist_ok=True)
     jobs = _jobs(cfg)
@@ -308,7 +408,7 @@ def run(
         ]
         t0 = time.perf_counter()
         sweep = make_runner(runner, jobs=jobs).run(
-            runs, desc=f"bench stuck ({arm})", progress=progress, keep_going=keep_going
+            runs, desc=f"bench {name} ({arm})", progress=progress, keep_going=keep_going
         )
         wall[arm] = time.perf_counter() - t0
         notes += sweep.notes()
@@ -318,11 +418,11 @@ def run(
     marked = mark_failures(results, cfg.threshold)
     rates = failure_rates(marked)
     cells = cell_rows(marked)
-    change = paired_change(marked)
+    change = paired_change(marked, base=cfg.arms[0])
     seed_cols = [
         "arm", "graph", "variant", "seed", "makespan", "greedy", "cell_best", "above_best",
-        "failed", "sel_entropy_start", "sel_entropy_end", "plc_entropy_start", "plc_entropy_end",
-        "sel_grad", "plc_grad", "sel_clipped", "plc_clipped", "train_s",
+        "failed", "above_known", "sel_entropy_start", "sel_entropy_end", "plc_entropy_start",
+        "plc_entropy_end", "sel_grad", "plc_grad", "sel_clipped", "plc_clipped", "train_s",
     ]  # fmt: skip
     per_seed = sorted(marked, key=lambda r: (r["arm"], r["graph"], r["variant"], r["seed"]))
     summary: dict[str, Any] = {
@@ -330,17 +430,24 @@ def run(
         f"({r['failure_rate']:.3f}, 95% interval {r['rate_low']:.3f} to {r['rate_high']:.3f})"
         for r in rates
     }
+    for r in change:
+        summary[f"{r['arm']} against {r['against']}, {r['variant']}"] = (
+            f"{r['change']:+.2%} (95% interval {r['low']:+.2%} to {r['high']:+.2%}, "
+            f"{r['pairs']} pairs): {r['verdict']}"
+        )
     for arm, s in wall.items():
         summary[f"wall seconds, {arm} arm (this invocation; cached runs are free)"] = round(s, 1)
     summary["training processes"] = jobs
-    fix_text = ", ".join(f"{k}={v}" for k, v in FIX.items()) or "(none yet)"
     return write_report(
         out_dir,
-        "stuck",
-        "Training that does not get stuck: failure rate per variant",
+        name,
+        title,
         {
             "Failure rate per arm and variant": (rates, None),
-            "Fix against today, paired by graph and seed (fix / today - 1)": (change, None),
+            f"Each arm against {cfg.arms[0]}, paired by graph and seed (arm / {cfg.arms[0]} - 1)": (
+                change,
+                None,
+            ),
             "Cells (graph x variant x arm)": (cells, None),
             "Per seed, with Stage II diagnostics": (per_seed, seed_cols),
         },
@@ -349,24 +456,27 @@ def run(
         + [
             f"A seed fails when its makespan ends more than {cfg.threshold:.0%} above the best "
             "seed of its cell (graph, variant, arm); the rate's interval is the 95% bootstrap "
-            "interval of the mean of the 0/1 failure indicators.",
-            f"Budget per run: Stage I {cfg.imitation_episodes} + Stage II "
-            f"{cfg.episodes - cfg.imitation_episodes} episodes (the paper's 2000 + 2000 is too "
-            f"slow for this benchmark), {cfg.seeds} seeds per cell, encoder "
-            f"{cfg.policy}, the protocol's best of greedy + {cfg.samples} samples.",
-            f"Arms: today (the sim preset as it is) and fix (the sim preset with {fix_text}).",
+            "interval of the mean of the 0/1 failure indicators. failures_above_known counts "
+            f"the seeds more than {cfg.threshold:.0%} above the best known placement (a cell "
+            "whose seeds all stop at the same place fails none by its own best).",
+            f"{cfg.seeds} seeds per cell, encoder {cfg.policy}, the protocol's best of greedy + "
+            f"{cfg.samples} samples.",
+            "Arms: " + "; ".join(_arm_text(cfg, a) for a in cfg.arms) + ".",
             "Diagnostics over Stage II: entropies (nats) averaged over its first and last "
             "tenth of updates, mean gradient norm per half before clipping, share of updates "
             "clipped (norm above 1).",
-            "mean_over_best_known / best_over_best_known: makespan / best known - 1 (positive: "
-            "above the best known placement).",
+            "mean_over_best_known / best_over_best_known / above_known: makespan / best known - "
+            "1 (positive: above the best known placement).",
         ],
-        command="doppler-lab bench stuck" + (" --quick" if quick else ""),
+        command=command,
     ) | {"config": asdict(cfg)}
 
 
 __all__ = [
+    "ARMS",
     "FIX",
+    "SHORT_IMITATION_SHARE",
+    "Arm",
     "GRAPHS",
     "THRESHOLD",
     "VARIANTS",
@@ -378,5 +488,6 @@ __all__ = [
     "paired_change",
     "quick_config",
     "run",
+    "run_arms",
     "stage_diagnostics",
 ]

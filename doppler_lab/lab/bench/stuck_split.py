@@ -1,0 +1,76 @@
+"""``doppler-lab bench stuck-split``: does the dual policy get stuck because Stage I is long?
+
+At the paper's budget (Stage I 2000 + Stage II 2000 episodes, notebook 07's cells) most dual
+seeds on the FFNN end where the Critical Path teacher does (84.18 against a best known 56.70):
+after 2000 imitation episodes PLC puts 0.9999 of its probability on the teacher's devices
+(entropy 0.17 nats), and Stage II's samples find better placements (56.7-77.3) without moving
+the greedy policy off the teacher's. This benchmark asks whether that is the Stage I length:
+arm ``today`` trains as notebook 07 does (2000 + 2000), arm ``short-imitation`` gives Stage I a
+tenth of the same 4000 episodes (the ``imitation`` preset's 400) and Stage II the rest; same
+graphs, seeds and protocol, paired by graph and seed (:mod:`~doppler_lab.lab.bench.stuck`'s
+machinery and failure rates, also counted against the best known placement).
+
+The dual policy on the paper's four 4-GPU graphs, 8 seeds: 64 runs, about 1 CPU-hour; runs are
+cached per (arm, graph, variant, seed) in ``runs/bench_stuck_split`` and an interrupted bench
+resumes. SEL-only and PLC-only can be added with ``StuckBenchConfig(variants=...)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ...house.runners import Runner
+from .stuck import GRAPHS, StuckBenchConfig, run_arms
+
+#: the paper's budget and Stage I share, the dual policy, both arms
+SPLIT_CONFIG = StuckBenchConfig(
+    graphs=GRAPHS,
+    variants=("dual",),
+    arms=("today", "short-imitation"),
+    seeds=8,
+    episodes=4000,
+    imitation_episodes=2000,
+    runs_dir="runs/bench_stuck_split",
+)
+
+
+def quick_config() -> StuckBenchConfig:
+    """A smoke run: one small graph, two seeds, tiny budgets."""
+    return StuckBenchConfig(
+        graphs=("chain_mm_112nodes",),
+        variants=("dual",),
+        arms=("today", "short-imitation"),
+        seeds=2,
+        episodes=40,
+        imitation_episodes=20,
+        samples=2,
+        jobs=1,
+        policy={"hidden": 16, "mp_steps": 2},
+        runs_dir="runs/bench_stuck_split_quick",
+    )
+
+
+def run(
+    out_dir: Path,
+    quick: bool = False,
+    config: StuckBenchConfig | None = None,
+    progress: bool = True,
+    runner: str | Runner = "local",
+    keep_going: bool = False,
+) -> dict[str, Any]:
+    """Run (or resume) the benchmark and write ``stuck-split.json`` / ``stuck-split.md``."""
+    cfg = config or (quick_config() if quick else SPLIT_CONFIG)
+    return run_arms(
+        out_dir,
+        cfg,
+        "stuck-split",
+        "Stuck at the teacher: the paper's Stage I share against a short Stage I",
+        "doppler-lab bench stuck-split" + (" --quick" if quick else ""),
+        progress=progress,
+        runner=runner,
+        keep_going=keep_going,
+    )
+
+
+__all__ = ["SPLIT_CONFIG", "quick_config", "run"]
