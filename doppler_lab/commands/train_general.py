@@ -254,6 +254,13 @@ def command_line(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     from ..train import general_policy as g
 
+    # what --ship needs is checked before hours of training, not after
+    g.check_general_name(args.name)
+    if args.ship is not None:
+        from ..house.userfiles import output_folder
+
+        output_folder(args.ship, "--ship")
+
     if args.score:
         from ..policies.pretrained import resolve_checkpoint
 

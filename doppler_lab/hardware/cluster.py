@@ -648,6 +648,8 @@ def parse_multihost(spec: str) -> Cluster:
             )
         try:
             key, value = parse_item(item, owner, "parameter")
+            if key in kw:  # never the last of two silently
+                raise ConfigError(f"{owner}: parameter {key!r} is given twice")
             bounds = {"minimum": 1} if kinds[key] == "int" else {"above": 0}
             kw[key] = check_setting(value, kinds[key], owner, key, "parameter", **bounds)
         except ConfigError as exc:

@@ -1,0 +1,200 @@
+"""Hostile and unlucky inputs, second round: each case is what a user could type, and each
+failed on the code before its fix (a traceback, a silent wrong result, an error after the work
+was done, or a message that did not say what was wrong)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+from test_hostile_inputs import one_error_line  # one place for the rule: exit 2, one line
+
+from doppler_lab.cli import main
+from doppler_lab.house.errors import CheckpointError, ClusterError, ConfigError
+
+
+@pytest.fixture
+def notes(tmp_path) -> Path:
+    """A file of the user's own."""
+    path = tmp_path / "notes.txt"
+    path.write_text("mine")
+    return path
+
+
+def never_runs(monkeypatch, module, name: str) -> None:
+    """Make ``module.name`` fail the test if it is called (the work a check must come before)."""
+
+    def never(*args, **kwargs):
+        raise AssertionError(f"{name} ran before the bad input was refused")
+
+    monkeypatch.setattr(module, name, never)
+
+
+# -- cluster specs ---------------------------------------------------------------------------------
+def test_a_device_count_of_thousands_of_digits_is_an_error_not_a_traceback(capsys):
+    # int() of 5,001 digits raised ValueError ("Exceeds the limit (4300 digits)")
+    err = one_error_line(
+        capsys, ["simulate", "chainmm", "--cluster", "uniform:" + "0" * 5000 + "1"]
+    )
+    assert "device count" in err and "expected uniform:N with N an integer >= 1" in err
+    assert len(err) < 400
+
+
+def test_a_multihost_parameter_given_twice_is_refused():
+    from doppler_lab.workloads.specs import cluster_from_spec
+
+    # the second 'hosts' won silently: 6 devices where the user may have meant 4
+    with pytest.raises(ClusterError, match="parameter 'hosts' is given twice"):
+        cluster_from_spec("multihost:hosts=2,hosts=3")
+    assert cluster_from_spec("multihost:hosts=3").num_devices == 6
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_a_bandwidth_near_zero_says_one_line_without_a_numpy_warning(tmp_path, capsys):
+    from doppler_lab.hardware.cluster import make_cluster
+
+    doc = make_cluster("p100x4").to_dict()
+    doc["bandwidth_bytes_per_s"] = [[0.0 if i == j else 1e-308 for j in range(4)] for i in range(4)]
+    path = tmp_path / "slow.json"
+    path.write_text(json.dumps(doc))
+    # numpy's "overflow encountered in scalar multiply" came on stderr before the error line
+    err = one_error_line(capsys, ["simulate", "chainmm:scale=0.05", "--cluster", str(path)])
+    assert "bandwidth 0->1 1e-308 B/s" in err and "infinite transfer time" in err
+
+
+# -- memory options --------------------------------------------------------------------------------
+@pytest.mark.parametrize("option", ["--memory-cap", "--memory-reserve"])
+def test_a_memory_size_that_overflows_is_refused_as_typed(capsys, option):
+    # 1e300GB was inf: --memory-cap became 'none' (no cap) in silence, and --memory-reserve's
+    # error read "--memory-reserve none: ... memory reserve = inf"
+    err = one_error_line(capsys, ["simulate", "chainmm", f"{option}=1e300GB"])
+    assert f"{option} must be a number of bytes" in err and "got '1e300GB' (too large)" in err
+
+
+# -- JSON ------------------------------------------------------------------------------------------
+def test_a_json_integer_of_thousands_of_digits_names_the_limit(tmp_path, capsys):
+    path = tmp_path / "g.json"
+    path.write_text('{"format": "doppler_lab.graph", "version": ' + "9" * 5000 + "}")
+    err = one_error_line(capsys, ["simulate", str(path)])
+    assert "an integer of 5,000 digits is out of range" in err
+    assert "set_int_max_str_digits" not in err  # Python's advice, not the user's to take
+
+
+# -- torch files -----------------------------------------------------------------------------------
+def test_a_checkpoint_that_is_no_torch_file_says_so(tmp_path):
+    from doppler_lab.policies.checkpoint import read_checkpoint
+
+    # torch's paragraph ("Weights only load failed. In PyTorch 2.6, we changed the default
+    # value of the `weights_only` argument ...") was the message
+    graph = tmp_path / "g.json"
+    graph.write_text('{"format": "doppler_lab.graph"}')
+    for path in (graph, tmp_path / "empty.pt"):
+        path.touch()
+        with pytest.raises(CheckpointError) as info:
+            read_checkpoint(path)
+        text = str(info.value)
+        assert "cannot be read: it is not a file torch.save wrote; expected a policy" in text
+        assert "weights_only" not in text
+
+
+def test_a_pickle_of_other_objects_is_named(tmp_path):
+    import torch
+
+    from doppler_lab.policies.checkpoint import read_checkpoint
+    from doppler_lab.search.adapter import load_adapter
+
+    path = tmp_path / "other.pt"
+    torch.save({"when": argparse.Namespace(a=1)}, path)
+    with pytest.raises(CheckpointError, match="holds objects other than tensors and plain data"):
+        read_checkpoint(path)
+    with pytest.raises(ConfigError, match=r"unreadable \(it holds objects other than") as info:
+        load_adapter(path, None, None)
+    assert "weights_only" not in str(info.value)
+
+
+# -- import options --------------------------------------------------------------------------------
+@pytest.mark.parametrize("value", ["2", "0", "yes"])
+def test_the_merge_option_takes_true_or_false_only(capsys, value):
+    # merge=2 and merge=yes were read as true, merge=0 as false, in silence
+    err = one_error_line(capsys, ["import", f"mlp:layers=1,hidden=8,merge={value}"])
+    assert "import option merge=" in err and "expected true or false" in err
+
+
+# -- output folders --------------------------------------------------------------------------------
+def test_a_file_where_a_folder_should_be_is_named(notes, capsys):
+    # mkdir said "file exists (EEXIST)" of the path to write, not which file was in the way
+    err = one_error_line(capsys, ["workloads", "build", "chainmm", "--out", f"{notes}/g.json"])
+    assert f"{notes} is a file, not a folder" in err
+    err = one_error_line(capsys, ["train", "--graph", "chainmm", "--out", f"{notes}/run"])
+    assert f"{notes} is a file, not a folder" in err
+    assert notes.read_text() == "mine"
+
+
+def test_bench_out_that_is_a_file_is_refused_before_the_bench_runs(notes, capsys, monkeypatch):
+    import doppler_lab.lab.bench.sim as sim_bench
+
+    never_runs(monkeypatch, sim_bench, "run")
+    # the bench ran for its full time, then failed with "notes.txt: File exists"
+    err = one_error_line(capsys, ["bench", "sim", "--quick", "--out", str(notes)])
+    assert f"--out {str(notes)!r} is a regular file; expected a folder" in err
+    err = one_error_line(capsys, ["bench", "sim", "--quick", "--out", f"{notes}/b"])
+    assert f"{str(notes)!r} above it is a regular file" in err
+    err = one_error_line(capsys, ["bench", "sim", "--quick", "--out", ""])
+    assert "--out '' is empty; expected a folder path" in err
+
+
+def test_an_empty_run_folder_is_not_the_current_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    # --out '' was '.': "run folder . holds files ..." or, in an empty folder, a run there
+    err = one_error_line(capsys, ["train", "--graph", "chainmm", "--out", "", "--episodes", "1"])
+    assert "run folder '' is empty; expected a folder (--out DIR)" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_train_general_checks_what_ship_needs_before_training(tmp_path, notes, capsys, monkeypatch):
+    import doppler_lab.train.general_policy as g
+
+    never_runs(monkeypatch, g, "train_general")
+    out = str(tmp_path / "run")
+    # both were found only after the whole training, when the result was shipped
+    for name in ("nope", "doppler/", "doppler/..", "doppler/../../x"):
+        err = one_error_line(capsys, ["train-general", "--out", out, "--name", name])
+        assert f"checkpoint name {name!r}: expected doppler/NAME" in err
+    err = one_error_line(capsys, ["train-general", "--out", out, "--ship", str(notes)])
+    assert f"--ship {str(notes)!r} is a regular file; expected a folder" in err
+    assert g.check_general_name("doppler/mine") == "doppler/mine"
+
+
+# -- explore ---------------------------------------------------------------------------------------
+def test_explore_names_a_missing_graph_file_and_an_unknown_placer(tmp_path, capsys):
+    out = str(tmp_path / "e.ipynb")
+    # each wrote a notebook that could only fail when run (exit 0)
+    for graph, what in (
+        (str(tmp_path / "nope.json"), "graph file"),
+        (f"{tmp_path / 'nope.py'}:make", "model file"),
+        (f"paper_costs:{tmp_path / 'nope.json'}", "graph file"),
+    ):
+        err = one_error_line(capsys, ["explore", graph, "--print", "--out", out])
+        assert what in err and "does not exist" in err
+    for option in ("--first", "--second"):
+        err = one_error_line(
+            capsys, ["explore", "chainmm", "--print", "--out", out, option, "nope"]
+        )
+        assert "unknown placer 'nope'" in err
+    assert not Path(out).exists()
+
+
+def test_explore_makes_a_model_files_path_absolute(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.py").write_text("def make():\n    pass\n")
+    (tmp_path / "g.json").write_text("{}")
+    for spec, want in (
+        ("m.py:make", f"{tmp_path}/m.py:make"),
+        ("model:m.py:make:width=8", f"model:{tmp_path}/m.py:make:width=8"),
+        ("paper_costs:g.json", f"paper_costs:{tmp_path}/g.json"),
+    ):
+        assert main(["explore", spec, "--json", "--out", "e.ipynb"]) == 0
+        # the notebook's kernel runs in the notebooks folder: 'm.py' was not found there
+        assert json.loads(capsys.readouterr().out)["parameters"]["workload"] == want
