@@ -198,3 +198,106 @@ def test_explore_makes_a_model_files_path_absolute(tmp_path, capsys, monkeypatch
         assert main(["explore", spec, "--json", "--out", "e.ipynb"]) == 0
         # the notebook's kernel runs in the notebooks folder: 'm.py' was not found there
         assert json.loads(capsys.readouterr().out)["parameters"]["workload"] == want
+
+
+# -- sizes and progress ----------------------------------------------------------------------------
+def test_a_sample_count_beyond_memory_is_refused_before_allocating(capsys):
+    # numpy's _ArrayMemoryError traceback ("Unable to allocate 53.6 GiB ...")
+    argv = ["place", "chainmm:scale=0.05", "--placer", "doppler", "-o", "samples=100000000"]
+    err = one_error_line(capsys, argv)
+    assert "100,000,000 rollouts of 72 steps on 4 devices need" in err
+    assert "of memory;" in err and "is available; expected fewer rollouts at once" in err
+
+
+def test_an_unchecked_memory_error_is_one_line(capsys, monkeypatch):
+    import doppler_lab.workloads.specs as specs
+
+    def huge(*args, **kwargs):
+        raise MemoryError("Unable to allocate 53.6 GiB for an array")
+
+    monkeypatch.setattr(specs, "graph_from_spec", huge)
+    err = one_error_line(capsys, ["simulate", "chainmm"])
+    assert "out of memory (Unable to allocate 53.6 GiB for an array)" in err
+
+
+def test_the_learned_placers_rollouts_show_a_line_while_they_run(capsys, monkeypatch):
+    import doppler_lab.house.progress as progress
+    import doppler_lab.search.learned as learned
+
+    def at_once(desc, **kwargs):  # the line from the start, not after 2 s
+        return progress.timer(desc, **{**kwargs, "delay_s": 0.0})
+
+    # the protocol's rollouts (no budget) had no bar: 15 minutes in silence on 1,024 devices
+    monkeypatch.setattr(learned, "timer", at_once)
+    assert main(["place", "chainmm:scale=0.05", "--placer", "doppler"]) == 0
+    assert "doppler: rollouts on 72 ops x 4 devices" in capsys.readouterr().err
+
+
+def test_a_multihost_bandwidth_that_overflows_is_named_as_typed():
+    from doppler_lab.workloads.specs import cluster_from_spec
+
+    # it read "multihost intra_bytes_per_s is inf", a name the user never typed
+    with pytest.raises(ClusterError, match=r"parameter intra_gbps=1e\+308 is too large"):
+        cluster_from_spec("multihost:kind=gpu,intra_gbps=1e308")
+
+
+# -- demo, report, data ----------------------------------------------------------------------------
+def test_demo_does_not_write_into_a_users_folder(tmp_path, capsys, monkeypatch):
+    import doppler_lab.lab.reporting.demo_job as demo_job
+
+    never_runs(monkeypatch, demo_job, "run_demo")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "index.html").write_text("<html>my page</html>")
+    # demo wrote its index.html and summary.json over the user's files of those names
+    err = one_error_line(capsys, ["demo", "--quick", "--out", str(mine)])
+    assert "did not mark as its run (index.html)" in err and "--force" in err
+    assert (mine / "index.html").read_text() == "<html>my page</html>"
+
+
+def test_demo_refuses_a_paper_graph_folder_without_graphs(tmp_path, notes, capsys, monkeypatch):
+    import doppler_lab.lab.reporting.demo_job as demo_job
+
+    never_runs(monkeypatch, demo_job, "run_demo")
+    # the report said "Not found" and the command exited 0
+    for folder in (str(tmp_path / "nope"), str(notes), ""):
+        argv = ["demo", "--quick", "--out", str(tmp_path / "d"), "--paper-graphs", folder]
+        err = one_error_line(capsys, argv)
+        assert f"--paper-graphs {folder!r} holds no paper graph (*.txt)" in err
+
+
+def test_report_refuses_an_unknown_notebook_parameter_before_running(tmp_path, capsys, monkeypatch):
+    import doppler_lab.lab.reporting.site as site
+
+    never_runs(monkeypatch, site, "run_one")
+    params = tmp_path / "params.json"
+    params.write_text(json.dumps({"00_quickstart": {"scael": 0.1}}))
+    # the notebook ran and failed: "failed or not run: 00_quickstart", nothing said why
+    argv = ["report", "--only", "00", "--params-file", str(params), "--out", str(tmp_path / "s")]
+    err = one_error_line(capsys, argv)
+    assert "parameters for notebook 00_quickstart: 'scael' not in its parameters cell" in err
+    assert "scale" in err
+
+
+@pytest.mark.parametrize("url", ["not a url", "ftp://example.org", "example.org/raw"])
+def test_a_download_url_that_urllib_cannot_take(tmp_path, capsys, url):
+    # ValueError traceback: "unknown url type: 'not a url/xinyuyao/...'"
+    argv = ["data", "paper-graphs", "--base-url", url, "--dest", str(tmp_path / "pg")]
+    err = one_error_line(capsys, argv)
+    assert f"--base-url {url!r}: expected a URL starting with https://" in err
+
+
+@pytest.mark.parametrize(
+    ("param", "said"),
+    [
+        ("cluster_name=nope", "unknown cluster 'nope'"),
+        ("semantics=nope", "parameter semantics='nope'; expected one of paper, wc, bsp"),
+        ("workload=/nope/g.json", "graph file '/nope/g.json' does not exist"),
+        ("first=nope", "unknown placer 'nope'"),
+    ],
+)
+def test_explore_checks_its_graph_cluster_and_placers_given_by_p(tmp_path, capsys, param, said):
+    # -p set what GRAPH, --cluster, --first and --second check, without their checks
+    out = tmp_path / "e.ipynb"
+    err = one_error_line(capsys, ["explore", "chainmm", "-p", param, "--print", "--out", str(out)])
+    assert said in err and not out.exists()

@@ -107,14 +107,34 @@ def explorer_parameters(args: argparse.Namespace, defaults: dict[str, Any]) -> d
             placer_spec(value)
             params[key] = value
     extra = parse_items(args.param, "explore -p", "parameter")
-    for key in extra:
+    for key, value in extra.items():
         if key not in defaults:
             raise ConfigError(
                 f"explore -p: the explorer has no parameter {key!r}; expected one of: "
                 f"{', '.join(defaults)}"
             )
+        # the ones GRAPH, --cluster, --first and --second set get their checks too
+        if key == "workload":
+            extra[key] = _absolute(parse_graph_spec(str(value)).check_files())
+        elif key == "cluster_name":
+            cluster_from_spec(str(value))
+        elif key in ("first", "second"):
+            from ..placers.registry import placer_spec
+
+            placer_spec(str(value))
+        elif key == "semantics" and value not in _semantics():
+            raise ConfigError(
+                f"explore -p: parameter semantics={value!r}; expected one of "
+                f"{', '.join(_semantics())}"
+            )
     params.update(extra)
     return params
+
+
+def _semantics() -> tuple[str, ...]:
+    from ..timing.sim import SEMANTICS
+
+    return SEMANTICS
 
 
 def _absolute(spec: Any) -> str:

@@ -538,6 +538,14 @@ def build_site(
         extra = _overrides_for(info.stem, overrides)
         if extra:
             profile = "custom"
+            # before anything runs: a misspelt parameter failed the notebook after its build
+            unknown = sorted(set(extra) - set(notebook_parameters(info.path)))
+            if unknown:
+                raise ConfigError(
+                    f"parameters for notebook {info.stem}: {', '.join(map(repr, unknown))} "
+                    f"not in its parameters cell; expected some of "
+                    f"{', '.join(sorted(notebook_parameters(info.path)))}"
+                )
         plans.append((info, {**(params or {}), **extra}, profile))
     out.mkdir(parents=True, exist_ok=True)
     earlier = {r.stem: r for r in read_site(out)}
