@@ -301,3 +301,61 @@ def test_explore_checks_its_graph_cluster_and_placers_given_by_p(tmp_path, capsy
     out = tmp_path / "e.ipynb"
     err = one_error_line(capsys, ["explore", "chainmm", "-p", param, "--print", "--out", str(out)])
     assert said in err and not out.exists()
+
+
+# -- names --------------------------------------------------------------------------------------
+def test_a_file_with_another_extension_is_not_an_unknown_name(tmp_path, capsys):
+    from doppler_lab.hardware.cluster import make_cluster
+
+    graph, cluster, placement = tmp_path / "g.JSON", tmp_path / "c.JSON", tmp_path / "p.JSON"
+    graph.write_text("{}")
+    cluster.write_text(json.dumps(make_cluster("p100x4").to_dict()))
+    placement.write_text("{}")
+    # each was "unknown workload/cluster/placement ..." followed by every name there is
+    err = one_error_line(capsys, ["simulate", str(graph)])
+    assert f"graph spec {str(graph)!r} is a file whose name ends in neither .json nor .txt" in err
+    err = one_error_line(capsys, ["simulate", "chainmm", "--cluster", str(cluster)])
+    assert f"cluster {str(cluster)!r} is a file whose name does not end in .json" in err
+    err = one_error_line(capsys, ["simulate", "chainmm", "--placement", str(placement)])
+    assert f"placement {str(placement)!r} is a file whose name does not end in .json" in err
+    err = one_error_line(capsys, ["simulate", "chainmm", "--cluster", str(tmp_path)])
+    assert "is a folder whose name does not end in .json" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("", "does not appear to be JSON"),
+        ("not json", "not json"),
+        ('{"nbformat": 3}', "worksheets"),
+    ],
+)
+def test_a_notebook_nbformat_cannot_read_is_one_line(tmp_path, capsys, text, said):
+    notebook = tmp_path / "nb.ipynb"
+    notebook.write_text(text)
+    # nbformat's NotJSONError and jsonschema's ValidationError were tracebacks
+    out = str(tmp_path / "nb.html")
+    err = one_error_line(capsys, ["report", "--render", str(notebook), "--out", out])
+    assert f"{notebook}: not a notebook nbformat can read" in err and said in err
+    err = one_error_line(capsys, ["report", "--notebooks", str(tmp_path), "--list"])
+    assert "not a notebook nbformat can read" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--set", "episodes=5", "--episodes", "2"], "--set episodes=5 and --episodes 2"),
+        (["--set", "semantics=wc", "--semantics", "paper"], "--set semantics=wc and --semantics"),
+        (["--policy-set", "kind=gdp", "--policy", "placeto"], "--policy-set kind=gdp and --policy"),
+    ],
+)
+def test_train_refuses_a_setting_given_twice(tmp_path, capsys, monkeypatch, argv, said):
+    import doppler_lab.train.loop as loop
+    import doppler_lab.train.pipeline as pipeline
+
+    never_runs(monkeypatch, pipeline, "run_pipeline")
+    never_runs(monkeypatch, loop, "Trainer")
+    # --set episodes=5 won over --episodes 2 in silence (5 episodes ran)
+    run = ["train", "--graph", "chainmm:scale=0.05", "--out", str(tmp_path / "run"), *argv]
+    err = one_error_line(capsys, run)
+    assert said in err and "expected it once" in err

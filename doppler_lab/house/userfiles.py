@@ -62,6 +62,12 @@ def file_kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "a regular file")
 
 
+def file_or_folder(path: str | os.PathLike) -> str:
+    """``"a folder"`` or ``"a file"``: what ``path`` (which exists) is, for a message about a
+    name that was meant as a file but is read as something else."""
+    return "a folder" if os.path.isdir(path) else "a file"
+
+
 def _stat(path: Path, what: str, fail: Fail) -> os.stat_result | None:
     """``os.stat`` of ``path`` (following links); None when nothing is there."""
     try:
@@ -334,6 +340,7 @@ __all__ = [
     "add_force_output_argument",
     "check_output",
     "file_kind",
+    "file_or_folder",
     "guard_outputs",
     "html_page",
     "input_file",

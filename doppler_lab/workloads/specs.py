@@ -38,6 +38,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..house.errors import ClusterError, ConfigError
+from ..house.userfiles import file_or_folder
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..hardware.cluster import Cluster
@@ -371,6 +373,12 @@ def _parse(text: str, kinds: Sequence[str] | None = None, depth: int = 0) -> Gra
         return GraphSpec("model", *parse_spec(s, f"model spec {s!r}", "parameter"), s)
     if not colon and name in _released_paper_names():
         return GraphSpec("paper", name, {}, s)
+    if os.path.lexists(s):  # a file the user meant (G.JSON, graph.js): not "unknown workload"
+        raise ConfigError(
+            f"graph spec {s!r} is {file_or_folder(s)} whose name ends in neither .json nor "
+            ".txt; expected a "
+            "JSON graph FILE.json, a paper graph FILE.txt, FILE.py:FUNC or FILE.pt2"
+        )
     raise _unknown_name(name, s, kinds)
 
 
@@ -489,5 +497,10 @@ def cluster_from_spec(spec: str | Cluster, devices: int | None = None) -> Cluste
             raise ClusterError(f"cluster {s!r} has {number} devices, not {devices}")
         return make_cluster(name, number)
     if s not in PRESETS:
+        if os.path.lexists(s):  # c.JSON, a folder: said as a file, not as an unknown preset
+            raise ClusterError(
+                f"cluster {s!r} is {file_or_folder(s)} whose name does not end in .json; "
+                "expected a cluster or calibration profile FILE.json, or a preset"
+            )
         raise ClusterError(f"unknown cluster {s!r}; expected {CLUSTER_FORMS}")
     return make_cluster(s, devices)
