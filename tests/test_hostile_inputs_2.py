@@ -359,3 +359,20 @@ def test_train_refuses_a_setting_given_twice(tmp_path, capsys, monkeypatch, argv
     run = ["train", "--graph", "chainmm:scale=0.05", "--out", str(tmp_path / "run"), *argv]
     err = one_error_line(capsys, run)
     assert said in err and "expected it once" in err
+
+
+@pytest.mark.parametrize(
+    ("placer", "extra", "said"),
+    [
+        ("local-search", ["--budget", "5", "-o", "budget=7"], "budget=7 (in --placer or -o)"),
+        ("local-search:budget=5", ["--budget", "7"], "budget=5 (in --placer or -o)"),
+        ("exact:time_limit=1", ["--time-limit", "2"], "time_limit=1 (in --placer or -o)"),
+    ],
+)
+def test_place_refuses_an_option_given_as_a_flag_too(capsys, monkeypatch, placer, extra, said):
+    import doppler_lab.placers as placers
+
+    never_runs(monkeypatch, placers, "get_placer")
+    # the flag won in silence: --budget 5 -o budget=7 ran 5 calls
+    err = one_error_line(capsys, ["place", "chainmm:scale=0.05", "--placer", placer, *extra])
+    assert said in err and "give it once" in err
