@@ -376,3 +376,18 @@ def test_place_refuses_an_option_given_as_a_flag_too(capsys, monkeypatch, placer
     # the flag won in silence: --budget 5 -o budget=7 ran 5 calls
     err = one_error_line(capsys, ["place", "chainmm:scale=0.05", "--placer", placer, *extra])
     assert said in err and "give it once" in err
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--runner", "ray"], ["--jobs", "8"], ["--distill-budget", "50"], ["--no-distill-proposals"]],
+)
+def test_train_general_refuses_distillation_options_without_distill(
+    tmp_path, capsys, monkeypatch, extra
+):
+    import doppler_lab.train.general_policy as g
+
+    never_runs(monkeypatch, g, "train_general")
+    # Stages I + II ran with them ignored: --runner ray trained on this machine
+    err = one_error_line(capsys, ["train-general", "--out", str(tmp_path / "run"), *extra])
+    assert f"{extra[0]} is an option of search distillation; expected it with --distill" in err
