@@ -172,6 +172,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"doppler-lab {args.command}: interrupted", file=sys.stderr)
         return 130
+    except MemoryError as exc:  # a size no reader checked: one line, never a traceback
+        why = one_line(exc, 300) or "an allocation failed"
+        print(
+            f"doppler-lab {args.command}: error: out of memory ({why}); expected smaller sizes",
+            file=sys.stderr,
+        )
+        return 2
 
 
 def _broken_pipe() -> int:

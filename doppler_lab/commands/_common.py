@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +19,7 @@ from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError, PlacementError, SimulationError
 from ..house.jsonutil import to_jsonable
 from ..house.limits import LIMITS
+from ..house.userfiles import file_or_folder
 from ..house.validate import parse_int_text, parse_number_text, show
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement, random_placement, round_robin, single_device
@@ -208,6 +210,11 @@ def resolve_placement(
         raise PlacementError(
             f"unknown placement {spec!r}; expected one of {PLACEMENT_KEYWORDS} or a .json file"
         ) from None
+    if spec not in available_placers() and os.path.lexists(spec):  # p.JSON: not a placer
+        raise PlacementError(
+            f"placement {spec!r} is {file_or_folder(spec)} whose name does not end in .json; "
+            "expected a placement FILE.json (what `place --out` writes), a baseline or a placer"
+        )
     if spec not in available_placers():
         raise PlacementError(
             f"unknown placement {spec!r}; expected one of {PLACEMENT_KEYWORDS}, a .json file, "

@@ -21,19 +21,27 @@ def _bytes_arg(text: str, number: Any, what: str, none: bool = False) -> float:
     """``text`` as bytes, with an optional decimal unit (``16GB``, ``512MB``), by ``number``;
     a bad value is named as typed (``16XB``), not as what is left of it."""
     t = text.strip().lower()
+    value: float | None = None
     for unit, size in _UNITS.items():
         if t.endswith(unit) and t[: -len(unit)].strip():
             try:
-                return number(t[: -len(unit)].strip()) * size
+                value = number(t[: -len(unit)].strip()) * size
             except argparse.ArgumentTypeError:
-                break
-    try:
-        return number(text)
-    except argparse.ArgumentTypeError:
+                pass
+            break
+    if value is None:
+        try:
+            value = number(text)
+        except argparse.ArgumentTypeError:
+            pass
+    # a finite number times its unit can overflow (1e300GB): never a silent 'none'
+    if value is None or not math.isfinite(value):
         raise argparse.ArgumentTypeError(
             f"must be a number of bytes {what} with an optional unit (16e9, 16GB, 512MB; units "
             f"{', '.join(u.upper() for u in _UNITS)}){' or none' if none else ''}, got {text!r}"
-        ) from None
+            + (" (too large)" if value is not None else "")
+        )
+    return value
 
 
 def memory_cap_arg(text: str) -> float:

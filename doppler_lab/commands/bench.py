@@ -10,6 +10,7 @@ from pathlib import Path
 from ..house.errors import ConfigError
 from ..house.progress import show_progress
 from ..house.runners import add_runner_arguments, runner_from_args
+from ..house.userfiles import output_folder
 from ..lab.bench import BENCHMARKS
 
 NAME = "bench"
@@ -164,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
         given["finetune_long"] = False
     if given.pop("skip_clustering", False):
         given["clustering"] = False
+    output_folder(args.out)  # before the bench runs, not when it writes
     record = mod.run(Path(args.out), quick=args.quick, **shown, **given)
     print(f"wrote {Path(args.out) / (args.name + '.md')}")
     for k, v in record.get("summary", {}).items():

@@ -92,10 +92,8 @@ def explorer_parameters(args: argparse.Namespace, defaults: dict[str, Any]) -> d
     from ..house.settings import parse_items
     from ..workloads.specs import cluster_from_spec, parse_graph_spec
 
-    graph = args.graph
-    if Path(graph).expanduser().exists():  # the kernel runs in another folder
-        graph = str(Path(graph).expanduser().resolve())
-    parse_graph_spec(graph)
+    # a missing file is said now, not in the notebook; the kernel runs in another folder
+    graph = _absolute(parse_graph_spec(args.graph).check_files())
     params: dict[str, Any] = {"workload": graph}
     if args.cluster:
         cluster_from_spec(args.cluster)
@@ -103,17 +101,56 @@ def explorer_parameters(args: argparse.Namespace, defaults: dict[str, Any]) -> d
     if graph != defaults.get("workload"):  # the shipped checkpoint is the default graph's
         params["second_checkpoint"] = ""
     for key, value in (("first", args.first), ("second", args.second)):
-        if value:
+        if value is not None:  # '' is no placer either
+            from ..placers.registry import placer_spec
+
+            placer_spec(value)
             params[key] = value
     extra = parse_items(args.param, "explore -p", "parameter")
-    for key in extra:
+    for key, value in extra.items():
         if key not in defaults:
             raise ConfigError(
                 f"explore -p: the explorer has no parameter {key!r}; expected one of: "
                 f"{', '.join(defaults)}"
             )
+        # the ones GRAPH, --cluster, --first and --second set get their checks too
+        if key == "workload":
+            extra[key] = _absolute(parse_graph_spec(str(value)).check_files())
+        elif key == "cluster_name":
+            cluster_from_spec(str(value))
+        elif key in ("first", "second"):
+            from ..placers.registry import placer_spec
+
+            placer_spec(str(value))
+        elif key == "semantics" and value not in _semantics():
+            raise ConfigError(
+                f"explore -p: parameter semantics={value!r}; expected one of "
+                f"{', '.join(_semantics())}"
+            )
     params.update(extra)
     return params
+
+
+def _semantics() -> tuple[str, ...]:
+    from ..timing.sim import SEMANTICS
+
+    return SEMANTICS
+
+
+def _absolute(spec: Any) -> str:
+    """The text of the graph spec ``spec`` with the file it names made absolute (a graph file,
+    ``FILE.py:FUNC``, ``FILE.pt2``, also inside ``model:`` and ``paper_costs:``)."""
+    if spec.kind == "paper_costs":
+        return f"paper_costs:{_absolute(spec.inner)}"
+    if spec.kind in ("json", "paper_file"):
+        return str(Path(spec.target).expanduser().resolve())
+    if spec.kind in ("function", "program"):
+        file = spec.target.rpartition(":")[0] if spec.kind == "function" else spec.target
+        body = spec.body
+        assert body.startswith(file)
+        text = str(Path(file).expanduser().resolve()) + body[len(file) :]
+        return f"model:{text}" if spec.prefix else text
+    return spec.text
 
 
 def _slug(text: str) -> str:

@@ -168,6 +168,7 @@ def placer_arguments(
             raise ConfigError(
                 f"placer {name!r} takes no {flag}; its options: {', '.join(accepted) or 'none'}"
             )
+        _once(name, key, flag, opts)
         opts[key] = value
     if "semantics" in accepted and "semantics" not in opts:
         opts["semantics"] = args.semantics
@@ -178,8 +179,19 @@ def placer_arguments(
     if getattr(args, "checkpoint", None):
         if "checkpoint" not in accepted:
             raise ConfigError(f"placer {name!r} takes no --checkpoint")
+        _once(name, "checkpoint", "--checkpoint", opts)
         opts["checkpoint"] = args.checkpoint
     return opts
+
+
+def _once(name: str, key: str, flag: str, opts: dict[str, Any]) -> None:
+    """Refuse ``flag`` when the placer spec or ``-o`` set its option ``key`` too (``--budget 5
+    -o budget=7``): the flag won in silence."""
+    if key in opts:
+        raise ConfigError(
+            f"placer {name!r}: option {key!r} is given as {key}={opts[key]} (in --placer or -o) "
+            f"and as {flag}; give it once"
+        )
 
 
 def run(args: argparse.Namespace) -> int:

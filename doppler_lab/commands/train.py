@@ -137,14 +137,17 @@ def stage_configs(args: argparse.Namespace, default_semantics: str) -> list:
     if bad or not stages:
         raise ConfigError(f"--stage {args.stage!r}: expected one or more of {', '.join(STAGES)}")
     common: dict[str, Any] = {"semantics": args.semantics or default_semantics}
-    for key in ("noise", "episodes", "episodes_per_update", "lr", "seed", "repeats"):
+    given: dict[str, Any] = {}
+    for key in ("semantics", "noise", "episodes", "episodes_per_update", "lr", "seed", "repeats"):
         if getattr(args, key) is not None:
-            common[key] = getattr(args, key)
-    common.update(_pairs(args.set, "train config"))
+            common[key] = given[key] = getattr(args, key)
     prefix = "released-" if args.preset == "released" else ""
     own: dict[str, Any] = {} if args.estimator is None else {"estimator": args.estimator}
     if getattr(args, "sel_temperature_end", None) is not None:
         own["sel_temperature_end"] = args.sel_temperature_end
+    settings = _pairs(args.set, "train config")
+    _given_once(settings, {**given, **own}, "--set")
+    common.update(settings)
     return [preset(prefix + s, **{**common, **({} if s == "imitation" else own)}) for s in stages]
 
 
@@ -154,8 +157,20 @@ def policy_config(args: argparse.Namespace):
     base = POLICY_PRESETS["released" if args.preset == "released" else "default"]
     changes = _pairs(args.policy_set, "policy config")
     if args.policy:
+        _given_once(changes, {"kind": args.policy}, "--policy-set")
         changes["kind"] = args.policy
     return base.replace(**changes)
+
+
+def _given_once(settings: dict[str, Any], options: dict[str, Any], flag: str) -> None:
+    """Refuse a ``flag KEY=VALUE`` item whose key an option of its own set too (``--set
+    episodes=5`` beside ``--episodes 2``): one of them would win in silence."""
+    for key, value in settings.items():
+        if key in options:
+            option = "--policy" if key == "kind" else "--" + key.replace("_", "-")
+            raise ConfigError(
+                f"{flag} {key}={value} and {option} {options[key]} both set {key}; expected it once"
+            )
 
 
 def device_curriculum(args, configs, pcfg, init, num_devices: int) -> int | None:

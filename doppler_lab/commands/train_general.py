@@ -8,6 +8,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ..house.errors import ConfigError
 from ..house.progress import show_progress
 from ._common import add_estimator_argument, int_arg, number_arg, print_json
 
@@ -200,6 +201,32 @@ def _result_arguments(p: argparse.ArgumentParser, g: ModuleType) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 
+def _no_distill_options(args: argparse.Namespace) -> None:
+    """Refuse the options of ``--distill`` without it: Stages I + II ran with them ignored
+    (``--runner ray`` trained on this machine, ``--jobs 8`` on one process)."""
+    from ..train import distill as dl
+
+    for flag, key, default in (
+        ("--distill-budget", "distill_budget", dl.DISTILL_BUDGET),
+        (
+            "--distill-imitation-episodes",
+            "distill_imitation_episodes",
+            dl.DISTILL_IMITATION_EPISODES,
+        ),
+        ("--distill-sim-episodes", "distill_sim_episodes", dl.DISTILL_SIM_EPISODES),
+        ("--jobs", "jobs", 1),
+        ("--no-distill-proposals", "distill_proposals", True),
+        ("--runner", "runner", "local"),
+        ("--ray-address", "ray_address", None),
+        ("--keep-going", "keep_going", False),
+    ):
+        if getattr(args, key) != default:
+            raise ConfigError(
+                f"{flag} is an option of search distillation; expected it with --distill ROUNDS "
+                "(Stages I + II run on this machine, in one process)"
+            )
+
+
 def share_arg(text: str) -> float:
     """An argparse ``type=``: a share in [0, 1]."""
     value = number_arg(minimum=0)(text)
@@ -253,6 +280,15 @@ def command_line(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ..train import general_policy as g
+
+    # what --ship needs is checked before hours of training, not after
+    g.check_general_name(args.name)
+    if not args.distill:
+        _no_distill_options(args)
+    if args.ship is not None:
+        from ..house.userfiles import output_folder
+
+        output_folder(args.ship, "--ship")
 
     if args.score:
         from ..policies.pretrained import resolve_checkpoint

@@ -648,17 +648,25 @@ def parse_multihost(spec: str) -> Cluster:
             )
         try:
             key, value = parse_item(item, owner, "parameter")
+            if key in kw:  # never the last of two silently
+                raise ConfigError(f"{owner}: parameter {key!r} is given twice")
             bounds = {"minimum": 1} if kinds[key] == "int" else {"above": 0}
             kw[key] = check_setting(value, kinds[key], owner, key, "parameter", **bounds)
         except ConfigError as exc:
             raise ClusterError(str(exc)) from None
     args: dict[str, Any] = {"kind": kw.get("kind", "cpu")}
-    if "intra_gbps" in kw:
-        args["intra_bytes_per_s"] = kw["intra_gbps"] * GB
-    if "inter_gbps" in kw:
-        args["inter_bytes_per_s"] = kw["inter_gbps"] * GB
-    if "inter_latency_us" in kw:
-        args["inter_latency_s"] = kw["inter_latency_us"] * 1e-6
+    for key, arg, unit in (
+        ("intra_gbps", "intra_bytes_per_s", GB),
+        ("inter_gbps", "inter_bytes_per_s", GB),
+        ("inter_latency_us", "inter_latency_s", 1e-6),
+    ):
+        if key in kw:
+            args[arg] = kw[key] * unit
+            if not math.isfinite(args[arg]):  # 1e308 GB/s is no bandwidth: said as typed
+                raise ClusterError(
+                    f"{owner}: parameter {key}={kw[key]:g} is too large; expected a number "
+                    f"below {1.7e308 / unit:.3g}"
+                )
     return make_multihost(kw.get("hosts", 2), kw.get("devices", 2), **args)
 
 

@@ -58,7 +58,23 @@ def write_error(
     """The :class:`WriteError` of ``exc`` raised while writing ``path`` (one line: ``doing``, the
     path, the reason, then ``after``)."""
     p = str(path)
+    blocker = _file_in_the_way(Path(path)) if exc.errno in (_errno.EEXIST, _errno.ENOTDIR) else None
+    if blocker is not None:  # mkdir's "file exists" would name neither the file nor the cause
+        return WriteError(
+            f"{doing} {p}: {blocker} is a file, not a folder; expected a folder there",
+            p,
+            exc.errno,
+        )
     return WriteError(f"{doing} {p}: {_reason(exc)}{after}", p, exc.errno)
+
+
+def _file_in_the_way(path: Path) -> Path | None:
+    """The nearest folder above ``path`` that exists and is no folder (what makes ``mkdir`` or
+    ``open`` of ``path`` fail with ``EEXIST`` / ``ENOTDIR``); else None."""
+    for folder in path.parents:
+        if os.path.lexists(folder):
+            return folder if os.path.exists(folder) and not os.path.isdir(folder) else None
+    return None
 
 
 def _mode_for(target: Path) -> int:

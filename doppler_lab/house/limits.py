@@ -83,3 +83,46 @@ def check_limit(value: Any, limit: str, what: str, fail: Any) -> Any:
 def _show(value: Any) -> str:
     text = f"{value:g}" if isinstance(value, float) else str(value)
     return text if len(text) <= 20 else f"{float(value):.3g}"
+
+
+def available_memory_bytes() -> float:
+    """Memory this machine can still give (``MemAvailable``, else free pages; ``inf`` when
+    unknown)."""
+    import os
+
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError, AttributeError):
+        return float("inf")
+
+
+#: bytes below which :func:`check_memory` does not read the memory available (cheap calls stay
+#: cheap)
+SMALL_ALLOCATION_BYTES = 256 * 2**20
+
+
+def check_memory(need: float, what: str, fail: Any, advice: str) -> None:
+    """Raise ``fail`` when ``need`` bytes are more than this machine can give now: one line
+    naming ``what`` needs them, what is available and ``advice`` (what to ask for instead);
+    before the allocation, so never a :class:`MemoryError` half-way."""
+    if need <= SMALL_ALLOCATION_BYTES:
+        return
+    free = available_memory_bytes()
+    if need > free:
+        raise fail(
+            f"{what} need {_bytes(need)} of memory; {_bytes(free)} is available; expected {advice}"
+        )
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"

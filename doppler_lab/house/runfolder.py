@@ -188,6 +188,8 @@ def run_folder(
         RunFolderError: another process holds the folder, or it is not a run of ``command``.
         WriteError: the folder or its lock cannot be made.
     """
+    if not str(path).strip():  # '' is not the current folder
+        raise RunFolderError(f"run folder {str(path)!r} is empty; expected a folder (--out DIR)")
     folder = Path(path)
     if folder.is_symlink() and not force:
         raise RunFolderError(

@@ -62,6 +62,12 @@ def file_kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "a regular file")
 
 
+def file_or_folder(path: str | os.PathLike) -> str:
+    """``"a folder"`` or ``"a file"``: what ``path`` (which exists) is, for a message about a
+    name that was meant as a file but is read as something else."""
+    return "a folder" if os.path.isdir(path) else "a file"
+
+
 def _stat(path: Path, what: str, fail: Fail) -> os.stat_result | None:
     """``os.stat`` of ``path`` (following links); None when nothing is there."""
     try:
@@ -128,6 +134,32 @@ def read_input_bytes(path: str | os.PathLike, what: str = "input file", **checks
         raise fail(f"{what} {str(p)!r}: cannot read it: {why}") from None
     _check_size(p, len(data), what, fail, limit)
     return data
+
+
+#: how the files ``torch.save`` writes begin: a zip archive, or (before torch 1.6) a pickle
+_TORCH_FILE_STARTS = (b"PK\x03\x04", b"\x80")
+
+
+def torch_file_problem(path: str | os.PathLike, exc: BaseException) -> str:
+    """Why ``torch.load(path, weights_only=True)`` raised ``exc``, in words for a message: not
+    a file ``torch.save`` wrote at all (a JSON graph, a text file, an empty or cut download), a
+    pickle of objects other than tensors and plain data (never loaded: they could run code), or
+    else the first line of torch's own message (never its paragraph of advice)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError:
+        head = b""
+    if not head.startswith(_TORCH_FILE_STARTS):
+        return "it is not a file torch.save wrote"
+    text = str(exc).strip()
+    if text.startswith("Weights only load failed"):
+        return (
+            "it holds objects other than tensors and plain data, which are never loaded (they "
+            "could run code)"
+        )
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first if len(first) <= 200 else first[:197] + "..."
 
 
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
@@ -234,6 +266,31 @@ def check_output(
     )
 
 
+def output_folder(path: str | os.PathLike, what: str = "--out", fail: Fail = ConfigError) -> Path:
+    """``path`` if a command can make or use it as the folder it writes into, checked before
+    any work: not empty (``''`` is not the current folder), not a file or another special file,
+    and no file where one of its parent folders should be.
+
+    Raises:
+        the error ``fail`` makes, naming ``what`` and the path.
+    """
+    if not str(path).strip():
+        raise fail(f"{what} {str(path)!r} is empty; expected a folder path")
+    p = Path(path)
+    for folder in (p, *p.parents):
+        if not os.path.lexists(folder):
+            continue
+        try:
+            mode = os.stat(folder).st_mode
+        except OSError:  # a dangling link or a loop: mkdir will say what it is
+            return p
+        if stat.S_ISDIR(mode):
+            return p
+        where = "" if folder == p else f": {str(folder)!r} above it"
+        raise fail(f"{what} {str(p)!r}{where} is {file_kind(mode)}; expected a folder")
+    return p
+
+
 def guard_outputs(args: Any, outputs: Mapping[str, Own | None]) -> list[Path]:
     """Check a command's output options before it does any work (:func:`check_output`).
 
@@ -283,11 +340,14 @@ __all__ = [
     "add_force_output_argument",
     "check_output",
     "file_kind",
+    "file_or_folder",
     "guard_outputs",
     "html_page",
     "input_file",
     "json_document",
+    "output_folder",
     "read_input_bytes",
     "same_file",
     "spec_files",
+    "torch_file_problem",
 ]

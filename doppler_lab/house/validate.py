@@ -396,7 +396,12 @@ def parse_json(text: str | bytes, source: str) -> Any:
     except json.JSONDecodeError as exc:
         raise FormatError(f"not valid JSON: {exc.msg}", source, exc.lineno) from None
     except ValueError as exc:  # ours (NaN, a key twice) or the parser's (an int of 5000 digits)
-        raise FormatError(f"not valid JSON: {exc}", source) from None
+        why = str(exc)
+        if "sys.set_int_max_str_digits" in why:  # Python's advice is not the user's to take
+            digits = re.search(r"value has (\d+) digits", why)
+            many = f"{int(digits[1]):,} digits" if digits else "too many digits"
+            why = f"an integer of {many} is out of range; expected a number of at most 4,300 digits"
+        raise FormatError(f"not valid JSON: {why}", source) from None
     except RecursionError:
         raise FormatError("JSON nested too deeply", source) from None
 

@@ -19,6 +19,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils._pytree import tree_leaves
 
 from ..house.errors import ConfigError, ImportModelError
+from ..house.validate import show
 from ..io.stored import StoredTensors
 from ..ir.graph import DataflowGraph, GraphBuilder
 from ..ir.ops import DTYPE_BYTES, OpSpec
@@ -42,7 +43,11 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _check_options(granularity: str, depth: int | None, weights: str = "stored") -> None:
+def _check_options(
+    granularity: str, depth: int | None, weights: str = "stored", merge: bool = True
+) -> None:
+    if not isinstance(merge, bool):  # merge=2, merge=0 or merge=no: never read as truthy
+        raise ConfigError(f"import option merge={show(merge)}; expected true or false")
     if granularity not in GRANULARITIES:
         raise ConfigError(f"granularity {granularity!r}; expected one of {GRANULARITIES}")
     if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 0):
@@ -97,7 +102,7 @@ def import_module(
     seed: int = 0,
 ) -> DataflowGraph:
     """:func:`doppler_lab.importers.from_module`."""
-    _check_options(granularity, depth, weights)
+    _check_options(granularity, depth, weights, merge)
     if not isinstance(model, torch.nn.Module):
         raise ImportModelError(f"expected a torch.nn.Module, got {type(model).__name__}")
     for bname, buf in model.named_buffers():
@@ -208,7 +213,7 @@ def import_exported(
     seed: int = 0,
 ) -> DataflowGraph:
     """:func:`doppler_lab.importers.from_exported` on a program in memory."""
-    _check_options(granularity, depth, weights)
+    _check_options(granularity, depth, weights, merge)
     if not isinstance(ep, torch.export.ExportedProgram):
         raise ImportModelError(f"expected a torch.export.ExportedProgram, got {type(ep).__name__}")
     if ep.example_inputs is None:

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..house.limits import available_memory_bytes
 from ..io.stored import MAX_GENERATED_SEED, generated_recipe
 
 __all__ = [
@@ -99,24 +100,6 @@ class _LargeOnMeta(torch.overrides.TorchFunctionMode):
         ):
             kwargs["device"] = "meta"
         return func(*args, **kwargs)
-
-
-def available_memory_bytes() -> float:
-    """Memory this machine can still give (``MemAvailable``, else free pages; ``inf`` when
-    unknown)."""
-    import os
-
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return float(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (OSError, ValueError, AttributeError):
-        return float("inf")
 
 
 def check_weight_memory(model: nn.Module, what: str) -> int:

@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 
 from ..house.atomic import atomic_copy, atomic_write, write_error
-from ..house.errors import DataError, WriteError
+from ..house.errors import ConfigError, DataError, WriteError
 from ..house.paths import PAPER_GRAPHS_ENV, user_paper_graphs_dir
 
 PAPER_REPO = "xinyuyao/Doppler"
@@ -49,6 +49,12 @@ def paper_graph_url(name: str, base_url: str | None = None) -> str:
     """The raw URL of one paper graph at the pinned commit (``base_url``: else
     ``$DOPPLER_LAB_PAPER_GRAPHS_URL``, else raw.githubusercontent.com)."""
     base = (base_url or os.environ.get(BASE_URL_ENV) or RAW_BASE_URL).rstrip("/")
+    scheme = base.partition("://")[0].lower() if "://" in base else ""
+    if scheme not in ("http", "https", "file"):  # urllib's "unknown url type" was a traceback
+        where = "--base-url" if base_url else f"${BASE_URL_ENV}"
+        raise ConfigError(
+            f"{where} {base!r}: expected a URL starting with https://, http:// or file://"
+        )
     return f"{base}/{PAPER_REPO}/{PAPER_COMMIT}/{PAPER_FOLDER}/{name}"
 
 

@@ -70,14 +70,17 @@ class StoredTensors:
         import torch
 
         assert self.path is not None
-        from ..house.userfiles import input_file
+        from ..house.userfiles import input_file, torch_file_problem
 
         input_file(self.path, "the graph's tensors file", FormatError, "MAX_TENSOR_FILE_BYTES")
         try:
             doc = torch.load(self.path, map_location="cpu", weights_only=True)
         except Exception as exc:  # noqa: BLE001 - torch raises many types (UnpicklingError too)
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise FormatError(f"cannot read the graph's tensors: {msg}", str(self.path)) from None
+            raise FormatError(
+                f"cannot read the graph's tensors: {torch_file_problem(self.path, exc)}; "
+                "expected the tensors file doppler-lab import wrote beside the graph",
+                str(self.path),
+            ) from None
         if not (
             isinstance(doc, dict)
             and isinstance(doc.get("inputs"), dict)

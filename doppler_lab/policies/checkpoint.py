@@ -113,13 +113,16 @@ def save_checkpoint(
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
     """The raw checkpoint dict of ``path`` (format and version checked)."""
-    from ..house.userfiles import input_file
+    from ..house.userfiles import input_file, torch_file_problem
 
     p = input_file(path, "checkpoint", CheckpointError, "MAX_TENSOR_FILE_BYTES")
     try:
         doc = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for foreign files
-        raise CheckpointError(f"checkpoint {str(p)!r} cannot be read: {one_line(exc)}") from None
+        raise CheckpointError(
+            f"checkpoint {str(p)!r} cannot be read: {torch_file_problem(p, exc)}; expected a "
+            "policy checkpoint (what train writes, or a shipped name)"
+        ) from None
     if not isinstance(doc, dict) or doc.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(
             f"{str(p)!r} is not a doppler_lab policy checkpoint (format "

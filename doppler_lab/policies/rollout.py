@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ..house.errors import ConfigError, PlacementError
+from ..house.limits import check_memory
 from ..ir.placement import Placement
 from ..timing.episode import Episode
 from ..timing.fit import MemoryGuard
@@ -139,6 +140,13 @@ class Rollout:
             )
         k_eps, t_steps = num_episodes, ctx.num_nodes
         ndev, fdim = ctx.num_devices, ctx.layout.device_dim
+        # every episode's steps are held at once: checked before they are allocated
+        check_memory(
+            k_eps * t_steps * (8.0 * 3 + ndev * (4.0 * fdim + 1)),
+            f"{k_eps:,} rollouts of {t_steps:,} steps on {ndev} devices",
+            ConfigError,
+            "fewer rollouts at once (samples, episodes per update)",
+        )
         self.policy, self.ctx, self.enc, self.rng = policy, ctx, enc, rng
         self.sel, self.plc = sel, plc
         self.record_teacher, self.anchor = record_teacher, anchor

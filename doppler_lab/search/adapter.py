@@ -51,7 +51,7 @@ from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError
 from ..house.limits import MAX_BUDGET, MAX_DEVICES, MAX_NODES
 from ..house.settings import check_setting
-from ..house.userfiles import input_file
+from ..house.userfiles import input_file, torch_file_problem
 from ..house.validate import type_name, want_int, want_str
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
@@ -308,7 +308,10 @@ def load_adapter(
     try:
         doc = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - a foreign file, named in the message
-        raise ConfigError(f"adapter {path}: unreadable ({exc})") from exc
+        raise ConfigError(
+            f"adapter {path}: unreadable ({torch_file_problem(path, exc)}); expected an adapter "
+            "table (what doppler-lab adapt --out DIR writes)"
+        ) from None
     if not isinstance(doc, dict) or doc.get("format") != ADAPTER_FORMAT:
         raise ConfigError(f"adapter {path}: not an adapter table (format {ADAPTER_FORMAT!r})")
     _check_adapter(doc, path)
@@ -700,8 +703,9 @@ def _read_state(path: str | Path, key: dict[str, Any]) -> dict[str, Any] | None:
         doc = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - a torn or foreign file, named in the message
         raise ConfigError(
-            f"adapt state {path}: unreadable ({exc}); delete it to start over"
-        ) from exc
+            f"adapt state {path}: unreadable ({torch_file_problem(path, exc)}); delete it to "
+            "start over"
+        ) from None
     if not isinstance(doc, dict) or doc.get("format") != ADAPT_STATE_FORMAT:
         raise ConfigError(
             f"adapt state {path}: not an adapter run's state (format {ADAPT_STATE_FORMAT!r})"

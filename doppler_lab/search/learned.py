@@ -35,6 +35,7 @@ from ..hardware.cluster import Cluster
 from ..house.errors import CheckpointError, ConfigError
 from ..house.limits import MAX_BUDGET, MAX_NOISE
 from ..house.progress import progress as progress_bar
+from ..house.progress import timer
 from ..house.runners import torch_threads
 from ..house.settings import check_setting
 from ..ir.graph import DataflowGraph
@@ -439,7 +440,11 @@ class _LearnedPlacer:
                 sim_calls=won.calls,
             )
         else:
-            won = self.run(graph, cluster, rng)
+            # the protocol's rollouts have no bar of their own: a line counting the seconds
+            # once they pass 2 s (a large graph or cluster takes minutes)
+            what = f"{self.name}: rollouts on {graph.compute_nodes.size:,} ops x {cluster.num_devices} devices"
+            with timer(what, enabled=self.progress, delay_s=2.0):
+                won = self.run(graph, cluster, rng)
             verdict = won.verdict
             meta.update(
                 greedy_cost=won.greedy_cost,

@@ -146,11 +146,9 @@ class CostModel:
         """The error naming what makes edge ``k``'s worst transfer time too large."""
         g, c = self.graph, self.cluster
         u, v = int(g.edge_src[k]), int(g.edge_dst[k])
-        parts = {
-            "fixed": float(self.edge_fixed[k]),
-            "latency": float(lat),
-            "bandwidth": float(self.edge_bytes[k] * inv) if self.edge_bytes[k] else 0.0,
-        }
+        with np.errstate(over="ignore"):  # bytes over a bandwidth near 0: inf, no warning
+            bandwidth = float(self.edge_bytes[k] * inv) if self.edge_bytes[k] else 0.0
+        parts = {"fixed": float(self.edge_fixed[k]), "latency": float(lat), "bandwidth": bandwidth}
         cause = max(parts, key=lambda x: parts[x])
         if cause == "fixed":
             return GraphError(

@@ -847,6 +847,18 @@ def widen_init(init: str | Path, layout: str, out_dir: Path) -> str | Path:
     return widen_checkpoint(init, layout, out_dir / f"init-{layout}.pt", like)
 
 
+def check_general_name(name: str) -> str:
+    """``name`` if :func:`ship_general` can give it (``doppler/NAME``, NAME one file name).
+
+    Raises:
+        ConfigError: naming it and what was expected.
+    """
+    rest = name[len("doppler/") :] if name.startswith("doppler/") else ""
+    if not rest.strip() or "/" in rest or "\\" in rest or rest in (".", ".."):
+        raise ConfigError(f"checkpoint name {name!r}: expected doppler/NAME")
+    return name
+
+
 def ship_general(
     results: Sequence[Any],
     dest: str | Path,
@@ -856,8 +868,7 @@ def ship_general(
 ) -> Path:
     """Copy the trained policy to ``<dest>/<name>.pt`` (``doppler/general``: the default of
     ``--placer doppler``) and record it in ``<dest>/index.json``."""
-    if not name.startswith("doppler/") or "/" in name[len("doppler/") :] or name == "doppler/":
-        raise ConfigError(f"checkpoint name {name!r}: expected doppler/NAME")
+    check_general_name(name)
     dest = Path(dest)
     target = dest / f"{name}.pt"
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -38,6 +38,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..house.errors import ClusterError, ConfigError
+from ..house.userfiles import file_or_folder
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..hardware.cluster import Cluster
@@ -163,6 +165,32 @@ class GraphSpec:
         items += [f"{k}={_value_text(v)}" for k, v in params.items()]
         text = f"{head}:{','.join(items)}"
         return parse_graph_spec(f"{self.prefix}:{text}" if self.prefix else text)
+
+    def check_files(self, paper_dir: str | Path | None = None) -> GraphSpec:
+        """This spec if the files it names are there (a graph file, a model file, a saved
+        program, an installed paper graph), without reading them: for a command that hands
+        the spec on (``explore`` writes it into a notebook) instead of building it.
+
+        Raises:
+            ConfigError: the first missing (or special) file, named as :func:`graph_from_spec`
+                names it.
+        """
+        from ..house.userfiles import input_file
+
+        if self.kind == "paper_costs":
+            assert self.inner is not None
+            self.inner.check_files(paper_dir)
+        elif self.kind in ("json", "paper_file"):
+            input_file(self.target, "graph file")
+        elif self.kind == "function":
+            input_file(self.target.rpartition(":")[0], "model file")
+        elif self.kind == "program":
+            input_file(self.target, "saved program", limit="MAX_TENSOR_FILE_BYTES")
+        elif self.kind == "paper":
+            from ..house.paths import paper_graph_path
+
+            paper_graph_path(self.target, paper_dir)
+        return self
 
     def build(self, **kwargs: Any) -> DataflowGraph:
         """:func:`graph_from_spec` of this spec."""
@@ -345,6 +373,12 @@ def _parse(text: str, kinds: Sequence[str] | None = None, depth: int = 0) -> Gra
         return GraphSpec("model", *parse_spec(s, f"model spec {s!r}", "parameter"), s)
     if not colon and name in _released_paper_names():
         return GraphSpec("paper", name, {}, s)
+    if os.path.lexists(s):  # a file the user meant (G.JSON, graph.js): not "unknown workload"
+        raise ConfigError(
+            f"graph spec {s!r} is {file_or_folder(s)} whose name ends in neither .json nor "
+            ".txt; expected a "
+            "JSON graph FILE.json, a paper graph FILE.txt, FILE.py:FUNC or FILE.pt2"
+        )
     raise _unknown_name(name, s, kinds)
 
 
@@ -428,6 +462,7 @@ def cluster_from_spec(spec: str | Cluster, devices: int | None = None) -> Cluste
             a missing file; one line naming the spec and what was expected.
     """
     from ..hardware.cluster import PRESETS, Cluster, make_cluster
+    from ..house.validate import parse_int_text
 
     if isinstance(spec, Cluster):
         if devices is not None and devices != spec.num_devices:
@@ -451,13 +486,21 @@ def cluster_from_spec(spec: str | Cluster, devices: int | None = None) -> Cluste
         if name not in ("cpu", "uniform"):
             what = f"preset {name!r} has a fixed size" if name in PRESETS else f"no preset {name!r}"
             raise ClusterError(f"cluster {s!r}: {what}; expected {CLUSTER_FORMS}")
-        if not count.isascii() or not count.isdigit() or int(count) < 1:
+        number = parse_int_text(count) if count.isascii() and count.isdigit() else None
+        if number is None or number < 1:  # parse_int_text: no int() of 5,000 digits
+            shown = count if len(count) <= 60 else count[:57] + "..."
             raise ClusterError(
-                f"cluster {s!r}: device count {count!r}; expected {name}:N with N an integer >= 1"
+                f"cluster {s if len(s) <= 80 else s[:77] + '...'!r}: device count {shown!r}; "
+                f"expected {name}:N with N an integer >= 1"
             )
-        if devices is not None and devices != int(count):
-            raise ClusterError(f"cluster {s!r} has {int(count)} devices, not {devices}")
-        return make_cluster(name, int(count))
+        if devices is not None and devices != number:
+            raise ClusterError(f"cluster {s!r} has {number} devices, not {devices}")
+        return make_cluster(name, number)
     if s not in PRESETS:
+        if os.path.lexists(s):  # c.JSON, a folder: said as a file, not as an unknown preset
+            raise ClusterError(
+                f"cluster {s!r} is {file_or_folder(s)} whose name does not end in .json; "
+                "expected a cluster or calibration profile FILE.json, or a preset"
+            )
         raise ClusterError(f"unknown cluster {s!r}; expected {CLUSTER_FORMS}")
     return make_cluster(s, devices)

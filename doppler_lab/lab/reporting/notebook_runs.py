@@ -24,7 +24,7 @@ import pandas as pd
 
 from ...house.atomic import atomic_write
 from ...house.deps import require
-from ...house.errors import ConfigError
+from ...house.errors import ConfigError, FormatError
 from ...house.jsonutil import write_json
 from ...house.paths import REPO_ROOT
 from ...viz.html import (
@@ -39,11 +39,34 @@ from ...viz.html import (
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 
 
+def read_notebook(path: str | os.PathLike, doing: str = "reading a notebook") -> Any:
+    """The notebook in ``path`` (nbformat 4), from a regular file within the size limit.
+
+    Raises:
+        FormatError: not a notebook (not JSON, empty, an old format nbformat cannot convert),
+            naming the file: nbformat's own exceptions were tracebacks.
+    """
+    from ...house.userfiles import input_file
+
+    nbformat = require("nbformat", doing)
+
+    def fail(msg: str) -> FormatError:
+        return FormatError(msg, str(path))
+
+    p = input_file(path, "notebook", fail)
+    try:
+        return nbformat.read(str(p), as_version=4)
+    except Exception as exc:  # noqa: BLE001 - nbformat raises its own and jsonschema's types
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise fail(
+            f"not a notebook nbformat can read ({why[:200]}); expected an .ipynb file"
+        ) from None
+
+
 def notebook_parameters(path: str | os.PathLike) -> dict[str, Any]:
     """The defaults in a notebook's ``parameters`` cell (evaluated as Python literals)."""
 
-    nbformat = require("nbformat", "reading a notebook's parameters")
-    nb = nbformat.read(str(path), as_version=4)
+    nb = read_notebook(path, "reading a notebook's parameters")
     for cell in nb.cells:
         if cell.cell_type == "code" and "parameters" in cell.metadata.get("tags", []):
             params: dict[str, Any] = {}
@@ -180,13 +203,13 @@ def render_html(
             :func:`~doppler_lab.viz.html.with_shared_assets`); None: a page that holds all.
         stamp: a muted note at the right of that bar (the code version that made the page).
     """
-    nbformat = require("nbformat", "rendering a notebook to HTML")
+    require("nbformat", "rendering a notebook to HTML")
     require("nbconvert", "rendering a notebook to HTML")
     # imported here, not at the top: an optional dependency, loaded only when used
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
 
-    nb = nbformat.read(str(executed_notebook), as_version=4)
+    nb = read_notebook(executed_notebook, "rendering a notebook to HTML")
     static_widget_outputs(nb)
     drop_plotly_bundles(nb)
     exporter = HTMLExporter(

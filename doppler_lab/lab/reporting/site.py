@@ -52,7 +52,6 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ...house import codeversion
-from ...house.deps import require
 from ...house.errors import ConfigError
 from ...house.jsonutil import read_json, write_json
 from ...house.validate import read_json_file
@@ -71,6 +70,7 @@ from .notebook_runs import (
     NOTEBOOKS_DIR,
     REPO_ROOT,
     notebook_parameters,
+    read_notebook,
     render_html,
     run_notebook,
     without_machine_paths,
@@ -114,8 +114,7 @@ class NotebookInfo:
 
 def notebook_info(path: str | os.PathLike) -> NotebookInfo:
     """The title (first markdown heading) and question (first paragraph) of a notebook."""
-    nbformat = require("nbformat", "reading a notebook")
-    nb = nbformat.read(str(path), as_version=4)
+    nb = read_notebook(path)
     title, question = "", ""
     for cell in nb.cells:
         if cell.cell_type != "markdown":
@@ -180,8 +179,7 @@ def quick_parameters(path: str | os.PathLike) -> dict[str, Any] | None:
         ConfigError: the profile is not a mapping, or names a parameter the notebook's
             ``parameters`` cell does not declare.
     """
-    nbformat = require("nbformat", "reading a notebook")
-    nb = nbformat.read(str(path), as_version=4)
+    nb = read_notebook(path)
     meta = nb.metadata.get(METADATA_KEY, {})
     profile = meta.get(QUICK_KEY) if isinstance(meta, Mapping) else None
     if profile is None:
@@ -457,8 +455,7 @@ def page_stamp(result: NotebookResult) -> str:
 def notebook_digest(path: str | os.PathLike) -> str:
     """A 12-hex digest of a notebook's cells (their kinds and sources; not outputs or
     metadata): an edited notebook is run again, a notebook saved with outputs is not."""
-    nbformat = require("nbformat", "reading a notebook")
-    nb = nbformat.read(str(path), as_version=4)
+    nb = read_notebook(path)
     h = hashlib.sha256()
     for cell in nb.cells:
         h.update(f"{cell.cell_type}\0{cell.source}\0".encode())
@@ -538,6 +535,14 @@ def build_site(
         extra = _overrides_for(info.stem, overrides)
         if extra:
             profile = "custom"
+            # before anything runs: a misspelt parameter failed the notebook after its build
+            unknown = sorted(set(extra) - set(notebook_parameters(info.path)))
+            if unknown:
+                raise ConfigError(
+                    f"parameters for notebook {info.stem}: {', '.join(map(repr, unknown))} "
+                    f"not in its parameters cell; expected some of "
+                    f"{', '.join(sorted(notebook_parameters(info.path)))}"
+                )
         plans.append((info, {**(params or {}), **extra}, profile))
     out.mkdir(parents=True, exist_ok=True)
     earlier = {r.stem: r for r in read_site(out)}
