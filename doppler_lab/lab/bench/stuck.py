@@ -191,7 +191,9 @@ def failure_rates(marked: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         fails = [1.0 if r["failed"] else 0.0 for r in mine]
         rate, low, high = interval(fails)
         vs_known = [
-            1.0 if r["failed_above_known"] else 0.0 for r in mine if r.get("above_known") is not None
+            1.0 if r["failed_above_known"] else 0.0
+            for r in mine
+            if r.get("above_known") is not None
         ]
         rows.append(
             {
