@@ -126,9 +126,14 @@ def measure_placements(
     rng: np.random.Generator,
     progress: bool = False,
     expected: np.ndarray | None = None,
+    op_traces: list[dict[str, Any]] | None = None,
 ) -> tuple[np.ndarray, dict[str, int]]:
     """Every measured makespan of each placement, ``(placements, rounds x repeats)``, over
     the ``passes`` in shuffled order (``rng``).
+
+    With ``op_traces`` (a list), one record per placement is appended to it, in placement
+    order: the per-op and per-copy times of the placement's median run
+    (:func:`trace_record`), for a model to be fitted to later from the raw file.
 
     With ``expected`` (``(N, D)`` op times, e.g. a calibrated cost model's), a run whose ops
     took :data:`DISTURBED_SLOWDOWN` times longer than expected (median) is taken again, up to
@@ -139,6 +144,7 @@ def measure_placements(
 
     repeats, warmup, rounds = passes.repeats, passes.warmup, passes.rounds
     per: list[list[float]] = [[] for _ in placements]
+    kept: list[list[Any]] = [[] for _ in placements]
     counts = {"runs": 0, "discarded": 0, "kept_disturbed": 0}
     with (
         Executor(graph, backend) as ex,
@@ -168,8 +174,43 @@ def measure_placements(
                         else:
                             counts["discarded"] += 1
                     per[i].append(trace.makespan)
+                    if op_traces is not None:
+                        kept[i].append(trace)
                 bar.update()
+    if op_traces is not None:
+        for times, traces in zip(per, kept, strict=True):
+            median = int(np.argsort(times, kind="stable")[(len(times) - 1) // 2]) if times else 0
+            op_traces.append(trace_record(traces[median], median) if traces else {})
     return np.array(per, dtype=np.float64), counts
+
+
+#: the resolution of the times kept by :func:`trace_record` (seconds)
+TRACE_RESOLUTION_S = 1e-7
+
+
+def trace_record(trace: Any, run: int) -> dict[str, Any]:
+    """A measured run's per-op and per-copy times as the raw files keep them: ``run`` (its index
+    among the placement's timed runs), ``start``/``end`` per node (seconds from the run's start,
+    to :data:`TRACE_RESOLUTION_S`; None for inputs, which are not run), and per copy its
+    producing node, consuming node, source and destination devices, ``start`` and ``end``."""
+
+    def times(x: np.ndarray) -> list[float | None]:
+        r = np.round(np.asarray(x, dtype=np.float64) / TRACE_RESOLUTION_S) * TRACE_RESOLUTION_S
+        return [None if not np.isfinite(v) else float(f"{v:.7g}") for v in r]
+
+    return {
+        "run": int(run),
+        "start": times(trace.start),
+        "end": times(trace.end),
+        "copies": {
+            "src": np.asarray(trace.transfer_src, dtype=np.int64).tolist(),
+            "dst": np.asarray(trace.transfer_dst, dtype=np.int64).tolist(),
+            "src_device": np.asarray(trace.transfer_src_device, dtype=np.int64).tolist(),
+            "dst_device": np.asarray(trace.transfer_dst_device, dtype=np.int64).tolist(),
+            "start": times(trace.transfer_start),
+            "end": times(trace.transfer_end),
+        },
+    }
 
 
 def noise_ceiling(

@@ -58,3 +58,41 @@ def test_the_targets_are_judged_only_on_a_quiet_run(capacity, spear, mre, judged
     assert s["parallel_capacity"] == min(capacity)
     notes = fidelity._notes(s, fidelity.Passes(3, 1, 4), prof, "raw.json.gz")
     assert notes[0].startswith("NOT JUDGED") is (not judged)
+
+
+def test_the_median_runs_per_op_times_are_kept_for_the_raw_file():
+    """``measure_placements(op_traces=[])`` keeps, per placement, the per-op and per-copy times
+    of its median timed run: the run's makespan is its latest op end, inputs have no times,
+    and only the placement that crosses devices has copies (from one device to another)."""
+    import numpy as np
+
+    from doppler_lab.executor import make_backend
+    from doppler_lab.executor.fidelity_runs import (
+        TRACE_RESOLUTION_S,
+        measure_placements,
+    )
+    from doppler_lab.ir.placement import round_robin, single_device
+    from doppler_lab.workloads.specs import graph_from_spec
+
+    g = graph_from_spec("chainmm:scale=0.02")
+    be = make_backend("cpu", 2)
+    try:
+        pls = [single_device(g, 2), round_robin(g, 2)]
+        kept: list = []
+        samples, _ = fidelity.measure_placements(
+            g, be, pls, fidelity.Passes(3, 0, 1), np.random.default_rng(0), op_traces=kept
+        )
+    finally:
+        be.close()
+    assert measure_placements is fidelity.measure_placements
+    assert len(kept) == 2
+    for rec, times in zip(kept, samples, strict=True):
+        assert sorted(times)[1] == times[rec["run"]]  # the median of 3 runs
+        ends = [e for e in rec["end"] if e is not None]
+        assert len(rec["start"]) == len(rec["end"]) == g.num_nodes
+        assert all(rec["end"][v] is None for v in np.flatnonzero(g.is_input))
+        assert abs(max(ends) - times[rec["run"]]) <= TRACE_RESOLUTION_S
+    single, spread = (r["copies"] for r in kept)
+    assert single["src"] == [] and len(spread["src"]) > 0
+    assert all(a != b for a, b in zip(spread["src_device"], spread["dst_device"], strict=True))
+    assert all(e >= s for s, e in zip(spread["start"], spread["end"], strict=True))

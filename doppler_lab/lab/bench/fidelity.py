@@ -19,8 +19,9 @@ and a run that stays loaded says in its report that it could not judge them.
 
 The raw measurements go beside the report, ``fidelity_raw.json.gz``
 (:mod:`doppler_lab.timing.raw_data`): the calibration's every op, transfer and dispatch gap, and
-per workload the placements and every timed run's makespan; ``doppler-lab calibrate --from``
-refits the profile from them.
+per workload the placements, every timed run's makespan and the per-op and per-copy times of
+each placement's median run (``op_traces``); ``doppler-lab calibrate --from`` refits the profile
+from them.
 """
 
 from __future__ import annotations
@@ -261,14 +262,23 @@ def _measure_workload(
     """One workload: its placements measured, and simulated under each model; returns its
     table row and its raw record."""
     pls = fidelity_placements(g, profile.cluster, rng, quick)
+    op_traces: list[dict[str, Any]] = []
     samples, counts = measure_placements(
-        g, be, pls, passes, rng, progress, expected=profile.cost_model(g).compute
+        g,
+        be,
+        pls,
+        passes,
+        rng,
+        progress,
+        expected=profile.cost_model(g).compute,
+        op_traces=op_traces,
     )
     raw = {
         "spec": spec,
         "placements": [{"placer": p.placer, "device": np.asarray(p.device).tolist()} for p in pls],
         "measured_s": samples.tolist(),
         "runs": counts,
+        "op_traces": op_traces,
     }
     return _workload_record(name, spec, g, pls, samples, counts, profile, be.cluster), raw
 

@@ -192,7 +192,10 @@ def fidelity_section(
         pls = gpu_placements(g, profile.cluster, rng)
         cal = profile.cost_model(g)
         passes = Passes(repeats=3, warmup=1, rounds=rounds)
-        samples, counts = measure_placements(g, backend, pls, passes, rng, progress)
+        op_traces: list[dict[str, Any]] = []
+        samples, counts = measure_placements(
+            g, backend, pls, passes, rng, progress, op_traces=op_traces
+        )
         measured = np.median(samples, axis=1)
         pred = {
             "nominal": np.array(
@@ -230,6 +233,7 @@ def fidelity_section(
             "measured_s": samples.tolist(),
             "predicted_s": {k: v.tolist() for k, v in pred.items()},
             "runs": counts,
+            "op_traces": op_traces,
         }
     m = np.array(pooled["measured"])
     summary: dict[str, Any] = {"backend": f"{backend.name}:{backend.num_devices}"}
