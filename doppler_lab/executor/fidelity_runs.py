@@ -194,9 +194,10 @@ def trace_record(trace: Any, run: int) -> dict[str, Any]:
     to :data:`TRACE_RESOLUTION_S`; None for inputs, which are not run), and per copy its
     producing node, consuming node, source and destination devices, ``start`` and ``end``."""
 
+    digits = round(-np.log10(TRACE_RESOLUTION_S))
+
     def times(x: np.ndarray) -> list[float | None]:
-        r = np.round(np.asarray(x, dtype=np.float64) / TRACE_RESOLUTION_S) * TRACE_RESOLUTION_S
-        return [None if not np.isfinite(v) else float(f"{v:.7g}") for v in r]
+        return [None if not np.isfinite(v) else round(float(v), digits) for v in x]
 
     return {
         "run": int(run),

@@ -30,7 +30,7 @@ import numpy as np
 
 from ...house.errors import ConfigError
 from ...house.runners import Run, Runner, make_runner
-from ...house.stats import bootstrap_interval
+from ...house.stats import AB_WORDS, bootstrap_interval, paired_stats
 from ._report import write_report
 from .policy import PolicyBenchConfig, _cases, run_case
 from .yardstick import best_known
@@ -260,18 +260,19 @@ def paired_change(marked: Sequence[Mapping[str, Any]], base: str = "today") -> l
                 if (k := (r["graph"], r["variant"], r["seed"])) in ref
             ]
             if d:
-                mean, low, high = interval(d)
-                verdict = "better" if high < 0 else "worse" if low > 0 else "cannot tell"
+                # the house's paired statistics (the same bootstrap as interval()); a verdict
+                # from any number of pairs, as this bench has always given
+                s = paired_stats(d, min_pairs=1)
                 rows.append(
                     {
                         "arm": arm,
                         "against": base,
                         "variant": variant,
-                        "pairs": len(d),
-                        "change": mean,
-                        "low": low,
-                        "high": high,
-                        "verdict": verdict,
+                        "pairs": s.n,
+                        "change": s.mean,
+                        "low": s.low,
+                        "high": s.high,
+                        "verdict": AB_WORDS[-s.sign],
                     }
                 )
     return rows
