@@ -232,9 +232,10 @@ def noise_ceiling(
         return float("nan")
     rng = np.random.default_rng(0) if rng is None else rng
     half = x.shape[1] // 2
+    runs = np.tile(np.arange(x.shape[1]), (x.shape[0], 1))
     rs = []
     for _ in range(splits):
-        order = rng.permuted(np.tile(np.arange(x.shape[1]), (x.shape[0], 1)), axis=1)
+        order = rng.permuted(runs, axis=1)
         a = np.median(np.take_along_axis(x, order[:, :half], axis=1), axis=1)
         b = np.median(np.take_along_axis(x, order[:, half:], axis=1), axis=1)
         rs.append(spearman(a, b))

@@ -488,10 +488,11 @@ def fit_host(
         lo, hi = 0.0, q1 - alone
         if period(lo) < qd * (1 - 1e-9):
             if period(hi) <= qd:
-                lo = hi
-            for _ in range(40):
-                mid = 0.5 * (lo + hi)
-                lo, hi = (mid, hi) if period(mid) <= qd else (lo, mid)
+                lo = hi  # the whole bracket is within the period: no bisection to do
+            else:
+                for _ in range(40):
+                    mid = 0.5 * (lo + hi)
+                    lo, hi = (mid, hi) if period(mid) <= qd else (lo, mid)
             copy = lo
     return Host(launch_s=launch, copy_s=copy, parallel_capacity=cap)
 

@@ -318,8 +318,13 @@ def _scores(
     models["roofline"] = (profile.cluster, profile.cost_model(g, use_op_times=False))
     models["preset"] = (preset, CostModel(g, preset))
     out: dict[str, float] = {}
+    preds: dict[str, np.ndarray] = {}
     for label, (cluster, cm) in models.items():
-        pred = Simulator(g, cluster, "wc", cost_model=cm).makespans(pls)
+        if label == "host" and profile.host is None:  # the same model as "calibrated"
+            pred = preds["calibrated"]
+        else:
+            pred = Simulator(g, cluster, "wc", cost_model=cm).makespans(pls)
+        preds[label] = pred
         out[f"spearman_{label}"] = spearman(pred, measured)
         out[f"mre_{label}"] = median_rel_error(pred, measured)
         if label in ("calibrated", "host"):

@@ -633,10 +633,7 @@ def _subsets_verdict(
         )
     if not words:
         return _verdict(None, claim)
-    word = (
-        "contradicts" if "contradicts" in words
-        else "supports" if set(words) == {"supports"} else "inconclusive"
-    )  # fmt: skip
+    word = combined_verdict(words)
     head.append(_h("I+II+III against its subsets (95% intervals)", word))
     few = (
         f" (a verdict needs {MIN_PAIRS} or more seeds)"
