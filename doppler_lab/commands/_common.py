@@ -210,15 +210,16 @@ def resolve_placement(
         raise PlacementError(
             f"unknown placement {spec!r}; expected one of {PLACEMENT_KEYWORDS} or a .json file"
         ) from None
-    if spec not in available_placers() and os.path.lexists(spec):  # p.JSON: not a placer
-        raise PlacementError(
-            f"placement {spec!r} is {file_or_folder(spec)} whose name does not end in .json; "
-            "expected a placement FILE.json (what `place --out` writes), a baseline or a placer"
-        )
-    if spec not in available_placers():
+    if spec not in (known := available_placers()):
+        if os.path.lexists(spec):  # p.JSON: not a placer
+            raise PlacementError(
+                f"placement {spec!r} is {file_or_folder(spec)} whose name does not end in "
+                ".json; expected a placement FILE.json (what `place --out` writes), a baseline "
+                "or a placer"
+            )
         raise PlacementError(
             f"unknown placement {spec!r}; expected one of {PLACEMENT_KEYWORDS}, a .json file, "
-            f"or a placer: {', '.join(available_placers())}"
+            f"or a placer: {', '.join(known)}"
         )
     shown = {"progress": True} if progress and "progress" in placer_options(spec) else {}
     from ..house.progress import timer

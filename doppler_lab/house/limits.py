@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 #: devices of a cluster (presets sized by ``--devices``, cluster files, profiles, checkpoints)
@@ -117,12 +118,15 @@ def check_memory(need: float, what: str, fail: Any, advice: str) -> None:
     free = available_memory_bytes()
     if need > free:
         raise fail(
-            f"{what} need {_bytes(need)} of memory; {_bytes(free)} is available; expected {advice}"
+            f"{what} need {format_bytes(need)} of memory; {format_bytes(free)} is available; expected {advice}"
         )
 
 
-def _bytes(n: float) -> str:
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n:.0f} B"
+def format_bytes(x: float | None) -> str:
+    """``1.5 GB``, ``12 MB``, ``none`` for no cap (decimal units)."""
+    if x is None or not math.isfinite(x):
+        return "none"
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(x) >= size:
+            return f"{x / size:.3g} {unit}"
+    return f"{x:.0f} B"

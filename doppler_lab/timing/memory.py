@@ -30,6 +30,7 @@ import numpy as np
 
 from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError
+from ..house.limits import format_bytes
 from ..ir.graph import DataflowGraph
 
 
@@ -142,16 +143,6 @@ def memory_report(
             {"device": int(d), "excess_bytes": float(excess[d])} for d in over.tolist()
         ]
     return out
-
-
-def format_bytes(x: float | None) -> str:
-    """``1.5 GB``, ``12 MB``, ``none`` for no cap (decimal units)."""
-    if x is None or not math.isfinite(x):
-        return "none"
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(x) >= size:
-            return f"{x / size:.3g} {unit}"
-    return f"{x:.0f} B"
 
 
 __all__ = [

@@ -31,17 +31,13 @@ import numpy as np
 from ...house.errors import ConfigError
 from ...house.runners import Run, Runner, make_runner
 from ...house.stats import AB_WORDS, bootstrap_interval, paired_stats
+from ...workloads.catalog import PAPER_GRAPH_NAMES
 from ._report import write_report
 from .policy import PolicyBenchConfig, _cases, run_case
 from .yardstick import best_known
 
 #: the paper's 4-GPU graphs
-GRAPHS: tuple[str, ...] = (
-    "chain_mm_112nodes",
-    "ffnn_192nodes",
-    "transformer_block_215nodes",
-    "full_transformer_layer_261nodes",
-)
+GRAPHS: tuple[str, ...] = PAPER_GRAPH_NAMES
 #: variant name -> ``bench policy`` method
 VARIANTS: dict[str, str] = {"dual": "doppler", "sel-only": "sel-only", "plc-only": "plc-only"}
 #: the Stage II settings of the ``fix`` arm (on top of the ``sim`` preset)
