@@ -152,10 +152,11 @@ def code_version(package_dir: Path | None = None) -> str:
     return _digest(Path(package_dir or PACKAGE_DIR).resolve())
 
 
-def versioned_key(*parts: Any) -> str:
-    """:func:`~doppler_lab.house.jsonutil.config_key` of ``parts`` and the code version: a cache
+def versioned_key(*parts: Any, version: str | None = None) -> str:
+    """:func:`~doppler_lab.house.jsonutil.config_key` of ``parts`` and the code version (this
+    package's, or ``version``: the key an older code gave the same configuration): a cache
     folder named with it is reused only by the same configuration and the same code."""
-    return config_key(*parts, {"code_version": code_version()})
+    return config_key(*parts, {"code_version": version or code_version()})
 
 
 __all__ = [

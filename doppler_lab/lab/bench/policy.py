@@ -18,13 +18,16 @@ Every (graph, method, seed) trains in its own resumable run directory under ``ru
 configuration and the code version (:func:`doppler_lab.house.codeversion.versioned_key`), and writes
 ``result.json`` when evaluated; a rerun of the same code skips finished cases and resumes
 unfinished ones, so the full benchmark can be stopped and restarted, while changed code trains
-anew (notebook 07 reuses these runs when its code version matches). Trained policies are also
+anew unless :mod:`~doppler_lab.lab.bench.adopt` shows, by training one check seed per
+(graph, method) again, that the new code reproduces the old runs exactly (notebook 07 reuses
+these runs). Trained policies are also
 copied to ``<runs_dir>/checkpoints/<placer>/<graph>.pt`` where ``bench quality`` finds them.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -59,6 +62,7 @@ from ...train.pipeline import run_pipeline
 from ...train.train_config import check_learner, preset
 from ...workloads.specs import cluster_from_spec, graph_from_spec, parse_graph_spec
 from ..experiments.common import interval_table, paired_table
+from . import adopt
 from ._report import write_report
 from .quality import PAPER_GRAPHS, WORKLOADS
 from .yardstick import YARDSTICK, best_known
@@ -309,24 +313,56 @@ def _stages(cfg: PolicyBenchConfig, method: str, semantics: str, seed: int) -> l
     return [imit]
 
 
+def _run_parts(cfg: PolicyBenchConfig, case: _Case, method: str, seed: int) -> tuple[Any, list]:
+    """The policy config and the stage configs of one (graph, method, seed)."""
+    spec = METHODS[method]
+    changes = {**cfg.policy, **spec.policy}
+    base = POLICY_PRESETS[changes.pop("preset", "default")]
+    pcfg = base.replace(kind=spec.kind, **changes)
+    return pcfg, _stages(cfg, method, case.semantics, seed)
+
+
+def case_run_dir(
+    cfg: PolicyBenchConfig,
+    case: _Case,
+    method: str,
+    seed: int,
+    root: Path,
+    version: str | None = None,
+) -> Path:
+    """The run directory of one (graph, method, seed) under ``root``: keyed by everything that
+    shapes the result (a changed configuration or changed code trains anew instead of reusing a
+    stale result); ``version`` names the folder an older code version used."""
+    pcfg, stages = _run_parts(cfg, case, method, seed)
+    key = versioned_key(pcfg, [c.to_dict() for c in stages], cfg.samples, version=version)
+    return Path(root) / case.name / method / f"seed{seed}-{key}"
+
+
 def run_case(
-    cfg: PolicyBenchConfig, case: _Case, method: str, seed: int, root: Path
+    cfg: PolicyBenchConfig,
+    case: _Case,
+    method: str,
+    seed: int,
+    root: Path,
+    adopt: bool = True,
 ) -> dict[str, Any]:
-    """Train (or resume) and evaluate one (graph, method, seed); cached in ``result.json``."""
+    """Train (or resume) and evaluate one (graph, method, seed); cached in ``result.json``.
+    With ``adopt``, a finished run of an older code version is returned instead where the
+    run's cell passed :func:`~doppler_lab.lab.bench.adopt.verify_adoptions`."""
 
     spec = METHODS[method]
     kind, kind_stages = spec.kind, spec.stages
-    changes = {**cfg.policy, **spec.policy}
-    base = POLICY_PRESETS[changes.pop("preset", "default")]
-    pcfg = base.replace(kind=kind, **changes)
-    stages = _stages(cfg, method, case.semantics, seed)
-    # the run directory is keyed by everything that shapes the result: a changed configuration
-    # or changed code trains anew instead of reusing a stale result
-    key = versioned_key(pcfg, [c.to_dict() for c in stages], cfg.samples)
-    run_dir = root / case.name / method / f"seed{seed}-{key}"
+    pcfg, stages = _run_parts(cfg, case, method, seed)
+    run_dir = case_run_dir(cfg, case, method, seed, root)
     result_path = run_dir / "result.json"
     if result_path.exists():
         return json.loads(result_path.read_text())
+    if adopt:
+        # an older code's run of the same configuration, in a cell whose check seed this code
+        # reproduced exactly (adopt.verify_adoptions ran the check before the sweep)
+        adopted = adopted_result(cfg, case, method, seed, root)
+        if adopted is not None:
+            return adopted
     torch.set_num_threads(1)
     graph, cluster = _load(case)
     results = run_pipeline(stages, [graph], cluster, pcfg, run_dir, progress=False)
@@ -358,6 +394,59 @@ def run_case(
     }
     write_json(result_path, out)
     return out
+
+
+def _say(notes: Sequence[str]) -> None:
+    for line in notes:
+        print(line, file=sys.stderr)
+
+
+def adopted_result(
+    cfg: PolicyBenchConfig, case: _Case, method: str, seed: int, root: Path
+) -> dict[str, Any] | None:
+    """An older code version's finished run of this (graph, method, seed) that the current code
+    may return instead of training (:mod:`~doppler_lab.lab.bench.adopt`), or None."""
+    return adopt.adopted(lambda v: case_run_dir(cfg, case, method, seed, root, v))
+
+
+def verify_adoptions(
+    tasks: Sequence[tuple[PolicyBenchConfig, _Case, str, int, Path]],
+    runner: str | Runner = "local",
+    jobs: int | None = 1,
+    progress: bool = False,
+    keep_going: bool = False,
+) -> list[str]:
+    """Check, cell by cell, that the current code reproduces the older code versions' runs
+    that a sweep of ``tasks`` (``(cfg, case, method, seed, root)``) could adopt: one check seed
+    per cell is trained anew (or compared as it is, when finished) and compared with its older
+    run (:func:`~doppler_lab.lab.bench.adopt.differences`). Returns one note per verdict, for
+    the report."""
+    checks = adopt.checks_needed(
+        (t, t[3], lambda v, t=t: case_run_dir(*t, version=v)) for t in tasks
+    )
+    if not checks:
+        return []
+    to_run = [c for c in checks if c[4]]
+    sweep = make_runner(runner, jobs=jobs).run(
+        [
+            Run(
+                run_case,
+                (cfg, case, m, s, root),
+                {"adopt": False},
+                label=f"check {case.name}/{m}/seed{s}",
+            )
+            for (cfg, case, m, s, root), *_ in to_run
+        ],
+        desc="checks before adopting older runs",
+        progress=progress,
+        keep_going=keep_going,
+    )
+    notes = sweep.notes()
+    for (cfg, case, m, s, root), _, version, old_dir, _ in checks:
+        new_dir = case_run_dir(cfg, case, m, s, root)
+        if (new_dir / "result.json").exists():
+            notes.append(adopt.record(new_dir.parent, version, old_dir, new_dir, s))
+    return notes
 
 
 def case_runs(
@@ -585,8 +674,10 @@ def ablation_rows(
     cfg, methods = config, config.methods
     cases, _ = _cases(cfg)
     root = Path(out_dir)
+    tasks = [(c, m, s) for c in cases for m in methods for s in range(cfg.seeds)]
+    _say(verify_adoptions([(cfg, *t, root) for t in tasks], runner, jobs, progress, keep_going))
     sweep = make_runner(runner, jobs=jobs).run(
-        training_runs(cfg, methods, range(cfg.seeds), root),
+        case_runs(cfg, tasks, root),
         desc="training runs",
         progress=progress,
         keep_going=keep_going,
@@ -675,6 +766,9 @@ def run(
     paper = [c for c in cases if c.group == "paper"]
     speed_case = next((c for c in paper if c.name == SPEED_GRAPH), paper[0] if paper else None)
     tasks = training_tasks(cfg, cases)
+    notes += verify_adoptions(
+        [(cfg, *t, root) for t in tasks], runner, cfg.jobs, progress, keep_going
+    )
     # one bar over (graph, method, seed) runs; cached runs tick at once
     sweep = make_runner(runner, jobs=cfg.jobs).run(
         case_runs(cfg, tasks, root),

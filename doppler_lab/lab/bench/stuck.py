@@ -32,8 +32,9 @@ from ...house.errors import ConfigError
 from ...house.runners import Run, Runner, make_runner
 from ...house.stats import AB_WORDS, bootstrap_interval, paired_stats
 from ...workloads.catalog import PAPER_GRAPH_NAMES
+from . import adopt
 from ._report import write_report
-from .policy import PolicyBenchConfig, _cases, run_case
+from .policy import PolicyBenchConfig, _cases, run_case, verify_adoptions
 from .yardstick import best_known
 
 #: the paper's 4-GPU graphs
@@ -395,6 +396,18 @@ def run_arms(
         pcfg = _policy_config(cfg, arm)
         cases, missing = _cases(pcfg)
         notes += [m for m in missing if m not in notes]
+        notes += verify_adoptions(
+            [
+                (pcfg, case, VARIANTS[v], s, root / arm)
+                for case in cases
+                for v in cfg.variants
+                for s in range(cfg.seeds)
+            ],
+            runner,
+            jobs,
+            progress,
+            keep_going,
+        )
         runs = [
             Run(
                 _stuck_case,
@@ -414,6 +427,7 @@ def run_arms(
         by_method = {m: v for v, m in VARIANTS.items()}
         for r in sweep.done():
             results.append({**r, "variant": by_method[r["method"]], "arm": arm})
+    notes += [line for line in [adopt.summary_line(results)] if line]
     marked = mark_failures(results, cfg.threshold)
     rates = failure_rates(marked)
     cells = cell_rows(marked)
