@@ -12,10 +12,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# the notebook filter is set on every run: a checkout made before it moved keeps working
+# the notebook filter (and its file-system monitor: git status stays clean after a notebook is
+# run in place) is set on every run: a checkout made before it moved keeps working
 venv: $(STAMP)
 	-@git config filter.doppler-nbclean.clean "$(abspath $(BIN))/python -m doppler_lab.house.nbclean"
 	-@git config filter.doppler-nbclean.smudge cat
+	-@case "$$(git config --get core.fsmonitor)" in ""|*doppler_lab.house.nbclean*) \
+		git config core.fsmonitor "$(abspath $(BIN))/python -m doppler_lab.house.nbclean --fsmonitor" \
+		&& (git update-index -q --refresh >/dev/null 2>&1 || true) ;; \
+		*) echo "core.fsmonitor is already set: git status may call a notebook run in place modified" ;; esac
 
 demo: venv
 	$(BIN)/doppler-lab demo --out reports/demo
@@ -50,4 +55,5 @@ gpu-check: $(STAMP)
 	$(BIN)/doppler-lab gpu-check
 
 clean:
+	-@case "$$(git config --get core.fsmonitor)" in *doppler_lab.house.nbclean*) git config --unset core.fsmonitor ;; esac
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build *.egg-info

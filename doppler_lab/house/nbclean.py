@@ -11,6 +11,20 @@ saved in place (``jupyter execute --inplace``, papermill, JupyterLab) reads as u
     git config filter.doppler-nbclean.clean "python -m doppler_lab.house.nbclean"
     git config filter.doppler-nbclean.smudge cat
 
+A filter alone cannot make ``git status`` clean after such a run: git takes a file whose size
+differs from the one recorded in its index for modified without running the filter (``git
+diff`` is empty, ``git status`` says modified until ``git add``). So ``make venv`` also names
+this module as the checkout's file-system monitor (``core.fsmonitor``, git's hook for telling
+it which paths may have changed since it last looked)::
+
+    git config core.fsmonitor "python -m doppler_lab.house.nbclean --fsmonitor"
+
+and refreshes the index once. The hook (:func:`fsmonitor_paths`) names every tracked path
+except a notebook whose cleaned content is the blob in the index: git then skips that notebook
+(the run changed nothing it would commit), and looks at everything else as it always does. An
+edit to a notebook's cells changes its cleaned content, so it is named and shows as modified. If
+the hook cannot run, git falls back to looking at every file.
+
 Run by hand: ``python -m doppler_lab.house.nbclean < in.ipynb > out.ipynb``, or with paths
 (``python -m doppler_lab.house.nbclean notebooks/*.ipynb``) to clean files in place. The output is
 JSON with one space of indent (as the notebooks are stored), so a clean notebook passes
@@ -19,8 +33,12 @@ through byte for byte.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 #: notebook metadata keys that hold run state, not source
@@ -61,14 +79,70 @@ def clean_text(text: str) -> str:
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
+def _git(*args: str) -> bytes:
+    """A git command's output, with the file-system monitor off (the hook must not call
+    itself)."""
+    env = dict(os.environ)
+    n = int(env.get("GIT_CONFIG_COUNT", "0") or 0)
+    env.update(
+        {
+            "GIT_CONFIG_COUNT": str(n + 1),
+            f"GIT_CONFIG_KEY_{n}": "core.fsmonitor",
+            f"GIT_CONFIG_VALUE_{n}": "",
+        }
+    )
+    return subprocess.run(["git", *args], check=True, capture_output=True, env=env).stdout
+
+
+def _blob_id(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def fsmonitor_paths(top: Path, index: bytes) -> list[str]:
+    """The tracked paths git should look at: all of ``index`` (``git ls-files -s -z``'s output)
+    but the notebooks whose cleaned content is their index blob."""
+    out = []
+    for entry in index.split(b"\0"):
+        if not entry:
+            continue
+        meta, _, raw = entry.partition(b"\t")
+        path = raw.decode("utf-8", "surrogateescape")
+        if path.endswith(".ipynb") and meta.split(b" ")[2] == b"0":
+            try:
+                text = (top / path).read_text(encoding="utf-8")
+                if _blob_id(clean_text(text).encode("utf-8")) == meta.split(b" ")[1].decode():
+                    continue
+            except (OSError, ValueError):
+                pass  # unreadable or not a notebook now: git looks at it
+        out.append(path)
+    return out
+
+
+def fsmonitor(args: list[str]) -> int:
+    """git's ``core.fsmonitor`` hook, protocol 2 (``2 TOKEN``: print a token, then the paths)
+    or 1 (``1 NANOSECONDS``: the paths); paths are NUL-separated."""
+    version = args[0] if args else "2"
+    try:
+        top = Path(_git("rev-parse", "--show-toplevel").decode().strip())
+        paths = fsmonitor_paths(top, _git("-C", str(top), "ls-files", "-s", "-z"))
+    except (OSError, subprocess.CalledProcessError):
+        return 1  # git looks at every file
+    head = f"{time.time_ns()}\0" if version == "2" else ""
+    sys.stdout.write(head + "".join(p + "\0" for p in paths))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args:  # a git filter: stdin to stdout
         sys.stdout.write(clean_text(sys.stdin.read()))
         return 0
+    if args[0] == "--fsmonitor":
+        return fsmonitor(args[1:])
     if args[0] in ("-h", "--help"):
         print(
-            "usage: python -m doppler_lab.house.nbclean [NOTEBOOK.ipynb ...]  (none: stdin to stdout)"
+            "usage: python -m doppler_lab.house.nbclean [NOTEBOOK.ipynb ...]  (none: stdin to "
+            "stdout; --fsmonitor VERSION TOKEN: git's core.fsmonitor hook)"
         )
         return 0
     for name in args:

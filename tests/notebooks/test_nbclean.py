@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,22 @@ def test_the_attributes_name_the_filter_and_make_venv_installs_it():
     assert "notebooks/*.ipynb filter=doppler-nbclean" in attributes
     makefile = (REPO / "Makefile").read_text()
     assert "filter.doppler-nbclean.clean" in makefile
+    assert "core.fsmonitor" in makefile and "doppler_lab.house.nbclean --fsmonitor" in makefile
+
+
+def test_the_monitor_names_every_tracked_path_but_notebooks_that_clean_to_their_blob(tmp_path):
+    from doppler_lab.house.nbclean import _blob_id, fsmonitor_paths
+
+    clean = _small_notebook(NOTEBOOKS[0].read_text(encoding="utf-8"))
+    ran = json.loads(clean)
+    ran["cells"][-1]["outputs"] = [{"name": "stdout", "output_type": "stream", "text": "2"}]
+    (tmp_path / "a.ipynb").write_text(json.dumps(ran), encoding="utf-8")  # run: same source
+    (tmp_path / "b.ipynb").write_text("{not json", encoding="utf-8")  # broken: git looks
+    blob = _blob_id(clean.encode("utf-8"))
+    index = "".join(
+        f"100644 {blob} 0\t{name}\0" for name in ("a.ipynb", "b.ipynb", "c.ipynb", "d.py")
+    )
+    assert fsmonitor_paths(tmp_path, index.encode()) == ["b.ipynb", "c.ipynb", "d.py"]
 
 
 @pytest.mark.skipif(
@@ -125,10 +142,9 @@ def _small_notebook(source: str) -> str:
 def test_a_notebook_run_in_place_by_a_kernel_leaves_git_status_clean(tmp_path, runner):
     """Run and saved in place by a real kernel (``jupyter execute --inplace``'s nbclient, or
     papermill with the notebook as its own output), a notebook reads as unchanged to git in a
-    checkout whose filter is set as ``make venv`` sets it: ``git diff`` is empty, and once git
-    has looked at the file's content (``git add``, which stages nothing) ``git status`` is
-    clean. (Before that, git's status takes a file whose size changed for modified without
-    running the filter: a shortcut of git's that no filter can avoid.)"""
+    checkout set up as ``make venv`` sets it (the filter, the file-system monitor and one
+    refresh of the index): ``git status`` and ``git diff`` are clean. An edit to a cell still
+    shows, and so do other files' changes."""
     import nbformat
 
     from doppler_lab.lab.reporting.notebook_runs import _kernel_name
@@ -149,6 +165,11 @@ def test_a_notebook_run_in_place_by_a_kernel_leaves_git_status_clean(tmp_path, r
     path.write_text(_small_notebook(NOTEBOOKS[0].read_text(encoding="utf-8")), encoding="utf-8")
     _git("add", ".", cwd=tmp_path)
     _git("commit", "-qm", "clean", cwd=tmp_path)
+    # what make venv does after a clone
+    monitor = f"{sys.executable} -m doppler_lab.house.nbclean --fsmonitor"
+    _git("config", "core.fsmonitor", monitor, cwd=tmp_path)
+    _git("update-index", "-q", "--refresh", cwd=tmp_path)
+    time.sleep(1.1)  # the run writes in a later second than the refresh saw (git's racy check)
     if runner == "nbclient":
         from nbclient import NotebookClient
 
@@ -167,9 +188,18 @@ def test_a_notebook_run_in_place_by_a_kernel_leaves_git_status_clean(tmp_path, r
         )
     ran = json.loads(path.read_text(encoding="utf-8"))
     assert any(c.get("outputs") for c in ran["cells"])  # it did run and save its outputs
-    assert _git("diff", "--stat", cwd=tmp_path) == ""  # the run's traces are all filtered
-    _git("add", "-A", cwd=tmp_path)
     assert _git("status", "--porcelain", cwd=tmp_path) == ""  # nothing to commit
+    assert _git("diff", "--stat", cwd=tmp_path) == ""  # the run's traces are all filtered
+    # a real edit to a cell shows, and so does another file's change or a new file
+    ran["cells"][-1]["source"] = "print(2 + 2)"
+    path.write_text(json.dumps(ran, indent=1), encoding="utf-8")
+    (tmp_path / ".gitattributes").write_text("# edited\n", encoding="utf-8")
+    (tmp_path / "new.txt").write_text("x", encoding="utf-8")
+    assert _git("status", "--porcelain", cwd=tmp_path).splitlines() == [
+        " M .gitattributes",
+        " M " + path.relative_to(tmp_path).as_posix(),
+        "?? new.txt",
+    ]
 
 
 def test_the_command_names_an_unreadable_notebook_and_prints_its_usage(tmp_path, capsys):
