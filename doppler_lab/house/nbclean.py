@@ -45,6 +45,8 @@ from pathlib import Path
 RUN_METADATA = ("widgets", "papermill")
 #: cell metadata keys that hold run state
 CELL_RUN_METADATA = ("execution", "collapsed", "scrolled", "papermill")
+#: the filter's name in ``.gitattributes``
+FILTER = "doppler-nbclean"
 #: the tag of the cell papermill adds with the parameters of its run
 INJECTED = "injected-parameters"
 
@@ -79,7 +81,7 @@ def clean_text(text: str) -> str:
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def _git(*args: str) -> bytes:
+def _git(*args: str, stdin: bytes | None = None) -> bytes:
     """A git command's output, with the file-system monitor off (the hook must not call
     itself)."""
     env = dict(os.environ)
@@ -91,23 +93,26 @@ def _git(*args: str) -> bytes:
             f"GIT_CONFIG_VALUE_{n}": "",
         }
     )
-    return subprocess.run(["git", *args], check=True, capture_output=True, env=env).stdout
+    return subprocess.run(
+        ["git", *args], input=stdin, check=True, capture_output=True, env=env
+    ).stdout
 
 
 def _blob_id(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def fsmonitor_paths(top: Path, index: bytes) -> list[str]:
+def fsmonitor_paths(top: Path, index: bytes, filtered: set[str]) -> list[str]:
     """The tracked paths git should look at: all of ``index`` (``git ls-files -s -z``'s output)
-    but the notebooks whose cleaned content is their index blob."""
+    but the notebooks of ``filtered`` (those this filter cleans) whose cleaned content is their
+    index blob. A notebook committed with its outputs (the report site's) is always named."""
     out = []
     for entry in index.split(b"\0"):
         if not entry:
             continue
         meta, _, raw = entry.partition(b"\t")
         path = raw.decode("utf-8", "surrogateescape")
-        if path.endswith(".ipynb") and meta.split(b" ")[2] == b"0":
+        if path in filtered and meta.split(b" ")[2] == b"0":
             try:
                 text = (top / path).read_text(encoding="utf-8")
                 if _blob_id(clean_text(text).encode("utf-8")) == meta.split(b" ")[1].decode():
@@ -118,13 +123,30 @@ def fsmonitor_paths(top: Path, index: bytes) -> list[str]:
     return out
 
 
+def _filtered(top: Path, index: bytes) -> set[str]:
+    """The tracked ``.ipynb`` paths whose ``filter`` attribute is this filter's."""
+    names = [
+        e.partition(b"\t")[2] for e in index.split(b"\0") if e.endswith(b".ipynb") and b"\t" in e
+    ]
+    if not names:
+        return set()
+    attrs = _git("-C", str(top), "check-attr", "-z", "--stdin", "filter", stdin=b"\0".join(names))
+    parts = attrs.split(b"\0")
+    return {
+        parts[i].decode("utf-8", "surrogateescape")
+        for i in range(0, len(parts) - 2, 3)
+        if parts[i + 2] == FILTER.encode()
+    }
+
+
 def fsmonitor(args: list[str]) -> int:
     """git's ``core.fsmonitor`` hook, protocol 2 (``2 TOKEN``: print a token, then the paths)
     or 1 (``1 NANOSECONDS``: the paths); paths are NUL-separated."""
     version = args[0] if args else "2"
     try:
         top = Path(_git("rev-parse", "--show-toplevel").decode().strip())
-        paths = fsmonitor_paths(top, _git("-C", str(top), "ls-files", "-s", "-z"))
+        index = _git("-C", str(top), "ls-files", "-s", "-z")
+        paths = fsmonitor_paths(top, index, _filtered(top, index))
     except (OSError, subprocess.CalledProcessError):
         return 1  # git looks at every file
     head = f"{time.time_ns()}\0" if version == "2" else ""

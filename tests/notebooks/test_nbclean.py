@@ -102,7 +102,10 @@ def test_the_monitor_names_every_tracked_path_but_notebooks_that_clean_to_their_
     index = "".join(
         f"100644 {blob} 0\t{name}\0" for name in ("a.ipynb", "b.ipynb", "c.ipynb", "d.py")
     )
-    assert fsmonitor_paths(tmp_path, index.encode()) == ["b.ipynb", "c.ipynb", "d.py"]
+    filtered = {"a.ipynb", "b.ipynb", "c.ipynb"}
+    assert fsmonitor_paths(tmp_path, index.encode(), filtered) == ["b.ipynb", "c.ipynb", "d.py"]
+    # a notebook the filter does not clean (the site keeps its outputs) is always named
+    assert fsmonitor_paths(tmp_path, index.encode(), {"b.ipynb"})[0] == "a.ipynb"
 
 
 @pytest.mark.skipif(
@@ -200,6 +203,31 @@ def test_a_notebook_run_in_place_by_a_kernel_leaves_git_status_clean(tmp_path, r
         " M " + path.relative_to(tmp_path).as_posix(),
         "?? new.txt",
     ]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_notebook_kept_with_its_outputs_shows_when_only_its_outputs_change(tmp_path):
+    """The monitor skips only notebooks the filter cleans: a notebook outside ``notebooks/``
+    (the report site keeps its pages with their outputs) shows as modified when only its
+    outputs change, even from a clean source."""
+    _git("init", "-q", cwd=tmp_path)
+    _git("config", "user.email", "t@example.invalid", cwd=tmp_path)
+    _git("config", "user.name", "t", cwd=tmp_path)
+    shutil.copy(REPO / ".gitattributes", tmp_path / ".gitattributes")
+    page = tmp_path / "reports" / "site" / "p.ipynb"
+    page.parent.mkdir(parents=True)
+    clean = _small_notebook(NOTEBOOKS[0].read_text(encoding="utf-8"))
+    page.write_text(clean, encoding="utf-8")
+    _git("add", ".", cwd=tmp_path)
+    _git("commit", "-qm", "site", cwd=tmp_path)
+    monitor = f"{sys.executable} -m doppler_lab.house.nbclean --fsmonitor"
+    _git("config", "core.fsmonitor", monitor, cwd=tmp_path)
+    _git("update-index", "-q", "--refresh", cwd=tmp_path)
+    time.sleep(1.1)
+    nb = json.loads(clean)
+    nb["cells"][-1]["outputs"] = [{"name": "stdout", "output_type": "stream", "text": "2"}]
+    page.write_text(json.dumps(nb, indent=1), encoding="utf-8")
+    assert _git("status", "--porcelain", cwd=tmp_path) == " M reports/site/p.ipynb\n"
 
 
 def test_the_command_names_an_unreadable_notebook_and_prints_its_usage(tmp_path, capsys):
