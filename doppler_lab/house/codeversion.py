@@ -40,6 +40,7 @@ EXCLUDED: tuple[str, ...] = (
     "house/codeversion.py",
     "house/errors.py",
     "house/moved.py",
+    "house/nbclean.py",
     "house/paths.py",
     "io/datasets.py",
     "lab/bench/yardstick.py",

@@ -11,7 +11,10 @@ stuck-split``, :mod:`~doppler_lab.lab.bench.stuck_split`, runs it at the paper's
 
 Every (graph, variant, seed, arm) is one :func:`~doppler_lab.lab.bench.policy.run_case`, cached in its
 own resumable run directory under ``runs_dir`` (keyed by configuration and code version), so an
-interrupted bench resumes. Beside each seed's makespan the page shows what its Stage II curves
+interrupted bench resumes. ``runs_dir`` is by default the run cache of ``bench policy`` and
+notebooks 03 and 07 (``runs/bench_policy``): the arms differ by their stage settings, so their
+runs never share a folder, and a run the paper's settings give (``bench stuck-split``'s ``today``
+arm is notebook 07's dual, SEL-only and PLC-only cells) is trained once for all of them. Beside each seed's makespan the page shows what its Stage II curves
 say about why it ended where it did: SEL's and PLC's entropies at the start and end of Stage II
 and their gradient norms (:func:`stage_diagnostics`).
 """
@@ -29,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ...house.errors import ConfigError
+from ...house.paths import BENCH_POLICY_RUNS
 from ...house.runners import Run, Runner, make_runner
 from ...house.stats import AB_WORDS, bootstrap_interval, paired_stats
 from ...workloads.catalog import PAPER_GRAPH_NAMES
@@ -102,7 +106,7 @@ class StuckBenchConfig:
     threshold: float = THRESHOLD
     jobs: int | None = None
     policy: dict[str, Any] = field(default_factory=lambda: {"hidden": 64, "mp_steps": 4})
-    runs_dir: str = "runs/bench_stuck"
+    runs_dir: str = BENCH_POLICY_RUNS
 
     def __post_init__(self) -> None:
         bad = [v for v in self.variants if v not in VARIANTS]
@@ -398,7 +402,7 @@ def run_arms(
         notes += [m for m in missing if m not in notes]
         notes += verify_adoptions(
             [
-                (pcfg, case, VARIANTS[v], s, root / arm)
+                (pcfg, case, VARIANTS[v], s, root)
                 for case in cases
                 for v in cfg.variants
                 for s in range(cfg.seeds)
@@ -411,7 +415,7 @@ def run_arms(
         runs = [
             Run(
                 _stuck_case,
-                (pcfg, case, VARIANTS[v], s, str(root / arm)),
+                (pcfg, case, VARIANTS[v], s, str(root)),
                 label=f"{arm}/{case.name}/{v}/seed{s}",
             )
             for case in cases

@@ -10,9 +10,10 @@ tenth of the same 4000 episodes (the ``imitation`` preset's 400) and Stage II th
 graphs, seeds and protocol, paired by graph and seed (:mod:`~doppler_lab.lab.bench.stuck`'s
 machinery and failure rates, also counted against the best known placement).
 
-The dual policy on the paper's four 4-GPU graphs, 8 seeds: 64 runs, about 1 CPU-hour; runs are
-cached per (arm, graph, variant, seed) in ``runs/bench_stuck_split`` and an interrupted bench
-resumes. SEL-only and PLC-only can be added with ``StuckBenchConfig(variants=...)``.
+The dual policy, SEL-only and PLC-only on the paper's four 4-GPU graphs, 8 seeds: 192 runs,
+about 3 CPU-hours; runs are cached per (graph, variant, seed, settings) in ``runs/bench_policy``,
+the cache notebook 07 trains its cells into (the ``today`` arm's runs are its runs), and an
+interrupted bench resumes.
 """
 
 from __future__ import annotations
@@ -20,18 +21,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ...house.paths import BENCH_POLICY_RUNS
 from ...house.runners import Runner
 from .stuck import GRAPHS, StuckBenchConfig, run_arms
 
-#: the paper's budget and Stage I share, the dual policy, both arms
+#: the paper's budget and Stage I share, the dual policy and its halves, both arms
 SPLIT_CONFIG = StuckBenchConfig(
     graphs=GRAPHS,
-    variants=("dual",),
+    variants=("dual", "sel-only", "plc-only"),
     arms=("today", "short-imitation"),
     seeds=8,
     episodes=4000,
     imitation_episodes=2000,
-    runs_dir="runs/bench_stuck_split",
+    runs_dir=BENCH_POLICY_RUNS,
 )
 
 
