@@ -29,6 +29,8 @@ def _site(tmp_path, dual_diffs):
              "value": _verdict(dual_diffs)},
             {"label": "the dual policy: makespan below cp's", "value": 0.262, "unit": "%"},
             {"label": "SEL only: makespan below cp's", "value": 0.0123456789, "unit": "%"},
+            {"label": "best learner: dual policy beats both halves (95% intervals)",
+             "value": "inconclusive"},
         ],
     )  # fmt: skip
     ten = NotebookResult(
@@ -53,6 +55,11 @@ def test_the_index_shows_each_claim_with_its_page_verdict_and_numbers(tmp_path, 
     dual = by["dual"]
     assert (dual["page"], dual["verdict"]) == ("07", verdict)
     assert "26.2 %" in dual["numbers"] and "SEL only" in dual["numbers"]
+    # the second setting's verdict is shown beside it, not taken for the claim's
+    assert (
+        "best learner: dual policy beats both halves (95% intervals): inconclusive"
+        in (dual["numbers"])
+    )
     # a page that ran without judging the claim by an interval: inconclusive, and it says why
     assert by["linear"]["verdict"] == "inconclusive"
     assert "no interval" in by["linear"]["numbers"] and "1.04" in by["linear"]["numbers"]

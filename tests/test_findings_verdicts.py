@@ -168,3 +168,28 @@ def test_page_03_judges_doppler_against_gdp_and_placeto_by_graph_and_seed(gaps, 
     }
     assert f.headline[-1]["claim"] == "baselines"  # the index's claims table reads it
     assert "paired by graph and seed: over 8 pairs" in f.text
+
+
+@pytest.mark.parametrize(
+    ("gaps", "word"),
+    [
+        ({"sel-only": 0.05, "plc-only": 0.03}, "supports"),
+        ({"sel-only": -0.05, "plc-only": -0.03}, "contradicts"),
+        ({"sel-only": 0.05, "plc-only": [0.04, -0.04]}, "inconclusive"),
+    ],
+)
+def test_page_07_judges_the_best_learner_arm_on_its_own(gaps: dict, word: str) -> None:
+    paper = _ablation_summary({"sel-only": -0.05, "plc-only": -0.03}, 8)  # contradicts
+    best = _ablation_summary(gaps, 8)["runs"]
+    summary = {
+        **paper,
+        "best_learner": {"imitation_episodes": 400, "sim_episodes": 3600, "graphs": ["a", "b"],
+                         "runs": best},
+    }  # fmt: skip
+    f = page_findings("07", summary)
+    by = {h["label"]: h for h in f.headline}
+    assert by["dual policy beats both halves (95% intervals)"]["value"] == "contradicts"
+    assert by["dual policy beats both halves (95% intervals)"]["claim"] == "dual"
+    both = by["best learner: dual policy beats both halves (95% intervals)"]
+    assert both["value"] == word and "claim" not in both  # the paper's settings judge the claim
+    assert "With the workbench's best learner (Stage I 400 episodes, Stage II 3600)" in f.text

@@ -44,6 +44,8 @@ class Claim:
         words: words of the label of the page's judged headline result (lower case; any one
             matches at the start of a word of the label).
         numbers: words of the labels of the page's headline results shown beside the verdict.
+        also: words of the labels of the page's other verdicts shown beside it (a second
+            setting's verdict on the same claim), ``label: verdict``.
     """
 
     key: str
@@ -51,6 +53,7 @@ class Claim:
     page: str | None
     words: tuple[str, ...] = ()
     numbers: tuple[str, ...] = ()
+    also: tuple[str, ...] = ()
 
 
 #: the paper's claims (abstract and summary), each with the page that tests it
@@ -61,6 +64,7 @@ CLAIMS: tuple[Claim, ...] = (
         "07",
         ("dual",),
         ("dual policy", "sel only", "plc only"),
+        ("best learner: dual policy beats",),
     ),
     Claim(
         "stages",
@@ -170,6 +174,11 @@ def claim_rows(
             numbers = "; ".join(x for x in ("the page judges it by no interval", numbers) if x)
         else:
             verdict = str(found["value"])
-            numbers = "; ".join(x for x in (str(found["label"]), numbers) if x)
+            also = [
+                f"{h['label']}: {h['value']}"
+                for h in head
+                if h is not found and h.get("value") in VERDICTS and _names(_label(h), c.also)
+            ]
+            numbers = "; ".join(x for x in (str(found["label"]), *also, numbers) if x)
         rows.append({**row, "verdict": verdict, "numbers": numbers})
     return rows

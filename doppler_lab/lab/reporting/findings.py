@@ -561,6 +561,31 @@ def dual_policy(s: Mapping[str, Any]) -> Findings:
             f"Together (supported only when it beats both halves), the runs {_VERB_PLURAL[word]} the claim "
             f"that {claim}."
         )
+    best = s.get("best_learner") or {}
+    if best.get("runs"):
+        n1 = best.get("imitation_episodes")
+        text.append(
+            f"With the workbench's best learner (Stage I {n1} episodes, Stage II "
+            f"{best.get('sim_episodes')}) on {len(best.get('graphs') or [])} graph(s):"
+        )
+        words = []
+        for other in ("sel-only", "plc-only"):
+            d, _ = paired_differences(best["runs"], "doppler", other)
+            if d.size == 0:
+                continue
+            st, sentence = judge(d, f"the dual policy places better than {names[other]}", unit="%")
+            words.append(st.verdict)
+            head.append(
+                _h(f"best learner: dual policy against {names[other]} (95% interval)", st.verdict)
+            )
+            text.append(f"against {names[other]}, {sentence[0].lower()}{sentence[1:]}")
+        if len(words) == 2:
+            word = combined_verdict(words)
+            head.append(_h("best learner: dual policy beats both halves (95% intervals)", word))
+            text.append(
+                f"Together, with the best learner, the runs {_VERB_PLURAL[word]} the claim that "
+                f"{claim}."
+            )
     return Findings(head, " ".join(text))
 
 
