@@ -20,7 +20,7 @@ from typing import Any
 
 from ..house.errors import ConfigError
 from ..house.progress import note, show_progress
-from ._common import print_json, ratio_text, source_label
+from ._common import print_json, ratio_text, resolve_cluster, source_label
 
 #: ``(scale, unit)`` a column of makespans in seconds may take, largest first
 SECOND_UNITS: tuple[tuple[float, str], ...] = ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns"))
@@ -188,7 +188,6 @@ def _gantt_page(args: argparse.Namespace, graph, results: list[dict[str, Any]], 
     from ..timing.sim import Simulator
     from ..viz.gantt import compare_gantt
     from ..viz.html import HtmlReport
-    from ._common import resolve_cluster
 
     cluster = resolve_cluster(args, graph)
     if args.memory_cap is not None:
@@ -221,11 +220,14 @@ def run_compare(args: argparse.Namespace, run: Callable[[argparse.Namespace], in
             "give one placer with --out, or use --json for all of them"
         )
     from ..house.userfiles import guard_outputs, html_page
-    from ..placers import parse_placer_spec, placer_spec
+    from ..placers import check_placer_size, parse_placer_spec, placer_spec
     from ..workloads.specs import graph_from_spec
 
     guard_outputs(args, {"gantt": html_page})  # never over an input or a file not ours
     graph = graph_from_spec(args.graph)  # once, for every placer
+    cluster = resolve_cluster(args, graph)
+    for name in names:  # each placer's size before any of them runs
+        check_placer_size(parse_placer_spec(name)[0], graph, cluster)
     shown = show_progress(args)
     for name in names:
         learned_note(name, shown)

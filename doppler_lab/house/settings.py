@@ -38,6 +38,7 @@ __all__ = [
     "check_dataclass",
     "check_setting",
     "dataclass_changes",
+    "given_once",
     "parse_item",
     "parse_items",
     "parse_spec",
@@ -135,6 +136,42 @@ def parse_items(items: Iterable[str], owner: str, noun: str = "setting") -> dict
             raise ConfigError(f"{owner}: {noun} {key!r} is given twice")
         out[key] = value
     return out
+
+
+def given_once(
+    into: dict[str, Any], key: str, value: Any, there: str, here: str, owner: str
+) -> None:
+    """Set ``into[key] = value`` where ``into`` has no other value for ``key``: a setting
+    given twice (``--budget 5 -o budget=7``, ``--set episodes=5 --episodes 2``) is harmless
+    with one value and an error with two, where one of them would win in silence.
+
+    ``there`` says how the value already in ``into`` was given (``in --set episodes=5``),
+    ``here`` how ``value`` is (``--episodes 2``), ``owner`` whose setting it is (``placer
+    'cp': option``).
+
+    Example:
+        >>> opts = {"budget": 5}
+        >>> given_once(opts, "budget", 5, "in -o budget=5", "--budget 5", "placer 'x': option")
+        >>> given_once(opts, "budget", 7, "in -o budget=5", "--budget 7", "placer 'x': option")
+        Traceback (most recent call last):
+        ...
+        doppler_lab.house.errors.ConfigError: placer 'x': option 'budget' is given in -o budget=5 and --budget 7; expected it once: give it once, or the same value in both
+
+    Raises:
+        ConfigError: naming both and the key.
+    """
+    if key in into and not _same(into[key], value):
+        raise ConfigError(
+            f"{owner} {key!r} is given {there} and {here}; expected it once: give it once, or "
+            "the same value in both"
+        )
+    into[key] = value
+
+
+def _same(a: Any, b: Any) -> bool:
+    """One value given twice: equal, and a boolean only where the other is one (``True`` is
+    not ``1``)."""
+    return isinstance(a, bool) == isinstance(b, bool) and bool(a == b)
 
 
 def parse_spec(spec: str, owner: str = "", noun: str = "parameter") -> tuple[str, dict[str, Any]]:
