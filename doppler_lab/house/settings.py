@@ -43,6 +43,7 @@ __all__ = [
     "parse_items",
     "parse_spec",
     "parse_value",
+    "split_specs",
     "unknown_setting",
 ]
 
@@ -136,6 +137,41 @@ def parse_items(items: Iterable[str], owner: str, noun: str = "setting") -> dict
             raise ConfigError(f"{owner}: {noun} {key!r} is given twice")
         out[key] = value
     return out
+
+
+def split_specs(text: str, owner: str | None = None) -> list[str]:
+    """The specs of a comma-separated list whose specs' own parameters are comma-separated too:
+    an item ``key=value`` (no ``:`` in its key) continues the spec before it where that one has
+    parameters (a ``:``), any other item starts a spec; items stripped.
+
+    Without ``owner`` (``--placer cp,,heft``) an empty item, or ``key=value`` that continues no
+    spec, is kept as a spec for the caller to name; with it (``graph specs``) an empty item is
+    left out and such a ``key=value`` is an error naming ``owner``.
+
+    Example:
+        >>> split_specs("cp, doppler:samples=4,partitions=0 ,heft,budget=3")
+        ['cp', 'doppler:samples=4,partitions=0', 'heft', 'budget=3']
+        >>> split_specs("ffnn:scale=0.1,layers=2,,chainmm", "graph specs")
+        ['ffnn:scale=0.1,layers=2', 'chainmm']
+
+    Raises:
+        ConfigError: with ``owner``, a parameter with no spec to continue.
+    """
+    specs: list[str] = []
+    for item in (part.strip() for part in str(text).split(",")):
+        parameter = "=" in item and ":" not in item.partition("=")[0]
+        if parameter and specs and ":" in specs[-1]:
+            specs[-1] += f",{item}"
+        elif owner is None:
+            specs.append(item)
+        elif parameter:
+            raise ConfigError(
+                f"{owner} {text!r}: parameter {item!r} has no spec before it to continue; "
+                "expected SPEC[:key=value,...] items separated by commas"
+            )
+        elif item:
+            specs.append(item)
+    return specs
 
 
 def given_once(

@@ -31,7 +31,7 @@ import numpy as np
 from ..hardware.cluster import Cluster
 from ..house.errors import PlacementError
 from ..house.limits import LIMITS
-from ..house.settings import parse_spec, unknown_setting
+from ..house.settings import parse_spec, split_specs, unknown_setting
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
@@ -275,14 +275,9 @@ def parse_placer_spec(spec: str) -> tuple[str, dict[str, Any]]:
 def split_placer_specs(text: str) -> list[str]:
     """The placer specs of a comma-separated list (``cp,heft,doppler:proposals=none``): an
     item ``key=value`` continues the spec before it (``doppler:samples=4,partitions=0`` is
-    one spec); items stripped, empty ones kept (the caller names them)."""
-    specs: list[str] = []
-    for item in (part.strip() for part in text.split(",")):
-        if specs and ":" in specs[-1] and "=" in item and ":" not in item.partition("=")[0]:
-            specs[-1] += f",{item}"
-        else:
-            specs.append(item)
-    return specs
+    one spec); items stripped, empty ones kept (the caller names them);
+    :func:`~doppler_lab.house.settings.split_specs`."""
+    return split_specs(text)
 
 
 def available_placers() -> list[str]:
