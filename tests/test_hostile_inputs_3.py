@@ -255,3 +255,17 @@ def test_the_learned_placer_size_check_covers_simulate_and_keeps_other_placers(m
     for name in ("doppler", "placeto", "gdp"):
         with pytest.raises(PlacementError, match=f"{ops:,} compute ops x 8 devices"):
             registry.place(name, graph, make_cluster("uniform", 8))
+
+
+# -- lists of specs ------------------------------------------------------------------------------
+def test_a_graph_list_parameter_after_a_spec_without_parameters_is_named():
+    from doppler_lab.workloads.specs import split_graph_specs
+
+    # 'chainmm,scale=0.1' was read as one workload named 'chainmm,scale=0.1' ("unknown workload")
+    with pytest.raises(ConfigError, match="parameter 'scale=0.1' has no spec before it to contin"):
+        split_graph_specs("chainmm,scale=0.1")
+    # a value with a colon continues its spec (it started a spec of its own)
+    assert split_graph_specs("hf-llama:layers=2,path=a:b,ffnn") == [
+        "hf-llama:layers=2,path=a:b",
+        "ffnn",
+    ]

@@ -39,7 +39,7 @@ from typing import Any
 from .deps import require
 from .errors import ConfigError, RunError
 from .progress import progress as progress_bar
-from .validate import first_line
+from .validate import exception_line
 
 __all__ = [
     "RUNNERS",
@@ -226,7 +226,7 @@ class LocalRunner(Runner):
                 try:
                     value = call_run(run)
                 except Exception as exc:  # a failed run is reported, not the loop's end
-                    yield i, False, first_line(exc, typed=True), running
+                    yield i, False, exception_line(exc, typed=True), running
                 else:
                     yield i, True, value, running
             return
@@ -246,7 +246,7 @@ class LocalRunner(Runner):
                     if exc is None:
                         yield i, True, fut.result(), running
                     else:
-                        yield i, False, first_line(exc, typed=True), running
+                        yield i, False, exception_line(exc, typed=True), running
         finally:
             ex.shutdown(wait=True, cancel_futures=True)
 
@@ -306,7 +306,7 @@ class RayRunner(Runner):
                 if attempt + 1 == _START_ATTEMPTS:
                     raise RunError(
                         f"runner 'ray': the local Ray cluster did not start in "
-                        f"{_START_ATTEMPTS} tries ({first_line(exc, typed=True)}); expected a machine with "
+                        f"{_START_ATTEMPTS} tries ({exception_line(exc, typed=True)}); expected a machine with "
                         "a few idle seconds (see /tmp/ray/session_latest/logs/raylet.out)"
                     ) from None
         return ray
@@ -334,11 +334,11 @@ class RayRunner(Runner):
                         yield (
                             i,
                             False,
-                            first_line(cause if cause is not None else exc, typed=True),
+                            exception_line(cause if cause is not None else exc, typed=True),
                             running,
                         )
                     except ray.exceptions.RayError as exc:  # its worker died, or was cancelled
-                        yield i, False, first_line(exc, typed=True), running
+                        yield i, False, exception_line(exc, typed=True), running
                     else:
                         yield i, True, value, running
         finally:

@@ -40,7 +40,7 @@ from ..house.errors import ConfigError
 from ..house.limits import MAX_MODEL_LAYERS, MAX_MODEL_SIZE
 from ..house.settings import check_setting, unknown_setting
 from ..house.userfiles import input_file
-from ..house.validate import first_line
+from ..house.validate import exception_line
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -379,7 +379,7 @@ def _load_function(name: str) -> Callable[..., Any]:
     except Exception as exc:
         sys.modules.pop(module_name, None)
         raise ConfigError(
-            f"model file {file!r} failed to load: {first_line(exc, 300, typed=True)}"
+            f"model file {file!r} failed to load: {exception_line(exc, 300, typed=True, first=False)}"
         ) from exc
     fn = getattr(module, func, None)
     if not callable(fn):
@@ -429,7 +429,7 @@ def user_code(what: str) -> Iterator[None]:
         raise
     except BaseException as exc:  # KeyboardInterrupt and the user's own BaseException types
         raise ConfigError(
-            f"{what} raised {first_line(exc, 300, typed=True)}; expected it to return"
+            f"{what} raised {exception_line(exc, 300, typed=True, first=False)}; expected it to return"
         ) from None
     finally:
         os._exit = real_exit  # type: ignore[assignment]
@@ -446,9 +446,11 @@ def _call_user_function(name: str, params: dict[str, Any]) -> ModelAndArgs:
     try:
         out = fn(**params)
     except TypeError as exc:
-        raise ConfigError(f"{name}: {first_line(exc, 300, typed=True)}") from exc
+        raise ConfigError(f"{name}: {exception_line(exc, 300, typed=True, first=False)}") from exc
     except Exception as exc:
-        raise ConfigError(f"{name} raised {first_line(exc, 300, typed=True)}") from exc
+        raise ConfigError(
+            f"{name} raised {exception_line(exc, 300, typed=True, first=False)}"
+        ) from exc
     if (
         not isinstance(out, tuple)
         or len(out) != 2

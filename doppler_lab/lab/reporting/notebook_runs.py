@@ -27,7 +27,7 @@ from ...house.deps import require
 from ...house.errors import ConfigError, FormatError
 from ...house.jsonutil import write_json
 from ...house.paths import REPO_ROOT
-from ...house.validate import first_line
+from ...house.validate import exception_line
 from ...viz.html import (
     holds_plotly_bundle,
     markdown_to_text,
@@ -58,7 +58,7 @@ def read_notebook(path: str | os.PathLike, doing: str = "reading a notebook") ->
     try:
         return nbformat.read(str(p), as_version=4)
     except Exception as exc:  # noqa: BLE001 - nbformat raises its own and jsonschema's types
-        why = first_line(exc, 200)
+        why = exception_line(exc, 200)
         raise fail(f"not a notebook nbformat can read ({why}); expected an .ipynb file") from None
 
 
