@@ -144,6 +144,11 @@ PLACER_FLAGS: tuple[tuple[str, str, str], ...] = (
     ("--time-limit", "time_limit", "time_limit"),
     ("--checkpoint", "checkpoint", "checkpoint"),
 )
+#: ``place``'s own options that also set an option of the placers that take it
+COMMAND_PLACER_FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("--semantics", "semantics", "semantics"),
+    ("--memory-cap", "memory_cap", "memory_cap"),
+)
 
 
 def per_placer_options(

@@ -26,7 +26,7 @@ from ._common import (
     resolve_semantics,
     source_label,
 )
-from ._compare import learned_note
+from ._compare import COMMAND_PLACER_FLAGS, PLACER_FLAGS, learned_note
 from ._memory import add_memory_cap_argument, memory_fields, memory_lines, with_memory_args
 
 if TYPE_CHECKING:
@@ -156,6 +156,7 @@ def placer_arguments(
     from ..placers import placer_options
 
     accepted = placer_options(name)
+    own_flags = [flag for flag, _, _ in COMMAND_PLACER_FLAGS]
     opts = dict(spec_options or {})
     owner = f"placer {name!r}: option"
     for key, value in parse_options(args.option, f"placer {name!r}").items():
@@ -164,7 +165,7 @@ def placer_arguments(
         raise ConfigError("--checkpoint is empty; expected a checkpoint file or a shipped name")
     for flag, key, value, shown in _flag_options(args):
         if key not in accepted:
-            if flag in COMMAND_FLAGS:  # the command's own; this placer has no such option
+            if flag in own_flags:  # the command's own; this placer has no such option
                 continue
             raise ConfigError(
                 f"placer {name!r} takes no {flag}"
@@ -184,10 +185,6 @@ def placer_arguments(
     return opts
 
 
-#: the command's own flags that also set an option of the placers that take it
-COMMAND_FLAGS = ("--semantics", "--memory-cap")
-
-
 def _flag_options(args: argparse.Namespace) -> list[tuple[str, str, Any, str]]:
     """The flags given that set a placer option: ``(flag, option, value, value as shown)``.
 
@@ -197,14 +194,8 @@ def _flag_options(args: argparse.Namespace) -> list[tuple[str, str, Any, str]]:
     from ..house.limits import format_bytes
 
     given = []
-    for flag, key in (
-        ("--budget", "budget"),
-        ("--time-limit", "time_limit"),
-        ("--checkpoint", "checkpoint"),
-        ("--semantics", "semantics"),
-        ("--memory-cap", "memory_cap"),
-    ):
-        value = getattr(args, key, None)
+    for flag, attr, key in (*PLACER_FLAGS, *COMMAND_PLACER_FLAGS):
+        value = getattr(args, attr, None)
         if value is None:
             continue
         if key in ("budget", "time_limit") and value <= 0:
