@@ -14,21 +14,23 @@ import io
 import json
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..house.errors import ConfigError
 from ..house.progress import note, show_progress
-from ._common import print_json, ratio_text, source_label
+from ._common import print_json, ratio_text, resolve_cluster, source_label
 
 #: ``(scale, unit)`` a column of makespans in seconds may take, largest first
 SECOND_UNITS: tuple[tuple[float, str], ...] = ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns"))
 
 
-def placer_names(text: str) -> list[str]:
+def placer_names(text: str) -> dict[str, str]:
     """The placers of ``--placer``: one name, or a comma-separated list (each known and once);
-    a name may carry options (``doppler:proposals=none``, :func:`~doppler_lab.placers.registry.parse_placer_spec`).
+    a name may carry options (``doppler:proposals=none``,
+    :func:`~doppler_lab.placers.registry.parse_placer_spec`). Each spec as given, to its
+    placer's name (``doppler:proposals=none`` -> ``doppler``), read once.
 
     Raises:
         ConfigError: an empty item or a name given twice.
@@ -36,12 +38,13 @@ def placer_names(text: str) -> list[str]:
     """
     from ..placers import parse_placer_spec, split_placer_specs
 
-    names = split_placer_specs(text)
-    for name in names:
-        if not name:
+    specs = split_placer_specs(text)
+    names = {}
+    for spec in specs:
+        if not spec:
             raise ConfigError(f"--placer {text!r} has an empty name; expected NAME[,NAME...]")
-        parse_placer_spec(name)
-    twice = sorted({n for n in names if names.count(n) > 1})
+        names[spec] = parse_placer_spec(spec)[0]
+    twice = sorted({s for s in specs if specs.count(s) > 1})
     if twice:
         raise ConfigError(f"--placer {text!r} names {twice[0]!r} twice; give each placer once")
     return names
@@ -55,11 +58,12 @@ def learned_loaded() -> bool:
 
 
 def learned_note(name: str, enabled: bool) -> None:
-    """One line on stderr before a learned placer first loads (torch and its policy: a few
-    seconds); nothing for the other placers or once it is loaded."""
-    from ..placers.registry import parse_placer_spec, placer_spec
+    """One line on stderr before learned placer ``name`` (a registered name, no options)
+    first loads (torch and its policy: a few seconds); nothing for the other placers or once
+    it is loaded."""
+    from ..placers.registry import placer_spec
 
-    if placer_spec(parse_placer_spec(name)[0]).kind == "learned" and not learned_loaded():
+    if placer_spec(name).kind == "learned" and not learned_loaded():
         note(f"{name}: loading torch and the learned policy (a few seconds) ...", enabled)
 
 
@@ -140,18 +144,26 @@ PLACER_FLAGS: tuple[tuple[str, str, str], ...] = (
     ("--time-limit", "time_limit", "time_limit"),
     ("--checkpoint", "checkpoint", "checkpoint"),
 )
+#: ``place``'s own options that also set an option of the placers that take it
+COMMAND_PLACER_FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("--semantics", "semantics", "semantics"),
+    ("--memory-cap", "memory_cap", "memory_cap"),
+)
 
 
-def per_placer_options(args: argparse.Namespace, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+def per_placer_options(
+    args: argparse.Namespace, names: Mapping[str, str]
+) -> dict[str, dict[str, Any]]:
     """Each placer's share of the placer options (``--budget``, ``--time-limit``,
-    ``--checkpoint``, ``-o KEY=VALUE``): the ones it takes, as namespace fields.
+    ``--checkpoint``, ``-o KEY=VALUE``): the ones it takes, as namespace fields; ``names``
+    are :func:`placer_names`' (each spec to its placer).
 
     Raises:
         ConfigError: an option that no placer of the list takes.
     """
-    from ..placers import parse_placer_spec, placer_options
+    from ..placers import placer_options
 
-    takes = {name: set(placer_options(parse_placer_spec(name)[0])) for name in names}
+    takes = {spec: set(placer_options(name)) for spec, name in names.items()}
     own: dict[str, dict[str, Any]] = {name: {"option": []} for name in names}
     given = [(flag, attr, key) for flag, attr, key in PLACER_FLAGS if getattr(args, attr, None)]
     given += [(f"-o {item}", None, item.partition("=")[0].strip()) for item in args.option]
@@ -188,7 +200,6 @@ def _gantt_page(args: argparse.Namespace, graph, results: list[dict[str, Any]], 
     from ..timing.sim import Simulator
     from ..viz.gantt import compare_gantt
     from ..viz.html import HtmlReport
-    from ._common import resolve_cluster
 
     cluster = resolve_cluster(args, graph)
     if args.memory_cap is not None:
@@ -221,24 +232,24 @@ def run_compare(args: argparse.Namespace, run: Callable[[argparse.Namespace], in
             "give one placer with --out, or use --json for all of them"
         )
     from ..house.userfiles import guard_outputs, html_page
-    from ..placers import parse_placer_spec, placer_spec
+    from ..placers import check_placer_size, placer_spec
     from ..workloads.specs import graph_from_spec
 
     guard_outputs(args, {"gantt": html_page})  # never over an input or a file not ours
     graph = graph_from_spec(args.graph)  # once, for every placer
+    cluster = resolve_cluster(args, graph)
+    for name in names.values():  # each placer's size before any of them runs
+        check_placer_size(name, graph, cluster)
     shown = show_progress(args)
-    for name in names:
+    for name in names.values():
         learned_note(name, shown)
     own = per_placer_options(args, names)
     results = []
-    for i, name in enumerate(names, 1):
-        if placer_spec(parse_placer_spec(name)[0]).kind in (
-            "search",
-            "exact",
-        ):  # the ones that may take a while
-            note(f"placing with {name} ({i} of {len(names)}) ...", shown)
-        sub = argparse.Namespace(**{**vars(args), "graph": graph, **own[name]})
-        results.append(_run_one(run, sub, name))
+    for i, (spec, name) in enumerate(names.items(), 1):
+        if placer_spec(name).kind in ("search", "exact"):  # the ones that may take a while
+            note(f"placing with {spec} ({i} of {len(names)}) ...", shown)
+        sub = argparse.Namespace(**{**vars(args), "graph": graph, **own[spec]})
+        results.append(_run_one(run, sub, spec))
     if args.gantt:
         page = str(_gantt_page(args, graph, results, args.gantt))
         for r in results:

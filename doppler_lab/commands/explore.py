@@ -89,7 +89,7 @@ def explorer_parameters(args: argparse.Namespace, defaults: dict[str, Any]) -> d
     Raises:
         ConfigError: an unknown parameter, a bad graph or cluster spec.
     """
-    from ..house.settings import parse_items
+    from ..house.settings import given_once, parse_items
     from ..workloads.specs import cluster_from_spec, parse_graph_spec
 
     # a missing file is said now, not in the notebook; the kernel runs in another folder
@@ -127,7 +127,18 @@ def explorer_parameters(args: argparse.Namespace, defaults: dict[str, Any]) -> d
                 f"explore -p: parameter semantics={value!r}; expected one of "
                 f"{', '.join(_semantics())}"
             )
-    params.update(extra)
+    # GRAPH, --cluster, --first and --second again by -p: harmless with the same value
+    flags = {
+        "workload": "GRAPH",
+        "cluster_name": "--cluster",
+        "first": "--first",
+        "second": "--second",
+    }
+    for key, value in extra.items():
+        if key in flags and key in params:
+            there = f"as {flags[key]} {params[key]}"
+            given_once(params, key, value, there, f"as -p {key}={value}", "explore: parameter")
+        params[key] = value
     return params
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..house.errors import ConfigError
 from ..house.progress import show_progress, timer
+from ..house.validate import exception_line
 from ._common import int_arg
 
 NAME = "gpu-check"
@@ -103,7 +104,7 @@ def _section(summary: dict[str, Any], key: str, fn: Any) -> Any:
     try:
         return fn()
     except Exception as exc:  # noqa: BLE001 - every section reports, none stops the check
-        line = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        line = exception_line(exc, typed=True)
         summary.setdefault("section_errors", {})[key] = line
         print(f"gpu-check: {key} failed after {time.perf_counter() - t0:.0f} s: {line}", flush=True)
         return None

@@ -26,7 +26,7 @@ from ._common import (
     resolve_semantics,
     source_label,
 )
-from ._compare import learned_note
+from ._compare import COMMAND_PLACER_FLAGS, PLACER_FLAGS, learned_note
 from ._memory import add_memory_cap_argument, memory_fields, memory_lines, with_memory_args
 
 if TYPE_CHECKING:
@@ -141,57 +141,67 @@ def parse_options(pairs: list[str], owner: str = "-o") -> dict[str, Any]:
 
 
 def placer_arguments(
-    name: str, args: argparse.Namespace, spec_options: dict[str, Any] | None = None
+    name: str,
+    args: argparse.Namespace,
+    spec_options: dict[str, Any] | None = None,
+    semantics: str | None = None,
 ) -> dict[str, Any]:
     """The options for placer ``name`` from the command line: those of its spec
-    (``--placer NAME:key=value``, ``spec_options``), then ``-o`` and the flags."""
+    (``--placer NAME:key=value``, ``spec_options``), then ``-o`` and the flags that set a
+    placer option (``--budget``, ``--time-limit``, ``--checkpoint``, and the command's own
+    ``--semantics`` and ``--memory-cap``). An option given twice is refused with two values
+    and harmless with one (:func:`~doppler_lab.house.settings.given_once`); ``semantics`` is
+    the simulator's, given to a placer that takes it where nothing else said."""
+    from ..house.settings import given_once
     from ..placers import placer_options
 
     accepted = placer_options(name)
+    own_flags = [flag for flag, _, _ in COMMAND_PLACER_FLAGS]
     opts = dict(spec_options or {})
+    owner = f"placer {name!r}: option"
     for key, value in parse_options(args.option, f"placer {name!r}").items():
-        if key in opts:
-            raise ConfigError(
-                f"placer {name!r}: option {key!r} is given in --placer {args.placer!r} and as "
-                "-o; give it once"
-            )
-        opts[key] = value
-    for flag, key, value in (
-        ("--budget", "budget", args.budget),
-        ("--time-limit", "time_limit", args.time_limit),
-    ):
-        if value is None:
-            continue
-        if value <= 0:
-            raise ConfigError(f"{flag} must be positive, got {value}")
-        if key not in accepted:
-            raise ConfigError(
-                f"placer {name!r} takes no {flag}; its options: {', '.join(accepted) or 'none'}"
-            )
-        _once(name, key, flag, opts)
-        opts[key] = value
-    if "semantics" in accepted and "semantics" not in opts:
-        opts["semantics"] = args.semantics
-    if "progress" in accepted and "progress" not in opts:
-        opts["progress"] = show_progress(args)
+        given_once(opts, key, value, f"in --placer {args.placer!r}", f"as -o {key}={value}", owner)
     if getattr(args, "checkpoint", None) == "":  # not the default policy
         raise ConfigError("--checkpoint is empty; expected a checkpoint file or a shipped name")
-    if getattr(args, "checkpoint", None):
-        if "checkpoint" not in accepted:
-            raise ConfigError(f"placer {name!r} takes no --checkpoint")
-        _once(name, "checkpoint", "--checkpoint", opts)
-        opts["checkpoint"] = args.checkpoint
+    for flag, key, value, shown in _flag_options(args):
+        if key not in accepted:
+            if flag in own_flags:  # the command's own; this placer has no such option
+                continue
+            raise ConfigError(
+                f"placer {name!r} takes no {flag}"
+                + (f"; its options: {', '.join(accepted) or 'none'}" if key != "checkpoint" else "")
+            )
+        there = f"as {key}={opts.get(key)} (in --placer or -o)"
+        if key != "memory_cap":
+            given_once(opts, key, value, there, f"as {flag} {shown}", owner)
+        elif opts.get(key, "device") != "device":  # checked, never set: "device" reads the
+            # capped cluster less its reserve, what the placer does without the option
+            old = math.inf if opts[key] is None else opts[key]
+            given_once({key: old}, key, value, there, f"as {flag} {shown}", owner)
+    if "semantics" in accepted and "semantics" not in opts:
+        opts["semantics"] = semantics or args.semantics
+    if "progress" in accepted and "progress" not in opts:
+        opts["progress"] = show_progress(args)
     return opts
 
 
-def _once(name: str, key: str, flag: str, opts: dict[str, Any]) -> None:
-    """Refuse ``flag`` when the placer spec or ``-o`` set its option ``key`` too (``--budget 5
-    -o budget=7``): the flag won in silence."""
-    if key in opts:
-        raise ConfigError(
-            f"placer {name!r}: option {key!r} is given as {key}={opts[key]} (in --placer or -o) "
-            f"and as {flag}; give it once"
-        )
+def _flag_options(args: argparse.Namespace) -> list[tuple[str, str, Any, str]]:
+    """The flags given that set a placer option: ``(flag, option, value, value as shown)``.
+
+    Raises:
+        ConfigError: ``--budget`` or ``--time-limit`` not positive.
+    """
+    from ..house.limits import format_bytes
+
+    given = []
+    for flag, attr, key in (*PLACER_FLAGS, *COMMAND_PLACER_FLAGS):
+        value = getattr(args, attr, None)
+        if value is None:
+            continue
+        if key in ("budget", "time_limit") and value <= 0:
+            raise ConfigError(f"{flag} must be positive, got {value}")
+        given.append((flag, key, value, format_bytes(value) if key == "memory_cap" else str(value)))
+    return given
 
 
 def run(args: argparse.Namespace) -> int:
@@ -213,11 +223,13 @@ def run(args: argparse.Namespace) -> int:
     cluster = resolve_cluster(args, graph)
     # the placers keep to the devices' memory, less the runtime reserve
     cluster = with_memory_args(cluster, args.memory_cap, args.memory_reserve)
-    args.semantics = resolve_semantics(args, graph)
+    semantics = resolve_semantics(args, graph)
+    check_placer_size(name, graph, cluster)  # before a learned placer loads torch
     learned_note(name, show_progress(args))
-    opts = placer_arguments(name, args, spec_options)
+    # with --semantics as given (None: not given), checked against the placer's own
+    opts = placer_arguments(name, args, spec_options, semantics)
+    args.semantics = semantics
     placer = get_placer(name, **opts)
-    check_placer_size(name, graph)
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
     schedule = None

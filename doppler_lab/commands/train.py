@@ -9,6 +9,7 @@ from typing import Any
 
 from ..house.errors import ConfigError
 from ..house.progress import show_progress
+from ..house.settings import given_once, parse_items
 from ._common import (
     add_cluster_arguments,
     add_estimator_argument,
@@ -122,12 +123,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 
-def _pairs(items: list[str], owner: str) -> dict[str, Any]:
-    from ..house.settings import parse_items
-
-    return parse_items(items, owner)
-
-
 def stage_configs(args: argparse.Namespace, default_semantics: str) -> list:
     """The training configurations of ``--stage`` with the command-line overrides."""
     from ..train.train_config import STAGES, preset
@@ -145,8 +140,11 @@ def stage_configs(args: argparse.Namespace, default_semantics: str) -> list:
     own: dict[str, Any] = {} if args.estimator is None else {"estimator": args.estimator}
     if getattr(args, "sel_temperature_end", None) is not None:
         own["sel_temperature_end"] = args.sel_temperature_end
-    settings = _pairs(args.set, "train config")
-    _given_once(settings, {**given, **own}, "--set")
+    settings = parse_items(args.set, "train config")
+    merged = dict(settings)  # (only checked: --set applies to every stage, own to some)
+    for key, value in {**given, **own}.items():
+        there = f"in --set {key}={settings.get(key)}"
+        given_once(merged, key, value, there, f"--{key.replace('_', '-')} {value}", "setting")
     common.update(settings)
     return [preset(prefix + s, **{**common, **({} if s == "imitation" else own)}) for s in stages]
 
@@ -155,22 +153,11 @@ def policy_config(args: argparse.Namespace):
     from ..policies.policy_config import POLICY_PRESETS
 
     base = POLICY_PRESETS["released" if args.preset == "released" else "default"]
-    changes = _pairs(args.policy_set, "policy config")
+    changes = parse_items(args.policy_set, "policy config")
     if args.policy:
-        _given_once(changes, {"kind": args.policy}, "--policy-set")
-        changes["kind"] = args.policy
+        there = f"in --policy-set kind={changes.get('kind')}"
+        given_once(changes, "kind", args.policy, there, f"--policy {args.policy}", "setting")
     return base.replace(**changes)
-
-
-def _given_once(settings: dict[str, Any], options: dict[str, Any], flag: str) -> None:
-    """Refuse a ``flag KEY=VALUE`` item whose key an option of its own set too (``--set
-    episodes=5`` beside ``--episodes 2``): one of them would win in silence."""
-    for key, value in settings.items():
-        if key in options:
-            option = "--policy" if key == "kind" else "--" + key.replace("_", "-")
-            raise ConfigError(
-                f"{flag} {key}={value} and {option} {options[key]} both set {key}; expected it once"
-            )
 
 
 def device_curriculum(args, configs, pcfg, init, num_devices: int) -> int | None:

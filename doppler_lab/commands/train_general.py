@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..house.errors import ConfigError
 from ..house.progress import show_progress
@@ -201,30 +201,100 @@ def _result_arguments(p: argparse.ArgumentParser, g: ModuleType) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 
-def _no_distill_options(args: argparse.Namespace) -> None:
-    """Refuse the options of ``--distill`` without it: Stages I + II ran with them ignored
-    (``--runner ray`` trained on this machine, ``--jobs 8`` on one process)."""
-    from ..train import distill as dl
+class _Option(NamedTuple):
+    """A flag of train-general beside its default: where it applies (``both``, ``stages``:
+    plain Stages I + II, ``distill``: ``--distill ROUNDS``), what to use in the other mode,
+    and whether :func:`command_line` records it."""
 
-    for flag, key, default in (
-        ("--distill-budget", "distill_budget", dl.DISTILL_BUDGET),
-        (
-            "--distill-imitation-episodes",
-            "distill_imitation_episodes",
-            dl.DISTILL_IMITATION_EPISODES,
+    flag: str
+    key: str
+    default: Any
+    mode: str = "both"
+    instead: str = ""
+    recorded: bool = True
+
+
+def _options() -> tuple[_Option, ...]:
+    """train-general's flags that set the result, in :func:`command_line`'s order, and those
+    of one mode alone (each refused in the other: it would be ignored in silence)."""
+    from ..train import distill as dl
+    from ..train import general_policy as g
+
+    none = "leave it out"
+    anchor = f"search distillation has no anchor stage ({none})"
+    stage_i = f"Stage I imitates the searches' best placements ({none})"
+    stage_ii = f"Stage II keeps distillation's settings; --lr sets its learning rate ({none})"
+    fresh = f"the policy of --init keeps its own ({none})"
+    return (
+        _Option("--tasks", "tasks", g.GENERAL_TASKS),
+        _Option(
+            "--imitation-episodes", "imitation_episodes", g.GENERAL_IMITATION_EPISODES, "stages",
+            "use --distill-imitation-episodes (per round)",
         ),
-        ("--distill-sim-episodes", "distill_sim_episodes", dl.DISTILL_SIM_EPISODES),
-        ("--jobs", "jobs", 1),
-        ("--no-distill-proposals", "distill_proposals", True),
-        ("--runner", "runner", "local"),
-        ("--ray-address", "ray_address", None),
-        ("--keep-going", "keep_going", False),
-    ):
-        if getattr(args, key) != default:
+        _Option(
+            "--anchor-episodes", "anchor_episodes", g.GENERAL_ANCHOR_EPISODES, "stages", anchor
+        ),
+        _Option("--anchor-source", "anchor_source", g.ANCHOR_SOURCES[0], "stages", anchor),
+        _Option(
+            "--anchor-budget", "anchor_budget", g.ANCHOR_BUDGET, "stages",
+            "use --distill-budget (each task's search)",
+        ),
+        _Option(
+            "--sim-episodes", "sim_episodes", g.GENERAL_SIM_EPISODES, "stages",
+            "use --distill-sim-episodes (per round)",
+        ),
+        _Option("--teacher", "teacher", g.GENERAL_TEACHER, "stages", stage_i),
+        _Option("--label-fraction", "label_fraction", g.GENERAL_LABEL_FRACTION, "stages", stage_i),
+        _Option("--lr", "lr", None),
+        _Option("--graphs-per-step", "graphs_per_step", None, "stages", stage_ii),
+        _Option("--estimator", "estimator", None, "stages", stage_ii),
+        _Option("--estimate", "estimate", g.GENERAL_ESTIMATE, "stages", fresh),
+        _Option("--layout", "layout", g.GENERAL_LAYOUT, "stages", fresh),
+        _Option("--paper-cost-share", "paper_cost_share", g.GENERAL_PAPER_COST_SHARE),
+        _Option("--memory-share", "memory_share", g.GENERAL_MEMORY_SHARE),
+        _Option("--sample-temperature", "sample_temperature", None),
+        _Option("--seed", "seed", 0),
+        _Option("--init", "init", None),
+        _Option("--distill", "distill", None),
+        _Option("--distill-budget", "distill_budget", dl.DISTILL_BUDGET, "distill"),
+        _Option(
+            "--distill-imitation-episodes", "distill_imitation_episodes",
+            dl.DISTILL_IMITATION_EPISODES, "distill",
+        ),
+        _Option(
+            "--distill-sim-episodes", "distill_sim_episodes", dl.DISTILL_SIM_EPISODES, "distill"
+        ),
+        _Option("--name", "name", g.GENERAL_CHECKPOINT),
+        _Option(
+            "--validate", "validate", False, "stages",
+            "score the result afterwards with --score CKPT", recorded=False,
+        ),
+        _Option("--jobs", "jobs", 1, "distill", recorded=False),
+        _Option("--no-distill-proposals", "distill_proposals", True, "distill", recorded=False),
+        _Option("--runner", "runner", "local", "distill", recorded=False),
+        _Option("--ray-address", "ray_address", None, "distill", recorded=False),
+        _Option("--keep-going", "keep_going", False, "distill", recorded=False),
+    )  # fmt: skip
+
+
+def _refuse_other_mode(args: argparse.Namespace) -> None:
+    """Refuse an option of the other mode than the one that runs: the options of ``--distill``
+    without it (Stages I + II ran with them ignored: ``--runner ray`` trained on this machine,
+    ``--jobs 8`` on one process), and those of plain Stages I + II with it (``--distill 2
+    --imitation-episodes 100`` ran the distillation's own Stage I episodes)."""
+    other = "stages" if args.distill else "distill"
+    for o in _options():
+        if o.mode != other or getattr(args, o.key) == o.default:
+            continue
+        if args.distill:
             raise ConfigError(
-                f"{flag} is an option of search distillation; expected it with --distill ROUNDS "
-                "(Stages I + II run on this machine, in one process)"
+                f"{o.flag} is an option of Stages I + II without --distill; with --distill "
+                f"ROUNDS, {o.instead}"
             )
+        raise ConfigError(
+            f"{o.flag} is an option of search distillation; expected it with --distill ROUNDS "
+            "(Stages I + II run on this machine, in one process)"
+        )
 
 
 def share_arg(text: str) -> float:
@@ -237,42 +307,11 @@ def share_arg(text: str) -> float:
 
 def command_line(args: argparse.Namespace) -> str:
     """The command that trains this run again (recorded with the shipped checkpoint)."""
-    from ..train import distill as dl
-    from ..train import general_policy as g
-
     parts = ["doppler-lab train-general"]
-    for flag, key, default in (
-        ("--tasks", "tasks", g.GENERAL_TASKS),
-        ("--imitation-episodes", "imitation_episodes", g.GENERAL_IMITATION_EPISODES),
-        ("--anchor-episodes", "anchor_episodes", g.GENERAL_ANCHOR_EPISODES),
-        ("--anchor-source", "anchor_source", g.ANCHOR_SOURCES[0]),
-        ("--anchor-budget", "anchor_budget", g.ANCHOR_BUDGET),
-        ("--sim-episodes", "sim_episodes", g.GENERAL_SIM_EPISODES),
-        ("--teacher", "teacher", g.GENERAL_TEACHER),
-        ("--label-fraction", "label_fraction", g.GENERAL_LABEL_FRACTION),
-        ("--lr", "lr", None),
-        ("--graphs-per-step", "graphs_per_step", None),
-        ("--estimator", "estimator", None),
-        ("--estimate", "estimate", g.GENERAL_ESTIMATE),
-        ("--layout", "layout", g.GENERAL_LAYOUT),
-        ("--paper-cost-share", "paper_cost_share", g.GENERAL_PAPER_COST_SHARE),
-        ("--memory-share", "memory_share", g.GENERAL_MEMORY_SHARE),
-        ("--sample-temperature", "sample_temperature", None),
-        ("--seed", "seed", 0),
-        ("--init", "init", None),
-        ("--distill", "distill", None),
-        ("--distill-budget", "distill_budget", dl.DISTILL_BUDGET),
-        (
-            "--distill-imitation-episodes",
-            "distill_imitation_episodes",
-            dl.DISTILL_IMITATION_EPISODES,
-        ),
-        ("--distill-sim-episodes", "distill_sim_episodes", dl.DISTILL_SIM_EPISODES),
-        ("--name", "name", g.GENERAL_CHECKPOINT),
-    ):
-        value = getattr(args, key)
-        if value is not None and value != default:
-            parts.append(f"{flag} {value}")
+    for o in _options():
+        value = getattr(args, o.key)
+        if o.recorded and value is not None and value != o.default:
+            parts.append(f"{o.flag} {value}")
     if getattr(args, "distill", None) and not args.distill_proposals:
         parts.append("--no-distill-proposals")
     return " ".join(parts)
@@ -283,8 +322,7 @@ def run(args: argparse.Namespace) -> int:
 
     # what --ship needs is checked before hours of training, not after
     g.check_general_name(args.name)
-    if not args.distill:
-        _no_distill_options(args)
+    _refuse_other_mode(args)
     if args.ship is not None:
         from ..house.userfiles import output_folder
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..hardware.cluster import Cluster, make_cpu
 from ..house.errors import ExecutorError
+from ..house.validate import exception_line
 from ..ir.graph import DataflowGraph
 from .plan import ExecutionPlan
 
@@ -196,9 +197,5 @@ def executor_error(
     what: str, op: str, device: str, exc: BaseException | None = None
 ) -> ExecutorError:
     """The error of op ``op`` (an :func:`op_label`) on ``device``: ``what`` happened."""
-    cause = (
-        ""
-        if exc is None
-        else f": {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    )
+    cause = "" if exc is None else f": {exception_line(exc, typed=True)}"
     return ExecutorError(f"op {op} on {device} {what}{cause}")

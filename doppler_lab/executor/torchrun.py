@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 from ..hardware.cluster import Cluster, make_multihost
 from ..house.errors import ConfigError, DopplerLabError, ExecutorError
-from ..house.validate import one_line
+from ..house.validate import exception_line, one_line
 from ..ir.graph import DataflowGraph
 from .backend import Backend, BackendSession, RawRun
 from .dist import DistSession, WorkerSession
@@ -168,7 +168,7 @@ class TorchrunBackend(Backend):
         self.broken = self._closed = True
         return ExecutorError(
             f"rank {self.rank}: lost the torchrun group (a rank died or timed out): "
-            f"{_first_line(exc)}"
+            f"{exception_line(exc)}"
         )
 
     def _handle(self, msg: Any) -> tuple[str, Any]:
@@ -202,7 +202,7 @@ class TorchrunBackend(Backend):
         except ExecutorError as exc:
             return ("error", str(exc))
         except Exception as exc:  # noqa: BLE001 - a peer lost during a run surfaces here
-            return ("error", f"rank {self.rank} failed: {type(exc).__name__}: {_first_line(exc)}")
+            return ("error", f"rank {self.rank} failed: {exception_line(exc, typed=True)}")
 
     def ask(self, msg: Any) -> list[Any]:
         """On rank 0: run ``msg`` on every rank; the replies by rank. A failure on any rank
@@ -326,10 +326,6 @@ def coordinate_or_serve(backend: TorchrunBackend, command: str, body: Callable[[
         os._exit(2)
     finally:
         backend.close()
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def join_torchrun(

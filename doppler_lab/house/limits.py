@@ -58,6 +58,10 @@ MAX_TENSOR_FILE_BYTES = 2**36
 MAX_QUADRATIC_PLACER_OPS = 20_000
 #: compute ops of cp-rollout (a simulation per critical-path step: minutes at the limit)
 MAX_ROLLOUT_PLACER_OPS = 5_000
+#: compute ops x devices of the learned placers (doppler, placeto, gdp): their rollouts hold
+#: features per (node, device) for every episode (about 1.5 GB for the 17 default rollouts at
+#: the limit; the largest shipped graphs on 8 devices are 160,000)
+MAX_LEARNED_PLACER_CELLS = 2_000_000
 #: bytes of memory a command may allocate for a model's stored weights (also checked against
 #: the memory available)
 MAX_WEIGHT_BYTES = 2**40

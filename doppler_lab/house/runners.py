@@ -39,6 +39,7 @@ from typing import Any
 from .deps import require
 from .errors import ConfigError, RunError
 from .progress import progress as progress_bar
+from .validate import exception_line
 
 __all__ = [
     "RUNNERS",
@@ -138,11 +139,6 @@ def call_run(run: Run, cwd: str | None = None) -> Any:
         return run.fn(*run.args, **dict(run.kwargs))
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
-
-
 class Runner:
     """Calls the runs of a sweep; subclasses say where (:meth:`_results`)."""
 
@@ -230,7 +226,7 @@ class LocalRunner(Runner):
                 try:
                     value = call_run(run)
                 except Exception as exc:  # a failed run is reported, not the loop's end
-                    yield i, False, _one_line(exc), running
+                    yield i, False, exception_line(exc, typed=True), running
                 else:
                     yield i, True, value, running
             return
@@ -250,7 +246,7 @@ class LocalRunner(Runner):
                     if exc is None:
                         yield i, True, fut.result(), running
                     else:
-                        yield i, False, _one_line(exc), running
+                        yield i, False, exception_line(exc, typed=True), running
         finally:
             ex.shutdown(wait=True, cancel_futures=True)
 
@@ -310,7 +306,7 @@ class RayRunner(Runner):
                 if attempt + 1 == _START_ATTEMPTS:
                     raise RunError(
                         f"runner 'ray': the local Ray cluster did not start in "
-                        f"{_START_ATTEMPTS} tries ({_one_line(exc)}); expected a machine with "
+                        f"{_START_ATTEMPTS} tries ({exception_line(exc, typed=True)}); expected a machine with "
                         "a few idle seconds (see /tmp/ray/session_latest/logs/raylet.out)"
                     ) from None
         return ray
@@ -335,9 +331,14 @@ class RayRunner(Runner):
                         value = ray.get(ref)
                     except ray.exceptions.RayTaskError as exc:  # the run raised
                         cause = getattr(exc, "cause", None)
-                        yield i, False, _one_line(cause if cause is not None else exc), running
+                        yield (
+                            i,
+                            False,
+                            exception_line(cause if cause is not None else exc, typed=True),
+                            running,
+                        )
                     except ray.exceptions.RayError as exc:  # its worker died, or was cancelled
-                        yield i, False, _one_line(exc), running
+                        yield i, False, exception_line(exc, typed=True), running
                     else:
                         yield i, True, value, running
         finally:

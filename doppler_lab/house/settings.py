@@ -38,10 +38,12 @@ __all__ = [
     "check_dataclass",
     "check_setting",
     "dataclass_changes",
+    "given_once",
     "parse_item",
     "parse_items",
     "parse_spec",
     "parse_value",
+    "split_specs",
     "unknown_setting",
 ]
 
@@ -135,6 +137,77 @@ def parse_items(items: Iterable[str], owner: str, noun: str = "setting") -> dict
             raise ConfigError(f"{owner}: {noun} {key!r} is given twice")
         out[key] = value
     return out
+
+
+def split_specs(text: str, owner: str | None = None) -> list[str]:
+    """The specs of a comma-separated list whose specs' own parameters are comma-separated too:
+    an item ``key=value`` (no ``:`` in its key) continues the spec before it where that one has
+    parameters (a ``:``), any other item starts a spec; items stripped.
+
+    Without ``owner`` (``--placer cp,,heft``) an empty item, or ``key=value`` that continues no
+    spec, is kept as a spec for the caller to name; with it (``graph specs``) an empty item is
+    left out and such a ``key=value`` is an error naming ``owner``.
+
+    Example:
+        >>> split_specs("cp, doppler:samples=4,partitions=0 ,heft,budget=3")
+        ['cp', 'doppler:samples=4,partitions=0', 'heft', 'budget=3']
+        >>> split_specs("ffnn:scale=0.1,layers=2,,chainmm", "graph specs")
+        ['ffnn:scale=0.1,layers=2', 'chainmm']
+
+    Raises:
+        ConfigError: with ``owner``, a parameter with no spec to continue.
+    """
+    specs: list[str] = []
+    for item in (part.strip() for part in str(text).split(",")):
+        parameter = "=" in item and ":" not in item.partition("=")[0]
+        if parameter and specs and ":" in specs[-1]:
+            specs[-1] += f",{item}"
+        elif owner is None:
+            specs.append(item)
+        elif parameter:
+            raise ConfigError(
+                f"{owner} {text!r}: parameter {item!r} has no spec before it to continue; "
+                "expected SPEC[:key=value,...] items separated by commas"
+            )
+        elif item:
+            specs.append(item)
+    return specs
+
+
+def given_once(
+    into: dict[str, Any], key: str, value: Any, there: str, here: str, owner: str
+) -> None:
+    """Set ``into[key] = value`` where ``into`` has no other value for ``key``: a setting
+    given twice (``--budget 5 -o budget=7``, ``--set episodes=5 --episodes 2``) is harmless
+    with one value and an error with two, where one of them would win in silence.
+
+    ``there`` says how the value already in ``into`` was given (``in --set episodes=5``),
+    ``here`` how ``value`` is (``--episodes 2``), ``owner`` whose setting it is (``placer
+    'cp': option``).
+
+    Example:
+        >>> opts = {"budget": 5}
+        >>> given_once(opts, "budget", 5, "in -o budget=5", "--budget 5", "placer 'x': option")
+        >>> given_once(opts, "budget", 7, "in -o budget=5", "--budget 7", "placer 'x': option")
+        Traceback (most recent call last):
+        ...
+        doppler_lab.house.errors.ConfigError: placer 'x': option 'budget' is given in -o budget=5 and --budget 7; expected it once: give it once, or the same value in both
+
+    Raises:
+        ConfigError: naming both and the key.
+    """
+    if key in into and not _same(into[key], value):
+        raise ConfigError(
+            f"{owner} {key!r} is given {there} and {here}; expected it once: give it once, or "
+            "the same value in both"
+        )
+    into[key] = value
+
+
+def _same(a: Any, b: Any) -> bool:
+    """One value given twice: equal, and a boolean only where the other is one (``True`` is
+    not ``1``)."""
+    return isinstance(a, bool) == isinstance(b, bool) and bool(a == b)
 
 
 def parse_spec(spec: str, owner: str = "", noun: str = "parameter") -> tuple[str, dict[str, Any]]:

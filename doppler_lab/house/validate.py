@@ -78,6 +78,29 @@ def one_line(text: object, limit: int = 200) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+def exception_line(
+    exc: BaseException, limit: int = 1000, typed: bool = False, first: bool = True
+) -> str:
+    """``exc``'s message on one line (:func:`one_line`): its first line (a foreign library's
+    first sentence, never the paragraph of advice or the dump after it), or with ``first``
+    false all of it (a user's own code, every line theirs); the exception type's name where
+    the message is empty, and ``Type: message`` with ``typed``.
+
+    Example:
+        >>> exception_line(ValueError("bad shape\\n  at line 3"))
+        'bad shape'
+        >>> exception_line(ValueError("bad shape\\n  at line 3"), typed=True, first=False)
+        'ValueError: bad shape at line 3'
+        >>> exception_line(KeyError(), typed=True)
+        'KeyError'
+    """
+    lines = str(exc).strip().splitlines()
+    text = one_line(lines[0] if first else " ".join(lines), limit) if lines else ""
+    if not text:
+        return type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if typed else text
+
+
 def printable(text: str) -> str:
     """``text`` with every control character but newline and tab escaped (``\\x1b``)."""
     if text.isprintable():

@@ -19,7 +19,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils._pytree import tree_leaves
 
 from ..house.errors import ConfigError, ImportModelError
-from ..house.validate import show
+from ..house.validate import exception_line, show
 from ..io.stored import StoredTensors
 from ..ir.graph import DataflowGraph, GraphBuilder
 from ..ir.ops import DTYPE_BYTES, OpSpec
@@ -38,11 +38,6 @@ _DROPPED_PREFIXES: tuple[str, ...] = ("_assert", "sym_constrain_range")
 
 
 # -- entry points ------------------------------------------------------------------------------
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _check_options(
     granularity: str, depth: int | None, weights: str = "stored", merge: bool = True
 ) -> None:
@@ -131,7 +126,7 @@ def import_module(
                     eager = model(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - the user's model failed on its own inputs
                 raise ImportModelError(
-                    f"{type(model).__name__} fails on its example inputs: {_first_line(exc)}"
+                    f"{type(model).__name__} fails on its example inputs: {exception_line(exc)}"
                 ) from None
             expected = [t for t in tree_leaves(eager) if isinstance(t, torch.Tensor)]
         try:
@@ -141,7 +136,7 @@ def import_module(
             raise
         except Exception as exc:  # noqa: BLE001 - data-dependent control flow, unsupported ops
             raise ImportModelError(
-                f"torch.export cannot export {type(model).__name__}: {_first_line(exc)}"
+                f"torch.export cannot export {type(model).__name__}: {exception_line(exc)}"
             ) from None
     finally:
         for m, training in modes.items():
@@ -198,7 +193,9 @@ def load_exported(path: str | Path, trust: bool | None = None) -> Any:
         with _quiet_torch():
             return torch.export.load(str(path))
     except Exception as exc:  # noqa: BLE001 - not a zip, another torch's format
-        raise ImportModelError(f"{path}: not a saved ExportedProgram: {_first_line(exc)}") from None
+        raise ImportModelError(
+            f"{path}: not a saved ExportedProgram: {exception_line(exc)}"
+        ) from None
     finally:
         export_log.disabled = was
 
@@ -371,7 +368,7 @@ class _Importer:
                 return ep.run_decompositions(table)
         except Exception as exc:  # noqa: BLE001
             raise ImportModelError(
-                f"decomposing the exported program failed: {_first_line(exc)}"
+                f"decomposing the exported program failed: {exception_line(exc)}"
             ) from None
 
     def _read_nodes(self) -> None:
@@ -505,7 +502,9 @@ class _Importer:
                 try:
                     self.values[n] = n.target(*args, **kwargs)
                 except Exception as exc:  # noqa: BLE001
-                    raise _fail(n, f"failed while folding constants: {_first_line(exc)}") from None
+                    raise _fail(
+                        n, f"failed while folding constants: {exception_line(exc)}"
+                    ) from None
                 self.const.add(n)
                 self.input_names[n] = f"folded/{n.name}"
         self.compute = [n for n in self.ops if n not in self.const]
@@ -635,7 +634,9 @@ class _Importer:
                 try:
                     flops[n] = op_flops(n.target, args, kwargs, fake_mode)
                 except Exception as exc:  # noqa: BLE001
-                    raise _fail(n, f"cannot be run on fake tensors: {_first_line(exc)}") from None
+                    raise _fail(
+                        n, f"cannot be run on fake tensors: {exception_line(exc)}"
+                    ) from None
             self._flops = flops
         return self._flops
 
@@ -794,7 +795,7 @@ class _Importer:
                     result = self.ep.module()(*self.args, **self.kwargs)
             except Exception as exc:  # noqa: BLE001
                 raise ImportModelError(
-                    f"the exported program fails on its example inputs: {_first_line(exc)}"
+                    f"the exported program fails on its example inputs: {exception_line(exc)}"
                 ) from None
             self.expected = [t for t in tree_leaves(result) if isinstance(t, torch.Tensor)]
         if len(self.expected) != len(self.outputs):

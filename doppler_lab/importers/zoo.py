@@ -40,7 +40,7 @@ from ..house.errors import ConfigError
 from ..house.limits import MAX_MODEL_LAYERS, MAX_MODEL_SIZE
 from ..house.settings import check_setting, unknown_setting
 from ..house.userfiles import input_file
-from ..house.validate import one_line
+from ..house.validate import exception_line
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -378,7 +378,9 @@ def _load_function(name: str) -> Callable[..., Any]:
         loader_spec.loader.exec_module(module)
     except Exception as exc:
         sys.modules.pop(module_name, None)
-        raise ConfigError(f"model file {file!r} failed to load: {_one_line(exc)}") from exc
+        raise ConfigError(
+            f"model file {file!r} failed to load: {exception_line(exc, 300, typed=True, first=False)}"
+        ) from exc
     fn = getattr(module, func, None)
     if not callable(fn):
         raise ConfigError(f"model file {file!r} has no function {func!r}")
@@ -426,18 +428,15 @@ def user_code(what: str) -> Iterator[None]:
     except (Exception, GeneratorExit):
         raise
     except BaseException as exc:  # KeyboardInterrupt and the user's own BaseException types
-        raise ConfigError(f"{what} raised {_one_line(exc)}; expected it to return") from None
+        raise ConfigError(
+            f"{what} raised {exception_line(exc, 300, typed=True, first=False)}; expected it to return"
+        ) from None
     finally:
         os._exit = real_exit  # type: ignore[assignment]
         if saved is not None:
             sys.stderr.flush()
             os.dup2(saved, 1)
             os.close(saved)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = one_line(exc, 300)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _call_user_function(name: str, params: dict[str, Any]) -> ModelAndArgs:
@@ -447,9 +446,11 @@ def _call_user_function(name: str, params: dict[str, Any]) -> ModelAndArgs:
     try:
         out = fn(**params)
     except TypeError as exc:
-        raise ConfigError(f"{name}: {_one_line(exc)}") from exc
+        raise ConfigError(f"{name}: {exception_line(exc, 300, typed=True, first=False)}") from exc
     except Exception as exc:
-        raise ConfigError(f"{name} raised {_one_line(exc)}") from exc
+        raise ConfigError(
+            f"{name} raised {exception_line(exc, 300, typed=True, first=False)}"
+        ) from exc
     if (
         not isinstance(out, tuple)
         or len(out) != 2

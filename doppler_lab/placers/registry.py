@@ -31,7 +31,7 @@ import numpy as np
 from ..hardware.cluster import Cluster
 from ..house.errors import PlacementError
 from ..house.limits import LIMITS
-from ..house.settings import parse_spec, unknown_setting
+from ..house.settings import parse_spec, split_specs, unknown_setting
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..timing.cost_model import CostModel
@@ -56,6 +56,8 @@ class PlacerSpec:
         needs_checkpoint: takes a ``checkpoint`` option (learned policies).
         max_ops: the limit (:mod:`doppler_lab.house.limits`) on the compute ops it takes, for a
             placer that would run for many minutes above it (:func:`check_placer_size`).
+        max_cells: the limit on its compute ops times the cluster's devices, for a placer
+            that holds tensors per (node, device) (:func:`check_placer_size`).
     """
 
     name: str
@@ -65,6 +67,7 @@ class PlacerSpec:
     stochastic: bool = False
     needs_checkpoint: bool = False
     max_ops: str | None = None
+    max_cells: str | None = None
 
 
 def _spec(name: str, target: str, kind: str, summary: str, **kw: Any) -> tuple[str, PlacerSpec]:
@@ -191,6 +194,7 @@ LEARNED_PLACERS: Mapping[str, PlacerSpec] = MappingProxyType(
                 "learned",
                 "DOPPLER dual policy (SEL + PLC): the general one or a checkpoint; --budget searches",
                 needs_checkpoint=True,
+                max_cells="MAX_LEARNED_PLACER_CELLS",
             ),
             _spec(
                 "placeto",
@@ -198,6 +202,7 @@ LEARNED_PLACERS: Mapping[str, PlacerSpec] = MappingProxyType(
                 "learned",
                 "Placeto (Addanki et al. 2019), from a checkpoint",
                 needs_checkpoint=True,
+                max_cells="MAX_LEARNED_PLACER_CELLS",
             ),
             _spec(
                 "gdp",
@@ -205,6 +210,7 @@ LEARNED_PLACERS: Mapping[str, PlacerSpec] = MappingProxyType(
                 "learned",
                 "GDP (Zhou et al. 2019), from a checkpoint",
                 needs_checkpoint=True,
+                max_cells="MAX_LEARNED_PLACER_CELLS",
             ),
         ]
     )
@@ -269,14 +275,9 @@ def parse_placer_spec(spec: str) -> tuple[str, dict[str, Any]]:
 def split_placer_specs(text: str) -> list[str]:
     """The placer specs of a comma-separated list (``cp,heft,doppler:proposals=none``): an
     item ``key=value`` continues the spec before it (``doppler:samples=4,partitions=0`` is
-    one spec); items stripped, empty ones kept (the caller names them)."""
-    specs: list[str] = []
-    for item in (part.strip() for part in text.split(",")):
-        if specs and ":" in specs[-1] and "=" in item and ":" not in item.partition("=")[0]:
-            specs[-1] += f",{item}"
-        else:
-            specs.append(item)
-    return specs
+    one spec); items stripped, empty ones kept (the caller names them);
+    :func:`~doppler_lab.house.settings.split_specs`."""
+    return split_specs(text)
 
 
 def available_placers() -> list[str]:
@@ -398,22 +399,35 @@ def get_placer(name: str, **options: Any) -> Placer:
 FAST_PLACERS = ("heft", "etf", "cp")
 
 
-def check_placer_size(name: str, graph: DataflowGraph) -> None:
-    """Refuse a graph over placer ``name``'s size limit (:attr:`PlacerSpec.max_ops`).
+def check_placer_size(name: str, graph: DataflowGraph, cluster: Cluster | None = None) -> None:
+    """Refuse a graph over placer ``name``'s size limit (:attr:`PlacerSpec.max_ops`), or a
+    graph and ``cluster`` over its limit on compute ops x devices (:attr:`PlacerSpec.max_cells`);
+    before the placer allocates anything.
 
     Raises:
-        PlacementError: naming the placer, the graph's compute ops, the limit and faster placers.
+        PlacementError: naming the placer, the graph's compute ops (and the devices), the limit
+            and faster placers.
     """
-    limit = placer_spec(name).max_ops
+    spec = placer_spec(name)
     ops = int(graph.compute_nodes.size)
-    if limit is None or ops <= LIMITS[limit]:
+    faster = f"a faster placer ({', '.join(FAST_PLACERS)}: seconds on 100,000 ops)"
+    if spec.max_ops is not None and ops > LIMITS[spec.max_ops]:
+        raise PlacementError(
+            f"placer {name!r} on graph {graph.name!r}: {ops:,} compute ops; the limit is "
+            f"{LIMITS[spec.max_ops]:,} (doppler_lab.house.limits.{spec.max_ops}) as its time "
+            f"grows with the square of the ops; expected a smaller graph or {faster}"
+        )
+    if spec.max_cells is None or cluster is None:
         return
-    raise PlacementError(
-        f"placer {name!r} on graph {graph.name!r}: {ops:,} compute ops; the limit is "
-        f"{LIMITS[limit]:,} (doppler_lab.house.limits.{limit}) as its time grows with the square "
-        f"of the ops; expected a smaller graph or a faster placer ({', '.join(FAST_PLACERS)}: "
-        "seconds on 100,000 ops)"
-    )
+    cells = ops * cluster.num_devices
+    if cells > LIMITS[spec.max_cells]:
+        raise PlacementError(
+            f"placer {name!r} on graph {graph.name!r} and cluster {cluster.name!r}: {ops:,} "
+            f"compute ops x {cluster.num_devices:,} devices = {cells:,}; the limit is "
+            f"{LIMITS[spec.max_cells]:,} (doppler_lab.house.limits.{spec.max_cells}) as its "
+            f"rollouts hold features per node and device; expected a smaller graph, fewer "
+            f"devices or {faster}"
+        )
 
 
 def place(
@@ -434,8 +448,8 @@ def place(
         >>> place("cp", b.build(), make_cluster("uniform", 2), seed=0).device.tolist()
         [0, 0]
     """
+    check_placer_size(name, graph, cluster)
     placer = get_placer(name, **options)
-    check_placer_size(name, graph)
     placement = placer.place(graph, cluster, make_rng(seed))
     return placement.validate(graph, cluster.num_devices)
 

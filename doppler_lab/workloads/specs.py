@@ -47,6 +47,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..house.errors import ClusterError, ConfigError
+from ..house.settings import split_specs
 from ..house.userfiles import file_or_folder
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -271,28 +272,13 @@ def parse_graph_spec(text: str, kinds: Sequence[str] | None = None) -> GraphSpec
 
 def split_graph_specs(text: str) -> list[str]:
     """A comma-separated list of graph specs, whose own parameters are comma-separated too:
-    ``"chainmm:matrices=3,scale=0.01,ffnn"`` is ``["chainmm:matrices=3,scale=0.01", "ffnn"]``.
-
-    An item with ``=`` and no ``:`` (``scale=0.01``) continues the spec before it; any other
-    item starts a new one.
+    ``"chainmm:matrices=3,scale=0.01,ffnn"`` is ``["chainmm:matrices=3,scale=0.01", "ffnn"]``
+    (:func:`~doppler_lab.house.settings.split_specs`; empty items left out).
 
     Raises:
         ConfigError: a parameter with no spec before it.
     """
-    out: list[str] = []
-    for item in (p.strip() for p in str(text).split(",")):
-        if not item:
-            continue
-        if "=" in item and ":" not in item:
-            if not out:
-                raise ConfigError(
-                    f"graph specs {text!r}: parameter {item!r} has no spec before it; "
-                    "expected SPEC[:key=value,...] items separated by commas"
-                )
-            out[-1] += "," + item
-        else:
-            out.append(item)
-    return out
+    return split_specs(text, "graph specs")
 
 
 #: how deep ``model:`` and ``paper_costs:`` may nest (``paper_costs:model:hf-llama`` is 2)

@@ -27,6 +27,7 @@ from ...house.deps import require
 from ...house.errors import ConfigError, FormatError
 from ...house.jsonutil import write_json
 from ...house.paths import REPO_ROOT
+from ...house.validate import exception_line
 from ...viz.html import (
     holds_plotly_bundle,
     markdown_to_text,
@@ -57,10 +58,8 @@ def read_notebook(path: str | os.PathLike, doing: str = "reading a notebook") ->
     try:
         return nbformat.read(str(p), as_version=4)
     except Exception as exc:  # noqa: BLE001 - nbformat raises its own and jsonschema's types
-        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise fail(
-            f"not a notebook nbformat can read ({why[:200]}); expected an .ipynb file"
-        ) from None
+        why = exception_line(exc, 200)
+        raise fail(f"not a notebook nbformat can read ({why}); expected an .ipynb file") from None
 
 
 def notebook_parameters(path: str | os.PathLike) -> dict[str, Any]:
