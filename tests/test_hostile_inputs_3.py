@@ -269,3 +269,19 @@ def test_a_graph_list_parameter_after_a_spec_without_parameters_is_named():
         "hf-llama:layers=2,path=a:b",
         "ffnn",
     ]
+
+
+def test_placeto_refuses_a_graph_whose_node_by_node_arrays_would_not_fit(monkeypatch):
+    import doppler_lab.placers.registry as registry
+    from doppler_lab.hardware.cluster import make_cluster
+    from doppler_lab.house.limits import LIMITS
+    from doppler_lab.workloads.specs import graph_from_spec
+
+    graph = graph_from_spec("chainmm:scale=0.05")
+    ops = int(graph.compute_nodes.size)
+    # placeto's (3, n, n) arrays: 4.8 GB at 20,000 ops, which only the cells limit let through
+    monkeypatch.setitem(LIMITS, "MAX_PLACETO_OPS", ops - 1)
+    never_runs(monkeypatch, registry, "get_placer")
+    with pytest.raises(PlacementError, match="MAX_PLACETO_OPS"):
+        registry.place("placeto", graph, make_cluster("uniform", 2))
+    registry.check_placer_size("gdp", graph, make_cluster("uniform", 2))  # linear in the ops

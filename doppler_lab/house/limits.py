@@ -58,6 +58,9 @@ MAX_TENSOR_FILE_BYTES = 2**36
 MAX_QUADRATIC_PLACER_OPS = 20_000
 #: compute ops of cp-rollout (a simulation per critical-path step: minutes at the limit)
 MAX_ROLLOUT_PLACER_OPS = 5_000
+#: compute ops of placeto: it holds each node's parents, children and parallel nodes as a
+#: (3, n, n) float32 array (1.2 GB at the limit, 4.8 GB at 20,000 ops)
+MAX_PLACETO_OPS = 10_000
 #: compute ops x devices of the learned placers (doppler, placeto, gdp): their rollouts hold
 #: features per (node, device) for every episode (about 1.5 GB for the 17 default rollouts at
 #: the limit; the largest shipped graphs on 8 devices are 160,000)

@@ -202,6 +202,7 @@ LEARNED_PLACERS: Mapping[str, PlacerSpec] = MappingProxyType(
                 "learned",
                 "Placeto (Addanki et al. 2019), from a checkpoint",
                 needs_checkpoint=True,
+                max_ops="MAX_PLACETO_OPS",
                 max_cells="MAX_LEARNED_PLACER_CELLS",
             ),
             _spec(
