@@ -93,6 +93,37 @@ def test_paired_change_pairs_by_graph_and_seed():
     assert worse["today"]["verdict"] == "worse" and worse["today"]["against"] == "fix"
 
 
+@pytest.mark.parametrize(
+    ("sel", "plc", "word"),
+    [(1.10, 1.05, "supports"), (0.90, 0.95, "contradicts"), (1.10, [1.05, 0.95], "inconclusive")],
+)
+def test_the_dual_policy_is_judged_against_each_half_per_arm(sel, plc, word):
+    from doppler_lab.lab.bench.stuck import dual_against_halves
+
+    results = []
+    for arm in ("today", "short"):
+        for g in ("a", "b"):
+            for s in range(8):
+                base = 100.0 + s + (3 if g == "b" else 0)
+                p = plc[s % 2] if isinstance(plc, list) else plc
+                results += [
+                    _r(g, "dual", s, base, arm=arm),
+                    _r(g, "sel-only", s, base * sel * (1 + 0.001 * s), arm=arm),
+                    _r(g, "plc-only", s, base * p * (1 + 0.001 * s), arm=arm),
+                ]
+    rows = dual_against_halves(mark_failures(results))
+    assert [(r["arm"], r["comparison"]) for r in rows] == [
+        (a, f"dual vs {h}") for a in ("today", "short") for h in ("sel-only", "plc-only")
+    ]
+    by = {(r["arm"], r["comparison"]): r for r in rows}
+    assert all(r["pairs"] == 16 for r in rows)  # paired by graph and seed
+    sel_row = by[("short", "dual vs sel-only")]
+    assert sel_row["verdict"] == ("contradicts" if sel < 1 else "supports")
+    assert sel_row["lower_by"] == pytest.approx(1 - 1 / sel, abs=0.01)
+    assert by[("today", "dual vs plc-only")]["verdict"] == word
+    assert sel_row["wins"] + sel_row["losses"] == 16
+
+
 def test_seeds_all_stuck_at_one_place_fail_against_the_best_known():
     """A cell whose seeds all stop at the teacher's 84.18 on the FFNN (best known 56.696) has
     no failure by its own best, but every seed fails against the best known placement."""
@@ -132,6 +163,8 @@ def test_bench_stuck_split_quick_pairs_the_two_arms(tmp_path, monkeypatch):
     assert rates == {"today", "short-imitation"}
     (pair,) = record["tables"]["Each arm against today, paired by graph and seed (arm / today - 1)"]
     assert pair["pairs"] == 2 and pair["verdict"] in ("better", "worse", "cannot tell")
+    halves = [t for k, t in record["tables"].items() if k.startswith("The dual policy against")]
+    assert halves == [[]]  # the quick run trains the dual policy alone: nothing to pair
     seeds = record["tables"]["Per seed, with Stage II diagnostics"]
     assert {(r["arm"], r["seed"]) for r in seeds} == {
         (a, s) for a in ("today", "short-imitation") for s in (0, 1)
