@@ -185,3 +185,17 @@ def test_the_summary_line_counts_adopted_runs_by_version():
     assert "adopted by n" in line
     assert adopt.summary_line(runs[:1]) == ""
     assert [adopt.trained_by(r) for r in runs] == ["n", "o1", "o1", "o2"]
+
+
+def test_a_failed_check_of_an_equal_version_stops_its_whole_class(tmp_path, version):
+    cell = tmp_path / "cell"
+    cell.mkdir()
+    version("cccccccccccc")
+    ledger = {
+        "aaaaaaaaaaaa->bbbbbbbbbbbb": {"identical": True},
+        "bbbbbbbbbbbb->cccccccccccc": {"identical": False},
+    }
+    (cell / adopt.LEDGER).write_text(json.dumps(ledger))
+    assert adopt.verdict(cell, "aaaaaaaaaaaa") is False  # a's class failed through b
+    assert adopt.verdict(cell, "bbbbbbbbbbbb") is False
+    assert adopt.verdict(cell, "dddddddddddd") is None

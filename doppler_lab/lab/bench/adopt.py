@@ -99,14 +99,18 @@ def _classes(entries: dict[str, Any]) -> dict[str, str]:
 
 def verdict(cell: Path, version: str) -> bool | None:
     """Whether the current code reproduces ``version``'s runs in ``cell``: True (a check in
-    its class of equal versions passed), False (the direct check failed), None (not checked)."""
+    its class of equal versions passed), False (a check of a version of its class failed: a
+    failure wins over any pass, as it shows the runs are not reproducible), None (not checked)."""
     entries = ledger(cell)
     current = codeversion.code_version()
-    direct = entries.get(f"{version}->{current}")
-    if isinstance(direct, dict) and direct.get("identical") is False:
-        return False
     classes = _classes(entries)
-    if classes.get(version, version) == classes.get(current, current):
+    mine = classes.get(version, version)
+    for pair, entry in entries.items():
+        old, _, new = pair.partition("->")
+        failed = isinstance(entry, dict) and entry.get("identical") is False
+        if failed and new == current and classes.get(old, old) == mine:
+            return False
+    if mine == classes.get(current, current):
         return True if version != current else None
     return None
 
