@@ -130,7 +130,7 @@ def test_a_finished_run_of_the_current_code_is_compared_without_training(
     version("aaaaaaaaaaaa")
     [run_case(*t) for t in _tasks(root)]
     version("bbbbbbbbbbbb")
-    run_case(*_tasks(root)[2], adopt=False)  # seed 2 already trained by the new code
+    run_case(*_tasks(root)[2], adopt_older=False)  # seed 2 already trained by the new code
     notes, _ = _sweep(_tasks(root))
     assert trained == [0, 1, 2, 2] and "seed 2 reproduced exactly" in notes[0]
 

@@ -344,10 +344,10 @@ def run_case(
     method: str,
     seed: int,
     root: Path,
-    adopt: bool = True,
+    adopt_older: bool = True,
 ) -> dict[str, Any]:
     """Train (or resume) and evaluate one (graph, method, seed); cached in ``result.json``.
-    With ``adopt``, a finished run of an older code version is returned instead where the
+    With ``adopt_older``, a finished run of an older code version is returned instead where the
     run's cell passed :func:`~doppler_lab.lab.bench.adopt.verify_adoptions`."""
 
     spec = METHODS[method]
@@ -357,7 +357,7 @@ def run_case(
     result_path = run_dir / "result.json"
     if result_path.exists():
         return json.loads(result_path.read_text())
-    if adopt:
+    if adopt_older:
         # an older code's run of the same configuration, in a cell whose check seed this code
         # reproduced exactly (adopt.verify_adoptions ran the check before the sweep)
         adopted = adopted_result(cfg, case, method, seed, root)
@@ -432,7 +432,7 @@ def verify_adoptions(
             Run(
                 run_case,
                 (cfg, case, m, s, root),
-                {"adopt": False},
+                {"adopt_older": False},
                 label=f"check {case.name}/{m}/seed{s}",
             )
             for (cfg, case, m, s, root), *_ in to_run
