@@ -199,3 +199,45 @@ def test_a_failed_check_of_an_equal_version_stops_its_whole_class(tmp_path, vers
     assert adopt.verdict(cell, "aaaaaaaaaaaa") is False  # a's class failed through b
     assert adopt.verdict(cell, "bbbbbbbbbbbb") is False
     assert adopt.verdict(cell, "dddddddddddd") is None
+
+
+def test_checks_of_two_older_versions_share_one_new_run(tmp_path, version, trained, monkeypatch):
+    root = tmp_path / "runs"
+    version("aaaaaaaaaaaa")
+    [run_case(*t) for t in _tasks(root)[:2]]
+    version("bbbbbbbbbbbb")  # another older version of the same cell, not shown equal to a
+    [run_case(*t, adopt_older=False) for t in _tasks(root)[:2]]
+    version("cccccccccccc")
+    checks = adopt.checks_needed(
+        (t, t[3], lambda v, t=t: case_run_dir(*t, version=v)) for t in _tasks(root)
+    )
+    assert sorted(c[2] for c in checks) == ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]
+    assert {c[1] for c in checks} == {0}
+    sent = []
+    real = bench_policy.make_runner
+
+    def spy(*a, **k):
+        runner = real(*a, **k)
+        run = runner.run
+        runner.run = lambda runs, **kw: (sent.append([r.label for r in runs]), run(runs, **kw))[1]
+        return runner
+
+    monkeypatch.setattr(bench_policy, "make_runner", spy)
+    notes, after = _sweep(_tasks(root))
+    # one check run for both older versions: two runs of seed 0 at once (two processes) wrote
+    # one folder together, and neither check could pass
+    assert sent == [["check chainmm/doppler/seed0"]]
+    assert trained == [0, 1, 0, 1, 0, 2] and len(notes) == 2
+    assert all("reproduced exactly" in n for n in notes)
+
+
+def test_a_run_folder_held_by_another_writer_is_not_written(tmp_path, version, trained):
+    from doppler_lab.house.errors import RunFolderError
+    from doppler_lab.house.runfolder import run_folder
+
+    version("aaaaaaaaaaaa")
+    t = _tasks(tmp_path / "runs")[0]
+    with run_folder(case_run_dir(*t), "bench", mark=False):
+        with pytest.raises(RunFolderError):
+            run_case(*t)
+    assert trained == []

@@ -51,6 +51,7 @@ from ...house.paths import (
     bench_checkpoints_dir,
     paper_graphs_dir,
 )
+from ...house.runfolder import run_folder
 from ...house.runners import Run, Runner, make_runner
 from ...placers import place
 from ...policies.checkpoint import make_policy
@@ -350,8 +351,6 @@ def run_case(
     With ``adopt_older``, a finished run of an older code version is returned instead where the
     run's cell passed :func:`~doppler_lab.lab.bench.adopt.verify_adoptions`."""
 
-    spec = METHODS[method]
-    kind, kind_stages = spec.kind, spec.stages
     pcfg, stages = _run_parts(cfg, case, method, seed)
     run_dir = case_run_dir(cfg, case, method, seed, root)
     result_path = run_dir / "result.json"
@@ -363,6 +362,26 @@ def run_case(
         adopted = adopted_result(cfg, case, method, seed, root)
         if adopted is not None:
             return adopted
+    # one writer per run folder: a second process on the same run (two checks of one cell, two
+    # sweeps sharing a cache) stops with one line naming the holder instead of writing beside it
+    with run_folder(run_dir, "bench", mark=False):
+        if result_path.exists():  # finished by another process while this one waited
+            return json.loads(result_path.read_text())
+        return _train_and_evaluate(cfg, case, method, seed, run_dir, pcfg, stages)
+
+
+def _train_and_evaluate(
+    cfg: PolicyBenchConfig,
+    case: _Case,
+    method: str,
+    seed: int,
+    run_dir: Path,
+    pcfg: Any,
+    stages: list,
+) -> dict[str, Any]:
+    """:func:`run_case`'s training and evaluation, in its locked run folder."""
+    spec = METHODS[method]
+    kind, kind_stages = spec.kind, spec.stages
     torch.set_num_threads(1)
     graph, cluster = _load(case)
     results = run_pipeline(stages, [graph], cluster, pcfg, run_dir, progress=False)
@@ -392,7 +411,7 @@ def run_case(
         "checkpoint": str(results[-1].checkpoint),
         "code_version": codeversion.code_version(),
     }
-    write_json(result_path, out)
+    write_json(run_dir / "result.json", out)
     return out
 
 
@@ -426,7 +445,9 @@ def verify_adoptions(
     )
     if not checks:
         return []
-    to_run = [c for c in checks if c[4]]
+    # one run per run folder: checks of several older versions of a cell on the same seed
+    # compare with the same new run (run twice at once, they would write one folder together)
+    to_run = list({case_run_dir(*c[0]): c for c in checks if c[4]}.values())
     sweep = make_runner(runner, jobs=jobs).run(
         [
             Run(
