@@ -75,3 +75,16 @@ def test_auto_joins_the_ray_cluster_ray_address_names(monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "head:6379")
     runner = make_runner("auto", jobs=None)  # nothing is started or joined until it runs
     assert isinstance(runner, RayRunner) and runner.address == "head:6379"
+
+
+def test_a_sweep_after_torch_ran_in_this_process_runs_in_fresh_processes(tmp_path):
+    """A sweep's process has often run torch (an adoption check compared weights, a notebook
+    trained before): processes forked from it died ("fork() called from a process already
+    using GNU OpenMP") or hung; the sweeps start theirs with spawn."""
+    from doppler_lab.lab.bench.policy import ablation_rows
+
+    root = tmp_path / "runs"
+    (case,) = [r.args[1] for r in training_runs(TINY, ["doppler"], [0], root)]
+    run_case(TINY, case, "doppler", 0, root)  # torch trains in this process
+    _, runs = ablation_rows(TINY, root, jobs=2)
+    assert sorted(r["seed"] for r in runs) == [0, 1, 2]

@@ -366,12 +366,15 @@ def make_runner(
     *,
     jobs: int | None = 1,
     address: str | None = None,
+    start_method: str | None = None,
     **options: Any,
 ) -> Runner:
     """A runner by name: ``local`` (``jobs`` processes), ``ray`` (``address`` or a local
     cluster; ``options`` go to :class:`RayRunner`) or ``auto`` (Ray when
     :func:`ray_cluster_up`, joining ``RAY_ADDRESS``; else ``jobs`` local processes).
-    ``jobs`` None: one per core (``os.cpu_count()``)."""
+    ``jobs`` None: one per core (``os.cpu_count()``). ``start_method``: how local processes
+    start (``spawn`` where this process may have run torch before: a process forked from one
+    whose OpenMP threads ran dies or hangs)."""
     if isinstance(name, Runner):
         return name
     if name not in RUNNER_NAMES:
@@ -385,7 +388,7 @@ def make_runner(
     if name == "local":
         if address:
             raise ConfigError("--ray-address needs --runner ray; expected no address with local")
-        return LocalRunner(jobs)
+        return LocalRunner(jobs, start_method=start_method)
     return RayRunner(address, **options)
 
 

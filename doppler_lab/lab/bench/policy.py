@@ -69,6 +69,10 @@ from .quality import PAPER_GRAPHS, WORKLOADS
 from .yardstick import YARDSTICK, best_known
 
 SPEED_GRAPH = "full_transformer_layer_261nodes"
+#: how a sweep's local processes start: ``spawn``, as a sweep's process has often run torch
+#: already (an adoption check compares weights, a notebook trained before): a process forked
+#: from it dies ("fork() called from a process already using GNU OpenMP") or hangs
+SWEEP_START = "spawn"
 
 
 @dataclass(frozen=True)
@@ -448,7 +452,7 @@ def verify_adoptions(
     # one run per run folder: checks of several older versions of a cell on the same seed
     # compare with the same new run (run twice at once, they would write one folder together)
     to_run = list({case_run_dir(*c[0]): c for c in checks if c[4]}.values())
-    sweep = make_runner(runner, jobs=jobs).run(
+    sweep = make_runner(runner, jobs=jobs, start_method=SWEEP_START).run(
         [
             Run(
                 run_case,
@@ -697,7 +701,7 @@ def ablation_rows(
     root = Path(out_dir)
     tasks = [(c, m, s) for c in cases for m in methods for s in range(cfg.seeds)]
     _say(verify_adoptions([(cfg, *t, root) for t in tasks], runner, jobs, progress, keep_going))
-    sweep = make_runner(runner, jobs=jobs).run(
+    sweep = make_runner(runner, jobs=jobs, start_method=SWEEP_START).run(
         case_runs(cfg, tasks, root),
         desc="training runs",
         progress=progress,
@@ -791,7 +795,7 @@ def run(
         [(cfg, *t, root) for t in tasks], runner, cfg.jobs, progress, keep_going
     )
     # one bar over (graph, method, seed) runs; cached runs tick at once
-    sweep = make_runner(runner, jobs=cfg.jobs).run(
+    sweep = make_runner(runner, jobs=cfg.jobs, start_method=SWEEP_START).run(
         case_runs(cfg, tasks, root),
         desc="bench policy: training runs",
         progress=progress,

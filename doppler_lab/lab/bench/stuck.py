@@ -44,7 +44,7 @@ from ...house.stats import (
 from ...workloads.catalog import PAPER_GRAPH_NAMES
 from . import adopt
 from ._report import write_report
-from .policy import PolicyBenchConfig, _cases, run_case, verify_adoptions
+from .policy import SWEEP_START, PolicyBenchConfig, _cases, run_case, verify_adoptions
 from .yardstick import best_known
 
 #: the paper's 4-GPU graphs
@@ -465,7 +465,7 @@ def run_arms(
             for s in range(cfg.seeds)
         ]
         t0 = time.perf_counter()
-        sweep = make_runner(runner, jobs=jobs).run(
+        sweep = make_runner(runner, jobs=jobs, start_method=SWEEP_START).run(
             runs, desc=f"bench {name} ({arm})", progress=progress, keep_going=keep_going
         )
         wall[arm] = time.perf_counter() - t0
