@@ -18,7 +18,7 @@ venv: $(STAMP)
 	-@git config filter.doppler-nbclean.clean "$(abspath $(BIN))/python -m doppler_lab.house.nbclean"
 	-@git config filter.doppler-nbclean.smudge cat
 	-@case "$$(git config --get core.fsmonitor)" in ""|*doppler_lab.house.nbclean*) \
-		git config core.fsmonitor "$(abspath $(BIN))/python -m doppler_lab.house.nbclean --fsmonitor" \
+		git config core.fsmonitor "$(abspath $(BIN))/python -P -m doppler_lab.house.nbclean --fsmonitor" \
 		&& (git update-index -q --refresh >/dev/null 2>&1 || true) ;; \
 		*) echo "core.fsmonitor is already set: git status may call a notebook run in place modified" ;; esac
 

@@ -17,7 +17,7 @@ diff`` is empty, ``git status`` says modified until ``git add``). So ``make venv
 this module as the checkout's file-system monitor (``core.fsmonitor``, git's hook for telling
 it which paths may have changed since it last looked)::
 
-    git config core.fsmonitor "python -m doppler_lab.house.nbclean --fsmonitor"
+    git config core.fsmonitor "python -P -m doppler_lab.house.nbclean --fsmonitor"
 
 and refreshes the index once. The hook (:func:`fsmonitor_paths`) names every tracked path
 except a notebook whose cleaned content is the blob in the index: git then skips that notebook
