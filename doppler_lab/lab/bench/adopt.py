@@ -101,7 +101,11 @@ def verdict(cell: Path, version: str) -> bool | None:
     """Whether the current code reproduces ``version``'s runs in ``cell``: True (a check in
     its class of equal versions passed), False (a check of a version of its class failed: a
     failure wins over any pass, as it shows the runs are not reproducible), None (not checked)."""
-    entries = ledger(cell)
+    return _verdict(ledger(cell), version)
+
+
+def _verdict(entries: dict[str, Any], version: str) -> bool | None:
+    """:func:`verdict` from a cell's ledger ``entries``."""
     current = codeversion.code_version()
     classes = _classes(entries)
     mine = classes.get(version, version)
@@ -173,14 +177,14 @@ def record(cell: Path, version: str, old_dir: Path, new_dir: Path, seed: int) ->
 def adopted(run_dir_at: RunDirAt) -> dict[str, Any] | None:
     """An older code version's result of this run if its cell's check passed, else None."""
     here = run_dir_at(None)
+    entries = ledger(here.parent)
+    classes = _classes(entries)
     for version, old_dir in older_runs(run_dir_at).items():
-        if verdict(here.parent, version) is not True:
+        if _verdict(entries, version) is not True:
             continue
         doc = _read_json(old_dir / "result.json")
         if doc is None:
             continue
-        entries = ledger(here.parent)
-        classes = _classes(entries)
         entry = entries.get(f"{version}->{codeversion.code_version()}") or next(
             (
                 e
@@ -221,9 +225,10 @@ def checks_needed(
     for task, seed, run_dir_at in runs:
         here = run_dir_at(None)
         needs_run = not (here / "result.json").exists()
-        classes = _classes(ledger(here.parent))
+        entries = ledger(here.parent)
+        classes = _classes(entries)
         for version, old_dir in older_runs(run_dir_at).items():
-            if verdict(here.parent, version) is not None:
+            if _verdict(entries, version) is not None:
                 continue
             slot = (here.parent, classes.get(version, version))
             best = picked.get(slot)

@@ -18,12 +18,14 @@ interrupted bench resumes.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ...house.paths import BENCH_POLICY_RUNS
 from ...house.runners import Runner
 from .stuck import GRAPHS, StuckBenchConfig, run_arms
+from .stuck import quick_config as stuck_quick_config
 
 #: the paper's budget and Stage I share, the dual policy and its halves, both arms
 SPLIT_CONFIG = StuckBenchConfig(
@@ -38,17 +40,14 @@ SPLIT_CONFIG = StuckBenchConfig(
 
 
 def quick_config() -> StuckBenchConfig:
-    """A smoke run: one small graph, two seeds, tiny budgets."""
-    return StuckBenchConfig(
-        graphs=("chain_mm_112nodes",),
+    """A smoke run: ``bench stuck``'s (one small graph, two seeds, a small encoder), the dual
+    policy in both arms at a smaller budget."""
+    return replace(
+        stuck_quick_config(),
         variants=("dual",),
         arms=("today", "short-imitation"),
-        seeds=2,
         episodes=40,
         imitation_episodes=20,
-        samples=2,
-        jobs=1,
-        policy={"hidden": 16, "mp_steps": 2},
         runs_dir="runs/bench_stuck_split_quick",
     )
 

@@ -517,6 +517,31 @@ def stage3(s: Mapping[str, Any]) -> Findings:
     return Findings(head, " ".join(text))
 
 
+def _dual_against(
+    runs: Sequence[Mapping[str, Any]],
+    others: Sequence[str],
+    names: Mapping[str, str],
+    prefix: str,
+    claim: Callable[[str], str],
+    lead: Callable[[str], str],
+    head: list[dict[str, Any]],
+    text: list[str],
+) -> dict[str, str]:
+    """The dual policy (``doppler``) against each of ``others`` in ``runs``, paired by graph
+    and seed: a headline verdict (its label after ``prefix``) and a sentence (after ``lead``)
+    appended per comparison; returns each comparison's verdict."""
+    verdicts = {}
+    for other in others:
+        d, _ = paired_differences(runs, "doppler", other)
+        if d.size == 0:
+            continue
+        st, sentence = judge(d, claim(names[other]), unit="%")
+        head.append(_h(f"{prefix}dual policy against {names[other]} (95% interval)", st.verdict))
+        text.append(f"{lead(names[other])}{sentence[0].lower()}{sentence[1:]}")
+        verdicts[other] = st.verdict
+    return verdicts
+
+
 def dual_policy(s: Mapping[str, Any]) -> Findings:
     rows = [r for r in s["rows"] if r["method"] != "cp"]
     by: dict[str, float] = {}
@@ -535,21 +560,20 @@ def dual_policy(s: Mapping[str, Any]) -> Findings:
         + "."
     ]
     # each comparison paired by graph and seed: how much shorter the dual policy's makespan is
-    runs = s.get("runs") or []
-    verdicts = []
-    for other in ("sel-only", "plc-only", "doppler-II-only", "doppler-I-only"):
-        d, _ = paired_differences(runs, "doppler", other)
-        if d.size == 0:
-            continue
-        claim = f"the dual policy (Stages I+II) places better than {names[other]}"
-        st, sentence = judge(d, claim, unit="%")
-        head.append(_h(f"dual policy against {names[other]} (95% interval)", st.verdict))
-        text.append(
-            f"{names[other]}'s makespan minus the dual policy's, as a fraction of "
-            f"{names[other]}'s, paired by graph and seed: {sentence[0].lower()}{sentence[1:]}"
-        )
-        if other in ("sel-only", "plc-only"):
-            verdicts.append(st.verdict)
+    found = _dual_against(
+        s.get("runs") or [],
+        ("sel-only", "plc-only", "doppler-II-only", "doppler-I-only"),
+        names,
+        "",
+        lambda n: f"the dual policy (Stages I+II) places better than {n}",
+        lambda n: (
+            f"{n}'s makespan minus the dual policy's, as a fraction of {n}'s, paired by "
+            "graph and seed: "
+        ),
+        head,
+        text,
+    )
+    verdicts = [found[o] for o in ("sel-only", "plc-only") if o in found]
     claim = "the dual policy beats learning SEL or PLC alone"
     if not verdicts:
         text.append(_verdict(None, claim))
@@ -568,17 +592,18 @@ def dual_policy(s: Mapping[str, Any]) -> Findings:
             f"With the workbench's best learner (Stage I {n1} episodes, Stage II "
             f"{best.get('sim_episodes')}) on {len(best.get('graphs') or [])} graph(s):"
         )
-        words = []
-        for other in ("sel-only", "plc-only"):
-            d, _ = paired_differences(best["runs"], "doppler", other)
-            if d.size == 0:
-                continue
-            st, sentence = judge(d, f"the dual policy places better than {names[other]}", unit="%")
-            words.append(st.verdict)
-            head.append(
-                _h(f"best learner: dual policy against {names[other]} (95% interval)", st.verdict)
-            )
-            text.append(f"against {names[other]}, {sentence[0].lower()}{sentence[1:]}")
+        words = list(
+            _dual_against(
+                best["runs"],
+                ("sel-only", "plc-only"),
+                names,
+                "best learner: ",
+                lambda n: f"the dual policy places better than {n}",
+                lambda n: f"against {n}, ",
+                head,
+                text,
+            ).values()
+        )
         if len(words) == 2:
             word = combined_verdict(words)
             head.append(_h("best learner: dual policy beats both halves (95% intervals)", word))
