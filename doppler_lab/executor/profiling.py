@@ -98,6 +98,10 @@ def sweep_graph(quick: bool = False, dtype: str = "float32") -> DataflowGraph:
 
 
 # -- measurements ----------------------------------------------------------------------------
+#: parallel-capacity probes a calibration takes (their median is the profile's ``cores``)
+CAPACITY_PROBES = 3
+
+
 def parallel_capacity(threads: int = 2, seconds: float = 0.3) -> float:
     """How many of ``threads`` busy threads really run at once (1.0 .. ``threads``): the same
     matmul loop timed on one thread and on ``threads`` threads at once. Below ``threads`` means
@@ -333,8 +337,10 @@ def measure_calibration(
         "quick": quick,
         "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
-    if backend.name in ("cpu", "dist"):
-        meta["parallel_capacity"] = parallel_capacity(backend.num_devices)
+    if backend.name in ("cpu", "dist"):  # the median of a few probes: one can catch a busy moment
+        probes = [parallel_capacity(backend.num_devices) for _ in range(CAPACITY_PROBES)]
+        meta["parallel_capacity"] = float(np.median(probes))
+        meta["parallel_capacity_measured"] = probes
     return CalibrationRaw(
         name or backend.cluster.name,
         backend.name,

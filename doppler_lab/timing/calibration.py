@@ -533,6 +533,11 @@ def _copy_probe_period(
     return float(np.median([np.median(np.diff(tr.start[ops])) for ops in chains]))
 
 
+#: backends whose devices share the machine's cores (threads or processes): their profile's host
+#: gets ``cores``, the measured parallel capacity (:class:`~doppler_lab.hardware.host.Host`)
+CPU_BACKENDS = ("cpu", "dist")
+
+
 def fit_profile(
     name: str,
     backend: str,
@@ -551,6 +556,12 @@ def fit_profile(
     capacity = (meta or {}).get("parallel_capacity")
     cap = capacity if isinstance(capacity, int | float) else None
     host = fit_host(host_probe or {}, cap, base.routes)
+    op_times = op_time_table(ops, base.num_devices)
+    if backend in CPU_BACKENDS and base.num_devices > 1 and cap is not None:
+        # the devices and copy lanes share the cores the probe measured (replacing the coarser
+        # capacity, which looks at devices only and at an op's start)
+        cores = min(max(float(cap), 1.0), float(base.num_devices))
+        host = replace(host or Host(), cores=cores, parallel_capacity=None)
     if host is not None:
         report = {**report, "host": host.to_dict(), "host_probe": dict(host_probe or {})}
     return Profile(
@@ -562,7 +573,7 @@ def fit_profile(
         routes=base.routes,
         link_names=base.link_names,
         op_scale=op_scale,
-        op_times=op_time_table(ops, base.num_devices),
+        op_times=op_times,
         dispatch_s=tuple(dispatch_s),
         meta={**dict(meta or {}), "fit": report, "op_samples": len(ops)},
         host=host,

@@ -194,16 +194,21 @@ class CostModel:
             )
         return out
 
-    def host_costs(self) -> tuple[float, float, float] | None:
+    def host_costs(self) -> tuple[float, ...] | None:
         """The host resource of the ``wc`` simulator in raw units: ``(launch, copy issue,
-        parallel capacity or 0)``; ``None`` where the cluster has no host that binds (every
-        preset; :class:`~doppler_lab.hardware.host.Host`)."""
+        parallel capacity or 0, cores or 0)``; ``None`` where the cluster has no
+        host that binds (every preset; :class:`~doppler_lab.hardware.host.Host`)."""
         host = self.cluster.host
         if host is None or not host.binds:
             return None
         unit = self.graph.time_scale
         cap = host.parallel_capacity
-        return host.launch_s / unit, host.copy_s / unit, 0.0 if cap is None else float(cap)
+        return (
+            host.launch_s / unit,
+            host.copy_s / unit,
+            0.0 if cap is None else float(cap),
+            host.cores,
+        )
 
     def transfer_time(self, edge: int, src_dev: int, dst_dev: int) -> float:
         if src_dev == dst_dev or self.graph.is_input[self.graph.edge_src[edge]]:

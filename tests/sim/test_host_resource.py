@@ -98,7 +98,7 @@ def test_a_host_without_costs_changes_nothing_to_the_bit(seed):
         dev = rng.integers(0, 4, g.num_nodes)
         pr = rng.random(g.num_nodes) if seed % 3 == 0 else None
         m0, n0, a = _kernel_runs(sim, dev, None, pr)
-        m1, n1, b = _kernel_runs(sim, dev, (0.0, 0.0, 0.0), pr)
+        m1, n1, b = _kernel_runs(sim, dev, (0.0,) * 4, pr)
         assert m0 == m1 and n0 == n1
         for x, y in zip(a, b):
             np.testing.assert_array_equal(

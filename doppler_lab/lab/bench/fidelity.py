@@ -238,13 +238,16 @@ def _wait_for_capacity(backend: Any, tries: int) -> list[float]:
 
 def _host_models(profile: Any) -> dict[str, Any]:
     """The profile as today's model (no host) and with its fitted host, whole and in parts
-    (the launch and copy costs alone; the parallel capacity alone)."""
+    (the launch and copy costs alone; the parallel capacity or the shared cores alone)."""
 
     host = profile.host
     models = {"calibrated": replace(profile, host=None), "host": profile}
     if host is not None and host.parallel_capacity is not None:
         models["host_costs"] = replace(profile, host=replace(host, parallel_capacity=None))
         models["capacity"] = replace(profile, host=replace(host, launch_s=0.0, copy_s=0.0))
+    if host is not None and host.cores and (host.launch_s or host.copy_s):
+        models["host_costs"] = replace(profile, host=replace(host, cores=0.0))
+        models["cores"] = replace(profile, host=replace(host, launch_s=0.0, copy_s=0.0))
     return models
 
 
@@ -356,6 +359,9 @@ def _summary(
         "host_launch_us": None if profile.host is None else profile.host.launch_s * 1e6,
         "host_copy_us": None if profile.host is None else profile.host.copy_s * 1e6,
         "host_parallel_capacity": None if profile.host is None else profile.host.parallel_capacity,
+        "host_cores": None
+        if profile.host is None or not profile.host.cores
+        else profile.host.cores,
         "target_spearman": TARGET_SPEARMAN,
         "target_mre": TARGET_MRE,
         "seconds": round(time.perf_counter() - t_start, 1),
@@ -386,6 +392,8 @@ COLUMNS = [
     "mre_host_costs",
     "spearman_capacity",
     "mre_capacity",
+    "spearman_cores",
+    "mre_cores",
     "spearman_calibrated_best",
     "mre_calibrated_best",
     "spearman_host_best",
@@ -422,9 +430,21 @@ def _notes(summary: dict[str, Any], passes: Passes, profile: Any, raw_name: str)
         "no host probe in the calibration: the host model is today's"
         if host is None
         else f"{host.launch_s * 1e6:.2f} us per launch, {host.copy_s * 1e6:.2f} us per copy "
-        "issued, parallel capacity "
-        + (f"{host.parallel_capacity:.2f}" if host.parallel_capacity else "all devices")
+        "issued, "
+        + (
+            f"{host.cores:.2f} cores shared by the devices and the copy lane(s)"
+            if host.cores
+            else "parallel capacity "
+            + (f"{host.parallel_capacity:.2f}" if host.parallel_capacity else "all devices")
+        )
     )
+    measured = profile.meta.get("parallel_capacity_measured")
+    if host is not None and host.cores and measured:
+        fitted += (
+            " (the calibration's parallel-capacity probes: "
+            + ", ".join(f"{c:.2f}" for c in measured)
+            + "; their median)"
+        )
     probe = profile.meta.get("fit", {}).get("host_probe") or {}
     shown = ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in probe.items() if k != "devices")
     return notes + [
@@ -432,9 +452,10 @@ def _notes(summary: dict[str, Any], passes: Passes, profile: Any, raw_name: str)
         f"{passes.rounds} shuffled round(s).",
         "Simulated: wc semantics, no noise. calibrated = today's model: the profile with measured "
         "op times per signature, no host; host = the same with the fitted host thread (launches "
-        "and copy issues one at a time, devices beyond the measured parallel capacity slowed: "
+        "and copy issues one at a time; on CPU workers the devices and copy lanes share the fitted "
+        "cores, else devices beyond the measured parallel capacity are slowed: "
         "doppler_lab.hardware.host); host_costs = its launch and copy costs alone; capacity = its "
-        "parallel capacity alone; roofline = the profile's fitted devices without the op table; "
+        "parallel capacity alone; cores = its shared cores alone; roofline = the profile's fitted devices without the op table; "
         "preset = uncalibrated cluster preset.",
         f"Host fitted: {fitted}. Host probe (per-op periods of tiny-op chains): {shown or '-'}.",
         "mre = median over placements of |simulated - measured| / measured.",

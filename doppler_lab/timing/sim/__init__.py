@@ -144,7 +144,7 @@ class Simulator:
         # the host resource (wc only): None on every preset; its launch comes off the op's time
         host = self.cost.host_costs() if semantics == "wc" else None
         if host is not None:
-            launch, issue, capacity = (float(x) for x in host)
+            launch = float(host[0])
             comp = np.maximum(comp - launch, 0.0)
         self._cost_arrays = K.CostArrays(
             # identical devices: one column (the kernels read column 0), less memory traffic
@@ -156,7 +156,7 @@ class Simulator:
             routes=np.ascontiguousarray(self.cluster.routes),
             n_links=self.cluster.num_links,
         )
-        self._host = None if host is None else tuple(K.HostCosts(launch, issue, capacity))
+        self._host = None if host is None else tuple(K.HostCosts(*(float(x) for x in host)))
         self._ones_n = np.ones((1, g.num_nodes))
         self._ones_e = np.ones((1, g.num_edges))
         self._no_priority = np.zeros((1, g.num_nodes))

@@ -311,7 +311,12 @@ def paper_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
 # issues every copy, one at a time in the order the kernel reaches them (an instant's copies
 # before its launches; launches in device order): an op starts on its device once its launch
 # ends, a copy takes its link once issued; an op that starts while more than ``capacity``
-# devices are busy (itself included) is slowed by busy / capacity. At zero costs and no
+# devices are busy (itself included) is slowed by busy / capacity. With ``cores`` > 0, the busy
+# devices and the busy copy lanes (links) share that many cores (CPU workers: each is a thread):
+# while ``r`` of them run, with ``r`` above ``cores``, each running op progresses at ``cores / r``
+# of its speed, so it is charged the ``1 - cores / r`` of each unit of time it did not work; an
+# op's end is put off by what it was charged while it ran, again by what was charged meanwhile,
+# until that is negligible (processor sharing, exact while the busy set stays). At zero costs and no
 # capacity every time is the same as without the host, to the bit.
 
 
@@ -321,10 +326,11 @@ class HostCosts(NamedTuple):
     launch: float  # host time per op launch (the caller takes it off comp)
     copy: float  # host time per copy issued
     capacity: float  # devices computing at full speed at once (0: all)
+    cores: float  # cores shared by the busy devices and copy lanes (0: not modelled)
 
 
 #: the host of :func:`wc_kernel`: none (its branches are compiled away)
-_NO_HOST = (False, 0.0, 0.0, 0.0)
+_NO_HOST = (False, 0.0, 0.0, 0.0, 0.0)
 
 
 @njit(cache=True)
@@ -335,7 +341,7 @@ def wc_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
 @njit(cache=True)
 def wc_host_kernel(graph, costs, dev, opts, out, host):  # pragma: no cover - compiled
     """:func:`wc_kernel` with the host resource ``host`` (:class:`HostCosts` as a plain tuple)."""
-    return _wc_run(graph, costs, dev, opts, out, (True, host[0], host[1], host[2]))
+    return _wc_run(graph, costs, dev, opts, out, (True, host[0], host[1], host[2], host[3]))
 
 
 @njit(inline="always")
@@ -372,8 +378,48 @@ def _latest_end(end, is_input):  # pragma: no cover - compiled
 
 
 @njit(inline="always")
+def _charge_shared_cores(busy, link_free, lane_busy, charged, t0, t1, cores):  # pragma: no cover
+    """Charge each busy device for ``[t0, t1)`` on ``cores`` shared cores: the busy devices and
+    the copy lanes busy then (lane ``l`` until ``link_free[l]``) each want a core; with ``r``
+    wanting more than ``cores``, a running op is charged ``1 - cores / r`` per unit of time (the
+    work it did not do)."""
+    dt = t1 - t0
+    if dt <= 0.0:
+        return
+    m = 0
+    for j in range(busy.shape[0]):
+        if busy[j]:
+            m += 1
+    if m == 0:
+        return
+    nl = 0
+    for k in range(link_free.shape[0]):  # the lanes busy in [t0, t1), by how long (sorted)
+        b = link_free[k] - t0
+        if b > 0.0:
+            b = min(b, dt)
+            i = nl
+            while i > 0 and lane_busy[i - 1] > b:
+                lane_busy[i] = lane_busy[i - 1]
+                i -= 1
+            lane_busy[i] = b
+            nl += 1
+    charge = 0.0
+    prev = 0.0
+    for k in range(nl + 1):  # [prev, lane_busy[k]) has nl - k lanes busy
+        upto = lane_busy[k] if k < nl else dt
+        r = m + nl - k
+        if r > cores:
+            charge += (upto - prev) * (1.0 - cores / r)
+        prev = upto
+    if charge > 0.0:
+        for j in range(busy.shape[0]):
+            if busy[j]:
+                charged[j] += charge
+
+
+@njit(inline="always")
 def _wc_run(graph, costs, dev, opts, out, host):  # pragma: no cover - compiled
-    """The ``wc`` kernel; ``host`` = (binds, launch, copy issue, capacity), a constant
+    """The ``wc`` kernel; ``host`` = (binds, launch, copy issue, capacity, cores), a constant
     ``(False, ...)`` in :func:`wc_kernel` so that the host's branches are compiled away."""
     graph, costs, opts, out = _named(graph, costs, opts, out)
     succ_ptr, succ_idx, slot_src = graph.succ_ptr, graph.succ_idx, graph.slot_src
@@ -400,9 +446,11 @@ def _wc_run(graph, costs, dev, opts, out, host):  # pragma: no cover - compiled
     ntr = 0
     start[:] = np.nan
     end[:] = np.nan
-    has_host, host_launch, host_copy, capacity = host
+    has_host, host_launch, host_copy, capacity, cores = host
+    lane_busy = np.empty(link_free.shape[0])  # scratch: how long each busy lane stays busy
     host_free = 0.0  # the host thread is free from then on
     nbusy = 0
+    charged = np.zeros(ndev)  # what the shared cores added to each device's running op
     now = 0.0
     while True:
         # dispatch idle devices
@@ -421,6 +469,7 @@ def _wc_run(graph, costs, dev, opts, out, host):  # pragma: no cover - compiled
                     nbusy += 1
                     if capacity > 0 and nbusy > capacity:
                         dur *= nbusy / capacity
+                    charged[d] = 0.0
                     start[v] = t0
                     hn = heap_push(ht, hs, hc, 0, hn, t0 + dur, seq, v * 2)
                 else:
@@ -428,6 +477,8 @@ def _wc_run(graph, costs, dev, opts, out, host):  # pragma: no cover - compiled
                     hn = heap_push(ht, hs, hc, 0, hn, now + dur, seq, v * 2)
         if hn == 0:
             break
+        if has_host and cores > 0.0:  # charge what the shared cores took from running ops
+            _charge_shared_cores(busy, link_free, lane_busy, charged, now, ht[0], cores)
         now = ht[0]
         while hn > 0 and ht[0] == now:
             code = hc[0]
@@ -435,6 +486,13 @@ def _wc_run(graph, costs, dev, opts, out, host):  # pragma: no cover - compiled
             x = code >> 1
             if code & 1 == 0:  # op x finished
                 a = dev[x]
+                # put off by what the shared cores took meanwhile (what is charged during the
+                # delay puts it off again; a charge below a millionth of the op's time is dropped)
+                if has_host and charged[a] > 1e-6 * (now - start[x]):
+                    seq += 1
+                    hn = heap_push(ht, hs, hc, 0, hn, now + charged[a], seq, code)
+                    charged[a] = 0.0
+                    continue
                 end[x] = now
                 busy[a] = False
                 if has_host:
@@ -614,7 +672,7 @@ def wc_batch(graph, costs, devs, opts):  # pragma: no cover - compiled
 @njit(cache=True, parallel=True)
 def wc_host_batch(graph, costs, devs, opts, host):  # pragma: no cover - compiled
     """:func:`wc_batch` with the host resource ``host`` (:class:`HostCosts`, a plain tuple)."""
-    return _wc_batch_run(graph, costs, devs, opts, (True, host[0], host[1], host[2]))
+    return _wc_batch_run(graph, costs, devs, opts, (True, host[0], host[1], host[2], host[3]))
 
 
 @njit(inline="always")
