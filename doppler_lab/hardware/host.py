@@ -14,7 +14,9 @@ are busy, with ``m`` above the capacity, takes ``m / parallel_capacity`` times i
 ``cores``: how many cores the busy devices and the busy copy lanes share (CPU workers: each
 device and each copy lane is a thread of one process). While ``r`` of them run, with ``r`` above
 ``cores``, every running op progresses at ``cores / r`` of its speed: copies slow the devices'
-ops, and busy devices slow each other where the cores (or their memory bandwidth) fall short.
+ops, and busy devices slow each other where the cores (or their memory bandwidth) fall short. A
+copy is slowed the same way, judged once when it is issued (by the threads that want a core then:
+the busy devices, the issuing device if it has ops ready, and the copy's own).
 A CPU profile's calibration sets it to the parallel capacity its probes measured (the median of
 :data:`~doppler_lab.executor.profiling.CAPACITY_PROBES`; a fit on the op samples themselves was
 tried and rejected: an op's measured time holds its waits for the interpreter lock, which do not

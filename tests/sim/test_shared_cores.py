@@ -41,9 +41,11 @@ def test_two_busy_devices_share_the_cores(n, want):
 
 def test_a_copy_lane_takes_a_core_from_the_running_ops():
     """a (device 0, 1 unit) feeds b (device 1, 1 unit) through a copy of 4 units on the one
-    lane; c (device 0, 10 units) runs beside it all. On one core: a [0, 1]; c starts at 1 and
-    shares the core with the copy on [1, 5] (2 units of work), then with b, which starts at 5
-    and needs [5, 7] for its 1 unit (c does 1 more); c's last 7 units end at 14."""
+    lane; c (device 0, 10 units) runs beside it all. On one core: a [0, 1]; the copy is issued
+    at 1 while device 0 has c ready, two threads for one core, so it takes 8 units, [1, 9]; c
+    shares the core with it (4 units of work by 9), then with b, which starts at 9 and needs
+    [9, 11] for its 1 unit (c does 1 more); c's last 5 units end at 16. On 1.5 cores: the copy
+    takes 4 x 2 / 1.5, c and b run at 0.75 of their speed beside it and each other."""
     b = GraphBuilder("lane")
     a = b.add_node("a", cost=1.0)
     b.add_node("b", cost=1.0, inputs=[a], edge_costs=[4.0])
@@ -51,8 +53,16 @@ def test_a_copy_lane_takes_a_core_from_the_running_ops():
     g = b.build()
     unit = g.time_scale
     tr = Simulator(g, cores(make_cluster("uniform", 2), 1.0), "wc").run([0, 1, 0])
-    assert tr.end[1] == pytest.approx(7.0 * unit, rel=1e-5)
-    assert tr.makespan == pytest.approx(14.0 * unit, rel=1e-5)
+    assert tr.transfer_end[0] == pytest.approx(9.0 * unit, rel=1e-12)
+    assert tr.end[1] == pytest.approx(11.0 * unit, rel=1e-5)
+    assert tr.makespan == pytest.approx(16.0 * unit, rel=1e-5)
+    tr15 = Simulator(g, cores(make_cluster("uniform", 2), 1.5), "wc").run([0, 1, 0])
+    copy = 4.0 * 2 / 1.5
+    assert tr15.transfer_end[0] == pytest.approx((1 + copy) * unit, rel=1e-12)
+    assert tr15.end[1] == pytest.approx((1 + copy + 1 / 0.75) * unit, rel=1e-5)
+    # c: 0.75 of its speed from 1 until b ends, then alone
+    done = 0.75 * (copy + 1 / 0.75)
+    assert tr15.makespan == pytest.approx((1 + copy + 1 / 0.75 + 10 - done) * unit, rel=1e-5)
     # two cores: the copy and c run side by side, then b and c: nothing is slowed
     tr2 = Simulator(g, cores(make_cluster("uniform", 2), 2.0), "wc").run([0, 1, 0])
     assert tr2.makespan == pytest.approx(11.0 * unit, rel=1e-12)

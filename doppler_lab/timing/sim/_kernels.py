@@ -316,7 +316,10 @@ def paper_kernel(graph, costs, dev, opts, out):  # pragma: no cover - compiled
 # while ``r`` of them run, with ``r`` above ``cores``, each running op progresses at ``cores / r``
 # of its speed, so it is charged the ``1 - cores / r`` of each unit of time it did not work; an
 # op's end is put off by what it was charged while it ran, again by what was charged meanwhile,
-# until that is negligible (processor sharing, exact while the busy set stays). At zero costs and no
+# until that is negligible (processor sharing, exact while the busy set stays). A copy's thread
+# shares them too, judged once at its issue: with ``m`` threads wanting a core then (the busy
+# devices, the issuing device if it has ops ready, and the copy), above ``cores``, the copy takes
+# ``m / cores`` times its time. At zero costs and no
 # capacity every time is the same as without the host, to the bit.
 
 
@@ -518,6 +521,13 @@ def _wc_run(graph, costs, dev, opts, out, host):  # pragma: no cover - compiled
                     if has_host:  # the host issues the copy before it takes its link
                         ready = max(now, host_free) + host_copy
                         host_free = ready
+                        if cores > 0.0:  # the copy's thread shares the cores too (at its issue)
+                            m = 1
+                            for j in range(ndev):
+                                if busy[j] or (j == a and rn[j] > 0):
+                                    m += 1
+                            if m > cores:
+                                dur *= m / cores
                     s, f = reserve_route(link_free, r1, routes[a, b, 1], ready, dur)
                     tr_slot[ntr] = k
                     tr_start[ntr] = s
