@@ -30,6 +30,8 @@ def test_calibrate_from_raw_refits_the_committed_profile(tmp_path, capsys):
     assert main(["calibrate", "--from", str(RAW), "--out", str(out), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["num_devices"] == 2 and summary["backend"] == "cpu"
+    # its probe measured 1.05 of 2 devices at once: the devices and the copy lane share 1.05 cores
+    assert summary["host_cores"] == 1.047 and summary["parallel_capacity"] == 1.05
     got, want = Profile.load(out).to_dict(), json.loads(EXPECTED.read_text())
     assert got == want
 

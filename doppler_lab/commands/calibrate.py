@@ -139,6 +139,8 @@ def _report(args: argparse.Namespace, out: Path, profile: Any, graphs: list) -> 
         summary["host_launch_us"] = round(h.launch_s * 1e6, 2)
         summary["host_copy_us"] = round(h.copy_s * 1e6, 2)
         summary["host_parallel_capacity"] = h.parallel_capacity
+        if h.cores:
+            summary["host_cores"] = round(h.cores, 3)
     capacity = profile.meta.get("parallel_capacity")
     if capacity is not None:
         summary["parallel_capacity"] = round(capacity, 2)
