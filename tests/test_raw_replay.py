@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from doppler_lab.cli import main
-from doppler_lab.house.errors import FormatError
+from doppler_lab.house.errors import ConfigError, FormatError
+from doppler_lab.lab.bench import fidelity as fidelity_bench
 from doppler_lab.timing.calibration import OP_TIME_QUANTILE, Profile
 from doppler_lab.timing.raw_data import CalibrationRaw, read_raw, refit_profile, write_raw
 
@@ -118,6 +119,45 @@ def test_bench_fidelity_rescores_kept_measurements(tmp_path, capsys):
     assert main(["bench", "fidelity", "--from", str(RAW), "--out", str(again)]) == 0
     rows_again = json.loads((again / "fidelity.json").read_text())["tables"]["Per workload"]
     assert rows_again == rows
+
+
+def test_bench_fidelity_judges_the_model_over_several_runs(tmp_path, capsys):
+    """Several ``--from``: each run scored as alone, then the host model against today's model
+    paired by run and workload, and per workload over the runs."""
+    import shutil
+
+    runs = []
+    for name in ("run-a", "run-b"):
+        (tmp_path / name).mkdir()
+        runs.append(shutil.copy(RAW, tmp_path / name / "fidelity_raw.json.gz"))
+    one = tmp_path / "one"
+    assert main(["bench", "fidelity", "--from", str(RAW), "--out", str(one)]) == 0
+    single = json.loads((one / "fidelity.json").read_text())["tables"]["Per workload"]
+    out = tmp_path / "many"
+    args = ["bench", "fidelity", "--from", str(runs[0]), "--from", str(runs[1]), "--out", str(out)]
+    assert main(args) == 0
+    got = json.loads((out / "fidelity.json").read_text())
+    per_run = got["tables"]["Per run and workload"]
+    assert [r["run"] for r in per_run] == ["run-a"] * len(single) + ["run-b"] * len(single)
+    for r, s in zip(per_run, single + single):  # each run as it scores alone
+        assert r["workload"] == s["workload"]
+        for k in ("spearman_calibrated", "spearman_host", "mre_calibrated", "mre_host"):
+            assert r[k] == s[k]
+    summary = got["summary"]
+    assert summary["runs"] == 2 and summary["pairs"] == 2 * len(single)
+    diffs = [s["spearman_host"] - s["spearman_calibrated"] for s in single] * 2
+    assert summary["spearman_host_minus_calibrated"] == pytest.approx(sum(diffs) / len(diffs))
+    assert summary["spearman_verdict"] in ("better", "worse", "cannot tell")
+    assert summary["runs_meeting_targets"] in (0, 2)
+    across = got["tables"]["Per workload over runs"]
+    assert [r["workload"] for r in across] == [s["workload"] for s in single]
+    for r, s in zip(across, single):  # two equal runs: the mean is the run's, no spread
+        assert r["runs"] == 2 and r["spearman_host_mean"] == pytest.approx(s["spearman_host"])
+        assert r["spearman_host_low"] == pytest.approx(r["spearman_host_high"])
+        assert r["mre_host_worst"] == pytest.approx(s["mre_host"])
+    # a profile comes from one run's measurements
+    with pytest.raises(ConfigError, match="give one --from with --profile-out"):
+        fidelity_bench.run(tmp_path / "x", from_raw=runs, profile_out=tmp_path / "p.json")
 
 
 def test_bench_fidelity_from_a_file_without_workloads_is_one_line(tmp_path, capsys):

@@ -106,8 +106,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--from",
         dest="from_raw",
         metavar="RAW",
+        action="append",
         help="measure nothing: score today's simulator models on the measurements kept by an "
-        "earlier run (its fidelity_raw.json.gz), on any machine",
+        "earlier run (its fidelity_raw.json.gz), on any machine; repeat for several runs: the "
+        "host model is then judged against today's model over all of them, paired by run and "
+        "workload",
     )
 
 

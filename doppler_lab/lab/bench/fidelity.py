@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -48,7 +49,7 @@ from ...executor.fidelity_runs import (
     workload_row,
 )
 from ...executor.profiling import measure_calibration, parallel_capacity
-from ...house.errors import FormatError
+from ...house.errors import ConfigError, FormatError
 from ...ir.placement import Placement
 from ...timing.cost_model import CostModel
 from ...timing.raw_data import RAW_FILE, read_raw, write_raw
@@ -94,7 +95,7 @@ def run(
     profile_out: str | Path | None = None,
     progress: bool = True,
     rounds: int | None = None,
-    from_raw: str | Path | None = None,
+    from_raw: str | Path | Sequence[str | Path] | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark and write ``fidelity.{json,md}`` into ``out_dir``.
 
@@ -110,10 +111,22 @@ def run(
         from_raw: measure nothing: score today's models on the measurements of an earlier
             run kept in this raw file (its calibration refitted, its placements and timed
             runs, its parallel capacity), so a change of the model is judged on the same
-            measurements, on any machine.
+            measurements, on any machine. Several files: each run scored so, and the host
+            model judged against today's model over all of them, paired by run and workload
+            (one report over the runs).
     """
     if from_raw is not None:
-        return _rescore(Path(out_dir), Path(from_raw), profile_out)
+        paths = (
+            [Path(from_raw)] if isinstance(from_raw, str | Path) else [Path(p) for p in from_raw]
+        )
+        if len(paths) == 1:
+            return _rescore(Path(out_dir), paths[0], profile_out)
+        if profile_out is not None:
+            raise ConfigError(
+                f"a profile is saved from one run's measurements; got {len(paths)} raw files "
+                "(give one --from with --profile-out)"
+            )
+        return _rescore_many(Path(out_dir), paths)
     t_start = time.perf_counter()
     be = make_backend(backend, num_devices or 2)
     specs = QUICK_WORKLOADS if quick else CPU_WORKLOADS
@@ -164,39 +177,9 @@ def run(
 def _rescore(out_dir: Path, raw_path: Path, profile_out: str | Path | None) -> dict[str, Any]:
     """``run(from_raw=...)``: today's models scored on the measurements kept in ``raw_path``."""
     t_start = time.perf_counter()
-    doc = read_raw(raw_path)
-    cal = doc.get("calibration")
-    workloads = doc.get("workloads")
-    if cal is None or not isinstance(workloads, dict) or not workloads:
-        raise FormatError(
-            "not the raw file of a bench fidelity run (expected its calibration and its "
-            "measured workloads)",
-            str(raw_path),
-        )
-    profile = cal.fit()
+    doc, cal, profile, rows = _rescored_rows(raw_path)
     if profile_out is not None:
         profile.save(profile_out)
-    rows = []
-    for name, w in workloads.items():
-        try:
-            spec, samples = w["spec"], np.array(w["measured_s"], dtype=np.float64)
-            g = graph_from_spec(spec)
-            pls = [
-                Placement(np.asarray(p["device"], dtype=np.int64), placer=str(p["placer"]))
-                for p in w["placements"]
-            ]
-            counts = w["runs"]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise FormatError(
-                f"workload {name!r} is not a fidelity record ({exc})", str(raw_path)
-            ) from None
-        if samples.ndim != 2 or samples.shape[0] != len(pls):
-            raise FormatError(
-                f"workload {name!r}: {samples.shape[0] if samples.ndim else 0} rows of measured "
-                f"runs, expected one per placement ({len(pls)})",
-                str(raw_path),
-            )
-        rows.append(_workload_record(name, spec, g, pls, samples, counts, profile, cal.base))
     passes = Passes(**doc.get("passes", {"repeats": 0, "warmup": 0, "rounds": 0}))
     measured_on = SimpleNamespace(name=cal.backend, num_devices=cal.base.num_devices)
     summary = _summary(rows, measured_on, list(doc.get("capacity") or []), profile, t_start)
@@ -218,6 +201,171 @@ def _rescore(out_dir: Path, raw_path: Path, profile_out: str | Path | None) -> d
         notes=notes,
         command=f"doppler-lab bench fidelity --from {raw_path.name}",
     )
+
+
+def _rescored_rows(raw_path: Path) -> tuple[dict[str, Any], Any, Any, list[dict[str, Any]]]:
+    """The raw document of ``raw_path``, its calibration, the profile today's fit makes of it
+    and one row per workload scored under today's models.
+
+    Raises:
+        FormatError: not the raw file of a bench fidelity run, naming the bad workload.
+    """
+    doc = read_raw(raw_path)
+    cal = doc.get("calibration")
+    workloads = doc.get("workloads")
+    if cal is None or not isinstance(workloads, dict) or not workloads:
+        raise FormatError(
+            "not the raw file of a bench fidelity run (expected its calibration and its "
+            "measured workloads)",
+            str(raw_path),
+        )
+    profile = cal.fit()
+    rows = []
+    for name, w in workloads.items():
+        try:
+            spec, samples = w["spec"], np.array(w["measured_s"], dtype=np.float64)
+            g = graph_from_spec(spec)
+            pls = [
+                Placement(np.asarray(p["device"], dtype=np.int64), placer=str(p["placer"]))
+                for p in w["placements"]
+            ]
+            counts = w["runs"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FormatError(
+                f"workload {name!r} is not a fidelity record ({exc})", str(raw_path)
+            ) from None
+        if samples.ndim != 2 or samples.shape[0] != len(pls):
+            raise FormatError(
+                f"workload {name!r}: {samples.shape[0] if samples.ndim else 0} rows of measured "
+                f"runs, expected one per placement ({len(pls)})",
+                str(raw_path),
+            )
+        rows.append(_workload_record(name, spec, g, pls, samples, counts, profile, cal.base))
+    return doc, cal, profile, rows
+
+
+def _run_label(raw_path: Path) -> str:
+    """A run's name in a report over several: its folder (``reports/bench/fidelity-1615``), or
+    the file's own name where the folder says nothing (``.``)."""
+    parent = raw_path.resolve().parent.name
+    return parent if parent and raw_path.name == RAW_FILE else raw_path.name
+
+
+def _rescore_many(out_dir: Path, raw_paths: list[Path]) -> dict[str, Any]:
+    """``run(from_raw=[A, B, ...])``: today's models scored on several runs' measurements, and
+    judged over them: per workload the host model's Spearman and error over the runs (mean with
+    its 95% bootstrap interval, worst), and the host model against today's model paired by run
+    and workload (``better``, ``worse`` or ``cannot tell`` by the interval of the mean
+    difference, :func:`~doppler_lab.house.stats.compare`). One run's minimum over workloads is
+    a noisy statistic (reports/notes/bench_notes.md): this is how a change of the model is
+    judged."""
+    from ...house.stats import compare, paired_stats
+
+    t_start = time.perf_counter()
+    labels = [_run_label(p) for p in raw_paths]
+    if len(set(labels)) != len(labels):
+        labels = [str(p) for p in raw_paths]
+    per_run: list[dict[str, Any]] = []
+    met_runs = 0
+    for label, path in zip(labels, raw_paths):
+        doc, cal, profile, rows = _rescored_rows(path)
+        host = profile.host
+        met_runs += int(
+            min(r["spearman_host"] for r in rows) >= TARGET_SPEARMAN
+            and max(r["mre_host"] for r in rows) <= TARGET_MRE
+        )
+        for r in rows:
+            per_run.append(
+                {
+                    "run": label,
+                    "measured_on": cal.meta.get("date"),
+                    "cores": None if host is None or not host.cores else host.cores,
+                    **{k: r[k] for k in _MANY_KEYS},
+                }
+            )
+    workloads = list(dict.fromkeys(r["workload"] for r in per_run))
+    across = []
+    for w in workloads:
+        mine = [r for r in per_run if r["workload"] == w]
+        row: dict[str, Any] = {"workload": w, "runs": len(mine)}
+        for key in ("spearman_calibrated", "spearman_host", "mre_calibrated", "mre_host"):
+            x = [r[key] for r in mine]
+            st = paired_stats(x, min_pairs=1)
+            row[f"{key}_mean"] = st.mean
+            row[f"{key}_low"] = st.low
+            row[f"{key}_high"] = st.high
+        row["spearman_host_worst"] = min(r["spearman_host"] for r in mine)
+        row["mre_host_worst"] = max(r["mre_host"] for r in mine)
+        for key, lower in (("spearman", False), ("mre", True)):  # the host model, paired by run
+            st = compare(
+                [r[f"{key}_host"] for r in mine],
+                [r[f"{key}_calibrated"] for r in mine],
+                lower_is_better=lower,
+            )
+            row[f"{key}_host_vs_calibrated"] = st.verdict
+        across.append(row)
+    rank = compare(
+        [r["spearman_host"] for r in per_run],
+        [r["spearman_calibrated"] for r in per_run],
+        lower_is_better=False,
+    )
+    err = compare([r["mre_host"] for r in per_run], [r["mre_calibrated"] for r in per_run])
+    summary = {
+        "runs": len(raw_paths),
+        "pairs": rank.n,
+        "spearman_host_minus_calibrated": rank.mean,
+        "spearman_interval": [round(rank.low, 4), round(rank.high, 4)],
+        "spearman_verdict": rank.verdict,
+        "mre_host_minus_calibrated": err.mean,
+        "mre_interval": [round(err.low, 4), round(err.high, 4)],
+        "mre_verdict": err.verdict,
+        "runs_meeting_targets": met_runs,
+        "target_spearman": TARGET_SPEARMAN,
+        "target_mre": TARGET_MRE,
+        "seconds": round(time.perf_counter() - t_start, 1),
+    }
+    notes = [
+        "Re-scored: nothing was measured. Each run's calibration is refitted with today's fit "
+        "and its placements simulated under today's models (as `--from RAW` does for one run).",
+        f"The host model against today's model, paired by run and workload ({rank.n} pairs), "
+        f"95% bootstrap interval of the mean difference: Spearman {rank.mean:+.4f} "
+        f"[{rank.low:+.4f}, {rank.high:+.4f}], Wilcoxon p = {_p(rank.p_value)}: "
+        f"{rank.verdict}; median relative error {err.mean:+.2%} [{err.low:+.2%}, "
+        f"{err.high:+.2%}], p = {_p(err.p_value)}: {err.verdict}.",
+        f"Targets (Spearman >= {TARGET_SPEARMAN} and error <= {TARGET_MRE:.0%} on every "
+        f"workload of a run, host model): met in {met_runs} of {len(raw_paths)} runs. Each "
+        "run's own report says whether its machine was quiet enough to judge them.",
+        "Per workload over the runs: mean with its 95% bootstrap interval over the runs "
+        "(their spread: runs are measured and calibrated anew), the worst run, and the host "
+        "model against today's model paired by run (better, worse or cannot tell).",
+    ]
+    return write_report(
+        out_dir,
+        "fidelity",
+        f"Simulator fidelity over {len(raw_paths)} runs (re-scored from kept measurements)",
+        {
+            "Per workload over runs": (across, None),
+            "Per run and workload": (per_run, None),
+        },
+        summary=summary,
+        notes=notes,
+        command="doppler-lab bench fidelity " + " ".join(f"--from {p}" for p in raw_paths),
+    )
+
+
+#: the columns of a run's workload that a report over several runs keeps
+_MANY_KEYS = (
+    "workload",
+    "spearman_ceiling",
+    "spearman_calibrated",
+    "spearman_host",
+    "mre_calibrated",
+    "mre_host",
+)
+
+
+def _p(p: float | None) -> str:
+    return "n/a" if p is None else f"{p:.2g}"
 
 
 def _wait_for_capacity(backend: Any, tries: int) -> list[float]:
