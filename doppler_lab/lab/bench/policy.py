@@ -432,6 +432,27 @@ def adopted_result(
     return adopt.adopted(lambda v: case_run_dir(cfg, case, method, seed, root, v))
 
 
+def adopted_sweep(
+    tasks: Sequence[tuple[PolicyBenchConfig, _Case, str, int, Path]],
+    runs: Sequence[Run],
+    desc: str,
+    runner: str | Runner = "local",
+    jobs: int | None = 1,
+    progress: bool = False,
+    keep_going: bool = False,
+) -> tuple[Any, list[str], float]:
+    """The sweep of a bench's training ``runs`` over ``tasks`` (``(cfg, case, method, seed,
+    root)``, one per run), after :func:`verify_adoptions` checked which older runs it may
+    adopt: on ``runner`` with spawned processes (:data:`SWEEP_START`). Returns the finished
+    sweep, the checks' notes and the sweep's own wall seconds (the checks not counted)."""
+    notes = verify_adoptions(list(tasks), runner, jobs, progress, keep_going)
+    t0 = time.perf_counter()
+    sweep = make_runner(runner, jobs=jobs, start_method=SWEEP_START).run(
+        list(runs), desc=desc, progress=progress, keep_going=keep_going
+    )
+    return sweep, notes, time.perf_counter() - t0
+
+
 def verify_adoptions(
     tasks: Sequence[tuple[PolicyBenchConfig, _Case, str, int, Path]],
     runner: str | Runner = "local",
@@ -700,13 +721,16 @@ def ablation_rows(
     cases, _ = _cases(cfg)
     root = Path(out_dir)
     tasks = [(c, m, s) for c in cases for m in methods for s in range(cfg.seeds)]
-    _say(verify_adoptions([(cfg, *t, root) for t in tasks], runner, jobs, progress, keep_going))
-    sweep = make_runner(runner, jobs=jobs, start_method=SWEEP_START).run(
+    sweep, checked, _ = adopted_sweep(
+        [(cfg, *t, root) for t in tasks],
         case_runs(cfg, tasks, root),
-        desc="training runs",
-        progress=progress,
-        keep_going=keep_going,
+        "training runs",
+        runner,
+        jobs,
+        progress,
+        keep_going,
     )
+    _say(checked)
     results = sweep.done()
     return quality_tables(cfg, cases, results, methods), results
 
@@ -791,16 +815,17 @@ def run(
     paper = [c for c in cases if c.group == "paper"]
     speed_case = next((c for c in paper if c.name == SPEED_GRAPH), paper[0] if paper else None)
     tasks = training_tasks(cfg, cases)
-    notes += verify_adoptions(
-        [(cfg, *t, root) for t in tasks], runner, cfg.jobs, progress, keep_going
-    )
     # one bar over (graph, method, seed) runs; cached runs tick at once
-    sweep = make_runner(runner, jobs=cfg.jobs, start_method=SWEEP_START).run(
+    sweep, checked, _ = adopted_sweep(
+        [(cfg, *t, root) for t in tasks],
         case_runs(cfg, tasks, root),
-        desc="bench policy: training runs",
-        progress=progress,
-        keep_going=keep_going,
+        "bench policy: training runs",
+        runner,
+        cfg.jobs,
+        progress,
+        keep_going,
     )
+    notes += checked
     results = sweep.done()
     notes = notes + sweep.notes()
     _export_checkpoints(results, root)

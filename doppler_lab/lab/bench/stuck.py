@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import csv
 import os
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,7 +32,7 @@ import numpy as np
 
 from ...house.errors import ConfigError
 from ...house.paths import BENCH_POLICY_RUNS
-from ...house.runners import Run, Runner, make_runner
+from ...house.runners import Run, Runner
 from ...house.stats import (
     AB_WORDS,
     bootstrap_interval,
@@ -44,7 +43,7 @@ from ...house.stats import (
 from ...workloads.catalog import PAPER_GRAPH_NAMES
 from . import adopt
 from ._report import write_report
-from .policy import SWEEP_START, PolicyBenchConfig, _cases, run_case, verify_adoptions
+from .policy import PolicyBenchConfig, _cases, adopted_sweep, run_case
 from .yardstick import best_known
 
 #: the paper's 4-GPU graphs
@@ -442,33 +441,25 @@ def run_arms(
         pcfg = _policy_config(cfg, arm)
         cases, missing = _cases(pcfg)
         notes += [m for m in missing if m not in notes]
-        notes += verify_adoptions(
-            [
-                (pcfg, case, VARIANTS[v], s, root)
-                for case in cases
-                for v in cfg.variants
-                for s in range(cfg.seeds)
-            ],
-            runner,
-            jobs,
-            progress,
-            keep_going,
-        )
+        cells = [(case, v, s) for case in cases for v in cfg.variants for s in range(cfg.seeds)]
         runs = [
             Run(
                 _stuck_case,
                 (pcfg, case, VARIANTS[v], s, str(root)),
                 label=f"{arm}/{case.name}/{v}/seed{s}",
             )
-            for case in cases
-            for v in cfg.variants
-            for s in range(cfg.seeds)
+            for case, v, s in cells
         ]
-        t0 = time.perf_counter()
-        sweep = make_runner(runner, jobs=jobs, start_method=SWEEP_START).run(
-            runs, desc=f"bench {name} ({arm})", progress=progress, keep_going=keep_going
+        sweep, checked, wall[arm] = adopted_sweep(
+            [(pcfg, case, VARIANTS[v], s, root) for case, v, s in cells],
+            runs,
+            f"bench {name} ({arm})",
+            runner,
+            jobs,
+            progress,
+            keep_going,
         )
-        wall[arm] = time.perf_counter() - t0
+        notes += checked
         notes += sweep.notes()
         by_method = {m: v for v, m in VARIANTS.items()}
         for r in sweep.done():
