@@ -39,14 +39,7 @@ from ..house.errors import ClusterError
 from ..house.validate import Fail, show, want_fields, want_number
 
 #: fields of a host document (all optional)
-HOST_FIELDS = (
-    "launch_s",
-    "copy_s",
-    "parallel_capacity",
-    "event_s",
-    "copy_event_s",
-    "cores",
-)
+HOST_FIELDS = ("launch_s", "copy_s", "parallel_capacity", "cores")
 
 
 @dataclass(frozen=True)

@@ -556,7 +556,6 @@ def fit_profile(
     capacity = (meta or {}).get("parallel_capacity")
     cap = capacity if isinstance(capacity, int | float) else None
     host = fit_host(host_probe or {}, cap, base.routes)
-    op_times = op_time_table(ops, base.num_devices)
     if backend in CPU_BACKENDS and base.num_devices > 1 and cap is not None:
         # the devices and copy lanes share the cores the probe measured (replacing the coarser
         # capacity, which looks at devices only and at an op's start)
@@ -573,7 +572,7 @@ def fit_profile(
         routes=base.routes,
         link_names=base.link_names,
         op_scale=op_scale,
-        op_times=op_times,
+        op_times=op_time_table(ops, base.num_devices),
         dispatch_s=tuple(dispatch_s),
         meta={**dict(meta or {}), "fit": report, "op_samples": len(ops)},
         host=host,

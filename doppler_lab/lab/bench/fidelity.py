@@ -259,7 +259,7 @@ def _rescore_many(out_dir: Path, raw_paths: list[Path]) -> dict[str, Any]:
     difference, :func:`~doppler_lab.house.stats.compare`). One run's minimum over workloads is
     a noisy statistic (reports/notes/bench_notes.md): this is how a change of the model is
     judged."""
-    from ...house.stats import compare, paired_stats
+    from ...house.stats import bootstrap_interval, compare
 
     t_start = time.perf_counter()
     labels = [_run_label(p) for p in raw_paths]
@@ -290,10 +290,8 @@ def _rescore_many(out_dir: Path, raw_paths: list[Path]) -> dict[str, Any]:
         row: dict[str, Any] = {"workload": w, "runs": len(mine)}
         for key in ("spearman_calibrated", "spearman_host", "mre_calibrated", "mre_host"):
             x = [r[key] for r in mine]
-            st = paired_stats(x, min_pairs=1)
-            row[f"{key}_mean"] = st.mean
-            row[f"{key}_low"] = st.low
-            row[f"{key}_high"] = st.high
+            row[f"{key}_mean"] = float(np.mean(x))
+            row[f"{key}_low"], row[f"{key}_high"] = bootstrap_interval(x)
         row["spearman_host_worst"] = min(r["spearman_host"] for r in mine)
         row["mre_host_worst"] = max(r["mre_host"] for r in mine)
         for key, lower in (("spearman", False), ("mre", True)):  # the host model, paired by run
@@ -603,8 +601,8 @@ def _notes(summary: dict[str, Any], passes: Passes, profile: Any, raw_name: str)
         "and copy issues one at a time; on CPU workers the devices and copy lanes share the fitted "
         "cores, else devices beyond the measured parallel capacity are slowed: "
         "doppler_lab.hardware.host); host_costs = its launch and copy costs alone; capacity = its "
-        "parallel capacity alone; cores = its shared cores alone; roofline = the profile's fitted devices without the op table; "
-        "preset = uncalibrated cluster preset.",
+        "parallel capacity alone; cores = its shared cores alone; roofline = the profile's "
+        "fitted devices without the op table; preset = uncalibrated cluster preset.",
         f"Host fitted: {fitted}. Host probe (per-op periods of tiny-op chains): {shown or '-'}.",
         "mre = median over placements of |simulated - measured| / measured.",
         "spearman_ceiling: the Spearman a perfect model could expect against these measurements "
