@@ -333,6 +333,12 @@ def test_scaling_fit_recovers_exponents_and_speedups():
     keys = scaling_key_numbers(rows)
     assert keys["doppler largest graph nodes"] == 10000
     assert keys["inference speed-up over placeto"] == pytest.approx(1000.0)
+    assert "inference speed-up over placeto-recompute" not in keys
+    dense = [{**r, "method": "placeto-recompute", "inference_ms": 2 * r["inference_ms"]}
+             for r in rows if r["method"] == "placeto"]  # fmt: skip
+    keys = scaling_key_numbers(rows + dense)
+    assert keys["inference speed-up over placeto-recompute"] == pytest.approx(2000.0)
+    assert keys["inference speed-up over placeto"] == pytest.approx(1000.0)
 
 
 def test_the_scaling_fit_starts_where_fixed_costs_stop_dominating():
@@ -358,19 +364,20 @@ def test_scaling_rows_small_sizes_and_caps():
         "chainmm:scale=tiny",
         "matrices",
         [2, 3],
-        methods=("doppler", "placeto"),
+        methods=("doppler", "placeto", "placeto-recompute"),
         max_nodes={"placeto": 20},
         repeats=1,
         batch=2,
         policy=SMALL,
     )
     rows = scaling_rows(setup)
-    assert [(r["method"], r["size"]) for r in rows] == [
+    assert [(r["method"], r["size"]) for r in rows] == [  # placeto's cap holds for both
         ("doppler", 2),
         ("placeto", 2),
+        ("placeto-recompute", 2),
         ("doppler", 3),
     ]
-    assert rows[0]["nodes"] < rows[2]["nodes"]
+    assert rows[0]["nodes"] == rows[2]["nodes"] < rows[3]["nodes"]
     assert math.isnan(rows[1]["train_batched_ms"]) and rows[0]["train_batched_ms"] > 0
     assert all(r["inference_ms"] > 0 and r["simulate_ms"] > 0 for r in rows)
     with pytest.raises(ConfigError, match="'bogus'"):

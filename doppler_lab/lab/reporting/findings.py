@@ -813,9 +813,13 @@ def scalability(s: Mapping[str, Any]) -> Findings:
                 "ms",
             )
         )
+    sp_dense = k.get("inference speed-up over placeto-recompute")
+    if sp_dense is not None:
+        head.append(_h("inference speed-up over PLACETO as published (every step recomputed)",
+                       sp_dense, "x"))  # fmt: skip
     sp = k.get("inference speed-up over placeto")
     if sp is not None:
-        head.append(_h("inference speed-up over PLACETO", sp, "x"))
+        head.append(_h("inference speed-up over our incremental PLACETO", sp, "x"))
     text = [
         "The question is whether DOPPLER's episode time grows linearly with the graph (the "
         "paper's claim) and how it compares with PLACETO."
@@ -864,17 +868,26 @@ def scalability(s: Mapping[str, Any]) -> Findings:
         )
     else:
         text.append(_verdict(None, "DOPPLER's time per episode grows linearly with the graph"))
-    sps = [r.get("inference_speedup") for r in s.get("speedups") or []]
-    sps = [x for x in sps if not is_missing(x) and x > 0]
-    if sp is not None and sps:
-        st, sentence = judge(np.log(sps), "DOPPLER's inference episode is faster than PLACETO's")
+    # the paper's claim is about PLACETO as its authors compute it (every row of every step):
+    # judged against placeto-recompute where it was timed; the incremental one is shown beside
+    against = [("placeto-recompute", "speedups_recompute", "PLACETO as published", sp_dense),
+               ("placeto", "speedups", "our incremental PLACETO", sp)]  # fmt: skip
+    tagged = False
+    for name, key, label, value in against:
+        sps = [r.get("inference_speedup") for r in s.get(key) or []]
+        sps = [x for x in sps if not is_missing(x) and x > 0]
+        if value is None or not sps:
+            continue
+        st, sentence = judge(np.log(sps), f"DOPPLER's inference episode is faster than {label}'s")
         head.append(
-            _h("faster than PLACETO, by size (95% interval)", st.verdict, claim="placeto-speed")
-        )
+            _h(f"faster than {label}, by size (95% interval)", st.verdict,
+               claim=None if tagged else "placeto-speed")
+        )  # fmt: skip
+        tagged = True
         text.append(
             f"At the {len(sps)} sizes both were timed on, DOPPLER's inference is "
-            f"{_span(sps, 'x')} faster than PLACETO's (PLACETO's exponent: "
-            f"{format_value(k.get('placeto inference exponent'))}); on the log of the speed-up, "
+            f"{_span(sps, 'x')} faster than {label}'s ({name}'s exponent: "
+            f"{format_value(k.get(f'{name} inference exponent'))}); on the log of the speed-up, "
             f"{sentence[0].lower()}{sentence[1:]}"
         )
     return Findings(head, " ".join(text))
