@@ -276,7 +276,9 @@ class _Versions:
             idx = np.stack([cat(w_rows[g]), cat(w_cols[g])])
             vals = np.ones(idx.shape[1], dtype=np.float32)
             self.w.append(
-                torch.sparse_coo_tensor(as_tensor(idx), as_tensor(vals), (n, n_emb)).coalesce()
+                torch.sparse_coo_tensor(
+                    as_tensor(idx), as_tensor(vals), (n, n_emb), check_invariants=True
+                ).coalesce()
             )
 
 
