@@ -424,8 +424,13 @@ class Placeto(PlacementPolicy):
         return enc._versions[self.steps]
 
     def _all_steps_logits(self, ctx: GraphContext, enc: _PlacetoGraph, devices: Tensor) -> Tensor:
-        """``(K, n, D)`` logits of every step of K episodes that place node ``topo[t]`` at step
-        t on ``devices[:, topo[t]]``... given as ``devices (K, n)``: each node's device."""
+        """The logits of every step of K episodes that place node ``topo[t]`` at step ``t``,
+        with each node's embedding computed once per version (:class:`_Versions`).
+
+        Shapes:
+            - input: devices ``(K, n)``, the device each episode gives each node
+            - output: ``(K, n, D)``, step t's logits of node ``topo[t]``
+        """
         vs = self._versions(enc)
         k, d = devices.shape[0], self.num_devices
         h0_u, h0_t = as_tensor(vs.h0_u), as_tensor(vs.h0_t)
