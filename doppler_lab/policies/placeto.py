@@ -25,7 +25,7 @@ against it.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -169,7 +169,7 @@ def _ranges(ptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     total = int(counts.sum())
     owner = np.repeat(np.arange(rows.size, dtype=np.int64), counts)
     starts = np.repeat(ptr[rows] - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
-    return (starts + np.arange(total, dtype=np.int64)).astype(np.int64), owner
+    return starts + np.arange(total, dtype=np.int64), owner
 
 
 def _gather_ranges(values: np.ndarray, ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -190,17 +190,6 @@ class _PlacetoState:
         self.emb: Tensor | None = None  # (K, n, 2c)
         self.group_msg: list[Tensor] = []  # [group] messages of emb, (K, n, 2c)
 
-    # the array interface the older code (and tests) used on the state
-    def __getitem__(self, key: Any) -> Any:
-        return self.dyn[key]
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self.dyn[key] = value
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.dyn.shape
-
 
 class _Versions:
     """The index structure of the all-steps recompute of one graph's episodes, when node ``t``
@@ -215,8 +204,6 @@ class _Versions:
 
     def __init__(self, pg: _PlacetoGraph, steps: int):
         n, topo = pg.n, pg.topo
-        pos = np.empty(n, dtype=np.int64)
-        pos[topo] = np.arange(n)
         h0_t: list[np.ndarray] = []  # the step of each h0 row
         h0_u: list[np.ndarray] = []
         cur0 = np.zeros(n, dtype=np.int64)
@@ -259,7 +246,6 @@ class _Versions:
                 members = np.flatnonzero(pg.groups[g, v].numpy())
                 w_rows[g].append(np.full(members.size, t))
                 w_cols[g].append(cur_e[members])
-        self.pos = pos
         self.h0_t = np.concatenate(h0_t)
         self.h0_u = np.concatenate(h0_u)
         cat = np.concatenate
@@ -434,7 +420,7 @@ class Placeto(PlacementPolicy):
         vs = self._versions(enc)
         k, d = devices.shape[0], self.num_devices
         h0_u, h0_t = as_tensor(vs.h0_u), as_tensor(vs.h0_t)
-        pos = as_tensor(vs.pos)[h0_u]
+        pos = as_tensor(enc.pos)[h0_u]
         placed = (pos < h0_t).float()
         current = (pos == h0_t).float()
         onehot = F.one_hot(devices[:, h0_u], d).float() * placed.unsqueeze(-1)  # (K, V0, D)

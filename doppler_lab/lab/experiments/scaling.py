@@ -24,14 +24,17 @@ from ...timing.sim import Simulator
 from ...workloads.specs import cluster_from_spec, graph_from_spec
 from .common import finite_or_none, spec_with, torch_threads
 
-#: method -> policy kind (``placeto-recompute``: Placeto with every row of every step
-#: recomputed, as its authors compute it; ``placeto`` recomputes only what a step changes)
+#: method -> policy kind
 SCALING_METHODS: dict[str, str] = {
     "doppler": "dual",
     "placeto": "placeto",
     "placeto-recompute": "placeto",
     "gdp": "gdp",
 }
+#: method -> policy attributes set after it is built (``placeto-recompute``: Placeto with every
+#: row of every step recomputed, as its authors compute it; ``placeto`` recomputes only what a
+#: step changes)
+SCALING_POLICY_ATTRS: dict[str, dict[str, Any]] = {"placeto-recompute": {"incremental": False}}
 
 
 def _simulate_ms(graph: DataflowGraph, cluster: Cluster, repeats: int, batch: int) -> float:
@@ -60,8 +63,9 @@ class ScalingSetup:
         cluster: the cluster preset.
         methods: keys of :data:`SCALING_METHODS`.
         max_nodes: per method, the largest graph (compute nodes) it is timed on (Placeto's
-            per-step re-embedding makes it quadratic); larger sizes are skipped. The cap of
-            ``placeto`` holds for ``placeto-recompute`` too unless it has its own.
+            per-step re-embedding makes it quadratic); larger sizes are skipped. A method
+            without a cap of its own takes its policy kind's (``placeto-recompute``:
+            ``placeto``'s).
         repeats: timed calls per measurement (the median); the first size of each method is
             also warmed up (numba and PyG compile once).
         batch: DOPPLER's training episodes per encoder pass for ``train_batched_ms``
@@ -111,14 +115,12 @@ def scaling_rows(setup: ScalingSetup | None = None, progress: bool = False) -> l
             n = int(g.compute_nodes.size)
             sim_ms = _simulate_ms(g, cl, repeats, max(batch, 1))
             for m in methods:
-                cap = caps.get(
-                    m, caps.get("placeto", math.inf) if m == "placeto-recompute" else math.inf
-                )
-                if n > cap:
+                kind = SCALING_METHODS[m]
+                if n > caps.get(m, caps.get(kind, math.inf)):
                     continue
-                pol = make_policy(base.replace(kind=SCALING_METHODS[m]), cl.num_devices, seed)
-                if m == "placeto-recompute":
-                    pol.incremental = False  # type: ignore[assignment]
+                pol = make_policy(base.replace(kind=kind), cl.num_devices, seed)
+                for name, value in SCALING_POLICY_ATTRS.get(m, {}).items():
+                    setattr(pol, name, value)
                 t = episode_times(
                     pol, g, cl, repeats, batch if m == "doppler" else 0, m not in warmed
                 )
@@ -233,7 +235,7 @@ def scaling_key_numbers(
     for other in (baseline, f"{baseline}-recompute"):  # the second where it was timed
         if other in fit:
             out[f"{other} inference exponent"] = fit[other]["inference_exponent"]
-        sp = speedup_rows(rows, method, other) if other in {r["method"] for r in rows} else []
+        sp = speedup_rows(rows, method, other)
         if sp:
             out[f"inference speed-up over {other}"] = sp[-1]["inference_speedup"]
             out[f"train speed-up over {other}"] = sp[-1]["train_speedup"]
