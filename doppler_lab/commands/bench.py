@@ -14,7 +14,7 @@ from ..house.userfiles import output_folder
 from ..lab.bench import BENCHMARKS
 
 NAME = "bench"
-HELP = "run a benchmark (sim, quality, policy, policy-wc, executor, fidelity, import, general, general-alone, memory, memory-fidelity, learner, stuck, stuck-split) and write reports/bench/NAME.{json,md}"
+HELP = "run a benchmark (sim, quality, policy, policy-wc, executor, allocator, fidelity, import, general, general-alone, memory, memory-fidelity, learner, stuck, stuck-split) and write reports/bench/NAME.{json,md}"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

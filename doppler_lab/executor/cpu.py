@@ -55,6 +55,7 @@ import torch
 from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError, ExecutorError
 from ..ir.graph import DataflowGraph
+from .allocator import allocator_state, hold_freed_memory, wanted
 from .backend import (
     Backend,
     BackendSession,
@@ -132,11 +133,22 @@ class CpuBackend(Backend):
     Args:
         cluster: a cluster of CPU devices (``make_cpu(n)``), or a device count.
         threads_per_device: intra-op threads per worker (default 1; see the module notes).
+        hold_memory: keep freed memory in the process for the next op, as a GPU's caching
+            allocator does (:mod:`.allocator`; process-wide, glibc only). Default: yes, unless
+            ``DOPPLER_LAB_CPU_ALLOCATOR=system``.
     """
 
     name = "cpu"
 
-    def __init__(self, cluster: Cluster | int = 2, threads_per_device: int | None = None):
+    def __init__(
+        self,
+        cluster: Cluster | int = 2,
+        threads_per_device: int | None = None,
+        hold_memory: bool | None = None,
+    ):
+        self.allocator = (
+            hold_freed_memory() if (wanted() if hold_memory is None else hold_memory) else {}
+        ) or allocator_state()
         self.cluster = make_cpu_cluster(cluster) if isinstance(cluster, int) else cluster
         d = self.cluster.num_devices
         if threads_per_device is not None and threads_per_device < 1:
@@ -199,6 +211,7 @@ class CpuBackend(Backend):
             "threads_per_device": self.threads_per_device,
             "copy_lanes": self.num_lanes,
             "cores": os.cpu_count(),
+            "allocator": self.allocator["allocator"],
         }
 
 

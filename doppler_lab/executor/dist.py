@@ -33,6 +33,7 @@ from ..hardware.cluster import Cluster
 from ..house.errors import ConfigError, ExecutorError
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
+from .allocator import glibc_present, hold_freed_memory, wanted
 from .backend import Backend, BackendSession, RawRun, executor_error, make_cpu_cluster, op_label
 from .plan import ExecutionPlan
 
@@ -48,15 +49,23 @@ class DistBackend(Backend):
     Args:
         cluster: a cluster of CPU devices, or a device count.
         threads_per_device: intra-op threads of each worker (default 1).
+        hold_memory: each worker keeps the memory it frees for its next op
+            (:mod:`.allocator`). Default: yes, unless ``DOPPLER_LAB_CPU_ALLOCATOR=system``.
     """
 
     name = "dist"
 
-    def __init__(self, cluster: Cluster | int = 2, threads_per_device: int | None = None):
+    def __init__(
+        self,
+        cluster: Cluster | int = 2,
+        threads_per_device: int | None = None,
+        hold_memory: bool | None = None,
+    ):
         self.cluster = make_cpu_cluster(cluster) if isinstance(cluster, int) else cluster
         if threads_per_device is not None and threads_per_device < 1:
             raise ConfigError(f"threads_per_device must be >= 1, got {threads_per_device}")
         self.threads_per_device = threads_per_device or 1
+        self.hold_memory = wanted() if hold_memory is None else hold_memory
         self._group: _Group | None = None
         self.generation = 0
 
@@ -65,7 +74,7 @@ class DistBackend(Backend):
         if self._group is None or not self._group.alive():
             if self._group is not None:
                 self._group.kill()
-            self._group = _Group(self.num_devices, self.threads_per_device)
+            self._group = _Group(self.num_devices, self.threads_per_device, self.hold_memory)
             self.generation += 1
         return self._group
 
@@ -83,6 +92,7 @@ class DistBackend(Backend):
             **super().describe(),
             "threads_per_device": self.threads_per_device,
             "processes": True,
+            "allocator": "held" if self.hold_memory and glibc_present() else "system",
         }
 
     def close(self) -> None:
@@ -166,7 +176,7 @@ class DistSession(BackendSession):
 class _Group:
     """The worker processes and their control pipes."""
 
-    def __init__(self, size: int, threads: int):
+    def __init__(self, size: int, threads: int, hold_memory: bool = True):
         ctx = mp.get_context("spawn")
         self.size = size
         self.tmp = tempfile.mkdtemp(prefix="doppler-dist-")
@@ -178,7 +188,7 @@ class _Group:
             parent, child = ctx.Pipe()
             p = ctx.Process(
                 target=_worker_main,
-                args=(rank, size, init, threads, child, self.running),
+                args=(rank, size, init, threads, child, self.running, hold_memory),
                 name=f"doppler-dist{rank}",
                 daemon=True,
             )
@@ -243,9 +253,13 @@ class _Group:
 
 
 # -- the worker process -----------------------------------------------------------------------
-def _worker_main(rank: int, size: int, init: str, threads: int, conn: Any, running: Any) -> None:
+def _worker_main(
+    rank: int, size: int, init: str, threads: int, conn: Any, running: Any, hold_memory: bool
+) -> None:
     """A device: serve the coordinator's requests until told to exit."""
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    if hold_memory:
+        hold_freed_memory()
     import torch
     import torch.distributed as dist
 
