@@ -150,13 +150,16 @@ def graph():
 
 def test_reinforce_parity_with_the_numbers_before_the_move(graph):
     """Pinned on the code before the update moved to its own module (same machine: equal to
-    the last bit; the tolerance only absorbs another BLAS)."""
+    the last bit; the tolerance only absorbs another BLAS: the gradient norm, a square root of a
+    sum over every parameter's gradient, came out 1.5e-5 relative apart on an AVX-512 Xeon, at
+    this code and at the code it was pinned on, and the weights' sum 3.8e-5; the loss and the
+    adapter within 1e-6)."""
     cfg = preset("sim", episodes=24, episodes_per_update=4, semantics="wc", sil_coef=0.5)
     r = train(cfg, [graph], make_cluster("p100x4"), PolicyConfig(**SMALL), progress=False)
     assert r.rows[-1]["sim/loss"] == pytest.approx(1.358650873764418, rel=1e-6)
-    assert r.rows[-1]["sim/grad_norm"] == pytest.approx(0.19991099647343766, rel=1e-6)
+    assert r.rows[-1]["sim/grad_norm"] == pytest.approx(0.19991099647343766, rel=1e-4)
     total = float(sum(p.detach().double().abs().sum() for p in r.policy.parameters()))
-    assert total == pytest.approx(894.0113300094381, rel=1e-6)
+    assert total == pytest.approx(894.0113300094381, rel=1e-4)
     pol = make_policy(PolicyConfig(kind="dual", **SMALL), 4, seed=3)
     acfg = AdaptConfig.from_dict(
         dict(episodes=40, batch=8, samples=4, partitions=2, anchor_bias=0.0, estimator="reinforce")

@@ -14,7 +14,7 @@ BENCHMARKS: dict[str, str] = {
     "policy": "doppler_lab.lab.bench.policy",
     "policy-wc": "doppler_lab.lab.bench.policy_wc",
     "executor": "doppler_lab.lab.bench.executor",
-    "allocator": "doppler_lab.lab.bench.allocator",
+    "allocator": "doppler_lab.lab.bench.held_memory",
     "fidelity": "doppler_lab.lab.bench.fidelity",
     "import": "doppler_lab.lab.bench.importing",
     "general": "doppler_lab.lab.bench.general",

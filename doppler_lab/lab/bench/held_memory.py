@@ -180,6 +180,6 @@ def run(out_dir: Path, quick: bool = False, progress: bool = True) -> dict[str, 
     )
 
 
-if __name__ == "__main__":  # one arm: python -m doppler_lab.lab.bench.allocator '{"specs": ...}'
+if __name__ == "__main__":  # one arm: python -m doppler_lab.lab.bench.held_memory '{"specs": ...}'
     job = json.loads(sys.argv[1])
     print(json.dumps(measure(job["specs"], int(job["repeats"]))))
