@@ -5,9 +5,9 @@ gets fresh pages from the kernel and gives them back when it is freed: every suc
 then pays a page fault per 4 KiB page inside the op, and every free an ``munmap`` whose TLB
 shootdown interrupts the other devices' threads. On the workloads of ``bench fidelity``
 (reports/notes/bench_notes.md, "CPU allocator") that made elementwise ops on the attention
-scores and the MoE experts take 2-6x their calibrated time on a cold page and stretched the
-gaps between ops with two devices busy; random placements ran 20-30% slower than with the
-memory kept, and the simulator, which knows nothing of page faults, ranked them worse.
+scores and the MoE experts take 2-6x their calibrated time on a cold page, and gave the copy
+lane's clones heavy tails. ``doppler-lab bench allocator`` measures what holding the memory
+does to the makespans (reports/bench/allocator.md: 11.5% lower over its 100 pairs).
 
 :func:`hold_freed_memory` sets glibc's thresholds (``mallopt``) so that freed blocks stay in
 the process for the next op, the behaviour of the CUDA caching allocator the CPU workers stand

@@ -146,9 +146,8 @@ class CpuBackend(Backend):
         threads_per_device: int | None = None,
         hold_memory: bool | None = None,
     ):
-        self.allocator = (
-            hold_freed_memory() if (wanted() if hold_memory is None else hold_memory) else {}
-        ) or allocator_state()
+        hold = wanted() if hold_memory is None else hold_memory
+        self.allocator = hold_freed_memory() if hold else allocator_state()
         self.cluster = make_cpu_cluster(cluster) if isinstance(cluster, int) else cluster
         d = self.cluster.num_devices
         if threads_per_device is not None and threads_per_device < 1:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from ...executor.allocator import ENV
 from ...house.errors import ExecutorError
 from ...house.stats import compare
 from ._report import write_report
@@ -85,7 +86,7 @@ def measure(specs: dict[str, str], repeats: int, devices: int = 2) -> dict[str, 
 
 def _arm(arm: str, specs: dict[str, str], repeats: int) -> dict[str, Any]:
     """One arm in a fresh process (``DOPPLER_LAB_CPU_ALLOCATOR=arm``)."""
-    env = {**os.environ, "DOPPLER_LAB_CPU_ALLOCATOR": arm}
+    env = {**os.environ, ENV: arm}
     cmd = [sys.executable, "-m", __name__, json.dumps({"specs": specs, "repeats": repeats})]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
