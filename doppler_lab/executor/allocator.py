@@ -5,7 +5,7 @@ gets fresh pages from the kernel and gives them back when it is freed: every suc
 then pays a page fault per 4 KiB page inside the op, and every free an ``munmap`` whose TLB
 shootdown interrupts the other devices' threads. On the workloads of ``bench fidelity``
 (reports/notes/bench_notes.md, "CPU allocator") that made elementwise ops on the attention
-scores and the MoE experts take 2-6x their calibrated time on a cold page, and gave the copy
+scores and the MoE experts take up to 7x their calibrated time on a cold page, and gave the copy
 lane's clones heavy tails. ``doppler-lab bench allocator`` measures what holding the memory
 does to the makespans (reports/bench/allocator.md: 11.5% lower over its 100 pairs).
 
