@@ -41,6 +41,7 @@ def reached(monkeypatch, module, name: str, seen: list) -> None:
         (["--estimate", "est"], "the policy of --init keeps its own"),
         (["--layout", "doppler11"], "the policy of --init keeps its own"),
         (["--validate"], "score the result afterwards with --score CKPT"),
+        (["--hint-free"], "search distillation trains with the hint"),
     ],
 )
 def test_train_general_distill_refuses_the_plain_stage_options(
@@ -90,6 +91,8 @@ def test_train_general_command_line_is_unchanged_by_the_option_table():
     assert command_line(args) == (
         "doppler-lab train-general --distill 2 --distill-budget 50 --no-distill-proposals"
     )
+    args = build_parser().parse_args(["train-general", "--layout", "doppler12", "--hint-free"])
+    assert command_line(args) == "doppler-lab train-general --layout doppler12 --hint-free"
 
 
 # -- a setting given twice -----------------------------------------------------------------------

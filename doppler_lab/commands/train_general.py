@@ -65,11 +65,12 @@ def _stage_arguments(p: argparse.ArgumentParser, g: ModuleType) -> None:
     )
     p.add_argument(
         "--teacher",
-        choices=("cp", "cp-rollout", "cluster"),
+        choices=("cp", "cp-rollout", "cluster", "clustering"),
         default=g.GENERAL_TEACHER,
         help="Stage I's PLC labels: the Critical Path rule (cp), the rollout over "
         "deterministic CP at the visited states (cp-rollout: D simulator calls per label), or "
-        "the device of the op's placed clustering mates, else CP's (cluster)",
+        "the device of the op's placed clustering mates, else CP's (cluster), or the whole "
+        "clustering placer's device of the op (clustering; read by the doppler12 layout)",
     )
     p.add_argument(
         "--label-fraction",
@@ -99,10 +100,10 @@ def _fresh_policy_arguments(p: argparse.ArgumentParser, g: ModuleType) -> None:
     )
     p.add_argument(
         "--layout",
-        choices=("doppler9", "doppler10", "doppler11"),
+        choices=("doppler9", "doppler10", "doppler11", "doppler12"),
         default=g.GENERAL_LAYOUT,
         help="feature layout of a fresh policy (doppler10: with the cluster share; doppler11: and "
-        "the memory headroom); an --init of "
+        "the memory headroom; doppler12: and the clustering placer's device); an --init of "
         "a narrower layout is widened to it",
     )
     for flag, default, what in (
@@ -126,6 +127,13 @@ def _fresh_policy_arguments(p: argparse.ArgumentParser, g: ModuleType) -> None:
         metavar="T",
         help="record in the checkpoint PLC's temperature in its sampled rollouts (the doppler "
         "placer's samples; default 1)",
+    )
+    p.add_argument(
+        "--hint-free",
+        action="store_true",
+        help="doppler12: train each task twice, with and without the clustering's device as a "
+        "feature, so that the policy also places without it (the doppler placer draws half its "
+        "samples each way)",
     )
 
 
@@ -253,6 +261,7 @@ def _options() -> tuple[_Option, ...]:
         _Option("--paper-cost-share", "paper_cost_share", g.GENERAL_PAPER_COST_SHARE),
         _Option("--memory-share", "memory_share", g.GENERAL_MEMORY_SHARE),
         _Option("--sample-temperature", "sample_temperature", None),
+        _Option("--hint-free", "hint_free", False, "stages", "search distillation trains with the hint"),
         _Option("--seed", "seed", 0),
         _Option("--init", "init", None),
         _Option("--distill", "distill", None),
@@ -311,7 +320,7 @@ def command_line(args: argparse.Namespace) -> str:
     for o in _options():
         value = getattr(args, o.key)
         if o.recorded and value is not None and value != o.default:
-            parts.append(f"{o.flag} {value}")
+            parts.append(o.flag if value is True else f"{o.flag} {value}")
     if getattr(args, "distill", None) and not args.distill_proposals:
         parts.append("--no-distill-proposals")
     return " ".join(parts)
@@ -385,6 +394,7 @@ def _train(args: argparse.Namespace) -> int:
         paper_cost_share=args.paper_cost_share,
         memory_share=args.memory_share,
         sim_changes=changes,
+        hint_free=args.hint_free,
     )
     results = g.train_general(args.out, recipe, init, show_progress(args), args.force)
     stages = recipe.stages()
@@ -396,6 +406,8 @@ def _train(args: argparse.Namespace) -> int:
 
         set_sample_temperature(results[-1].checkpoint, args.sample_temperature)
         record["sample_temperature"] = float(args.sample_temperature)
+    if args.hint_free:
+        record["hint_free"] = True
     if args.validate:
         score = g.validation_score(results[-1].checkpoint, progress=show_progress(args))
         record["validation_ratio_cp"] = round(score["ratio_cp"], 4)

@@ -440,3 +440,25 @@ class ClusterLabeller:
         weight = self.weight[mates] if self.weight[mates].sum() > 0 else np.ones(mates.size)
         share = np.bincount(state.device[mates], weights=weight, minlength=state.num_devices)
         return ties(share, "max", 1e-9)
+
+
+class PlacementRuleLabeller:
+    """PLC labels of a fixed placement at the states a policy visits (Stage I with
+    ``plc_labels="clustering"``: the whole clustering placer's device of each op, the device the
+    ``doppler12`` feature ``clustering_device`` marks).
+
+    Unlike :class:`~doppler_lab.train.distill.PlacementLabeller` the label does not follow a
+    group its mates were moved to: it names the device the feature names.
+
+    Args:
+        device: ``(N,)`` the placement's device per node.
+    """
+
+    def __init__(self, device: np.ndarray):
+        self.device = np.asarray(device, dtype=np.int64)
+        self.calls = 0
+
+    def __call__(self, state, v: int, est: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The label device of node ``v`` (``state``, ``est``, ``rng`` unused)."""
+        self.calls += 1
+        return np.array([int(self.device[v])])

@@ -33,6 +33,8 @@ class GraphContext:
         cluster: a :class:`Cluster` or a preset name.
         layout: the feature layout (or its name).
         estimate: the episode state's estimate.
+        hint: a layout with the clustering's device (``doppler12``) reads it (False: the
+            feature is 0 everywhere, the policy places without the clustering's hint).
 
     Attributes:
         features: the static :class:`~doppler_lab.policies.features.GraphFeatures`.
@@ -48,13 +50,15 @@ class GraphContext:
         cluster: Cluster | str,
         layout: FeatureLayout | str,
         estimate: Estimate = "est",
+        hint: bool = True,
     ):
         self.graph = graph
         self.cluster = make_cluster(cluster) if isinstance(cluster, str) else cluster
         self.layout = get_layout(layout) if isinstance(layout, str) else layout
         self.estimate: Estimate = estimate
         self.cost = CostModel(graph, self.cluster)
-        self.features = graph_features(graph, self.cost, self.layout)
+        self.hint = bool(hint)
+        self.features = graph_features(graph, self.cost, self.layout, hint)
         self.teacher = CriticalPathTeacher(graph, self.cost)
         f = self.features
         self.x = as_tensor(f.x)
@@ -72,11 +76,13 @@ class GraphContext:
         cluster: Cluster | str,
         config: PolicyConfig,
         semantics: str | None,
+        hint: bool = True,
     ) -> GraphContext:
         """The context a policy of ``config`` reads on a task judged under ``semantics``: its
         layout, and its estimate for that semantics
-        (:meth:`~doppler_lab.policies.policy_config.PolicyConfig.context_estimate`)."""
-        return cls(graph, cluster, config.layout, config.context_estimate(semantics))
+        (:meth:`~doppler_lab.policies.policy_config.PolicyConfig.context_estimate`);
+        ``hint``: see the class."""
+        return cls(graph, cluster, config.layout, config.context_estimate(semantics), hint)
 
     @property
     def num_nodes(self) -> int:

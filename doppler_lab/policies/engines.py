@@ -58,8 +58,8 @@ if TYPE_CHECKING:
     from .policy_base import PlacementPolicy
     from .rollout import Rollout, RolloutOptions
 
-#: the device feature widths the compiled steps write (doppler5, doppler9, doppler10, doppler11)
-COMPILED_DEVICE_DIMS = (5, 9, 10, 11)
+#: the device feature widths the compiled steps write (doppler5, doppler9 to doppler12)
+COMPILED_DEVICE_DIMS = (5, 9, 10, 11, 12)
 
 
 def acts_by_itself(policy: PlacementPolicy) -> bool:

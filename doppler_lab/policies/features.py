@@ -33,6 +33,14 @@ Feature layouts (recorded in every checkpoint, checked on load):
   add (:meth:`~doppler_lab.timing.fit.MemoryGuard.headroom`). 1 on every device where no
   cap can bind (the kernels write 1; a rollout with an active memory guard writes the headroom
   over it), so a widened ``doppler10`` policy places as before on unconstrained graphs.
+- ``doppler12`` (ours): ``doppler11`` plus the clustering's device: 1 on the device where the
+  whole ``clustering`` placer (:func:`~doppler_lab.placers.clustering.clustering_devices`:
+  Sarkar's edge zeroing, then the mapping of the clusters onto the devices; run once per graph
+  and cluster) puts the node, 0 elsewhere (0 everywhere above
+  :data:`~doppler_lab.placers.clustering.CLUSTER_MAX_OPS` ops). A heuristic in the loop, as in
+  PPO-BiHyb and GiPH: the policy can copy the clustering's placement with one weight and leave
+  it where its own choices are better. A policy that reads it is not independent of the
+  clustering: report it as such.
 """
 
 from __future__ import annotations
@@ -125,6 +133,15 @@ LAYOUTS: dict[str, FeatureLayout] = {
         _DEV5
         + ("wait_transfer", "pred_share", "is_min_est", "coproducer_comm", "cluster_share")
         + ("memory_headroom",),
+        "scaled",
+    ),
+    "doppler12": FeatureLayout(
+        "doppler12",
+        NODE_FEATURES,
+        ("comm", "backward"),
+        _DEV5
+        + ("wait_transfer", "pred_share", "is_min_est", "coproducer_comm", "cluster_share")
+        + ("memory_headroom", "clustering_device"),
         "scaled",
     ),
 }
@@ -226,8 +243,11 @@ class GraphFeatures:
         return self.local[g.edge_src[keep]], self.local[g.edge_dst[keep]]
 
 
-def graph_features(graph: DataflowGraph, cost: CostModel, layout: FeatureLayout) -> GraphFeatures:
-    """Node features, message edges and path tables of ``graph`` under ``cost``.
+def graph_features(
+    graph: DataflowGraph, cost: CostModel, layout: FeatureLayout, hint: bool = True
+) -> GraphFeatures:
+    """Node features, message edges and path tables of ``graph`` under ``cost`` (``hint``: see
+    :func:`feature_args`).
 
     Shapes:
         x: ``(n, layout.node_dim)``; edge_attr: ``(2 E_c, layout.edge_dim)`` where ``E_c`` is
@@ -275,13 +295,18 @@ def graph_features(graph: DataflowGraph, cost: CostModel, layout: FeatureLayout)
         topo=local[topo_global],
         time_unit=max(cost.lower_bound(), 1e-30),
         layout=layout,
-        extra=feature_args(g, cost, layout),
+        extra=feature_args(g, cost, layout, hint),
     )
 
 
 def uses_clusters(layout: FeatureLayout) -> bool:
     """Whether ``layout`` reads the clustering (the ``cluster_share`` device feature)."""
     return "cluster_share" in layout.device
+
+
+def uses_clustering_device(layout: FeatureLayout) -> bool:
+    """Whether ``layout`` reads the clustering placer's devices (``clustering_device``)."""
+    return "clustering_device" in layout.device
 
 
 class FeatureArgs(NamedTuple):
@@ -293,11 +318,15 @@ class FeatureArgs(NamedTuple):
     cluster_ptr: np.ndarray  # CSR offsets of each cluster's members (doppler10)
     members: np.ndarray  # the clusters' members (doppler10)
     weight: np.ndarray  # (N,) mean compute per node (doppler10)
+    heuristic: np.ndarray  # (N,) the clustering placer's device per node (doppler12, else empty)
 
 
-def feature_args(graph: DataflowGraph, cost: CostModel, layout: FeatureLayout) -> tuple:
+def feature_args(
+    graph: DataflowGraph, cost: CostModel, layout: FeatureLayout, hint: bool = True
+) -> tuple:
     """What :func:`extend_device_features` reads besides the schedule, a plain tuple in
-    :class:`FeatureArgs`' field order (see :attr:`GraphFeatures.extra`)."""
+    :class:`FeatureArgs`' field order (see :attr:`GraphFeatures.extra`). ``hint`` False: a
+    layout with the clustering's device reads none (the feature is 0 everywhere)."""
     edge_cost = np.ascontiguousarray(cost.mean_edge_cost, dtype=np.float64)
     if uses_clusters(layout):
         of, ptr, members = cluster_arrays(graph, cost)
@@ -305,7 +334,15 @@ def feature_args(graph: DataflowGraph, cost: CostModel, layout: FeatureLayout) -
     else:
         of, ptr, members = (np.zeros(0, dtype=np.int64),) * 3
         weight = np.zeros(0)
-    return tuple(FeatureArgs(edge_cost, of, ptr, members, weight))
+    heuristic = np.zeros(0, dtype=np.int64)
+    if uses_clustering_device(layout):
+        from ..placers.clustering import CLUSTER_MAX_OPS, clustering_devices
+
+        if hint and int((~graph.is_input).sum()) <= CLUSTER_MAX_OPS:
+            heuristic = np.ascontiguousarray(clustering_devices(graph, cost)[0], dtype=np.int64)
+        else:
+            heuristic = np.full(graph.num_nodes, -1, dtype=np.int64)
+    return tuple(FeatureArgs(edge_cost, of, ptr, members, weight, heuristic))
 
 
 def normalize_device_features(f: np.ndarray, layout: FeatureLayout, time_unit: float) -> np.ndarray:
@@ -436,9 +473,9 @@ def _cluster_share(v, of, ptr, members, weight, device, out):  # pragma: no cove
 def extend_device_features(record, extra, v, device, out):  # pragma: no cover - compiled
     """Columns 5-8 of the ``doppler9`` device features of node ``v`` (see
     :func:`extended_device_features`) from its five base features in columns 0-4 of ``out``,
-    column 9 (``doppler10``: the cluster share) when ``out`` has it, and 1 in column 10
+    column 9 (``doppler10``: the cluster share) when ``out`` has it, 1 in column 10
     (``doppler11``: the memory headroom where no cap binds; rollouts with a memory guard write
-    the headroom over it).
+    the headroom over it) and the clustering's device in column 11 (``doppler12``).
 
     Args:
         record: the graph and cost arrays (a
@@ -446,7 +483,7 @@ def extend_device_features(record, extra, v, device, out):  # pragma: no cover -
         extra: :class:`FeatureArgs` (:attr:`GraphFeatures.extra`).
         v: the node being placed.
         device: ``(N,)`` current device per node (-1: unassigned).
-        out: ``(D, 9)``, ``(D, 10)`` or ``(D, 11)``, written in place.
+        out: ``(D, 9)`` to ``(D, 12)``, written in place.
     """
     args = FeatureArgs(*extra)
     preds, succ_ptr, succ_idx, edges = graph_parts(record)
@@ -466,6 +503,10 @@ def extend_device_features(record, extra, v, device, out):  # pragma: no cover -
     if out.shape[1] > 10:
         for i in range(d):
             out[i, 10] = 1.0
+    if out.shape[1] > 11:
+        h = args.heuristic[v] if args.heuristic.size else -1
+        for i in range(d):
+            out[i, 11] = 1.0 if h == i else 0.0
 
 
 def device_features(

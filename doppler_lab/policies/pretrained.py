@@ -25,6 +25,9 @@ GENERAL_CHECKPOINT = "doppler/general"
 #: the general policy trained with memory-bound tasks (feature layout ``doppler11``, the memory
 #: headroom): what ``--placer doppler`` without a checkpoint runs where a memory cap can bind
 GENERAL_MEMORY_CHECKPOINT = "doppler/general-memory"
+#: the general policy that reads the clustering placer's devices (feature layout ``doppler12``,
+#: trained with and without them, ``train-general --hint-free``); not a default
+GENERAL_HINT_CHECKPOINT = "doppler/general-hint"
 
 
 def list_checkpoints() -> dict[str, dict[str, Any]]:

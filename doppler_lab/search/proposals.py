@@ -51,6 +51,7 @@ from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..placers.repair import MEMORY_BASELINE_PLACERS
 from ..policies.context import GraphContext
+from ..policies.features import uses_clustering_device
 from ..policies.policy_base import PlacementPolicy
 from ..policies.rollout import greedy_and_samples
 from ..policies.tensors import flush_denormal
@@ -146,11 +147,19 @@ def rollout_candidates(placements: Sequence[Placement]) -> list[Candidate]:
     """The policy's rollouts (:func:`policy_candidates`: the greedy one first, then the samples,
     then the greedy rollouts on fewer devices, marked ``meta["devices_used"]``) as candidates."""
     out = []
+    hinted = sum(1 for p in placements if p.meta.get("clustering_hint") is not False)
     for i, p in enumerate(placements):
         used = p.meta.get("devices_used")
         if used is not None:
             on = f" on {used} device{'s' if used != 1 else ''}"
             out.append(Candidate(p, f"greedy rollout{on}", "rollout", f"greedy{on}"))
+        elif p.meta.get("clustering_hint") is False:
+            bare = " without the clustering hint"
+            j = i - hinted
+            if j == 0:
+                out.append(Candidate(p, f"greedy rollout{bare}", "rollout", f"greedy{bare}"))
+            else:
+                out.append(Candidate(p, f"sample {j}{bare}", "rollout", f"sample{bare}"))
         elif i == 0:
             out.append(Candidate(p, "greedy rollout", "rollout", "greedy"))
         else:
@@ -228,11 +237,23 @@ def policy_candidates(
     ``meta["devices_used"] = k``. Where transfers dominate, fewer devices win (a random DAG
     with 5x transfers on ``p100x4``: 0.47 of CP on 2 devices, 0.93 on 4), and a DOPPLER policy,
     whose weights score each device alike, places on any count.
+
+    A policy that reads the clustering's device (``doppler12``) places half its samples without
+    that hint: the hinted greedy rollout, ``n // 2`` hinted samples, then the greedy rollout and
+    the other samples without the hint (``n`` the samples left beside the fewer-devices
+    rollouts), those marked ``meta["clustering_hint"] = False``.
     """
     ctx = ctx or GraphContext.for_policy(graph, cluster, policy.config, semantics)
     counts = [k for k in fewer_devices if k < cluster.num_devices][:samples]
+    n = samples - len(counts)
+    free = n if uses_clustering_device(ctx.layout) and ctx.hint else 0
+    free -= free // 2 if free else 0
     with flush_denormal(), torch.no_grad():
-        cands = greedy_and_samples(policy, ctx, policy.encode(ctx), samples - len(counts), rng)
+        cands = greedy_and_samples(policy, ctx, policy.encode(ctx), n - free, rng)
+        if free:
+            bare = GraphContext.for_policy(graph, cluster, policy.config, semantics, hint=False)
+            for p in greedy_and_samples(policy, bare, policy.encode(bare), free - 1, rng):
+                cands.append(replace(p, meta={**p.meta, "clustering_hint": False}))
         for k in counts:
             small = GraphContext.for_policy(graph, cluster.first(k), policy.config, semantics)
             p = greedy_and_samples(policy, small, policy.encode(small), 0, rng)[0]

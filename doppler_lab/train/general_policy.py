@@ -711,6 +711,10 @@ class GeneralRecipe:
         paper_cost_share, memory_share: see :func:`sample_task`.
         sim_changes: Stage II settings besides :data:`GENERAL_SIM_SETTINGS` (``lr``,
             ``graphs_per_step``).
+        hint_free: train each task twice, with and without the clustering's device (a
+            ``doppler12`` policy; :class:`~doppler_lab.policies.context.GraphContext`'s
+            ``hint``), interleaved: the policy learns to place with the hint and without it, and
+            the ``doppler`` placer draws half its samples each way.
     """
 
     tasks: int = GENERAL_TASKS
@@ -727,6 +731,7 @@ class GeneralRecipe:
     paper_cost_share: float = GENERAL_PAPER_COST_SHARE
     memory_share: float = GENERAL_MEMORY_SHARE
     sim_changes: dict[str, Any] = field(default_factory=dict)
+    hint_free: bool = False
 
     def stages(self) -> list[Any]:
         """The stage configurations (:func:`general_stages`)."""
@@ -777,6 +782,20 @@ def train_general(
     graphs = [g for g, _ in built]
     clusters = [c for _, c in built]
     costs = task_costs(pool, built, seed)
+    sems = [t.semantics for t in pool]
+    hints = None
+    if r.hint_free:
+        if r.anchor_episodes:
+            raise ConfigError(
+                "hint_free: the anchor stage's pool has each task once (0 anchor episodes)"
+            )
+        if "clustering_device" not in get_layout(r.layout).device:
+            raise ConfigError(
+                f"hint_free: layout {r.layout!r} reads no clustering hint; expected doppler12"
+            )
+        twice = lambda xs: [x for x in xs for _ in (0, 1)]  # noqa: E731
+        graphs, clusters, costs, sems = twice(graphs), twice(clusters), twice(costs), twice(sems)
+        hints = [True, False] * len(pool)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "tasks.json", json.dumps([t.to_dict() for t in pool], indent=1))
     stages = r.stages()
@@ -811,8 +830,9 @@ def train_general(
             cost_fns=costs,
             progress=progress,
             anchors=anchors,
-            semantics=[t.semantics for t in pool],
+            semantics=sems,
             force=force,
+            hints=hints,
         )
         results.append(trainer.run())
         previous = results[-1].checkpoint

@@ -234,6 +234,9 @@ class Trainer:
             against its first one in this many interleaved pairs and says whether it is
             better (:mod:`~doppler_lab.train.stage_verdict`; in ``summary["verdict"]``);
             0: not.
+        hints: per graph, whether a policy that reads the clustering's device (``doppler12``)
+            sees it (default: everywhere); a pool may hold each task twice, with and without
+            the hint, so that the policy also places well without it.
 
     The arguments after ``out_dir`` stay flat keywords: they are the options :func:`train`
     and :func:`~doppler_lab.train.pipeline.run_pipeline` pass through by name (``**options``).
@@ -255,6 +258,7 @@ class Trainer:
         semantics: Sequence[str] | None = None,
         force: bool = False,
         verdict_pairs: int = VERDICT_PAIRS,
+        hints: Sequence[bool] | None = None,
     ):
         self.config = config
         self.graphs = list(graphs)
@@ -275,9 +279,12 @@ class Trainer:
             config, self.policy.config, self.graphs, self.clusters, self.init, self.semantics
         )
         sems = self.semantics or [config.semantics] * len(self.graphs)
+        if hints is not None and len(hints) != len(self.graphs):
+            raise ConfigError(f"{len(hints)} hints for {len(self.graphs)} graphs")
+        hints = [True] * len(self.graphs) if hints is None else [bool(h) for h in hints]
         self.contexts = [
-            GraphContext.for_policy(g, c, self.policy.config, sem)
-            for g, c, sem in zip(self.graphs, self.clusters, sems)
+            GraphContext.for_policy(g, c, self.policy.config, sem, h)
+            for g, c, sem, h in zip(self.graphs, self.clusters, sems, hints)
         ]
         seeds = np.random.SeedSequence(config.seed).spawn(1 + len(self.graphs))
         self.rng = np.random.default_rng(seeds[0])
@@ -351,6 +358,13 @@ class Trainer:
                     ctx.cost,
                     ctx.features.extra[1:4] if ctx.features.extra[1].size else None,
                 )
+                for ctx in self.contexts
+            ]
+        if labels == "clustering":
+            from ..placers.clustering import PlacementRuleLabeller, clustering_devices
+
+            return [
+                PlacementRuleLabeller(clustering_devices(ctx.graph, ctx.cost)[0])
                 for ctx in self.contexts
             ]
         return [None] * len(self.graphs)

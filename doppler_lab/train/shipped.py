@@ -172,6 +172,8 @@ def write_readme(dest: str | Path) -> Path:
             )
         elif imit.get("plc_labels", "cp") == "cluster":
             labels = " (PLC's labels: the device of the op's placed clustering mates, else CP's)"
+        elif imit.get("plc_labels", "cp") == "clustering":
+            labels = " (PLC's labels: the clustering placer's device of each op)"
         layout = r.get("policy_config", {}).get("layout", "doppler9")
         start = f", from `{r['init']}`" if r.get("init") else ""
         paper_costs = r.get("paper_cost_share", 0)
@@ -184,6 +186,12 @@ def write_readme(dest: str | Path) -> Path:
             pool += (
                 f"; {r['memory_share']:g} of the tasks memory-bound (each device holding 1.25-2x "
                 "the graph's tensors over the device count)"
+            )
+        if r.get("hint_free"):
+            pool += (
+                "; each task twice, with and without the clustering's devices as a feature, so "
+                "that the policy also places without them (`--hint-free`; the `doppler` placer "
+                "draws half its samples each way)"
             )
         lines += [
             "",

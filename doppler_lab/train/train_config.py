@@ -15,7 +15,7 @@ STAGES: tuple[str, ...] = ("imitation", "sim", "real")
 LR_SCHEDULES: tuple[str, ...] = ("constant", "linear", "cosine")
 BASELINES: tuple[str, ...] = ("batch", "ema", "mean")
 ADVANTAGES: tuple[str, ...] = ("relative", "raw", "std", "rank", "elite")
-PLC_LABELS: tuple[str, ...] = ("cp", "cp-rollout", "cluster")
+PLC_LABELS: tuple[str, ...] = ("cp", "cp-rollout", "cluster", "clustering")
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,9 @@ class TrainConfig:
             shortest, :class:`~doppler_lab.placers.cp_rollout.RolloutLabeller`; D completions
             and simulator calls per labelled state, not counted as episodes) or ``cluster``
             (the device of the largest share of the op's placed clustering mates, else CP's,
-            :class:`~doppler_lab.placers.clustering.ClusterLabeller`).
+            :class:`~doppler_lab.placers.clustering.ClusterLabeller`) or ``clustering`` (the
+            whole clustering placer's device of the op,
+            :class:`~doppler_lab.placers.clustering.PlacementRuleLabeller`).
         label_fraction: the share of visited states ``cp-rollout`` labels (the rest get no PLC
             label).
         grad_clip: max gradient norm per optimiser (0: off).

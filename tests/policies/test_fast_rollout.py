@@ -296,7 +296,7 @@ def test_pred_share_adds_as_numpy_does(devices):
         if g.is_input[g.pred_idx[g.pred_ptr[v] : g.pred_ptr[v + 1]]].all()
     )
     none = np.zeros(0, dtype=np.int64)
-    extra = (np.zeros(g.num_edges), none, none, none, np.zeros(0))
+    extra = (np.zeros(g.num_edges), none, none, none, np.zeros(0), none)
     extend_device_features(record, extra, v, np.full(g.num_nodes, -1), out)
     np.testing.assert_array_equal(out[:, 6], out[:, 1] / out[:, 1].sum())
     np.testing.assert_array_equal(out[:, 7], out[:, 4] <= out[:, 4].min() * (1 + 1e-9))

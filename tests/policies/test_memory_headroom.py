@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
+from rollout_helpers import run_rollout
 
 from doppler_lab.hardware.cluster import make_cluster
 from doppler_lab.placers import get_placer
@@ -16,23 +16,11 @@ from doppler_lab.policies.context import GraphContext
 from doppler_lab.policies.features import MEMORY_HEADROOM, get_layout
 from doppler_lab.policies.policy_config import PolicyConfig
 from doppler_lab.policies.pretrained import resolve_checkpoint
-from doppler_lab.policies.rollout import GREEDY, SAMPLE, Rollout
+from doppler_lab.policies.rollout import GREEDY, SAMPLE
 from doppler_lab.timing.fit import MemoryGuard
 from doppler_lab.timing.memory import tensor_bytes
 
 SMALL = dict(hidden=16, head_hidden=24, mp_steps=2, num_bases=4)
-
-
-class Stepped(Rollout):
-    compiled_plain_modes = False  # the per-episode loop
-
-
-def _rollout(pol, ctx, k, mode, compiled=True, seed=3):
-    cls = Rollout if compiled else Stepped
-    with torch.no_grad():
-        r = cls(pol, ctx, pol.encode(ctx), k, np.random.default_rng(seed), mode, mode)
-        r.run()
-        return r
 
 
 def _capped(graph, share=0.5, d=4):
@@ -53,7 +41,7 @@ def test_features_are_the_guards_headroom(small_graph, mode):
     ctx = GraphContext(small_graph, cluster, "doppler11", "est")
     pol = make_policy(PolicyConfig(layout="doppler11", estimate="est", **SMALL), 4, seed=1)
     k = 1 if mode == "greedy" else 4
-    r = _rollout(pol, ctx, k, GREEDY if mode == "greedy" else SAMPLE)
+    r = run_rollout(pol, ctx, k, GREEDY if mode == "greedy" else SAMPLE)
     assert r._mem is not None and r._headroom
     nodes = ctx.features.nodes  # local -> global
     seen = set()
@@ -72,8 +60,8 @@ def test_stepped_and_compiled_rollouts_agree(small_graph):
     cluster = _capped(small_graph)
     ctx = GraphContext(small_graph, cluster, "doppler11", "est")
     pol = make_policy(PolicyConfig(layout="doppler11", estimate="est", **SMALL), 4, seed=2)
-    a = _rollout(pol, ctx, 4, SAMPLE, compiled=True)
-    b = _rollout(pol, ctx, 4, SAMPLE, compiled=False)
+    a = run_rollout(pol, ctx, 4, SAMPLE, compiled=True)
+    b = run_rollout(pol, ctx, 4, SAMPLE, compiled=False)
     assert a.batched and not b.batched
     np.testing.assert_array_equal(a.devices, b.devices)
     np.testing.assert_array_equal(a.nodes, b.nodes)
@@ -83,7 +71,7 @@ def test_stepped_and_compiled_rollouts_agree(small_graph):
 def test_no_cap_means_headroom_one(small_graph):
     ctx = GraphContext(small_graph, make_cluster("uniform", 4), "doppler11", "est")
     pol = make_policy(PolicyConfig(layout="doppler11", estimate="est", **SMALL), 4, seed=1)
-    r = _rollout(pol, ctx, 2, SAMPLE)
+    r = run_rollout(pol, ctx, 2, SAMPLE)
     assert r._mem is None
     assert np.all(r.feats[..., MEMORY_HEADROOM] == 1.0)
 

@@ -59,8 +59,29 @@ def test_tiny_run_writes_every_checkpoint_and_the_targets(tmp_path, monkeypatch)
     assert {"doppler/general", "doppler/general-v1", "best", "best_of", "etf"} <= set(table[0])
     targets = record["tables"]["Targets (policy alone: greedy + samples, no proposals)"]
     assert len(targets) == 8  # four targets per checkpoint
+    key = "What produced the policy alone's placements (every task and seed)"
+    made = record["tables"][key]
+    assert [m["checkpoint"] for m in made] == ["doppler/general", "doppler/general-v1"]
+    assert all(m["placements"] == 1 for m in made)
+    assert all(m["won by"].split()[0] in ("greedy", "sample") for m in made)
     assert (tmp_path / "out" / "general-alone.md").exists()
 
 
 def test_also_is_refused_by_bench_general():
     assert main(["bench", "general", "--also", "doppler/general-v1"]) == 2
+
+
+def test_without_the_shipped_default_the_pairs_are_against_the_judged_policy(tmp_path, monkeypatch):
+    """``--also`` without ``doppler/general``: the paired table compares each checkpoint with the
+    one ``--checkpoint`` judges (it used to fail looking up the absent default)."""
+    monkeypatch.chdir(tmp_path)
+    record = ga.run(
+        tmp_path / "out", progress=False, also=["doppler/general-v1"], seeds=1,
+        checkpoint="doppler/general-memory", tasks=["chainmm:matrices=7", "paper:chain_mm"],
+    )  # fmt: skip
+    (key,) = [k for k in record["tables"] if k.startswith("Paired by case")]
+    paired = record["tables"][key]
+    assert [(p["checkpoint"], p["against"]) for p in paired] == [
+        ("doppler/general-v1", "doppler/general-memory")
+    ]
+    assert paired[0]["cases"] == 2

@@ -10,7 +10,9 @@ issue's targets: geometric mean <= 0.97 x clustering and <= the per-case best; w
 the cases that are not ties (within :data:`TIE_RTOL`) against the per-case best; no case more
 than 2% worse than HEFT. The first checkpoint is compared with the reference
 (``doppler/general``) paired by case: the bootstrap interval of the mean log ratio
-(:func:`doppler_lab.house.stats.paired_stats`).
+(:func:`doppler_lab.house.stats.paired_stats`). What produced each placement is counted per
+checkpoint: the kind of rollout that won, and how often it is the clustering's placement node for
+node (a ``doppler12`` policy reads the clustering's devices and can copy them).
 
 Every case (a task's heuristics, a task x checkpoint's rollouts) is cached under
 ``runs_dir/alone/`` keyed by the code version (and the checkpoint's content digest).
@@ -31,7 +33,10 @@ from ...house.errors import PlacementError
 from ...house.runners import Run, Runner, make_runner, torch_threads
 from ...house.stats import paired_stats
 from ...placers import get_placer, place
+from ...placers.clustering import CLUSTER_MAX_OPS, clustering_devices
 from ...placers.placer_base import make_rng
+from ...policies.pretrained import GENERAL_HINT_CHECKPOINT
+from ...timing.cost_model import CostModel
 from ...timing.sim import Simulator
 from ...train.general_policy import GENERAL_CHECKPOINT, Task
 from ._report import write_report
@@ -59,6 +64,7 @@ SHIPPED_GENERAL: tuple[str, ...] = (
     GENERAL_CHECKPOINT,
     "doppler/general-v1",
     "doppler/general-memory",
+    GENERAL_HINT_CHECKPOINT,
 )
 
 
@@ -96,11 +102,14 @@ def heuristics_case(cfg: GeneralBenchConfig, task: Task, root: str) -> dict[str,
 
 def policy_case(cfg: GeneralBenchConfig, task: Task, checkpoint: str, root: str) -> dict[str, Any]:
     """The policy alone (greedy + ``samples`` samples, no proposals) on one task, one
-    makespan per seed (cached)."""
+    makespan per seed, with what produced each seed's placement (``sources``: the winning
+    rollout's kind, e.g. ``greedy``, ``sample``, ``greedy without the clustering hint``) and
+    whether it is the clustering placer's placement, node for node (``is_clustering``; None
+    where the clustering does not run) (cached)."""
 
     digest = checkpoint_digest(checkpoint)
     seeds = list(cfg.seed_range)
-    key = versioned_key("alone-policy", task.to_dict(), digest, seeds, cfg.samples)
+    key = versioned_key("alone-policy", task.to_dict(), digest, seeds, cfg.samples, "sources")
     where = Path(root) / "alone" / "policy" / slug(task.name) / key / "result.json"
 
     def compute() -> dict[str, Any]:
@@ -114,13 +123,57 @@ def policy_case(cfg: GeneralBenchConfig, task: Task, checkpoint: str, root: str)
             proposals="none",  # the policy alone (search.proposals.POLICY_ALONE_PROPOSALS)
             semantics=task.semantics,
         )
+        comp = graph.compute_nodes
+        clus = None
+        if comp.size <= CLUSTER_MAX_OPS:
+            clus = clustering_devices(graph, CostModel(graph, cluster))[0][comp]
+        spans, sources, same = [], [], []
         with torch_threads(1):
-            spans = [
-                _makespan(sim, lambda s=s: placer.place(graph, cluster, make_rng(s))) for s in seeds
-            ]
-        return {"task": task.name, "checkpoint": checkpoint, "digest": digest, "policy": spans}
+            for s in seeds:
+                try:
+                    p = placer.place(graph, cluster, make_rng(s))
+                except PlacementError:  # a memory-bound task this placer cannot fit
+                    spans.append(math.nan)
+                    sources.append("unplaced")
+                    same.append(None)
+                    continue
+                spans.append(float(sim.makespan(p)))
+                sources.append(str(p.meta.get("source", "")))
+                same.append(None if clus is None else bool(np.array_equal(p.device[comp], clus)))
+        return {
+            "task": task.name, "checkpoint": checkpoint, "digest": digest, "policy": spans,
+            "sources": sources, "is_clustering": same,
+        }  # fmt: skip
 
     return cached_case(where, compute)
+
+
+def attribution_rows(
+    names: Sequence[str], pol: dict[str, Sequence[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """Per checkpoint, what produced the policy alone's placements over every task and seed:
+    the count won by each kind of rollout, and how many are the clustering's placement node for
+    node (a policy that reads the clustering's device can copy it: that is no win of its own)."""
+    out = []
+    for n in names:
+        count: dict[str, int] = {}
+        same = total = 0
+        for case in pol[n]:
+            for src, eq in zip(case.get("sources", []), case.get("is_clustering", [])):
+                count[src] = count.get(src, 0) + 1
+                total += 1
+                same += bool(eq)
+        out.append(
+            {
+                "checkpoint": n,
+                "placements": total,
+                "the clustering's placement": same,
+                "won by": ", ".join(
+                    f"{k} {v}" for k, v in sorted(count.items(), key=lambda kv: -kv[1])
+                ),
+            }
+        )
+    return out
 
 
 def alone_rows(
@@ -274,7 +327,10 @@ def run(
     rows = alone_rows(heur, pol)
     summaries = {n: checkpoint_summary(rows, n) for n in names}
     targets = [t for n in names for t in target_rows(n, summaries[n])]
-    paired = [p for n in names if (p := paired_vs(rows, n, GENERAL_CHECKPOINT))]
+    # paired against the shipped default when it is shown, else against the judged policy
+    reference = GENERAL_CHECKPOINT if GENERAL_CHECKPOINT in names else cfg.checkpoint
+    paired = [p for n in names if (p := paired_vs(rows, n, reference))]
+    attribution = attribution_rows(names, pol)
     rows.append(
         {
             "task": "geometric mean",
@@ -314,7 +370,11 @@ def run(
                 ["checkpoint", "target", "value", "threshold", "passed"],
             ),
             "Policy alone vs the heuristics and their per-case best": (rows, columns),
-            "Paired by case against the shipped default": (
+            "What produced the policy alone's placements (every task and seed)": (
+                attribution,
+                ["checkpoint", "placements", "the clustering's placement", "won by"],
+            ),
+            "Paired by case against the shipped default (else the judged policy)": (
                 paired,
                 [
                     "checkpoint",
@@ -338,7 +398,7 @@ def run(
             "seeds. cp: mean over "
             f"{cfg.cp_seeds} tie seeds; heft, etf, clustering, partition: seed 0. best: the "
             f"smallest of {', '.join(HEURISTICS)}; a tie is within {TIE_RTOL:.1%} of it.",
-            "Paired: mean of log(policy / doppler/general) per case, 95% BCa bootstrap "
+            f"Paired: mean of log(policy / {reference}) per case, 95% BCa bootstrap "
             "interval (doppler_lab.house.stats), shown as percent (negative: shorter).",
             *(f"Checkpoint {n}: {checkpoint_digest(n)}" for n in names),
         ],
