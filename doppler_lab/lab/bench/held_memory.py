@@ -7,15 +7,19 @@ library's own policy (``DOPPLER_LAB_CPU_ALLOCATOR=system``), in alternating orde
 that a drift in the machine's load hits both arms alike. Each process runs every workload of
 ``bench fidelity`` under the same placements (one device, round robin, seeded random ones):
 one warm-up, then the median of ``repeats`` timed runs. Reported per workload, and over all:
-held against system, paired by process pair and placement, as the relative change of the
-makespan with its 95% bootstrap interval and the verdict (``better``, ``worse`` or ``cannot
+held against system, paired by process pair (each pair's geometric-mean change over its
+placements: placements timed in one process are not independent), as the relative change of
+the makespan with its 95% bootstrap interval over the pairs and the verdict (``better``, ``worse`` or ``cannot
 tell``, :func:`~doppler_lab.house.stats.compare`); and each arm's run-to-run spread (the median
-over placements of the coefficient of variation of its timed runs).
+over placements of the coefficient of variation of its timed runs). Every timed run of every
+process is kept beside the report (:data:`RAW_FILE`).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import math
 import os
 import subprocess
 import sys
@@ -27,6 +31,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ...executor.allocator import ENV
+from ...house.atomic import atomic_writer
 from ...house.errors import ExecutorError
 from ...house.stats import compare
 from ._report import write_report
@@ -34,6 +39,11 @@ from ._report import write_report
 #: placements per workload besides one device and round robin: random ones (seeds 0..)
 RANDOM_PLACEMENTS = 3
 ARMS = ("held", "system")
+#: process pairs (the unit of the comparison); ``--quick``: too few to judge, a smoke run
+PAIRS = 8
+QUICK_PAIRS = 2
+#: the raw measurements beside the report
+RAW_FILE = "allocator_raw.json.gz"
 COLUMNS = (
     "workload",
     "placements",
@@ -49,14 +59,15 @@ COLUMNS = (
 )
 
 
-def _placements(g: Any, devices: int) -> dict[str, np.ndarray]:
+def _placements(g: Any, devices: int) -> dict[str, Any]:
+    """The measured placements: one device, round robin and seeded random ones (the placers'
+    own baselines: inputs on their first consumer's device)."""
+    from ...ir.placement import random_placement, round_robin, single_device
+
     rng = np.random.default_rng(0)
-    out = {
-        "single": np.zeros(g.num_nodes, np.int64),
-        "round-robin": np.arange(g.num_nodes) % devices,
-    }
+    out = {"single": single_device(g, devices), "round-robin": round_robin(g, devices)}
     for k in range(RANDOM_PLACEMENTS):
-        out[f"random{k}"] = rng.integers(0, devices, g.num_nodes)
+        out[f"random{k}"] = random_placement(g, devices, rng)
     return out
 
 
@@ -65,7 +76,6 @@ def measure(specs: dict[str, str], repeats: int, devices: int = 2) -> dict[str, 
     allocator policy the environment chose); ``{"allocator": ..., "runs": {workload:
     {placement: [seconds, ...]}}}``."""
     from ...executor import Executor, make_backend
-    from ...ir.placement import Placement
     from ...workloads.specs import graph_from_spec
 
     be = make_backend("cpu", devices)
@@ -75,8 +85,7 @@ def measure(specs: dict[str, str], repeats: int, devices: int = 2) -> dict[str, 
             g = graph_from_spec(spec)
             runs[name] = {}
             with Executor(g, be) as ex:
-                for label, dev in _placements(g, devices).items():
-                    pl = Placement(dev, placer=label).with_inputs_filled(g)
+                for label, pl in _placements(g, devices).items():
                     ex.run(pl)
                     runs[name][label] = [ex.run(pl).trace.makespan for _ in range(repeats)]
         return {"allocator": be.describe()["allocator"], "runs": runs}
@@ -106,7 +115,7 @@ def run(out_dir: Path, quick: bool = False, progress: bool = True) -> dict[str, 
 
     t0 = time.perf_counter()
     specs = dict(list(QUICK_WORKLOADS.items())[:2]) if quick else dict(CPU_WORKLOADS)
-    pairs, repeats = (1, 3) if quick else (4, 5)
+    pairs, repeats = (QUICK_PAIRS, 3) if quick else (PAIRS, 5)
     results: dict[str, list[dict[str, Any]]] = {a: [] for a in ARMS}
     order = [ARMS if k % 2 == 0 else ARMS[::-1] for k in range(pairs)]
     with tqdm(total=2 * pairs, desc="bench allocator", disable=not progress) as bar:
@@ -115,21 +124,27 @@ def run(out_dir: Path, quick: bool = False, progress: bool = True) -> dict[str, 
                 results[arm].append(_arm(arm, specs, repeats))
                 bar.update()
     held_state = results["held"][0]["allocator"]
-    rows, ratios_all = [], []
+    rows = []
+    # the unit is the process pair: the placements timed in one process share its memory layout
+    # and load, so they are not independent (100 (pair x placement) ratios of one run once said
+    # -11.5% [-14.4, -8.5]; three reruns said +0.7, -3.9 and -4.5%)
+    logs_all = np.zeros(pairs)
     for name in specs:
         labels = list(results["held"][0]["runs"][name])
+        logs = np.zeros((pairs, len(labels)))
         held, system, cv = [], [], {a: [] for a in ARMS}
         for k in range(pairs):
-            for label in labels:
+            for j, label in enumerate(labels):
                 h = np.asarray(results["held"][k]["runs"][name][label])
                 s = np.asarray(results["system"][k]["runs"][name][label])
                 held.append(float(np.median(h)))
                 system.append(float(np.median(s)))
+                logs[k, j] = math.log(held[-1] / system[-1])
                 cv["held"].append(float(np.std(h) / np.mean(h)))
                 cv["system"].append(float(np.std(s) / np.mean(s)))
-        ratio = np.asarray(held) / np.asarray(system)
-        ratios_all.extend(ratio.tolist())
-        st = compare(ratio, np.ones_like(ratio))
+        per_pair = np.expm1(logs.mean(axis=1))  # each pair's geometric-mean change
+        logs_all += logs.mean(axis=1) / len(specs)
+        st = compare(per_pair, np.zeros(pairs))
         rows.append(
             {
                 "workload": name,
@@ -145,12 +160,23 @@ def run(out_dir: Path, quick: bool = False, progress: bool = True) -> dict[str, 
                 "cv_system_pct": 100 * float(np.median(cv["system"])),
             }
         )
-    total = compare(np.asarray(ratios_all), np.ones(len(ratios_all)))
+    pair_changes = np.expm1(logs_all)
+    total = compare(pair_changes, np.zeros(pairs))
+    raw = {
+        "command": "doppler-lab bench allocator",
+        "specs": specs,
+        "repeats": repeats,
+        "order": order,
+        "arms": results,  # per arm, per process in run order: {allocator, runs: seconds}
+    }
+    with atomic_writer(Path(out_dir) / RAW_FILE, "wb") as fh:
+        fh.write(gzip.compress(json.dumps(raw).encode(), mtime=0))
     summary = {
         "allocator_held": held_state,
         "process_pairs": pairs,
         "repeats": repeats,
-        "paired_placements": total.n,
+        "process_pairs_judged": total.n,
+        "per_pair_change_pct": [round(100 * float(x), 2) for x in pair_changes],
         "change_pct": 100 * total.mean,
         "change_interval_pct": [round(100 * total.low, 2), round(100 * total.high, 2)],
         "verdict": total.verdict,
@@ -163,12 +189,15 @@ def run(out_dir: Path, quick: bool = False, progress: bool = True) -> dict[str, 
         "doppler_lab.executor.allocator), the default; system: the C library's own policy "
         "(DOPPLER_LAB_CPU_ALLOCATOR=system), as the CPU workers ran before.",
         f"Each arm in its own process, {pairs} pair(s) in alternating order; per process and "
-        f"placement the median of {repeats} timed runs after one warm-up. change: mean over "
-        "pairs (process pair x placement) of held / system - 1, 95% bootstrap interval; "
+        f"placement the median of {repeats} timed runs after one warm-up. change: per process "
+        "pair the geometric mean over placements (and over workloads, for the total) of held / "
+        "system, minus 1; then the mean over the process pairs with its 95% bootstrap interval "
+        "(the process pair is the unit: placements timed in one process are not independent); "
         "better / worse / cannot tell by the interval. cv: median over placements of the "
         "timed runs' coefficient of variation.",
         "Placements: one device, round robin, "
         f"{RANDOM_PLACEMENTS} seeded random ones, on bench fidelity's CPU workloads.",
+        f"Raw data: {RAW_FILE} (every timed run of every process, in run order).",
     ]
     return write_report(
         out_dir,
