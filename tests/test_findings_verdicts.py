@@ -193,3 +193,29 @@ def test_page_07_judges_the_best_learner_arm_on_its_own(gaps: dict, word: str) -
     both = by["best learner: dual policy beats both halves (95% intervals)"]
     assert both["value"] == word and "claim" not in both  # the paper's settings judge the claim
     assert "With the workbench's best learner (Stage I 400 episodes, Stage II 3600)" in f.text
+
+
+def test_page_12_credits_what_produced_the_best_and_shows_the_policy_alone() -> None:
+    rows = [
+        {"placer": "cp", "makespan": 1.0e-3, "ratio_lb": 1.8, "vs_cp": 0.0, "produced_by": []},
+        {
+            "placer": "doppler",
+            "makespan": 0.8e-3,
+            "ratio_lb": 1.4,
+            "vs_cp": 0.2,
+            "produced_by": ["proposal clustering"],
+        },
+        {
+            "placer": "doppler:proposals=none",
+            "makespan": 0.9e-3,
+            "ratio_lb": 1.6,
+            "vs_cp": 0.1,
+            "produced_by": ["sample 3"],
+        },
+    ]
+    graph = {"compute_nodes": 105, "edges": 161}
+    text = page_findings("12", {"spec": "hf-llama", "graph": graph, "placers": rows}).text
+    assert (
+        "The best placer is doppler at 800 us (its placements from the proposal clustering)" in text
+    )
+    assert "The policy alone (doppler:proposals=none" in text and "10.0% below cp's" in text

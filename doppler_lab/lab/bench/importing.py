@@ -30,6 +30,7 @@ from ...ir.graph import DataflowGraph
 from ...ir.placement import Placement
 from ...ir.trace import Trace
 from ...placers import placer_options, placer_spec
+from ...placers.registry import parse_placer_spec, split_placer_specs
 from ...timing.sim import Simulator
 from ...workloads.specs import cluster_from_spec, graph_from_spec
 from ._report import write_report
@@ -120,7 +121,7 @@ def linear_fit(rows: Sequence[dict[str, Any]], key: str, granularity: str) -> di
 def placer_comparison(
     graph: DataflowGraph,
     cluster: str | Cluster = "p100x4",
-    placers: Sequence[str] = PLACERS,
+    placers: Sequence[str] | str = PLACERS,
     semantics: str = "wc",
     noise: float = 0.1,
     seeds: Sequence[int] = (0, 1, 2, 3, 4),
@@ -128,7 +129,9 @@ def placer_comparison(
     checkpoint: str = IMPORTED_POLICY,
 ) -> tuple[list[dict[str, Any]], dict[str, Placement]]:
     """Every placer of ``placers`` on ``graph``, evaluated like ``bench quality`` (same simulator
-    settings and noise seeds for all; ``vs_cp`` = improvement over ``cp``).
+    settings and noise seeds for all; ``vs_cp`` = improvement over ``cp``). ``placers``: names
+    or specs with options (``doppler:proposals=none``, the policy alone), or one
+    comma-separated string of them.
 
     Returns:
         table rows (columns :data:`PLACER_COLUMNS` and more) and the placement of each placer
@@ -138,12 +141,14 @@ def placer_comparison(
     cl = cluster_from_spec(cluster)
     case = Case(graph.name, "model", graph, cl, semantics, noise)
     rows, placements = [], {}
+    if isinstance(placers, str):
+        placers = [x for x in split_placer_specs(placers) if x]
     for name in placers:
-        opts: dict[str, Any] = {}
-        if placer_spec(name).needs_checkpoint:
-            opts = {"checkpoint": checkpoint, "semantics": semantics}
+        base, opts = parse_placer_spec(name)  # a spec may carry options: doppler:proposals=none
+        if placer_spec(base).needs_checkpoint:
+            opts = {"checkpoint": checkpoint, "semantics": semantics, **opts}
         else:
-            accepted = placer_options(name)
+            accepted = placer_options(base)
             if "budget" in accepted:
                 opts["budget"] = int(search_budget)
             if "semantics" in accepted:

@@ -953,9 +953,18 @@ def byom(s: Mapping[str, Any]) -> Findings:
     else:
         vs = next((r["vs_cp"] for r in rows if r["placer"] == best), None)
         head.append(_h(f"{best}: makespan below cp's", vs, "%"))
+        made = next((r.get("produced_by") or [] for r in rows if r["placer"] == best), [])
+        credit = f" (its placements from the {', '.join(made)})" if made else ""
         text.append(
-            f"The best placer is {best} at {_t(ms[best], 's')}, {_below(vs)} cp's makespan; "
-            f"the worst is {max(ms, key=ms.get)} at {_t(max(ms.values()), 's')}."
+            f"The best placer is {best} at {_t(ms[best], 's')}{credit}, {_below(vs)} cp's "
+            f"makespan; the worst is {max(ms, key=ms.get)} at {_t(max(ms.values()), 's')}."
+        )
+    alone = next((r for r in rows if r["placer"] == "doppler:proposals=none"), None)
+    if alone is not None and "doppler" in ms:
+        text.append(
+            f"The policy alone (doppler:proposals=none, the best of its own rollouts) reaches "
+            f"{_t(alone['makespan'], 's')}, {_below(alone['vs_cp'])} cp's makespan, against the "
+            f"full doppler placer's {_t(ms['doppler'], 's')}."
         )
     real = s.get("real") or []
     if real:
