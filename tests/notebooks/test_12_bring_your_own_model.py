@@ -6,7 +6,7 @@ TINY = dict(
     heads=2,
     seq=8,
     vocab=64,
-    placers="cp,heft,local-search,doppler,doppler:proposals=none",
+    placers="cp,heft,local-search,doppler",
     seeds=1,
     search_budget=30,
     repeats=1,
