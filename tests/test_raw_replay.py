@@ -144,7 +144,9 @@ def test_bench_fidelity_judges_the_model_over_several_runs(tmp_path, capsys):
         for k in ("spearman_calibrated", "spearman_host", "mre_calibrated", "mre_host"):
             assert r[k] == s[k]
     summary = got["summary"]
-    assert summary["runs"] == 2 and summary["pairs"] == 2 * len(single)
+    # the run is the unit of the verdict; the (run, workload) cells are counted beside it
+    assert summary["runs"] == 2 and summary["pairs"] == 2
+    assert summary["cells"] == 2 * len(single)
     diffs = [s["spearman_host"] - s["spearman_calibrated"] for s in single] * 2
     assert summary["spearman_host_minus_calibrated"] == pytest.approx(sum(diffs) / len(diffs))
     assert summary["spearman_verdict"] in ("better", "worse", "cannot tell")
