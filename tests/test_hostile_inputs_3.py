@@ -42,6 +42,7 @@ def reached(monkeypatch, module, name: str, seen: list) -> None:
         (["--layout", "doppler11"], "the policy of --init keeps its own"),
         (["--validate"], "score the result afterwards with --score CKPT"),
         (["--hint-free"], "search distillation trains with the hint"),
+        (["--hints", "partition"], "search distillation trains with the clustering's hint"),
     ],
 )
 def test_train_general_distill_refuses_the_plain_stage_options(
@@ -93,6 +94,31 @@ def test_train_general_command_line_is_unchanged_by_the_option_table():
     )
     args = build_parser().parse_args(["train-general", "--layout", "doppler12", "--hint-free"])
     assert command_line(args) == "doppler-lab train-general --layout doppler12 --hint-free"
+    args = build_parser().parse_args(["train-general", "--hints", "clustering, partition"])
+    assert command_line(args) == "doppler-lab train-general --hints clustering,partition"
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("heft", "'heft' is none of them"),
+        ("clustering,clustering", "one is repeated"),
+        ("", "'' is none of them"),
+    ],
+)
+def test_train_general_hints_name_the_bad_one(tmp_path, capsys, value, said):
+    argv = ["train-general", "--out", str(tmp_path / "run"), "--hints", value]
+    err = one_error_line(capsys, argv)
+    assert "expected distinct names among clustering, partition" in err and said in err
+
+
+def test_train_general_refuses_hint_free_with_hints(tmp_path, capsys, monkeypatch):
+    import doppler_lab.train.general_policy as g
+
+    never_runs(monkeypatch, g, "train_general")
+    argv = ["train-general", "--out", str(tmp_path / "run"), "--hint-free", "--hints", "partition"]
+    err = one_error_line(capsys, argv)
+    assert "--hint-free is --hints clustering; give one" in err
 
 
 # -- a setting given twice -----------------------------------------------------------------------

@@ -65,12 +65,13 @@ def _stage_arguments(p: argparse.ArgumentParser, g: ModuleType) -> None:
     )
     p.add_argument(
         "--teacher",
-        choices=("cp", "cp-rollout", "cluster", "clustering"),
+        choices=("cp", "cp-rollout", "cluster", "clustering", "hint"),
         default=g.GENERAL_TEACHER,
         help="Stage I's PLC labels: the Critical Path rule (cp), the rollout over "
         "deterministic CP at the visited states (cp-rollout: D simulator calls per label), or "
         "the device of the op's placed clustering mates, else CP's (cluster), or the whole "
-        "clustering placer's device of the op (clustering; read by the doppler12 layout)",
+        "clustering placer's device of the op (clustering; read by the doppler12 layout), or "
+        "the device of the heuristic each task is hinted with (hint; with --hints)",
     )
     p.add_argument(
         "--label-fraction",
@@ -134,6 +135,15 @@ def _fresh_policy_arguments(p: argparse.ArgumentParser, g: ModuleType) -> None:
         help="doppler12: train each task twice, with and without the clustering's device as a "
         "feature, so that the policy also places without it (the doppler placer draws half its "
         "samples each way)",
+    )
+    p.add_argument(
+        "--hints",
+        type=hints_arg,
+        metavar="NAMES",
+        help="doppler12: the heuristics whose devices the policy reads in turn, comma-separated "
+        "(clustering, partition): each task once with each and once without; the doppler "
+        "placer draws a group of rollouts with each and one without (--hint-free is "
+        "--hints clustering)",
     )
 
 
@@ -262,6 +272,7 @@ def _options() -> tuple[_Option, ...]:
         _Option("--memory-share", "memory_share", g.GENERAL_MEMORY_SHARE),
         _Option("--sample-temperature", "sample_temperature", None),
         _Option("--hint-free", "hint_free", False, "stages", "search distillation trains with the hint"),
+        _Option("--hints", "hints", None, "stages", "search distillation trains with the clustering's hint"),
         _Option("--seed", "seed", 0),
         _Option("--init", "init", None),
         _Option("--distill", "distill", None),
@@ -306,6 +317,21 @@ def _refuse_other_mode(args: argparse.Namespace) -> None:
         )
 
 
+def hints_arg(text: str) -> str:
+    """An argparse ``type=``: distinct names of :data:`~doppler_lab.policies.features.HINTS`,
+    comma-separated (returned as given, without spaces)."""
+    from ..policies.features import HINTS
+
+    names = [t.strip() for t in text.split(",")]
+    bad = [n for n in names if n not in HINTS]
+    if bad or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected distinct names among {', '.join(HINTS)}, comma-separated"
+            + (f" ({bad[0]!r} is none of them)" if bad else " (one is repeated)")
+        )
+    return ",".join(names)
+
+
 def share_arg(text: str) -> float:
     """An argparse ``type=``: a share in [0, 1]."""
     value = number_arg(minimum=0)(text)
@@ -332,6 +358,10 @@ def run(args: argparse.Namespace) -> int:
     # what --ship needs is checked before hours of training, not after
     g.check_general_name(args.name)
     _refuse_other_mode(args)
+    if args.hint_free and args.hints:
+        raise ConfigError(
+            f"--hint-free and --hints {args.hints}: --hint-free is --hints clustering; give one"
+        )
     if args.ship is not None:
         from ..house.userfiles import output_folder
 
@@ -395,6 +425,7 @@ def _train(args: argparse.Namespace) -> int:
         memory_share=args.memory_share,
         sim_changes=changes,
         hint_free=args.hint_free,
+        hints=tuple(args.hints.split(",")) if args.hints else (),
     )
     results = g.train_general(args.out, recipe, init, show_progress(args), args.force)
     stages = recipe.stages()
@@ -408,6 +439,8 @@ def _train(args: argparse.Namespace) -> int:
         record["sample_temperature"] = float(args.sample_temperature)
     if args.hint_free:
         record["hint_free"] = True
+    if args.hints:
+        record["hints"] = args.hints.split(",")
     if args.validate:
         score = g.validation_score(results[-1].checkpoint, progress=show_progress(args))
         record["validation_ratio_cp"] = round(score["ratio_cp"], 4)

@@ -36,7 +36,7 @@ from ..house.validate import (
     want_object,
     want_str,
 )
-from .features import LAYOUTS
+from .features import HINTS, LAYOUTS
 from .policy_base import PlacementPolicy
 from .policy_config import PolicyConfig
 
@@ -254,7 +254,45 @@ def load_policy(
         policy.sample_temperature = checked_sample_temperature(
             doc["meta"]["sample_temperature"], f"checkpoint {sp!r}: meta sample_temperature"
         )
+    if "hints" in doc["meta"]:
+        policy.hints = checked_hints(doc["meta"]["hints"], f"checkpoint {sp!r}: meta hints")
     return policy, doc
+
+
+def checked_hints(value: Any, what: str) -> tuple[str, ...]:
+    """``value`` as the hints a policy places with (:data:`~doppler_lab.policies.features.HINTS`,
+    each once; none: every rollout without a hint; a string: comma- or ``+``-separated, ``none``
+    for none).
+
+    Raises:
+        CheckpointError: naming ``what`` and what was expected.
+    """
+    names = value
+    if isinstance(value, str):
+        names = [] if value == "none" else value.replace("+", ",").split(",")
+    if (
+        not isinstance(names, (list, tuple))
+        or any(n not in HINTS for n in names)
+        or len(set(names)) != len(names)
+    ):
+        raise CheckpointError(
+            f"{what} = {value!r}: expected distinct names among {', '.join(HINTS)} (or none)"
+        )
+    return tuple(names)
+
+
+def set_hints(path: str | Path, hints: Sequence[str] | None) -> Path:
+    """Record in the checkpoint at ``path`` the heuristics whose placements the ``doppler``
+    placer gives its policy as hints (:attr:`~doppler_lab.policies.policy_base.PlacementPolicy.hints`;
+    None: remove them, so it places with the clustering's). The weights are left as they are."""
+    doc = read_checkpoint(path)
+    meta = dict(doc["meta"])
+    if hints is None:
+        meta.pop("hints", None)
+    else:
+        meta["hints"] = list(checked_hints(list(hints), f"hints for {str(path)!r}"))
+    doc["meta"] = meta
+    return save_atomic(doc, path)
 
 
 def checked_sample_temperature(value: Any, what: str) -> float:

@@ -17,6 +17,7 @@ from .features import (
     device_features,
     get_layout,
     graph_features,
+    hint_name,
     normalize_device_features,
 )
 from .tensors import as_tensor
@@ -33,8 +34,9 @@ class GraphContext:
         cluster: a :class:`Cluster` or a preset name.
         layout: the feature layout (or its name).
         estimate: the episode state's estimate.
-        hint: a layout with the clustering's device (``doppler12``) reads it (False: the
-            feature is 0 everywhere, the policy places without the clustering's hint).
+        hint: the heuristic whose devices a layout with the clustering's device (``doppler12``)
+            reads (True: the clustering's; ``partition``; False: none, the feature is 0
+            everywhere, the policy places without a hint; :func:`~doppler_lab.policies.features.hint_name`).
 
     Attributes:
         features: the static :class:`~doppler_lab.policies.features.GraphFeatures`.
@@ -50,14 +52,14 @@ class GraphContext:
         cluster: Cluster | str,
         layout: FeatureLayout | str,
         estimate: Estimate = "est",
-        hint: bool = True,
+        hint: bool | str | None = True,
     ):
         self.graph = graph
         self.cluster = make_cluster(cluster) if isinstance(cluster, str) else cluster
         self.layout = get_layout(layout) if isinstance(layout, str) else layout
         self.estimate: Estimate = estimate
         self.cost = CostModel(graph, self.cluster)
-        self.hint = bool(hint)
+        self.hint = hint_name(hint)  # the heuristic's name, or None
         self.features = graph_features(graph, self.cost, self.layout, hint)
         self.teacher = CriticalPathTeacher(graph, self.cost)
         f = self.features
@@ -76,7 +78,7 @@ class GraphContext:
         cluster: Cluster | str,
         config: PolicyConfig,
         semantics: str | None,
-        hint: bool = True,
+        hint: bool | str | None = True,
     ) -> GraphContext:
         """The context a policy of ``config`` reads on a task judged under ``semantics``: its
         layout, and its estimate for that semantics

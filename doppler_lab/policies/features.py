@@ -40,7 +40,11 @@ Feature layouts (recorded in every checkpoint, checked on load):
   :data:`~doppler_lab.placers.clustering.CLUSTER_MAX_OPS` ops). A heuristic in the loop, as in
   PPO-BiHyb and GiPH: the policy can copy the clustering's placement with one weight and leave
   it where its own choices are better. A policy that reads it is not independent of the
-  clustering: report it as such.
+  clustering: report it as such. The column is the *hinted heuristic's* device: the
+  clustering's by default, or another placer's (:data:`HINTS`: ``partition``, the METIS
+  partition placer's placement) when a context is built with ``hint="partition"``; a policy
+  trained with several hints (``train-general --hints``) places once with each and once
+  without (:func:`~doppler_lab.search.proposals.policy_candidates`).
 """
 
 from __future__ import annotations
@@ -243,8 +247,59 @@ class GraphFeatures:
         return self.local[g.edge_src[keep]], self.local[g.edge_dst[keep]]
 
 
+#: the heuristics whose placement a ``doppler12`` context can carry in ``clustering_device``
+#: (:func:`hint_name`): the ``clustering`` placer's (the default) and the ``partition`` placer's
+HINTS: tuple[str, ...] = ("clustering", "partition")
+
+
+def hint_name(hint: bool | str | None) -> str | None:
+    """The heuristic a context's hint names: True (or 1) -> ``clustering``, False (0), None or
+    ``none`` -> None (no hint), a name of :data:`HINTS` -> itself.
+
+    Raises:
+        ConfigError: another value, named with the expected ones.
+    """
+    if isinstance(hint, (bool, np.bool_, int, np.integer)) and hint in (0, 1):
+        return "clustering" if hint else None
+    if hint is None or hint == "none":
+        return None
+    if isinstance(hint, str) and hint in HINTS:
+        return hint
+    raise ConfigError(f"hint {hint!r}: expected one of {', '.join(HINTS)}, none, True or False")
+
+
+def hint_devices(graph: DataflowGraph, cost: CostModel, hint: bool | str | None) -> np.ndarray:
+    """``(N,)`` the device the hinted heuristic (:func:`hint_name`) gives each node, -1 everywhere
+    without a hint, above :data:`~doppler_lab.placers.clustering.CLUSTER_MAX_OPS` ops, or for
+    ``partition`` without ``pymetis`` (said once on stderr). ``partition``: the placer with its
+    defaults (the best of 8 METIS partitions under the paper's semantics), as the bench tables
+    show it."""
+    from ..placers.clustering import CLUSTER_MAX_OPS, clustering_devices
+
+    name = hint_name(hint)
+    none = np.full(graph.num_nodes, -1, dtype=np.int64)
+    if name is None or int((~graph.is_input).sum()) > CLUSTER_MAX_OPS:
+        return none
+    if name == "clustering":
+        return np.ascontiguousarray(clustering_devices(graph, cost)[0], dtype=np.int64)
+    from ..house.deps import available, warn_once
+    from ..placers.partition import PartitionPlacer
+
+    if cost.cluster.num_devices > 1 and not available("pymetis"):
+        warn_once(
+            "the partition hint needs the package 'pymetis' (pip install pymetis), which is not "
+            "installed: placing without it"
+        )
+        return none
+    p = PartitionPlacer().place(graph, cost.cluster, np.random.default_rng(0))
+    return np.ascontiguousarray(p.device, dtype=np.int64)
+
+
 def graph_features(
-    graph: DataflowGraph, cost: CostModel, layout: FeatureLayout, hint: bool = True
+    graph: DataflowGraph,
+    cost: CostModel,
+    layout: FeatureLayout,
+    hint: bool | str | None = True,
 ) -> GraphFeatures:
     """Node features, message edges and path tables of ``graph`` under ``cost`` (``hint``: see
     :func:`feature_args`).
@@ -318,15 +373,19 @@ class FeatureArgs(NamedTuple):
     cluster_ptr: np.ndarray  # CSR offsets of each cluster's members (doppler10)
     members: np.ndarray  # the clusters' members (doppler10)
     weight: np.ndarray  # (N,) mean compute per node (doppler10)
-    heuristic: np.ndarray  # (N,) the clustering placer's device per node (doppler12, else empty)
+    heuristic: np.ndarray  # (N,) the hinted heuristic's device per node (doppler12, else empty)
 
 
 def feature_args(
-    graph: DataflowGraph, cost: CostModel, layout: FeatureLayout, hint: bool = True
+    graph: DataflowGraph,
+    cost: CostModel,
+    layout: FeatureLayout,
+    hint: bool | str | None = True,
 ) -> tuple:
     """What :func:`extend_device_features` reads besides the schedule, a plain tuple in
-    :class:`FeatureArgs`' field order (see :attr:`GraphFeatures.extra`). ``hint`` False: a
-    layout with the clustering's device reads none (the feature is 0 everywhere)."""
+    :class:`FeatureArgs`' field order (see :attr:`GraphFeatures.extra`). ``hint``: the heuristic
+    whose devices a layout with ``clustering_device`` reads (:func:`hint_devices`; False: none,
+    the feature is 0 everywhere)."""
     edge_cost = np.ascontiguousarray(cost.mean_edge_cost, dtype=np.float64)
     if uses_clusters(layout):
         of, ptr, members = cluster_arrays(graph, cost)
@@ -336,12 +395,7 @@ def feature_args(
         weight = np.zeros(0)
     heuristic = np.zeros(0, dtype=np.int64)
     if uses_clustering_device(layout):
-        from ..placers.clustering import CLUSTER_MAX_OPS, clustering_devices
-
-        if hint and int((~graph.is_input).sum()) <= CLUSTER_MAX_OPS:
-            heuristic = np.ascontiguousarray(clustering_devices(graph, cost)[0], dtype=np.int64)
-        else:
-            heuristic = np.full(graph.num_nodes, -1, dtype=np.int64)
+        heuristic = hint_devices(graph, cost, hint)
     return tuple(FeatureArgs(edge_cost, of, ptr, members, weight, heuristic))
 
 

@@ -237,6 +237,11 @@ class PlacementPolicy(nn.Module):
     #: ``meta["sample_temperature"]`` (:func:`~doppler_lab.policies.checkpoint.load_policy`),
     #: or the placer option ``temperature``; training's episodes have their own
     sample_temperature: float = 1.0
+    #: the heuristics whose placements the ``doppler`` placer gives a policy that reads a hint
+    #: (``doppler12``): one group of rollouts with each, then one without
+    #: (:func:`~doppler_lab.search.proposals.policy_candidates`); a checkpoint's
+    #: ``meta["hints"]`` (``train-general --hints``), else the clustering alone
+    hints: tuple[str, ...] = ("clustering",)
 
     def __init__(self, config: PolicyConfig, num_devices: int):
         super().__init__()

@@ -28,6 +28,9 @@ GENERAL_MEMORY_CHECKPOINT = "doppler/general-memory"
 #: the general policy that reads the clustering placer's devices (feature layout ``doppler12``,
 #: trained with and without them, ``train-general --hint-free``); not a default
 GENERAL_HINT_CHECKPOINT = "doppler/general-hint"
+#: its weights, placing with the clustering's and the partition placer's devices as hints (a
+#: group of rollouts each and one without; ``train-general --hints``); not a default
+GENERAL_HINTS_CHECKPOINT = "doppler/general-hints"
 
 
 def list_checkpoints() -> dict[str, dict[str, Any]]:

@@ -24,7 +24,7 @@ builds, counts and judges every one of these proposal sets).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -41,7 +41,7 @@ from ..house.settings import check_setting
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..placers.clustering import CLUSTER_CAPS
-from ..policies.checkpoint import load_policy
+from ..policies.checkpoint import checked_hints, load_policy
 from ..policies.context import GraphContext
 from ..policies.policy_base import PlacementPolicy
 from ..policies.pretrained import (
@@ -178,6 +178,11 @@ class _LearnedPlacer:
         temperature: PLC's temperature in the sampled rollouts (default: the checkpoint's
             ``sample_temperature``, else 1; see
             :attr:`~doppler_lab.policies.policy_base.PlacementPolicy.sample_temperature`).
+        hints: the heuristics whose devices a policy that reads a hint (``doppler12``) is
+            given, a group of rollouts each and one without (default: the checkpoint's
+            ``hints``, else the clustering's; ``clustering+partition``, a list, or ``none``: every
+            rollout without a hint; see
+            :attr:`~doppler_lab.policies.policy_base.PlacementPolicy.hints`).
         memory_baselines: judge the memory baselines' placements (m-ETF, m-SCT, ``pipeline``)
             with the rollouts, with or without a budget, where the graph does not fit on one
             device (:func:`~doppler_lab.search.proposals.memory_candidates`; default
@@ -226,6 +231,7 @@ class _LearnedPlacer:
         temperature: float | None = None,
         memory_baselines: bool | None = None,
         proposals: ProposalSet | str | None = None,
+        hints: str | Sequence[str] | None = None,
     ):
         what = f"placer {self.name!r}: option"
         owner = f"placer {self.name!r}"
@@ -235,6 +241,11 @@ class _LearnedPlacer:
 
         if temperature is not None:
             temperature = opt(temperature, "float", "temperature", above=0)
+        if hints is not None:
+            try:
+                hints = checked_hints(hints, f"{what} hints")
+            except CheckpointError as exc:
+                raise ConfigError(str(exc)) from None
         cluster_moves = opt(cluster_moves, "bool", "cluster_moves")
         given = {
             k: v
@@ -306,6 +317,7 @@ class _LearnedPlacer:
         self.progress = progress
         self.cluster_moves = cluster_moves
         self.temperature = temperature
+        self.hints = hints
         self._cache: dict[tuple[str, int], PlacementPolicy] = {}
 
     def _checkpoint(self, checkpoint: str | Path | None) -> Path:
@@ -340,6 +352,8 @@ class _LearnedPlacer:
             pol, _ = load_policy(path, self.kinds, num_devices, self.allow_device_change)
             if self.temperature is not None:
                 pol.sample_temperature = self.temperature
+            if self.hints is not None:
+                pol.hints = self.hints
             self._cache[key] = pol
         return self._cache[key]
 

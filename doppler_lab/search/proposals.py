@@ -56,7 +56,7 @@ from ..policies.policy_base import PlacementPolicy
 from ..policies.rollout import greedy_and_samples
 from ..policies.tensors import flush_denormal
 from ..timing.cost_model import CostModel
-from ..timing.fit import capped, fits_one_device
+from ..timing.fit import cap_can_bind, capped, fits_one_device
 from ..timing.sim import Simulator
 
 #: ``doppler``'s partition proposals by default: four METIS partitions (two seeds each of 3% and
@@ -145,26 +145,38 @@ class Candidate:
 
 def rollout_candidates(placements: Sequence[Placement]) -> list[Candidate]:
     """The policy's rollouts (:func:`policy_candidates`: the greedy one first, then the samples,
-    then the greedy rollouts on fewer devices, marked ``meta["devices_used"]``) as candidates."""
+    each group of a hinted policy in turn, then the greedy rollouts on fewer devices, marked
+    ``meta["devices_used"]``) as candidates. A group is named by its hint
+    (``meta["hint"]``): the first (the clustering's, or none) plainly, ``with the partition
+    hint``, or ``without the clustering hint`` / ``without a hint`` (``meta["clustering_hint"]``
+    False); its samples are numbered from 1 within it."""
     out = []
-    hinted = sum(1 for p in placements if p.meta.get("clustering_hint") is not False)
+    group, first = None, 0  # the current group's suffix and its first index
     for i, p in enumerate(placements):
         used = p.meta.get("devices_used")
         if used is not None:
             on = f" on {used} device{'s' if used != 1 else ''}"
             out.append(Candidate(p, f"greedy rollout{on}", "rollout", f"greedy{on}"))
-        elif p.meta.get("clustering_hint") is False:
-            bare = " without the clustering hint"
-            j = i - hinted
-            if j == 0:
-                out.append(Candidate(p, f"greedy rollout{bare}", "rollout", f"greedy{bare}"))
-            else:
-                out.append(Candidate(p, f"sample {j}{bare}", "rollout", f"sample{bare}"))
-        elif i == 0:
-            out.append(Candidate(p, "greedy rollout", "rollout", "greedy"))
+            continue
+        suffix = _hint_suffix(p.meta)
+        if i == 0 or suffix != group:
+            group, first = suffix, i
+        j = i - first
+        if j == 0:
+            out.append(Candidate(p, f"greedy rollout{suffix}", "rollout", f"greedy{suffix}"))
         else:
-            out.append(Candidate(p, f"sample {i}", "rollout", "sample"))
+            out.append(Candidate(p, f"sample {j}{suffix}", "rollout", f"sample{suffix}"))
     return out
+
+
+def _hint_suffix(meta: dict) -> str:
+    """How a rollout's label names its hint group (:func:`rollout_candidates`)."""
+    hint = meta.get("hint")
+    if meta.get("clustering_hint") is False:
+        return " without a hint" if "hints" in meta else " without the clustering hint"
+    if hint is not None and hint != "clustering":
+        return f" with the {hint} hint"
+    return ""
 
 
 def heuristic_labels(placements: Sequence[Placement]) -> list[Candidate]:
@@ -238,22 +250,45 @@ def policy_candidates(
     with 5x transfers on ``p100x4``: 0.47 of CP on 2 devices, 0.93 on 4), and a DOPPLER policy,
     whose weights score each device alike, places on any count.
 
-    A policy that reads the clustering's device (``doppler12``) places half its samples without
-    that hint: the hinted greedy rollout, ``n // 2`` hinted samples, then the greedy rollout and
-    the other samples without the hint (``n`` the samples left beside the fewer-devices
-    rollouts), those marked ``meta["clustering_hint"] = False``.
+    A policy that reads a hint (``doppler12``) places in groups, one per heuristic of its
+    :attr:`~doppler_lab.policies.policy_base.PlacementPolicy.hints` (the clustering's alone by
+    default) and one without a hint, each a greedy rollout and samples: the ``n + 1`` rollouts
+    (``n`` the samples left beside the fewer-devices rollouts) split as evenly as they go, the
+    first groups taking one more. The groups after the first are marked ``meta["hint"]`` (the
+    heuristic's name) or ``meta["clustering_hint"] = False`` (none; with other hints than the
+    clustering's alone also ``meta["hints"]``). A policy whose hints are none places every
+    rollout without one. Where a memory cap can bind
+    (:func:`~doppler_lab.timing.fit.cap_can_bind`) the partition's hint is left out: its
+    placement balances compute, not memory. With the clustering alone (``doppler/general-hint``): the hinted greedy
+    rollout and ``n // 2`` samples, then the greedy rollout and ``n - n // 2 - 1`` samples
+    without a hint.
     """
     ctx = ctx or GraphContext.for_policy(graph, cluster, policy.config, semantics)
     counts = [k for k in fewer_devices if k < cluster.num_devices][:samples]
     n = samples - len(counts)
-    free = n if uses_clustering_device(ctx.layout) and ctx.hint else 0
-    free -= free // 2 if free else 0
+    hinted = uses_clustering_device(ctx.layout) and ctx.hint is not None
+    hints = list(getattr(policy, "hints", ("clustering",))) if hinted else [ctx.hint]
+    if hinted and "partition" in hints and cap_can_bind(graph, cluster):
+        hints.remove("partition")  # METIS balances compute, not memory: the others take its share
+    groups = [*hints, None] if hinted else hints
+    sizes = [(n + 1) // len(groups) + (i < (n + 1) % len(groups)) for i in range(len(groups))]
+    cands: list[Placement] = []
     with flush_denormal(), torch.no_grad():
-        cands = greedy_and_samples(policy, ctx, policy.encode(ctx), n - free, rng)
-        if free:
-            bare = GraphContext.for_policy(graph, cluster, policy.config, semantics, hint=False)
-            for p in greedy_and_samples(policy, bare, policy.encode(bare), free - 1, rng):
-                cands.append(replace(p, meta={**p.meta, "clustering_hint": False}))
+        for i, (hint, size) in enumerate(zip(groups, sizes)):
+            if size == 0:
+                continue
+            c = ctx if i == 0 and hint == ctx.hint else None
+            c = c or GraphContext.for_policy(graph, cluster, policy.config, semantics, hint=hint)
+            for p in greedy_and_samples(policy, c, policy.encode(c), size - 1, rng):
+                if i == 0 and not hinted:
+                    cands.append(p)
+                elif hint is None:
+                    extra = {"hints": list(hints)} if len(hints) != 1 else {}
+                    cands.append(replace(p, meta={**p.meta, "clustering_hint": False, **extra}))
+                elif hint == "clustering":
+                    cands.append(p)
+                else:
+                    cands.append(replace(p, meta={**p.meta, "hint": hint}))
         for k in counts:
             small = GraphContext.for_policy(graph, cluster.first(k), policy.config, semantics)
             p = greedy_and_samples(policy, small, policy.encode(small), 0, rng)[0]

@@ -38,7 +38,7 @@ from ..house.atomic import atomic_copy, atomic_write
 from ..house.deps import require
 from ..house.errors import ConfigError
 from ..ir.graph import DataflowGraph
-from ..policies.features import get_layout
+from ..policies.features import HINTS, get_layout, uses_clustering_device
 from ..workloads.specs import (
     cluster_from_spec,
     graph_from_spec,
@@ -714,7 +714,12 @@ class GeneralRecipe:
         hint_free: train each task twice, with and without the clustering's device (a
             ``doppler12`` policy; :class:`~doppler_lab.policies.context.GraphContext`'s
             ``hint``), interleaved: the policy learns to place with the hint and without it, and
-            the ``doppler`` placer draws half its samples each way.
+            the ``doppler`` placer draws half its samples each way (``hints=("clustering",)``).
+        hints: the heuristics whose devices the policy reads in turn
+            (:data:`~doppler_lab.policies.features.HINTS`): each task once with each and once
+            without, interleaved; recorded in the checkpoint
+            (:func:`~doppler_lab.policies.checkpoint.set_hints`), so that the ``doppler``
+            placer draws a group of rollouts with each and one without. Empty: ``hint_free``'s.
     """
 
     tasks: int = GENERAL_TASKS
@@ -732,9 +737,18 @@ class GeneralRecipe:
     memory_share: float = GENERAL_MEMORY_SHARE
     sim_changes: dict[str, Any] = field(default_factory=dict)
     hint_free: bool = False
+    hints: tuple[str, ...] = ()
+
+    def hint_groups(self) -> tuple[str, ...]:
+        """The hints each task is trained with besides none (empty: the pool as it is, each
+        task with the clustering's hint)."""
+        return tuple(self.hints) or (("clustering",) if self.hint_free else ())
 
     def stages(self) -> list[Any]:
-        """The stage configurations (:func:`general_stages`)."""
+        """The stage configurations (:func:`general_stages`; none without episodes: a run
+        that ships its ``--init`` as it is)."""
+        if not (self.imitation_episodes or self.anchor_episodes or self.sim_episodes):
+            return []
         return general_stages(
             self.imitation_episodes,
             self.sim_episodes,
@@ -784,23 +798,37 @@ def train_general(
     costs = task_costs(pool, built, seed)
     sems = [t.semantics for t in pool]
     hints = None
-    if r.hint_free:
+    groups = r.hint_groups()
+    if groups:
+        what = f"hints {','.join(groups)}" if r.hints else "hint_free"
         if r.anchor_episodes:
             raise ConfigError(
-                "hint_free: the anchor stage's pool has each task once (0 anchor episodes)"
+                f"{what}: the anchor stage's pool has each task once (0 anchor episodes)"
             )
-        if "clustering_device" not in get_layout(r.layout).device:
+        if not uses_clustering_device(get_layout(r.layout)):
+            raise ConfigError(f"{what}: layout {r.layout!r} reads no hint; expected doppler12")
+        if any(h not in HINTS for h in groups) or len(set(groups)) != len(groups):
             raise ConfigError(
-                f"hint_free: layout {r.layout!r} reads no clustering hint; expected doppler12"
+                f"hints {','.join(map(str, groups))!r}: expected distinct names among "
+                f"{', '.join(HINTS)}"
             )
-        twice = lambda xs: [x for x in xs for _ in (0, 1)]  # noqa: E731
-        graphs, clusters, costs, sems = twice(graphs), twice(clusters), twice(costs), twice(sems)
-        hints = [True, False] * len(pool)
+        k = len(groups) + 1
+        each = lambda xs: [x for x in xs for _ in range(k)]  # noqa: E731
+        graphs, clusters, costs, sems = each(graphs), each(clusters), each(costs), each(sems)
+        hints = [*groups, None] * len(pool)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "tasks.json", json.dumps([t.to_dict() for t in pool], indent=1))
     stages = r.stages()
     results = []
     previous: Any = init
+    if not stages:  # no episodes: the init, with this recipe's placing settings (hints)
+        if init is None:
+            raise ConfigError(
+                "no stage to run (0 imitation, anchor and sim episodes): expected episodes, or "
+                "--init CKPT to ship that policy as it is with this run's placing settings "
+                "(--hints, --sample-temperature)"
+            )
+        results.append(_untrained_result(init, out))
     for i, cfg in enumerate(stages):
         anchors = None
         if cfg.anchor:
@@ -836,7 +864,21 @@ def train_general(
         )
         results.append(trainer.run())
         previous = results[-1].checkpoint
+    if r.hints and tuple(r.hints) != ("clustering",):
+        from ..policies.checkpoint import set_hints
+
+        set_hints(results[-1].checkpoint, r.hints)
     return results
+
+
+def _untrained_result(init: str | Path, out: Path) -> Any:
+    """A run of no stage: ``init`` copied to ``out/policy.pt`` as its result."""
+    from ..policies.checkpoint import load_policy
+    from .loop import TrainResult
+
+    target = out / "policy.pt"
+    atomic_copy(init, target)
+    return TrainResult(load_policy(target)[0], [], out, target, {"train_s": 0.0})
 
 
 def task_costs(

@@ -51,6 +51,7 @@ from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..policies.checkpoint import load_policy, make_policy, read_checkpoint, save_checkpoint
 from ..policies.context import GraphContext
+from ..policies.features import hint_name
 from ..policies.policy_base import Episodes, PlacementPolicy, Temperature
 from ..policies.policy_config import PolicyConfig
 from ..policies.reinforce import (
@@ -234,9 +235,11 @@ class Trainer:
             against its first one in this many interleaved pairs and says whether it is
             better (:mod:`~doppler_lab.train.stage_verdict`; in ``summary["verdict"]``);
             0: not.
-        hints: per graph, whether a policy that reads the clustering's device (``doppler12``)
-            sees it (default: everywhere); a pool may hold each task twice, with and without
-            the hint, so that the policy also places well without it.
+        hints: per graph, the heuristic whose devices a policy that reads a hint
+            (``doppler12``) sees (True: the clustering's, the default everywhere; ``partition``;
+            False or None: no hint; :func:`~doppler_lab.policies.features.hint_name`); a pool
+            may hold each task once per hint and once without, so that the policy also places
+            well without one.
 
     The arguments after ``out_dir`` stay flat keywords: they are the options :func:`train`
     and :func:`~doppler_lab.train.pipeline.run_pipeline` pass through by name (``**options``).
@@ -258,7 +261,7 @@ class Trainer:
         semantics: Sequence[str] | None = None,
         force: bool = False,
         verdict_pairs: int = VERDICT_PAIRS,
-        hints: Sequence[bool] | None = None,
+        hints: Sequence[bool | str | None] | None = None,
     ):
         self.config = config
         self.graphs = list(graphs)
@@ -281,7 +284,7 @@ class Trainer:
         sems = self.semantics or [config.semantics] * len(self.graphs)
         if hints is not None and len(hints) != len(self.graphs):
             raise ConfigError(f"{len(hints)} hints for {len(self.graphs)} graphs")
-        hints = [True] * len(self.graphs) if hints is None else [bool(h) for h in hints]
+        hints = [True] * len(self.graphs) if hints is None else [hint_name(h) for h in hints]
         self.contexts = [
             GraphContext.for_policy(g, c, self.policy.config, sem, h)
             for g, c, sem, h in zip(self.graphs, self.clusters, sems, hints)
@@ -365,6 +368,19 @@ class Trainer:
 
             return [
                 PlacementRuleLabeller(clustering_devices(ctx.graph, ctx.cost)[0])
+                for ctx in self.contexts
+            ]
+        if labels == "hint":
+            from ..placers.clustering import PlacementRuleLabeller, clustering_devices
+
+            return [
+                PlacementRuleLabeller(
+                    ctx.features.extra[5]  # the hinted heuristic's devices
+                    if ctx.hint is not None
+                    and ctx.features.extra[5].size
+                    and bool((ctx.features.extra[5] >= 0).all())
+                    else clustering_devices(ctx.graph, ctx.cost)[0]
+                )
                 for ctx in self.contexts
             ]
         return [None] * len(self.graphs)

@@ -187,12 +187,36 @@ def write_readme(dest: str | Path) -> Path:
                 f"; {r['memory_share']:g} of the tasks memory-bound (each device holding 1.25-2x "
                 "the graph's tensors over the device count)"
             )
-        if r.get("hint_free"):
+        if r.get("hints"):
+            pool += (
+                f"; each task once with the devices of each of {', '.join(r['hints'])} as a "
+                "feature and once without, so that the policy also places without them "
+                f"(`--hints {','.join(r['hints'])}`; the `doppler` placer draws a group of "
+                "rollouts with each and one without)"
+            )
+        elif r.get("hint_free"):
             pool += (
                 "; each task twice, with and without the clustering's devices as a feature, so "
                 "that the policy also places without them (`--hint-free`; the `doppler` placer "
                 "draws half its samples each way)"
             )
+        if not any(e.values()) and r.get("init"):  # shipped as it was, placing otherwise
+            hints = r.get("hints") or ["clustering"]
+            lines += [
+                "",
+                f"## {name}: one policy for any graph and cluster",
+                "",
+                f"The weights of `{r['init']}`, unchanged (no episode), placing with the devices "
+                f"of {' and of '.join(f'the {h} placer' for h in hints)} as hints: the `doppler` "
+                f"placer draws a group of rollouts with each hint and one without (where a "
+                "memory cap can bind, the partition's hint is left out), "
+                f"{r['size_bytes'] / 1e6:.2f} MB. Not the default: `--placer doppler "
+                f"--checkpoint {name}` uses it; `--placer doppler:hints={'+'.join(hints)}` "
+                f"places so with any `doppler12` policy.",
+                "",
+                f"Reproduce: `{r['command']} --ship {dest}`.",
+            ]
+            continue
         lines += [
             "",
             f"## {name}: one policy for any graph and cluster",

@@ -15,7 +15,7 @@ STAGES: tuple[str, ...] = ("imitation", "sim", "real")
 LR_SCHEDULES: tuple[str, ...] = ("constant", "linear", "cosine")
 BASELINES: tuple[str, ...] = ("batch", "ema", "mean")
 ADVANTAGES: tuple[str, ...] = ("relative", "raw", "std", "rank", "elite")
-PLC_LABELS: tuple[str, ...] = ("cp", "cp-rollout", "cluster", "clustering")
+PLC_LABELS: tuple[str, ...] = ("cp", "cp-rollout", "cluster", "clustering", "hint")
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,9 @@ class TrainConfig:
             (the device of the largest share of the op's placed clustering mates, else CP's,
             :class:`~doppler_lab.placers.clustering.ClusterLabeller`) or ``clustering`` (the
             whole clustering placer's device of the op,
-            :class:`~doppler_lab.placers.clustering.PlacementRuleLabeller`).
+            :class:`~doppler_lab.placers.clustering.PlacementRuleLabeller`) or ``hint`` (the
+            device of the heuristic the graph's context is hinted with, the clustering's where
+            it has none: ``train-general --hints``).
         label_fraction: the share of visited states ``cp-rollout`` labels (the rest get no PLC
             label).
         grad_clip: max gradient norm per optimiser (0: off).

@@ -663,9 +663,8 @@ def tidy_by_unit(
         given = {**dict(units or {}), **{c: unit for c in columns}}
         shown = [c for c in show if c in part.columns] if show is not None else None
         name = UNIT_NAMES.get(unit, unit)
-        tables.append(
-            tidy(part, units=given, caption=caption.format(unit=name), show=shown, **kwargs)
-        )
+        cap = caption.format(unit=name) if unit is not None else summary_caption
+        tables.append(tidy(part, units=given, caption=cap, show=shown, **kwargs))
     return Tables(tables)
 
 

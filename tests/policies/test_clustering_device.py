@@ -159,6 +159,6 @@ def test_hint_free_training_needs_the_layout_and_one_hint_per_graph(small_graph,
     with pytest.raises(ConfigError, match="1 hints for 2 graphs"):
         Trainer(cfg, [small_graph] * 2, make_cluster("p100x4"), pcfg, progress=False, hints=[1])
     tr = Trainer(cfg, [small_graph] * 2, make_cluster("p100x4"), pcfg, progress=False, hints=[1, 0])
-    assert [c.hint for c in tr.contexts] == [True, False]
+    assert [c.hint for c in tr.contexts] == ["clustering", None]
     with pytest.raises(ConfigError, match="expected doppler12"):
         train_general(tmp_path, GeneralRecipe(tasks=2, layout="doppler10", hint_free=True))

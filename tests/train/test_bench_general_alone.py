@@ -64,7 +64,11 @@ def test_tiny_run_writes_every_checkpoint_and_the_targets(tmp_path, monkeypatch)
     assert [m["checkpoint"] for m in made] == ["doppler/general", "doppler/general-v1"]
     assert all(m["placements"] == 1 for m in made)
     assert all(m["won by"].split()[0] in ("greedy", "sample") for m in made)
-    assert (tmp_path / "out" / "general-alone.md").exists()
+    assert all(m["the partition's placement"] in (0, 1) for m in made)
+    md = (tmp_path / "out" / "general-alone.md").read_text()
+    # every makespan column in the rows' unit, named in its header; the summary row apart
+    assert "| etf (ms) |" in md and "| doppler/general (ms) |" in md
+    assert "Makespans in None" not in md and "Summary rows." in md
 
 
 def test_also_is_refused_by_bench_general():

@@ -87,11 +87,14 @@ def write_report(
     summary: dict[str, Any] | None = None,
     notes: Sequence[str] = (),
     command: str = "",
+    makespans: dict[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     """Write ``<out_dir>/<name>.json`` and ``<name>.md``; returns the JSON record.
 
     ``tables`` maps a section title to (rows, columns): the columns shown, in order (default:
     every key of the rows); they are kept in the record (``columns``) for :func:`rewrite_page`.
+    ``makespans``: per section, makespan columns besides :data:`MAKESPAN_COLUMNS` (e.g. one per
+    checkpoint), shown in their rows' unit like those (kept as ``makespan_columns``).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -107,6 +110,8 @@ def write_report(
         "columns": {k: list(cols) for k, (_, cols) in tables.items() if cols is not None},
         "notes": list(notes),
     }
+    if makespans:
+        record["makespan_columns"] = {k: list(v) for k, v in makespans.items()}
     write_json(out / f"{name}.json", record)
     atomic_write(out / f"{name}.md", render_markdown(to_jsonable(record)))
     return record
@@ -199,6 +204,7 @@ def _turned_note(text: str) -> str:
 def bench_tables(
     rows: Sequence[Mapping[str, Any]] | Any,
     columns: Sequence[str] | None = None,
+    extra_makespans: Sequence[str] = (),
     **kwargs: Any,
 ) -> Any:
     """A benchmark table for people (:class:`~doppler_lab.viz.tables.Tables`): one table per
@@ -206,14 +212,14 @@ def bench_tables(
     each column has one unit and its header names it; rows without makespans (summary rows)
     in a table of their own. ``rows``: dicts or a DataFrame; ``columns``: which, in order
     (default: every key); ``kwargs``: passed on to :func:`~doppler_lab.viz.tables.tidy_by_unit`
-    (``show``, ``units``, ``caption``...).
+    (``show``, ``units``, ``caption``...); ``extra_makespans``: makespan columns besides those.
     """
 
     if isinstance(rows, pd.DataFrame):
         rows = [{k: v for k, v in r.items() if not _missing(v)} for r in rows.to_dict("records")]
     cols = list(columns) if columns else list(dict.fromkeys(k for r in rows for k in r))
     have = {k for r in rows for k in r}
-    makespans = [c for c in cols if c in MAKESPAN_COLUMNS and c in have]
+    makespans = [c for c in cols if (c in MAKESPAN_COLUMNS or c in extra_makespans) and c in have]
     cols = [c for c in cols if c != "unit"]
     if not makespans or not rows:
         frame = pd.DataFrame(list(rows)).reindex(columns=cols)
@@ -229,17 +235,23 @@ def _missing(v: Any) -> bool:
     return not isinstance(v, list | dict | tuple) and is_missing(v)
 
 
-def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None) -> str:
+def _table(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None, extra: Sequence[str] = ()
+) -> str:
 
     if not rows:
         return "(no rows)\n"
     rows = _public_cells(rows)
-    if not any(c in MAKESPAN_COLUMNS for r in rows for c in r):
+    if not any(c in MAKESPAN_COLUMNS or c in extra for r in rows for c in r):
         return markdown_table(rows, columns)
     if all(row_time_unit(r) is None for r in rows):  # no graph's rows: no unit to split by
         return markdown_table(rows, columns)  # (e.g. makespans over one device's, per case)
     tables = bench_tables(
-        rows, columns, caption="Makespans in {unit}.", summary_caption="Summary rows."
+        rows,
+        columns,
+        extra,
+        caption="Makespans in {unit}.",
+        summary_caption="Summary rows.",
     )
     if len(tables) == 1 and row_time_unit(rows[0]) is not None:
         return tables.tables[0].to_markdown()
@@ -271,7 +283,8 @@ def render_markdown(record: Mapping[str, Any]) -> str:
         md += ["## Summary", "", markdown_table(rows), ""]
     for section, rows in tables.items():
         md += [f"## {public_text(section)}", "", f"Code version `{version}`.", ""]
-        md += [_table(rows, columns.get(section)), ""]
+        extra = (record.get("makespan_columns") or {}).get(section, ())
+        md += [_table(rows, columns.get(section), extra), ""]
     notes = list(record.get("notes") or [])
     if record.get("signs") != SIGNS:
         notes = [_turned_note(n) for n in notes]

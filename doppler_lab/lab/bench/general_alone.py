@@ -35,7 +35,7 @@ from ...house.stats import paired_stats
 from ...placers import get_placer, place
 from ...placers.clustering import CLUSTER_MAX_OPS, clustering_devices
 from ...placers.placer_base import make_rng
-from ...policies.pretrained import GENERAL_HINT_CHECKPOINT
+from ...policies.pretrained import GENERAL_HINT_CHECKPOINT, GENERAL_HINTS_CHECKPOINT
 from ...timing.cost_model import CostModel
 from ...timing.sim import Simulator
 from ...train.general_policy import GENERAL_CHECKPOINT, Task
@@ -65,6 +65,7 @@ SHIPPED_GENERAL: tuple[str, ...] = (
     "doppler/general-v1",
     "doppler/general-memory",
     GENERAL_HINT_CHECKPOINT,
+    GENERAL_HINTS_CHECKPOINT,
 )
 
 
@@ -105,11 +106,14 @@ def policy_case(cfg: GeneralBenchConfig, task: Task, checkpoint: str, root: str)
     makespan per seed, with what produced each seed's placement (``sources``: the winning
     rollout's kind, e.g. ``greedy``, ``sample``, ``greedy without the clustering hint``) and
     whether it is the clustering placer's placement, node for node (``is_clustering``; None
-    where the clustering does not run) (cached)."""
+    where the clustering does not run), or the partition placer's (``is_partition``, the
+    placement of the bench's ``partition`` column) (cached)."""
 
     digest = checkpoint_digest(checkpoint)
     seeds = list(cfg.seed_range)
-    key = versioned_key("alone-policy", task.to_dict(), digest, seeds, cfg.samples, "sources")
+    key = versioned_key(
+        "alone-policy", task.to_dict(), digest, seeds, cfg.samples, "sources", "partition"
+    )
     where = Path(root) / "alone" / "policy" / slug(task.name) / key / "result.json"
 
     def compute() -> dict[str, Any]:
@@ -127,7 +131,11 @@ def policy_case(cfg: GeneralBenchConfig, task: Task, checkpoint: str, root: str)
         clus = None
         if comp.size <= CLUSTER_MAX_OPS:
             clus = clustering_devices(graph, CostModel(graph, cluster))[0][comp]
-        spans, sources, same = [], [], []
+        try:
+            part = place("partition", graph, cluster, seed=0).device[comp]
+        except PlacementError:
+            part = None
+        spans, sources, same, same_part = [], [], [], []
         with torch_threads(1):
             for s in seeds:
                 try:
@@ -136,13 +144,17 @@ def policy_case(cfg: GeneralBenchConfig, task: Task, checkpoint: str, root: str)
                     spans.append(math.nan)
                     sources.append("unplaced")
                     same.append(None)
+                    same_part.append(None)
                     continue
                 spans.append(float(sim.makespan(p)))
                 sources.append(str(p.meta.get("source", "")))
                 same.append(None if clus is None else bool(np.array_equal(p.device[comp], clus)))
+                same_part.append(
+                    None if part is None else bool(np.array_equal(p.device[comp], part))
+                )
         return {
             "task": task.name, "checkpoint": checkpoint, "digest": digest, "policy": spans,
-            "sources": sources, "is_clustering": same,
+            "sources": sources, "is_clustering": same, "is_partition": same_part,
         }  # fmt: skip
 
     return cached_case(where, compute)
@@ -152,22 +164,27 @@ def attribution_rows(
     names: Sequence[str], pol: dict[str, Sequence[dict[str, Any]]]
 ) -> list[dict[str, Any]]:
     """Per checkpoint, what produced the policy alone's placements over every task and seed:
-    the count won by each kind of rollout, and how many are the clustering's placement node for
-    node (a policy that reads the clustering's device can copy it: that is no win of its own)."""
+    the count won by each kind of rollout, and how many are the clustering's or the partition's
+    placement node for node (a policy that reads a heuristic's devices can copy them: that is no
+    win of its own)."""
     out = []
     for n in names:
         count: dict[str, int] = {}
-        same = total = 0
+        same = same_part = total = 0
         for case in pol[n]:
-            for src, eq in zip(case.get("sources", []), case.get("is_clustering", [])):
+            srcs = case.get("sources", [])
+            parts = case.get("is_partition") or [None] * len(srcs)
+            for src, eq, eq_part in zip(srcs, case.get("is_clustering", []), parts):
                 count[src] = count.get(src, 0) + 1
                 total += 1
                 same += bool(eq)
+                same_part += bool(eq_part) and not eq
         out.append(
             {
                 "checkpoint": n,
                 "placements": total,
                 "the clustering's placement": same,
+                "the partition's placement": same_part,
                 "won by": ", ".join(
                     f"{k} {v}" for k, v in sorted(count.items(), key=lambda kv: -kv[1])
                 ),
@@ -372,7 +389,13 @@ def run(
             "Policy alone vs the heuristics and their per-case best": (rows, columns),
             "What produced the policy alone's placements (every task and seed)": (
                 attribution,
-                ["checkpoint", "placements", "the clustering's placement", "won by"],
+                [
+                    "checkpoint",
+                    "placements",
+                    "the clustering's placement",
+                    "the partition's placement",
+                    "won by",
+                ],
             ),
             "Paired by case against the shipped default (else the judged policy)": (
                 paired,
@@ -403,4 +426,5 @@ def run(
             *(f"Checkpoint {n}: {checkpoint_digest(n)}" for n in names),
         ],
         command="doppler-lab bench general-alone",
+        makespans={"Policy alone vs the heuristics and their per-case best": ["etf", *names]},
     )
