@@ -219,3 +219,27 @@ def test_page_12_credits_what_produced_the_best_and_shows_the_policy_alone() -> 
         "The best placer is doppler at 800 us (its placements from the proposal clustering)" in text
     )
     assert "The policy alone (doppler:proposals=none" in text and "10.0% below cp's" in text
+
+
+def test_a_missed_speed_target_does_not_decide_the_generalization_claim():
+    """Page 13: the ms-per-graph target is timed on the machine that builds the page; the claim
+    about placements is judged on the placement targets alone."""
+    from doppler_lab.lab.reporting.findings import generalization
+
+    def summary(quality_ok: bool, speed_ok: bool) -> dict:
+        return {
+            "tasks": ["a", "b"],
+            "targets": [
+                {"target": "zero-shot: geometric mean below CP", "value": 0.2,
+                 "threshold": ">= 15%", "passed": quality_ok},
+                {"target": "zero-shot: ms per graph of 200-320 nodes (slowest, one core)",
+                 "value": 150.0, "threshold": "<= 100", "passed": speed_ok},
+            ],
+        }  # fmt: skip
+
+    text = generalization(summary(True, False)).text
+    assert "1 of 2 targets met, 1 missed" in text and "Missed: zero-shot: ms per graph" in text
+    assert "does not decide the claim" in text and "This is consistent with the claim" in text
+    text = generalization(summary(False, True)).text
+    assert "does not decide" not in text and "This does not support the claim" in text
+    assert "This is consistent" in generalization(summary(True, True)).text
