@@ -981,6 +981,11 @@ def byom(s: Mapping[str, Any]) -> Findings:
     return Findings(head, " ".join(text))
 
 
+def _timed(target: Mapping[str, Any]) -> bool:
+    """Whether a target of page 13 is a speed target (ms per graph, timed on the machine)."""
+    return " ms " in f" {target['target']} "
+
+
 def generalization(s: Mapping[str, Any]) -> Findings:
     targets = s.get("targets") or []
     head = []
@@ -988,11 +993,12 @@ def generalization(s: Mapping[str, Any]) -> Findings:
         value, unit = t.get("value"), None
         if isinstance(value, float) and "%" in str(t.get("threshold")):
             unit = "%"
-        elif isinstance(value, float) and " ms " in f" {t['target']} ":
+        elif isinstance(value, float) and _timed(t):
             unit = "ms"
         head.append(_h(t["target"], value, unit, t.get("passed"), str(t.get("threshold"))))
     met = sum(t.get("passed") is True for t in targets)
     missed = [t["target"] for t in targets if t.get("passed") is False]
+    placement = [t for t in targets if not _timed(t)]  # what the claim is judged on
     unknown = sum(t.get("passed") is None for t in targets)
     zero = [r for r in s.get("zero_shot") or [] if r.get("task") == "geometric mean"]
     text = [
@@ -1007,19 +1013,15 @@ def generalization(s: Mapping[str, Any]) -> Findings:
             f"Zero-shot, its placements are {_below(z['vs_cp'])} CP's makespan in geometric mean "
             f"(the policy's rollouts alone: {_below(z['policy_vs_cp'])})."
         )
-    # a speed target (ms per graph) is timed on this machine: reported, not a verdict on quality
-    timed = [m for m in missed if " ms " in f" {m} "]
     if missed:
         text.append("Missed: " + "; ".join(missed) + ".")
-    if timed:
+    if any(_timed(t) and t.get("passed") is False for t in targets):
         text.append(
             "A speed target is timed on the machine that built the page (its load and speed "
             "move it), so it does not decide the claim about placements."
         )
-    judged = [t for t in targets if " ms " not in f" {t['target']} "]
-    quality_missed = [m for m in missed if m not in timed]
-    met_quality = sum(t.get("passed") is True for t in judged)
-    holds = None if met_quality + len(quality_missed) == 0 else not quality_missed
+    judged = [t.get("passed") for t in placement if t.get("passed") is not None]
+    holds = all(judged) if judged else None
     text.append(
         _verdict(
             holds,
