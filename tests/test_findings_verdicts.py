@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from doppler_lab.lab.reporting.findings import page_findings
+from doppler_lab.lab.reporting.claims import claim_rows
+from doppler_lab.lab.reporting.findings import (
+    SEEDED_STAGE_VERDICTS,
+    STAGE3_ONE_POLICY,
+    page_findings,
+)
+
+
+def _verdicts(f) -> dict:
+    return {h["label"]: h["value"] for h in f.headline}
 
 
 def _stage3_summary(shift: float) -> dict:
@@ -25,8 +34,11 @@ def _stage3_summary(shift: float) -> dict:
 def test_page_06_judges_stage3_by_paired_rounds(shift: float, word: str) -> None:
     f = page_findings("06", _stage3_summary(shift))
     assert f.headline[-1]["value"] == word
+    assert f.headline[-1]["label"] == STAGE3_ONE_POLICY
     verb = "is inconclusive on" if word == "inconclusive" else word
     assert f"this {verb} the claim that Stage III on the real system improves" in f.text
+    # one trained policy: the page says what its interval does not hold
+    assert "not how differently Stage III trains from one seed to the next" in f.text
 
 
 def test_page_06_without_paired_runs_cannot_say() -> None:
@@ -59,9 +71,33 @@ def test_page_08_judges_the_full_pipeline_against_each_subset_by_seed(
     gaps: dict, seeds: int, word: str
 ) -> None:
     f = page_findings("08", _stages_summary(gaps, seeds))
-    assert f.headline[-1]["value"] == word
+    assert _verdicts(f)["I+II+III against its subsets (95% intervals)"] == word
     assert "Paired by seed" in f.text and f"{seeds} seeds" in f.text
     assert ("a verdict needs 5 or more seeds" in f.text) == (seeds < 5)
+
+
+@pytest.mark.parametrize(
+    ("gap", "word"), [(0.003, "supports"), (-0.003, "contradicts"), (0.0, "inconclusive")]
+)
+def test_the_claims_table_judges_stage3_over_seeds_not_one_trained_policy(gap, word) -> None:
+    """Stage III's gain over the policy it starts from (the claim "sim-to-real") and the real
+    system alone ("real-alone") are judged on page 08 by training seed, each under its claim's
+    key; page 06's verdict (one trained policy, measuring rounds) is shown beside, not taken."""
+    eight = page_findings("08", _stages_summary({"I+II": gap, "III": -gap}, 8))
+    label, key = SEEDED_STAGE_VERDICTS["I+II"]
+    assert _verdicts(eight)[label] == word
+    assert next(h for h in eight.headline if h["label"] == label)["claim"] == key == "sim-to-real"
+    other = {"supports": "contradicts", "contradicts": "supports"}.get(word, word)
+    assert _verdicts(eight)[SEEDED_STAGE_VERDICTS["III"][0]] == other
+    six = page_findings("06", _stage3_summary(0.002))  # one policy: supports by rounds
+    assert _verdicts(six)[STAGE3_ONE_POLICY] == "supports"
+    rows = {r["key"]: r for r in claim_rows({"06": six.headline, "08": eight.headline})}
+    assert (rows["sim-to-real"]["page"], rows["sim-to-real"]["verdict"]) == ("08", word)
+    assert f"page 06, {STAGE3_ONE_POLICY}: supports" in rows["sim-to-real"]["numbers"]
+    assert (rows["real-alone"]["page"], rows["real-alone"]["verdict"]) == ("08", other)
+    # without page 08 the claim is not tested, whatever page 06 says
+    alone = {r["key"]: r for r in claim_rows({"06": six.headline})}["sim-to-real"]
+    assert alone["verdict"] == "not tested"
 
 
 def test_transfer_is_judged_by_the_policy_fine_tuning_ends_with():

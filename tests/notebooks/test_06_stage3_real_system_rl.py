@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import math
 
+from doppler_lab.lab.reporting.findings import STAGE3_ONE_POLICY
+
 TINY = dict(
     workload="chainmm:matrices=3",
     scale=0.02,
@@ -61,5 +63,5 @@ def test_stage3_real_system_rl(run_notebook):
     runs = s["measured_runs"]
     assert len(runs["stage II"]) == len(runs["stage III"]) == 2
     verdict = {h["label"]: h["value"] for h in s["headline"]}
-    assert verdict["stage III against stage II (95% interval)"] == "inconclusive"  # 2 pairs
+    assert verdict[STAGE3_ONE_POLICY] == "inconclusive"  # 2 pairs
     assert "paired by measuring round" in s["findings"]
