@@ -532,3 +532,46 @@ def test_pages_built_from_an_older_version_say_so(notebooks, tmp_path, monkeypat
         from doppler_lab.lab.reporting.site import refresh_site
 
         refresh_site(tmp_path / "none")
+
+
+@pytest.mark.parametrize("same_text", [True, False])
+def test_refresh_draws_kept_headlines_anew_from_their_summaries(tmp_path, same_text):
+    """Findings code reads a page's numbers and makes none (it is outside the code version):
+    a kept page's headline is drawn anew from its ``summary.json`` (here: the numbers behind
+    page 06's verdict, which an older build did not write), but only where the paragraph it
+    draws is the one the page shows."""
+    from doppler_lab.lab.reporting.findings import STAGE3_ONE_POLICY, page_findings
+    from doppler_lab.lab.reporting.site import refresh_site
+
+    base = [0.030, 0.031, 0.029, 0.032, 0.030, 0.031]
+    summary = {
+        "parallel_capacity": 1.9,
+        "devices": 2,
+        "measured_runs": {"stage II": base, "stage III": [x - 0.002 for x in base]},
+    }
+    found = page_findings("06", summary)
+    old = [{k: v for k, v in h.items() if k != "detail"} for h in found.headline]
+    text = found.text if same_text else found.text + " An older sentence."
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    stem = "06_stage3_real_system_rl"
+    doc = {**summary, "headline": old, "findings": text}
+    _notebook(folder, stem, f"import json\nsummary = json.loads({json.dumps(json.dumps(doc))})")
+    nb = nbformat.read(str(folder / f"{stem}.ipynb"), as_version=4)
+    nb.cells[-1].source = "write_summary(out_dir, summary)"
+    nbformat.write(nb, str(folder / f"{stem}.ipynb"))
+    out = tmp_path / "site"
+    build_site(out, notebooks_dir=folder, progress=False)
+    verdict = {h["label"]: h for h in read_site(out)[0].headline}[STAGE3_ONE_POLICY]
+    assert verdict["value"] == "supports" and "detail" not in verdict  # as the page wrote it
+    refresh_site(out, folder)
+    kept = {h["label"]: h for h in read_site(out)[0].headline}[STAGE3_ONE_POLICY]
+    written = json.loads((out / stem / "summary.json").read_text())
+    if same_text:
+        assert kept["detail"].startswith("2 ms, 95% interval") and kept["detail"].endswith(
+            "6 pairs"
+        )
+        assert written["headline"] == read_site(out)[0].headline and written["findings"] == text
+        assert "6 pairs" in (out / "index.html").read_text()  # the claims table's numbers
+    else:  # the page would now read differently: it keeps what it ran with
+        assert "detail" not in kept and written["headline"] == old

@@ -132,6 +132,13 @@ def _label(h: Mapping[str, Any]) -> str:
     return str(h.get("label", "")).lower()
 
 
+def _with_detail(h: Mapping[str, Any], verdict: bool = False) -> str:
+    """A verdict's label with the numbers behind it (its ``detail``: mean, interval, pairs),
+    and its verdict after a colon with ``verdict``."""
+    text = str(h["label"]) + (f": {h['value']}" if verdict else "")
+    return f"{text} ({h['detail']})" if h.get("detail") else text
+
+
 def _names(label: str, words: Sequence[str]) -> bool:
     """Whether ``label`` has one of ``words`` at the start of a word (``iii:`` is not in
     ``i+ii+iii:``)."""
@@ -182,13 +189,13 @@ def claim_rows(
         else:
             verdict = str(found["value"])
             also = [
-                f"{h['label']}: {h['value']}"
+                _with_detail(h, verdict=True)
                 for h in head
                 if h is not found and h.get("value") in VERDICTS and _names(_label(h), c.also)
             ]
-            numbers = "; ".join(x for x in (str(found["label"]), *also, numbers) if x)
+            numbers = "; ".join(x for x in (_with_detail(found), *also, numbers) if x)
         beside = [
-            f"page {p}, {h['label']}: {h['value']}"
+            f"page {p}, {_with_detail(h, verdict=True)}"
             for p in c.elsewhere
             if p in headlines and (h := judged(c, headlines[p])) is not None
         ]

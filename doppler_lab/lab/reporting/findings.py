@@ -97,6 +97,8 @@ class Findings:
 def headline_text(h: Mapping[str, Any]) -> str:
     """A headline's value with its unit, and its target's verdict: ``12.3 % (target met)``."""
     text = format_value(h.get("value"), h.get("unit")) or "not measured"
+    if h.get("detail"):
+        text += f" ({h['detail']})"
     if h.get("target") is not None:
         passed = h.get("passed")
         verdict = "not judged" if passed is None else "met" if passed else "missed"
@@ -115,11 +117,29 @@ def _h(
     passed: bool | None = None,
     target: str | None = None,
     claim: str | None = None,
+    detail: str | None = None,
 ) -> dict:
     """A headline result; ``claim``: the key of the paper's claim whose verdict it holds
-    (:data:`~doppler_lab.lab.reporting.claims.CLAIMS`, the index's claims table)."""
+    (:data:`~doppler_lab.lab.reporting.claims.CLAIMS`, the index's claims table);
+    ``detail``: the numbers behind a verdict (:func:`interval_detail`)."""
     out = {"label": label, "value": value, "unit": unit, "target": target, "passed": passed}
+    if detail:
+        out["detail"] = detail
     return out if claim is None else {**out, "claim": claim}
+
+
+def interval_detail(st: PairedStats, unit: str | None = None) -> str:
+    """The numbers behind a verdict: the mean paired difference, its 95% interval and the
+    number of pairs, ``-217 us, 95% interval -491 us to 146 us, 8 pairs``."""
+    return (
+        f"{format_value(st.mean, unit)}, {st.confidence:.0%} interval "
+        f"{format_value(st.low, unit)} to {format_value(st.high, unit)}, {st.n} pairs"
+    )
+
+
+def _parts_detail(parts: Mapping[str, str]) -> str:
+    """A combined verdict's numbers: each part's :func:`interval_detail`, named."""
+    return "; ".join(f"{name}: {detail}" for name, detail in parts.items())
 
 
 # -- phrasing ------------------------------------------------------------------------------------
@@ -387,7 +407,8 @@ def _learned_placers(learned: Mapping[str, Any]) -> tuple[list[dict], list[str]]
             continue
         graphs = len({r["graph"] for r in runs if r.get("method") == other})
         st, sentence = judge(d, f"DOPPLER places better than {other.upper()}", unit="%")
-        head.append(_h(f"doppler against {other} (95% interval)", st.verdict))
+        detail = interval_detail(st, "%")
+        head.append(_h(f"doppler against {other} (95% interval)", st.verdict, detail=detail))
         text.append(
             f"Trained with the same budget on {graphs} of the paper's graphs, {other.upper()}'s "
             "makespan minus DOPPLER's, as a fraction of its own, paired by graph and seed: "
@@ -397,8 +418,12 @@ def _learned_placers(learned: Mapping[str, Any]) -> tuple[list[dict], list[str]]
     if words:
         word = combined_verdict(words)
         # the index's claims table takes this verdict for the paper's claim "baselines"
-        both = " and ".join(h["label"].split(" against ")[1].split(" (")[0] for h in head)
-        head.append({**_h(f"doppler beats {both} (95% intervals)", word), "claim": "baselines"})
+        names = [h["label"].split(" against ")[1].split(" (")[0] for h in head]
+        detail = _parts_detail({n: h["detail"] for n, h in zip(names, head)})
+        head.append(
+            _h(f"doppler beats {' and '.join(names)} (95% intervals)", word, claim="baselines",
+               detail=detail)
+        )  # fmt: skip
         text.append(
             f"Together (supported only when DOPPLER beats each), the runs {_VERB_PLURAL[word]} "
             "the claim that DOPPLER places better than the other learned placers."
@@ -513,7 +538,9 @@ def stage3(s: Mapping[str, Any]) -> Findings:
     if "stage II" in runs and "stage III" in runs:
         before, after = (np.asarray(runs[k], dtype=np.float64) for k in ("stage II", "stage III"))
         st, sentence = judge(before - after, claim, unit="s", seed=int(s.get("seed") or 0))
-        head.append(_h(STAGE3_ONE_POLICY, st.verdict, claim="sim-to-real"))
+        head.append(
+            _h(STAGE3_ONE_POLICY, st.verdict, claim="sim-to-real", detail=interval_detail(st, "s"))
+        )
         text.append(
             f"Stage II minus Stage III, paired by measuring round: {sentence[0].lower()}{sentence[1:]}"
             " This judges one trained policy: its interval holds the noise of the measurements, "
@@ -545,10 +572,25 @@ def _dual_against(
         if d.size == 0:
             continue
         st, sentence = judge(d, claim(names[other]), unit="%")
-        head.append(_h(f"{prefix}dual policy against {names[other]} (95% interval)", st.verdict))
+        head.append(
+            _h(f"{prefix}dual policy against {names[other]} (95% interval)", st.verdict,
+               detail=interval_detail(st, "%"))
+        )  # fmt: skip
         text.append(f"{lead(names[other])}{sentence[0].lower()}{sentence[1:]}")
         verdicts[other] = st.verdict
     return verdicts
+
+
+def _halves_detail(head: Sequence[Mapping[str, Any]], prefix: str, names: Mapping[str, str]) -> str:
+    """The dual policy's numbers against its two halves, from their headline verdicts."""
+    by = {h["label"]: h.get("detail") for h in head}
+    return _parts_detail(
+        {
+            names[o]: by[label]
+            for o in ("sel-only", "plc-only")
+            if by.get(label := f"{prefix}dual policy against {names[o]} (95% interval)")
+        }
+    )
 
 
 def dual_policy(s: Mapping[str, Any]) -> Findings:
@@ -589,7 +631,10 @@ def dual_policy(s: Mapping[str, Any]) -> Findings:
     else:
         word = combined_verdict(verdicts) if len(verdicts) == 2 else "inconclusive"
         # the index's claims table takes this verdict for the paper's claim "dual"
-        head.append({**_h("dual policy beats both halves (95% intervals)", word), "claim": "dual"})
+        head.append(
+            _h("dual policy beats both halves (95% intervals)", word, claim="dual",
+               detail=_halves_detail(head, "", names))
+        )  # fmt: skip
         text.append(
             f"Together (supported only when it beats both halves), the runs {_VERB_PLURAL[word]} the claim "
             f"that {claim}."
@@ -615,7 +660,10 @@ def dual_policy(s: Mapping[str, Any]) -> Findings:
         )
         if len(words) == 2:
             word = combined_verdict(words)
-            head.append(_h("best learner: dual policy beats both halves (95% intervals)", word))
+            head.append(
+                _h("best learner: dual policy beats both halves (95% intervals)", word,
+                   detail=_halves_detail(head, "best learner: ", names))
+            )  # fmt: skip
             text.append(
                 f"Together, with the best learner, the runs {_VERB_PLURAL[word]} the claim that "
                 f"{claim}."
@@ -677,6 +725,7 @@ def _subsets_verdict(
     the real system alone slower to train)."""
     claim = "I+II+III beats its subsets"
     seeded: list[dict] = []
+    details: dict[str, str] = {}
     by = {(r.get("variant"), r.get("seed")): r.get("measured") for r in runs}
     full = {seed: x for (v, seed), x in by.items() if v == "I+II+III" and not is_missing(x)}
     words, parts = [], []
@@ -689,9 +738,10 @@ def _subsets_verdict(
         diff = np.array([by[(v, k)] - full[k] for k in seeds], dtype=np.float64)
         st, _ = judge(diff, claim, unit="s")
         words.append(st.verdict)
+        details[f"{v} minus I+II+III"] = interval_detail(st, "s")
         if v in SEEDED_STAGE_VERDICTS:  # I+II: Stage III's gain; III: the real system alone
             label, key = SEEDED_STAGE_VERDICTS[v]
-            seeded.append(_h(label, st.verdict, claim=key))
+            seeded.append(_h(label, st.verdict, claim=key, detail=details[f"{v} minus I+II+III"]))
         parts.append(
             f"{v} minus I+II+III {format_value(st.mean, 's')} "
             f"({format_value(st.low, 's')} to {format_value(st.high, 's')}, {st.n} seeds): "
@@ -700,7 +750,9 @@ def _subsets_verdict(
     if not words:
         return _verdict(None, claim)
     word = combined_verdict(words)
-    head.append(_h("I+II+III against its subsets (95% intervals)", word))
+    head.append(
+        _h("I+II+III against its subsets (95% intervals)", word, detail=_parts_detail(details))
+    )
     head.extend(seeded)
     few = (
         f" (a verdict needs {MIN_PAIRS} or more seeds)"
@@ -775,8 +827,10 @@ def transfer(s: Mapping[str, Any]) -> Findings:
         )
         st, sentence = judge(d, claim, unit="%")
         # the index's claims table takes this verdict for the paper's claim "transfer"
-        verdict = _h("fine-tuned against scratch (95% interval)", st.verdict)
-        head.append({**verdict, "claim": "transfer"})
+        head.append(
+            _h("fine-tuned against scratch (95% interval)", st.verdict, claim="transfer",
+               detail=interval_detail(st, "%"))
+        )  # fmt: skip
         text.append(
             "Scratch's makespan minus the fine-tuned policy's, as a fraction of scratch's, "
             f"paired by case and seed: {sentence[0].lower()}{sentence[1:]}"
@@ -859,7 +913,7 @@ def scalability(s: Mapping[str, Any]) -> Findings:
             f"the largest size takes {format_value(k.get('doppler inference ms (largest)'), 'ms')}."
         )
     claim = f"DOPPLER's time per episode grows at most as nodes^{LINEAR_EXPONENT}"
-    words, parts, steps = [], [], []
+    words, parts, steps, details = [], [], [], {}
     for what in ("inference", "train"):
         start = d.get(f"{what}_fit_from_nodes")
         slopes = [] if start is None or not rows else _local_exponents(rows, what, start)
@@ -871,11 +925,15 @@ def scalability(s: Mapping[str, Any]) -> Findings:
                 f"{what}, {st.n} steps: {LINEAR_EXPONENT} minus the local exponent "
                 f"{st.mean:.2f} ({st.low:.2f} to {st.high:.2f}): {st.verdict}"
             )
+            details[what] = (
+                f"{LINEAR_EXPONENT} minus the local exponent {st.mean:.2f}, "
+                f"{st.confidence:.0%} interval {st.low:.2f} to {st.high:.2f}, {st.n} steps"
+            )
     if words:
         word = combined_verdict(words)
         head.append(
             _h("linear scaling: local exponents against the bound (95% intervals)", word,
-               claim="linear")
+               claim="linear", detail=_parts_detail(details))
         )  # fmt: skip
         few = f" (a verdict needs {MIN_PAIRS} or more)" if min(steps) < MIN_PAIRS else ""
         text.append(
@@ -898,7 +956,9 @@ def scalability(s: Mapping[str, Any]) -> Findings:
         st, sentence = judge(np.log(sps), f"DOPPLER's inference episode is faster than {label}'s")
         head.append(
             _h(f"faster than {label}, by size (95% interval)", st.verdict,
-               claim=None if tagged else "placeto-speed")
+               claim=None if tagged else "placeto-speed",
+               detail=f"speed-up {math.exp(st.mean):.3g}x, {st.confidence:.0%} interval "
+                      f"{math.exp(st.low):.3g}x to {math.exp(st.high):.3g}x, {st.n} sizes")
         )  # fmt: skip
         tagged = True
         text.append(

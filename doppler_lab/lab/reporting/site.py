@@ -66,6 +66,7 @@ from ...viz.html import (
 )
 from ...viz.tables import format_value
 from .claims import claim_rows
+from .findings import page_findings
 from .notebook_runs import (
     NOTEBOOKS_DIR,
     REPO_ROOT,
@@ -606,8 +607,31 @@ def _merge(
             results.append(NotebookResult(stem, info.title, info.question))
             continue
         redraw_if_stale(kept, path, out)
+        refresh_headline(kept, out)
         results.append(kept)
     return results
+
+
+def refresh_headline(result: NotebookResult, out_dir: Path) -> bool:
+    """A kept page's headline results drawn anew from its ``summary.json`` by today's
+    findings code, which reads a page's numbers and makes none (it is outside the code
+    version), so an index and claims table built later show what it now draws from them
+    (e.g. the numbers behind a verdict). Only where the paragraph it draws is the one the
+    page shows: a page whose findings would now read differently keeps its headline until it
+    runs again. Writes the headline into ``summary.json`` too; returns whether it changed."""
+    path = out_dir / result.stem / "summary.json"
+    if result.status != "ok" or not path.is_file():
+        return False
+    summary = read_json(path)
+    try:
+        found = page_findings(result.stem, summary)
+    except (ConfigError, KeyError, TypeError, ValueError, IndexError):
+        return False  # a summary of an older layout: its page keeps what it ran with
+    if found.text != summary.get("findings") or found.headline == summary.get("headline"):
+        return False
+    result.headline = [dict(h) for h in found.headline]
+    write_json(path, {**summary, "headline": found.headline})
+    return True
 
 
 def redraw_if_stale(result: NotebookResult, path: Path, out_dir: Path) -> bool:
