@@ -320,16 +320,15 @@ def _refuse_other_mode(args: argparse.Namespace) -> None:
 def hints_arg(text: str) -> str:
     """An argparse ``type=``: distinct names of :data:`~doppler_lab.policies.features.HINTS`,
     comma-separated (returned as given, without spaces)."""
-    from ..policies.features import HINTS
+    from ..house.errors import ConfigError
+    from ..policies.features import hint_names
 
-    names = [t.strip() for t in text.split(",")]
-    bad = [n for n in names if n not in HINTS]
-    if bad or len(set(names)) != len(names):
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: expected distinct names among {', '.join(HINTS)}, comma-separated"
-            + (f" ({bad[0]!r} is none of them)" if bad else " (one is repeated)")
-        )
-    return ",".join(names)
+    if "+" in text or text.strip() == "none":
+        raise argparse.ArgumentTypeError(f"{text!r}: expected names, comma-separated")
+    try:
+        return ",".join(hint_names(text, "--hints"))
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def share_arg(text: str) -> float:

@@ -217,6 +217,7 @@ class ClusteringModel:
             np.ascontiguousarray(cost.inv_bandwidth, dtype=np.float64),
             self.mean_edge,
         )
+        self._step1: dict[float | None, tuple[np.ndarray, int]] = {}  # clusters() by cap
 
     @property
     def num_devices(self) -> int:
@@ -232,7 +233,10 @@ class ClusteringModel:
     def clusters(self, cap: float | None = None) -> tuple[np.ndarray, int]:
         """Step 1: ``(N,)`` each node's cluster (the id of one of its nodes; inputs alone)
         and the number of model runs. ``cap``: no cluster computes more than this share of a
-        device's part of the work (:meth:`cap_work`; None: unbounded, Sarkar's step)."""
+        device's part of the work (:meth:`cap_work`; None: unbounded, Sarkar's step). Computed
+        once per cap (read-only arrays)."""
+        if cap in self._step1:
+            return self._step1[cap]
         g = self.graph
         w = self.mean_edge
         order = np.flatnonzero(self.between & (w > 0))
@@ -245,6 +249,8 @@ class ClusteringModel:
             self.costs,
             self.cap_work(cap),
         )
+        cl.setflags(write=False)
+        self._step1[cap] = (cl, int(runs))
         return cl, int(runs)
 
     def cap_work(self, cap: float | None) -> float:
@@ -321,11 +327,15 @@ def schedule_length(graph: DataflowGraph, cluster: Cluster, device: np.ndarray) 
 
 
 def clustering_devices(
-    graph: DataflowGraph, cost: CostModel, cap: float | None = None
+    graph: DataflowGraph,
+    cost: CostModel,
+    cap: float | None = None,
+    model: ClusteringModel | None = None,
 ) -> tuple[np.ndarray, dict]:
     """``(N,)`` the clustering's device per node (inputs on their first consumer's) and its
-    meta (clusters, model runs, mapping passes, ``cap``: step 1's bound on a cluster's work)."""
-    dev, meta = ClusteringModel(graph, cost).place(cap=cap)
+    meta (clusters, model runs, mapping passes, ``cap``: step 1's bound on a cluster's work);
+    ``model``: a :class:`ClusteringModel` of the same graph and costs to reuse (its step 1)."""
+    dev, meta = (model or ClusteringModel(graph, cost)).place(cap=cap)
     return Placement(dev, None, "clustering").with_inputs_filled(graph).device, meta
 
 
@@ -383,7 +393,7 @@ CLUSTER_MAX_OPS = 2000
 
 
 def cluster_arrays(
-    graph: DataflowGraph, cost: CostModel
+    graph: DataflowGraph, cost: CostModel, model: ClusteringModel | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The clusters of ``graph``'s ops (step 1 of :mod:`doppler_lab.placers.clustering` under
     ``cost``; singletons above :data:`CLUSTER_MAX_OPS` ops).
@@ -395,7 +405,7 @@ def cluster_arrays(
     """
     comp = ~graph.is_input
     if int(comp.sum()) <= CLUSTER_MAX_OPS:
-        root, _ = ClusteringModel(graph, cost).clusters()
+        root, _ = (model or ClusteringModel(graph, cost)).clusters()
     else:
         root = np.arange(graph.num_nodes)
     of = np.full(graph.num_nodes, -1, dtype=np.int64)

@@ -36,7 +36,7 @@ from ..house.validate import (
     want_object,
     want_str,
 )
-from .features import HINTS, LAYOUTS
+from .features import LAYOUTS, hint_names
 from .policy_base import PlacementPolicy
 from .policy_config import PolicyConfig
 
@@ -267,18 +267,10 @@ def checked_hints(value: Any, what: str) -> tuple[str, ...]:
     Raises:
         CheckpointError: naming ``what`` and what was expected.
     """
-    names = value
-    if isinstance(value, str):
-        names = [] if value == "none" else value.replace("+", ",").split(",")
-    if (
-        not isinstance(names, (list, tuple))
-        or any(n not in HINTS for n in names)
-        or len(set(names)) != len(names)
-    ):
-        raise CheckpointError(
-            f"{what} = {value!r}: expected distinct names among {', '.join(HINTS)} (or none)"
-        )
-    return tuple(names)
+    try:
+        return hint_names(value, what)
+    except ConfigError as exc:  # a checkpoint's file is what is wrong: its own error class
+        raise CheckpointError(str(exc)) from None
 
 
 def set_hints(path: str | Path, hints: Sequence[str] | None) -> Path:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -13,12 +15,15 @@ from ..timing.cost_model import CostModel
 from ..timing.episode import Episode
 from ..timing.schedule import Estimate
 from .features import (
+    FeatureArgs,
     FeatureLayout,
     device_features,
     get_layout,
     graph_features,
+    hint_devices,
     hint_name,
     normalize_device_features,
+    uses_clustering_device,
 )
 from .tensors import as_tensor
 
@@ -85,6 +90,23 @@ class GraphContext:
         (:meth:`~doppler_lab.policies.policy_config.PolicyConfig.context_estimate`);
         ``hint``: see the class."""
         return cls(graph, cluster, config.layout, config.context_estimate(semantics), hint)
+
+    def with_hint(self, hint: bool | str | None) -> GraphContext:
+        """This context with another ``hint`` (see the class): a shallow copy whose features
+        carry the other heuristic's devices; nothing else a policy reads depends on the hint,
+        so the rest (node features, tensors, the teacher, ``cache``) is shared, not rebuilt.
+        Itself when the hint is the same, or when its layout reads no hint."""
+        name = hint_name(hint)
+        if name == self.hint:
+            return self
+        other = copy.copy(self)
+        other.hint = name
+        if uses_clustering_device(self.layout):
+            extra = FeatureArgs(*self.features.extra)._replace(
+                heuristic=hint_devices(self.graph, self.cost, name)
+            )
+            other.features = dataclasses.replace(self.features, extra=tuple(extra))
+        return other
 
     @property
     def num_nodes(self) -> int:

@@ -49,6 +49,7 @@ Feature layouts (recorded in every checkpoint, checked on load):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import NamedTuple
@@ -59,7 +60,7 @@ from numba import njit
 from ..hardware.rules import transfer_time
 from ..house.errors import ConfigError
 from ..ir.graph import DataflowGraph
-from ..placers.clustering import cluster_arrays
+from ..placers.clustering import ClusteringModel, cluster_arrays
 from ..timing.cost_model import CostModel
 from ..timing.schedule import ListScheduleState, graph_parts
 
@@ -268,12 +269,47 @@ def hint_name(hint: bool | str | None) -> str | None:
     raise ConfigError(f"hint {hint!r}: expected one of {', '.join(HINTS)}, none, True or False")
 
 
-def hint_devices(graph: DataflowGraph, cost: CostModel, hint: bool | str | None) -> np.ndarray:
+def hint_names(value: object, what: str) -> tuple[str, ...]:
+    """``value`` as the hints a policy places with, each a name of :data:`HINTS` once: a list
+    or tuple of names, or text, comma- or ``+``-separated (``none``: no hint at all, an empty
+    tuple). The one check of hint lists (checkpoints, the ``doppler`` placer's option,
+    ``train-general --hints``).
+
+    Raises:
+        ConfigError: naming ``what``, the bad name and what was expected.
+
+    Example:
+        >>> hint_names("clustering+partition", "hints"), hint_names("none", "hints")
+        (('clustering', 'partition'), ())
+    """
+    names = value
+    if isinstance(value, str):
+        names = [] if value.strip() == "none" else [t.strip() for t in re.split(r"[,+]", value)]
+    if not isinstance(names, (list, tuple)):
+        raise ConfigError(
+            f"{what} = {value!r}: expected distinct names among {', '.join(HINTS)} (or none)"
+        )
+    bad = [n for n in names if n not in HINTS]
+    if bad or len(set(names)) != len(names):
+        why = f"{bad[0]!r} is none of them" if bad else "one is repeated"
+        raise ConfigError(
+            f"{what} = {value!r}: expected distinct names among {', '.join(HINTS)} (or none); {why}"
+        )
+    return tuple(names)
+
+
+def hint_devices(
+    graph: DataflowGraph,
+    cost: CostModel,
+    hint: bool | str | None,
+    model: ClusteringModel | None = None,
+) -> np.ndarray:
     """``(N,)`` the device the hinted heuristic (:func:`hint_name`) gives each node, -1 everywhere
     without a hint, above :data:`~doppler_lab.placers.clustering.CLUSTER_MAX_OPS` ops, or for
     ``partition`` without ``pymetis`` (said once on stderr). ``partition``: the placer with its
     defaults (the best of 8 METIS partitions under the paper's semantics), as the bench tables
-    show it."""
+    show it. ``model``: a :class:`~doppler_lab.placers.clustering.ClusteringModel` of the same
+    graph and costs to reuse (its clusters)."""
     from ..placers.clustering import CLUSTER_MAX_OPS, clustering_devices
 
     name = hint_name(hint)
@@ -281,7 +317,8 @@ def hint_devices(graph: DataflowGraph, cost: CostModel, hint: bool | str | None)
     if name is None or int((~graph.is_input).sum()) > CLUSTER_MAX_OPS:
         return none
     if name == "clustering":
-        return np.ascontiguousarray(clustering_devices(graph, cost)[0], dtype=np.int64)
+        devices = clustering_devices(graph, cost, model=model)[0]
+        return np.ascontiguousarray(devices, dtype=np.int64)
     from ..house.deps import available, warn_once
     from ..placers.partition import PartitionPlacer
 
@@ -387,15 +424,18 @@ def feature_args(
     whose devices a layout with ``clustering_device`` reads (:func:`hint_devices`; False: none,
     the feature is 0 everywhere)."""
     edge_cost = np.ascontiguousarray(cost.mean_edge_cost, dtype=np.float64)
+    model = None  # one clustering model for the clusters and the clustering's hint (doppler12)
+    if uses_clusters(layout) and uses_clustering_device(layout):
+        model = ClusteringModel(graph, cost)
     if uses_clusters(layout):
-        of, ptr, members = cluster_arrays(graph, cost)
+        of, ptr, members = cluster_arrays(graph, cost, model)
         weight = np.ascontiguousarray(cost.mean_compute, dtype=np.float64)
     else:
         of, ptr, members = (np.zeros(0, dtype=np.int64),) * 3
         weight = np.zeros(0)
     heuristic = np.zeros(0, dtype=np.int64)
     if uses_clustering_device(layout):
-        heuristic = hint_devices(graph, cost, hint)
+        heuristic = hint_devices(graph, cost, hint, model)
     return tuple(FeatureArgs(edge_cost, of, ptr, members, weight, heuristic))
 
 

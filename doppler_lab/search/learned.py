@@ -41,8 +41,9 @@ from ..house.settings import check_setting
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..placers.clustering import CLUSTER_CAPS
-from ..policies.checkpoint import checked_hints, load_policy
+from ..policies.checkpoint import load_policy
 from ..policies.context import GraphContext
+from ..policies.features import hint_names
 from ..policies.policy_base import PlacementPolicy
 from ..policies.pretrained import (
     GENERAL_CHECKPOINT,
@@ -242,10 +243,7 @@ class _LearnedPlacer:
         if temperature is not None:
             temperature = opt(temperature, "float", "temperature", above=0)
         if hints is not None:
-            try:
-                hints = checked_hints(hints, f"{what} hints")
-            except CheckpointError as exc:
-                raise ConfigError(str(exc)) from None
+            hints = hint_names(hints, f"{what} hints")
         cluster_moves = opt(cluster_moves, "bool", "cluster_moves")
         given = {
             k: v

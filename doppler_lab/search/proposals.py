@@ -149,7 +149,9 @@ def rollout_candidates(placements: Sequence[Placement]) -> list[Candidate]:
     ``meta["devices_used"]``) as candidates. A group is named by its hint
     (``meta["hint"]``): the first (the clustering's, or none) plainly, ``with the partition
     hint``, or ``without the clustering hint`` / ``without a hint`` (``meta["clustering_hint"]``
-    False); its samples are numbered from 1 within it."""
+    False); its samples are numbered from 1 within it. A rollout that is its hint's placement
+    node for node (``meta["copies_hint"]``) says so: ``greedy rollout (the clustering's
+    placement node for node)``."""
     out = []
     group, first = None, 0  # the current group's suffix and its first index
     for i, p in enumerate(placements):
@@ -162,10 +164,12 @@ def rollout_candidates(placements: Sequence[Placement]) -> list[Candidate]:
         if i == 0 or suffix != group:
             group, first = suffix, i
         j = i - first
+        copied = p.meta.get("copies_hint")
+        same = f" (the {copied}'s placement node for node)" if copied else ""
         if j == 0:
-            out.append(Candidate(p, f"greedy rollout{suffix}", "rollout", f"greedy{suffix}"))
+            out.append(Candidate(p, f"greedy rollout{suffix}{same}", "rollout", f"greedy{suffix}"))
         else:
-            out.append(Candidate(p, f"sample {j}{suffix}", "rollout", f"sample{suffix}"))
+            out.append(Candidate(p, f"sample {j}{suffix}{same}", "rollout", f"sample{suffix}"))
     return out
 
 
@@ -256,7 +260,9 @@ def policy_candidates(
     (``n`` the samples left beside the fewer-devices rollouts) split as evenly as they go, the
     first groups taking one more. The groups after the first are marked ``meta["hint"]`` (the
     heuristic's name) or ``meta["clustering_hint"] = False`` (none; with other hints than the
-    clustering's alone also ``meta["hints"]``). A policy whose hints are none places every
+    clustering's alone also ``meta["hints"]``); a hinted rollout that puts every compute node
+    where its hint does is marked ``meta["copies_hint"]`` (the heuristic's name): its label
+    says it is that heuristic's placement. A policy whose hints are none places every
     rollout without one. Where a memory cap can bind
     (:func:`~doppler_lab.timing.fit.cap_can_bind`) the partition's hint is left out: its
     placement balances compute, not memory. With the clustering alone (``doppler/general-hint``): the hinted greedy
@@ -277,23 +283,30 @@ def policy_candidates(
         for i, (hint, size) in enumerate(zip(groups, sizes)):
             if size == 0:
                 continue
-            c = ctx if i == 0 and hint == ctx.hint else None
-            c = c or GraphContext.for_policy(graph, cluster, policy.config, semantics, hint=hint)
+            c = ctx if i == 0 and hint == ctx.hint else ctx.with_hint(hint)
+            given = c.features.extra[5] if hint is not None else None  # the hint's devices
             for p in greedy_and_samples(policy, c, policy.encode(c), size - 1, rng):
                 if i == 0 and not hinted:
-                    cands.append(p)
+                    pass
                 elif hint is None:
-                    extra = {"hints": list(hints)} if len(hints) != 1 else {}
-                    cands.append(replace(p, meta={**p.meta, "clustering_hint": False, **extra}))
-                elif hint == "clustering":
-                    cands.append(p)
-                else:
-                    cands.append(replace(p, meta={**p.meta, "hint": hint}))
+                    extra = {"hints": list(hints)} if hints != ["clustering"] else {}
+                    p = replace(p, meta={**p.meta, "clustering_hint": False, **extra})
+                elif hint != "clustering":
+                    p = replace(p, meta={**p.meta, "hint": hint})
+                if hinted and given is not None and _copies(p, given, graph):
+                    p = replace(p, meta={**p.meta, "copies_hint": hint})
+                cands.append(p)
         for k in counts:
             small = GraphContext.for_policy(graph, cluster.first(k), policy.config, semantics)
             p = greedy_and_samples(policy, small, policy.encode(small), 0, rng)[0]
             cands.append(Placement(p.device, p.priority, p.placer, {**p.meta, "devices_used": k}))
     return cands
+
+
+def _copies(p: Placement, hint_devices: np.ndarray, graph: DataflowGraph) -> bool:
+    """Whether ``p`` puts every compute node where the hint does (node for node)."""
+    nodes = graph.compute_nodes
+    return bool(np.array_equal(p.device[nodes], hint_devices[nodes]))
 
 
 def partition_candidates(

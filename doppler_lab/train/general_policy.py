@@ -38,7 +38,7 @@ from ..house.atomic import atomic_copy, atomic_write
 from ..house.deps import require
 from ..house.errors import ConfigError
 from ..ir.graph import DataflowGraph
-from ..policies.features import HINTS, get_layout, uses_clustering_device
+from ..policies.features import get_layout, hint_names, uses_clustering_device
 from ..workloads.specs import (
     cluster_from_spec,
     graph_from_spec,
@@ -807,11 +807,7 @@ def train_general(
             )
         if not uses_clustering_device(get_layout(r.layout)):
             raise ConfigError(f"{what}: layout {r.layout!r} reads no hint; expected doppler12")
-        if any(h not in HINTS for h in groups) or len(set(groups)) != len(groups):
-            raise ConfigError(
-                f"hints {','.join(map(str, groups))!r}: expected distinct names among "
-                f"{', '.join(HINTS)}"
-            )
+        hint_names(list(groups), "hints")
         k = len(groups) + 1
         each = lambda xs: [x for x in xs for _ in range(k)]  # noqa: E731
         graphs, clusters, costs, sems = each(graphs), each(clusters), each(costs), each(sems)

@@ -39,11 +39,21 @@ def test_verdicts_and_targets():
     none = verdict_row("c", [_row("pipeline", None, fits=False), _row("doppler", 3.0)])
     assert none["best_baseline"] == "none fits" and none["doppler_no_worse"]
     t = {r["target"]: r for r in target_rows([v, worse, none, v, v])}
-    fits, zero, budget, _ = t.values()
+    fits, zero, budget, alone = t.values()
     assert fits["passed"] and fits["value"] == "5 of 5"
     assert zero["passed"] and zero["value"] == "4 of 5"  # 80%
     assert not budget["passed"] and budget["value"] == "3 of 5"
     assert not target_rows([v, worse])[1]["passed"]  # 1 of 2 < 80%
+    # the policy alone (issue 45): its best rollout, on every case; inf or nan: none fits
+    assert alone["target"].startswith("the policy alone") and not alone["passed"]
+    own = [verdict_row("d", [_row("m-etf", 2.0), _row("doppler", 2.0, policy_s=x)])
+           for x in (2.0, 1.5, float("inf"), float("nan"))]  # fmt: skip
+    assert [o["policy_no_worse"] for o in own] == [True, True, False, False]
+    alone_none = verdict_row("e", [_row("pipeline", None, fits=False),
+                                   _row("doppler", 3.0, policy_s=float("inf"))])  # fmt: skip
+    assert not alone_none["policy_no_worse"]  # nothing fits, not even the policy's rollouts
+    t = {r["target"]: r for r in target_rows(own[:2])}
+    assert list(t.values())[3]["passed"] and list(t.values())[3]["value"] == "2 of 2"
 
 
 def test_placer_table_and_cap_sweep_on_a_small_capped_graph():
@@ -76,11 +86,15 @@ def test_placer_table_and_cap_sweep_on_a_small_capped_graph():
 
 @pytest.mark.slow
 def test_bench_memory_quick(tmp_path):
-    assert main(["bench", "memory", "--quick", "--no-progress", "--out", str(tmp_path)]) == 0
+    argv = ["bench", "memory", "--quick", "--no-progress", "--out", str(tmp_path)]
+    assert main([*argv, "--checkpoint", "doppler/general-hint"]) == 0
     record = json.loads((tmp_path / "memory.json").read_text())
+    assert "--checkpoint doppler/general-hint" in (tmp_path / "memory.md").read_text()
+    assert any("the policy doppler/general-hint" in n for n in record["notes"])
     cases = record["tables"]["Cases"]
-    assert len(cases) == 2 and not any(c["fits_one_device"] for c in cases)
-    assert len(record["tables"]["Targets"]) == 4
+    # the quick memory-bound cases, and one that fits one device (the one-device target)
+    assert [c["fits_one_device"] for c in cases] == [False, False, True]
+    assert len(record["tables"]["Targets"]) == 5
 
 
 def test_rows_hold_the_ratio_to_one_device_under_a_ratio_name():

@@ -227,3 +227,56 @@ def test_the_placer_option_sets_the_hints(value, want):
     assert placer.policy(4).hints == want
     with pytest.raises(ConfigError, match="option hints = 'heft': expected distinct names"):
         get_placer("doppler", checkpoint="doppler/general-hint", hints="heft")
+
+
+def test_with_only_the_partition_hint_the_bare_group_says_without_a_hint(small_graph):
+    pol = _policy()
+    pol.hints = ("partition",)
+    cands = policy_candidates(pol, small_graph, make_cluster("p100x4"), 4, np.random.default_rng(0))
+    labels = [c.label.split(" (")[0] for c in rollout_candidates(cands)]
+    assert labels == [
+        "greedy rollout with the partition hint", "sample 1 with the partition hint",
+        "sample 2 with the partition hint", "greedy rollout without a hint",
+        "sample 1 without a hint",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("hint", ["partition", None, "clustering"])
+def test_a_context_with_another_hint_is_the_one_built_with_it(small_graph, hint):
+    """``GraphContext.with_hint`` shares what does not depend on the hint and swaps the hint's
+    devices: the rollouts it gives are those of a context built with that hint."""
+    cluster = make_cluster("p100x4")
+    base = GraphContext(small_graph, cluster, "doppler12", "est", hint="clustering")
+    made = GraphContext(small_graph, cluster, "doppler12", "est", hint=hint)
+    swapped = base.with_hint(hint)
+    assert (swapped is base) == (hint == "clustering") and swapped.hint == made.hint
+    for a, b in zip(swapped.features.extra, made.features.extra):
+        np.testing.assert_array_equal(a, b)
+    assert base.features.extra[5].tolist() == hint_devices(small_graph, base.cost, True).tolist()
+    pol = _policy()
+    r1 = run_rollout(pol, swapped, 3, SAMPLE)
+    r2 = run_rollout(pol, made, 3, SAMPLE)
+    np.testing.assert_array_equal(r1.devices, r2.devices)
+
+
+def test_a_rollout_that_is_its_hints_placement_says_so():
+    """The shipped ``doppler/general-hint`` copies the clustering's placement on graphs it
+    never saw: each rollout is marked ``copies_hint`` exactly when its compute nodes sit where
+    its hint puts them, and its label says whose placement it is."""
+    from doppler_lab.policies.pretrained import resolve_checkpoint
+    from doppler_lab.workloads.specs import graph_from_spec
+
+    graph, cluster = graph_from_spec("llama_block:scale=0.1"), make_cluster("p100x4")
+    pol = load_policy(resolve_checkpoint("doppler/general-hint"))[0]
+    pol.hints = ("clustering", "partition")
+    cands = policy_candidates(pol, graph, cluster, 16, np.random.default_rng(0))
+    cost, nodes = CostModel(graph, cluster), graph.compute_nodes
+    given = {h: hint_devices(graph, cost, h)[nodes] for h in ("clustering", "partition")}
+    marked = 0
+    for p, c in zip(cands, rollout_candidates(cands)):
+        hint = None if p.meta.get("clustering_hint") is False else p.meta.get("hint", "clustering")
+        copies = hint is not None and np.array_equal(p.device[nodes], given[hint])
+        assert p.meta.get("copies_hint") == (hint if copies else None)
+        assert c.label.endswith(f"(the {hint}'s placement node for node)") == copies
+        marked += copies
+    assert marked >= 1  # its greedy rollouts copy their hints here
