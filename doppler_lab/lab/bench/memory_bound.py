@@ -699,7 +699,12 @@ def run(
         "(> 0: below it); "
         "runtime_s = the place call (doppler warmed up once before the first case).",
         f"local-search and doppler-budget: {budget} simulator calls; doppler: "
-        + ("the shipped general policy" if checkpoint is None else f"the policy {checkpoint}")
+        + (
+            "the shipped general policy (doppler/general-memory where a memory cap can bind, "
+            "as on every case here)"
+            if checkpoint is None
+            else f"the policy {checkpoint}"
+        )
         + ", greedy + 16 samples with its proposals: the clustering (graphs of at "
         "most 2000 ops), 4 METIS partitions and, for a graph that does not fit on one device, "
         "the memory baselines' placements (m-ETF, m-SCT, pipeline); doppler_winner names the "
