@@ -33,8 +33,12 @@ def check_findings(summary: dict) -> None:
     headline = summary.get("headline")
     assert isinstance(headline, list) and headline
     for h in headline:
-        # "claim": the paper's claim whose verdict it holds (the index's claims table), optional
-        assert set(h) - {"claim"} == {"label", "value", "unit", "target", "passed"}
+        # "claim": the paper's claim whose verdict it holds (the index's claims table), and
+        # "detail": the numbers behind a verdict (mean, 95% interval, pairs), both optional
+        assert set(h) - {"claim", "detail"} == {"label", "value", "unit", "target", "passed"}
+        if "detail" in h:
+            assert h["value"] in ("supports", "contradicts", "inconclusive")
+            assert "interval" in h["detail"] and "nan" not in h["detail"].split()
         assert " " in h["label"] or h["label"].isalpha()  # words, not a raw key like a.b_c
         assert "/" not in str(h["value"]) or "@" in str(h["value"])  # no file paths
 
