@@ -95,7 +95,8 @@ class GraphContext:
         """This context with another ``hint`` (see the class): a shallow copy whose features
         carry the other heuristic's devices; nothing else a policy reads depends on the hint,
         so the rest (node features, tensors, the teacher, ``cache``) is shared, not rebuilt.
-        Itself when the hint is the same, or when its layout reads no hint."""
+        Itself when the hint is the same; with a layout that reads no hint, only ``hint``
+        differs."""
         name = hint_name(hint)
         if name == self.hint:
             return self

@@ -562,10 +562,10 @@ def _dual_against(
     lead: Callable[[str], str],
     head: list[dict[str, Any]],
     text: list[str],
-) -> dict[str, str]:
+) -> dict[str, PairedStats]:
     """The dual policy (``doppler``) against each of ``others`` in ``runs``, paired by graph
     and seed: a headline verdict (its label after ``prefix``) and a sentence (after ``lead``)
-    appended per comparison; returns each comparison's verdict."""
+    appended per comparison; returns each comparison's statistics (their ``verdict``)."""
     verdicts = {}
     for other in others:
         d, _ = paired_differences(runs, "doppler", other)
@@ -577,20 +577,14 @@ def _dual_against(
                detail=interval_detail(st, "%"))
         )  # fmt: skip
         text.append(f"{lead(names[other])}{sentence[0].lower()}{sentence[1:]}")
-        verdicts[other] = st.verdict
+        verdicts[other] = st
     return verdicts
 
 
-def _halves_detail(head: Sequence[Mapping[str, Any]], prefix: str, names: Mapping[str, str]) -> str:
-    """The dual policy's numbers against its two halves, from their headline verdicts."""
-    by = {h["label"]: h.get("detail") for h in head}
-    return _parts_detail(
-        {
-            names[o]: by[label]
-            for o in ("sel-only", "plc-only")
-            if by.get(label := f"{prefix}dual policy against {names[o]} (95% interval)")
-        }
-    )
+def _halves_detail(found: Mapping[str, PairedStats], names: Mapping[str, str]) -> str:
+    """The dual policy's numbers against its two halves (:func:`_dual_against`'s statistics)."""
+    halves = [o for o in ("sel-only", "plc-only") if o in found]
+    return _parts_detail({names[o]: interval_detail(found[o], "%") for o in halves})
 
 
 def dual_policy(s: Mapping[str, Any]) -> Findings:
@@ -624,7 +618,7 @@ def dual_policy(s: Mapping[str, Any]) -> Findings:
         head,
         text,
     )
-    verdicts = [found[o] for o in ("sel-only", "plc-only") if o in found]
+    verdicts = [found[o].verdict for o in ("sel-only", "plc-only") if o in found]
     claim = "the dual policy beats learning SEL or PLC alone"
     if not verdicts:
         text.append(_verdict(None, claim))
@@ -633,7 +627,7 @@ def dual_policy(s: Mapping[str, Any]) -> Findings:
         # the index's claims table takes this verdict for the paper's claim "dual"
         head.append(
             _h("dual policy beats both halves (95% intervals)", word, claim="dual",
-               detail=_halves_detail(head, "", names))
+               detail=_halves_detail(found, names))
         )  # fmt: skip
         text.append(
             f"Together (supported only when it beats both halves), the runs {_VERB_PLURAL[word]} the claim "
@@ -646,23 +640,22 @@ def dual_policy(s: Mapping[str, Any]) -> Findings:
             f"With the workbench's best learner (Stage I {n1} episodes, Stage II "
             f"{best.get('sim_episodes')}) on {len(best.get('graphs') or [])} graph(s):"
         )
-        words = list(
-            _dual_against(
-                best["runs"],
-                ("sel-only", "plc-only"),
-                names,
-                "best learner: ",
-                lambda n: f"the dual policy places better than {n}",
-                lambda n: f"against {n}, ",
-                head,
-                text,
-            ).values()
+        halves = _dual_against(
+            best["runs"],
+            ("sel-only", "plc-only"),
+            names,
+            "best learner: ",
+            lambda n: f"the dual policy places better than {n}",
+            lambda n: f"against {n}, ",
+            head,
+            text,
         )
+        words = [st.verdict for st in halves.values()]
         if len(words) == 2:
             word = combined_verdict(words)
             head.append(
                 _h("best learner: dual policy beats both halves (95% intervals)", word,
-                   detail=_halves_detail(head, "best learner: ", names))
+                   detail=_halves_detail(halves, names))
             )  # fmt: skip
             text.append(
                 f"Together, with the best learner, the runs {_VERB_PLURAL[word]} the claim that "
