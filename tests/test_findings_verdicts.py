@@ -279,3 +279,17 @@ def test_a_missed_speed_target_does_not_decide_the_generalization_claim():
     text = generalization(summary(False, True)).text
     assert "does not decide" not in text and "This does not support the claim" in text
     assert "This is consistent" in generalization(summary(True, True)).text
+
+
+def test_each_verdicts_numbers_name_their_difference() -> None:
+    """A verdict's ``detail`` says which difference its mean and interval are of, so a sign
+    reads one way (page 08: each subset minus I+II+III; page 06: Stage II minus Stage III)."""
+    eight = page_findings("08", _stages_summary({"I+II": 0.003, "III": 0.004}, 8))
+    by = {h["label"]: h.get("detail") for h in eight.headline}
+    assert by[SEEDED_STAGE_VERDICTS["I+II"][0]].startswith("I+II minus I+II+III: 3")
+    assert by[SEEDED_STAGE_VERDICTS["III"][0]].startswith("III minus I+II+III: 4")
+    combined = by["I+II+III against its subsets (95% intervals)"]
+    assert combined.count(" minus I+II+III: ") == 2 and combined.count("8 pairs") == 2
+    six = page_findings("06", _stage3_summary(0.002))
+    detail = six.headline[-1]["detail"]
+    assert detail.startswith("stage II minus stage III: 1.9") and detail.endswith("15 pairs")

@@ -568,9 +568,8 @@ def test_refresh_draws_kept_headlines_anew_from_their_summaries(tmp_path, same_t
     kept = {h["label"]: h for h in read_site(out)[0].headline}[STAGE3_ONE_POLICY]
     written = json.loads((out / stem / "summary.json").read_text())
     if same_text:
-        assert kept["detail"].startswith("2 ms, 95% interval") and kept["detail"].endswith(
-            "6 pairs"
-        )
+        assert kept["detail"].startswith("stage II minus stage III: 2 ms, 95% interval")
+        assert kept["detail"].endswith("6 pairs")
         assert written["headline"] == read_site(out)[0].headline and written["findings"] == text
         assert "6 pairs" in (out / "index.html").read_text()  # the claims table's numbers
     else:  # the page would now read differently: it keeps what it ran with

@@ -128,18 +128,21 @@ def _h(
     return out if claim is None else {**out, "claim": claim}
 
 
-def interval_detail(st: PairedStats, unit: str | None = None) -> str:
-    """The numbers behind a verdict: the mean paired difference, its 95% interval and the
-    number of pairs, ``-217 us, 95% interval -491 us to 146 us, 8 pairs``."""
+def interval_detail(st: PairedStats, unit: str | None = None, what: str | None = None) -> str:
+    """The numbers behind a verdict: the mean paired difference (``what`` names it, e.g.
+    ``I+II minus I+II+III``), its 95% interval and the number of pairs, ``I+II minus
+    I+II+III: -217 us, 95% interval -491 us to 146 us, 8 pairs``."""
     return (
-        f"{format_value(st.mean, unit)}, {st.confidence:.0%} interval "
+        (f"{what}: " if what else "")
+        + f"{format_value(st.mean, unit)}, {st.confidence:.0%} interval "
         f"{format_value(st.low, unit)} to {format_value(st.high, unit)}, {st.n} pairs"
     )
 
 
-def _parts_detail(parts: Mapping[str, str]) -> str:
-    """A combined verdict's numbers: each part's :func:`interval_detail`, named."""
-    return "; ".join(f"{name}: {detail}" for name, detail in parts.items())
+def _parts_detail(parts: Sequence[str]) -> str:
+    """A combined verdict's numbers: each part's :func:`interval_detail` (each names its
+    difference)."""
+    return "; ".join(parts)
 
 
 # -- phrasing ------------------------------------------------------------------------------------
@@ -407,7 +410,8 @@ def _learned_placers(learned: Mapping[str, Any]) -> tuple[list[dict], list[str]]
             continue
         graphs = len({r["graph"] for r in runs if r.get("method") == other})
         st, sentence = judge(d, f"DOPPLER places better than {other.upper()}", unit="%")
-        detail = interval_detail(st, "%")
+        what = f"{other} minus doppler, of {other}'s"
+        detail = interval_detail(st, "%", what)
         head.append(_h(f"doppler against {other} (95% interval)", st.verdict, detail=detail))
         text.append(
             f"Trained with the same budget on {graphs} of the paper's graphs, {other.upper()}'s "
@@ -419,7 +423,7 @@ def _learned_placers(learned: Mapping[str, Any]) -> tuple[list[dict], list[str]]
         word = combined_verdict(words)
         # the index's claims table takes this verdict for the paper's claim "baselines"
         names = [h["label"].split(" against ")[1].split(" (")[0] for h in head]
-        detail = _parts_detail({n: h["detail"] for n, h in zip(names, head)})
+        detail = _parts_detail([h["detail"] for h in head])
         head.append(
             _h(f"doppler beats {' and '.join(names)} (95% intervals)", word, claim="baselines",
                detail=detail)
@@ -539,7 +543,12 @@ def stage3(s: Mapping[str, Any]) -> Findings:
         before, after = (np.asarray(runs[k], dtype=np.float64) for k in ("stage II", "stage III"))
         st, sentence = judge(before - after, claim, unit="s", seed=int(s.get("seed") or 0))
         head.append(
-            _h(STAGE3_ONE_POLICY, st.verdict, claim="sim-to-real", detail=interval_detail(st, "s"))
+            _h(
+                STAGE3_ONE_POLICY,
+                st.verdict,
+                claim="sim-to-real",
+                detail=interval_detail(st, "s", "stage II minus stage III"),
+            )
         )
         text.append(
             f"Stage II minus Stage III, paired by measuring round: {sentence[0].lower()}{sentence[1:]}"
@@ -574,7 +583,7 @@ def _dual_against(
         st, sentence = judge(d, claim(names[other]), unit="%")
         head.append(
             _h(f"{prefix}dual policy against {names[other]} (95% interval)", st.verdict,
-               detail=interval_detail(st, "%"))
+               detail=interval_detail(st, "%", _minus_dual(names[other])))
         )  # fmt: skip
         text.append(f"{lead(names[other])}{sentence[0].lower()}{sentence[1:]}")
         verdicts[other] = st
@@ -584,7 +593,13 @@ def _dual_against(
 def _halves_detail(found: Mapping[str, PairedStats], names: Mapping[str, str]) -> str:
     """The dual policy's numbers against its two halves (:func:`_dual_against`'s statistics)."""
     halves = [o for o in ("sel-only", "plc-only") if o in found]
-    return _parts_detail({names[o]: interval_detail(found[o], "%") for o in halves})
+    return _parts_detail([interval_detail(found[o], "%", _minus_dual(names[o])) for o in halves])
+
+
+def _minus_dual(name: str) -> str:
+    """What a dual-policy comparison's difference is: ``SEL only minus the dual policy, of
+    SEL only's``."""
+    return f"{name} minus the dual policy, of {name}'s"
 
 
 def dual_policy(s: Mapping[str, Any]) -> Findings:
@@ -731,10 +746,10 @@ def _subsets_verdict(
         diff = np.array([by[(v, k)] - full[k] for k in seeds], dtype=np.float64)
         st, _ = judge(diff, claim, unit="s")
         words.append(st.verdict)
-        details[f"{v} minus I+II+III"] = interval_detail(st, "s")
+        details[v] = interval_detail(st, "s", f"{v} minus I+II+III")
         if v in SEEDED_STAGE_VERDICTS:  # I+II: Stage III's gain; III: the real system alone
             label, key = SEEDED_STAGE_VERDICTS[v]
-            seeded.append(_h(label, st.verdict, claim=key, detail=details[f"{v} minus I+II+III"]))
+            seeded.append(_h(label, st.verdict, claim=key, detail=details[v]))
         parts.append(
             f"{v} minus I+II+III {format_value(st.mean, 's')} "
             f"({format_value(st.low, 's')} to {format_value(st.high, 's')}, {st.n} seeds): "
@@ -744,7 +759,11 @@ def _subsets_verdict(
         return _verdict(None, claim)
     word = combined_verdict(words)
     head.append(
-        _h("I+II+III against its subsets (95% intervals)", word, detail=_parts_detail(details))
+        _h(
+            "I+II+III against its subsets (95% intervals)",
+            word,
+            detail=_parts_detail(list(details.values())),
+        )
     )
     head.extend(seeded)
     few = (
@@ -822,7 +841,7 @@ def transfer(s: Mapping[str, Any]) -> Findings:
         # the index's claims table takes this verdict for the paper's claim "transfer"
         head.append(
             _h("fine-tuned against scratch (95% interval)", st.verdict, claim="transfer",
-               detail=interval_detail(st, "%"))
+               detail=interval_detail(st, "%", "scratch minus fine-tuned, of scratch's"))
         )  # fmt: skip
         text.append(
             "Scratch's makespan minus the fine-tuned policy's, as a fraction of scratch's, "
@@ -919,14 +938,14 @@ def scalability(s: Mapping[str, Any]) -> Findings:
                 f"{st.mean:.2f} ({st.low:.2f} to {st.high:.2f}): {st.verdict}"
             )
             details[what] = (
-                f"{LINEAR_EXPONENT} minus the local exponent {st.mean:.2f}, "
+                f"{what}: {LINEAR_EXPONENT} minus the local exponent {st.mean:.2f}, "
                 f"{st.confidence:.0%} interval {st.low:.2f} to {st.high:.2f}, {st.n} steps"
             )
     if words:
         word = combined_verdict(words)
         head.append(
             _h("linear scaling: local exponents against the bound (95% intervals)", word,
-               claim="linear", detail=_parts_detail(details))
+               claim="linear", detail=_parts_detail(list(details.values())))
         )  # fmt: skip
         few = f" (a verdict needs {MIN_PAIRS} or more)" if min(steps) < MIN_PAIRS else ""
         text.append(
