@@ -323,12 +323,20 @@ def hints_arg(text: str) -> str:
     from ..house.errors import ConfigError
     from ..policies.features import hint_names
 
-    if "+" in text or text.strip() == "none":
-        raise argparse.ArgumentTypeError(f"{text!r}: expected names, comma-separated")
     try:
-        return ",".join(hint_names(text, "--hints"))
+        names = hint_names(text, "--hints")
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if not names:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected names, comma-separated (for no hint, leave --hints out)"
+        )
+    if "+" in text:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected names, comma-separated (a '+' groups hints in the doppler "
+            "placer's hints= option; training takes each task's hint from one list)"
+        )
+    return ",".join(names)
 
 
 def share_arg(text: str) -> float:
