@@ -189,3 +189,32 @@ def test_the_noise_ceiling_reads_how_repeatable_the_measurements_are():
     large = noise_ceiling(truth + rng.normal(0, 0.5, (30, 12)))
     assert 0.97 < small <= 1.0 and large < small
     assert np.isnan(noise_ceiling(truth)) and np.isnan(noise_ceiling(np.ones((2, 5))))
+
+
+def test_bench_fidelity_rounds_reach_the_bench_and_its_command(tmp_path, capsys, monkeypatch):
+    """``--rounds N`` is passed to the bench, and the report's command shows it (the bench's own
+    command line leaves it out), so the command on the page runs the same bench again."""
+    from doppler_lab.lab.bench._report import read_report, write_report
+
+    seen = {}
+
+    def fake_run(out_dir, quick=False, progress=True, rounds=None, from_raw=None):
+        seen["rounds"] = rounds
+        return write_report(out_dir, "fidelity", "t", {}, command="doppler-lab bench fidelity")
+
+    monkeypatch.setattr(fidelity_bench, "run", fake_run)
+    assert main(["bench", "fidelity", "--rounds", "12", "--out", str(tmp_path)]) == 0
+    assert seen["rounds"] == 12
+    command = "doppler-lab bench fidelity --rounds 12"
+    assert read_report(tmp_path / "fidelity.json")["command"] == command
+    assert f"Command: `{command}`" in (tmp_path / "fidelity.md").read_text()
+    capsys.readouterr()
+    for bad in ("0", "-3", "two", "1.5"):
+        assert main(["bench", "fidelity", "--rounds", bad, "--out", str(tmp_path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"{bad!r}: expected a whole number of passes, 1 or more" in err
+        assert len(err.splitlines()) == 1
+    assert main(["bench", "fidelity", "--rounds", "2", "--from", str(RAW)]) == 2
+    assert "--rounds 2 with --from" in capsys.readouterr().err
+    assert main(["bench", "sim", "--rounds", "2", "--out", str(tmp_path)]) == 2
+    assert "--rounds is an option of bench fidelity" in capsys.readouterr().err

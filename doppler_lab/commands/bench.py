@@ -8,6 +8,7 @@ import inspect
 from pathlib import Path
 
 from ..house.errors import ConfigError
+from ..house.jsonutil import write_json
 from ..house.progress import show_progress
 from ..house.runners import add_runner_arguments, runner_from_args
 from ..house.userfiles import output_folder
@@ -112,6 +113,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "host model is then judged against today's model over all of them, paired by run and "
         "workload",
     )
+    f.add_argument(
+        "--rounds",
+        type=rounds_arg,
+        metavar="N",
+        help="shuffled measuring passes over the placements (default 4, --quick 1): more "
+        "passes measure each placement more often (the report's spearman_ceiling rises) and "
+        "take longer",
+    )
+
+
+def rounds_arg(text: str) -> int:
+    """An argparse ``type=``: a whole number of measuring passes, at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of passes, 1 or more")
+    return n
 
 
 #: options of ``bench general`` (None / False: not given)
@@ -119,10 +139,10 @@ GENERAL_OPTIONS = (
     "checkpoint", "budget", "curve", "seeds", "partitions", "groups", "tasks", "train_seeds",
     "finetune_seeds",
     "finetune_episodes", "scratch_episodes", "finetune_method", "finetune_set", "skip_training",
-    "skip_finetune_long", "skip_clustering", "also", "from_raw",
+    "skip_finetune_long", "skip_clustering", "also", "from_raw", "rounds",
 )  # fmt: skip
 #: the benchmark each option of GENERAL_OPTIONS belongs to, where it is not bench general
-OPTION_OF = {"also": "general-alone", "from_raw": "fidelity"}
+OPTION_OF = {"also": "general-alone", "from_raw": "fidelity", "rounds": "fidelity"}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -164,13 +184,47 @@ def run(args: argparse.Namespace) -> int:
             f"{flag} is an option of bench {OPTION_OF.get(foreign[0], 'general')}; expected "
             f"none with bench {args.name}"
         )
+    if "rounds" in given and "from_raw" in given:
+        raise ConfigError(
+            f"--rounds {given['rounds']} with --from: a run scored from its raw file measures "
+            "nothing (its passes are the ones it kept); expected one of them"
+        )
+    typed = dict(given)  # as given on the command line, before they become run's arguments
     if given.pop("skip_finetune_long", False):
         given["finetune_long"] = False
     if given.pop("skip_clustering", False):
         given["clustering"] = False
     output_folder(args.out)  # before the bench runs, not when it writes
     record = mod.run(Path(args.out), quick=args.quick, **shown, **given)
+    record = _complete_command(Path(args.out) / f"{args.name}.json", record, typed)
     print(f"wrote {Path(args.out) / (args.name + '.md')}")
     for k, v in record.get("summary", {}).items():
         print(f"  {k}: {v}")
     return 0
+
+
+def _complete_command(path: Path, record: dict, given: dict) -> dict:
+    """``record`` whose command shows every single-valued option given (a bench's own command
+    line may leave out one it passes on, e.g. ``--rounds``), its JSON and page redrawn where
+    one was added, so the report's command runs the same bench again."""
+    from ..lab.bench._report import read_report, rewrite_page
+
+    command = record.get("command") or ""
+    if not command or not path.is_file():
+        return record
+    missing = []
+    for key, value in given.items():
+        if isinstance(value, list | tuple | dict) or key == "from_raw":
+            continue
+        flag = "--" + key.replace("_", "-")
+        if f"{flag} " not in f"{command} " and not any(
+            f"{flag}=" in part for part in command.split()
+        ):
+            missing.append(flag if value is True else f"{flag} {value}")
+    if not missing:
+        return record
+    kept = read_report(path)
+    kept["command"] = " ".join([command, *missing])
+    write_json(path, kept)
+    rewrite_page(path)
+    return {**record, "command": kept["command"]}
