@@ -214,7 +214,54 @@ def test_bench_fidelity_rounds_reach_the_bench_and_its_command(tmp_path, capsys,
         err = capsys.readouterr().err.strip()
         assert f"{bad!r}: expected a whole number of passes, 1 or more" in err
         assert len(err.splitlines()) == 1
-    assert main(["bench", "fidelity", "--rounds", "2", "--from", str(RAW)]) == 2
-    assert "--rounds 2 with --from" in capsys.readouterr().err
     assert main(["bench", "sim", "--rounds", "2", "--out", str(tmp_path)]) == 2
     assert "--rounds is an option of bench fidelity" in capsys.readouterr().err
+
+
+def scored(raw: Path, rounds: str, out: Path) -> int:
+    """``doppler-lab bench fidelity --from RAW --rounds ROUNDS --out OUT``."""
+    return main(["bench", "fidelity", "--from", str(raw), "--rounds", rounds, "--out", str(out)])
+
+
+def test_bench_fidelity_from_raw_scores_its_first_rounds(tmp_path, capsys):
+    """``--from RAW --rounds K`` scores the first K measuring passes a run kept: the same as a
+    raw file holding only those runs; the report names the file it was given, never the cut
+    copy, and its command says --rounds."""
+    import gzip
+
+    with gzip.open(RAW, "rt") as f:
+        plain = json.load(f)
+    assert plain["passes"]["rounds"] == 1
+    two = json.loads(json.dumps(plain))  # a second pass, every run of it 1.5x and reversed
+    for w in two["workloads"].values():
+        w["measured_s"] = [row + [1.5 * x for x in row[::-1]] for row in w["measured_s"]]
+    two["passes"]["rounds"] = 2
+    twice = tmp_path / "two" / "fidelity_raw.json.gz"
+    twice.parent.mkdir()
+    with gzip.open(twice, "wt") as f:
+        json.dump(two, f)
+    want = fidelity_bench.run(tmp_path / "want", from_raw=RAW, progress=False)
+    both = fidelity_bench.run(tmp_path / "both", from_raw=twice, progress=False)
+    assert scored(twice, "1", tmp_path / "got") == 0
+    got = json.loads((tmp_path / "got" / "fidelity.json").read_text())
+    strip = ("seconds", "load_average_1min", "rescored_from")  # the scoring's own, the name
+    rows = lambda r: r["tables"]["Per workload"]  # noqa: E731
+    assert rows(got) == rows(want) != rows(both)
+    assert {k: v for k, v in got["summary"].items() if k not in strip} == {
+        k: v for k, v in want["summary"].items() if k not in strip
+    }
+    assert got["summary"]["rescored_from"] == twice.name
+    assert got["command"] == f"doppler-lab bench fidelity --from {twice.name} --rounds 1"
+    page = (tmp_path / "got" / "fidelity.md").read_text()
+    assert "doppler-lab-rounds-" not in page and "doppler-lab-rounds-" not in json.dumps(got)
+    assert "1 shuffled round(s)" in page
+    capsys.readouterr()
+    assert scored(twice, "3", tmp_path / "x") == 2
+    err = capsys.readouterr().err.strip()
+    assert "--rounds 3: the run kept 2 pass(es)" in err
+    assert str(twice) in err and len(err.splitlines()) == 1
+    junk = tmp_path / "junk.json.gz"
+    junk.write_bytes(b"not gzip")
+    assert scored(junk, "1", tmp_path / "y") == 2
+    err = capsys.readouterr().err.strip()
+    assert "junk.json.gz" in err and "not the raw file of a bench fidelity run" in err

@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import tempfile
 from pathlib import Path
 
-from ..house.errors import ConfigError
+from ..house.errors import ConfigError, FormatError
 from ..house.jsonutil import write_json
 from ..house.progress import show_progress
 from ..house.runners import add_runner_arguments, runner_from_args
 from ..house.userfiles import output_folder
+from ..house.validate import one_line
 from ..lab.bench import BENCHMARKS
 
 NAME = "bench"
@@ -118,8 +120,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=rounds_arg,
         metavar="N",
         help="shuffled measuring passes over the placements (default 4, --quick 1): more "
-        "passes measure each placement more often (the report's spearman_ceiling rises) and "
-        "take longer",
+        "passes measure each placement more often and take longer; with --from, score the "
+        "first N passes each run kept (how the verdict moves with fewer measurements)",
     )
 
 
@@ -184,23 +186,94 @@ def run(args: argparse.Namespace) -> int:
             f"{flag} is an option of bench {OPTION_OF.get(foreign[0], 'general')}; expected "
             f"none with bench {args.name}"
         )
-    if "rounds" in given and "from_raw" in given:
-        raise ConfigError(
-            f"--rounds {given['rounds']} with --from: a run scored from its raw file measures "
-            "nothing (its passes are the ones it kept); expected one of them"
-        )
     typed = dict(given)  # as given on the command line, before they become run's arguments
+    if "rounds" in given and "from_raw" in given:  # score the first rounds each run kept
+        with tempfile.TemporaryDirectory(prefix="doppler-lab-rounds-") as tmp:
+            originals = list(given["from_raw"])
+            given["from_raw"] = first_rounds(originals, given.pop("rounds"), Path(tmp))
+            output_folder(args.out)
+            record = mod.run(Path(args.out), quick=args.quick, **shown, **given)
+            record = _restore_paths(
+                Path(args.out) / f"{args.name}.json",
+                record,
+                dict(zip(given["from_raw"], originals)),
+            )
+        return _finish(args, Path(args.out) / f"{args.name}.json", record, typed)
     if given.pop("skip_finetune_long", False):
         given["finetune_long"] = False
     if given.pop("skip_clustering", False):
         given["clustering"] = False
     output_folder(args.out)  # before the bench runs, not when it writes
     record = mod.run(Path(args.out), quick=args.quick, **shown, **given)
-    record = _complete_command(Path(args.out) / f"{args.name}.json", record, typed)
-    print(f"wrote {Path(args.out) / (args.name + '.md')}")
+    return _finish(args, Path(args.out) / f"{args.name}.json", record, typed)
+
+
+def _finish(args: argparse.Namespace, path: Path, record: dict, typed: dict) -> int:
+    record = _complete_command(path, record, typed)
+    print(f"wrote {path.with_suffix('.md')}")
     for k, v in record.get("summary", {}).items():
         print(f"  {k}: {v}")
     return 0
+
+
+def first_rounds(paths: list[str], rounds: int, tmp: Path) -> list[str]:
+    """``bench fidelity --from RAW --rounds K``: each raw file cut to its first ``rounds``
+    measuring passes (every placement's runs are kept pass by pass), written under ``tmp`` in a
+    folder of its own named like the file's (a run's label in a report over several), so a
+    model can be judged on fewer passes of the same measurements. Returns the cut files.
+
+    Raises:
+        FormatError: a file that is not a bench fidelity raw file, or has fewer passes, named.
+    """
+    import gzip
+    import json
+
+    cut = []
+    for i, raw in enumerate(paths):
+        try:
+            with gzip.open(raw, "rt", encoding="utf-8") as f:
+                doc = json.load(f)
+            kept, repeats = int(doc["passes"]["rounds"]), int(doc["passes"]["repeats"])
+            workloads = doc["workloads"].values()
+        except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise FormatError(
+                "not the raw file of a bench fidelity run with its measuring passes "
+                f"(expected passes.rounds, passes.repeats and workloads; {one_line(exc, 200)})",
+                str(raw),
+            ) from None
+        if rounds > kept:
+            raise FormatError(f"--rounds {rounds}: the run kept {kept} pass(es)", str(raw))
+        for w in workloads:
+            w["measured_s"] = [row[: rounds * repeats] for row in w["measured_s"]]
+        doc["passes"]["rounds"] = rounds
+        out = tmp / str(i) / Path(raw).resolve().parent.name / Path(raw).name
+        out.parent.mkdir(parents=True)
+        with gzip.open(out, "wt", encoding="utf-8") as f:
+            json.dump(doc, f)
+        cut.append(str(out))
+    return cut
+
+
+def _restore_paths(path: Path, record: dict, paths: dict[str, str]) -> dict:
+    """The report at ``path`` (and ``record``) with the cut files' paths given back as the
+    files they were cut from."""
+    from ..lab.bench._report import read_report, rewrite_page
+
+    def back(x):
+        if isinstance(x, str):
+            for cut, original in paths.items():
+                x = x.replace(cut, original)
+            return x
+        if isinstance(x, list):
+            return [back(v) for v in x]
+        if isinstance(x, dict):
+            return {k: back(v) for k, v in x.items()}
+        return x
+
+    if path.is_file():
+        write_json(path, back(read_report(path)))
+        rewrite_page(path)
+    return back(record)
 
 
 def _complete_command(path: Path, record: dict, given: dict) -> dict:
