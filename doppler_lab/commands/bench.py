@@ -8,6 +8,7 @@ import inspect
 import tempfile
 from pathlib import Path
 
+from ..house.atomic import atomic_write
 from ..house.errors import ConfigError, FormatError
 from ..house.jsonutil import write_json
 from ..house.progress import show_progress
@@ -248,8 +249,7 @@ def first_rounds(paths: list[str], rounds: int, tmp: Path) -> list[str]:
         doc["passes"]["rounds"] = rounds
         out = tmp / str(i) / Path(raw).resolve().parent.name / Path(raw).name
         out.parent.mkdir(parents=True)
-        with gzip.open(out, "wt", encoding="utf-8") as f:
-            json.dump(doc, f)
+        atomic_write(out, gzip.compress(json.dumps(doc).encode("utf-8")))
         cut.append(str(out))
     return cut
 
@@ -257,7 +257,7 @@ def first_rounds(paths: list[str], rounds: int, tmp: Path) -> list[str]:
 def _restore_paths(path: Path, record: dict, paths: dict[str, str]) -> dict:
     """The report at ``path`` (and ``record``) with the cut files' paths given back as the
     files they were cut from."""
-    from ..lab.bench._report import read_report, rewrite_page
+    from ..lab.bench.pages import read_report, rewrite_page
 
     def back(x):
         if isinstance(x, str):
@@ -280,7 +280,7 @@ def _complete_command(path: Path, record: dict, given: dict) -> dict:
     """``record`` whose command shows every single-valued option given (a bench's own command
     line may leave out one it passes on, e.g. ``--rounds``), its JSON and page redrawn where
     one was added, so the report's command runs the same bench again."""
-    from ..lab.bench._report import read_report, rewrite_page
+    from ..lab.bench.pages import read_report, rewrite_page
 
     command = record.get("command") or ""
     if not command or not path.is_file():

@@ -45,6 +45,7 @@ EXCLUDED: tuple[str, ...] = (
     "io/datasets.py",
     "lab/bench/yardstick.py",
     "lab/bench/_report.py",
+    "lab/bench/pages.py",
 )
 
 
