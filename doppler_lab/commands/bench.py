@@ -7,6 +7,7 @@ import importlib
 import inspect
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from ..house.atomic import atomic_write
 from ..house.errors import ConfigError, FormatError
@@ -188,29 +189,25 @@ def run(args: argparse.Namespace) -> int:
             f"none with bench {args.name}"
         )
     typed = dict(given)  # as given on the command line, before they become run's arguments
+    out = Path(args.out) / f"{args.name}.json"
     if "rounds" in given and "from_raw" in given:  # score the first rounds each run kept
         with tempfile.TemporaryDirectory(prefix="doppler-lab-rounds-") as tmp:
             originals = list(given["from_raw"])
             given["from_raw"] = first_rounds(originals, given.pop("rounds"), Path(tmp))
             output_folder(args.out)
             record = mod.run(Path(args.out), quick=args.quick, **shown, **given)
-            record = _restore_paths(
-                Path(args.out) / f"{args.name}.json",
-                record,
-                dict(zip(given["from_raw"], originals)),
-            )
-        return _finish(args, Path(args.out) / f"{args.name}.json", record, typed)
+            return _finish(out, record, typed, dict(zip(given["from_raw"], originals)))
     if given.pop("skip_finetune_long", False):
         given["finetune_long"] = False
     if given.pop("skip_clustering", False):
         given["clustering"] = False
     output_folder(args.out)  # before the bench runs, not when it writes
     record = mod.run(Path(args.out), quick=args.quick, **shown, **given)
-    return _finish(args, Path(args.out) / f"{args.name}.json", record, typed)
+    return _finish(out, record, typed)
 
 
-def _finish(args: argparse.Namespace, path: Path, record: dict, typed: dict) -> int:
-    record = _complete_command(path, record, typed)
+def _finish(path: Path, record: dict, typed: dict, cut_from: dict | None = None) -> int:
+    record = _as_given(path, record, typed, cut_from or {})
     print(f"wrote {path.with_suffix('.md')}")
     for k, v in record.get("summary", {}).items():
         print(f"  {k}: {v}")
@@ -249,42 +246,20 @@ def first_rounds(paths: list[str], rounds: int, tmp: Path) -> list[str]:
         doc["passes"]["rounds"] = rounds
         out = tmp / str(i) / Path(raw).resolve().parent.name / Path(raw).name
         out.parent.mkdir(parents=True)
+        # (the document as kept, not parsed and written again: every field stays as it was)
         atomic_write(out, gzip.compress(json.dumps(doc).encode("utf-8")))
         cut.append(str(out))
     return cut
 
 
-def _restore_paths(path: Path, record: dict, paths: dict[str, str]) -> dict:
-    """The report at ``path`` (and ``record``) with the cut files' paths given back as the
-    files they were cut from."""
-    from ..lab.bench.pages import read_report, rewrite_page
-
-    def back(x):
-        if isinstance(x, str):
-            for cut, original in paths.items():
-                x = x.replace(cut, original)
-            return x
-        if isinstance(x, list):
-            return [back(v) for v in x]
-        if isinstance(x, dict):
-            return {k: back(v) for k, v in x.items()}
-        return x
-
-    if path.is_file():
-        write_json(path, back(read_report(path)))
-        rewrite_page(path)
-    return back(record)
-
-
-def _complete_command(path: Path, record: dict, given: dict) -> dict:
-    """``record`` whose command shows every single-valued option given (a bench's own command
-    line may leave out one it passes on, e.g. ``--rounds``), its JSON and page redrawn where
-    one was added, so the report's command runs the same bench again."""
+def _as_given(path: Path, record: dict, given: dict, cut_from: dict[str, str]) -> dict:
+    """``record``, and its JSON and page at ``path`` redrawn where they change, as the command
+    line gave it: its command shows every single-valued option given (a bench's own command
+    line may leave one out, e.g. ``--rounds``), so the page's command runs the same bench
+    again; the cut copies of ``cut_from`` (cut file: the file given) named as the files given."""
     from ..lab.bench.pages import read_report, rewrite_page
 
     command = record.get("command") or ""
-    if not command or not path.is_file():
-        return record
     missing = []
     for key, value in given.items():
         if isinstance(value, list | tuple | dict) or key == "from_raw":
@@ -294,10 +269,22 @@ def _complete_command(path: Path, record: dict, given: dict) -> dict:
             f"{flag}=" in part for part in command.split()
         ):
             missing.append(flag if value is True else f"{flag} {value}")
-    if not missing:
+
+    def as_given(x: Any) -> Any:
+        if isinstance(x, str):
+            for cut, original in cut_from.items():
+                x = x.replace(cut, original)
+            return x
+        if isinstance(x, list):
+            return [as_given(v) for v in x]
+        if isinstance(x, dict):
+            return {k: as_given(v) for k, v in x.items()}
+        return x
+
+    if not command or not path.is_file() or not (missing or cut_from):
         return record
-    kept = read_report(path)
-    kept["command"] = " ".join([command, *missing])
+    kept = as_given(read_report(path))
+    kept["command"] = " ".join([kept["command"], *missing])
     write_json(path, kept)
     rewrite_page(path)
-    return {**record, "command": kept["command"]}
+    return {**as_given(record), "command": kept["command"]}
