@@ -17,6 +17,7 @@ from ..house.runners import add_runner_arguments, runner_from_args
 from ..house.userfiles import output_folder
 from ..house.validate import one_line
 from ..lab.bench import BENCHMARKS
+from ._common import int_arg
 
 NAME = "bench"
 HELP = "run a benchmark (sim, quality, policy, policy-wc, executor, allocator, fidelity, import, general, general-alone, memory, memory-fidelity, learner, stuck, stuck-split) and write reports/bench/NAME.{json,md}"
@@ -128,14 +129,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def rounds_arg(text: str) -> int:
-    """An argparse ``type=``: a whole number of measuring passes, at least 1."""
+    """An argparse ``type=``: a whole number of measuring passes, 1 to
+    :data:`~doppler_lab.house.limits.MAX_REPEATS` (:func:`~doppler_lab.commands._common.int_arg`'s
+    parsing)."""
     try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of passes, 1 or more")
-    return n
+        return int_arg(1, "MAX_REPEATS")(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a whole number of passes, 1 or more ({exc})"
+        ) from None
 
 
 #: options of ``bench general`` (None / False: not given)
@@ -233,6 +235,8 @@ def first_rounds(paths: list[str], rounds: int, tmp: Path) -> list[str]:
                 doc = json.load(f)
             kept, repeats = int(doc["passes"]["rounds"]), int(doc["passes"]["repeats"])
             workloads = doc["workloads"].values()
+        except FileNotFoundError:
+            raise  # (the command line says "RAW: no such file")
         except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise FormatError(
                 "not the raw file of a bench fidelity run with its measuring passes "
