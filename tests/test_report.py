@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -234,6 +235,32 @@ def test_notebooks_run_their_kernel_over_ipc_not_tcp():
     from doppler_lab.lab.reporting.notebook_runs import IpcKernelManager
 
     assert IpcKernelManager().transport == "ipc"
+
+
+def test_a_kernels_sockets_live_in_their_own_folder_and_leave_with_it(tmp_path, monkeypatch):
+    """jupyter_client's default puts a kernel's IPC sockets in the working directory
+    (``kernel-ipc-N``): a stopped report build left them in ``notebooks/``. Ours are in a private
+    temporary folder, gone when the kernel shuts down."""
+    from doppler_lab.lab.reporting.notebook_runs import IpcKernelManager
+
+    monkeypatch.chdir(tmp_path)
+    before = set(Path(tempfile.gettempdir()).glob("doppler-kernel-*"))
+    km = IpcKernelManager(kernel_name="python3")
+    # no folder until the kernel starts: a manager never started leaves nothing behind
+    assert set(Path(tempfile.gettempdir()).glob("doppler-kernel-*")) == before
+    km.start_kernel(cwd=str(tmp_path))
+    socket_dir = Path(km.ip).parent
+    assert socket_dir.is_dir() and socket_dir.name.startswith("doppler-kernel-")
+    try:
+        client = km.client()
+        client.start_channels()
+        client.wait_for_ready(timeout=60)
+        client.stop_channels()
+        assert any(p.is_socket() for p in socket_dir.iterdir())
+    finally:
+        km.shutdown_kernel(now=True)
+    assert list(tmp_path.iterdir()) == []
+    assert not socket_dir.exists()
 
 
 # -- pages people read: findings, headline cards, titles, the quick banner --------------------------

@@ -15,7 +15,9 @@ import ast
 import json
 import os
 import re
+import shutil
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -138,15 +140,41 @@ def run_notebook(
 def _ipc_kernel_manager() -> type:
     # imported here, not at the top: an optional dependency, loaded only when used
     from jupyter_client.manager import KernelManager
+    from jupyter_core.utils import run_sync
 
     class IpcKernelManager(KernelManager):
-        """A kernel reached over local IPC sockets (files in the runtime folder) rather than
-        TCP ports: nothing listens on the network, and ipykernel does not warn that TCP runs
-        without encryption (once per notebook of a report)."""
+        """A kernel reached over local IPC sockets rather than TCP ports: nothing listens on the
+        network, and ipykernel does not warn that TCP runs without encryption (once per
+        notebook of a report).
+
+        The sockets are files in a private temporary folder made for this kernel and removed
+        with it. jupyter_client's default names them ``kernel-ipc-N`` in the working directory,
+        the kernel's being ``notebooks/``: a build stopped by a timeout or Ctrl-C left them there,
+        beside the user's notebooks."""
 
         def __init__(self, **kwargs: Any) -> None:
             kwargs.setdefault("transport", "ipc")
+            self._own_sockets = "ip" not in kwargs
+            self._socket_dir: str | None = None
             super().__init__(**kwargs)
+
+        async def _async_pre_start_kernel(self, **kw: Any) -> Any:
+            # made when the kernel starts (a manager never started leaves nothing behind),
+            # before the connection file names the sockets
+            if self._own_sockets and self.transport == "ipc" and self._socket_dir is None:
+                self._socket_dir = tempfile.mkdtemp(prefix="doppler-kernel-")
+                self.ip = os.path.join(self._socket_dir, "ipc")
+            return await super()._async_pre_start_kernel(**kw)
+
+        async def _async_cleanup_resources(self, restart: bool = False) -> None:
+            # the one clean-up both the blocking and the async shutdown await
+            await super()._async_cleanup_resources(restart=restart)
+            if not restart and self._socket_dir is not None:
+                shutil.rmtree(self._socket_dir, ignore_errors=True)
+                self._socket_dir = None
+
+        pre_start_kernel = run_sync(_async_pre_start_kernel)
+        cleanup_resources = run_sync(_async_cleanup_resources)
 
     return IpcKernelManager
 
