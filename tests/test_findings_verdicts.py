@@ -157,6 +157,25 @@ def test_page_07_judges_the_dual_policy_against_each_half_by_graph_and_seed(
     assert f"over {2 * seeds} pairs" in f.text  # paired by graph and seed
 
 
+def test_page_07_counts_the_runs_that_reach_the_best_known_placement() -> None:
+    """Run by run against YARDSTICK's best known (``vs_best_known``; generated workloads have
+    none): the method with the most runs within 2% leads, by graph; the verdict stays last."""
+    summary = _ablation_summary({"sel-only": 0.05, "doppler-II-only": -0.01}, 4)
+    for r in summary["runs"]:
+        near = {"doppler-II-only": -0.01, "doppler": -0.05, "sel-only": -0.021}[r["method"]]
+        r["vs_best_known"] = near if r["seed"] or r["method"] != "doppler-II-only" else -0.1
+    summary["runs"].append({"graph": "gen", "method": "doppler", "seed": 0, "makespan": 1.0,
+                            "vs_best_known": None})  # fmt: skip
+    f = page_findings("07", summary)
+    by = {h["label"]: h["value"] for h in f.headline}
+    assert by["runs within 2% of the best known: Stage II only"] == "6 of 8"
+    assert "in 6 of 8 runs of Stage II only, the most of any method (g1 3/4, g2 3/4)" in f.text
+    assert "the dual policy 0 of 8; SEL only 0 of 8." in f.text  # 2.1% above is not within 2%
+    assert f.headline[-1]["claim"] == "dual"
+    plain = page_findings("07", _ablation_summary({"sel-only": 0.05}, 4))
+    assert "best known" not in plain.text
+
+
 def test_page_07_without_per_seed_runs_cannot_say() -> None:
     f = page_findings("07", {"rows": [{"graph": "g", "method": "doppler", "vs_cp": 0.1}]})
     assert "The run cannot say whether the dual policy beats" in f.text
