@@ -229,6 +229,43 @@ def test_report_command(notebooks, tmp_path, capsys):
     assert "'zz' matches no notebook" in capsys.readouterr().err
 
 
+def test_report_status_says_what_a_build_would_run_and_why(
+    notebooks, tmp_path, capsys, monkeypatch
+):
+    """``--status`` runs nothing: per page, its last build and whether a build now reuses it or
+    runs it again (never built, failed, code changed, notebook edited, other parameters)."""
+    from doppler_lab.house import codeversion
+    from doppler_lab.lab.reporting.site import site_status
+
+    out = tmp_path / "site"
+    args = ["report", "--notebooks", str(notebooks), "--out", str(out), "--no-progress"]
+    assert [st.why for st in site_status(out, notebooks_dir=notebooks)] == ["never built"] * 2
+    assert main([*args, "--keep-going"]) == 1  # 00 fails, 01 works
+    capsys.readouterr()
+    assert main([*args, "--status"]) == 0
+    text = capsys.readouterr().out
+    now = codeversion.code_version()
+    assert f"code version now {now}" in text
+    assert re.search(r"00_fails .*runs it: failed last time", text)
+    assert re.search(rf"01_works +\d{{4}}-\d\d-\d\d \d\d:\d\d +{now} +\d+ s +reuses it", text)
+    assert "a build now runs 1 of 2 notebooks" in text
+    status = {st.stem: st for st in site_status(out, notebooks_dir=notebooks)}
+    assert status["01_works"].reuse and status["01_works"].result.status == "ok"
+    # what would make a build run it again
+    quick = site_status(out, only=["01"], quick=True, notebooks_dir=notebooks)
+    assert [st.why for st in quick] == ["other parameters"]  # its quick profile, same folder
+    other = site_status(out, ["01"], {"01": {"value": 3.0}}, notebooks_dir=notebooks)
+    assert [st.why for st in other] == ["other parameters"]
+    monkeypatch.setattr(codeversion, "code_version", lambda: "0123456789ab")
+    assert [st.why for st in site_status(out, ["01"], notebooks_dir=notebooks)] == ["code changed"]
+    monkeypatch.undo()
+    _notebook(notebooks, "01_works", "value = value * 3", quick={"value": 0.5})
+    assert [st.why for st in site_status(out, ["01"], notebooks_dir=notebooks)] == [
+        "notebook edited"
+    ]
+    assert not (out / "02").exists() and len(read_site(out)) == 2  # nothing ran or was written
+
+
 def test_notebooks_run_their_kernel_over_ipc_not_tcp():
     """No kernel port on the network, and no 'running over TCP without encryption' warning
     once per notebook of a report."""

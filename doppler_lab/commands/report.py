@@ -60,6 +60,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "the same code version, notebook cells and parameters (by default that run is reused)",
     )
     p.add_argument("--list", action="store_true", help="list the notebooks and their quick profile")
+    p.add_argument(
+        "--status",
+        action="store_true",
+        help="run nothing: per page of the site folder, when it was built, by which code "
+        "version and in how long, and whether a build now would reuse it or run it again, and "
+        "why (takes --only, --quick, --params-file, --out as a build would)",
+    )
     add_force_argument(p)
     p.add_argument(
         "--refresh",
@@ -98,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
             shown = "no quick profile" if quick is None else f"quick: {quick}"
             print(f"{path.stem:34s} {notebook_info(path).title}\n{'':34s} {shown}")
         return 0
+    if args.status:
+        return _status(args)
     if args.refresh:
         from ..lab.reporting.site import refresh_site
 
@@ -120,6 +129,49 @@ def run(args: argparse.Namespace) -> int:
                     print(f"  {stem}: {by_stem[stem].error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    """``--status``: the site folder's pages against what a build would run now."""
+    from ..house import codeversion
+    from ..lab.reporting.site import read_params_file, site_folder, site_status
+
+    overrides = read_params_file(args.params_file) if args.params_file else None
+    folder = site_folder(args.out, args.quick)
+    pages = site_status(args.out, args.only, overrides, args.quick, args.notebooks)
+    print(f"site {folder} (code version now {codeversion.code_version()})")
+    rows = [("page", "last build", "code version", "took", "a build now")]
+    for st in pages:
+        r = st.result
+        built = r is not None and r.status != "not run"
+        rows.append(
+            (
+                st.stem,
+                (r.finished or "?").replace("T", " ")[:16] if built else "-",
+                (r.code_version or "?") if built else "-",
+                _took(r.seconds) if built else "-",
+                "reuses it" if st.reuse else f"runs it: {st.why}",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    runs = [st for st in pages if not st.reuse]
+    known = [st.result.seconds for st in runs if st.result is not None and st.result.seconds]
+    took = (
+        f"; the last builds of {len(known)} of them took {_took(sum(known))} in all (cached "
+        "training runs can make a run shorter)"
+        if known
+        else ""
+    )
+    print(f"a build now runs {len(runs)} of {len(pages)} notebooks{took}")
+    return 0
+
+
+def _took(seconds: float | None) -> str:
+    if not seconds:
+        return "?"
+    return f"{seconds:.0f} s" if seconds < 600 else f"{seconds / 3600:.1f} h"
 
 
 def _is_site(folder: Path) -> bool:

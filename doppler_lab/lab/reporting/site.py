@@ -487,6 +487,104 @@ def reusable(
     )
 
 
+def site_folder(out_dir: str | os.PathLike | None, quick: bool) -> Path:
+    """The site folder a build writes: ``out_dir``, else :data:`DEFAULT_SITE` (with ``quick``:
+    :data:`QUICK_SITE`)."""
+    return Path(out_dir if out_dir is not None else QUICK_SITE if quick else DEFAULT_SITE).resolve()
+
+
+def plan_builds(
+    only: Sequence[str] | None = None,
+    parameters: Mapping[str, Mapping[str, Any]] | None = None,
+    quick: bool = False,
+    notebooks_dir: str | os.PathLike | None = None,
+    progress: bool = False,
+) -> list[tuple[NotebookInfo, dict[str, Any], str]]:
+    """What a build runs: per notebook its info, the parameters it is given and its profile
+    (``defaults``, ``quick`` or ``custom``), in order; the arguments are
+    :func:`build_site`'s.
+
+    Raises:
+        ConfigError: an override names a notebook not being run, or a parameter that is not
+            in the notebook's parameters cell (before anything runs).
+    """
+    notebooks = find_notebooks(only, notebooks_dir)
+    overrides = dict(parameters or {})
+    _check_override_names(notebooks, overrides)
+    plans = []
+    for info in (notebook_info(p) for p in notebooks):
+        params = quick_parameters(info.path) if quick else {}
+        if params is None and progress:
+            tqdm.write(f"note: {info.stem} has no quick profile; it runs with its defaults")
+        profile = "quick" if quick and params is not None else "defaults"
+        extra = _overrides_for(info.stem, overrides)
+        if extra:
+            profile = "custom"
+            # before anything runs: a misspelt parameter failed the notebook after its build
+            unknown = sorted(set(extra) - set(notebook_parameters(info.path)))
+            if unknown:
+                raise ConfigError(
+                    f"parameters for notebook {info.stem}: {', '.join(map(repr, unknown))} "
+                    f"not in its parameters cell; expected some of "
+                    f"{', '.join(sorted(notebook_parameters(info.path)))}"
+                )
+        plans.append((info, {**(params or {}), **extra}, profile))
+    return plans
+
+
+@dataclass(frozen=True)
+class PageStatus:
+    """Where one notebook's page stands in a site folder, against what a build would run now.
+
+    Attributes:
+        stem: the notebook.
+        reuse: whether a build now would reuse the page (same code version, notebook cells,
+            parameters and profile, its files all there) rather than run the notebook.
+        why: what a build would do and why (``reused``, ``code changed``, ``notebook
+            edited``, ``other parameters``, ``failed last time``, ``never built``, ``files
+            missing``).
+        result: the page's last result in the folder (None: never built there).
+    """
+
+    stem: str
+    reuse: bool
+    why: str
+    result: NotebookResult | None
+
+
+def site_status(
+    out_dir: str | os.PathLike | None = None,
+    only: Sequence[str] | None = None,
+    parameters: Mapping[str, Mapping[str, Any]] | None = None,
+    quick: bool = False,
+    notebooks_dir: str | os.PathLike | None = None,
+) -> list[PageStatus]:
+    """Per notebook a build would run (:func:`plan_builds`), whether that build would reuse
+    the page kept in the site folder or run the notebook again, and why; nothing runs."""
+    out = site_folder(out_dir, quick)
+    earlier = {r.stem: r for r in read_site(out)} if out.is_dir() else {}
+    now = codeversion.code_version()
+    out_list = []
+    for info, params, profile in plan_builds(only, parameters, quick, notebooks_dir):
+        r = earlier.get(info.stem)
+        if reusable(r, info, params, profile, out):
+            why = "reused"
+        elif r is None or r.status == "not run":
+            why = "never built"
+        elif r.status != "ok":
+            why = "failed last time"
+        elif r.code_version != now:
+            why = "code changed"
+        elif r.notebook_digest != notebook_digest(info.path):
+            why = "notebook edited"
+        elif r.parameters != dict(params) or r.profile != profile:
+            why = "other parameters"
+        else:
+            why = "files missing"
+        out_list.append(PageStatus(info.stem, why == "reused", why, r))
+    return out_list
+
+
 def build_site(
     out_dir: str | os.PathLike | None = None,
     only: Sequence[str] | None = None,
@@ -522,29 +620,8 @@ def build_site(
         The :class:`Site`; ``site.ok`` is False when a notebook failed.
     """
 
-    out = Path(out_dir if out_dir is not None else QUICK_SITE if quick else DEFAULT_SITE).resolve()
-    notebooks = find_notebooks(only, notebooks_dir)
-    overrides = dict(parameters or {})
-    _check_override_names(notebooks, overrides)
-    infos = [notebook_info(p) for p in notebooks]
-    plans = []
-    for info in infos:
-        params = quick_parameters(info.path) if quick else {}
-        if params is None and progress:
-            tqdm.write(f"note: {info.stem} has no quick profile; it runs with its defaults")
-        profile = "quick" if quick and params is not None else "defaults"
-        extra = _overrides_for(info.stem, overrides)
-        if extra:
-            profile = "custom"
-            # before anything runs: a misspelt parameter failed the notebook after its build
-            unknown = sorted(set(extra) - set(notebook_parameters(info.path)))
-            if unknown:
-                raise ConfigError(
-                    f"parameters for notebook {info.stem}: {', '.join(map(repr, unknown))} "
-                    f"not in its parameters cell; expected some of "
-                    f"{', '.join(sorted(notebook_parameters(info.path)))}"
-                )
-        plans.append((info, {**(params or {}), **extra}, profile))
+    out = site_folder(out_dir, quick)
+    plans = plan_builds(only, parameters, quick, notebooks_dir, progress)
     out.mkdir(parents=True, exist_ok=True)
     earlier = {r.stem: r for r in read_site(out)}
     fresh: dict[str, NotebookResult] = {}
