@@ -472,19 +472,37 @@ def reusable(
 ) -> bool:
     """Whether the site folder holds a run of this notebook that a build may reuse: it
     succeeded with the same code version, the same notebook cells and the same parameters, and
-    its executed copy, ``summary.json`` and page are there."""
+    its executed copy, ``summary.json`` and page are there (:func:`why_not_reused`)."""
 
-    if earlier is None or earlier.status != "ok" or earlier.page is None:
-        return False
+    return why_not_reused(earlier, info, parameters, profile, out_dir) is None
+
+
+def why_not_reused(
+    earlier: NotebookResult | None,
+    info: NotebookInfo,
+    parameters: Mapping[str, Any],
+    profile: str,
+    out_dir: Path,
+) -> str | None:
+    """Why a build would run this notebook again rather than reuse ``earlier``, its last run in
+    the site folder: ``never built``, ``failed last time``, ``code changed``, ``notebook
+    edited``, ``other parameters`` or ``files missing`` (its executed copy, ``summary.json``
+    or page); None where it would reuse it."""
+    if earlier is None or earlier.status == "not run":
+        return "never built"
+    if earlier.status != "ok":
+        return "failed last time"
+    if earlier.code_version != codeversion.code_version():
+        return "code changed"
+    if earlier.notebook_digest != notebook_digest(info.path):
+        return "notebook edited"
+    if earlier.parameters != dict(parameters) or earlier.profile != profile:
+        return "other parameters"
     folder = out_dir / info.stem
-    kept = (folder / info.path.name, folder / "summary.json", out_dir / earlier.page)
-    return (
-        earlier.code_version == codeversion.code_version()
-        and earlier.notebook_digest == notebook_digest(info.path)
-        and earlier.parameters == dict(parameters)
-        and earlier.profile == profile
-        and all(p.exists() for p in kept)
-    )
+    kept = (folder / info.path.name, folder / "summary.json")
+    if earlier.page is None or not all(p.exists() for p in (*kept, out_dir / earlier.page)):
+        return "files missing"
+    return None
 
 
 def site_folder(out_dir: str | os.PathLike | None, quick: bool) -> Path:
@@ -563,26 +581,12 @@ def site_status(
     the page kept in the site folder or run the notebook again, and why; nothing runs."""
     out = site_folder(out_dir, quick)
     earlier = {r.stem: r for r in read_site(out)} if out.is_dir() else {}
-    now = codeversion.code_version()
-    out_list = []
+    pages = []
     for info, params, profile in plan_builds(only, parameters, quick, notebooks_dir):
         r = earlier.get(info.stem)
-        if reusable(r, info, params, profile, out):
-            why = "reused"
-        elif r is None or r.status == "not run":
-            why = "never built"
-        elif r.status != "ok":
-            why = "failed last time"
-        elif r.code_version != now:
-            why = "code changed"
-        elif r.notebook_digest != notebook_digest(info.path):
-            why = "notebook edited"
-        elif r.parameters != dict(params) or r.profile != profile:
-            why = "other parameters"
-        else:
-            why = "files missing"
-        out_list.append(PageStatus(info.stem, why == "reused", why, r))
-    return out_list
+        why = why_not_reused(r, info, params, profile, out)
+        pages.append(PageStatus(info.stem, why is None, why or "reused", r))
+    return pages
 
 
 def build_site(
