@@ -45,6 +45,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "demo",
     "gpu_check",
     "data",
+    "runs",
 )
 
 

@@ -42,6 +42,7 @@ EXCLUDED: tuple[str, ...] = (
     "house/moved.py",
     "house/nbclean.py",
     "house/paths.py",
+    "house/runstore.py",
     "io/datasets.py",
     "lab/bench/yardstick.py",
     "lab/bench/_report.py",

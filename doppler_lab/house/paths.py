@@ -30,6 +30,8 @@ PAPER_GRAPHS_ENV = "DOPPLER_PAPER_GRAPHS"
 CHECKPOINTS_ENV = "DOPPLER_LAB_CHECKPOINTS"
 CHECKOUT_PAPER_GRAPHS_DIR = REPO_ROOT.parent / "shared" / "data" / "doppler-paper"
 BENCH_POLICY_RUNS = "runs/bench_policy"  # bench policy's run cache (relative: the working folder)
+# finished runs of the stored caches, committed (relative: the checkout; house.runstore)
+RUN_STORE = "data/runs"
 PAPER_GRAPHS_HINT = (
     "run `doppler-lab data paper-graphs` (downloads them from github.com/xinyuyao/Doppler; "
     "`--from DIR` installs a local copy of its compute_graph/), or set "

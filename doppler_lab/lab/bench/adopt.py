@@ -14,6 +14,10 @@ reproduced it exactly:
   times) is byte-identical;
 - every stage's final weights are bitwise equal.
 
+Metrics and weights are compared by their sha256 (:func:`~doppler_lab.house.runstore.stage_digest`):
+an older run restored from the committed run store (:mod:`doppler_lab.house.runstore`), which
+keeps the digests and not the files, is checked like one trained on this machine.
+
 Any difference and the cell is retrained under the current code; the verdict and what differed
 are kept in the cell's ``adoptions.json`` (``{"OLD->NEW": {...}}``), so a later sweep neither
 repeats the check nor adopts a failed cell. Verdicts chain: a version shown equal to one that
@@ -34,9 +38,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from ...house import codeversion
+from ...house import codeversion, runstore
 from ...house.jsonutil import write_json
 
 #: the result fields that must be equal for a run to count as reproduced (``train_s`` and the
@@ -119,34 +121,29 @@ def _verdict(entries: dict[str, Any], version: str) -> bool | None:
     return None
 
 
-def _stage_dirs(run_dir: Path) -> list[Path]:
-    return sorted(p.parent for p in run_dir.glob("*/metrics.csv"))
-
-
-def _weights(path: Path) -> dict[str, torch.Tensor]:
-    doc = torch.load(path, map_location="cpu", weights_only=True)
-    return doc.get("state_dict", {}) if isinstance(doc, dict) else {}
-
-
 def differences(old_dir: Path, new_dir: Path) -> list[str]:
-    """What differs between two runs of one configuration (empty: the same run)."""
+    """What differs between two runs of one configuration (empty: the same run). A stage's
+    metrics and weights are compared by their digests (:func:`~doppler_lab.house.runstore.
+    stage_digest`), so a run restored from the run store, which keeps only the digests, compares
+    like one trained here."""
     old, new = _read_json(old_dir / "result.json"), _read_json(new_dir / "result.json")
     if old is None or new is None:
         return [f"result.json missing in {(new_dir if old else old_dir).name}"]
     out = [
         f"{f} {old.get(f)!r} vs {new.get(f)!r}" for f in RESULT_FIELDS if old.get(f) != new.get(f)
     ]
-    a, b = _stage_dirs(old_dir), _stage_dirs(new_dir)
+    a, b = runstore.stage_dirs(old_dir), runstore.stage_dirs(new_dir)
     if [p.name for p in a] != [p.name for p in b]:
         return out + [f"stages {[p.name for p in a]} vs {[p.name for p in b]}"]
     for s_old, s_new in zip(a, b, strict=True):
-        if (s_old / "metrics.csv").read_bytes() != (s_new / "metrics.csv").read_bytes():
+        d_old, d_new = runstore.stage_digest(s_old), runstore.stage_digest(s_new)
+        if d_old["metrics_sha256"] is None or d_new["metrics_sha256"] is None:
+            out.append(f"{s_old.name}/metrics.csv missing")
+        elif d_old["metrics_sha256"] != d_new["metrics_sha256"]:
             out.append(f"{s_old.name}/metrics.csv differs")
-        if not (s_old / "policy.pt").exists() or not (s_new / "policy.pt").exists():
+        if d_old["weights_sha256"] is None or d_new["weights_sha256"] is None:
             out.append(f"{s_old.name}/policy.pt missing")
-            continue
-        w_old, w_new = _weights(s_old / "policy.pt"), _weights(s_new / "policy.pt")
-        if w_old.keys() != w_new.keys() or any(not torch.equal(w_old[k], w_new[k]) for k in w_old):
+        elif d_old["weights_sha256"] != d_new["weights_sha256"]:
             out.append(f"{s_old.name}/policy.pt weights differ")
     return out
 

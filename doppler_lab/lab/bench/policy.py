@@ -39,7 +39,7 @@ import pandas as pd
 import torch
 
 from ...hardware.cluster import make_cluster
-from ...house import codeversion
+from ...house import codeversion, runstore
 from ...house.atomic import atomic_copy
 from ...house.codeversion import versioned_key
 from ...house.errors import ConfigError
@@ -443,9 +443,13 @@ def adopted_sweep(
 ) -> tuple[Any, list[str], float]:
     """The sweep of a bench's training ``runs`` over ``tasks`` (``(cfg, case, method, seed,
     root)``, one per run), after :func:`verify_adoptions` checked which older runs it may
-    adopt: on ``runner`` with spawned processes (:data:`SWEEP_START`). Returns the finished
-    sweep, the checks' notes and the sweep's own wall seconds (the checks not counted)."""
-    notes = verify_adoptions(list(tasks), runner, jobs, progress, keep_going)
+    adopt: on ``runner`` with spawned processes (:data:`SWEEP_START`). A cache with a run
+    store (:mod:`~doppler_lab.house.runstore`: ``runs/bench_policy``) first gets its stored
+    runs back. Returns the finished sweep, the restore's and the checks' notes and the sweep's
+    own wall seconds (the checks not counted)."""
+    roots = sorted({Path(t[4]) for t in tasks}, key=str)
+    notes = [line for root in roots if (line := runstore.restore_for(root))]
+    notes += verify_adoptions(list(tasks), runner, jobs, progress, keep_going)
     t0 = time.perf_counter()
     sweep = make_runner(runner, jobs=jobs, start_method=SWEEP_START).run(
         list(runs), desc=desc, progress=progress, keep_going=keep_going

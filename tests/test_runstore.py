@@ -1,0 +1,194 @@
+"""The committed run store (``house/runstore.py``): finished runs recorded as small JSON files,
+written back as run folders on another checkout, counted as finished there, and adopted by a
+later code version by their digests as if they had been trained on that machine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from sweeps import TINY_SWEEP as TINY
+
+from doppler_lab.cli import main
+from doppler_lab.house import codeversion, runstore
+from doppler_lab.house.errors import FormatError
+from doppler_lab.house.paths import REPO_ROOT
+from doppler_lab.lab.bench import adopt
+from doppler_lab.lab.bench import policy as bench_policy
+from doppler_lab.lab.bench.policy import _cases, adopted_sweep, case_run_dir, case_runs, run_case
+
+
+@pytest.fixture
+def version(monkeypatch):
+    def set_to(v: str) -> None:
+        monkeypatch.setattr(codeversion, "code_version", lambda package_dir=None: v)
+
+    return set_to
+
+
+@pytest.fixture
+def trained(monkeypatch):
+    calls: list[int] = []
+    real = bench_policy.run_pipeline
+
+    def counted(stages, *a, **k):
+        calls.append(stages[0].seed)
+        return real(stages, *a, **k)
+
+    monkeypatch.setattr(bench_policy, "run_pipeline", counted)
+    return calls
+
+
+def _tasks(root: Path, seeds: int = 3):
+    (case,) = _cases(TINY)[0]
+    return [(TINY, case, "doppler", s, root) for s in range(seeds)]
+
+
+def _train(root: Path, seeds: int = 3) -> list[dict]:
+    return [run_case(*t) for t in _tasks(root, seeds)]
+
+
+def test_weights_digest_is_the_tensors_not_the_file(tmp_path):
+    state = {"b": torch.arange(3.0), "a": torch.ones(2, 2)}
+    torch.save({"state_dict": state, "step": 1}, tmp_path / "one.pt")
+    torch.save({"state_dict": dict(reversed(state.items())), "step": 9}, tmp_path / "two.pt")
+    assert runstore.weights_digest(tmp_path / "one.pt") == runstore.weights_digest(
+        tmp_path / "two.pt"
+    )
+    for changed in (
+        {**state, "a": torch.ones(2, 2) + 1e-7},
+        {**state, "a": torch.ones(4)},  # same bytes, another shape
+        {**state, "b": torch.arange(3.0).double()},
+    ):
+        torch.save({"state_dict": changed}, tmp_path / "three.pt")
+        assert runstore.weights_digest(tmp_path / "three.pt") != runstore.weights_digest(
+            tmp_path / "one.pt"
+        )
+
+
+def test_keep_then_restore_gives_the_same_records_and_a_finished_run(tmp_path, version, trained):
+    version("aaaaaaaaaaaa")
+    root, store, other = tmp_path / "runs", tmp_path / "store", tmp_path / "elsewhere"
+    before = _train(root)
+    kept = runstore.keep(root, store)
+    assert len(kept.written) == 3 and kept.unchanged == 0
+    doc = json.loads(next(store.rglob("seed0-*.json")).read_text())
+    assert doc["result"]["checkpoint"] == "2_sim/policy.pt"  # relative to the run folder
+    assert set(doc["stages"]) == {"1_imitation", "2_sim"}
+    assert len(doc["stages"]["2_sim"]["weights_sha256"]) == 64
+    assert runstore.keep(root, store).unchanged == 3  # nothing rewritten
+
+    back = runstore.restore(store, other)
+    assert len(back.written) == 3
+    for t, old in zip(_tasks(other), before, strict=True):
+        new_dir = case_run_dir(*t)
+        assert runstore.record(new_dir) == runstore.record(case_run_dir(*t[:4], root))
+        assert adopt.differences(case_run_dir(*t[:4], root), new_dir) == []
+        again = run_case(*t)  # finished: returned, not trained
+        assert {k: again[k] for k in adopt.RESULT_FIELDS} == {
+            k: old[k] for k in adopt.RESULT_FIELDS
+        }
+        assert again["checkpoint"] == str(new_dir / "2_sim" / "policy.pt")
+        assert not Path(again["checkpoint"]).exists() and again["restored"].endswith(".json")
+    assert trained == [0, 1, 2]
+    assert runstore.keep(other, store).unchanged == 3  # a restored run records the same
+    assert runstore.restore(store, other).unchanged == 3
+
+
+def test_a_restored_run_is_adopted_by_a_later_version_after_one_check(
+    tmp_path, version, trained, monkeypatch
+):
+    version("aaaaaaaaaaaa")
+    root, store = tmp_path / "runs", tmp_path / "store"
+    before = _train(root)
+    runstore.keep(root, store)
+    shutil.rmtree(root)  # a fresh checkout: the cache is gone, the store is committed
+    monkeypatch.setattr(runstore, "store_for", lambda r: store if Path(r) == root else None)
+    version("bbbbbbbbbbbb")
+    tasks = _tasks(root)
+    sweep, notes, _ = adopted_sweep(
+        tasks, case_runs(TINY, [t[1:4] for t in tasks], root), "sweep", jobs=1
+    )
+    assert trained == [0, 1, 2, 0]  # seed 0 again, as the check; 1 and 2 adopted
+    assert notes[0].startswith("restored 3 run(s)")
+    assert "adopted (seed 0 reproduced exactly)" in notes[1]
+    after = sweep.done()
+    for old, new in zip(before, after, strict=True):
+        assert {k: new[k] for k in adopt.RESULT_FIELDS} == {k: old[k] for k in adopt.RESULT_FIELDS}
+    assert [r.get("adopted", {}).get("from") for r in after] == [None] + ["aaaaaaaaaaaa"] * 2
+    # the verdict goes to the store with the new run, so the next checkout needs no check
+    kept = runstore.keep(root, store)
+    assert len(kept.written) == 1 and kept.ledgers == 1
+    ledger = json.loads(next(store.rglob(runstore.LEDGER)).read_text())
+    assert ledger["aaaaaaaaaaaa->bbbbbbbbbbbb"]["identical"] is True
+
+
+def test_a_restored_run_that_the_new_code_does_not_reproduce_is_retrained(
+    tmp_path, version, trained
+):
+    version("aaaaaaaaaaaa")
+    root, store, fresh = tmp_path / "runs", tmp_path / "store", tmp_path / "fresh"
+    _train(root, seeds=2)
+    runstore.keep(root, store)
+    for path in store.rglob("seed*.json"):  # as if the older code had ended elsewhere
+        doc = json.loads(path.read_text())
+        doc["stages"]["2_sim"]["weights_sha256"] = "0" * 64
+        path.write_text(json.dumps(doc))
+    runstore.restore(store, fresh)
+    version("bbbbbbbbbbbb")
+    notes = bench_policy.verify_adoptions(_tasks(fresh, seeds=2))
+    assert "did not reproduce" in notes[0] and "2_sim/policy.pt weights differ" in notes[0]
+
+
+def test_restore_leaves_a_run_in_progress_alone_and_names_a_bad_record(tmp_path, version):
+    version("aaaaaaaaaaaa")
+    root, store, other = tmp_path / "runs", tmp_path / "store", tmp_path / "other"
+    _train(root, seeds=1)
+    runstore.keep(root, store)
+    (record,) = store.rglob("seed0-*.json")
+    in_progress = other / record.relative_to(store).with_suffix("")
+    (in_progress / "1_imitation").mkdir(parents=True)
+    counts = runstore.restore(store, other)
+    assert counts.written == [] and len(counts.skipped) == 1
+    assert not (in_progress / "result.json").exists()
+    shutil.rmtree(other)
+    record.write_text(json.dumps({"format": 1, "result": {}, "stages": {"../x": {}}}))
+    with pytest.raises(FormatError, match=r"seed0-.*stage '\.\./x' must be a folder name"):
+        runstore.restore(store, other)
+    record.write_text("[1]")
+    with pytest.raises(FormatError, match="must be a JSON object"):
+        runstore.restore(store, other)
+
+
+def test_only_the_checkouts_stored_caches_have_a_store(tmp_path):
+    assert runstore.store_for(REPO_ROOT / "runs" / "bench_policy") == (
+        REPO_ROOT / "data" / "runs" / "bench_policy"
+    )
+    assert runstore.store_for(REPO_ROOT / "runs" / "bench_policy_quick") is None
+    assert runstore.store_for(tmp_path / "runs" / "bench_policy") is None
+
+
+def test_the_runs_command(tmp_path, version, monkeypatch, capsys):
+    version("aaaaaaaaaaaa")
+    import doppler_lab.house.paths as paths
+
+    monkeypatch.setattr(paths, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(runstore, "REPO_ROOT", tmp_path)
+    _train(tmp_path / "runs" / "bench_policy", seeds=2)
+    assert main(["runs", "status", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["finished_here"] == 2 and doc["stored"] == 0 and len(doc["to_keep"]) == 2
+    assert main(["runs", "keep"]) == 0
+    assert capsys.readouterr().out.startswith("kept 2 run(s)")
+    assert len(list((tmp_path / "data" / "runs" / "bench_policy").rglob("seed*.json"))) == 2
+    shutil.rmtree(tmp_path / "runs")
+    assert main(["runs", "status"]) == 0
+    out = capsys.readouterr().out
+    assert "2 run(s) (code aaaaaaaaaaaa: 2)" in out and "to restore: 2" in out
+    assert main(["runs", "restore"]) == 0
+    assert capsys.readouterr().out.startswith("restored 2 run(s)")
+    assert main(["runs", "status", "--cache", "elsewhere"]) == 2
+    assert "--cache 'elsewhere' has no run store" in capsys.readouterr().err
