@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..house.progress import show_progress
+from ..house.progress import format_seconds, show_progress
 from ..house.runfolder import add_force_argument, run_folder
 from ._common import int_arg
 
@@ -197,9 +197,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _took(seconds: float | None) -> str:
-    if not seconds:
-        return "?"
-    return f"{seconds:.0f} s" if seconds < 600 else f"{seconds / 3600:.1f} h"
+    return format_seconds(seconds) if seconds else "?"
 
 
 def _is_site(folder: Path) -> bool:
