@@ -86,6 +86,31 @@ def test_raw_round_trip_and_bad_files(tmp_path):
         refit_profile(empty)
 
 
+def test_the_host_probe_keeps_its_device_count_an_integer(tmp_path):
+    """write raw -> read raw -> write -> read: the probe's ``devices`` stays the int it was
+    (a float 2.0 would fail the next read, which wants an integer) and its periods are the
+    same numbers."""
+    from doppler_lab.hardware.cluster import make_cluster
+
+    probe = {
+        "devices": 2,
+        "launch_alone_s": 1.25e-5,
+        "launch_busy_s": 2.5e-5,
+        "copy_alone_s": 3.0e-5,
+        "copy_busy_s": 4.5e-5,
+    }
+    raw = CalibrationRaw("p", "cpu", make_cluster("cpu", 2), [], [], (2e-6, 2e-6), {}, probe)
+    first = read_raw(write_raw(tmp_path / "a.json.gz", "test", raw, {}))["calibration"]
+    assert type(first.host_probe["devices"]) is int and first.host_probe["devices"] == 2
+    assert dict(first.host_probe) == probe
+    assert all(type(first.host_probe[k]) is float for k in probe if k != "devices")
+    again = read_raw(write_raw(tmp_path / "b.json.gz", "test", first, {}))["calibration"]
+    assert dict(again.host_probe) == probe and type(again.host_probe["devices"]) is int
+    # the refit's report keeps the probe as measured, as a live calibration's does
+    fitted = again.fit().meta["fit"]["host_probe"]
+    assert fitted == probe and type(fitted["devices"]) is int
+
+
 def test_calibrate_from_a_bad_file_is_one_line(tmp_path, capsys):
     (tmp_path / "x.json").write_text("{}")
     assert main(["calibrate", "--from", str(tmp_path / "x.json"), "--out", "p.json"]) == 2
