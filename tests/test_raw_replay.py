@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -202,6 +203,73 @@ def test_bench_fidelity_from_a_file_without_workloads_is_one_line(tmp_path, caps
     assert "'chainmm'" in err and "expected one per placement" in err
     assert main(["bench", "sim", "--from", str(RAW), "--out", str(tmp_path)]) == 2
     assert "--from is an option of bench fidelity" in capsys.readouterr().err
+
+
+def kept_with(tmp_path: Path, name: str, change) -> Path:
+    """A copy of the kept quick run, its plain document changed by ``change`` (in place)."""
+    with gzip.open(RAW, "rt") as f:
+        doc = json.load(f)
+    change(doc)
+    out = tmp_path / name
+    with gzip.open(out, "wt") as f:
+        json.dump(doc, f)
+    return out
+
+
+def _set(doc: dict, passes: object) -> None:
+    doc["passes"] = passes
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "needle"),
+    [
+        (
+            "missing",
+            lambda d: d["passes"].pop("rounds"),
+            "passes lacks the field 'rounds'",
+        ),
+        (
+            "a-list",
+            lambda d: _set(d, [2, 1, 1]),
+            "passes is [2, 1, 1] (a list); expected an object",
+        ),
+        (
+            "a-string",
+            lambda d: d["passes"].update(repeats="2"),
+            "passes repeats is '2' (a string); expected an integer >= 1",
+        ),
+        ("no-rounds", lambda d: d["passes"].update(rounds=0), "passes rounds is 0; expected"),
+        (
+            "too-few-runs",  # the file says 2 passes, its runs are those of 1
+            lambda d: d["passes"].update(rounds=2),
+            "2 timed runs per placement, expected rounds x repeats = 2 x 2 = 4",
+        ),
+        (
+            "ragged",
+            lambda d: next(iter(d["workloads"].values()))["measured_s"][3].append(1.0),
+            "placement 3 has 3 timed runs, expected rounds x repeats = 1 x 2 = 2",
+        ),
+    ],
+)
+def test_a_kept_runs_passes_are_checked_when_it_is_scored_again(
+    tmp_path, capsys, name, change, needle
+):
+    """A kept run whose ``passes`` are malformed, or do not match its timed runs, is one
+    FormatError line naming the file and what was expected (not a KeyError or TypeError)."""
+    bad = kept_with(tmp_path, f"{name}.json.gz", change)
+    with pytest.raises(FormatError, match=re.escape(needle)) as info:
+        fidelity_bench.run(tmp_path / "out", from_raw=bad, progress=False)
+    assert str(bad) in str(info.value) and len(str(info.value).splitlines()) == 1
+    assert main(["bench", "fidelity", "--from", str(bad), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1
+
+
+def test_a_kept_run_without_passes_is_still_scored(tmp_path):
+    """A raw file that records no passes (``gpu-check`` writes none) is scored as before."""
+    none = kept_with(tmp_path, "none.json.gz", lambda d: d.pop("passes"))
+    doc = fidelity_bench._rescored_rows(none)
+    assert doc[3] is None and len(doc[4]) == 5
 
 
 def test_the_noise_ceiling_reads_how_repeatable_the_measurements_are():

@@ -50,6 +50,7 @@ from ...executor.fidelity_runs import (
 )
 from ...executor.profiling import measure_calibration, parallel_capacity
 from ...house.errors import ConfigError, FormatError
+from ...house.validate import want_fields, want_int
 from ...ir.placement import Placement
 from ...timing.cost_model import CostModel
 from ...timing.raw_data import RAW_FILE, read_raw, write_raw
@@ -177,10 +178,10 @@ def run(
 def _rescore(out_dir: Path, raw_path: Path, profile_out: str | Path | None) -> dict[str, Any]:
     """``run(from_raw=...)``: today's models scored on the measurements kept in ``raw_path``."""
     t_start = time.perf_counter()
-    doc, cal, profile, rows = _rescored_rows(raw_path)
+    doc, cal, profile, kept, rows = _rescored_rows(raw_path)
     if profile_out is not None:
         profile.save(profile_out)
-    passes = Passes(**doc.get("passes", {"repeats": 0, "warmup": 0, "rounds": 0}))
+    passes = kept or Passes(repeats=0, warmup=0, rounds=0)
     measured_on = SimpleNamespace(name=cal.backend, num_devices=cal.base.num_devices)
     summary = _summary(rows, measured_on, list(doc.get("capacity") or []), profile, t_start)
     summary["rescored_from"] = raw_path.name
@@ -203,12 +204,16 @@ def _rescore(out_dir: Path, raw_path: Path, profile_out: str | Path | None) -> d
     )
 
 
-def _rescored_rows(raw_path: Path) -> tuple[dict[str, Any], Any, Any, list[dict[str, Any]]]:
-    """The raw document of ``raw_path``, its calibration, the profile today's fit makes of it
-    and one row per workload scored under today's models.
+def _rescored_rows(
+    raw_path: Path,
+) -> tuple[dict[str, Any], Any, Any, Passes | None, list[dict[str, Any]]]:
+    """The raw document of ``raw_path``, its calibration, the profile today's fit makes of it,
+    its measuring passes (:func:`_raw_passes`) and one row per workload scored under today's
+    models.
 
     Raises:
-        FormatError: not the raw file of a bench fidelity run, naming the bad workload.
+        FormatError: not the raw file of a bench fidelity run, naming the bad workload; its
+            passes malformed or not those of its timed runs.
     """
     doc = read_raw(raw_path)
     cal = doc.get("calibration")
@@ -219,10 +224,13 @@ def _rescored_rows(raw_path: Path) -> tuple[dict[str, Any], Any, Any, list[dict[
             "measured workloads)",
             str(raw_path),
         )
+    passes = _raw_passes(doc, raw_path)
     profile = cal.fit()
     rows = []
     for name, w in workloads.items():
         try:
+            if passes is not None:
+                _check_runs(name, w["measured_s"], passes, raw_path)
             spec, samples = w["spec"], np.array(w["measured_s"], dtype=np.float64)
             g = graph_from_spec(spec)
             pls = [
@@ -230,6 +238,8 @@ def _rescored_rows(raw_path: Path) -> tuple[dict[str, Any], Any, Any, list[dict[
                 for p in w["placements"]
             ]
             counts = w["runs"]
+        except FormatError:  # (a ValueError too: already names the file and what was expected)
+            raise
         except (KeyError, TypeError, ValueError) as exc:
             raise FormatError(
                 f"workload {name!r} is not a fidelity record ({exc})", str(raw_path)
@@ -241,7 +251,57 @@ def _rescored_rows(raw_path: Path) -> tuple[dict[str, Any], Any, Any, list[dict[
                 str(raw_path),
             )
         rows.append(_workload_record(name, spec, g, pls, samples, counts, profile, cal.base))
-    return doc, cal, profile, rows
+    return doc, cal, profile, passes, rows
+
+
+#: the fields of a kept run's ``passes`` (:class:`Passes`) and the least each may be
+_PASS_FIELDS = {"repeats": 1, "warmup": 0, "rounds": 1}
+
+
+def _raw_passes(doc: dict[str, Any], raw_path: Path) -> Passes | None:
+    """The measuring passes a kept run records (``passes``: ``repeats``, ``warmup`` and
+    ``rounds``, whole numbers), or None where it records none (``gpu-check`` keeps none; such a
+    run is scored without them).
+
+    Raises:
+        FormatError: ``passes`` is not such an object (a field missing, unknown or not a whole
+            number), naming the file and what was expected.
+    """
+    if "passes" not in doc:
+        return None
+
+    def fail(msg: str) -> FormatError:
+        return FormatError(msg, str(raw_path))
+
+    p = want_fields(doc["passes"], "passes", fail, _PASS_FIELDS)
+    return Passes(
+        **{k: want_int(p[k], f"passes {k}", fail, minimum=m) for k, m in _PASS_FIELDS.items()}
+    )
+
+
+def _check_runs(name: str, runs: Any, passes: Passes, raw_path: Path) -> None:
+    """Every placement of workload ``name`` kept ``rounds x repeats`` timed runs (``runs``: its
+    ``measured_s``, one list per placement, pass after pass).
+
+    Raises:
+        FormatError: a placement with another number of runs, naming the file and the count
+            expected.
+    """
+    want = passes.rounds * passes.repeats
+    if not isinstance(runs, list) or not all(isinstance(r, list) for r in runs):
+        raise FormatError(
+            f"workload {name!r}: measured_s is not a list of timed runs per placement",
+            str(raw_path),
+        )
+    lengths = sorted({len(r) for r in runs})
+    if lengths and lengths != [want]:
+        expected = f"rounds x repeats = {passes.rounds} x {passes.repeats} = {want}"
+        if len(lengths) == 1:
+            msg = f"{lengths[0]} timed runs per placement, expected {expected}"
+        else:
+            i = next(i for i, r in enumerate(runs) if len(r) != want)
+            msg = f"placement {i} has {len(runs[i])} timed runs, expected {expected}"
+        raise FormatError(f"workload {name!r}: {msg} (the file's passes)", str(raw_path))
 
 
 def _run_label(raw_path: Path) -> str:
@@ -269,7 +329,7 @@ def _rescore_many(out_dir: Path, raw_paths: list[Path]) -> dict[str, Any]:
     per_run: list[dict[str, Any]] = []
     met_runs = 0
     for label, path in zip(labels, raw_paths):
-        doc, cal, profile, rows = _rescored_rows(path)
+        _, cal, profile, _, rows = _rescored_rows(path)
         host = profile.host
         met_runs += int(
             min(r["spearman_host"] for r in rows) >= TARGET_SPEARMAN
