@@ -250,7 +250,19 @@ def _rescored_rows(
                 f"runs, expected one per placement ({len(pls)})",
                 str(raw_path),
             )
-        rows.append(_workload_record(name, spec, g, pls, samples, counts, profile, cal.base))
+        rows.append(
+            _workload_record(
+                name,
+                spec,
+                g,
+                pls,
+                samples,
+                counts,
+                profile,
+                cal.base,
+                None if passes is None else passes.repeats,
+            )
+        )
     return doc, cal, profile, passes, rows
 
 
@@ -432,6 +444,7 @@ def _rescore_many(out_dir: Path, raw_paths: list[Path]) -> dict[str, Any]:
 _MANY_KEYS = (
     "workload",
     "spearman_ceiling",
+    "spearman_ceiling_by_pass",
     "spearman_calibrated",
     "spearman_host",
     "mre_calibrated",
@@ -506,7 +519,10 @@ def _measure_workload(
         "runs": counts,
         "op_traces": op_traces,
     }
-    return _workload_record(name, spec, g, pls, samples, counts, profile, be.cluster), raw
+    record = _workload_record(
+        name, spec, g, pls, samples, counts, profile, be.cluster, passes.repeats
+    )
+    return record, raw
 
 
 def _workload_record(
@@ -518,9 +534,17 @@ def _workload_record(
     counts: dict[str, int],
     profile: Any,
     preset: Any,
+    runs_per_pass: int | None = None,
 ) -> dict[str, Any]:
-    """One workload's table row from its measured runs ``samples`` ``(placements, runs)``."""
+    """One workload's table row from its measured runs ``samples`` ``(placements, runs)``, in
+    measuring order, ``runs_per_pass`` timed runs to a pass where known (its
+    ``spearman_ceiling_by_pass``: None where unknown, under 2 passes or not computable)."""
     measured = np.median(samples, axis=1)
+    by_pass = (
+        _finite_or_none(noise_ceiling(samples, runs_per_pass=runs_per_pass))
+        if runs_per_pass and samples.shape[1] >= 2 * runs_per_pass
+        else None
+    )
     row: dict[str, Any] = {
         **workload_row(name, spec, g, len(pls), measured),
         "coverage": profile.coverage(g),
@@ -528,9 +552,15 @@ def _workload_record(
         "discarded_runs": counts["discarded"],
         "kept_disturbed_runs": counts["kept_disturbed"],
         "spearman_ceiling": noise_ceiling(samples),
+        "spearman_ceiling_by_pass": by_pass,
     }
     row.update(_scores(g, pls, measured, samples.min(axis=1), profile, preset))
     return row
+
+
+def _finite_or_none(x: float) -> float | None:
+    """``x``, or None where it is NaN (a column that cannot be computed for this workload)."""
+    return float(x) if np.isfinite(x) else None
 
 
 def _scores(
@@ -607,6 +637,7 @@ COLUMNS = [
     "measured_min_ms",
     "measured_max_ms",
     "spearman_ceiling",
+    "spearman_ceiling_by_pass",
     "spearman_calibrated",
     "mre_calibrated",
     "spearman_host",
@@ -686,6 +717,10 @@ def _notes(summary: dict[str, Any], passes: Passes, profile: Any, raw_name: str)
         "(split-half reliability of the measured medians over random halves of each placement's "
         "runs, Spearman-Brown corrected, square root): where it is well above a model's Spearman, "
         "what the model misses is the model's, not the measurements' noise.",
+        "spearman_ceiling_by_pass: the same with halves of whole measuring passes (half the "
+        "rounds against the others, mean over the ways to split them): what drifts between passes is "
+        "then noise between the halves, not shared by both, so it is the ceiling against "
+        "measurements taken at another time; empty with fewer than 2 rounds.",
         "*_best: against the fastest of a placement's runs instead of their median (the run least "
         "disturbed by other processes; useful when the machine's load comes and goes).",
         f"A run whose ops took over {DISTURBED_SLOWDOWN}x their calibrated time (median over ops) "
