@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from ..hardware.cluster import Cluster
 from ..house.deps import require
-from ..house.errors import ConfigError
+from ..house.errors import ConfigError, PlacementError
 from ..house.validate import is_int, show
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement, random_placement, round_robin, single_device
@@ -329,6 +329,100 @@ def _spearman_brown_root(r: float) -> float:
     if not np.isfinite(r) or r <= 0:
         return 0.0 if np.isfinite(r) else float("nan")
     return float(np.sqrt(2 * r / (1 + r)))
+
+
+def placement_shape(
+    graph: DataflowGraph,
+    placements: Sequence[Placement | np.ndarray],
+    costs: np.ndarray | None = None,
+    num_devices: int | None = None,
+) -> dict[str, np.ndarray]:
+    """Per placement, how it spreads the graph (for where a model errs, :func:`error_correlation`).
+
+    - ``imbalance``: the busiest device's load over the mean load of the ``num_devices``
+      devices (1: even; ``D``: everything on one device). An op's load is its cost on its
+      device, ``costs`` ``(N,)`` or ``(N, D)`` (e.g. a cost model's ``compute``), or 1 per
+      compute op where ``costs`` is None; inputs are not run and weigh nothing.
+    - ``copies``: the cross-device copies it makes, one per producing op and receiving device
+      other than its own (one copy serves every consumer on that device, as the executor
+      copies); inputs are resident wherever they are read and make none.
+
+    Args:
+        graph: the graph.
+        placements: each a :class:`Placement` or its device per node.
+        costs: per-op costs (None: op counts).
+        num_devices: the devices (None: the columns of a 2-D ``costs``, else the highest device
+            used + 1).
+
+    Raises:
+        PlacementError: a placement of another length than the graph, or a device out of range.
+        ConfigError: ``costs`` of another shape than ``(N,)`` or ``(N, D)``.
+    """
+    devs = [
+        np.asarray(p.device if isinstance(p, Placement) else p, dtype=np.int64) for p in placements
+    ]
+    n = graph.num_nodes
+    c = None if costs is None else np.asarray(costs, dtype=np.float64)
+    if num_devices is None:
+        used = [int(d.max()) + 1 for d in devs if d.size]
+        num_devices = c.shape[1] if c is not None and c.ndim == 2 else max(used, default=1)
+    d = int(num_devices)
+    comp = graph.compute_nodes
+    if c is None:
+        c = np.ones(n)
+    if c.shape not in ((n,), (n, d)):
+        raise ConfigError(
+            f"placement_shape costs have shape {c.shape}; expected ({n},) or ({n}, {d})"
+        )
+    if c.ndim == 1:
+        c = np.repeat(c[:, None], d, axis=1)
+    cross = ~graph.is_input[graph.edge_src]
+    src, dst = graph.edge_src[cross], graph.edge_dst[cross]
+    imbalance, copies = np.empty(len(devs)), np.empty(len(devs), dtype=np.int64)
+    for i, dev in enumerate(devs):
+        if dev.shape != (n,) or (dev[comp].size and (dev[comp].min() < 0 or dev[comp].max() >= d)):
+            raise PlacementError(
+                f"placement {i} has {dev.size} devices for {n} nodes, or a device outside "
+                f"[0, {d}); expected one device in [0, {d}) per node"
+            )
+        load = np.bincount(dev[comp], weights=c[comp, dev[comp]], minlength=d)
+        mean = load.sum() / d
+        imbalance[i] = load.max() / mean if mean > 0 else np.nan
+        moved = dev[src] != dev[dst]
+        copies[i] = np.unique(src[moved] * d + dev[dst[moved]]).size
+    return {"imbalance": imbalance, "copies": copies}
+
+
+def error_correlation(
+    simulated: Sequence[float], measured: Sequence[float], shape: dict[str, Sequence[float]]
+) -> dict[str, float]:
+    """The Spearman correlation, over placements, of a model's log error
+    ``log(simulated / measured)`` with each column of ``shape`` (:func:`placement_shape`): a
+    positive one with ``imbalance`` means the model is slower than the real devices where a
+    placement crowds one device. NaN where it cannot be computed: fewer than 3 placements
+    with a finite error and value, or either side constant.
+
+    Raises:
+        ConfigError: (a ValueError) the inputs do not have one value per placement each.
+    """
+    sim = np.asarray(simulated, dtype=np.float64)
+    mea = np.asarray(measured, dtype=np.float64)
+    sizes = {sim.shape, mea.shape} | {np.shape(v) for v in shape.values()}
+    if len(sizes) > 1:
+        raise ConfigError(
+            f"error_correlation got per-placement values of shapes {sorted(sizes)}; expected "
+            "one value per placement in each"
+        )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        err = np.log(sim / mea)
+    out = {}
+    for key, values in shape.items():
+        v = np.asarray(values, dtype=np.float64)
+        ok = np.isfinite(err) & np.isfinite(v)
+        e, x = err[ok], v[ok]
+        constant = e.size == 0 or np.ptp(e) == 0 or np.ptp(x) == 0
+        out[key] = float("nan") if e.size < 3 or constant else spearman(e, x)
+    return out
 
 
 def workload_row(

@@ -41,10 +41,12 @@ from ...executor.fidelity_runs import (
     DISTURBED_SLOWDOWN,
     MAX_RETRIES,
     Passes,
+    error_correlation,
     fidelity_placements,
     measure_placements,
     median_rel_error,
     noise_ceiling,
+    placement_shape,
     spearman,
     workload_row,
 )
@@ -565,15 +567,18 @@ def _finite_or_none(x: float) -> float | None:
 
 def _scores(
     g: Any, pls: list, measured: np.ndarray, best: np.ndarray, profile: Any, preset: Any
-) -> dict[str, float]:
+) -> dict[str, float | None]:
     """Spearman and median relative error of each model's ``wc`` makespans against the
-    measured ones (``*_best``: against each placement's fastest run)."""
+    measured ones (``*_best``: against each placement's fastest run), and where the host model
+    errs: the Spearman of its log error with each placement's imbalance and copies
+    (``error_vs_imbalance``, ``error_vs_copies``: :func:`placement_shape` with the host model's
+    op costs, :func:`error_correlation`; None where they cannot be computed)."""
     models: dict[str, tuple[Any, Any]] = {
         label: (p.cluster, p.cost_model(g)) for label, p in _host_models(profile).items()
     }
     models["roofline"] = (profile.cluster, profile.cost_model(g, use_op_times=False))
     models["preset"] = (preset, CostModel(g, preset))
-    out: dict[str, float] = {}
+    out: dict[str, float | None] = {}
     preds: dict[str, np.ndarray] = {}
     for label, (cluster, cm) in models.items():
         if label == "host" and profile.host is None:  # the same model as "calibrated"
@@ -586,6 +591,10 @@ def _scores(
         if label in ("calibrated", "host"):
             out[f"spearman_{label}_best"] = spearman(pred, best)
             out[f"mre_{label}_best"] = median_rel_error(pred, best)
+    host_cluster, host_cm = models["host"]
+    shape = placement_shape(g, pls, host_cm.compute, host_cluster.num_devices)
+    for key, r in error_correlation(preds["host"], measured, shape).items():
+        out[f"error_vs_{key}"] = _finite_or_none(r)
     return out
 
 
@@ -642,6 +651,8 @@ COLUMNS = [
     "mre_calibrated",
     "spearman_host",
     "mre_host",
+    "error_vs_imbalance",
+    "error_vs_copies",
     "spearman_host_costs",
     "mre_host_costs",
     "spearman_capacity",
@@ -713,6 +724,12 @@ def _notes(summary: dict[str, Any], passes: Passes, profile: Any, raw_name: str)
         "fitted devices without the op table; preset = uncalibrated cluster preset.",
         f"Host fitted: {fitted}. Host probe (per-op periods of tiny-op chains): {shown or '-'}.",
         "mre = median over placements of |simulated - measured| / measured.",
+        "error_vs_imbalance, error_vs_copies: where the host model errs, the Spearman over "
+        "placements of its log error, log(simulated / measured), with the placement's imbalance "
+        "(its busiest device's load over the mean device load, by the host model's op times) "
+        "and with its number of cross-device copies (one per producing op and receiving "
+        "device); positive: the model is the slower, the more the placement has of it; empty "
+        "where it cannot be computed (under 3 placements, or a constant).",
         "spearman_ceiling: the Spearman a perfect model could expect against these measurements "
         "(split-half reliability of the measured medians over random halves of each placement's "
         "runs, Spearman-Brown corrected, square root): where it is well above a model's Spearman, "
