@@ -6,6 +6,8 @@ simulated and measured makespans (Spearman rank correlation, median relative err
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +17,8 @@ from tqdm.auto import tqdm
 
 from ..hardware.cluster import Cluster
 from ..house.deps import require
+from ..house.errors import ConfigError, PlacementError
+from ..house.validate import is_int, show
 from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement, random_placement, round_robin, single_device
 
@@ -214,8 +218,61 @@ def trace_record(trace: Any, run: int) -> dict[str, Any]:
     }
 
 
+#: up to this many ways to halve a run's measuring passes, :func:`noise_ceiling` takes every
+#: one (12 passes: 462); beyond, ``splits`` of them drawn at random
+ALL_PASS_SPLITS = 1000
+
+
+def _pass_halves(
+    runs: int, runs_per_pass: int, rng: np.random.Generator | None = None, splits: int = 200
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Ways to halve a placement's ``runs`` by whole measuring passes: per way, the run indices
+    of its two halves. The runs are in measuring order, pass after pass, ``runs_per_pass`` to a
+    pass (the layout of :func:`measure_placements`: ``rounds`` passes of ``repeats`` runs).
+    Every way of putting half the passes (rounded down) in the first half, each counted once,
+    where there are at most :data:`ALL_PASS_SPLITS`; else ``splits`` of them drawn with ``rng``.
+
+    Raises:
+        ConfigError: (a ValueError) ``runs_per_pass`` is not an integer >= 1, the runs are not
+            whole passes of it, or they make fewer than 2 passes.
+    """
+    if not is_int(runs_per_pass) or runs_per_pass < 1:
+        raise ConfigError(
+            f"noise_ceiling runs_per_pass is {show(runs_per_pass)}; expected an integer >= 1 "
+            "(the timed runs of one measuring pass)"
+        )
+    passes, rest = divmod(int(runs), int(runs_per_pass))
+    if rest:
+        raise ConfigError(
+            f"noise_ceiling: {runs} runs per placement are not whole passes of runs_per_pass="
+            f"{runs_per_pass}; expected a multiple of it"
+        )
+    if passes < 2:
+        raise ConfigError(
+            f"noise_ceiling: {runs} runs per placement with runs_per_pass={runs_per_pass} make "
+            f"{passes} pass(es); expected at least 2 passes to split"
+        )
+    k = passes // 2
+    # with an even count a way and its mirror are the same split: keep those with pass 0 first
+    once = passes % 2 == 0
+    if math.comb(passes, k) // (2 if once else 1) <= ALL_PASS_SPLITS:
+        firsts = [c for c in itertools.combinations(range(passes), k) if not once or 0 in c]
+    else:
+        rng = np.random.default_rng(0) if rng is None else rng
+        firsts = [tuple(rng.permutation(passes)[:k]) for _ in range(splits)]
+    which = np.arange(runs) // runs_per_pass
+    out = []
+    for first in firsts:
+        a = np.isin(which, first)
+        out.append((np.flatnonzero(a), np.flatnonzero(~a)))
+    return out
+
+
 def noise_ceiling(
-    samples: np.ndarray, rng: np.random.Generator | None = None, splits: int = 200
+    samples: np.ndarray,
+    rng: np.random.Generator | None = None,
+    splits: int = 200,
+    runs_per_pass: int | None = None,
 ) -> float:
     """The Spearman correlation a perfect model could expect against these measurements.
 
@@ -226,8 +283,32 @@ def noise_ceiling(
     measure with its own noise-free value). Below about 0.9, the measurements themselves cannot
     confirm a Spearman target of 0.9; above it, what a model misses is the model's. NaN with
     fewer than 2 runs or 3 placements.
+
+    With ``runs_per_pass``, the runs are in measuring order, pass after pass (a pass: a block
+    of ``runs_per_pass`` consecutive runs, :func:`measure_placements`'s ``repeats``), and the
+    halves are whole passes, half of them against the others (:func:`_pass_halves`: every such
+    split where there are few, else ``splits`` drawn with ``rng``; the mean correlation over
+    them, corrected as above): what drifts between passes (a placement measured at a busier
+    moment of one pass) is then noise between the halves instead of being shared by both, so
+    the ceiling is the one a model meets against another pass's measurements, lower where such
+    drift exists.
+
+    Raises:
+        ConfigError: (a ValueError) with ``runs_per_pass``: it is below 1, the runs are not at
+            least 2 whole passes of it, or ``samples`` is not ``(placements, runs)``.
     """
     x = np.asarray(samples, dtype=np.float64)
+    if runs_per_pass is not None:
+        if x.ndim != 2:
+            raise ConfigError(
+                f"noise_ceiling samples have shape {x.shape}; expected (placements, runs) to "
+                "split by measuring pass"
+            )
+        halves = _pass_halves(x.shape[1], runs_per_pass, rng, splits)
+        if x.shape[0] < 3:
+            return float("nan")
+        rs = [spearman(np.median(x[:, a], axis=1), np.median(x[:, b], axis=1)) for a, b in halves]
+        return _spearman_brown_root(float(np.nanmean(rs)))
     if x.ndim != 2 or x.shape[0] < 3 or x.shape[1] < 2:
         return float("nan")
     rng = np.random.default_rng(0) if rng is None else rng
@@ -239,10 +320,109 @@ def noise_ceiling(
         a = np.median(np.take_along_axis(x, order[:, :half], axis=1), axis=1)
         b = np.median(np.take_along_axis(x, order[:, half:], axis=1), axis=1)
         rs.append(spearman(a, b))
-    r = float(np.nanmean(rs))
+    return _spearman_brown_root(float(np.nanmean(rs)))
+
+
+def _spearman_brown_root(r: float) -> float:
+    """The ceiling of a split-half correlation ``r``: Spearman-Brown corrected to both halves,
+    square root (0 for a non-positive ``r``, NaN for NaN)."""
     if not np.isfinite(r) or r <= 0:
         return 0.0 if np.isfinite(r) else float("nan")
     return float(np.sqrt(2 * r / (1 + r)))
+
+
+def placement_shape(
+    graph: DataflowGraph,
+    placements: Sequence[Placement | np.ndarray],
+    costs: np.ndarray | None = None,
+    num_devices: int | None = None,
+) -> dict[str, np.ndarray]:
+    """Per placement, how it spreads the graph (for where a model errs, :func:`error_correlation`).
+
+    - ``imbalance``: the busiest device's load over the mean load of the ``num_devices``
+      devices (1: even; ``D``: everything on one device). An op's load is its cost on its
+      device, ``costs`` ``(N,)`` or ``(N, D)`` (e.g. a cost model's ``compute``), or 1 per
+      compute op where ``costs`` is None; inputs are not run and weigh nothing.
+    - ``copies``: the cross-device copies it makes, one per producing op and receiving device
+      other than its own (one copy serves every consumer on that device, as the executor
+      copies); inputs are resident wherever they are read and make none.
+
+    Args:
+        graph: the graph.
+        placements: each a :class:`Placement` or its device per node.
+        costs: per-op costs (None: op counts).
+        num_devices: the devices (None: the columns of a 2-D ``costs``, else the highest device
+            used + 1).
+
+    Raises:
+        PlacementError: a placement of another length than the graph, or a device out of range.
+        ConfigError: ``costs`` of another shape than ``(N,)`` or ``(N, D)``.
+    """
+    devs = [
+        np.asarray(p.device if isinstance(p, Placement) else p, dtype=np.int64) for p in placements
+    ]
+    n = graph.num_nodes
+    c = None if costs is None else np.asarray(costs, dtype=np.float64)
+    if num_devices is None:
+        used = [int(d.max()) + 1 for d in devs if d.size]
+        num_devices = c.shape[1] if c is not None and c.ndim == 2 else max(used, default=1)
+    d = int(num_devices)
+    comp = graph.compute_nodes
+    if c is None:
+        c = np.ones(n)
+    if c.shape not in ((n,), (n, d)):
+        raise ConfigError(
+            f"placement_shape costs have shape {c.shape}; expected ({n},) or ({n}, {d})"
+        )
+    if c.ndim == 1:
+        c = np.repeat(c[:, None], d, axis=1)
+    cross = ~graph.is_input[graph.edge_src]
+    src, dst = graph.edge_src[cross], graph.edge_dst[cross]
+    imbalance, copies = np.empty(len(devs)), np.empty(len(devs), dtype=np.int64)
+    for i, dev in enumerate(devs):
+        if dev.shape != (n,) or (dev[comp].size and (dev[comp].min() < 0 or dev[comp].max() >= d)):
+            raise PlacementError(
+                f"placement {i} has {dev.size} devices for {n} nodes, or a device outside "
+                f"[0, {d}); expected one device in [0, {d}) per node"
+            )
+        load = np.bincount(dev[comp], weights=c[comp, dev[comp]], minlength=d)
+        mean = load.sum() / d
+        imbalance[i] = load.max() / mean if mean > 0 else np.nan
+        moved = dev[src] != dev[dst]
+        copies[i] = np.unique(src[moved] * d + dev[dst[moved]]).size
+    return {"imbalance": imbalance, "copies": copies}
+
+
+def error_correlation(
+    simulated: Sequence[float], measured: Sequence[float], shape: dict[str, Sequence[float]]
+) -> dict[str, float]:
+    """The Spearman correlation, over placements, of a model's log error
+    ``log(simulated / measured)`` with each column of ``shape`` (:func:`placement_shape`): a
+    positive one with ``imbalance`` means the model is slower than the real devices where a
+    placement crowds one device. NaN where it cannot be computed: fewer than 3 placements
+    with a finite error and value, or either side constant.
+
+    Raises:
+        ConfigError: (a ValueError) the inputs do not have one value per placement each.
+    """
+    sim = np.asarray(simulated, dtype=np.float64)
+    mea = np.asarray(measured, dtype=np.float64)
+    sizes = {sim.shape, mea.shape} | {np.shape(v) for v in shape.values()}
+    if len(sizes) > 1:
+        raise ConfigError(
+            f"error_correlation got per-placement values of shapes {sorted(sizes)}; expected "
+            "one value per placement in each"
+        )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        err = np.log(sim / mea)
+    out = {}
+    for key, values in shape.items():
+        v = np.asarray(values, dtype=np.float64)
+        ok = np.isfinite(err) & np.isfinite(v)
+        e, x = err[ok], v[ok]
+        constant = e.size == 0 or np.ptp(e) == 0 or np.ptp(x) == 0
+        out[key] = float("nan") if e.size < 3 or constant else spearman(e, x)
+    return out
 
 
 def workload_row(

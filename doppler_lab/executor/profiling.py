@@ -187,7 +187,7 @@ def host_probe(backend: Backend, num_ops: int = 200, repeats: int = 3) -> dict[s
     ``launch_busy_s``, ``copy_alone_s``, ``copy_busy_s``, and ``devices``.
     """
     d = backend.num_devices
-    out: dict[str, float] = {"devices": d}
+    out: dict[str, float] = {"devices": int(d)}  # an int in the raw file too
     g1 = tiny_chain_graph(num_ops)
     gd = tiny_chain_graph(num_ops * d, chains=d)
     runs = (

@@ -112,7 +112,7 @@ class CalibrationRaw:
                 "delay_s": [s.delay_s for s in links],
             },
             "meta": _finite(to_jsonable(dict(self.meta))),
-        } | ({"host_probe": dict(self.host_probe)} if self.host_probe else {})
+        } | ({"host_probe": to_jsonable(dict(self.host_probe))} if self.host_probe else {})
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], source: str = "<dict>") -> CalibrationRaw:
@@ -246,16 +246,23 @@ def refit_profile(path: str | Path, name: str | None = None) -> Profile:
 
 # -- checks ----------------------------------------------------------------------------------
 def _host_probe(d: Any, source: str) -> dict[str, float]:
-    """The checked ``host_probe`` record: its periods (seconds) and device count."""
+    """The checked ``host_probe`` record: its periods (seconds, floats) and device count (an
+    int, as :func:`~doppler_lab.executor.profiling.host_probe` records it: a float would be
+    written as ``2.0`` and refused by the next read)."""
     from .calibration import HOST_PROBE_FIELDS
 
     def fail(msg: str) -> FormatError:
         return FormatError(f"raw {msg}", source)
 
     d = want_fields(d, "host_probe", fail, (), ("devices", *HOST_PROBE_FIELDS))
-    out = {k: want_number(v, f"host_probe {k}", fail, minimum=0) for k, v in d.items()}
-    if out and (not is_int(d.get("devices")) or out["devices"] < 1):
-        raise fail(f"host_probe devices is {show(d.get('devices'))}; expected an integer >= 1")
+    out: dict[str, float] = {
+        k: want_number(v, f"host_probe {k}", fail, minimum=0) for k, v in d.items()
+    }
+    if out:
+        devices = d.get("devices")
+        if not is_int(devices) or devices < 1:
+            raise fail(f"host_probe devices is {show(devices)}; expected an integer >= 1")
+        out["devices"] = int(devices)
     return out
 
 

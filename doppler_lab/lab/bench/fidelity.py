@@ -41,15 +41,18 @@ from ...executor.fidelity_runs import (
     DISTURBED_SLOWDOWN,
     MAX_RETRIES,
     Passes,
+    error_correlation,
     fidelity_placements,
     measure_placements,
     median_rel_error,
     noise_ceiling,
+    placement_shape,
     spearman,
     workload_row,
 )
 from ...executor.profiling import measure_calibration, parallel_capacity
 from ...house.errors import ConfigError, FormatError
+from ...house.validate import want_fields, want_int
 from ...ir.placement import Placement
 from ...timing.cost_model import CostModel
 from ...timing.raw_data import RAW_FILE, read_raw, write_raw
@@ -177,10 +180,10 @@ def run(
 def _rescore(out_dir: Path, raw_path: Path, profile_out: str | Path | None) -> dict[str, Any]:
     """``run(from_raw=...)``: today's models scored on the measurements kept in ``raw_path``."""
     t_start = time.perf_counter()
-    doc, cal, profile, rows = _rescored_rows(raw_path)
+    doc, cal, profile, kept, rows = _rescored_rows(raw_path)
     if profile_out is not None:
         profile.save(profile_out)
-    passes = Passes(**doc.get("passes", {"repeats": 0, "warmup": 0, "rounds": 0}))
+    passes = kept or Passes(repeats=0, warmup=0, rounds=0)
     measured_on = SimpleNamespace(name=cal.backend, num_devices=cal.base.num_devices)
     summary = _summary(rows, measured_on, list(doc.get("capacity") or []), profile, t_start)
     summary["rescored_from"] = raw_path.name
@@ -203,12 +206,16 @@ def _rescore(out_dir: Path, raw_path: Path, profile_out: str | Path | None) -> d
     )
 
 
-def _rescored_rows(raw_path: Path) -> tuple[dict[str, Any], Any, Any, list[dict[str, Any]]]:
-    """The raw document of ``raw_path``, its calibration, the profile today's fit makes of it
-    and one row per workload scored under today's models.
+def _rescored_rows(
+    raw_path: Path,
+) -> tuple[dict[str, Any], Any, Any, Passes | None, list[dict[str, Any]]]:
+    """The raw document of ``raw_path``, its calibration, the profile today's fit makes of it,
+    its measuring passes (:func:`_raw_passes`) and one row per workload scored under today's
+    models.
 
     Raises:
-        FormatError: not the raw file of a bench fidelity run, naming the bad workload.
+        FormatError: not the raw file of a bench fidelity run, naming the bad workload; its
+            passes malformed or not those of its timed runs.
     """
     doc = read_raw(raw_path)
     cal = doc.get("calibration")
@@ -219,10 +226,13 @@ def _rescored_rows(raw_path: Path) -> tuple[dict[str, Any], Any, Any, list[dict[
             "measured workloads)",
             str(raw_path),
         )
+    passes = _raw_passes(doc, raw_path)
     profile = cal.fit()
     rows = []
     for name, w in workloads.items():
         try:
+            if passes is not None:
+                _check_runs(name, w["measured_s"], passes, raw_path)
             spec, samples = w["spec"], np.array(w["measured_s"], dtype=np.float64)
             g = graph_from_spec(spec)
             pls = [
@@ -230,6 +240,8 @@ def _rescored_rows(raw_path: Path) -> tuple[dict[str, Any], Any, Any, list[dict[
                 for p in w["placements"]
             ]
             counts = w["runs"]
+        except FormatError:  # (a ValueError too: already names the file and what was expected)
+            raise
         except (KeyError, TypeError, ValueError) as exc:
             raise FormatError(
                 f"workload {name!r} is not a fidelity record ({exc})", str(raw_path)
@@ -240,8 +252,70 @@ def _rescored_rows(raw_path: Path) -> tuple[dict[str, Any], Any, Any, list[dict[
                 f"runs, expected one per placement ({len(pls)})",
                 str(raw_path),
             )
-        rows.append(_workload_record(name, spec, g, pls, samples, counts, profile, cal.base))
-    return doc, cal, profile, rows
+        rows.append(
+            _workload_record(
+                name,
+                spec,
+                g,
+                pls,
+                samples,
+                counts,
+                profile,
+                cal.base,
+                None if passes is None else passes.repeats,
+            )
+        )
+    return doc, cal, profile, passes, rows
+
+
+#: the fields of a kept run's ``passes`` (:class:`Passes`) and the least each may be
+_PASS_FIELDS = {"repeats": 1, "warmup": 0, "rounds": 1}
+
+
+def _raw_passes(doc: dict[str, Any], raw_path: Path) -> Passes | None:
+    """The measuring passes a kept run records (``passes``: ``repeats``, ``warmup`` and
+    ``rounds``, whole numbers), or None where it records none (``gpu-check`` keeps none; such a
+    run is scored without them).
+
+    Raises:
+        FormatError: ``passes`` is not such an object (a field missing, unknown or not a whole
+            number), naming the file and what was expected.
+    """
+    if "passes" not in doc:
+        return None
+
+    def fail(msg: str) -> FormatError:
+        return FormatError(msg, str(raw_path))
+
+    p = want_fields(doc["passes"], "passes", fail, _PASS_FIELDS)
+    return Passes(
+        **{k: want_int(p[k], f"passes {k}", fail, minimum=m) for k, m in _PASS_FIELDS.items()}
+    )
+
+
+def _check_runs(name: str, runs: Any, passes: Passes, raw_path: Path) -> None:
+    """Every placement of workload ``name`` kept ``rounds x repeats`` timed runs (``runs``: its
+    ``measured_s``, one list per placement, pass after pass).
+
+    Raises:
+        FormatError: a placement with another number of runs, naming the file and the count
+            expected.
+    """
+    want = passes.rounds * passes.repeats
+    if not isinstance(runs, list) or not all(isinstance(r, list) for r in runs):
+        raise FormatError(
+            f"workload {name!r}: measured_s is not a list of timed runs per placement",
+            str(raw_path),
+        )
+    lengths = sorted({len(r) for r in runs})
+    if lengths and lengths != [want]:
+        expected = f"rounds x repeats = {passes.rounds} x {passes.repeats} = {want}"
+        if len(lengths) == 1:
+            msg = f"{lengths[0]} timed runs per placement, expected {expected}"
+        else:
+            i = next(i for i, r in enumerate(runs) if len(r) != want)
+            msg = f"placement {i} has {len(runs[i])} timed runs, expected {expected}"
+        raise FormatError(f"workload {name!r}: {msg} (the file's passes)", str(raw_path))
 
 
 def _run_label(raw_path: Path) -> str:
@@ -269,7 +343,7 @@ def _rescore_many(out_dir: Path, raw_paths: list[Path]) -> dict[str, Any]:
     per_run: list[dict[str, Any]] = []
     met_runs = 0
     for label, path in zip(labels, raw_paths):
-        doc, cal, profile, rows = _rescored_rows(path)
+        _, cal, profile, _, rows = _rescored_rows(path)
         host = profile.host
         met_runs += int(
             min(r["spearman_host"] for r in rows) >= TARGET_SPEARMAN
@@ -372,6 +446,7 @@ def _rescore_many(out_dir: Path, raw_paths: list[Path]) -> dict[str, Any]:
 _MANY_KEYS = (
     "workload",
     "spearman_ceiling",
+    "spearman_ceiling_by_pass",
     "spearman_calibrated",
     "spearman_host",
     "mre_calibrated",
@@ -446,7 +521,10 @@ def _measure_workload(
         "runs": counts,
         "op_traces": op_traces,
     }
-    return _workload_record(name, spec, g, pls, samples, counts, profile, be.cluster), raw
+    record = _workload_record(
+        name, spec, g, pls, samples, counts, profile, be.cluster, passes.repeats
+    )
+    return record, raw
 
 
 def _workload_record(
@@ -458,9 +536,17 @@ def _workload_record(
     counts: dict[str, int],
     profile: Any,
     preset: Any,
+    runs_per_pass: int | None = None,
 ) -> dict[str, Any]:
-    """One workload's table row from its measured runs ``samples`` ``(placements, runs)``."""
+    """One workload's table row from its measured runs ``samples`` ``(placements, runs)``, in
+    measuring order, ``runs_per_pass`` timed runs to a pass where known (its
+    ``spearman_ceiling_by_pass``: None where unknown, under 2 passes or not computable)."""
     measured = np.median(samples, axis=1)
+    by_pass = (
+        _finite_or_none(noise_ceiling(samples, runs_per_pass=runs_per_pass))
+        if runs_per_pass and samples.shape[1] >= 2 * runs_per_pass
+        else None
+    )
     row: dict[str, Any] = {
         **workload_row(name, spec, g, len(pls), measured),
         "coverage": profile.coverage(g),
@@ -468,22 +554,31 @@ def _workload_record(
         "discarded_runs": counts["discarded"],
         "kept_disturbed_runs": counts["kept_disturbed"],
         "spearman_ceiling": noise_ceiling(samples),
+        "spearman_ceiling_by_pass": by_pass,
     }
     row.update(_scores(g, pls, measured, samples.min(axis=1), profile, preset))
     return row
 
 
+def _finite_or_none(x: float) -> float | None:
+    """``x``, or None where it is NaN (a column that cannot be computed for this workload)."""
+    return float(x) if np.isfinite(x) else None
+
+
 def _scores(
     g: Any, pls: list, measured: np.ndarray, best: np.ndarray, profile: Any, preset: Any
-) -> dict[str, float]:
+) -> dict[str, float | None]:
     """Spearman and median relative error of each model's ``wc`` makespans against the
-    measured ones (``*_best``: against each placement's fastest run)."""
+    measured ones (``*_best``: against each placement's fastest run), and where the host model
+    errs: the Spearman of its log error with each placement's imbalance and copies
+    (``error_vs_imbalance``, ``error_vs_copies``: :func:`placement_shape` with the host model's
+    op costs, :func:`error_correlation`; None where they cannot be computed)."""
     models: dict[str, tuple[Any, Any]] = {
         label: (p.cluster, p.cost_model(g)) for label, p in _host_models(profile).items()
     }
     models["roofline"] = (profile.cluster, profile.cost_model(g, use_op_times=False))
     models["preset"] = (preset, CostModel(g, preset))
-    out: dict[str, float] = {}
+    out: dict[str, float | None] = {}
     preds: dict[str, np.ndarray] = {}
     for label, (cluster, cm) in models.items():
         if label == "host" and profile.host is None:  # the same model as "calibrated"
@@ -496,6 +591,10 @@ def _scores(
         if label in ("calibrated", "host"):
             out[f"spearman_{label}_best"] = spearman(pred, best)
             out[f"mre_{label}_best"] = median_rel_error(pred, best)
+    host_cluster, host_cm = models["host"]
+    shape = placement_shape(g, pls, host_cm.compute, host_cluster.num_devices)
+    for key, r in error_correlation(preds["host"], measured, shape).items():
+        out[f"error_vs_{key}"] = _finite_or_none(r)
     return out
 
 
@@ -547,10 +646,13 @@ COLUMNS = [
     "measured_min_ms",
     "measured_max_ms",
     "spearman_ceiling",
+    "spearman_ceiling_by_pass",
     "spearman_calibrated",
     "mre_calibrated",
     "spearman_host",
     "mre_host",
+    "error_vs_imbalance",
+    "error_vs_copies",
     "spearman_host_costs",
     "mre_host_costs",
     "spearman_capacity",
@@ -622,10 +724,20 @@ def _notes(summary: dict[str, Any], passes: Passes, profile: Any, raw_name: str)
         "fitted devices without the op table; preset = uncalibrated cluster preset.",
         f"Host fitted: {fitted}. Host probe (per-op periods of tiny-op chains): {shown or '-'}.",
         "mre = median over placements of |simulated - measured| / measured.",
+        "error_vs_imbalance, error_vs_copies: where the host model errs, the Spearman over "
+        "placements of its log error, log(simulated / measured), with the placement's imbalance "
+        "(its busiest device's load over the mean device load, by the host model's op times) "
+        "and with its number of cross-device copies (one per producing op and receiving "
+        "device); positive: the model is the slower, the more the placement has of it; empty "
+        "where it cannot be computed (under 3 placements, or a constant).",
         "spearman_ceiling: the Spearman a perfect model could expect against these measurements "
         "(split-half reliability of the measured medians over random halves of each placement's "
         "runs, Spearman-Brown corrected, square root): where it is well above a model's Spearman, "
         "what the model misses is the model's, not the measurements' noise.",
+        "spearman_ceiling_by_pass: the same with halves of whole measuring passes (half the "
+        "rounds against the others, mean over the ways to split them): what drifts between passes is "
+        "then noise between the halves, not shared by both, so it is the ceiling against "
+        "measurements taken at another time; empty with fewer than 2 rounds.",
         "*_best: against the fastest of a placement's runs instead of their median (the run least "
         "disturbed by other processes; useful when the machine's load comes and goes).",
         f"A run whose ops took over {DISTURBED_SLOWDOWN}x their calibrated time (median over ops) "
