@@ -453,7 +453,7 @@ def _train(args: argparse.Namespace) -> int:
         record["validation_ratio_cp"] = round(score["ratio_cp"], 4)
     summary = {"out": str(Path(args.out)), "checkpoint": str(results[-1].checkpoint), **record}
     lines = [
-        f"general policy: {args.tasks} tasks, {args.imitation_episodes} + "
+        f"general policy: {record['tasks']} tasks, {args.imitation_episodes} + "
         f"{args.anchor_episodes} + {args.sim_episodes} episodes (I, anchor, II), "
         f"{record['train_s']:.0f} s of updates",
         f"checkpoint: {summary['checkpoint']}",

@@ -48,6 +48,7 @@ class GraphContext:
         x, edge_index, edge_attr: torch tensors of the node features and message edges.
         b_jumps, t_jumps: pointer-doubling tables as torch index tensors.
         teacher: the Critical Path rules on this graph.
+        hinted_devices: the hinted heuristic's device per node (None without a hint).
         cache: static data that a policy kind derives from the graph, built on first use.
     """
 
@@ -108,6 +109,17 @@ class GraphContext:
             )
             other.features = dataclasses.replace(self.features, extra=tuple(extra))
         return other
+
+    @property
+    def hinted_devices(self) -> np.ndarray | None:
+        """``(N,)`` the device the hinted heuristic gives each node, as the features carry it
+        (``heuristic`` of :class:`~doppler_lab.policies.features.FeatureArgs`, by
+        :func:`~doppler_lab.policies.features.hint_devices`: -1 everywhere where the heuristic
+        gives none, e.g. above its op limit); None without a hint, or with a layout that reads
+        none (no ``clustering_device``: its features carry no devices)."""
+        if self.hint is None or not uses_clustering_device(self.layout):
+            return None
+        return FeatureArgs(*self.features.extra).heuristic
 
     @property
     def num_nodes(self) -> int:

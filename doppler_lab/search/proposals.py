@@ -273,28 +273,27 @@ def policy_candidates(
     counts = [k for k in fewer_devices if k < cluster.num_devices][:samples]
     n = samples - len(counts)
     hinted = uses_clustering_device(ctx.layout) and ctx.hint is not None
-    hints = list(getattr(policy, "hints", ("clustering",))) if hinted else [ctx.hint]
+    hints = list(policy.hints) if hinted else [ctx.hint]
     if hinted and "partition" in hints and cap_can_bind(graph, cluster):
         hints.remove("partition")  # METIS balances compute, not memory: the others take its share
-    groups = [*hints, None] if hinted else hints
+    groups = [*hints, None] if hinted else hints  # unhinted: one group, the context's own
     sizes = [(n + 1) // len(groups) + (i < (n + 1) % len(groups)) for i in range(len(groups))]
     cands: list[Placement] = []
     with flush_denormal(), torch.no_grad():
-        for i, (hint, size) in enumerate(zip(groups, sizes)):
+        for hint, size in zip(groups, sizes):
             if size == 0:
                 continue
-            c = ctx if i == 0 and hint == ctx.hint else ctx.with_hint(hint)
-            given = c.features.extra[5] if hint is not None else None  # the hint's devices
+            c = ctx.with_hint(hint)  # ctx itself for its own hint
+            given = c.hinted_devices  # None without a hint
             for p in greedy_and_samples(policy, c, policy.encode(c), size - 1, rng):
-                if i == 0 and not hinted:
-                    pass
-                elif hint is None:
-                    extra = {"hints": list(hints)} if hints != ["clustering"] else {}
-                    p = replace(p, meta={**p.meta, "clustering_hint": False, **extra})
-                elif hint != "clustering":
-                    p = replace(p, meta={**p.meta, "hint": hint})
-                if hinted and given is not None and _copies(p, given, graph):
-                    p = replace(p, meta={**p.meta, "copies_hint": hint})
+                if hinted:  # each group but the clustering's is named; copies of the hint too
+                    if hint is None:
+                        extra = {"hints": list(hints)} if hints != ["clustering"] else {}
+                        p = replace(p, meta={**p.meta, "clustering_hint": False, **extra})
+                    elif hint != "clustering":
+                        p = replace(p, meta={**p.meta, "hint": hint})
+                    if given is not None and _copies(p, given, graph):
+                        p = replace(p, meta={**p.meta, "copies_hint": hint})
                 cands.append(p)
         for k in counts:
             small = GraphContext.for_policy(graph, cluster.first(k), policy.config, semantics)

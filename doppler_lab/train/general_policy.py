@@ -813,8 +813,9 @@ def train_general(
         graphs, clusters, costs, sems = each(graphs), each(clusters), each(costs), each(sems)
         hints = [*groups, None] * len(pool)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / "tasks.json", json.dumps([t.to_dict() for t in pool], indent=1))
     stages = r.stages()
+    if stages:  # the pool trained on; a run of no episode trains on none (no tasks.json)
+        atomic_write(out / "tasks.json", json.dumps([t.to_dict() for t in pool], indent=1))
     results = []
     previous: Any = init
     if not stages:  # no episodes: the init, with this recipe's placing settings (hints)
@@ -963,15 +964,17 @@ def run_record(
     memory_share: float = GENERAL_MEMORY_SHARE,
 ) -> dict[str, Any]:
     """What ``index.json`` says of a finished general run (``init``: the checkpoint it started
-    from, as given)."""
+    from, as given). A run of no episode (``stages`` empty: its ``init`` shipped as it is)
+    trained on no task: ``tasks`` 0 and no pool shares, whatever the recipe's pool."""
+    trained = any(cfg.episodes for cfg in stages)
     extra: dict[str, Any] = {"init": init} if init else {}
-    if paper_cost_share:
+    if paper_cost_share and trained:
         extra["paper_cost_share"] = paper_cost_share
-    if memory_share:
+    if memory_share and trained:
         extra["memory_share"] = memory_share
     return {
         **extra,
-        "tasks": tasks,
+        "tasks": tasks if trained else 0,
         "seed": seed,
         "episodes": {_stage_name(cfg): cfg.episodes for cfg in stages},
         "train_config": {_stage_name(cfg): cfg.to_dict() for cfg in stages},

@@ -51,7 +51,7 @@ from ..ir.graph import DataflowGraph
 from ..ir.placement import Placement
 from ..policies.checkpoint import load_policy, make_policy, read_checkpoint, save_checkpoint
 from ..policies.context import GraphContext
-from ..policies.features import hint_name
+from ..policies.features import FeatureArgs, hint_name
 from ..policies.policy_base import Episodes, PlacementPolicy, Temperature
 from ..policies.policy_config import PolicyConfig
 from ..policies.reinforce import (
@@ -355,14 +355,14 @@ class Trainer:
         if labels == "cluster":
             from ..placers.clustering import ClusterLabeller
 
-            return [
-                ClusterLabeller(
-                    ctx.graph,
-                    ctx.cost,
-                    ctx.features.extra[1:4] if ctx.features.extra[1].size else None,
+            labellers = []
+            for ctx in self.contexts:
+                args = FeatureArgs(*ctx.features.extra)  # the layout's clusters, if it reads them
+                clusters = (args.cluster_of, args.cluster_ptr, args.members)
+                labellers.append(
+                    ClusterLabeller(ctx.graph, ctx.cost, clusters if args.cluster_of.size else None)
                 )
-                for ctx in self.contexts
-            ]
+            return labellers
         if labels == "clustering":
             from ..placers.clustering import PlacementRuleLabeller, clustering_devices
 
@@ -373,16 +373,13 @@ class Trainer:
         if labels == "hint":
             from ..placers.clustering import PlacementRuleLabeller, clustering_devices
 
-            return [
-                PlacementRuleLabeller(
-                    ctx.features.extra[5]  # the hinted heuristic's devices
-                    if ctx.hint is not None
-                    and ctx.features.extra[5].size
-                    and bool((ctx.features.extra[5] >= 0).all())
-                    else clustering_devices(ctx.graph, ctx.cost)[0]
-                )
-                for ctx in self.contexts
-            ]
+            labellers = []
+            for ctx in self.contexts:  # the clustering's without a hint, or one for every node
+                given = ctx.hinted_devices
+                if given is None or not given.size or not bool((given >= 0).all()):
+                    given = clustering_devices(ctx.graph, ctx.cost)[0]
+                labellers.append(PlacementRuleLabeller(given))
+            return labellers
         return [None] * len(self.graphs)
 
     def _make_optimisers(self) -> Optimisers:

@@ -16,7 +16,7 @@ from doppler_lab.placers.clustering import PlacementRuleLabeller, clustering_dev
 from doppler_lab.placers.placer_base import make_rng
 from doppler_lab.policies.checkpoint import make_policy, widen_checkpoint
 from doppler_lab.policies.context import GraphContext
-from doppler_lab.policies.features import get_layout
+from doppler_lab.policies.features import get_layout, hint_devices
 from doppler_lab.policies.policy_config import PolicyConfig
 from doppler_lab.policies.pretrained import resolve_checkpoint
 from doppler_lab.policies.rollout import GREEDY, SAMPLE
@@ -32,6 +32,26 @@ def test_the_layout_extends_doppler11():
     wide, old = get_layout("doppler12"), get_layout("doppler11")
     assert wide.device[: old.device_dim] == old.device
     assert wide.device[COLUMN] == "clustering_device"
+
+
+def test_hinted_devices_are_the_hint_the_features_carry(small_graph):
+    """``GraphContext.hinted_devices``: the hinted heuristic's device per node, the features'
+    ``heuristic`` column (``features.extra[5]``); None without a hint (the column is then -1
+    everywhere) and with a layout that reads no hint (no column)."""
+    cluster = make_cluster("p100x4")
+    ctx = GraphContext(small_graph, cluster, "doppler12", "est", hint=True)
+    got = ctx.hinted_devices
+    assert got is not None and got.dtype == np.int64 and got.shape == (small_graph.num_nodes,)
+    np.testing.assert_array_equal(got, ctx.features.extra[5])
+    np.testing.assert_array_equal(got, hint_devices(small_graph, ctx.cost, True))
+    assert (got[small_graph.compute_nodes] >= 0).all()
+    free = GraphContext(small_graph, cluster, "doppler12", "est", hint=False)
+    assert (free.features.extra[5] == -1).all() and free.hinted_devices is None
+    assert ctx.with_hint(None).hinted_devices is None
+    np.testing.assert_array_equal(free.with_hint(True).hinted_devices, got)
+    old = GraphContext(small_graph, cluster, "doppler11", "est", hint=True)
+    assert old.hint == "clustering" and old.features.extra[5].size == 0
+    assert old.hinted_devices is None
 
 
 @pytest.mark.parametrize("compiled", [True, False])

@@ -253,6 +253,14 @@ def test_a_context_with_another_hint_is_the_one_built_with_it(small_graph, hint)
     for a, b in zip(swapped.features.extra, made.features.extra):
         np.testing.assert_array_equal(a, b)
     assert base.features.extra[5].tolist() == hint_devices(small_graph, base.cost, True).tolist()
+    assert base.hinted_devices.tolist() == base.features.extra[5].tolist()
+    if hint is None:
+        assert swapped.hinted_devices is None and made.hinted_devices is None
+    else:
+        np.testing.assert_array_equal(swapped.hinted_devices, made.features.extra[5])
+        np.testing.assert_array_equal(
+            swapped.hinted_devices, hint_devices(small_graph, made.cost, hint)
+        )
     pol = _policy()
     r1 = run_rollout(pol, swapped, 3, SAMPLE)
     r2 = run_rollout(pol, made, 3, SAMPLE)

@@ -142,6 +142,42 @@ def test_train_general_command_trains_resumes_and_ships(tmp_path, capsys):
     assert "--tasks" in capsys.readouterr().err
 
 
+def test_a_run_without_episodes_claims_no_tasks(tmp_path, capsys):
+    """``train-general --init CKPT`` with 0 episodes ships its init as it is: it trains on no
+    task, so it writes no ``tasks.json`` and its index record says 0 tasks and no pool
+    shares (a record once said 96 tasks for such a run)."""
+    from types import SimpleNamespace
+
+    from doppler_lab.policies.checkpoint import make_policy, save_checkpoint
+    from doppler_lab.train.general_policy import run_record
+
+    init = tmp_path / "init.pt"
+    save_checkpoint(init, make_policy(SMALL.replace(layout="doppler9"), 4, seed=0))
+    out, dest = tmp_path / "run", tmp_path / "ckpts"
+    args = [
+        "train-general", "--out", str(out), "--tasks", "2", "--imitation-episodes", "0",
+        "--anchor-episodes", "0", "--sim-episodes", "0", "--memory-share", "0.25",
+        "--paper-cost-share", "0.5", "--init", str(init), "--no-progress", "--json",
+        "--ship", str(dest),
+    ]  # fmt: skip
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert not (out / "tasks.json").exists()
+    assert (out / "policy.pt").exists()
+    record = json.loads((dest / "index.json").read_text())["checkpoints"]["doppler/general"]
+    for got in (record, summary):
+        assert got["tasks"] == 0 and got["episodes"] == {} and got["train_s"] == 0.0
+        assert "memory_share" not in got and "paper_cost_share" not in got
+    # a run that trains records its pool: the tasks and their shares
+    trained = run_record(
+        [SimpleNamespace(policy=load_policy(init)[0], summary={})],
+        [SimpleNamespace(episodes=8, anchor=False, stage="sim", to_dict=dict)],
+        2, 0, None, 0.5, 0.25,
+    )  # fmt: skip
+    assert trained["tasks"] == 2 and trained["episodes"] == {"sim": 8}
+    assert (trained["paper_cost_share"], trained["memory_share"]) == (0.5, 0.25)
+
+
 def test_general_pool_graphs_are_built_with_their_parameters():
     t = Task("llama_block:blocks=2,batch_blocks=1,kv_heads=8,scale=0.5", "cpu:3", "paper")
     g, c = t.build()
@@ -432,6 +468,23 @@ def test_the_recorded_commands_train_the_shipped_general_policies_again():
     assert record["memory_share"] == args.memory_share
     assert args.sample_temperature == record["sample_temperature"] == 2.0
     assert doc["meta"]["sample_temperature"] == 2.0
+
+
+def test_a_shipped_general_policy_of_no_episode_claims_no_tasks():
+    """A general record whose run trained no episode (``doppler/general-hints``: its init's
+    weights, placing with other hints) says 0 tasks and no pool shares, as
+    :func:`~doppler_lab.train.general_policy.run_record` writes it; the others their pool."""
+    from doppler_lab.policies.pretrained import list_checkpoints
+
+    general = {n: r for n, r in list_checkpoints().items() if r.get("graph") == "general"}
+    untrained = [n for n, r in general.items() if not any(r["episodes"].values())]
+    assert "doppler/general-hints" in untrained
+    for name, r in general.items():
+        if name in untrained:
+            assert r["tasks"] == 0 and r["train_config"] == {} and r["train_s"] == 0.0, name
+            assert "memory_share" not in r and "paper_cost_share" not in r, name
+        else:
+            assert r["tasks"] > 0, name
 
 
 def test_paper_cost_tasks_have_the_papers_cost_convention():
