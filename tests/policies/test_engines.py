@@ -18,6 +18,7 @@ from doppler_lab.policies.engines import (
     FusedEngine,
     PythonEngine,
     RolloutEngine,
+    _member,
     acts_by_itself,
 )
 from doppler_lab.policies.features import FeatureArgs
@@ -130,3 +131,14 @@ def test_the_named_records_follow_their_builders(small_graph):
         w = HeadWeights(*weights)
         assert w.dev_w_t.shape[1] == ctx.layout.device_dim
         assert w.w_dev.shape[0] == w.dev_w_t.shape[0] and w.out_w.shape == (w.w_dev.shape[1],)
+
+
+@pytest.mark.parametrize("n, m", [(0, 0), (5, 0), (0, 3), (7, 3), (40, 40), (300, 200)])
+def test_the_python_engines_membership_is_numpys_isin(n, m):
+    """The teacher record's membership test (pairwise below a size, ``np.isin`` above it) gives
+    ``np.isin``'s answer on both sides of the switch."""
+    rng = np.random.default_rng(n * 1000 + m)
+    values = rng.integers(0, 50, n).astype(np.int64)
+    of = rng.integers(0, 50, m).astype(np.int64)
+    got = _member(values, of)
+    assert got.dtype == np.bool_ and np.array_equal(got, np.isin(values, of))
