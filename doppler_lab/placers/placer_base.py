@@ -218,4 +218,7 @@ def ties(values: np.ndarray, best: str = "max", rtol: float = 1e-9) -> np.ndarra
     v = np.asarray(values, dtype=np.float64)
     ref = v.max() if best == "max" else v.min()
     tol = rtol * max(abs(ref), 1e-300)
-    return np.flatnonzero(v >= ref - tol) if best == "max" else np.flatnonzero(v <= ref + tol)
+    hit = v >= ref - tol if best == "max" else v <= ref + tol
+    # a hot path of every rollout: a vector's own nonzero(), np.flatnonzero's answer without its
+    # wrappers
+    return hit.nonzero()[0] if hit.ndim == 1 else np.flatnonzero(hit)

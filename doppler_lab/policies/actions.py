@@ -72,8 +72,8 @@ def choose_action(logits: np.ndarray, rng: np.random.Generator, mode: ActionMode
         return int(np.argmax(logits))
     z = logits if mode.temperature == 1.0 else logits / mode.temperature
     p = np.exp(z - z.max())
-    c = np.cumsum(p)
-    return int(min(np.searchsorted(c, rng.random() * c[-1], side="right"), c.size - 1))
+    c = p.cumsum()  # the array's own methods: np.cumsum's and np.searchsorted's answers
+    return int(min(c.searchsorted(rng.random() * c[-1], side="right"), c.size - 1))
 
 
 class AnchorMatch:
