@@ -79,3 +79,13 @@ def test_unknown_method_and_bad_budget_are_named():
         bench.PolicyBenchConfig(methods=("dopler",))
     with pytest.raises(ConfigError, match="imitation_episodes 10 must lie in"):
         bench.PolicyBenchConfig(episodes=10, imitation_episodes=10)
+
+
+def test_a_bench_without_sampled_rollouts_is_refused_not_left_unjudged():
+    """With no sampled rollout the protocol would return the greedy rollout unjudged (a makespan
+    of NaN): the configuration says so instead."""
+    from doppler_lab.house.errors import ConfigError
+    from doppler_lab.lab.bench.policy import PolicyBenchConfig
+
+    with pytest.raises(ConfigError, match="samples must be >= 1 .*got 0"):
+        PolicyBenchConfig.of_graphs(["ffnn"], methods=["doppler"], samples=0)

@@ -220,6 +220,11 @@ class PolicyBenchConfig:
             )
         if self.seeds < 1 or self.jobs < 1:
             raise ConfigError("bench policy: seeds and jobs must be >= 1")
+        if self.samples < 1:  # best_of_rollouts judges no candidate when the greedy one is alone
+            raise ConfigError(
+                f"bench policy: samples must be >= 1 (sampled rollouts judged beside the greedy "
+                f"one, the evaluation protocol), got {self.samples}"
+            )
 
     @classmethod
     def of_graphs(cls, graphs: Sequence[str], **settings: Any) -> PolicyBenchConfig:
