@@ -215,6 +215,53 @@ def test_run_stage_ablation_tiny_and_cached(tmp_path):
     assert len(list(tmp_path.glob("seed5-*"))) == 2
 
 
+def test_stage_ablation_keeps_its_calibration_and_keys_its_runs_by_the_cluster(
+    tmp_path, monkeypatch
+):
+    """A rebuild trains on the calibration its cached runs were trained on (kept in the run
+    folder); a run trained on another calibration (say one measured on a loaded machine) is
+    never taken for one on this."""
+    import json
+
+    from doppler_lab.house.errors import FormatError
+    from doppler_lab.lab.experiments import stages
+
+    measured = []
+
+    def stand_in(graph, devices, calibrate, progress=False):
+        measured.append(devices)
+        return cpu_cluster(graph, devices, calibrate=False)[0], "measured stand-in"
+
+    monkeypatch.setattr(stages, "cpu_cluster", stand_in)
+    cfg = StageAblationConfig(
+        workload="chainmm:matrices=3,scale=0.01",
+        calibrate=True,
+        variants=("I",),
+        imitation_episodes=8,
+        seeds=1,
+        samples=1,
+        repeats=1,
+        measure_repeats=1,
+        measure_rounds=1,
+        policy=SMALL,
+    )
+    a = run_stage_ablation(cfg, tmp_path)
+    assert measured == [2] and a.cluster_how == "measured stand-in"
+    (kept,) = tmp_path.glob("workers-*.json")
+    b = run_stage_ablation(cfg, tmp_path)  # repeated: the kept calibration, the cached run
+    assert measured == [2] and "(kept in workers-" in b.cluster_how
+    assert len(list(tmp_path.glob("seed0-*"))) == 1
+    pd.testing.assert_frame_equal(a.runs[["variant", "makespan"]], b.runs[["variant", "makespan"]])
+    doc = json.loads(kept.read_text())
+    doc["cluster"]["devices"][0]["flops_per_s"]["float32"] *= 0.5
+    kept.write_text(json.dumps(doc))
+    run_stage_ablation(cfg, tmp_path)  # another calibration: trained anew beside the first
+    assert len(list(tmp_path.glob("seed0-*"))) == 2
+    kept.write_text(json.dumps({"how": "no cluster"}))
+    with pytest.raises(FormatError, match=r"workers-.*remove it to calibrate again"):
+        run_stage_ablation(cfg, tmp_path)
+
+
 # -- real runs ------------------------------------------------------------------------------
 def test_measure_placements_interleaves_rounds(tiny_graph):
     cluster, how = cpu_cluster(tiny_graph, 2, calibrate=False)

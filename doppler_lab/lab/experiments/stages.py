@@ -15,8 +15,8 @@ import pandas as pd
 
 from ...hardware.cluster import Cluster
 from ...house.codeversion import versioned_key
-from ...house.errors import ConfigError
-from ...house.jsonutil import write_json
+from ...house.errors import ConfigError, FormatError
+from ...house.jsonutil import read_json, write_json
 from ...house.runners import Run, Runner, make_runner
 from ...ir.graph import DataflowGraph
 from ...ir.placement import Placement, single_device
@@ -282,6 +282,31 @@ def _variant_row(variant: str, seed: int, done: Mapping[str, Any], result: Any) 
     }
 
 
+def _workers(
+    config: StageAblationConfig, graph: DataflowGraph, out_dir: Path, progress: bool
+) -> tuple[Cluster, str]:
+    """The CPU workers as the simulator sees them (:func:`cpu_cluster`), measured once per run
+    folder: the calibration is kept in ``out_dir`` (``workers-<key>.json``) and used again by
+    a resumed or repeated run, so that its cached runs and the new ones train on the same
+    simulator. A new calibration: remove the file, or another ``out_dir``."""
+    path = (
+        out_dir / f"workers-{versioned_key(config.workload, config.devices, config.calibrate)}.json"
+    )
+    if path.exists():
+        doc = read_json(path, "the kept calibration of the CPU workers")
+        try:
+            return Cluster.from_dict(doc["cluster"]), f"{doc['how']} (kept in {path.name})"
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FormatError(
+                f"expected {{'cluster': a cluster, 'how': text}} ({exc}); remove it to calibrate "
+                "again",
+                str(path),
+            ) from None
+    cluster, how = cpu_cluster(graph, config.devices, config.calibrate, progress=progress)
+    write_json(path, {"cluster": cluster.to_dict(), "how": how})
+    return cluster, how
+
+
 def run_stage_ablation(
     config: StageAblationConfig,
     out_dir: str | Path,
@@ -303,7 +328,7 @@ def run_stage_ablation(
 
     graph = graph_from_spec(config.workload)
     with torch_threads(1):
-        cluster, how = cpu_cluster(graph, config.devices, config.calibrate, progress=progress)
+        cluster, how = _workers(config, graph, Path(out_dir), progress)
         pcfg = POLICY_PRESETS["default"].replace(**dict(config.policy))
         sim = Simulator(graph, cluster, "wc")
         curves, runs = [], []
@@ -317,7 +342,11 @@ def run_stage_ablation(
                 label=f"{config.workload} seed {seed}",
             )
             for seed in seeds
-            for key in [versioned_key(pcfg, *config.stage_configs(seed).values())]
+            # the cluster too: Stages I and II train on its simulator, so a run trained on one
+            # calibration is never taken for a run on another
+            for key in [
+                versioned_key(pcfg, cluster.to_dict(), *config.stage_configs(seed).values())
+            ]
         ]
         sweep = make_runner(runner).run(seed_runs, desc="seeds", progress=progress)
         for seed, done in zip(seeds, sweep.values):
