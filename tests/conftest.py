@@ -46,3 +46,31 @@ def pytest_collection_modifyitems(config, items):
             has_chromium = (_chromium() is not None) if has_chromium is None else has_chromium
             if not has_chromium:
                 item.add_marker(skip_browser)
+
+
+# -- cached training runs over code versions (test_adopt_runs, test_runstore) ------------------
+@pytest.fixture
+def version(monkeypatch):
+    """Set the code version the package reports: ``version("aaaaaaaaaaaa")``."""
+    from doppler_lab.house import codeversion
+
+    def set_to(v: str) -> None:
+        monkeypatch.setattr(codeversion, "code_version", lambda package_dir=None: v)
+
+    return set_to
+
+
+@pytest.fixture
+def trained(monkeypatch):
+    """The seeds of the ``bench policy`` runs that train (``run_pipeline`` calls), in order."""
+    from doppler_lab.lab.bench import policy as bench_policy
+
+    calls: list[int] = []
+    real = bench_policy.run_pipeline
+
+    def counted(stages, *a, **k):
+        calls.append(stages[0].seed)
+        return real(stages, *a, **k)
+
+    monkeypatch.setattr(bench_policy, "run_pipeline", counted)
+    return calls

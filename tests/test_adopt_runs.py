@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from sweeps import TINY_SWEEP as TINY
 
-from doppler_lab.house import codeversion
 from doppler_lab.lab.bench import adopt
 from doppler_lab.lab.bench import policy as bench_policy
 from doppler_lab.lab.bench.policy import (
@@ -21,30 +20,6 @@ from doppler_lab.lab.bench.policy import (
     run_case,
     verify_adoptions,
 )
-
-
-@pytest.fixture
-def version(monkeypatch):
-    """Set the code version the package reports."""
-
-    def set_to(v: str) -> None:
-        monkeypatch.setattr(codeversion, "code_version", lambda package_dir=None: v)
-
-    return set_to
-
-
-@pytest.fixture
-def trained(monkeypatch):
-    """Count the runs that train (``run_pipeline`` calls)."""
-    calls: list[int] = []
-    real = bench_policy.run_pipeline
-
-    def counted(stages, *a, **k):
-        calls.append(stages[0].seed)
-        return real(stages, *a, **k)
-
-    monkeypatch.setattr(bench_policy, "run_pipeline", counted)
-    return calls
 
 
 def _tasks(root: Path):

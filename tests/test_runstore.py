@@ -13,33 +13,12 @@ import torch
 from sweeps import TINY_SWEEP as TINY
 
 from doppler_lab.cli import main
-from doppler_lab.house import codeversion, runstore
+from doppler_lab.house import runstore
 from doppler_lab.house.errors import FormatError
 from doppler_lab.house.paths import REPO_ROOT
 from doppler_lab.lab.bench import adopt
 from doppler_lab.lab.bench import policy as bench_policy
 from doppler_lab.lab.bench.policy import _cases, adopted_sweep, case_run_dir, case_runs, run_case
-
-
-@pytest.fixture
-def version(monkeypatch):
-    def set_to(v: str) -> None:
-        monkeypatch.setattr(codeversion, "code_version", lambda package_dir=None: v)
-
-    return set_to
-
-
-@pytest.fixture
-def trained(monkeypatch):
-    calls: list[int] = []
-    real = bench_policy.run_pipeline
-
-    def counted(stages, *a, **k):
-        calls.append(stages[0].seed)
-        return real(stages, *a, **k)
-
-    monkeypatch.setattr(bench_policy, "run_pipeline", counted)
-    return calls
 
 
 def _tasks(root: Path, seeds: int = 3):
