@@ -48,7 +48,9 @@ def test_weights_digest_is_the_tensors_not_the_file(tmp_path):
         )
 
 
-def test_keep_then_restore_gives_the_same_records_and_a_finished_run(tmp_path, version, trained):
+def test_keep_then_restore_gives_the_same_records_and_a_finished_run(
+    tmp_path, version, trained, monkeypatch
+):
     version("aaaaaaaaaaaa")
     root, store, other = tmp_path / "runs", tmp_path / "store", tmp_path / "elsewhere"
     before = _train(root)
@@ -58,7 +60,20 @@ def test_keep_then_restore_gives_the_same_records_and_a_finished_run(tmp_path, v
     assert doc["result"]["checkpoint"] == "2_sim/policy.pt"  # relative to the run folder
     assert set(doc["stages"]) == {"1_imitation", "2_sim"}
     assert len(doc["stages"]["2_sim"]["weights_sha256"]) == 64
-    assert runstore.keep(root, store).unchanged == 3  # nothing rewritten
+    hashed = []
+    digest = runstore.weights_digest
+    monkeypatch.setattr(
+        runstore, "weights_digest", lambda path: hashed.append(path) or digest(path)
+    )
+    assert runstore.keep(root, store).unchanged == 3  # nothing rewritten, nothing rehashed
+    assert hashed == []
+    stored = next(store.rglob("seed1-*.json"))
+    stale = json.loads(stored.read_text())
+    stale["stages"]["2_sim"]["weights_sha256"] = "0" * 64
+    stale["result"]["train_s"] = -1.0  # another run's record at this path: rewritten
+    stored.write_text(json.dumps(stale))
+    assert len(runstore.keep(root, store).written) == 1 and len(hashed) == 2
+    assert json.loads(stored.read_text())["stages"]["2_sim"]["weights_sha256"] != "0" * 64
 
     back = runstore.restore(store, other)
     assert len(back.written) == 3
