@@ -519,6 +519,25 @@ def test_report_command_default_folders(monkeypatch, tmp_path):
     assert (site_module.DEFAULT_SITE, site_module.QUICK_SITE) == ("reports/site", "reports/quick")
 
 
+def test_a_build_of_the_checkouts_site_keeps_its_runs_while_it_runs(monkeypatch, tmp_path):
+    """Only a build of ``reports/site`` of this checkout records finished runs in the run store
+    (``runstore.keeping``: during the build and when it stops); other folders keep none."""
+    import contextlib
+
+    from doppler_lab.commands import report
+    from doppler_lab.house import runstore
+    from doppler_lab.house.paths import REPO_ROOT
+
+    seen = []
+    monkeypatch.setattr(
+        runstore, "keeping", lambda every, report: seen.append(every) or contextlib.nullcontext()
+    )
+    report._keeping_runs(str(tmp_path / "reports" / "site"))
+    assert seen == []
+    report._keeping_runs(str(REPO_ROOT / "reports" / "site"))
+    assert seen == [report.KEEP_EVERY]
+
+
 def test_reports_index_opens_the_shipped_site():
     page = (NOTEBOOKS_DIR.parent / "reports" / "index.html").read_text()
     assert 'content="0; url=site/index.html"' in page and 'href="site/index.html"' in page

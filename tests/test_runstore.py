@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,52 @@ def test_the_runs_command(tmp_path, version, monkeypatch, capsys):
     assert capsys.readouterr().out.startswith("restored 2 run(s)")
     assert main(["runs", "status", "--cache", "elsewhere"]) == 2
     assert "--cache 'elsewhere' has no run store" in capsys.readouterr().err
+
+
+def test_runs_are_kept_while_a_long_job_runs_and_when_it_stops(tmp_path, version, monkeypatch):
+    """``keeping`` (what a report build of the site runs under) records finished runs in the
+    store during the job, and once more when it stops, by an interrupt too."""
+    version("aaaaaaaaaaaa")
+    monkeypatch.setattr(runstore, "REPO_ROOT", tmp_path)
+    cache, store = tmp_path / "runs" / "bench_policy", tmp_path / "data" / "runs" / "bench_policy"
+    _train(cache, seeds=1)
+    said: list[str] = []
+    with pytest.raises(KeyboardInterrupt), runstore.keeping(0.05, report=said.append):
+        for _ in range(400):  # the first run reaches the store while the job goes on
+            if list(store.rglob("seed0-*.json")):
+                break
+            time.sleep(0.05)
+        assert len(list(store.rglob("seed*.json"))) == 1
+        _train(cache, seeds=2)  # seed 1 finishes ...
+        (case_run_dir(*_tasks(cache, 3)[2]) / "2_sim").mkdir(parents=True)  # ... seed 2 runs
+        raise KeyboardInterrupt
+    assert sorted(p.name.split("-")[0] for p in store.rglob("seed*.json")) == ["seed0", "seed1"]
+    assert said[0].startswith("kept 1 run(s)") and said[0].endswith("commit data/runs")
+
+
+def test_runs_keep_every(tmp_path, version, monkeypatch, capsys):
+    version("aaaaaaaaaaaa")
+    import doppler_lab.house.paths as paths
+
+    monkeypatch.setattr(paths, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(runstore, "REPO_ROOT", tmp_path)
+    _train(tmp_path / "runs" / "bench_policy", seeds=1)
+    for bad in ("0", "-1", "x", "inf"):
+        assert main(["runs", "keep", "--every", bad]) == 2
+        assert "expected a positive number of minutes" in capsys.readouterr().err
+    waits = []
+
+    def sleep(seconds):
+        waits.append(seconds)
+        if len(waits) == 2:
+            _train(tmp_path / "runs" / "bench_policy", seeds=2)  # a run finishes meanwhile
+        if len(waits) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    assert main(["runs", "keep", "--every", "0.5"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert waits == [30.0] * 3
+    assert "kept 1 run(s)" in out[1] and "kept 0 run(s)" in out[2] and "kept 1 run(s)" in out[3]
+    assert out[-1].endswith("(stopped)")
+    assert len(list((tmp_path / "data" / "runs" / "bench_policy").rglob("seed*.json"))) == 2

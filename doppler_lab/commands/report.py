@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import sys
 from pathlib import Path
@@ -118,10 +119,10 @@ def run(args: argparse.Namespace) -> int:
     out = args.out if args.out is not None else QUICK_SITE if args.quick else DEFAULT_SITE
     # one build at a time, and only in a site folder (marked as report's) or a new one
     with run_folder(out, NAME, force=args.force, own=_is_site):
-        try:
+        # the finished runs go to the store during the build and once more at its end, also
+        # when a timeout or Ctrl-C stops it
+        with _keeping_runs(out):
             site = _build(args, args.out, overrides)
-        finally:  # a build stopped by a timeout or Ctrl-C keeps the runs it finished too
-            _keep_runs(out)
     print(f"wrote {site.index}")
     if not site.ok:
         print(f"failed or not run: {', '.join(site.failed)}", file=sys.stderr)
@@ -134,29 +135,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _keep_runs(out: str) -> None:
-    """After a build of this checkout's site (``reports/site``): record the finished runs of
-    the stored run caches in the run store (``data/runs``, committed with the site; see
-    :mod:`doppler_lab.house.runstore`), so a build on another machine reuses them."""
+#: seconds between two keepings of the finished runs while a build of the site runs
+KEEP_EVERY = 600.0
+
+
+def _keeping_runs(out: str) -> contextlib.AbstractContextManager[None]:
+    """While a build of this checkout's site (``reports/site``) runs: record the finished runs
+    of the stored run caches in the run store (``data/runs``, committed with the site; see
+    :mod:`doppler_lab.house.runstore`) every :data:`KEEP_EVERY` seconds and when it ends, so a
+    build on another machine reuses them. Other sites keep nothing."""
     from ..house import runstore
-    from ..house.errors import DopplerLabError
     from ..house.paths import REPO_ROOT
     from ..lab.reporting.site import DEFAULT_SITE
 
     if Path(out).resolve() != (REPO_ROOT / DEFAULT_SITE).resolve():
-        return
-    for cache in runstore.STORED_CACHES:
-        root = REPO_ROOT / "runs" / cache
-        store = runstore.store_for(root)
-        if store is None or not root.is_dir():
-            continue
-        try:
-            counts = runstore.keep(root, store)
-        except (DopplerLabError, OSError) as exc:
-            print(f"runs of {root} not kept: {exc}", file=sys.stderr)
-            continue
-        if counts.written:
-            print(counts.line("kept", store) + "; commit it with the site", file=sys.stderr)
+        return contextlib.nullcontext()
+    return runstore.keeping(KEEP_EVERY, report=lambda line: print(line, file=sys.stderr))
 
 
 def _status(args: argparse.Namespace) -> int:

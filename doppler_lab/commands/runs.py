@@ -38,6 +38,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             help="the run cache under runs/ (default bench_policy; stored: %(default)s)",
         )
         a.add_argument("--json", action="store_true", help="print JSON")
+        if action == "keep":
+            a.add_argument(
+                "--every",
+                type=_minutes,
+                default=None,
+                metavar="MINUTES",
+                help="keep again every MINUTES until Ctrl-C (beside a long sweep that is not a "
+                "report build, which keeps by itself)",
+            )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
         print(" (code " + ", ".join(f"{v}: {n}" for v, n in by.items()) + ")" if by else "")
         print(f"to keep: {len(doc['to_keep'])}; to restore: {len(doc['to_restore'])}")
         return 0
+    if args.action == "keep" and args.every is not None:
+        return _keep_every(root, store, args.every)
     counts = runstore.keep(root, store) if args.action == "keep" else runstore.restore(store, root)
     if args.json:
         print_json(
@@ -80,4 +91,33 @@ def run(args: argparse.Namespace) -> int:
         return 0
     verb = "kept" if args.action == "keep" else "restored"
     print(counts.line(verb, Path(store)))
+    return 0
+
+
+def _minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of minutes, got {text!r}")
+    return value
+
+
+def _keep_every(root: Path, store: Path, minutes: float) -> int:
+    """``keep --every``: keep, wait, keep again, until Ctrl-C (which keeps once more)."""
+    import time
+
+    from ..house import runstore
+
+    print(f"keeping the finished runs of {root} every {minutes:g} min (Ctrl-C stops)")
+    try:
+        while True:
+            counts = runstore.keep(root, store)
+            stamp = time.strftime("%H:%M:%S")
+            print(f"{stamp} " + counts.line("kept", store), flush=True)
+            time.sleep(60 * minutes)
+    except KeyboardInterrupt:
+        counts = runstore.keep(root, store)
+        print(counts.line("kept", store) + " (stopped)")
     return 0

@@ -28,9 +28,11 @@ Only caches whose readers need no weights are stored (:data:`STORED_CACHES`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,6 +191,56 @@ def keep(root: str | Path, store: str | Path) -> Counts:
     return counts
 
 
+def keep_stored_caches(report: Callable[[str], None] | None = None) -> list[str]:
+    """:func:`keep` for every stored cache of this checkout (``runs/<cache>`` with a store,
+    :data:`STORED_CACHES`); a line per cache that had runs to write, also given to ``report``.
+    A cache that cannot be kept is named in its line, not raised: keeping is a side job of
+    whatever trains."""
+    from .errors import DopplerLabError
+
+    lines = []
+    for cache in STORED_CACHES:
+        root = REPO_ROOT / "runs" / cache
+        store = store_for(root)
+        if store is None or not root.is_dir():
+            continue
+        try:
+            counts = keep(root, store)
+        except (DopplerLabError, OSError) as exc:
+            lines.append(f"runs of {root} not kept: {exc}")
+        else:
+            if not counts.written:
+                continue
+            lines.append(counts.line("kept", store) + "; commit data/runs")
+        if report is not None:
+            report(lines[-1])
+    return lines
+
+
+@contextlib.contextmanager
+def keeping(every: float, report: Callable[[str], None] | None = None) -> Iterator[None]:
+    """While the ``with`` body runs (a report build, a sweep), :func:`keep_stored_caches` every
+    ``every`` seconds in a background thread, and once more when the body ends, however it
+    ends (a timeout, Ctrl-C, an error). The store then lags the cache by at most ``every``
+    seconds, so committing ``data/runs`` during a long build (or recovering the working tree
+    of a lost machine) keeps all but the last few runs. Runs in progress (no ``result.json``
+    yet) are never recorded."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(every):
+            keep_stored_caches(report)
+
+    thread = threading.Thread(target=loop, name="runstore-keeping", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        keep_stored_caches(report)
+
+
 def _check(doc: dict[str, Any], path: Path) -> None:
     if doc.get("format") != FORMAT:
         raise FormatError(
@@ -284,6 +336,8 @@ __all__ = [
     "STORED_CACHES",
     "Counts",
     "keep",
+    "keep_stored_caches",
+    "keeping",
     "record",
     "restore",
     "restore_for",
