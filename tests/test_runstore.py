@@ -236,3 +236,32 @@ def test_runs_keep_every(tmp_path, version, monkeypatch, capsys):
     assert "kept 1 run(s)" in out[1] and "kept 0 run(s)" in out[2] and "kept 1 run(s)" in out[3]
     assert out[-1].endswith("(stopped)")
     assert len(list((tmp_path / "data" / "runs" / "bench_policy").rglob("seed*.json"))) == 2
+
+
+def test_one_reader_names_the_bad_record_and_one_helper_places_the_checkpoint(tmp_path):
+    """The store, the adoption ledger and the run's result are read by one strict reader
+    (``validate.read_json_object``): a bad file is named with what it should have been; the
+    checkpoint a result recorded is placed in its run folder by one helper, wherever the folder
+    lay when it was recorded."""
+    from doppler_lab.house.validate import read_json_object
+
+    bad = tmp_path / "seed0-aaaa.json"
+    for text, why in (
+        ('{"a": NaN}', r"a stored run could not be read as JSON \(.*NaN"),
+        ('{"a": 1, "a": 2}', r"a stored run could not be read as JSON \(.*'a'"),
+        ("[1]", "a stored run must be a JSON object, got list"),
+    ):
+        bad.write_text(text)
+        with pytest.raises(FormatError, match=why) as info:
+            read_json_object(bad, "a stored run")
+        assert str(info.value).startswith(f"{bad}: ") and str(info.value).count(str(bad)) == 1
+    with pytest.raises(FormatError, match=r"seed0-bbbb.json: a run's result could not be read"):
+        read_json_object(tmp_path / "seed0-bbbb.json", "a run's result")
+    assert adopt._read_json(bad) is None and adopt._read_json(tmp_path / "none.json") is None
+
+    run = tmp_path / "runs" / "g" / "doppler" / "seed0-aaaa"
+    assert runstore.checkpoint_in_run(
+        "/old/machine/runs/g/doppler/seed0-aaaa/2_sim/policy.pt", run
+    ) == Path("2_sim/policy.pt")
+    assert runstore.checkpoint_in_run("2_sim/policy.pt", run) is None
+    assert runstore.checkpoint_in_run("", run) is None

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -76,13 +75,19 @@ def weights_digest(path: str | Path) -> str:
 
 
 def _read(path: Path, what: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise FormatError(f"{what} could not be read as JSON ({exc})", str(path)) from None
-    if not isinstance(doc, dict):
-        raise FormatError(f"{what} must be a JSON object, got {type(doc).__name__}", str(path))
-    return doc
+    from .validate import read_json_object
+
+    return read_json_object(path, what)
+
+
+def checkpoint_in_run(checkpoint: str | Path, run_dir: Path) -> Path | None:
+    """Where ``checkpoint`` (a path a run's ``result.json`` recorded) lies inside its run folder,
+    relative to it (``2_sim/policy.pt``): the part after the run folder's name, wherever the
+    folder lay when it was recorded; None when the path does not pass through such a folder."""
+    parts = Path(str(checkpoint or "")).parts
+    if run_dir.name not in parts:
+        return None
+    return Path(*parts[parts.index(run_dir.name) + 1 :])
 
 
 def stage_digest(stage: Path) -> dict[str, str | None]:
@@ -114,9 +119,9 @@ def _result(run_dir: Path) -> dict[str, Any]:
     """A finished run folder's ``result.json`` as the store keeps it: the checkpoint relative to
     the run folder, without the mark of a restored run."""
     result = _read(run_dir / RESULT, "a run's result")
-    ckpt = Path(str(result.get("checkpoint") or ""))
-    if run_dir.name in ckpt.parts:  # relative to the run folder, wherever it lies
-        result["checkpoint"] = Path(*ckpt.parts[ckpt.parts.index(run_dir.name) + 1 :]).as_posix()
+    inside = checkpoint_in_run(result.get("checkpoint") or "", run_dir)
+    if inside is not None:  # relative to the run folder, wherever it lies
+        result["checkpoint"] = inside.as_posix()
     result.pop("restored", None)
     return result
 
@@ -335,6 +340,7 @@ def status(root: str | Path, store: str | Path) -> dict[str, Any]:
 __all__ = [
     "STORED_CACHES",
     "Counts",
+    "checkpoint_in_run",
     "keep",
     "keep_stored_caches",
     "keeping",

@@ -439,6 +439,25 @@ def read_json_file(path: str | Path) -> Any:
     return parse_json(_read_bytes(p), str(p))
 
 
+def read_json_object(path: str | Path, what: str) -> dict[str, Any]:
+    """The strict JSON object in the file ``path`` (:func:`read_json_file`), ``what`` the file
+    is (``"a run's result"``) named in the error.
+
+    Raises:
+        FormatError: naming ``what`` and the file: it cannot be read, is not strict JSON, or
+            holds something other than an object.
+    """
+    p = Path(path)
+    try:
+        doc = read_json_file(p)
+    except FormatError as exc:
+        why = str(exc).removeprefix(f"{exc.path}: ") if exc.path else str(exc)
+        raise FormatError(f"{what} could not be read as JSON ({why})", str(p)) from None
+    if not isinstance(doc, dict):
+        raise FormatError(f"{what} must be a JSON object, got {type(doc).__name__}", str(p))
+    return doc
+
+
 def _read_bytes(p: Path) -> bytes:
     """The bytes of ``p``: a regular file within ``MAX_FILE_BYTES``
     (:func:`doppler_lab.house.userfiles.read_input_bytes`), else a :class:`FormatError`."""

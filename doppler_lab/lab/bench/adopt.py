@@ -33,13 +33,14 @@ taken as enough; a page says how many of its runs were adopted and from which ve
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from ...house import codeversion, runstore
+from ...house.errors import FormatError
 from ...house.jsonutil import write_json
+from ...house.validate import read_json_object
 
 #: the result fields that must be equal for a run to count as reproduced (``train_s`` and the
 #: checkpoint path are the clock and the place, not the result)
@@ -51,11 +52,12 @@ RunDirAt = Callable[[str | None], Path]
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``, None where there is none (a run in progress, a file cut
+    short): a run that cannot be read is never adopted."""
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
+        return read_json_object(path, "a run's record")
+    except FormatError:
         return None
-    return doc if isinstance(doc, dict) else None
 
 
 def older_runs(run_dir_at: RunDirAt) -> dict[str, Path]:
@@ -192,10 +194,9 @@ def adopted(run_dir_at: RunDirAt) -> dict[str, Any] | None:
             ),
             {},
         )
-        ckpt = Path(str(doc.get("checkpoint", "")))
-        if old_dir.name in ckpt.parts:  # the checkpoint where the run lies now
-            ckpt = old_dir.joinpath(*ckpt.parts[ckpt.parts.index(old_dir.name) + 1 :])
-            doc["checkpoint"] = str(ckpt)
+        inside = runstore.checkpoint_in_run(doc.get("checkpoint", ""), old_dir)
+        if inside is not None:  # the checkpoint where the run lies now
+            doc["checkpoint"] = str(old_dir / inside)
         doc["adopted"] = {
             "from": version,
             "under": codeversion.code_version(),

@@ -59,6 +59,7 @@ from ...timing.raw_data import RAW_FILE, read_raw, write_raw
 from ...timing.sim import Simulator
 from ...workloads.specs import graph_from_spec
 from ._report import write_report
+from .fidelity_oracle import ORACLES, oracle_scores
 
 #: workload -> build spec, sized for CPU worker devices (ms-scale ops on one core)
 CPU_WORKLOADS: dict[str, str] = {
@@ -240,6 +241,11 @@ def _rescored_rows(
                 for p in w["placements"]
             ]
             counts = w["runs"]
+            traces = w.get("op_traces")
+            if traces is not None and not (
+                isinstance(traces, list) and all(isinstance(t, dict) for t in traces)
+            ):
+                raise ValueError("op_traces must be a list of objects, one per placement")
         except FormatError:  # (a ValueError too: already names the file and what was expected)
             raise
         except (KeyError, TypeError, ValueError) as exc:
@@ -263,6 +269,7 @@ def _rescored_rows(
                 profile,
                 cal.base,
                 None if passes is None else passes.repeats,
+                traces,
             )
         )
     return doc, cal, profile, passes, rows
@@ -369,6 +376,10 @@ def _rescore_many(out_dir: Path, raw_paths: list[Path]) -> dict[str, Any]:
             row[f"{key}_low"], row[f"{key}_high"] = bootstrap_interval(x)
         row["spearman_host_worst"] = min(r["spearman_host"] for r in mine)
         row["mre_host_worst"] = max(r["mre_host"] for r in mine)
+        for o in ORACLES:  # the in-sample bounds, where every run was traced
+            x = [r[f"spearman_{o}"] for r in mine]
+            row[f"spearman_{o}_mean"] = None if None in x else float(np.mean(x))
+            row[f"spearman_{o}_best"] = None if None in x else max(x)
         for key, lower in (("spearman", False), ("mre", True)):  # the host model, paired by run
             st = compare(
                 [r[f"{key}_host"] for r in mine],
@@ -427,6 +438,10 @@ def _rescore_many(out_dir: Path, raw_paths: list[Path]) -> dict[str, Any]:
         "Per workload over the runs: mean with its 95% bootstrap interval over the runs "
         "(their spread: runs are measured and calibrated anew), the worst run, and the host "
         "model against today's model paired by run (better, worse or cannot tell).",
+        "spearman_oracle_*: the in-sample bounds of one run's report (the host model fed the "
+        "traced runs' own op times, copy times and dispatch order, "
+        "doppler_lab/lab/bench/fidelity_oracle.py), mean and best over the runs; empty where a "
+        "run kept no traces.",
     ]
     return write_report(
         out_dir,
@@ -451,6 +466,8 @@ _MANY_KEYS = (
     "spearman_host",
     "mre_calibrated",
     "mre_host",
+    *(f"spearman_{o}" for o in ORACLES),
+    "mre_oracle_order",
 )
 
 
@@ -522,7 +539,7 @@ def _measure_workload(
         "op_traces": op_traces,
     }
     record = _workload_record(
-        name, spec, g, pls, samples, counts, profile, be.cluster, passes.repeats
+        name, spec, g, pls, samples, counts, profile, be.cluster, passes.repeats, op_traces
     )
     return record, raw
 
@@ -537,10 +554,13 @@ def _workload_record(
     profile: Any,
     preset: Any,
     runs_per_pass: int | None = None,
+    traces: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One workload's table row from its measured runs ``samples`` ``(placements, runs)``, in
     measuring order, ``runs_per_pass`` timed runs to a pass where known (its
-    ``spearman_ceiling_by_pass``: None where unknown, under 2 passes or not computable)."""
+    ``spearman_ceiling_by_pass``: None where unknown, under 2 passes or not computable), and
+    the in-sample oracles of :mod:`~doppler_lab.lab.bench.fidelity_oracle` from the placements'
+    ``traces`` (None where the runs were not traced)."""
     measured = np.median(samples, axis=1)
     by_pass = (
         _finite_or_none(noise_ceiling(samples, runs_per_pass=runs_per_pass))
@@ -557,6 +577,7 @@ def _workload_record(
         "spearman_ceiling_by_pass": by_pass,
     }
     row.update(_scores(g, pls, measured, samples.min(axis=1), profile, preset))
+    row.update(oracle_scores(g, pls, measured, traces or [], profile))
     return row
 
 
@@ -653,6 +674,7 @@ COLUMNS = [
     "mre_host",
     "error_vs_imbalance",
     "error_vs_copies",
+    *(f"{m}_{o}" for o in ORACLES for m in ("spearman", "mre")),
     "spearman_host_costs",
     "mre_host_costs",
     "spearman_capacity",
@@ -730,6 +752,13 @@ def _notes(summary: dict[str, Any], passes: Passes, profile: Any, raw_name: str)
         "and with its number of cross-device copies (one per producing op and receiving "
         "device); positive: the model is the slower, the more the placement has of it; empty "
         "where it cannot be computed (under 3 placements, or a constant).",
+        "oracle_ops, oracle_copies, oracle_order: in-sample bounds "
+        "(doppler_lab/lab/bench/fidelity_oracle.py): the host model fed what the traced median "
+        "run of each placement measured: each op's median duration per device (oracle_ops), "
+        "also each edge's median copy time (oracle_copies), also each placement's measured "
+        "dispatch order (oracle_order). Fitted on the runs they score, they bound what any op "
+        "table, copy model or dispatch rule of this simulator could reach here; empty where the "
+        "runs were not traced.",
         "spearman_ceiling: the Spearman a perfect model could expect against these measurements "
         "(split-half reliability of the measured medians over random halves of each placement's "
         "runs, Spearman-Brown corrected, square root): where it is well above a model's Spearman, "
