@@ -265,3 +265,21 @@ def test_one_reader_names_the_bad_record_and_one_helper_places_the_checkpoint(tm
     ) == Path("2_sim/policy.pt")
     assert runstore.checkpoint_in_run("2_sim/policy.pt", run) is None
     assert runstore.checkpoint_in_run("", run) is None
+
+
+def test_keeping_never_ends_the_job_it_runs_beside(tmp_path, monkeypatch):
+    """A cache that cannot be kept is named in a line; the job's own error is the one raised."""
+    monkeypatch.setattr(runstore, "REPO_ROOT", tmp_path)
+    (tmp_path / "runs" / "bench_policy").mkdir(parents=True)
+
+    def broken(root, store):
+        raise RuntimeError("a weights file cut short")
+
+    monkeypatch.setattr(runstore, "keep", broken)
+    said: list[str] = []
+    with pytest.raises(KeyError, match="the job's own"), runstore.keeping(60, said.append):
+        raise KeyError("the job's own")
+    assert said == [
+        f"runs of {tmp_path / 'runs' / 'bench_policy'} not kept: RuntimeError: a weights file "
+        "cut short"
+    ]

@@ -199,10 +199,9 @@ def keep(root: str | Path, store: str | Path) -> Counts:
 def keep_stored_caches(report: Callable[[str], None] | None = None) -> list[str]:
     """:func:`keep` for every stored cache of this checkout (``runs/<cache>`` with a store,
     :data:`STORED_CACHES`); a line per cache that had runs to write, also given to ``report``.
-    A cache that cannot be kept is named in its line, not raised: keeping is a side job of
-    whatever trains."""
-    from .errors import DopplerLabError
-
+    A cache that cannot be kept (a record or a weights file that cannot be read) is named in
+    its line, not raised: keeping is a side job of whatever trains, and must not end it or hide
+    its own error."""
     lines = []
     for cache in STORED_CACHES:
         root = REPO_ROOT / "runs" / cache
@@ -211,8 +210,8 @@ def keep_stored_caches(report: Callable[[str], None] | None = None) -> list[str]
             continue
         try:
             counts = keep(root, store)
-        except (DopplerLabError, OSError) as exc:
-            lines.append(f"runs of {root} not kept: {exc}")
+        except Exception as exc:  # noqa: BLE001 - reported in the line, and the job goes on
+            lines.append(f"runs of {root} not kept: {type(exc).__name__}: {exc}")
         else:
             if not counts.written:
                 continue
