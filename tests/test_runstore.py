@@ -220,22 +220,26 @@ def test_runs_keep_every(tmp_path, version, monkeypatch, capsys):
     for bad in ("0", "-1", "x", "inf"):
         assert main(["runs", "keep", "--every", bad]) == 2
         assert "expected a positive number of minutes" in capsys.readouterr().err
-    waits = []
+    from doppler_lab.commands import runs as runs_command
 
-    def sleep(seconds):
-        waits.append(seconds)
-        if len(waits) == 2:
-            _train(tmp_path / "runs" / "bench_policy", seeds=2)  # a run finishes meanwhile
-        if len(waits) == 3:
-            raise KeyboardInterrupt
+    store = tmp_path / "data" / "runs" / "bench_policy"
 
-    monkeypatch.setattr(time, "sleep", sleep)
-    assert main(["runs", "keep", "--every", "0.5"]) == 0
+    def meanwhile():  # a run finishes while the command waits; Ctrl-C once it is kept
+        _train(tmp_path / "runs" / "bench_policy", seeds=2)
+        for _ in range(400):
+            if len(list(store.rglob("seed*.json"))) == 2:
+                break
+            time.sleep(0.05)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runs_command, "_wait_for_ctrl_c", meanwhile)
+    assert main(["runs", "keep", "--every", "0.001"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert waits == [30.0] * 3
-    assert "kept 1 run(s)" in out[1] and "kept 0 run(s)" in out[2] and "kept 1 run(s)" in out[3]
-    assert out[-1].endswith("(stopped)")
-    assert len(list((tmp_path / "data" / "runs" / "bench_policy").rglob("seed*.json"))) == 2
+    assert out[0].endswith("every 0.001 min (Ctrl-C stops)")
+    assert "kept 1 run(s)" in out[1]  # at once
+    assert "kept 1 run(s)" in out[2] and "1 already there" in out[2]  # seed 1, while waiting
+    assert out[-1] == "stopped"
+    assert len(list(store.rglob("seed*.json"))) == 2
 
 
 def test_one_reader_names_the_bad_record_and_one_helper_places_the_checkpoint(tmp_path):

@@ -104,20 +104,28 @@ def _minutes(text: str) -> float:
     return value
 
 
+def _wait_for_ctrl_c() -> None:
+    """Block until Ctrl-C (``KeyboardInterrupt``)."""
+    import threading
+
+    threading.Event().wait()
+
+
 def _keep_every(root: Path, store: Path, minutes: float) -> int:
-    """``keep --every``: keep, wait, keep again, until Ctrl-C (which keeps once more)."""
+    """``keep --every``: keep now, then under :func:`~doppler_lab.house.runstore.keeping` (every
+    ``minutes``, and once more at Ctrl-C), a line for each keeping that wrote runs."""
     import time
 
     from ..house import runstore
 
+    def say(line: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+
     print(f"keeping the finished runs of {root} every {minutes:g} min (Ctrl-C stops)")
+    say(runstore.keep(root, store).line("kept", store))
     try:
-        while True:
-            counts = runstore.keep(root, store)
-            stamp = time.strftime("%H:%M:%S")
-            print(f"{stamp} " + counts.line("kept", store), flush=True)
-            time.sleep(60 * minutes)
+        with runstore.keeping(60 * minutes, report=say):
+            _wait_for_ctrl_c()
     except KeyboardInterrupt:
-        counts = runstore.keep(root, store)
-        print(counts.line("kept", store) + " (stopped)")
+        print("stopped")
     return 0
