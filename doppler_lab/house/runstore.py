@@ -17,11 +17,12 @@ and each cell's adoption ledger (``adoptions.json``, see :mod:`doppler_lab.lab.b
 :func:`keep` records a cache's finished runs (``doppler-lab runs keep``; :func:`keeping` does it
 every few minutes while a long job runs, as ``doppler-lab report`` does while it builds the
 site). :func:`restore` writes a record back as a run folder where the cache lacks it (a sweep
-over a stored cache does it before it starts): ``result.json``, and per stage ``config.json``, ``summary.json`` and ``digest.json`` (the two digests) in place of the metrics
-and weights. A sweep counts a restored run as finished, and :mod:`~doppler_lab.lab.bench.adopt`
-compares a check seed with it by the digests, so a later code version can still adopt it. What a
-restored run lacks is its weights: ``result.json``'s ``checkpoint`` names where they would be,
-and no file is there (``bench policy`` exports only the checkpoints that exist).
+over a stored cache does it before it starts): ``result.json``, and per stage ``config.json``,
+``summary.json`` and ``digest.json`` (the two digests) in place of the metrics and weights. A
+sweep counts a restored run as finished, and :mod:`~doppler_lab.lab.bench.adopt` compares a
+check seed with it by the digests, so a later code version can still adopt it. What a restored
+run lacks is its weights: ``result.json``'s ``checkpoint`` names where they would be, and no
+file is there (``bench policy`` exports only the checkpoints that exist).
 
 Only caches whose readers need no weights are stored (:data:`STORED_CACHES`).
 """
