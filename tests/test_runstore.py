@@ -287,3 +287,47 @@ def test_keeping_never_ends_the_job_it_runs_beside(tmp_path, monkeypatch):
         f"runs of {tmp_path / 'runs' / 'bench_policy'} not kept: RuntimeError: a weights file "
         "cut short"
     ]
+
+
+def test_runs_cells_says_what_a_sweep_would_adopt_check_or_train_without_training(
+    tmp_path, version, monkeypatch, capsys
+):
+    import doppler_lab.house.paths as paths
+    from doppler_lab.commands.runs import cells
+
+    version("aaaaaaaaaaaa")
+    monkeypatch.setattr(paths, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(runstore, "REPO_ROOT", tmp_path)
+    _train(tmp_path / "runs" / "bench_policy", seeds=2)
+    store = tmp_path / "data" / "runs" / "bench_policy"
+    runstore.keep(tmp_path / "runs" / "bench_policy", store)
+    (row,) = cells(store)
+    assert row["current"] == [0, 1] and row["checks"] == {} and row["budget"].count("+") == 1
+    version("bbbbbbbbbbbb")
+    (row,) = cells(store)
+    assert row["to_check"] == [0, 1] and row["checks"] == {"aaaaaaaaaaaa": "train"}
+    # seed 0 trained by this version too: the check compares it, trains nothing
+    (seed0,) = store.rglob("seed0-*.json")
+    doc = json.loads(seed0.read_text())
+    doc["result"]["code_version"] = "bbbbbbbbbbbb"
+    (seed0.parent / "seed0-bbbb.json").write_text(json.dumps(doc))
+    (row,) = cells(store)
+    assert (row["current"], row["to_check"]) == ([0], [1])
+    assert row["checks"] == {"aaaaaaaaaaaa": "compare"}
+    assert row["by_version"] == {"aaaaaaaaaaaa": 2, "bbbbbbbbbbbb": 1}
+    ledger = seed0.parent / runstore.LEDGER
+    for identical, state in ((True, "adoptable"), (False, "retrain")):
+        ledger.write_text(json.dumps({"aaaaaaaaaaaa->bbbbbbbbbbbb": {"identical": identical}}))
+        (row,) = cells(store)
+        assert row[state] == [1] and row["checks"] == {}
+    assert main(["runs", "cells"]) == 0
+    out = capsys.readouterr().out
+    assert "code version bbbbbbbbbbbb" in out and "2 stored seed(s) in 1 cell(s)" in out
+    assert "1 current, 0 adoptable, 0 to check, 1 retrain" in out
+    ledger.unlink()
+    assert main(["runs", "cells", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["cells"][0]["checks"] == {"aaaaaaaaaaaa": "compare"}
+    seed0.write_text(json.dumps({"format": 1, "result": {"seed": "zero"}, "stages": {}}))
+    assert main(["runs", "cells"]) == 2
+    assert "a stored run needs a 'result' with an integer 'seed'" in capsys.readouterr().err

@@ -1,16 +1,19 @@
-"""``doppler-lab runs status|keep|restore``: the committed run store behind the report site.
+"""``doppler-lab runs status|cells|keep|restore``: the committed run store behind the report site.
 
 A report-size sweep (hundreds of training runs) outlives one machine: ``keep`` records the
 finished runs of a run cache in ``data/runs/<cache>/`` (small JSON files, committed with the
 site), and a sweep on another checkout gets them back (``restore``, which every sweep over a
-stored cache does by itself) instead of training them again. See
-:mod:`doppler_lab.house.runstore`.
+stored cache does by itself) instead of training them again. ``cells`` reads the store and
+trains nothing: per (graph, method, stage budget), which seeds this code version has, which it
+would adopt, which wait for a check seed and which it must train again. See
+:mod:`doppler_lab.house.runstore` and :mod:`doppler_lab.lab.bench.adopt`.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from ._common import print_json
 
@@ -26,6 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub.required = True
     helps = {
         "status": "runs finished in the cache, stored, still to keep and to restore",
+        "cells": "per cell of the store (graph, method, stage budget): seeds this code version "
+        "has, would adopt, must check first or must train again (reads, trains nothing)",
         "keep": "record the cache's finished runs in the store (commit data/runs afterwards)",
         "restore": "write stored runs back into the cache where it lacks them",
     }
@@ -72,6 +77,13 @@ def run(args: argparse.Namespace) -> int:
         by = doc["stored_by_version"]
         print(" (code " + ", ".join(f"{v}: {n}" for v, n in by.items()) + ")" if by else "")
         print(f"to keep: {len(doc['to_keep'])}; to restore: {len(doc['to_restore'])}")
+        return 0
+    if args.action == "cells":
+        rows = cells(store)
+        if args.json:
+            print_json({"store": str(store), "code_version": _current(), "cells": rows})
+        else:
+            print(cells_text(rows, store))
         return 0
     if args.action == "keep" and args.every is not None:
         return _keep_every(root, store, args.every)
@@ -129,3 +141,125 @@ def _keep_every(root: Path, store: Path, minutes: float) -> int:
     except KeyboardInterrupt:
         print("stopped")
     return 0
+
+
+#: what this code version would do with a stored seed of a cell, in the order a seed takes the
+#: first that applies
+SEED_STATES = ("current", "adoptable", "to_check", "retrain")
+
+
+def _current() -> str:
+    from ..house import codeversion
+
+    return codeversion.code_version()
+
+
+def _budget(result: dict[str, Any]) -> str:
+    """A run's stage budget: Stage I + Stage II episodes (``2000+2000``: the paper's)."""
+    episodes, rl = int(result.get("episodes") or 0), int(result.get("rl_episodes") or 0)
+    return f"{episodes - rl}+{rl}"
+
+
+def cells(store: Path) -> list[dict[str, Any]]:
+    """Per (cell folder, stage budget) of the store: its seeds and what the current code would
+    do with each (:data:`SEED_STATES`): ``current`` (a run by this version is stored),
+    ``adoptable`` (an older version's run, of a version a check seed of this cell reproduced),
+    ``to_check`` (an older version's run that no check has judged yet: a sweep trains one check
+    seed per cell and version, or compares a seed this version already has, then adopts or
+    retrains), ``retrain`` (every stored version failed its check). Reads; trains nothing."""
+    from ..house.errors import FormatError
+    from ..house.validate import read_json_object
+    from ..lab.bench import adopt
+
+    current = _current()
+    seeds: dict[tuple[str, str], dict[int, set[str]]] = {}
+    for path in sorted(Path(store).rglob("seed*.json")):
+        doc = read_json_object(path, "a stored run")
+        result = doc.get("result")
+        if not isinstance(result, dict) or not isinstance(result.get("seed"), int):
+            raise FormatError(f"{path}: a stored run needs a 'result' with an integer 'seed'")
+        cell = path.parent.relative_to(store).as_posix()
+        by_seed = seeds.setdefault((cell, _budget(result)), {})
+        by_seed.setdefault(result["seed"], set()).add(str(result.get("code_version", "?")))
+    rows = []
+    for (cell, budget), by_seed in sorted(seeds.items()):
+        entries = adopt.ledger(Path(store) / cell)
+        # versions a check showed equal form one class: one check seed serves them all
+        # (adopt's own grouping; private there, as adopt is code a run's numbers depend on)
+        classes = adopt._classes(entries)
+        verdicts: dict[str, bool | None] = {}
+        states: dict[str, list[int]] = {s: [] for s in SEED_STATES}
+        versions: dict[str, int] = {}
+        checks: dict[str, bool] = {}  # class of an unchecked version: a seed of it is here too
+        for seed, held in sorted(by_seed.items()):
+            for v in held:
+                versions[v] = versions.get(v, 0) + 1
+            older = sorted(held - {current})
+            for v in older:
+                if v not in verdicts:
+                    verdicts[v] = adopt._verdict(entries, v)
+                if verdicts[v] is None:
+                    key = classes.get(v, v)
+                    checks[key] = checks.get(key, False) or current in held
+            if current in held:
+                state = "current"
+            elif any(verdicts[v] is True for v in older):
+                state = "adoptable"
+            elif any(verdicts[v] is None for v in older):
+                state = "to_check"
+            else:
+                state = "retrain"
+            states[state].append(seed)
+        rows.append(
+            {
+                "cell": cell,
+                "budget": budget,
+                "seeds": sorted(by_seed),
+                "by_version": dict(sorted(versions.items())),
+                **states,
+                "checks": {
+                    v: ("compare" if here else "train") for v, here in sorted(checks.items())
+                },
+            }
+        )
+    return rows
+
+
+def cells_text(rows: list[dict[str, Any]], store: Path) -> str:
+    """:func:`cells` as a table, with the totals and what a sweep at this version needs."""
+    current = _current()
+    head = ("cell", "I+II", "seeds", "current", "adoptable", "to check", "retrain", "stored by")
+    table = [head]
+    for r in rows:
+        table.append(
+            (
+                r["cell"],
+                r["budget"],
+                str(len(r["seeds"])),
+                *(str(len(r[s])) for s in SEED_STATES),
+                ", ".join(f"{v}: {n}" for v, n in r["by_version"].items()),
+            )
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    lines = [f"store {store}, code version {current}"]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in table]
+    total = {s: sum(len(r[s]) for r in rows) for s in SEED_STATES}
+    # one check per (cell folder, class of versions), whatever the stage budget: a seed this
+    # version has is compared as it is, in any budget of the folder
+    checks: dict[tuple[str, str], bool] = {}
+    for r in rows:
+        for v, how in r["checks"].items():
+            checks[(r["cell"], v)] = checks.get((r["cell"], v), False) or how == "compare"
+    lines.append(
+        f"{sum(len(r['seeds']) for r in rows)} stored seed(s) in {len(rows)} cell(s): "
+        + ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in total.items())
+    )
+    if checks:
+        to_train = sum(not here for here in checks.values())
+        lines.append(
+            f"a sweep at {current} first checks {len(checks)} (cell, older version) pair(s), "
+            f"{to_train} by training one seed again and {len(checks) - to_train} by comparing "
+            "a seed this version already has; each then adopts that version's seeds or trains "
+            "them again"
+        )
+    return "\n".join(lines)
