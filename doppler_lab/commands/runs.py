@@ -1,17 +1,20 @@
-"""``doppler-lab runs status|cells|keep|restore``: the committed run store behind the report site.
+"""``doppler-lab runs status|cells|keep|restore|recheck``: the committed run store behind the report site.
 
 A report-size sweep (hundreds of training runs) outlives one machine: ``keep`` records the
 finished runs of a run cache in ``data/runs/<cache>/`` (small JSON files, committed with the
 site), and a sweep on another checkout gets them back (``restore``, which every sweep over a
 stored cache does by itself) instead of training them again. ``cells`` reads the store and
 trains nothing: per (graph, method, stage budget), which seeds this code version has, which it
-would adopt, which wait for a check seed and which it must train again. See
+would adopt, which wait for a check seed and which it must train again. ``recheck`` runs
+each failed adoption check again with the older version's code on this machine, so that a
+check failed by another machine's rounding does not retrain a cell. See
 :mod:`doppler_lab.house.runstore` and :mod:`doppler_lab.lab.bench.adopt`.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "cells": "per cell of the store (graph, method, stage budget): seeds this code version "
         "has, would adopt, must check first or must train again (reads, trains nothing)",
         "keep": "record the cache's finished runs in the store (commit data/runs afterwards)",
+        "recheck": "train each failed adoption check's seed again with the older version's code "
+        "(its commit, in a git worktree) on this machine: equal to the current code's check "
+        "run, the failure was the machine's and the cell is adopted",
         "restore": "write stored runs back into the cache where it lacks them",
     }
     for action, text in helps.items():
@@ -43,6 +49,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             help="the run cache under runs/ (default bench_policy; stored: %(default)s)",
         )
         a.add_argument("--json", action="store_true", help="print JSON")
+        if action == "recheck":
+            a.add_argument(
+                "--jobs",
+                type=int,
+                default=os.cpu_count() or 1,
+                metavar="N",
+                help="checks trained at once (default: one per core)",
+            )
         if action == "keep":
             a.add_argument(
                 "--every",
@@ -85,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(cells_text(rows, store))
         return 0
+    if args.action == "recheck":
+        return _recheck(root, args.json, args.jobs)
     if args.action == "keep" and args.every is not None:
         return _keep_every(root, store, args.every)
     counts = runstore.keep(root, store) if args.action == "keep" else runstore.restore(store, root)
@@ -140,6 +156,30 @@ def _keep_every(root: Path, store: Path, minutes: float) -> int:
             _wait_for_ctrl_c()
     except KeyboardInterrupt:
         print("stopped")
+    return 0
+
+
+def _recheck(root: Path, as_json: bool, jobs: int) -> int:
+    """``runs recheck``: :func:`~doppler_lab.lab.bench.recheck.recheck` over the cache, a line
+    per failed check (restored from the store first, as a sweep would)."""
+    from ..house import runstore
+    from ..house.errors import ConfigError
+    from ..lab.bench import recheck
+
+    restored = runstore.restore_for(root)
+    if restored and not as_json:
+        print(restored)
+    checks = recheck.failed_checks(root)
+    if not as_json:
+        print(
+            f"{len(checks)} failed adoption check(s) of code version {_current()} to recheck "
+            f"on this machine ({recheck.machine()})"
+        )
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    rows = recheck.recheck(root, report=None if as_json else print, jobs=jobs)
+    if as_json:
+        print_json({"cache": str(root), "machine": recheck.machine(), "rechecks": rows})
     return 0
 
 

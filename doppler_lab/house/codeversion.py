@@ -23,6 +23,7 @@ import functools
 import hashlib
 import io
 import json
+import subprocess
 import tokenize
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ EXCLUDED: tuple[str, ...] = (
     "lab/bench/yardstick.py",
     "lab/bench/_report.py",
     "lab/bench/pages.py",
+    "lab/bench/recheck.py",
 )
 
 
@@ -111,14 +113,27 @@ def source_files(package_dir: Path = PACKAGE_DIR) -> list[Path]:
 CACHE_ENTRIES = 4000  # stripped digests remembered (a few trees' worth of files)
 
 
+def _remembered(name: str) -> dict[str, Any]:
+    """The per-user cache file ``name`` (a JSON object; empty when missing or unreadable)."""
+    try:
+        known = json.loads((user_cache_dir() / name).read_text())
+    except (OSError, ValueError):
+        return {}
+    return known if isinstance(known, dict) else {}
+
+
+def _remember(name: str, known: dict[str, Any]) -> None:
+    """Write the per-user cache file ``name``: the newest :data:`CACHE_ENTRIES` entries (the
+    last ones), nothing where the folder is read-only."""
+    try:
+        write_json(user_cache_dir() / name, dict(list(known.items())[-CACHE_ENTRIES:]))
+    except OSError:
+        pass
+
+
 def _stripped_digests(raw: dict[str, bytes]) -> dict[str, str]:
     """The sha256 of each stripped source, by the sha256 of its bytes (remembered on disk)."""
-    path = user_cache_dir() / "codeversion.json"
-    try:
-        known = json.loads(path.read_text())
-        known = known if isinstance(known, dict) else {}
-    except (OSError, ValueError):
-        known = {}
+    known = _remembered("codeversion.json")
     new = {
         key: hashlib.sha256(
             strip_comments_and_docstrings(data.decode("utf-8", errors="replace")).encode()
@@ -127,12 +142,8 @@ def _stripped_digests(raw: dict[str, bytes]) -> dict[str, str]:
         if not isinstance(known.get(key), str)
     }
     if new:
-        kept = {**known, **new}
-        try:  # the newest entries last; the oldest are dropped beyond CACHE_ENTRIES
-            write_json(path, dict(list(kept.items())[-CACHE_ENTRIES:]))
-        except OSError:
-            pass
         known = {**known, **new}
+        _remember("codeversion.json", known)
     return {key: known[key] for key in raw}
 
 
@@ -141,12 +152,77 @@ def _digest(package_dir: Path) -> str:
     files = [
         (p.relative_to(package_dir).as_posix(), p.read_bytes()) for p in source_files(package_dir)
     ]
+    return _digest_of(files)
+
+
+def _digest_of(files: list[tuple[str, bytes]]) -> str:
+    """The code version of a package's covered sources, ``(path in the package, bytes)`` sorted
+    by path."""
     raw = {hashlib.sha256(data).hexdigest(): data for _, data in files}
     stripped = _stripped_digests(raw)
     h = hashlib.sha256()
     for rel, data in files:
         h.update(rel.encode() + b"\0" + stripped[hashlib.sha256(data).hexdigest()].encode() + b"\0")
     return h.hexdigest()[:12]
+
+
+def _git(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], input=stdin, capture_output=True, check=True
+    ).stdout
+
+
+def commit_of_version(
+    version: str, repo: Path | None = None, package: str = "doppler_lab"
+) -> str | None:
+    """The newest commit of ``repo``'s history (``HEAD``'s ancestors that touch ``package``)
+    whose ``package`` sources have the code version ``version`` by today's rules (what
+    :data:`EXCLUDED` leaves out, how comments are stripped); None where no commit has it (a
+    version of uncommitted edits, or one whose rules differed). Each commit's version is
+    remembered in the per-user cache (``codeversion-commits.json``), and each source read
+    once, so a second search reads nothing."""
+    repo = Path(repo or PACKAGE_DIR.parent)
+    try:
+        commits = _git(repo, "rev-list", "HEAD", "--", package).decode().split()
+    except (OSError, ValueError, subprocess.CalledProcessError):
+        return None
+    known = _remembered("codeversion-commits.json")
+    rules = hashlib.sha256(repr(EXCLUDED).encode()).hexdigest()[:8]  # a rule change: new cache
+    blobs: dict[str, bytes] = {}
+    found = None
+    for commit in commits:
+        key = f"{rules}:{commit}"
+        if not isinstance(known.get(key), str):
+            known[key] = _commit_digest(repo, commit, package, blobs)
+        if known[key] == version:
+            found = commit
+            break
+    _remember("codeversion-commits.json", known)
+    return found
+
+
+def _commit_digest(repo: Path, commit: str, package: str, blobs: dict[str, bytes]) -> str:
+    """The code version of ``package`` at ``commit`` by today's rules (``blobs``: the sources
+    read so far, by git object id)."""
+    listing = _git(repo, "ls-tree", "-r", "-z", commit, "--", package).split(b"\0")
+    files: list[tuple[str, str]] = []
+    for line in filter(None, listing):
+        meta, _, name = line.decode().partition("\t")
+        _, kind, oid = meta.split()
+        rel = name[len(package) + 1 :]
+        if kind == "blob" and rel.endswith(".py") and "__pycache__" not in rel:
+            if not _excluded(rel):
+                files.append((rel, oid))
+    missing = [oid for _, oid in files if oid not in blobs]
+    if missing:
+        out = _git(repo, "cat-file", "--batch", stdin="\n".join(missing).encode() + b"\n")
+        at = 0
+        for oid in missing:
+            header_end = out.index(b"\n", at)
+            size = int(out[at:header_end].split()[2])
+            blobs[oid] = out[header_end + 1 : header_end + 1 + size]
+            at = header_end + 1 + size + 1
+    return _digest_of(sorted(((rel, blobs[oid]) for rel, oid in files), key=lambda f: f[0]))
 
 
 def code_version(package_dir: Path | None = None) -> str:
@@ -165,6 +241,7 @@ def versioned_key(*parts: Any, version: str | None = None) -> str:
 __all__ = [
     "EXCLUDED",
     "code_version",
+    "commit_of_version",
     "source_files",
     "strip_comments_and_docstrings",
     "versioned_key",

@@ -1,0 +1,294 @@
+"""Adoption checks that the machine failed, not the code: the older code run again here.
+
+An adoption check (:mod:`~doppler_lab.lab.bench.adopt`) trains one seed of a cell with the
+current code and compares it with the run an older code version stored. Training is
+deterministic on one machine, but not across machines: another CPU (another vector width in
+torch's, numpy's or numba's kernels) rounds differently, and 2000 episodes of policy gradient
+turn the last bit into another policy. A run stored by another machine then fails its check
+whatever the code change was: on 7 December 2026 the code version ``d8a3c0df0062``, run again
+on the session's machine, gave 1600.04 on ``chain_mm_112nodes`` seed 0 where its own stored run
+(another session's machine) says 1300.10, and so did ``e9bd7ec7cf35``.
+
+The question a check asks is whether the code change changes the numbers. :func:`recheck`
+answers it on one machine: for each failed check it finds the older version's commit in the
+repository's history (:func:`~doppler_lab.house.codeversion.commit_of_version`), trains the
+check seed with that code in a git worktree, in a subprocess, here, and compares it with the
+current code's check run (same digests of metrics and weights, same numbers). Equal: the code
+change is neutral, and the stored runs were trained by code that gives this code's numbers on
+their own machine; the ledger entry becomes ``identical`` with a ``recheck`` record (commit,
+machine, what the stored run differed in), and the next sweep adopts. Different: the entry
+stays failed, with the recheck's differences, and is not rechecked again. The evidence is one
+seed per cell, as for any check.
+
+Only the run store's configuration can be rebuilt: :func:`settings_for` searches the ``bench
+policy`` settings whose run folder is the check run's (the folder name is a digest of the
+whole configuration, so a match is the configuration), and the older code must give the older
+run's folder name for them too, or nothing is trained.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...house import codeversion, runstore
+from ...house.errors import ConfigError
+from ...house.jsonutil import write_json
+from ...house.validate import read_json_object
+from . import adopt
+
+#: the old code's side: build the sweep's configuration, check the run folder's name, train
+_OLD_CODE = """
+import json, sys
+from pathlib import Path
+from doppler_lab.house.codeversion import code_version
+from doppler_lab.lab.bench.policy import PolicyBenchConfig, _cases, case_run_dir, run_case
+a = json.loads(sys.argv[1])
+if code_version() != a["version"]:
+    sys.exit(f"the worktree's code version is {code_version()}, expected {a['version']}")
+cfg = PolicyBenchConfig.of_graphs([a["graph"]], **a["settings"])
+case = next(c for c in _cases(cfg)[0] if c.name == a["name"])
+run_dir = case_run_dir(cfg, case, a["method"], a["seed"], Path(a["root"]))
+if run_dir.name != a["expect"]:
+    sys.exit(f"this code names the run {run_dir.name}, the stored run is {a['expect']}")
+run_case(cfg, case, a["method"], a["seed"], Path(a["root"]), adopt_older=False)
+print(json.dumps({"run_dir": str(run_dir)}))
+"""
+
+_LOCK = threading.Lock()  # worktrees and ledgers: one writer at a time among a recheck's jobs
+
+
+@dataclass(frozen=True)
+class FailedCheck:
+    """A ledger entry ``OLD->CURRENT`` whose check failed and was not rechecked."""
+
+    cell: Path  # the cell folder in the run cache: <cache>/<graph>/<method>
+    pair: str  # "OLD->NEW"
+    entry: dict[str, Any]
+
+    @property
+    def old_version(self) -> str:
+        return self.pair.partition("->")[0]
+
+
+def machine() -> str:
+    """This machine in one line: processor, torch's vector instructions, core count."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.partition(":")[2].strip()
+                break
+    except OSError:
+        pass
+    return (
+        f"{cpu}, torch {torch.__version__} {torch.backends.cpu.get_cpu_capability()}, "
+        f"{os.cpu_count()} cores"
+    )
+
+
+def failed_checks(root: Path) -> list[FailedCheck]:
+    """The failed, not yet rechecked, checks of the current code in the run cache ``root``."""
+    current = codeversion.code_version()
+    found = []
+    for ledger in sorted(Path(root).rglob(adopt.LEDGER)):
+        for pair, entry in adopt.ledger(ledger.parent).items():
+            if (
+                isinstance(entry, dict)
+                and entry.get("identical") is False
+                and pair.partition("->")[2] == current
+                and "recheck" not in entry
+            ):
+                found.append(FailedCheck(ledger.parent, pair, entry))
+    return found
+
+
+def _candidates(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """``bench policy`` settings a run with this ``result`` may have been trained under."""
+    from ...train.train_config import TRAIN_PRESETS
+
+    episodes, rl = int(result["episodes"]), int(result["rl_episodes"])
+    learners = [k for k, v in TRAIN_PRESETS.items() if v.stage == "sim"]
+    budgets = sorted(
+        {(e, i) for e in (episodes, 4000, 2 * episodes) for i in (episodes - rl, 2000, 400, 0)}
+    )
+    return [
+        {"methods": [result["method"]], "episodes": e, "imitation_episodes": i, "learner": lr}
+        for (e, i), lr in itertools.product(budgets, learners)
+        if 0 <= i < e
+    ]
+
+
+def settings_for(new_dir: Path, paper_dir: str | None) -> dict[str, Any] | None:
+    """The settings of :meth:`PolicyBenchConfig.of_graphs` (JSON) whose run folder for the
+    check run's (graph, method, seed) is ``new_dir`` by the current code; None if none is."""
+    from .policy import PolicyBenchConfig, _cases, case_run_dir
+
+    result = read_json_object(new_dir / "result.json", "a check run's result")
+    for settings in _candidates(result):
+        settings = {**settings, "paper_dir": paper_dir}
+        try:
+            cfg = PolicyBenchConfig.of_graphs([result["graph"]], **settings)
+        except ConfigError:
+            continue
+        for case in _cases(cfg)[0]:
+            if case.name != result["graph"]:
+                continue
+            got = case_run_dir(cfg, case, result["method"], int(result["seed"]), Path("."))
+            if got.name == new_dir.name:
+                return settings
+    return None
+
+
+def run_old_code(
+    commit: str, version: str, args: dict[str, Any], workdir: Path, repo: Path
+) -> Path:
+    """Train the check run with the code of ``commit`` (a worktree in ``workdir``, in a
+    subprocess); its run folder."""
+    tree = workdir / f"code-{commit[:12]}"
+    with _LOCK:
+        if not tree.is_dir():
+            subprocess.run(
+                ["git", "-C", str(repo), "worktree", "add", "--detach", "-f", str(tree), commit],
+                check=True,
+                capture_output=True,
+            )
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    proc = subprocess.run(
+        [sys.executable, "-c", _OLD_CODE, json.dumps({**args, "version": version})],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"the code of {commit[:12]} failed: {tail[0]}")
+    return Path(json.loads(proc.stdout.strip().splitlines()[-1])["run_dir"])
+
+
+#: how a recheck trains the older code's run: (commit, version, args, workdir, repo) -> run dir
+OldRunner = Callable[[str, str, dict[str, Any], Path, Path], Path]
+
+
+def recheck(
+    root: Path,
+    repo: Path | None = None,
+    paper_dir: str | None = None,
+    run_old: OldRunner = run_old_code,
+    report: Callable[[str], None] | None = None,
+    jobs: int = 1,
+) -> list[dict[str, Any]]:
+    """Recheck every failed check in the run cache ``root`` on this machine (see the module
+    docstring), ``jobs`` at a time (each trains one run in a subprocess); the ledgers of the
+    cache and of its store (if it has one) get the verdicts.
+
+    Returns:
+        Per failed check: ``cell``, ``pair``, ``verdict`` (``identical``, ``differs`` or
+        ``not rechecked``) and ``why``.
+    """
+    from ...house.paths import paper_graphs_dir
+
+    root = Path(root)
+    repo = Path(repo or codeversion.PACKAGE_DIR.parent)
+    paper = str(paper_graphs_dir(paper_dir) or "") or None
+    say = report or (lambda line: None)
+    store = runstore.store_for(root)
+    from concurrent.futures import ThreadPoolExecutor
+
+    workdir = Path(tempfile.mkdtemp(prefix="recheck-"))
+
+    def one(check: FailedCheck) -> dict[str, str]:
+        row = {"cell": check.cell.relative_to(root).as_posix(), "pair": check.pair}
+        row.update(_recheck_one(check, root, repo, paper, run_old, workdir, store))
+        say(f"{row['cell']} {row['pair']}: {row['verdict']} ({row['why']})")
+        return row
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            out = list(pool.map(one, failed_checks(root)))
+    finally:
+        for tree in workdir.glob("code-*"):
+            subprocess.run(
+                ["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)],
+                capture_output=True,
+            )
+        shutil.rmtree(workdir, ignore_errors=True)
+    return out
+
+
+def _recheck_one(
+    check: FailedCheck,
+    root: Path,
+    repo: Path,
+    paper: str | None,
+    run_old: OldRunner,
+    workdir: Path,
+    store: Path | None,
+) -> dict[str, str]:
+    entry = check.entry
+    new_dir = check.cell / str(entry.get("new", ""))
+    if not (new_dir / "result.json").exists():
+        return {"verdict": "not rechecked", "why": f"the check run {new_dir.name} is not here"}
+    commit = codeversion.commit_of_version(check.old_version, repo)
+    if commit is None:
+        return {
+            "verdict": "not rechecked",
+            "why": f"no commit of {repo} has code version {check.old_version}",
+        }
+    settings = settings_for(new_dir, paper)
+    if settings is None:
+        return {"verdict": "not rechecked", "why": "no bench policy settings name this run"}
+    result = read_json_object(new_dir / "result.json", "a check run's result")
+    args = {
+        "graph": result["graph"],
+        "name": result["graph"],
+        "settings": settings,
+        "method": result["method"],
+        "seed": int(result["seed"]),
+        "root": str(workdir / "runs"),
+        "expect": str(entry.get("old")),
+    }
+    try:
+        old_dir = run_old(commit, check.old_version, args, workdir, repo)
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as err:
+        return {"verdict": "not rechecked", "why": str(err)}
+    differences = adopt.differences(old_dir, new_dir)
+    recheck_record = {
+        "commit": commit,
+        "machine": machine(),
+        "identical": not differences,
+        "stored_run_differences": entry.get("differences", []),
+    }
+    if differences:
+        recheck_record["differences"] = differences
+    updated = {**entry, "identical": not differences, "recheck": recheck_record}
+    with _LOCK:
+        for cell in (check.cell, store / check.cell.relative_to(root) if store else None):
+            if cell is not None and cell.is_dir():
+                ledger = adopt.ledger(cell)
+                ledger[check.pair] = updated
+                write_json(cell / adopt.LEDGER, ledger)
+    if differences:
+        return {"verdict": "differs", "why": "; ".join(differences[:3])}
+    return {
+        "verdict": "identical",
+        "why": f"the code of {commit[:12]} gives this version's check run here; the stored "
+        "run was trained on another machine",
+    }
+
+
+__all__ = ["FailedCheck", "failed_checks", "machine", "recheck", "run_old_code", "settings_for"]
