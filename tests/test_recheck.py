@@ -141,6 +141,11 @@ def test_a_check_failed_by_the_machine_is_adopted_after_the_old_code_runs_here(
         _tasks(fresh), bench_policy.case_runs(TINY, [t[1:4] for t in _tasks(fresh)], fresh), "s"
     )[0].done()
     assert trained == [] and sweep[1]["adopted"]["from"] == "aaaaaaaaaaaa"
+    assert recheck.rechecked_cells(fresh) == {check.cell.relative_to(fresh).as_posix()}
+    assert recheck.summary_line(sweep, fresh).startswith(
+        "1 of the adopted runs lie in 1 cell(s) whose check first failed"
+    )
+    assert recheck.summary_line(sweep[:1], fresh) == ""  # seed 0: this code's own run
 
 
 def test_a_recheck_that_differs_keeps_the_check_failed_and_is_not_repeated(

@@ -291,4 +291,46 @@ def _recheck_one(
     }
 
 
-__all__ = ["FailedCheck", "failed_checks", "machine", "recheck", "run_old_code", "settings_for"]
+def rechecked_cells(root: Path) -> set[str]:
+    """The cells (``graph/method``) of the run cache ``root`` whose check of the current code
+    passed on a recheck."""
+    current = codeversion.code_version()
+    return {
+        ledger.parent.relative_to(root).as_posix()
+        for ledger in Path(root).rglob(adopt.LEDGER)
+        if any(
+            isinstance(e, dict)
+            and e.get("identical") is True
+            and "recheck" in e
+            and pair.partition("->")[2] == current
+            for pair, e in adopt.ledger(ledger.parent).items()
+        )
+    }
+
+
+def summary_line(results: list[dict[str, Any]], root: Path) -> str:
+    """One sentence for a page beside :func:`~doppler_lab.lab.bench.adopt.summary_line`: how
+    many adopted runs lie in cells whose check passed only on a recheck (empty when none)."""
+    cells = rechecked_cells(root)
+    hit = [r for r in results if r.get("adopted") and f"{r['graph']}/{r['method']}" in cells]
+    if not hit:
+        return ""
+    n_cells = len({f"{r['graph']}/{r['method']}" for r in hit})
+    return (
+        f"{len(hit)} of the adopted runs lie in {n_cells} cell(s) whose check first failed "
+        "because the stored runs were trained on another machine (another CPU rounds "
+        "differently): the older code, run again on this machine, gave this code's check run "
+        "exactly (doppler-lab runs recheck)."
+    )
+
+
+__all__ = [
+    "FailedCheck",
+    "failed_checks",
+    "machine",
+    "recheck",
+    "rechecked_cells",
+    "run_old_code",
+    "settings_for",
+    "summary_line",
+]
