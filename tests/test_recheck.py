@@ -204,3 +204,21 @@ def test_the_runs_recheck_command(failed_by_the_machine, version, monkeypatch, c
     assert "doppler aaaaaaaaaaaa->bbbbbbbbbbbb: identical" in out
     assert main(["runs", "recheck", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["rechecks"] == []
+
+
+def test_a_page_sweep_rechecks_a_failed_check_before_it_trains(
+    failed_by_the_machine, version, trained, capsys
+):
+    fresh, _ = failed_by_the_machine
+    ledger = next(fresh.rglob(adopt.LEDGER))
+    ledger.unlink()  # no check yet: the page's sweep runs it, and it fails (another machine)
+    del trained[:]
+    cfg = TINY.__class__(**{**TINY.__dict__, "seeds": 2})
+    cells = recheck.seed_cells_rechecked(cfg, fresh, run_old=_old_code(version))
+    out = capsys.readouterr().out
+    assert "did not reproduce" in out and ": identical (the code of cccccccccccc" in out
+    # one training: the older code's seed 0 (the stand-in); this code compares its finished
+    # seed 0 and adopts seed 1
+    assert trained == [0]
+    assert sorted(r["seed"] for r in cells.runs) == [0, 1]
+    assert next(r for r in cells.runs if r["seed"] == 1)["adopted"]["from"] == "aaaaaaaaaaaa"

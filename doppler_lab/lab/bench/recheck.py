@@ -291,6 +291,46 @@ def _recheck_one(
     }
 
 
+def seed_cells_rechecked(
+    config: Any,
+    out_dir: str | Path,
+    runner: Any = "local",
+    jobs: int | None = 1,
+    progress: bool = False,
+    keep_going: bool = False,
+    run_old: OldRunner = run_old_code,
+    **kw: Any,
+) -> Any:
+    """:func:`~doppler_lab.lab.bench.policy.seed_cells` after the adoption checks of its sweep,
+    with every failed check rechecked on this machine first (:func:`recheck`): a cell whose
+    stored runs another machine trained is adopted instead of trained again, where the older
+    code gives the current code's check run here. The checks' and rechecks' verdicts are
+    printed (what a page shows of them); then ``seed_cells`` finds them in the ledgers and
+    only trains what no check lets it adopt."""
+    from .policy import _cases, seed_cells, verify_adoptions
+
+    root = Path(out_dir)
+    restored = runstore.restore_for(root)
+    cases, _ = _cases(config)
+    # the runs of seed_cells' sweep (policy.ablation_rows), in its order
+    runs = [(c, m, s) for c in cases for m in config.methods for s in range(config.seeds)]
+    tasks = [(config, c, m, s, root) for c, m, s in runs]
+    notes = verify_adoptions(tasks, runner, jobs, progress, keep_going)
+    if failed_checks(root):
+        rows = recheck(
+            root,
+            paper_dir=config.paper_dir,
+            run_old=run_old,
+            jobs=jobs or os.cpu_count() or 1,
+        )
+        notes += [f"recheck of {r['cell']} {r['pair']}: {r['verdict']} ({r['why']})" for r in rows]
+    for line in filter(None, [restored, *notes]):
+        print(line)
+    return seed_cells(
+        config, root, runner=runner, jobs=jobs, progress=progress, keep_going=keep_going, **kw
+    )
+
+
 def rechecked_cells(root: Path) -> set[str]:
     """The cells (``graph/method``) of the run cache ``root`` whose check of the current code
     passed on a recheck."""
@@ -331,6 +371,7 @@ __all__ = [
     "recheck",
     "rechecked_cells",
     "run_old_code",
+    "seed_cells_rechecked",
     "settings_for",
     "summary_line",
 ]
