@@ -126,6 +126,10 @@ def test_a_check_failed_by_the_machine_is_adopted_after_the_old_code_runs_here(
     fresh, store = failed_by_the_machine
     (check,) = recheck.failed_checks(fresh)
     assert check.pair == "aaaaaaaaaaaa->bbbbbbbbbbbb"
+    cell = check.cell.relative_to(fresh).as_posix()
+    assert recheck.failed_checks(fresh, {cell}) == [check]
+    assert recheck.failed_checks(fresh, {"another_graph/doppler"}) == []  # a sweep's own cells
+    assert recheck.recheck(fresh, run_old=lambda *a: pytest.fail("no run"), cells=set()) == []
     lines: list[str] = []
     (row,) = recheck.recheck(fresh, run_old=_old_code(version), report=lines.append)
     assert row["verdict"] == "identical" and "another machine" in lines[0]

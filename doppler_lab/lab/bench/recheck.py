@@ -100,11 +100,14 @@ def machine() -> str:
     )
 
 
-def failed_checks(root: Path) -> list[FailedCheck]:
-    """The failed, not yet rechecked, checks of the current code in the run cache ``root``."""
+def failed_checks(root: Path, cells: set[str] | None = None) -> list[FailedCheck]:
+    """The failed, not yet rechecked, checks of the current code in the run cache ``root``
+    (only in ``cells``, ``graph/method`` folders, when given)."""
     current = codeversion.code_version()
     found = []
     for ledger in sorted(Path(root).rglob(adopt.LEDGER)):
+        if cells is not None and ledger.parent.relative_to(root).as_posix() not in cells:
+            continue
         for pair, entry in adopt.ledger(ledger.parent).items():
             if (
                 isinstance(entry, dict)
@@ -191,10 +194,11 @@ def recheck(
     run_old: OldRunner = run_old_code,
     report: Callable[[str], None] | None = None,
     jobs: int = 1,
+    cells: set[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Recheck every failed check in the run cache ``root`` on this machine (see the module
-    docstring), ``jobs`` at a time (each trains one run in a subprocess); the ledgers of the
-    cache and of its store (if it has one) get the verdicts.
+    """Recheck every failed check in the run cache ``root`` (in ``cells`` only, when given) on
+    this machine (see the module docstring), ``jobs`` at a time (each trains one run in a
+    subprocess); the ledgers of the cache and of its store (if it has one) get the verdicts.
 
     Returns:
         Per failed check: ``cell``, ``pair``, ``verdict`` (``identical``, ``differs`` or
@@ -219,7 +223,7 @@ def recheck(
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            out = list(pool.map(one, failed_checks(root)))
+            out = list(pool.map(one, failed_checks(root, cells)))
     finally:
         for tree in workdir.glob("code-*"):
             subprocess.run(
@@ -316,12 +320,14 @@ def seed_cells_rechecked(
     runs = [(c, m, s) for c in cases for m in config.methods for s in range(config.seeds)]
     tasks = [(config, c, m, s, root) for c, m, s in runs]
     notes = verify_adoptions(tasks, runner, jobs, progress, keep_going)
-    if failed_checks(root):
+    mine = {f"{c.name}/{m}" for c, m, _ in runs}  # this sweep's cells, not the whole cache's
+    if failed_checks(root, mine):
         rows = recheck(
             root,
             paper_dir=config.paper_dir,
             run_old=run_old,
             jobs=jobs or os.cpu_count() or 1,
+            cells=mine,
         )
         notes += [f"recheck of {r['cell']} {r['pair']}: {r['verdict']} ({r['why']})" for r in rows]
     for line in filter(None, [restored, *notes]):
