@@ -184,6 +184,8 @@ RAW_WRITES_ALLOWED = {
     "after every cell (a failed run's cells stay readable); it records its own path in the "
     "notebook, so a temporary name would show there",
     ("executor/dist.py", "tempfile.mkdtemp"): "the worker processes' rendezvous folder",
+    ("lab/bench/recheck.py", "tempfile.mkdtemp"): "a recheck's scratch folder (git worktrees "
+    "of older commits and the runs they train), removed when the recheck ends",
     ("lab/reporting/notebook_runs.py", "tempfile.mkdtemp"): "a report kernel's private folder "
     "for its IPC sockets, removed when the kernel shuts down",
 }
