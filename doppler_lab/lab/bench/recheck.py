@@ -38,6 +38,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from typing import Any
 from ...house import codeversion, runstore
 from ...house.errors import ConfigError
 from ...house.jsonutil import write_json
+from ...house.paths import paper_graphs_dir
 from ...house.validate import read_json_object
 from . import adopt
 
@@ -204,15 +206,11 @@ def recheck(
         Per failed check: ``cell``, ``pair``, ``verdict`` (``identical``, ``differs`` or
         ``not rechecked``) and ``why``.
     """
-    from ...house.paths import paper_graphs_dir
-
     root = Path(root)
     repo = Path(repo or codeversion.PACKAGE_DIR.parent)
     paper = str(paper_graphs_dir(paper_dir) or "") or None
     say = report or (lambda line: None)
     store = runstore.store_for(root)
-    from concurrent.futures import ThreadPoolExecutor
-
     workdir = Path(tempfile.mkdtemp(prefix="recheck-"))
 
     def one(check: FailedCheck) -> dict[str, str]:
