@@ -87,7 +87,9 @@ def failed_by_the_machine(tmp_path, version, monkeypatch):
     runstore.keep(root, store)
     for path in store.rglob("seed*.json"):  # trained elsewhere: another rounding
         doc = json.loads(path.read_text())
+        assert doc["machine"] == runstore.machine()  # kept here, where it was trained
         doc["stages"]["2_sim"]["weights_sha256"] = "0" * 64
+        doc["machine"] = {**doc["machine"], "cpu_flags_sha256": "another-cpu"}
         path.write_text(json.dumps(doc))
     runstore.restore(store, fresh)
     monkeypatch.setattr(runstore, "store_for", lambda r: store if Path(r) == fresh else None)
@@ -226,3 +228,19 @@ def test_a_page_sweep_rechecks_a_failed_check_before_it_trains(
     assert trained == [0]
     assert sorted(r["seed"] for r in cells.runs) == [0, 1]
     assert next(r for r in cells.runs if r["seed"] == 1)["adopted"]["from"] == "aaaaaaaaaaaa"
+
+
+def test_a_check_failed_against_a_run_of_this_kind_of_machine_is_the_codes(
+    failed_by_the_machine,
+):
+    fresh, store = failed_by_the_machine
+    for path in store.rglob("seed0-*.json"):  # the stored run came from a machine like this
+        doc = json.loads(path.read_text())
+        doc["machine"] = runstore.machine()
+        path.write_text(json.dumps(doc))
+    (row,) = recheck.recheck(fresh, run_old=lambda *a: pytest.fail("nothing to run"))
+    assert row["verdict"] == "not rechecked" and "the code differs" in row["why"]
+    (cell,) = {p.parent for p in fresh.rglob(adopt.LEDGER)}
+    entry = adopt.ledger(cell)["aaaaaaaaaaaa->bbbbbbbbbbbb"]
+    assert entry["identical"] is False and entry["recheck"]["same_machine"] is True
+    assert recheck.failed_checks(fresh) == []  # not asked again

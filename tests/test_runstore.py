@@ -331,3 +331,31 @@ def test_runs_cells_says_what_a_sweep_would_adopt_check_or_train_without_trainin
     seed0.write_text(json.dumps({"format": 1, "result": {"seed": "zero"}, "stages": {}}))
     assert main(["runs", "cells"]) == 2
     assert "a stored run needs a 'result' with an integer 'seed'" in capsys.readouterr().err
+
+
+def test_a_kept_run_names_the_machine_that_trained_it_and_a_restored_one_does_not(
+    tmp_path, version
+):
+    version("aaaaaaaaaaaa")
+    root, store, other, store2 = (tmp_path / n for n in ("runs", "store", "other", "store2"))
+    _train(root, seeds=1)
+    runstore.keep(root, store)
+    (path,) = store.rglob("seed0-*.json")
+    here = runstore.machine()
+    assert json.loads(path.read_text())["machine"] == here
+    assert set(runstore.MACHINE_KEYS) <= set(here) and here["cpu_flags_sha256"]
+    assert runstore.same_machine(here, dict(here, cores=64))  # cores decide no rounding
+    assert not runstore.same_machine(here, dict(here, torch_vector="AVX2"))
+    assert not runstore.same_machine(here, None) and not runstore.same_machine({}, {})
+    # a record kept before machines were recorded gets this one, once
+    doc = json.loads(path.read_text())
+    del doc["machine"]
+    path.write_text(json.dumps(doc))
+    assert len(runstore.keep(root, store).written) == 1
+    assert json.loads(path.read_text())["machine"] == here
+    assert runstore.keep(root, store).unchanged == 1
+    # restored elsewhere and kept in another store: the machine there did not train it
+    runstore.restore(store, other)
+    runstore.keep(other, store2)
+    (copy,) = store2.rglob("seed0-*.json")
+    assert "machine" not in json.loads(copy.read_text())

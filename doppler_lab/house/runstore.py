@@ -11,6 +11,10 @@ and checkpoints are megabytes; a report-size sweep has hundreds of runs). The st
 - the run's ``result.json`` (its ``checkpoint`` made relative to the run folder);
 - per stage: ``config.json``, ``summary.json``, and the sha256 of ``metrics.csv`` and of the
   final weights (:func:`weights_digest`: every tensor's name, dtype, shape and bytes);
+- for a run trained in the cache it is kept from (not restored, not adopted): the machine that
+  keeps it (:func:`machine`), which trained it where a cache lives on one machine, as training
+  is deterministic per machine, not across machines (records kept before 8 December 2026 have
+  none);
 
 and each cell's adoption ledger (``adoptions.json``, see :mod:`doppler_lab.lab.bench.adopt`).
 
@@ -140,6 +144,58 @@ def record(run_dir: Path) -> dict[str, Any]:
     return {"format": FORMAT, "result": result, "stages": stages}
 
 
+#: what a machine's record holds that decides a training run's rounding (``cores`` is for
+#: the reader: a run trains on one torch thread)
+MACHINE_KEYS = ("cpu", "cpu_flags_sha256", "torch", "torch_vector", "numpy", "numba")
+
+
+def machine() -> dict[str, Any]:
+    """This machine as far as it decides a training run's last bits: the processor and its
+    instruction-set flags (a digest), torch and the vector instructions it dispatches to, numpy
+    and numba. Two runs of one configuration agree on machines whose records agree (the same
+    code, seed and settings); across others they need not (``reports/notes/bench_notes.md``)."""
+    import os
+    import platform
+
+    import numpy
+    import torch
+
+    cpu, flags = None, ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():  # the first processor's
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and cpu is None:
+                cpu = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = " ".join(sorted(value.split()))
+    except OSError:
+        pass
+    cpu = cpu or platform.processor() or platform.machine()
+    try:
+        import numba
+
+        numba_version = numba.__version__
+    except ImportError:
+        numba_version = None
+    return {
+        "cpu": cpu,
+        "cpu_flags_sha256": hashlib.sha256(flags.encode()).hexdigest()[:16] if flags else None,
+        "torch": torch.__version__,
+        "torch_vector": torch.backends.cpu.get_cpu_capability(),
+        "numpy": numpy.__version__,
+        "numba": numba_version,
+        "cores": os.cpu_count(),
+    }
+
+
+def same_machine(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """Whether two machine records (:func:`machine`) agree on what decides a run's rounding
+    (False when either is missing or does not know its processor's flags)."""
+    if not a or not b or not a.get("cpu_flags_sha256"):
+        return False
+    return all(a.get(k) == b.get(k) for k in MACHINE_KEYS)
+
+
 def finished_runs(root: Path) -> Iterator[Path]:
     """The run folders under ``root`` with a ``result.json``, by path."""
     yield from sorted(p.parent for p in root.rglob(RESULT))
@@ -176,16 +232,26 @@ def keep(root: str | Path, store: str | Path) -> Counts:
     only when it changed), and merge each cell's adoption ledger into the store's."""
     root, store = Path(root), Path(store)
     counts = Counts()
+    here: dict[str, Any] | None = None
     for run_dir in finished_runs(root):
         rel = run_dir.relative_to(root)
         target = store / rel.parent / f"{rel.name}.json"
         stored = _read(target, "a stored run") if target.exists() else None
+        raw = _read(run_dir / RESULT, "a run's result")
+        trained_here = not raw.get("restored") and not raw.get("adopted")
         # a finished run folder does not change: the same result (its timing and code version
-        # among it) is the same run, so its weights are not hashed again
+        # among it) is the same run, so its weights are not hashed again (a record kept
+        # without its machine gets it, where the run was trained in this cache)
         if stored is not None and stored.get("result") == _result(run_dir):
-            counts.unchanged += 1
-            continue
-        doc = record(run_dir)
+            if "machine" in stored or not trained_here:
+                counts.unchanged += 1
+                continue
+            doc = dict(stored)
+        else:
+            doc = record(run_dir)
+        if trained_here:
+            here = here or machine()
+            doc["machine"] = here
         if stored == doc:
             counts.unchanged += 1
             continue
@@ -344,9 +410,11 @@ __all__ = [
     "keep",
     "keep_stored_caches",
     "keeping",
+    "machine",
     "record",
     "restore",
     "restore_for",
+    "same_machine",
     "stage_digest",
     "stage_dirs",
     "status",

@@ -31,7 +31,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -85,20 +84,11 @@ class FailedCheck:
 
 
 def machine() -> str:
-    """This machine in one line: processor, torch's vector instructions, core count."""
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.partition(":")[2].strip()
-                break
-    except OSError:
-        pass
+    """This machine in one line (:func:`~doppler_lab.house.runstore.machine`)."""
+    m = runstore.machine()
     return (
-        f"{cpu}, torch {torch.__version__} {torch.backends.cpu.get_cpu_capability()}, "
-        f"{os.cpu_count()} cores"
+        f"{m['cpu']} (flags {m['cpu_flags_sha256']}), torch {m['torch']} {m['torch_vector']}, "
+        f"{m['cores']} cores"
     )
 
 
@@ -245,6 +235,26 @@ def _recheck_one(
     new_dir = check.cell / str(entry.get("new", ""))
     if not (new_dir / "result.json").exists():
         return {"verdict": "not rechecked", "why": f"the check run {new_dir.name} is not here"}
+    if store is not None:
+        stored = store / check.cell.relative_to(root) / f"{entry.get('old')}.json"
+        trained_on = (
+            read_json_object(stored, "a stored run").get("machine") if stored.exists() else None
+        )
+        if runstore.same_machine(trained_on, runstore.machine()):
+            # the check compared two runs of one kind of machine: the difference is the code's
+            _write_entry(
+                check,
+                root,
+                store,
+                {
+                    **entry,
+                    "recheck": {"same_machine": True, "identical": False, "machine": machine()},
+                },
+            )
+            return {
+                "verdict": "not rechecked",
+                "why": "the stored run was trained on a machine like this one: the code differs",
+            }
     commit = codeversion.commit_of_version(check.old_version, repo)
     if commit is None:
         return {
@@ -277,13 +287,9 @@ def _recheck_one(
     }
     if differences:
         recheck_record["differences"] = differences
-    updated = {**entry, "identical": not differences, "recheck": recheck_record}
-    with _LOCK:
-        for cell in (check.cell, store / check.cell.relative_to(root) if store else None):
-            if cell is not None and cell.is_dir():
-                ledger = adopt.ledger(cell)
-                ledger[check.pair] = updated
-                write_json(cell / adopt.LEDGER, ledger)
+    _write_entry(
+        check, root, store, {**entry, "identical": not differences, "recheck": recheck_record}
+    )
     if differences:
         return {"verdict": "differs", "why": "; ".join(differences[:3])}
     return {
@@ -291,6 +297,16 @@ def _recheck_one(
         "why": f"the code of {commit[:12]} gives this version's check run here; the stored "
         "run was trained on another machine",
     }
+
+
+def _write_entry(check: FailedCheck, root: Path, store: Path | None, entry: dict[str, Any]) -> None:
+    """``entry`` in place of the check's in the ledgers of the cache and of its store."""
+    with _LOCK:
+        for cell in (check.cell, store / check.cell.relative_to(root) if store else None):
+            if cell is not None and cell.is_dir():
+                ledger = adopt.ledger(cell)
+                ledger[check.pair] = entry
+                write_json(cell / adopt.LEDGER, ledger)
 
 
 def seed_cells_rechecked(
