@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,23 +92,26 @@ def machine() -> str:
     )
 
 
+def _checks_of_current(root: Path) -> Iterator[tuple[Path, str, dict[str, Any]]]:
+    """``(cell folder, "OLD->CURRENT", entry)`` of every check of the current code recorded in
+    the run cache ``root``'s ledgers, by cell."""
+    current = codeversion.code_version()
+    for ledger in sorted(Path(root).rglob(adopt.LEDGER)):
+        for pair, entry in adopt.ledger(ledger.parent).items():
+            if isinstance(entry, dict) and pair.partition("->")[2] == current:
+                yield ledger.parent, pair, entry
+
+
 def failed_checks(root: Path, cells: set[str] | None = None) -> list[FailedCheck]:
     """The failed, not yet rechecked, checks of the current code in the run cache ``root``
     (only in ``cells``, ``graph/method`` folders, when given)."""
-    current = codeversion.code_version()
-    found = []
-    for ledger in sorted(Path(root).rglob(adopt.LEDGER)):
-        if cells is not None and ledger.parent.relative_to(root).as_posix() not in cells:
-            continue
-        for pair, entry in adopt.ledger(ledger.parent).items():
-            if (
-                isinstance(entry, dict)
-                and entry.get("identical") is False
-                and pair.partition("->")[2] == current
-                and "recheck" not in entry
-            ):
-                found.append(FailedCheck(ledger.parent, pair, entry))
-    return found
+    return [
+        FailedCheck(cell, pair, entry)
+        for cell, pair, entry in _checks_of_current(root)
+        if entry.get("identical") is False
+        and "recheck" not in entry
+        and (cells is None or cell.relative_to(root).as_posix() in cells)
+    ]
 
 
 def _candidates(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -354,17 +357,10 @@ def seed_cells_rechecked(
 def rechecked_cells(root: Path) -> set[str]:
     """The cells (``graph/method``) of the run cache ``root`` whose check of the current code
     passed on a recheck."""
-    current = codeversion.code_version()
     return {
-        ledger.parent.relative_to(root).as_posix()
-        for ledger in Path(root).rglob(adopt.LEDGER)
-        if any(
-            isinstance(e, dict)
-            and e.get("identical") is True
-            and "recheck" in e
-            and pair.partition("->")[2] == current
-            for pair, e in adopt.ledger(ledger.parent).items()
-        )
+        cell.relative_to(root).as_posix()
+        for cell, _, entry in _checks_of_current(root)
+        if entry.get("identical") is True and "recheck" in entry
     }
 
 
