@@ -120,10 +120,10 @@ def stage_dirs(run_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.name)
 
 
-def _result(run_dir: Path) -> dict[str, Any]:
-    """A finished run folder's ``result.json`` as the store keeps it: the checkpoint relative to
-    the run folder, without the mark of a restored run."""
-    result = _read(run_dir / RESULT, "a run's result")
+def _result(run_dir: Path, raw: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A finished run folder's ``result.json`` (``raw``, when read already) as the store keeps
+    it: the checkpoint relative to the run folder, without the mark of a restored run."""
+    result = dict(raw) if raw is not None else _read(run_dir / RESULT, "a run's result")
     inside = checkpoint_in_run(result.get("checkpoint") or "", run_dir)
     if inside is not None:  # relative to the run folder, wherever it lies
         result["checkpoint"] = inside.as_posix()
@@ -242,7 +242,7 @@ def keep(root: str | Path, store: str | Path) -> Counts:
         # a finished run folder does not change: the same result (its timing and code version
         # among it) is the same run, so its weights are not hashed again (a record kept
         # without its machine gets it, where the run was trained in this cache)
-        if stored is not None and stored.get("result") == _result(run_dir):
+        if stored is not None and stored.get("result") == _result(run_dir, raw):
             if "machine" in stored or not trained_here:
                 counts.unchanged += 1
                 continue
